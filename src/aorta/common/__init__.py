@@ -1,0 +1,1 @@
+"""Small helpers shared by every aorta package: errors, safe file output."""

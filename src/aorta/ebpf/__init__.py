@@ -1,0 +1,1 @@
+"""Vendor-neutral kernel tracing engine (bpftrace), usable without the benchmark."""

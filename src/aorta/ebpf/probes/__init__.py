@@ -1,0 +1,1 @@
+"""Probe families: each declares its tracepoints, renders bpftrace code, and reads its maps."""

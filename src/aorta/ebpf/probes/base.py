@@ -1,0 +1,104 @@
+"""The contract between the tracing engine (session.py) and probe families.
+
+A family renders bpftrace probe blocks from the *live* format of each tracepoint it wants (a
+missing tracepoint lowers coverage, never crashes), aggregates in the kernel into maps whose names
+start with `@<family name>_`, and turns the maps printed at the end into typed metrics.
+The engine puts every requested family into ONE bpftrace program.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from aorta.ebpf.tracefs import EventFormat, Tracefs
+
+
+@dataclass(frozen=True)
+class BpftraceDialect:
+    """Syntax differences between bpftrace versions (Debian 12: 0.17; Ubuntu 24.04: 0.20)."""
+
+    version: tuple[int, int, int]
+
+    def arg(self, field_name: str) -> str:
+        """How to read a tracepoint argument: `args->x` before 0.20 (only form), `args.x` after."""
+        return f"args.{field_name}" if self.version >= (0, 20, 0) else f"args->{field_name}"
+
+
+@dataclass(frozen=True)
+class TraceTarget:
+    """Whose events count.
+
+    pids: thread-group ids traced from the start; follow_children: also their descendants
+    (torchrun ranks); thread_labels: tid → label (e.g. "q0" for a CPU-backend queue worker).
+    """
+
+    pids: tuple[int, ...]
+    follow_children: bool = True
+    thread_labels: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass
+class RenderContext:
+    """What a family needs to render code for this machine and this run.
+
+    `pid_filter` is a predicate true for traced processes (the engine keeps the map behind it,
+    following children when asked); `gate` is a predicate true only inside the measurement window.
+    Families AND both into their filters, except for events that fire in kernel workers on behalf
+    of a process (attribute those by their own pid/pasid argument instead).
+    """
+
+    tracefs: Tracefs
+    dialect: BpftraceDialect
+    target: TraceTarget
+    pid_filter: str
+    gate: str
+
+    def event(self, system: str, name: str) -> EventFormat | None:
+        """The live format of `system:name`, or None when this kernel lacks it."""
+        return self.tracefs.read_format(system, name)
+
+
+@dataclass
+class ProbeCode:
+    """A family's share of the bpftrace program."""
+
+    probes: list[str] = field(default_factory=list)  # complete probe blocks
+    begin: list[str] = field(default_factory=list)  # statements for BEGIN (map initialisation)
+    end: list[str] = field(default_factory=list)  # statements for END (print(@map); …)
+    used_events: list[str] = field(default_factory=list)  # "system:event" attached
+    missing: dict[str, str] = field(default_factory=dict)  # "system:event" → why not attached
+
+
+@dataclass
+class FamilyResult:
+    """Typed metrics of one family plus what it covered."""
+
+    family: str
+    section: str  # "queue" or "memory"
+    metrics: dict[str, Any]
+    coverage: dict[str, Any]
+
+
+class ProbeFamily(ABC):
+    """One question the kernel can answer (CPU scheduling of queue threads, amdgpu jobs, …)."""
+
+    name: str  # also the map-name prefix: @<name>_...
+    section: str  # "queue" or "memory"
+    description: str
+
+    @abstractmethod
+    def wanted_events(self) -> list[str]:
+        """Every "system:event" this family can use (present or not on this kernel)."""
+
+    @abstractmethod
+    def render(self, ctx: RenderContext) -> ProbeCode:
+        """bpftrace code for the events present in ctx.tracefs; list the missing ones."""
+
+    @abstractmethod
+    def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
+        """Metrics from this family's printed maps (keys are map names with '@').
+
+        `context` carries run facts: window seconds, worker tid → queue/stream registry, etc.
+        """

@@ -1,0 +1,197 @@
+"""Find tracefs and read tracepoint `format` files into typed fields.
+
+Probe code is generated from these fields (their types decide `str()` and widths), never from
+assumed layouts. `AORTA_TRACEFS` overrides the root (the folder that holds `events/`), for tests
+and for inspecting a tree copied from another machine.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+TRACEFS_CANDIDATES = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
+ENV_OVERRIDE = "AORTA_TRACEFS"
+_NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")
+_FIELD_RE = re.compile(
+    r"^\s*field:(?P<decl>.+?);\s*offset:(?P<offset>\d+);\s*size:(?P<size>\d+);"
+    r"\s*signed:(?P<signed>\d+);")
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of a tracepoint record, as the live format file declares it."""
+
+    name: str
+    type: str  # the C type without the name, e.g. "__data_loc char[]", "u64", "char[16]"
+    offset: int
+    size: int
+    signed: bool
+
+    @property
+    def is_data_loc_string(self) -> bool:
+        """A dynamic string (`__data_loc char[]`): read it with str(args->name)."""
+        return self.type.startswith("__data_loc") and "char" in self.type
+
+    @property
+    def is_char_array(self) -> bool:
+        """A fixed char array such as comm[16]: also printable with str()."""
+        return self.type.startswith("char[")
+
+    @property
+    def is_string(self) -> bool:
+        """Readable as text with str() (data_loc string or char array)."""
+        return self.is_data_loc_string or self.is_char_array
+
+    @property
+    def is_pointer(self) -> bool:
+        """A pointer: its value is an address, not readable text (e.g. old `char *ring_name`)."""
+        return "*" in self.type
+
+    @property
+    def is_integer(self) -> bool:
+        """A scalar integer field (not a string, array or pointer)."""
+        return not (self.is_string or self.is_pointer or "[" in self.type)
+
+
+@dataclass(frozen=True)
+class EventFormat:
+    """A tracepoint's id and its own (non-common) fields."""
+
+    system: str
+    name: str
+    id: int | None
+    fields: dict[str, Field]
+
+    def has(self, *names: str) -> bool:
+        """True if every named field exists."""
+        return all(n in self.fields for n in names)
+
+    def first_of(self, *names: str) -> Field | None:
+        """The first of `names` that exists (for fields renamed across kernel versions)."""
+        for n in names:
+            if n in self.fields:
+                return self.fields[n]
+        return None
+
+
+def _split_decl(decl: str) -> tuple[str, str]:
+    """'__data_loc char[] ring' → ('__data_loc char[]', 'ring'); 'char comm[16]' → ('char[16]', 'comm')."""
+    decl = decl.strip()
+    array = ""
+    match = re.match(r"^(?P<head>.*?)(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*(?P<arr>\[[^\]]*\])$", decl)
+    if match and not decl.endswith("[]"):
+        head, name, array = match.group("head").strip(), match.group("name"), match.group("arr")
+        return (f"{head}{array}" if head else array), name
+    head, _, name = decl.rpartition(" ")
+    name = name.lstrip("*")
+    if decl.split()[-1].startswith("*"):
+        head = head + " *"
+    return head.strip(), name
+
+
+def parse_format(text: str, system: str = "", name: str = "") -> EventFormat:
+    """Parse the text of a tracefs `format` file; common_* fields are dropped."""
+    event_id = None
+    fields: dict[str, Field] = {}
+    for line in text.splitlines():
+        if line.startswith("name:") and not name:
+            name = line.split(":", 1)[1].strip()
+        elif line.startswith("ID:"):
+            try:
+                event_id = int(line.split(":", 1)[1].strip())
+            except ValueError:
+                event_id = None
+        match = _FIELD_RE.match(line)
+        if not match:
+            continue
+        ftype, fname = _split_decl(match.group("decl"))
+        if fname.startswith("common_"):
+            continue
+        fields[fname] = Field(fname, ftype, int(match.group("offset")), int(match.group("size")),
+                              match.group("signed") == "1")
+    return EventFormat(system, name, event_id, fields)
+
+
+class Tracefs:
+    """Read-only access to one tracefs tree (live, or a recorded copy)."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self._formats: dict[tuple[str, str], EventFormat] = {}
+
+    @property
+    def events_dir(self) -> Path:
+        return self.root / "events"
+
+    def systems(self) -> list[str]:
+        """Tracepoint subsystems (sched, amdgpu, …) present in this tree."""
+        try:
+            return sorted(p.name for p in self.events_dir.iterdir()
+                          if p.is_dir() and _NAME_RE.match(p.name))
+        except OSError:
+            return []
+
+    def events(self, system: str) -> list[str]:
+        """Event names in `system` (empty if the subsystem is absent)."""
+        if not _NAME_RE.match(system):
+            return []
+        try:
+            return sorted(p.name for p in (self.events_dir / system).iterdir()
+                          if (p / "format").is_file())
+        except OSError:
+            return []
+
+    def has_event(self, system: str, event: str) -> bool:
+        """True if `system:event` exists with a readable format file."""
+        return self.read_format(system, event) is not None
+
+    def read_format(self, system: str, event: str) -> EventFormat | None:
+        """The parsed format of `system:event`, or None if absent or unreadable."""
+        if not (_NAME_RE.match(system) and _NAME_RE.match(event)):
+            return None
+        return self._formats.get((system, event)) or self._load(system, event)
+
+    def _load(self, system: str, event: str) -> EventFormat | None:
+        path = self.events_dir / system / event / "format"
+        try:
+            text = path.read_text()
+        except OSError:
+            return None
+        fmt = parse_format(text, system, event)
+        self._formats[(system, event)] = fmt
+        return fmt
+
+
+def _is_tracefs(path: Path) -> bool:
+    return (path / "events").is_dir()
+
+
+def find_tracefs(mount_if_root: bool = True) -> tuple[Tracefs | None, str]:
+    """Locate tracefs: AORTA_TRACEFS, /sys/kernel/tracing, /sys/kernel/debug/tracing.
+
+    Mounts /sys/kernel/tracing when running as root and nothing is mounted. Returns the tree (or
+    None) and a one-line explanation of what was found or why nothing was.
+    """
+    override = os.environ.get(ENV_OVERRIDE)
+    if override:
+        path = Path(override)
+        if _is_tracefs(path):
+            return Tracefs(path), f"{path} (from {ENV_OVERRIDE})"
+        return None, f"{ENV_OVERRIDE}={override} has no events/ folder"
+    for candidate in TRACEFS_CANDIDATES:
+        if _is_tracefs(Path(candidate)):
+            return Tracefs(candidate), candidate
+    if mount_if_root and os.geteuid() == 0 and Path(TRACEFS_CANDIDATES[0]).is_dir():
+        proc = subprocess.run(["mount", "-t", "tracefs", "nodev", TRACEFS_CANDIDATES[0]],
+                              capture_output=True, text=True, timeout=10, check=False)
+        if proc.returncode == 0 and _is_tracefs(Path(TRACEFS_CANDIDATES[0])):
+            return Tracefs(TRACEFS_CANDIDATES[0]), f"{TRACEFS_CANDIDATES[0]} (mounted now)"
+        return None, f"tracefs not mounted and mounting failed: {proc.stderr.strip()}"
+    if os.geteuid() != 0:
+        return None, ("tracefs not readable: run as root, or mount it: "
+                      "sudo mount -t tracefs nodev /sys/kernel/tracing")
+    return None, "tracefs not found (kernel without CONFIG_TRACING?)"

@@ -1,0 +1,292 @@
+"""CPU backend: streams served by a pool of worker threads that model hardware queues.
+
+Streams map onto queues the way HIP maps streams onto HSA queues: a new queue per stream until
+the pool (GPU_MAX_HW_QUEUES, default 4) is full, then the least-used queue is shared. A queue runs
+its ops strictly in enqueue order, so streams sharing a queue serialise (head-of-line blocking), as
+on the hardware. Each worker records every op's ready/start/end on CLOCK_MONOTONIC (the clock
+bpftrace's `nsecs` uses) and registers its thread id so kernel events can be attributed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from aorta.hw_queue_eval.backends.base import Backend, OpRecord, Stream, WorkerInfo
+from aorta.hw_queue_eval.config import hw_queue_pool_size
+
+_OP, _WAIT, _MARK, _STOP = 0, 1, 2, 3
+_PR_SET_NAME = 15
+
+
+class _Task:
+    """One entry in a hardware queue: an op, a wait on another stream's task, or a marker."""
+
+    __slots__ = ("done_ns", "enqueue_ns", "fn", "iteration", "kind", "label", "stream",
+                 "target", "waiter")
+
+    def __init__(self, kind: int, stream: int, fn: Callable[[], Any] | None = None,
+                 label: str = "", iteration: int = -1, target: _Task | None = None) -> None:
+        self.kind = kind
+        self.stream = stream
+        self.fn = fn
+        self.label = label
+        self.iteration = iteration
+        self.target = target
+        self.enqueue_ns = time.monotonic_ns()
+        self.done_ns: int | None = None
+        self.waiter: threading.Event | None = None
+
+    def finish(self, now_ns: int) -> None:
+        """Mark done, then wake a waiter. Order matters: see `_wait_for`."""
+        self.done_ns = now_ns
+        waiter = self.waiter
+        if waiter is not None:
+            waiter.set()
+
+
+def _wait_for(task: _Task) -> int:
+    """Block until `task` is done; return its completion time.
+
+    The host publishes `waiter` before re-reading `done_ns`, the worker publishes `done_ns` before
+    reading `waiter`; under the GIL one of the two sides always sees the other, so no lost wake-up.
+    """
+    if task.done_ns is None:
+        if task.waiter is None:
+            task.waiter = threading.Event()
+        if task.done_ns is None:
+            task.waiter.wait()
+    assert task.done_ns is not None
+    return task.done_ns
+
+
+def _set_thread_name(name: str) -> None:
+    """Name the OS thread (visible as `comm` to the kernel and to eBPF); best effort."""
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0)
+
+
+class _HardwareQueue:
+    """One worker thread draining a FIFO of tasks."""
+
+    def __init__(self, index: int, backend: CpuBackend) -> None:
+        self.index = index
+        self.backend = backend
+        self.streams: list[int] = []
+        self.tid: int | None = None
+        self._tasks: deque[_Task] = deque()
+        self._cond = threading.Condition(threading.Lock())
+        self._ready = threading.Event()
+        self.records: list[tuple[int, int, str, int, int, int]] = []
+        self._stream_ready_ns: dict[int, int] = {}
+        self._thread = threading.Thread(target=self._run, name=f"aorta-hwq{index}", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+
+    def put(self, task: _Task) -> None:
+        with self._cond:
+            self._tasks.append(task)
+            self._cond.notify()
+
+    def stop(self) -> None:
+        self.put(_Task(_STOP, -1))
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        self.tid = threading.get_native_id()
+        _set_thread_name(f"aorta-hwq{self.index}")
+        self._ready.set()
+        while True:
+            with self._cond:
+                while not self._tasks:
+                    self._cond.wait()
+                batch = list(self._tasks)
+                self._tasks.clear()
+            for task in batch:
+                if task.kind == _STOP:
+                    return
+                self._execute(task)
+
+    def _execute(self, task: _Task) -> None:
+        backend = self.backend
+        now = time.monotonic_ns
+        if task.kind == _OP:
+            ready = max(task.enqueue_ns, self._stream_ready_ns.get(task.stream, 0))
+            start = now()
+            if backend.error is None:
+                try:
+                    task.fn()  # type: ignore[misc]
+                except BaseException as exc:  # reported by synchronize() on the host
+                    backend.error = exc
+            end = now()
+            self._stream_ready_ns[task.stream] = end
+            if backend.recording:
+                self.records.append((task.iteration, task.stream, task.label, ready, start, end))
+            task.finish(end)
+        elif task.kind == _WAIT:
+            satisfied = _wait_for(task.target)  # type: ignore[arg-type]
+            previous = self._stream_ready_ns.get(task.stream, 0)
+            self._stream_ready_ns[task.stream] = max(previous, satisfied, task.enqueue_ns)
+            task.finish(now())
+        else:  # marker
+            task.finish(now())
+
+
+class CpuStream(Stream):
+    """A stream on the CPU backend: ops go to its hardware queue in order."""
+
+    def __init__(self, index: int, queue: _HardwareQueue, backend: CpuBackend) -> None:
+        self.index = index
+        self.queue = queue
+        self._backend = backend
+        self._last: _Task | None = None
+
+    def launch(self, fn: Callable[[], Any], label: str) -> None:
+        task = _Task(_OP, self.index, fn, label, self._backend.iteration)
+        self._last = task
+        self.queue.put(task)
+
+    def wait(self, other: Stream) -> None:
+        if not isinstance(other, CpuStream):
+            raise TypeError("a CPU stream can only wait on another CPU stream")
+        target = other._last
+        if target is None or other is self:
+            return
+        task = _Task(_WAIT, self.index, target=target)
+        self._last = task
+        self.queue.put(task)
+
+
+def assign_queues(stream_count: int, pool_size: int) -> list[int]:
+    """HIP-like mapping: new queue per stream until the pool is full, then the least-used one.
+
+    Ties go to the lowest queue index, so the mapping is deterministic.
+    """
+    loads = [0] * min(stream_count, pool_size)
+    mapping: list[int] = []
+    for stream in range(stream_count):
+        if stream < pool_size:
+            queue = stream
+        else:
+            queue = min(range(len(loads)), key=lambda q: (loads[q], q))
+        loads[queue] += 1
+        mapping.append(queue)
+    return mapping
+
+
+class CpuBackend(Backend):
+    """Threaded streams over a pool of worker 'hardware queues'."""
+
+    name = "cpu"
+
+    def __init__(self, stream_count: int, pool_size: int | None = None,
+                 threads_per_queue: int = 1) -> None:
+        import torch
+
+        self.device = "cpu"
+        self.pool_size = pool_size if pool_size is not None else hw_queue_pool_size()
+        self.threads_per_queue = threads_per_queue
+        torch.set_num_threads(threads_per_queue)
+        self.error: BaseException | None = None
+        self.recording = False
+        self.iteration = -1
+        self._window_start_ns = 0
+        self._mapping = assign_queues(stream_count, self.pool_size)
+        self._queues = [_HardwareQueue(i, self) for i in range(max(self._mapping) + 1)]
+        self._streams = []
+        for index, queue_index in enumerate(self._mapping):
+            queue = self._queues[queue_index]
+            queue.streams.append(index)
+            self._streams.append(CpuStream(index, queue, self))
+        self._closed = False
+
+    @property
+    def streams(self) -> list[Stream]:
+        return list(self._streams)
+
+    def synchronize(self) -> None:
+        markers = []
+        for queue in self._queues:
+            marker = _Task(_MARK, -1)
+            queue.put(marker)
+            markers.append(marker)
+        for marker in markers:
+            _wait_for(marker)
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+
+    def start_window(self) -> None:
+        for queue in self._queues:
+            queue.records.clear()
+        self._window_start_ns = time.monotonic_ns()
+        self.recording = True
+
+    def begin_iteration(self, iteration: int) -> None:
+        self.iteration = iteration
+
+    def end_iteration(self) -> None:
+        """Nothing to join: the host measures iteration time around synchronize()."""
+
+    def stop_window(self) -> list[OpRecord]:
+        self.recording = False
+        t0 = self._window_start_ns
+        ops = []
+        for queue in self._queues:
+            for iteration, stream, label, ready, start, end in queue.records:
+                ops.append(OpRecord(iteration, stream, queue.index, label,
+                                    ready - t0, start - t0, end - t0))
+        ops.sort(key=lambda op: (op.start_ns, op.stream))
+        return ops
+
+    @property
+    def window_start_ns(self) -> int:
+        """CLOCK_MONOTONIC ns of the window start (shared with bpftrace `nsecs`)."""
+        return self._window_start_ns
+
+    def iteration_times_ms(self) -> list[float] | None:
+        return None
+
+    def queue_mapping(self) -> dict[str, Any]:
+        return {"pool_size": self.pool_size, "queues_created": len(self._queues),
+                "stream_to_queue": list(self._mapping),
+                "source": "cpu backend: HIP-like pool (GPU_MAX_HW_QUEUES)"}
+
+    def workers(self) -> list[WorkerInfo]:
+        return [WorkerInfo(q.tid or 0, q.index, tuple(q.streams)) for q in self._queues]
+
+    def reset_memory_peak(self) -> None:
+        # Writing 5 to clear_refs resets VmHWM (peak RSS) for this process (Linux ≥ 4.0).
+        with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+
+    def memory_stats(self) -> dict[str, Any]:
+        peak = None
+        with contextlib.suppress(OSError), open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    peak = int(line.split()[1]) * 1024
+        if peak is None:
+            return {"kind": "cpu_rss_peak", "peak_bytes": None,
+                    "reason": "/proc/self/status has no VmHWM"}
+        return {"kind": "cpu_rss_peak", "peak_bytes": peak,
+                "source": "VmHWM of this process, reset before warm-up"}
+
+    def environment(self) -> dict[str, Any]:
+        import os
+
+        return {"cpu_count": os.cpu_count(), "threads_per_queue": self.threads_per_queue,
+                "queue_pool_size": self.pool_size}
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for queue in self._queues:
+            queue.stop()

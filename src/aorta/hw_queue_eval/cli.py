@@ -1,0 +1,75 @@
+"""Command line: parse, validate, call, render. No measurement logic, no torch import at start-up.
+
+Each command lives in `commands/` (one module per command family); this module only builds the
+group and maps errors to exit codes: UsageError and click usage errors → one line, exit 2;
+Ctrl+C → exit 130; SIGTERM → exit 143; nothing half-written in any case.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import Any
+
+import click
+
+from aorta import __version__
+from aorta.common.errors import UsageError
+
+COMMAND_MODULES = (
+    "aorta.hw_queue_eval.commands.catalog",
+    "aorta.hw_queue_eval.commands.run",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "--version", prog_name="aorta.hw_queue_eval",
+                      message="%(prog)s %(version)s")
+def cli() -> None:
+    """Measure how GPU hardware queues behave as work spreads over 1..N streams.
+
+    Backends: the GPU (torch.cuda: ROCm HIP or CUDA) when torch sees one, else the CPU backend
+    (threaded streams over a pool of worker "hardware queues"). Kernel-level tracing with eBPF.
+    """
+
+
+def _register_commands() -> None:
+    import importlib
+
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(cli)
+
+
+_register_commands()
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(143)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the click group and turn every failure into a clear exit code."""
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        cli.main(args=argv, prog_name="python -m aorta.hw_queue_eval", standalone_mode=False)
+    except UsageError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.NoArgsIsHelp as exc:
+        click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
+        sys.exit(0)
+    except click.UsageError as exc:
+        hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
+        click.echo(f"error: {exc.format_message()}{hint}", err=True)
+        sys.exit(2)
+    except click.ClickException as exc:
+        click.echo(f"error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        click.echo("\ninterrupted: nothing was written", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+    except SystemExit:
+        raise
+    sys.exit(0)

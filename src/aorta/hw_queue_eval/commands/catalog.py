@@ -1,0 +1,134 @@
+"""`list` and `info`: what can run here. Neither imports torch."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import click
+
+from aorta.common.atomicio import atomic_write_json, check_output_path
+from aorta.hw_queue_eval.config import env_knobs, hw_queue_pool_size
+from aorta.hw_queue_eval.workloads.registry import CATEGORIES, SENSITIVITIES, list_workloads
+
+
+def register(group: click.Group) -> None:
+    group.add_command(list_command)
+    group.add_command(info_command)
+
+
+@click.command("list")
+@click.option("-c", "--category", type=click.Choice(CATEGORIES), help="Only this category.")
+@click.option("--sensitivity", type=click.Choice(SENSITIVITIES),
+              help="Only workloads with this switch sensitivity.")
+@click.option("-v", "--verbose", is_flag=True, help="Show descriptions and size scaling.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also write JSON here.")
+def list_command(category: str | None, sensitivity: str | None, verbose: bool,
+                 output: str | None) -> None:
+    """List workloads by category, with stream limits and throughput units."""
+    if output:
+        check_output_path(output)
+    infos = list_workloads(category, sensitivity)
+    current = None
+    for info in infos:
+        if info.category != current:
+            current = info.category
+            click.echo(f"\n{current}:")
+        click.echo(f"  {info.name:<22} streams {info.min_streams}-{info.max_streams} "
+                   f"(rec. {info.recommended_streams:>2})  switch {info.switch_sensitivity:<8} "
+                   f"{info.throughput_unit}")
+        if verbose:
+            click.echo(f"      {info.description}; work grows: {info.work_scaling}")
+    if output:
+        atomic_write_json(output, {"kind": "workload_list",
+                                   "workloads": [info.__dict__ for info in infos]})
+
+
+def _package_version(name: str) -> str | None:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def gpu_devices_seen_by_kernel() -> dict[str, Any]:
+    """GPUs visible through /dev and sysfs, found without importing torch."""
+    kfd_nodes = []
+    topology = Path("/sys/class/kfd/kfd/topology/nodes")
+    if topology.is_dir():
+        for node in sorted(topology.iterdir()):
+            name_file = node / "name"
+            try:
+                name = name_file.read_text().strip()
+            except OSError:
+                continue
+            if name:
+                kfd_nodes.append(name)
+    nvidia = sorted(p.name for p in Path("/dev").glob("nvidia[0-9]*"))
+    return {"amd_kfd": os.path.exists("/dev/kfd"), "amd_gpu_nodes": kfd_nodes,
+            "nvidia_devices": nvidia}
+
+
+def tracing_readiness() -> dict[str, Any]:
+    """Short tracing summary for `info` (details: `ebpf-info`)."""
+    from aorta.ebpf.capabilities import readiness_summary
+
+    return readiness_summary()
+
+
+def collect_info() -> dict[str, Any]:
+    torch_version = _package_version("torch")
+    gpus = gpu_devices_seen_by_kernel()
+    has_gpu = gpus["amd_kfd"] or bool(gpus["nvidia_devices"])
+    cpu_build = torch_version is not None and "+cpu" in torch_version
+    if has_gpu and not cpu_build:
+        backend = "gpu (if torch sees the device at run time), else cpu"
+    else:
+        backend = "cpu"
+    return {
+        "aorta": _package_version("aorta"),
+        "python": ".".join(map(str, __import__("sys").version_info[:3])),
+        "torch": torch_version,
+        "numpy": _package_version("numpy"),
+        "kernel": os.uname().release,
+        "gpus_seen_by_kernel": gpus,
+        "default_backend": backend,
+        "queue_pool_size": hw_queue_pool_size(),
+        "env_knobs": env_knobs(),
+        "cpu_count": os.cpu_count(),
+        "bpftrace": shutil.which("bpftrace"),
+        "tracing": tracing_readiness(),
+    }
+
+
+@click.command("info")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also write JSON here.")
+def info_command(as_json: bool, output: str | None) -> None:
+    """Versions, devices, the backend `run` would use, queue knobs, tracing readiness."""
+    if output:
+        check_output_path(output)
+    data = collect_info()
+    if output:
+        atomic_write_json(output, data)
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    click.echo(f"aorta {data['aorta']}  python {data['python']}  torch {data['torch']}  "
+               f"numpy {data['numpy']}")
+    click.echo(f"kernel {data['kernel']}, {data['cpu_count']} CPUs")
+    gpus = data["gpus_seen_by_kernel"]
+    click.echo(f"GPUs seen by the kernel: AMD KFD {'yes' if gpus['amd_kfd'] else 'no'} "
+               f"{gpus['amd_gpu_nodes'] or ''}; NVIDIA {gpus['nvidia_devices'] or 'none'}")
+    click.echo(f"default backend: {data['default_backend']}")
+    click.echo(f"hardware-queue pool: {data['queue_pool_size']} (GPU_MAX_HW_QUEUES)")
+    click.echo("queue env knobs: " + ", ".join(f"{k}={v if v is not None else '(unset)'}"
+                                               for k, v in data["env_knobs"].items()))
+    tracing = data["tracing"]
+    click.echo(f"tracing: {tracing['verdict']}")
+    for line in tracing.get("details", []):
+        click.echo(f"  {line}")

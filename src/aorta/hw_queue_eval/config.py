@@ -1,0 +1,97 @@
+"""RunConfig: everything one measured run needs, validated once at the edge (CLI or child spec)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from aorta.common.errors import UsageError
+
+SIZES = ("small", "medium", "large")
+SYNC_MODES = ("per_iteration", "end_only")
+DEFAULT_ITERATIONS = 20
+DEFAULT_WARMUP = 3
+DEFAULT_SEED = 1234
+DEFAULT_HW_QUEUES = 4  # HIP's GPU_MAX_HW_QUEUES default; also the CPU backend's pool size
+MAX_HW_QUEUES = 64
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One run: a workload at one stream count on one device. Immutable after validation."""
+
+    workload: str
+    streams: int
+    iterations: int = DEFAULT_ITERATIONS
+    warmup: int = DEFAULT_WARMUP
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    size: str | None = None  # None: chosen by backend (cpu→small, gpu→large)
+    sync_mode: str = "per_iteration"
+    seed: int = DEFAULT_SEED
+    threads_per_queue: int = 1  # CPU backend: intra-op threads of each worker
+    record_ops: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict for the result JSON."""
+        return asdict(self)
+
+
+def parse_positive_int(value: Any, name: str) -> int:
+    """An integer ≥ 1, or a UsageError naming the option."""
+    if isinstance(value, bool):
+        raise UsageError(f"{name} must be a positive integer, got {value!r}")
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise UsageError(f"{name} must be a positive integer, got {value!r}") from None
+    if number < 1:
+        raise UsageError(f"{name} must be ≥ 1, got {number}")
+    return number
+
+
+def parse_stream_list(text: str) -> list[int]:
+    """Parse '1,2,4,8' into distinct positive ints in the given order; reject junk with the reason."""
+    if text is None or not str(text).strip():
+        raise UsageError("--streams is empty: give counts such as 1,2,4,8")
+    counts: list[int] = []
+    for position, part in enumerate(str(text).split(","), start=1):
+        item = part.strip()
+        if not item:
+            raise UsageError(f"--streams {text!r}: item {position} is empty (stray comma?)")
+        if not item.isdigit():
+            raise UsageError(f"--streams {text!r}: {item!r} is not a whole number")
+        value = int(item)
+        if value < 1:
+            raise UsageError(f"--streams {text!r}: stream counts start at 1, got {value}")
+        if value in counts:
+            raise UsageError(f"--streams {text!r}: {value} is listed twice")
+        counts.append(value)
+    return counts
+
+
+def hw_queue_pool_size(environ: dict[str, str] | None = None) -> int:
+    """The hardware-queue pool size from GPU_MAX_HW_QUEUES (HIP's knob), default 4."""
+    env = os.environ if environ is None else environ
+    raw = env.get("GPU_MAX_HW_QUEUES")
+    if raw is None or raw.strip() == "":
+        return DEFAULT_HW_QUEUES
+    try:
+        value = int(raw)
+    except ValueError:
+        raise UsageError(f"GPU_MAX_HW_QUEUES={raw!r} is not a number: unset it or give 1..64") \
+            from None
+    if not 1 <= value <= MAX_HW_QUEUES:
+        raise UsageError(f"GPU_MAX_HW_QUEUES={value} is outside 1..{MAX_HW_QUEUES}")
+    return value
+
+
+ENV_KNOBS = ("GPU_MAX_HW_QUEUES", "HSA_XNACK", "CUDA_DEVICE_MAX_CONNECTIONS",
+             "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "DEBUG_HIP_IGNORE_STREAM_PRIORITY")
+
+
+def env_knobs(environ: dict[str, str] | None = None) -> dict[str, str | None]:
+    """The environment variables that change queue behaviour, as seen by this process."""
+    env = os.environ if environ is None else environ
+    return {name: env.get(name) for name in ENV_KNOBS}

@@ -1,0 +1,211 @@
+"""Harness: warm-up, verification, one measurement window, tracer hooks, Result assembly.
+
+The window's wall time spans every stream (it ends after one final host wait for all of them).
+In `per_iteration` mode each iteration ends with one host wait for all streams (not one per
+stream), and on GPU the iteration time comes from events that join every stream.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from aorta.hw_queue_eval import metrics
+from aorta.hw_queue_eval.backends import Backend, OpRecord, create_backend, resolve_device
+from aorta.hw_queue_eval.config import RunConfig
+from aorta.hw_queue_eval.results import RunResult, collect_environment
+from aorta.hw_queue_eval.workloads.base import UNIT_SCALE, Workload
+from aorta.hw_queue_eval.workloads.registry import get_workload_class
+
+MAX_STORED_OPS = 200_000
+ProgressFn = Callable[[str, int, int], None]
+
+
+class WindowTracer(Protocol):
+    """What the harness needs from a kernel tracer (aorta.ebpf implements it).
+
+    `prepare` attaches (blocking until every probe is live) before warm-up; `window_start` and
+    `window_stop` bracket exactly the measurement window; `finish` returns result sections
+    (`ebpf_queue_metrics`, ...) and never raises for tracer problems (it reports them inside).
+    """
+
+    def prepare(self, backend: Backend, workload: Workload) -> None: ...
+
+    def window_start(self) -> None: ...
+
+    def window_stop(self) -> None: ...
+
+    def finish(self, context: dict[str, Any]) -> dict[str, Any]: ...
+
+    def abort(self) -> None: ...
+
+
+def default_size(device: str) -> str:
+    """CPU → small (the README command finishes in well under a minute on 2 cores); GPU → large."""
+    return "small" if device == "cpu" else "large"
+
+
+def _noop_progress(phase: str, done: int, total: int) -> None:
+    return None
+
+
+def compact_ops(ops: list[OpRecord]) -> dict[str, Any]:
+    """Op intervals as a compact table (µs from window start) for reports and trace export."""
+    labels: list[str] = []
+    index: dict[str, int] = {}
+    rows = []
+    for op in ops[:MAX_STORED_OPS]:
+        if op.label not in index:
+            index[op.label] = len(labels)
+            labels.append(op.label)
+        rows.append([op.iteration, op.stream, op.queue, index[op.label],
+                     None if op.ready_ns is None else round(op.ready_ns / 1e3, 3),
+                     round(op.start_ns / 1e3, 3), round(op.end_ns / 1e3, 3)])
+    return {"columns": ["iteration", "stream", "queue", "label", "ready_us", "start_us", "end_us"],
+            "labels": labels, "rows": rows, "truncated": len(ops) > MAX_STORED_OPS,
+            "total_ops": len(ops)}
+
+
+def run_benchmark(config: RunConfig, tracer: WindowTracer | None = None,
+                  progress: ProgressFn = _noop_progress) -> RunResult:
+    """Run `config` once and return its RunResult (status ok, or failed verification noted)."""
+    device = resolve_device(config.device)
+    workload_cls = get_workload_class(config.workload)
+    workload_cls.INFO.check_streams(config.streams)
+    size = config.size or default_size(device)
+    backend = create_backend(device, config.streams, threads_per_queue=config.threads_per_queue)
+    try:
+        return _run_on_backend(config, backend, workload_cls, size, tracer, progress)
+    except BaseException:
+        if tracer is not None:
+            tracer.abort()
+        raise
+    finally:
+        backend.close()
+
+
+def _run_on_backend(config: RunConfig, backend: Backend, workload_cls: type[Workload], size: str,
+                    tracer: WindowTracer | None, progress: ProgressFn) -> RunResult:
+    workload = workload_cls(config.streams, size, backend.torch_device(), config.seed)
+    workload.setup()
+    streams = backend.streams
+    backend.reset_memory_peak()
+    if tracer is not None:
+        progress("attach tracer", 0, 1)
+        tracer.prepare(backend, workload)
+
+    for w in range(config.warmup):
+        backend.begin_iteration(-1 - w)
+        workload.run_iteration(streams)
+        backend.end_iteration()
+        backend.synchronize()
+        progress("warm-up", w + 1, config.warmup)
+    verification = workload.verify()
+
+    per_iteration = config.sync_mode == "per_iteration"
+    host_times: list[float] = []
+    backend.start_window()
+    if tracer is not None:
+        tracer.window_start()
+    window_start = time.perf_counter_ns()
+    for i in range(config.iterations):
+        t0 = time.perf_counter_ns()
+        backend.begin_iteration(i)
+        workload.run_iteration(streams)
+        backend.end_iteration()
+        if per_iteration:
+            backend.synchronize()
+            host_times.append((time.perf_counter_ns() - t0) / 1e6)
+        progress("measure", i + 1, config.iterations)
+    backend.synchronize()
+    window_ns = time.perf_counter_ns() - window_start
+    if tracer is not None:
+        tracer.window_stop()
+    ops = backend.stop_window() if config.record_ops else []
+    device_times = backend.iteration_times_ms()
+    return _assemble(config, backend, workload, size, ops, window_ns, per_iteration,
+                     host_times, device_times, verification, tracer)
+
+
+def _assemble(config: RunConfig, backend: Backend, workload: Workload, size: str,
+              ops: list[OpRecord], window_ns: int, per_iteration: bool,
+              host_times: list[float], device_times: list[float] | None, verification: Any,
+              tracer: WindowTracer | None) -> RunResult:
+    info = workload.INFO
+    window_ms = window_ns / 1e6
+    warnings: list[str] = []
+
+    if per_iteration:
+        if device_times:
+            samples, source = device_times, "device events joining every stream"
+        else:
+            samples, source = host_times, "host clock around launch + one wait for all streams"
+        latency = metrics.summarize(samples)
+        latency_note = f"per-iteration latency from {source}"
+        iteration_times: list[float] | None = samples
+        iteration_note = None
+        warning = metrics.stability_warning(latency)
+        if warning:
+            warnings.append(warning)
+    else:
+        latency, iteration_times = None, None
+        latency_note = iteration_note = ("sync-mode end_only: iterations are not synchronised "
+                                         "individually, so only the window time is measured")
+
+    work = workload.work_per_iteration() * config.iterations
+    tput = metrics.throughput(work, window_ns / 1e9, UNIT_SCALE[info.throughput_unit])
+
+    busy = metrics.per_stream_busy_ms(ops, config.streams) if ops else None
+    counts = metrics.per_stream_op_counts(ops, config.streams) if ops else None
+    concurrency_value = metrics.achieved_concurrency(busy, window_ms) if busy else None
+    delays = metrics.ready_to_start_delays_ms(ops)
+    idle_streams = [s for s, c in enumerate(counts or []) if c == 0]
+    if idle_streams:
+        warnings.append(f"streams without work in the window: {idle_streams}")
+    if not verification.passed:
+        warnings.append(f"verification FAILED: max relative error {verification.max_abs_error:.3g}"
+                        f" > {verification.tolerance:g}")
+
+    config_dict = config.to_dict()
+    config_dict.update({"device": backend.device, "size": size, "backend": backend.name})
+    result = RunResult(
+        workload_name=info.name,
+        stream_count=config.streams,
+        config=config_dict,
+        environment=collect_environment(backend.environment(), backend.name, backend.device),
+        throughput=tput,
+        throughput_unit=info.throughput_unit,
+        latency_ms=latency,
+        latency_note=latency_note,
+        iteration_times_ms=iteration_times,
+        iteration_times_note=iteration_note,
+        total_time_ms=window_ms,
+        switch_latency=metrics.switch_analysis(ops),
+        concurrency={"achieved": concurrency_value, "window_ms": window_ms,
+                     "definition": "sum of per-stream busy time / window time"},
+        per_stream_times_ms=busy,
+        per_stream_op_counts=counts,
+        ops={"count": len(ops), "per_label": metrics.per_label_summary(ops),
+             "ready_to_start_ms": metrics.summarize(delays),
+             "ready_to_start_note": (None if delays else
+                                     "the backend cannot observe when an op became ready")},
+        queue_mapping=backend.queue_mapping(),
+        memory=backend.memory_stats(),
+        verification=verification.to_dict(),
+        warnings=warnings,
+        metadata={"workload": workload.describe(), "category": info.category,
+                  "switch_sensitivity": info.switch_sensitivity,
+                  "work_scaling": info.work_scaling,
+                  "work_per_iteration": workload.work_per_iteration(),
+                  "workers": [w.__dict__ for w in backend.workers()],
+                  "window_start_monotonic_ns": getattr(backend, "window_start_ns", None)},
+        op_intervals=compact_ops(ops) if ops else None,
+        status="ok" if verification.passed else "failed",
+        error=None if verification.passed else "verification failed",
+    )
+    if tracer is not None:
+        sections = tracer.finish({"result": result, "ops": ops, "backend": backend})
+        for key, value in sections.items():
+            setattr(result, key, value)
+    return result

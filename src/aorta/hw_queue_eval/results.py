@@ -1,0 +1,148 @@
+"""Result schema v1: one run's measurements, saved as JSON (docs/results-schema.md).
+
+Every number says where it came from; what was not measured is null with a reason, never 0.
+No torch import here: `compare` and `report` load results without it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from aorta import __version__
+from aorta.common.atomicio import atomic_write_json, read_json_file
+from aorta.common.errors import UsageError
+
+SCHEMA_VERSION = 1
+RESULT_KIND = "run"
+
+#: Keys every run result carries (compat.md lists the ones users already read).
+REQUIRED_KEYS = (
+    "schema_version", "kind", "tool", "argv", "timestamp", "status", "error", "workload_name",
+    "stream_count", "config", "environment", "throughput", "throughput_unit", "latency_ms",
+    "iteration_times_ms", "total_time_ms", "switch_latency", "concurrency",
+    "per_stream_times_ms", "per_stream_op_counts", "ops", "queue_mapping", "memory",
+    "verification", "warnings", "metadata", "ebpf_queue_metrics", "ebpf_memory_metrics",
+    "ebpf_vs_cuda_comparison",
+)
+
+
+def utc_timestamp() -> str:
+    """Now, UTC, ISO 8601 with seconds."""
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+@dataclass
+class RunResult:
+    """A run's measurements. `to_dict` gives the JSON layout of schema v1."""
+
+    workload_name: str
+    stream_count: int
+    config: dict[str, Any]
+    environment: dict[str, Any]
+    throughput: float | None
+    throughput_unit: str
+    latency_ms: dict[str, Any] | None
+    latency_note: str | None
+    iteration_times_ms: list[float] | None
+    iteration_times_note: str | None
+    total_time_ms: float
+    switch_latency: dict[str, Any]
+    concurrency: dict[str, Any]
+    per_stream_times_ms: list[float] | None
+    per_stream_op_counts: list[int] | None
+    ops: dict[str, Any]
+    queue_mapping: dict[str, Any]
+    memory: dict[str, Any]
+    verification: dict[str, Any] | None
+    warnings: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    op_intervals: dict[str, Any] | None = None
+    ebpf_queue_metrics: dict[str, Any] | None = None
+    ebpf_memory_metrics: dict[str, Any] | None = None
+    ebpf_vs_cuda_comparison: dict[str, Any] | None = None
+    status: str = "ok"
+    error: str | None = None
+    argv: list[str] = field(default_factory=lambda: list(sys.argv))
+    timestamp: str = field(default_factory=utc_timestamp)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of schema v1 (header keys first)."""
+        body = asdict(self)
+        header = {"schema_version": SCHEMA_VERSION, "kind": RESULT_KIND,
+                  "tool": {"name": "aorta", "version": __version__}}
+        return {**header, **body}
+
+
+def collect_environment(backend_env: dict[str, Any], backend: str, device: str) -> dict[str, Any]:
+    """Host, kernel, Python, torch, device and runtime versions, plus the queue env knobs."""
+    from aorta.hw_queue_eval.config import env_knobs
+
+    env: dict[str, Any] = {
+        "host": platform.node(),
+        "kernel": platform.release(),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "backend": backend,
+        "device": device,
+        "env_knobs": env_knobs(),
+        "pid": os.getpid(),
+    }
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        env["torch"] = torch.__version__
+        env["cuda_version"] = getattr(torch.version, "cuda", None)
+        env["rocm_version"] = getattr(torch.version, "hip", None)
+    if backend == "cpu":
+        env["device_name"] = platform.processor() or platform.machine()
+    env.update(backend_env)
+    return env
+
+
+def save_result(path: str | os.PathLike[str], result: dict[str, Any]) -> None:
+    """Write a result (or sweep) dict atomically."""
+    atomic_write_json(path, result)
+
+
+def validate_run_dict(data: Any) -> list[str]:
+    """Problems that make `data` not a schema-v1 run result (empty list: valid)."""
+    if not isinstance(data, dict):
+        return ["top level is not a JSON object"]
+    problems = [f"missing key {k!r}" for k in REQUIRED_KEYS if k not in data]
+    if data.get("schema_version") != SCHEMA_VERSION:
+        problems.append(f"schema_version is {data.get('schema_version')!r}, "
+                        f"expected {SCHEMA_VERSION}")
+    if data.get("kind") != RESULT_KIND:
+        problems.append(f"kind is {data.get('kind')!r}, expected 'run'")
+    if data.get("status") not in ("ok", "failed"):
+        problems.append("status must be 'ok' or 'failed'")
+    lat = data.get("latency_ms")
+    if lat is not None:
+        for key in ("mean", "p50", "p95", "p99", "min", "max", "std"):
+            if not isinstance(lat.get(key), (int, float)):
+                problems.append(f"latency_ms.{key} is not a number")
+    if data.get("status") == "ok":
+        if not isinstance(data.get("throughput"), (int, float)):
+            problems.append("throughput is not a number in an ok result")
+        if not isinstance(data.get("stream_count"), int) or data.get("stream_count", 0) < 1:
+            problems.append("stream_count must be a positive integer")
+    return problems
+
+
+def load_result(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a JSON result file of any kind aorta writes (or the upstream tool's layout).
+
+    Raises UsageError (one line) if unreadable or not a result at all.
+    """
+    data = read_json_file(path, "result file")
+    if not isinstance(data, dict):
+        raise UsageError(f"{path} is not an aorta result: top level is not a JSON object")
+    if "schema_version" in data or "workload_name" in data or "results" in data \
+            or "points" in data or "policies" in data:
+        return data
+    raise UsageError(f"{path} is not an aorta result (no schema_version/workload_name): "
+                     "was it written by `run`, `sweep` or `policy-sweep`?")

@@ -1,0 +1,1 @@
+"""Workloads: one module each; the registry lists them."""

@@ -1,0 +1,110 @@
+"""Workload contract: static buffers in `setup`, ops enqueued on streams in `run_iteration`.
+
+Buffers are allocated once (as CUDA graphs need), so an op on one stream reads a tensor another
+stream wrote. Each workload can recompute its outputs serially and check them (`verify`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from aorta.common.errors import UsageError
+
+UNIT_SCALE = {"GFLOPS": 1e9, "TFLOPS": 1e12, "tokens/sec": 1.0, "samples/sec": 1.0,
+              "queries/sec": 1.0, "images/sec": 1.0, "GB/s": 1e9}
+
+
+@dataclass(frozen=True)
+class WorkloadInfo:
+    """What `list` shows and what validation needs; no torch import."""
+
+    name: str
+    category: str
+    description: str
+    min_streams: int
+    max_streams: int
+    recommended_streams: int
+    switch_sensitivity: str
+    throughput_unit: str
+    work_scaling: str  # "per_stream": work grows with the stream count; "fixed": it does not
+
+    def check_streams(self, streams: int) -> None:
+        """UsageError unless `streams` is within this workload's range."""
+        if not self.min_streams <= streams <= self.max_streams:
+            raise UsageError(f"{self.name} runs on {self.min_streams}..{self.max_streams} streams "
+                             f"(recommended {self.recommended_streams}), got {streams}")
+
+
+@dataclass
+class VerifyResult:
+    """Outcome of the once-per-run correctness check."""
+
+    passed: bool
+    max_abs_error: float
+    tolerance: float
+    checked: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"passed": self.passed, "max_abs_error": self.max_abs_error,
+                "tolerance": self.tolerance, "checked": self.checked}
+
+
+class Workload(ABC):
+    """A multi-stream workload. Subclasses set INFO and SIZES and implement the three hooks."""
+
+    INFO: ClassVar[WorkloadInfo]
+    SIZES: ClassVar[dict[str, dict[str, int]]]
+
+    def __init__(self, streams: int, size: str, device: Any, seed: int) -> None:
+        self.INFO.check_streams(streams)
+        if size not in self.SIZES:
+            raise UsageError(f"unknown size {size!r}: use one of {', '.join(self.SIZES)}")
+        self.stream_count = streams
+        self.size = size
+        self.params = dict(self.SIZES[size])
+        self.device = device
+        self.seed = seed
+
+    def generator(self) -> Any:
+        """A seeded torch RNG on the CPU (inputs are made there, then moved to the device)."""
+        import torch
+
+        return torch.Generator().manual_seed(self.seed)
+
+    def randn(self, gen: Any, *shape: int, scale: float = 1.0) -> Any:
+        """Seeded normal tensor on the workload's device."""
+        import torch
+
+        return (torch.randn(*shape, generator=gen) * scale).to(self.device)
+
+    @abstractmethod
+    def setup(self) -> None:
+        """Allocate every input and output buffer on the device."""
+
+    @abstractmethod
+    def run_iteration(self, streams: list[Any]) -> None:
+        """Enqueue one iteration's ops on `streams` (one per stream index)."""
+
+    @abstractmethod
+    def work_per_iteration(self) -> float:
+        """Work of one iteration in the unit's base (FLOPs, tokens, samples…)."""
+
+    @abstractmethod
+    def verify(self) -> VerifyResult:
+        """Recompute the last iteration serially from the same inputs; compare with outputs."""
+
+    def describe(self) -> dict[str, Any]:
+        """Size parameters and how the streams are used, for the result metadata."""
+        return {"size": self.size, "params": dict(self.params)}
+
+
+def compare_tensors(pairs: list[tuple[Any, Any]], tolerance: float, checked: str) -> VerifyResult:
+    """Max abs error over (actual, expected) pairs, relative to the expected magnitude."""
+    worst = 0.0
+    for actual, expected in pairs:
+        scale = float(expected.abs().max().item()) or 1.0
+        worst = max(worst, float((actual.float() - expected.float()).abs().max().item()) / scale)
+    return VerifyResult(passed=worst <= tolerance, max_abs_error=worst, tolerance=tolerance,
+                        checked=checked)

@@ -1,0 +1,49 @@
+"""Workload catalogue: names, categories and sensitivities, without importing torch."""
+
+from __future__ import annotations
+
+from aorta.common.errors import UsageError
+from aorta.hw_queue_eval.workloads.base import Workload, WorkloadInfo
+from aorta.hw_queue_eval.workloads.hetero_kernels import HeteroKernels
+from aorta.hw_queue_eval.workloads.large_gemm_only import LargeGemmOnly
+from aorta.hw_queue_eval.workloads.moe import MixtureOfExperts
+from aorta.hw_queue_eval.workloads.tiny_kernel_stress import TinyKernelStress
+
+_WORKLOADS: dict[str, type[Workload]] = {
+    cls.INFO.name: cls for cls in (HeteroKernels, TinyKernelStress, LargeGemmOnly, MixtureOfExperts)
+}
+CATEGORIES = ("latency_sensitive", "distributed", "inference", "pipeline")
+SENSITIVITIES = ("critical", "high", "medium", "low")
+
+
+def workload_names() -> list[str]:
+    """All registered workload names, sorted."""
+    return sorted(_WORKLOADS)
+
+
+def get_workload_class(name: str) -> type[Workload]:
+    """The class for `name`, or a UsageError that lists the known names."""
+    try:
+        return _WORKLOADS[name]
+    except KeyError:
+        raise UsageError(f"unknown workload {name!r}; known: {', '.join(workload_names())} "
+                         "(see `list`)") from None
+
+
+def get_info(name: str) -> WorkloadInfo:
+    """The catalogue entry for `name` (UsageError if unknown)."""
+    return get_workload_class(name).INFO
+
+
+def list_workloads(category: str | None = None,
+                   sensitivity: str | None = None) -> list[WorkloadInfo]:
+    """Catalogue entries, filtered by category and/or switch sensitivity."""
+    if category is not None and category not in CATEGORIES:
+        raise UsageError(f"unknown category {category!r}; known: {', '.join(CATEGORIES)}")
+    if sensitivity is not None and sensitivity not in SENSITIVITIES:
+        raise UsageError(f"unknown sensitivity {sensitivity!r}; known: {', '.join(SENSITIVITIES)}")
+    infos = [cls.INFO for cls in _WORKLOADS.values()]
+    return sorted((i for i in infos
+                   if (category is None or i.category == category)
+                   and (sensitivity is None or i.switch_sensitivity == sensitivity)),
+                  key=lambda i: (CATEGORIES.index(i.category), i.name))
