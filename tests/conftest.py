@@ -1,0 +1,42 @@
+"""Shared test fixtures: run the CLI as a real subprocess against this checkout's sources."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+# Subprocesses import this checkout's package, even when another copy is installed.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(SRC)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+if str(SRC) not in sys.path:
+    sys.path.insert(0, str(SRC))
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300,
+            cwd: str | Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m aorta.hw_queue_eval ARGS` in a subprocess; returns the completed process."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "aorta.hw_queue_eval", *args],
+                          capture_output=True, text=True, timeout=timeout, env=full_env,
+                          cwd=cwd, check=False)
+
+
+def load_json(path: str | Path) -> Any:
+    """Read a JSON file written by the tool."""
+    return json.loads(Path(path).read_text())
+
+
+@pytest.fixture
+def cli():
+    """The `run_cli` helper as a fixture."""
+    return run_cli
