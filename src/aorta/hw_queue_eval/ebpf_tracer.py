@@ -71,7 +71,9 @@ class EbpfTracer:
         self.session = None
         backend = context.get("backend")
         workers = [w.__dict__ for w in backend.workers()] if backend is not None else []
-        fam_context = {"workers": workers, "window": engine.window_info(output)}
+        result = context.get("result")
+        fam_context = {"workers": workers, "window": engine.window_info(output),
+                       "pids": [os.getpid()], "streams": getattr(result, "stream_count", None)}
         results = engine.collect_results(self.program, output, fam_context)
         sections = engine.build_sections(self.program, output, results, self.ready, self.queue,
                                          self.memory)

@@ -11,6 +11,9 @@ import importlib
 from aorta.ebpf.probes.base import ProbeFamily
 
 QUEUE_FAMILIES: list[str] = [
+    "aorta.ebpf.probes.amdgpu:AmdgpuFamily",
+    "aorta.ebpf.probes.gpu_scheduler:GpuSchedulerFamily",
+    "aorta.ebpf.probes.kfd:KfdFamily",
     "aorta.ebpf.probes.cpu_sched:CpuSchedFamily",
 ]
 MEMORY_FAMILIES: list[str] = []
