@@ -133,9 +133,10 @@ def _section(program: Program, output: SessionOutput, results: list[FamilyResult
             elif not summary and _has_events(fam_summary):
                 summary = dict(fam_summary)
     lost = output.lost_events
+    problem = exit_problem(output)
     body: dict[str, Any] = {
-        "status": "ok" if output.exit_code in (0, None) or output.stop_signal else "error",
-        "error": None,
+        "status": "error" if problem else "ok",
+        "error": problem,
         **summary,
         "lost_events": lost,
         "lost_event_records": output.lost_records,
@@ -158,6 +159,18 @@ def _section(program: Program, output: SessionOutput, results: list[FamilyResult
     if lost:
         body["warning"] = f"{lost} events lost: aggregates are incomplete"
     return body
+
+
+def exit_problem(output: SessionOutput) -> str | None:
+    """Why a session's output cannot be trusted (killed, crashed), or None."""
+    if output.exit_code == 0:
+        return None
+    if output.stop_signal == "SIGKILL":
+        return "bpftrace did not stop on SIGINT/SIGTERM and was killed: maps may be missing"
+    if output.exit_code is None:
+        return "bpftrace exit status unknown"
+    tail = " | ".join(output.stderr[-3:]) or "no message"
+    return f"bpftrace exited with {output.exit_code}: {tail}"
 
 
 def _has_events(summary: dict[str, Any]) -> bool:

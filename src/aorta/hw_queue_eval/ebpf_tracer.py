@@ -77,10 +77,6 @@ class EbpfTracer:
         results = engine.collect_results(self.program, output, fam_context)
         sections = engine.build_sections(self.program, output, results, self.ready, self.queue,
                                          self.memory)
-        problem = _exit_problem(output)
-        for section in sections.values():
-            if problem:
-                section["status"], section["error"] = "error", problem
         if self.queue:
             sections["ebpf_vs_cuda_comparison"] = compare_with_harness(
                 sections["ebpf_queue_metrics"], context.get("ops") or [])
@@ -91,17 +87,6 @@ class EbpfTracer:
         if self.session is not None:
             self.session.abort()
             self.session = None
-
-
-def _exit_problem(output: Any) -> str | None:
-    """Why the session's output cannot be trusted, or None."""
-    if output.exit_code == 0:
-        return None
-    if output.stop_signal == "SIGKILL":
-        return "bpftrace did not stop on SIGINT/SIGTERM and was killed: maps may be missing"
-    if output.exit_code is None:
-        return None
-    return f"bpftrace exited with {output.exit_code}: {' | '.join(output.stderr[-3:]) or 'no message'}"
 
 
 def make_tracer(queue: bool, memory: bool) -> EbpfTracer | None:
