@@ -110,8 +110,10 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
                 size: str | None, sync_mode: str, seed: int, threads_per_queue: str,
                 output: str | None, as_json: bool) -> None:
     """Run WORKLOAD on N streams and measure throughput, latency and queue behaviour."""
+    import dataclasses
     import json
 
+    from aorta.hw_queue_eval.backends import resolve_device
     from aorta.hw_queue_eval.harness import run_benchmark
     from aorta.hw_queue_eval.report.console import make_console, render_run
     from aorta.hw_queue_eval.results import save_result
@@ -120,6 +122,7 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
                           threads_per_queue)
     if output:
         check_output_path(output)
+    config = dataclasses.replace(config, device=resolve_device(config.device))  # imports torch
     click.echo(f"Running {config.workload} on {config.streams} streams "
                f"({config.iterations} iterations + {config.warmup} warm-up, device {config.device})…",
                err=True)
