@@ -72,8 +72,8 @@ def main() -> int:
     print(f"{'workload':<20}{'untraced (median)':>18}{'traced (median)':>17}{'median ratio':>14}"
           f"{'overhead':>10}{'target':>8}  ratios per pair")
     for r in results:
-        print(f"{r['workload']:<20}{statistics.median(r['untraced']):>18.2f}"
-              f"{statistics.median(r['traced']):>17.2f}{r['median_ratio']:>14.3f}"
+        print(f"{r['workload']:<20}{statistics.median(r['untraced']):>18.4g}"
+              f"{statistics.median(r['traced']):>17.4g}{r['median_ratio']:>14.3f}"
               f"{r['overhead_pct']:>9.1f}%{r['target_pct']:>7.0f}%  "
               + " ".join(f"{x:.3f}" for x in r["ratios"]))
     print(f"lost events per traced run: {[r['lost_events'] for r in results]}; cpus: {os.cpu_count()}")

@@ -101,7 +101,8 @@ def _print_info(data: dict[str, Any]) -> None:
         if isinstance(events, dict):
             have = [e for e, ok in events.items() if ok]
             lack = [e for e, ok in events.items() if not ok]
-            extra = f" (events carry {fam['identity_field']})" if fam.get("identity_field") else ""
+            extra = (f" (naming {fam['naming']}; events carry {fam['identity_field']})"
+                     if fam.get("identity_field") else "")
             click.echo(f"  {name}: {len(have)}/{len(events)} present{extra}"
                        + (f"; missing: {', '.join(lack)}" if lack else ""))
         else:
