@@ -185,3 +185,26 @@ def test_ebpf_attach_follows_threads_and_children(ebpf_ready: None, cli, tmp_pat
     finally:
         target.kill()
         target.wait()
+
+
+def test_probes_attach_in_declaration_order(ebpf_ready: None, tmp_path: Path) -> None:
+    """The handshake relies on it: the last PING probe is attached after every family probe."""
+    import signal
+    import subprocess
+
+    ready = engine.check_readiness()
+    program = engine.make_program(True, False, TraceTarget((os.getpid(),)), ready.tracefs,
+                                  ready.version, families=[CpuSchedFamily(), FenceCount()])
+    script = tmp_path / "p.bt"
+    script.write_text(program.text)
+    proc = subprocess.Popen([ready.bpftrace or "bpftrace", "-v", str(script)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(4)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=30)
+    attached = [line.split()[1] for line in out.splitlines() if line.startswith("Attaching tracepoint")]
+    declared = [line.split(",")[0] for line in program.text.splitlines()
+                if line.startswith("tracepoint:")]
+    assert attached, out[-2000:]
+    assert attached[-1] == "tracepoint:syscalls:sys_enter_prctl"
+    assert [a for a in attached if a in declared] == [d for d in declared if d in attached]

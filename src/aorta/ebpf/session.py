@@ -30,6 +30,7 @@ from typing import Any
 from aorta.ebpf import marker
 from aorta.ebpf.program import HANDSHAKE_IDS, READY_TEXT, Program
 
+MAP_KEYS_MAX = 65536  # bpftrace's default (4096) could silently drop per-tid/per-job keys
 HARMLESS_STDERR = (re.compile(r"RLIMIT_MEMLOCK"), re.compile(r"^\s*$"))
 _LOST_TEXT = re.compile(r"Lost (\d+) events")
 _VERSION_RE = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
@@ -130,7 +131,9 @@ class TraceSession:
         with os.fdopen(fd, "w") as fh:
             fh.write(self.program.text)
         env = {**os.environ, **self.env}
-        cmd = [*self.prefix, self.bpftrace, "-f", "json", str(script)]
+        # `env` carries the setting through `sudo -n`, which resets the environment
+        cmd = [*self.prefix, "env", f"BPFTRACE_MAP_KEYS_MAX={MAP_KEYS_MAX}", self.bpftrace,
+               "-f", "json", str(script)]
         try:
             self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, text=True, bufsize=1, env=env,
