@@ -161,6 +161,27 @@ def _section(program: Program, output: SessionOutput, results: list[FamilyResult
     return body
 
 
+def interpret_queue(section: dict[str, Any], streams: int | None) -> list[str]:
+    """The guide's interpretation bands applied to the queue summary (only what the data supports)."""
+    lines: list[str] = []
+    avg, p99 = section.get("submit_to_dispatch_avg_us"), section.get("submit_to_dispatch_p99_us")
+    if isinstance(avg, (int, float)):
+        band = "good (< 20 us)" if avg < 20 else "contention (> 100 us)" if avg > 100 else "moderate"
+        lines.append(f"submit→dispatch avg {avg:.1f} us: {band}")
+        if isinstance(p99, (int, float)) and avg > 0:
+            ratio = p99 / avg
+            tail = "good (< 3x avg)" if ratio < 3 else "stalls (> 10x avg)" if ratio > 10 else "uneven"
+            lines.append(f"P99 is {ratio:.1f}x the average: {tail}")
+    rings = section.get("hw_rings_used")
+    if isinstance(rings, list) and streams:
+        if len(rings) < streams:
+            lines.append(f"{len(rings)} hardware rings/queues for {streams} streams: streams are "
+                         "multiplexed onto shared queues")
+        else:
+            lines.append(f"{len(rings)} hardware rings/queues for {streams} streams: no multiplexing")
+    return lines
+
+
 def exit_problem(output: SessionOutput) -> str | None:
     """Why a session's output cannot be trusted (killed, crashed), or None."""
     if output.exit_code == 0:

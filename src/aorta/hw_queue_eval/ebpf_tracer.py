@@ -78,6 +78,8 @@ class EbpfTracer:
         sections = engine.build_sections(self.program, output, results, self.ready, self.queue,
                                          self.memory)
         if self.queue:
+            queue = sections["ebpf_queue_metrics"]
+            queue["interpretation"] = engine.interpret_queue(queue, fam_context["streams"])
             sections["ebpf_vs_cuda_comparison"] = compare_with_harness(
                 sections["ebpf_queue_metrics"], context.get("ops") or [])
         return sections
