@@ -208,3 +208,43 @@ def test_probes_attach_in_declaration_order(ebpf_ready: None, tmp_path: Path) ->
     assert attached, out[-2000:]
     assert attached[-1] == "tracepoint:syscalls:sys_enter_prctl"
     assert [a for a in attached if a in declared] == [d for d in declared if d in attached]
+
+
+def test_kfd_probes_count_ioctls_on_the_device(ebpf_ready: None, tmp_path: Path) -> None:
+    """The KFD family's real probes, aimed at /dev/null (no GPU here): fds open before the start
+    and opened while tracing are both followed; 'K' ioctls are counted in and outside the window."""
+    import contextlib
+    import fcntl
+
+    from aorta.ebpf.probes.kfd import KfdFamily
+
+    cmd = (3 << 30) | (96 << 16) | (0x4B << 8) | 0x02  # _IOWR('K', 2, 96): CREATE_QUEUE shape
+    early = os.open("/dev/null", os.O_RDONLY)
+    family = KfdFamily(device="/dev/null", force=True)
+    _, session = _session([family], TraceTarget((os.getpid(),)))
+    late = os.open("/dev/null", os.O_RDONLY)
+    try:
+        def poke(fd: int, times: int) -> None:
+            for _ in range(times):
+                with contextlib.suppress(OSError):
+                    fcntl.ioctl(fd, cmd, bytearray(96))
+
+        poke(early, 3)  # outside the window
+        session.window_start()
+        poke(early, 5)
+        poke(late, 7)
+        session.window_stop()
+    except BaseException:
+        session.abort()
+        raise
+    finally:
+        os.close(early)
+        os.close(late)
+    out = session.stop()
+    assert out.exit_code == 0, out.stderr
+    result = family.collect({k: v for k, v in out.maps.items() if k.startswith("@kfd_")},
+                            {"pids": [os.getpid()], "streams": 4})
+    create = result.metrics["ioctls"]["CREATE_QUEUE"]
+    assert create["window"] == 12 and create["outside_window"] == 3
+    assert create["window_avg_us"] is not None
+    assert result.metrics["queues_created"] == []  # every ioctl failed (ENOTTY): nothing created
