@@ -160,6 +160,7 @@ def test_run_without_bpftrace_says_why(cli, tmp_path: Path) -> None:
     assert data["ebpf_queue_metrics"]["status"] == "unavailable"
     assert "bpftrace not found" in data["ebpf_queue_metrics"]["error"]
     assert data["ebpf_vs_cuda_comparison"]["status"] == "unavailable"
+    assert any("tracing unavailable" in w for w in data["warnings"])
 
 
 def test_ebpf_attach_follows_threads_and_children(ebpf_ready: None, cli, tmp_path: Path) -> None:

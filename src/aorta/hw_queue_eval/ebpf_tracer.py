@@ -54,11 +54,13 @@ class EbpfTracer:
     def finish(self, context: dict[str, Any]) -> dict[str, Any]:
         """Stop bpftrace and turn its maps into result sections; never raises."""
         try:
-            return self._finish(context)
+            sections = self._finish(context)
         except Exception as exc:  # a tracer bug must not lose the benchmark's numbers
             self.abort()
-            return engine.unavailable_sections(f"tracer failed: {type(exc).__name__}: {exc}",
-                                               self.queue, self.memory, "error", self.ready)
+            sections = engine.unavailable_sections(f"tracer failed: {type(exc).__name__}: {exc}",
+                                                   self.queue, self.memory, "error", self.ready)
+        _warn(context.get("result"), sections)
+        return sections
 
     def _finish(self, context: dict[str, Any]) -> dict[str, Any]:
         if self.session is None or self.program is None:
@@ -89,6 +91,20 @@ class EbpfTracer:
         if self.session is not None:
             self.session.abort()
             self.session = None
+
+
+def _warn(result: Any, sections: dict[str, Any]) -> None:
+    """Surface tracing problems among the result's warnings (they are easy to miss otherwise)."""
+    warnings = getattr(result, "warnings", None)
+    if warnings is None:
+        return
+    for key, section in sections.items():
+        if not isinstance(section, dict) or key == "ebpf_vs_cuda_comparison":
+            continue
+        if section.get("status") != "ok":
+            warnings.append(f"{key}: tracing {section.get('status')}: {section.get('error')}")
+        elif section.get("lost_events"):
+            warnings.append(f"{key}: {section['lost_events']} events lost, aggregates incomplete")
 
 
 def make_tracer(queue: bool, memory: bool) -> EbpfTracer | None:
