@@ -147,6 +147,7 @@ def _section(program: Program, output: SessionOutput, results: list[FamilyResult
         "window": window_info(output),
         "attach_s": output.attach_s,
         "stop_s": output.stop_s,
+        "probe_cost": output.probe_cost,
         "stderr": output.stderr[-20:],
         "coverage": [f"{r.family}: {r.coverage.get('statement') or r.coverage.get('covered')}"
                      for r in results if r.coverage],
