@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -19,6 +20,9 @@ from aorta.hw_queue_eval.config import (
     parse_positive_int,
 )
 from aorta.hw_queue_eval.workloads.registry import get_info
+
+if TYPE_CHECKING:
+    from aorta.hw_queue_eval.gpu_control import GpuRequest
 
 
 def register(group: click.Group) -> None:
@@ -100,31 +104,79 @@ def run_options(func: Any) -> Any:
     return func
 
 
+def gpu_control_options(func: Any) -> Any:
+    """--lock-clocks / --power-limit for commands that run measurements (run, policy-sweep)."""
+    options = [
+        click.option("--lock-clocks", "lock_clocks", default=None, metavar="LEVEL",
+                     help="Lock the target GPU's clocks at LEVEL 0 (lowest) … 7 (highest) for the "
+                          "run; the prior state is restored afterwards (needs root)."),
+        click.option("--power-limit", "power_limit", default=None, metavar="WATTS",
+                     help="Cap the target GPU's power at WATTS for the run; the prior cap is "
+                          "restored afterwards (needs root)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def gpu_request(lock_clocks: str | None, power_limit: str | None) -> GpuRequest:
+    """Validate --lock-clocks/--power-limit (no torch, nothing touched)."""
+    from aorta.hw_queue_eval.gpu_control import GpuRequest
+    from aorta.hw_queue_eval.policies import validate_clock_level, validate_power_limit
+
+    return GpuRequest(
+        clock_level=None if lock_clocks is None else validate_clock_level(lock_clocks),
+        power_limit_w=None if power_limit is None else validate_power_limit(power_limit))
+
+
 @click.command("run")
 @click.argument("workload")
 @click.option("-s", "--streams", required=True, help="Number of streams, e.g. 8.")
 @run_options
+@gpu_control_options
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the result JSON here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result JSON on stdout.")
 def run_command(workload: str, streams: str, iterations: str, warmup: str, device: str,
                 size: str | None, sync_mode: str, seed: int, threads_per_queue: str,
+                lock_clocks: str | None, power_limit: str | None,
                 output: str | None, as_json: bool) -> None:
     """Run WORKLOAD on N streams and measure throughput, latency and queue behaviour."""
+    import dataclasses
     import json
 
+    from aorta.hw_queue_eval.backends import resolve_device
+    from aorta.hw_queue_eval.gpu_control import (
+        CPU_NOT_APPLICABLE,
+        GpuControl,
+        recover_stale_states,
+        target_for_device,
+    )
     from aorta.hw_queue_eval.harness import run_benchmark
     from aorta.hw_queue_eval.report.console import make_console, render_run
     from aorta.hw_queue_eval.results import save_result
 
     config = build_config(workload, streams, iterations, warmup, device, size, sync_mode, seed,
                           threads_per_queue)
+    request = gpu_request(lock_clocks, power_limit)
     if output:
         check_output_path(output)
+    recover_stale_states(echo=lambda m: click.echo(m, err=True))
+    control = contextlib.nullcontext(None)
+    if not request.empty:
+        config = dataclasses.replace(config, device=resolve_device(config.device))
+        target = target_for_device(config.device)
+        if target is None:
+            raise UsageError(f"--lock-clocks/--power-limit: {CPU_NOT_APPLICABLE}")
+        control = GpuControl(target, request)
     click.echo(f"Running {config.workload} on {config.streams} streams "
                f"({config.iterations} iterations + {config.warmup} warm-up, device {config.device})…",
                err=True)
-    with _Progress() as progress:
+    with control as gpu_report, _Progress() as progress:
         result = run_benchmark(config, progress=progress).to_dict()
+    if gpu_report is not None:
+        result["gpu_control"] = gpu_report
+        click.echo(f"GPU control: {gpu_report['device']}: in effect "
+                   f"{gpu_report.get('in_effect')}, then {gpu_report['status']}", err=True)
     if output:
         save_result(output, result)
     if as_json:
