@@ -171,3 +171,34 @@ def env_for(bin_dir: Path, state_path: Path, log_path: Path, state_dir: Path, ve
             "FAKE_SMI_STATE": str(state_path), "FAKE_SMI_LOG": str(log_path),
             "AORTA_STATE_DIR": str(state_dir), "AORTA_GPU_CONTROL_VENDOR": vendor,
             "AORTA_GPU_CONTROL_INDEX": str(index)}
+
+
+class FakeGpus:
+    """The fakes installed under one temp folder, with helpers to read what they saw."""
+
+    def __init__(self, root: Path) -> None:
+        self.bin = root / "bin"
+        self.state = root / "devices.json"
+        self.log = root / "smi-calls.jsonl"
+        self.state_dir = root / "aorta-state"
+        install(self.bin, self.state, self.log)
+
+    def env(self, vendor: str | None = None, index: int = 0, **extra: str) -> dict[str, str]:
+        """Env for the CLI: fakes first on PATH; simulated control of `vendor` GPU `index`."""
+        env = env_for(self.bin, self.state, self.log, self.state_dir, vendor or "", index)
+        if vendor is None:
+            env["AORTA_GPU_CONTROL_VENDOR"] = ""
+        env.update(extra)
+        return env
+
+    def devices(self) -> dict[str, Any]:
+        """The simulated device state now."""
+        return json.loads(self.state.read_text())
+
+    def calls(self) -> list[tuple[str, list[str]]]:
+        """Every call made to the fakes so far."""
+        return read_log(self.log)
+
+    def state_files(self) -> list[Path]:
+        """aorta's GPU state files left in the state folder."""
+        return sorted(self.state_dir.glob("gpu-*.json")) if self.state_dir.exists() else []

@@ -149,19 +149,24 @@ def _signals_held() -> Iterator[None]:
 
 
 def _restore_device(driver: GpuDriver, record: dict[str, Any]) -> dict[str, Any]:
-    """Undo what `record` says was (or was about to be) changed; verify; return what was read."""
+    """Undo what `record` says was (or was about to be) changed; verify; return what was read.
+
+    An undo that fails is an error unless the change itself had failed ("pending": the vendor
+    tool refused it) and the read-back shows the prior state.
+    """
     prior, applied = record["prior"], record.get("applied", {})
     errors: list[str] = []
+    soft: list[str] = []
+    undo = []
     if "power_limit_w" in applied and prior.get("power_limit_w") is not None:
-        try:
-            driver.set_power_limit(prior["power_limit_w"])
-        except GpuControlError as exc:
-            errors.append(str(exc))
+        undo.append(("power_limit_w", lambda: driver.set_power_limit(prior["power_limit_w"])))
     if "clock_level" in applied:
+        undo.append(("clock_level", lambda: driver.restore_clock(prior)))
+    for name, action in undo:
         try:
-            driver.restore_clock(prior)
+            action()
         except GpuControlError as exc:
-            errors.append(str(exc))
+            (soft if applied[name].get("pending") else errors).append(str(exc))
     after = driver.snapshot()
     if "power_limit_w" in applied and prior.get("power_limit_w") is not None:
         now = after.get("power_limit_w")
@@ -174,7 +179,8 @@ def _restore_device(driver: GpuDriver, record: dict[str, Any]) -> dict[str, Any]
                       f"restore, expected {prior['clock']['perf_level']!r}")
     if errors:
         raise GpuControlError(f"could not put GPU {record['index']} back as found: "
-                              f"{'; '.join(errors)}; run `python -m aorta.hw_queue_eval restore`")
+                              f"{'; '.join(errors + soft)}; run `python -m aorta.hw_queue_eval "
+                              "restore`")
     return after
 
 
@@ -265,10 +271,12 @@ class GpuControl:
         if self.request.clock_level is not None:
             self._note("clock_level", {"level": self.request.clock_level, "pending": True})
             target_clock = self.driver.set_clock_level(self.request.clock_level, prior)
-            self._note("clock_level", target_clock)
+            self._note("clock_level", {**target_clock, "pending": False})
         if self.request.power_limit_w is not None:
-            self._note("power_limit_w", self.request.power_limit_w)
-            self.driver.set_power_limit(self.request.power_limit_w)
+            watts = self.request.power_limit_w
+            self._note("power_limit_w", {"watts": watts, "pending": True})
+            self.driver.set_power_limit(watts)
+            self._note("power_limit_w", {"watts": watts, "pending": False})
         after = self.driver.snapshot()
         in_effect = self.driver.in_effect(after)
         problems = []

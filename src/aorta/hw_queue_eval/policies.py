@@ -111,7 +111,7 @@ def validate_env(env: Any, where: str) -> dict[str, str]:
         raise UsageError(f"{where}: env must be a table of NAME = \"value\"")
     clean: dict[str, str] = {}
     for name, value in env.items():
-        if not isinstance(name, str) or not _ENV_NAME_RE.match(name):
+        if not isinstance(name, str) or not _ENV_NAME_RE.fullmatch(name):
             raise UsageError(f"{where}: env name {name!r} is not of the form [A-Z_][A-Z0-9_]*")
         if name in _ENV_FORBIDDEN:
             raise UsageError(f"{where}: env {name} changes which device runs; select the device "
@@ -122,7 +122,7 @@ def validate_env(env: Any, where: str) -> dict[str, str]:
         if isinstance(value, bool) or not isinstance(value, (str, int)):
             raise UsageError(f"{where}: env {name} must be a string or an integer")
         text = str(value)
-        if not _ENV_VALUE_RE.match(text):
+        if not _ENV_VALUE_RE.fullmatch(text):
             raise UsageError(f"{where}: env {name}={text!r} has characters other than "
                              "letters, digits and _ . , : = + - / (or is over 256 long)")
         clean[name] = text
@@ -131,7 +131,7 @@ def validate_env(env: Any, where: str) -> dict[str, str]:
 
 def _policy_from_table(name: str, table: Any, path: str) -> Policy:
     where = f"{path}: policy {name!r}"
-    if not _NAME_RE.match(name):
+    if not _NAME_RE.fullmatch(name):
         raise UsageError(f"{where}: names are lower-case letters, digits, _ and - (max 48)")
     if not isinstance(table, dict):
         raise UsageError(f"{where}: expected a table [policies.{name}]")
