@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from conftest import load_json, run_cli
 from fake_smi import FakeGpus, initial_state
 
@@ -54,7 +55,7 @@ def _wait_for(check: Callable[[], bool], proc: subprocess.Popen[str], timeout: f
         if check():
             return
         if proc.poll() is not None:
-            out, err = proc.communicate()
+            _out, err = proc.communicate()
             pytest.fail(f"process ended early ({proc.returncode}): {err[-2000:]}")
         time.sleep(0.05)
     proc.kill()

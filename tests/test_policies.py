@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_cli
 
 from aorta.common.errors import UsageError
 from aorta.hw_queue_eval.policies import (
@@ -14,6 +13,7 @@ from aorta.hw_queue_eval.policies import (
     resolve_policies,
     validate_clock_level,
 )
+from conftest import REPO, run_cli
 
 
 def test_builtins_are_the_guides_table() -> None:

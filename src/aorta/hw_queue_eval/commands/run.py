@@ -160,10 +160,10 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
     request = gpu_request(lock_clocks, power_limit)
     if output:
         check_output_path(output)
+    config = dataclasses.replace(config, device=resolve_device(config.device))  # imports torch
     recover_stale_states(echo=lambda m: click.echo(m, err=True))
-    control = contextlib.nullcontext(None)
+    control: Any = contextlib.nullcontext(None)
     if not request.empty:
-        config = dataclasses.replace(config, device=resolve_device(config.device))
         target = target_for_device(config.device)
         if target is None:
             raise UsageError(f"--lock-clocks/--power-limit: {CPU_NOT_APPLICABLE}")
