@@ -68,6 +68,13 @@ class _Progress:
         if self._bar is not None:
             self._bar.__exit__(*exc)
 
+    def log(self, message: str) -> None:
+        """A line on stderr above the bar (plain click output when there is no bar)."""
+        if self._bar is None:
+            click.echo(message, err=True)
+        else:
+            self._bar.console.print(message, markup=False, highlight=False)
+
     def __call__(self, phase: str, done: int, total: int) -> None:
         if self._bar is None:
             return

@@ -1,0 +1,7 @@
+"""placeholder"""
+
+import click
+
+
+def register(group: click.Group) -> None:
+    return None
