@@ -30,8 +30,10 @@ def test_bad_stream_lists_exit_2_without_writing(tmp_path, streams):
 @pytest.mark.slow
 def test_crashing_point_costs_that_point_only(tmp_path):
     out = tmp_path / "s.json"
+    traces = tmp_path / "traces"
+    traces.mkdir()
     proc = run_cli("sweep", "hetero_kernels", "--streams", "1,2,4,100", *TINY, "-o", str(out),
-                   env={"AORTA_TEST_CRASH_AT_STREAMS": "2"})
+                   "--trace-out", f"{traces}/", env={"AORTA_TEST_CRASH_AT_STREAMS": "2"})
     assert proc.returncode == 1, proc.stderr  # a point failed, the sweep finished
     assert "dropped stream counts [100]" in proc.stderr
     data = load_json(out)
@@ -42,6 +44,8 @@ def test_crashing_point_costs_that_point_only(tmp_path):
     assert data["state"] == "complete"
     assert data["analysis"]["stream_counts"] == [1, 4]
     assert "2 streams failed: killed by signal 9" in proc.stdout  # shown under the table
+    assert sorted(p.name for p in traces.iterdir()) == ["hetero_kernels-s1.trace.json",
+                                                         "hetero_kernels-s4.trace.json"]
 
 
 def _ok_points(path: Path) -> list[dict]:

@@ -113,9 +113,11 @@ def run_options(func: Any) -> Any:
 @run_options
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the result JSON here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result JSON on stdout.")
+@click.option("--trace-out", type=click.Path(dir_okay=False),
+              help="Write a Chrome/Perfetto trace of every measured op here (ui.perfetto.dev).")
 def run_command(workload: str, streams: str, iterations: str, warmup: str, device: str,
                 size: str | None, sync_mode: str, seed: int, threads_per_queue: str,
-                output: str | None, as_json: bool) -> None:
+                output: str | None, as_json: bool, trace_out: str | None) -> None:
     """Run WORKLOAD on N streams and measure throughput, latency and queue behaviour."""
     import json
 
@@ -127,6 +129,8 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
                           threads_per_queue)
     if output:
         check_output_path(output)
+    if trace_out:
+        check_output_path(trace_out, "trace file")
     click.echo(f"Running {config.workload} on {config.streams} streams "
                f"({config.iterations} iterations + {config.warmup} warm-up, device {config.device})…",
                err=True)
@@ -134,11 +138,18 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
         result = run_benchmark(config, progress=progress).to_dict()
     if output:
         save_result(output, result)
+    if trace_out:
+        from aorta.common.atomicio import atomic_write_json
+        from aorta.hw_queue_eval.report.trace import build_trace
+
+        atomic_write_json(trace_out, build_trace(result))
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
         render_run(result, make_console())
         if output:
             click.echo(f"\nresult written to {output}")
+        if trace_out:
+            click.echo(f"trace written to {trace_out} (open it in https://ui.perfetto.dev)")
     if result["status"] != "ok":
         raise click.exceptions.Exit(1)
