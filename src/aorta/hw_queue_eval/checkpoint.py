@@ -59,12 +59,15 @@ class CheckpointFile:
         return any(_key_text(p.get("key", {})) == wanted and p.get("status") == "ok"
                    for p in self.points)
 
-    def record(self, point: dict[str, Any]) -> None:
-        """Add or replace the point with the same key, then rewrite the file atomically."""
+    def record(self, point: dict[str, Any], **extra: Any) -> None:
+        """Add or replace the point with the same key, then rewrite the file atomically.
+
+        `extra` top-level keys (e.g. a sweep's running analysis) are written in the same rewrite.
+        """
         wanted = _key_text(point["key"])
         self.points = [p for p in self.points if _key_text(p.get("key", {})) != wanted]
         self.points.append(point)
-        self.save()
+        self.save(**extra)
 
     def to_dict(self, **extra: Any) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, "kind": self.kind,

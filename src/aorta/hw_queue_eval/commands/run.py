@@ -72,6 +72,13 @@ class _Progress:
         if self._bar is not None:
             self._bar.__exit__(*exc)
 
+    def log(self, message: str) -> None:
+        """A line on stderr above the bar (plain click output when there is no bar)."""
+        if self._bar is None:
+            click.echo(message, err=True)
+        else:
+            self._bar.console.print(message, markup=False, highlight=False)
+
     def __call__(self, phase: str, done: int, total: int) -> None:
         if self._bar is None:
             return
@@ -136,10 +143,12 @@ def gpu_request(lock_clocks: str | None, power_limit: str | None) -> GpuRequest:
 @gpu_control_options
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the result JSON here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result JSON on stdout.")
+@click.option("--trace-out", type=click.Path(dir_okay=False),
+              help="Write a Chrome/Perfetto trace of every measured op here (ui.perfetto.dev).")
 def run_command(workload: str, streams: str, iterations: str, warmup: str, device: str,
                 size: str | None, sync_mode: str, seed: int, threads_per_queue: str,
                 lock_clocks: str | None, power_limit: str | None,
-                output: str | None, as_json: bool) -> None:
+                output: str | None, as_json: bool, trace_out: str | None) -> None:
     """Run WORKLOAD on N streams and measure throughput, latency and queue behaviour."""
     import dataclasses
     import json
@@ -160,6 +169,8 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
     request = gpu_request(lock_clocks, power_limit)
     if output:
         check_output_path(output)
+    if trace_out:
+        check_output_path(trace_out, "trace file")
     config = dataclasses.replace(config, device=resolve_device(config.device))  # imports torch
     recover_stale_states(echo=lambda m: click.echo(m, err=True))
     control: Any = contextlib.nullcontext(None)
@@ -179,11 +190,18 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
                    f"{gpu_report.get('in_effect')}, then {gpu_report['status']}", err=True)
     if output:
         save_result(output, result)
+    if trace_out:
+        from aorta.common.atomicio import atomic_write_json
+        from aorta.hw_queue_eval.report.trace import build_trace
+
+        atomic_write_json(trace_out, build_trace(result))
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
         render_run(result, make_console())
         if output:
             click.echo(f"\nresult written to {output}")
+        if trace_out:
+            click.echo(f"trace written to {trace_out} (open it in https://ui.perfetto.dev)")
     if result["status"] != "ok":
         raise click.exceptions.Exit(1)
