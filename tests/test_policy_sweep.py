@@ -4,6 +4,7 @@ and restored; checkpoints resume; repeats are shuffled and aggregated."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,11 @@ def test_repeats_shuffle_and_resume(tmp_path: Path, fake: FakeGpus) -> None:
     row = {r["policy"]: r for r in data["summary"]["rows"]}["multi_tenant_fair"]
     assert row["ok"] == 2 and len(row["throughput_samples"]) == 2
     assert row["latency_ms"]["count"] == 8  # 4 iterations × 2 repeats, pooled
+    cmp = run_cli("compare", "-b", str(out), "-t", str(out), "--json")
+    assert cmp.returncode == 0, cmp.stderr
+    pairs = json.loads(cmp.stdout)["tests"][0]["pairs"]
+    assert sorted(p["policy"] for p in pairs) == ["baseline", "multi_tenant_fair"]
+    assert {m["base_n"] for p in pairs for m in p["metrics"]} == {8}, "repeats pooled"
     again = run_cli(*args, "--resume", env=fake.env(None))
     assert again.returncode == 0, again.stderr
     assert again.stderr.count("kept from") == 4

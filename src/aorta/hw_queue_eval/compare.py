@@ -7,7 +7,9 @@ No torch import: this runs in CI on machines without it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,6 +105,37 @@ def point_from_result(result: dict[str, Any], point_key: dict[str, Any] | None =
         ebpf=ebpf)
 
 
+def pool_repeats(points: list[Point]) -> list[Point]:
+    """Repeats of one policy-sweep point (same key) pooled into one Point.
+
+    Iteration samples are concatenated, latency statistics recomputed from them; throughput and
+    single values are the median over the repeats.
+    """
+    from aorta.hw_queue_eval.metrics import summarize
+
+    groups: dict[Key, list[Point]] = {}
+    for point in points:
+        groups.setdefault(point.key, []).append(point)
+    pooled = []
+    for group in groups.values():
+        if len(group) == 1:
+            pooled.append(group[0])
+            continue
+        samples = [t for p in group for t in p.iteration_ms]
+        stats = summarize(samples) or {}
+
+        def median(values: list[float | None]) -> float | None:
+            clean = [v for v in values if v is not None]
+            return statistics.median(clean) if clean else None
+
+        pooled.append(dataclasses.replace(
+            group[0], iteration_ms=samples,
+            throughput=median([p.throughput for p in group]),
+            latency={k: float(stats[k]) for k in LATENCY_KEYS if k in stats} or group[0].latency,
+            single={k: median([p.single.get(k) for p in group]) for k in group[0].single}))
+    return pooled
+
+
 def load_points(path: str | os.PathLike[str]) -> tuple[str, list[Point], list[str]]:
     """(file kind, comparable points, notes on skipped points) of a result file."""
     data = load_result(path)
@@ -117,6 +150,8 @@ def load_points(path: str | os.PathLike[str]) -> tuple[str, list[Point], list[st
                     notes.append(f"{path}: skipped point {key} ({entry.get('status')})")
                     continue
                 points.append(point_from_result(entry["result"], key))
+            if kind in ("policy_sweep", "policy-sweep"):  # --repeats: one point per repeat
+                points = pool_repeats(points)
         elif isinstance(data.get("results"), list):  # upstream sweep
             points = [point_from_result(r) for r in data["results"] if isinstance(r, dict)]
         elif isinstance(data.get("policies"), dict):  # upstream policy evaluation
