@@ -200,3 +200,17 @@ def test_device_held_by_a_live_process_is_refused(fake: FakeGpus) -> None:
     restore = run_cli("restore", env=fake.env(None))
     assert restore.returncode == 0 and "still running" in restore.stdout
     assert fake.calls() == [] and len(fake.state_files()) == 1
+
+
+def test_sweep_holds_clocks_for_every_point_and_restores(fake: FakeGpus, tmp_path: Path) -> None:
+    out = tmp_path / "sweep.json"
+    proc = run_cli("sweep", "hetero_kernels", "--streams", "1,2", *FAST, "--lock-clocks", "3",
+                   "-o", str(out), env=fake.env("nvidia", 0))
+    assert proc.returncode == 0, proc.stderr
+    verbs = [v for v in _verbs(fake.calls()) if not v.startswith("read")]
+    assert verbs == ["-lgc 1200,1200", "-rgc"], "applied once around the whole sweep"
+    data = load_json(out)
+    assert data["gpu_control"]["status"] == "restored"
+    assert data["gpu_control"]["in_effect"]["clock_level"] == 3
+    assert [p["status"] for p in data["points"]] == ["ok", "ok"]
+    assert fake.devices() == initial_state() and fake.state_files() == []

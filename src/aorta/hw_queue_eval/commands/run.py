@@ -136,6 +136,30 @@ def gpu_request(lock_clocks: str | None, power_limit: str | None) -> GpuRequest:
         power_limit_w=None if power_limit is None else validate_power_limit(power_limit))
 
 
+def gpu_control_context(device: str, request: GpuRequest) -> Any:
+    """A context manager holding `request` on the GPU behind `device` (no-op when empty).
+
+    First restores devices left changed by hard-killed processes. UsageError on the CPU backend.
+    Imports torch only when a clock/power change is requested (to find the GPU's vendor).
+    """
+    from aorta.hw_queue_eval.gpu_control import (
+        CPU_NOT_APPLICABLE,
+        GpuControl,
+        recover_stale_states,
+        target_for_device,
+    )
+
+    recover_stale_states(echo=lambda m: click.echo(m, err=True))
+    if request.empty:
+        return contextlib.nullcontext(None)
+    from aorta.hw_queue_eval.backends import resolve_device
+
+    target = target_for_device(resolve_device(device))
+    if target is None:
+        raise UsageError(f"--lock-clocks/--power-limit: {CPU_NOT_APPLICABLE}")
+    return GpuControl(target, request)
+
+
 @click.command("run")
 @click.argument("workload")
 @click.option("-s", "--streams", required=True, help="Number of streams, e.g. 8.")
@@ -154,12 +178,6 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
     import json
 
     from aorta.hw_queue_eval.backends import resolve_device
-    from aorta.hw_queue_eval.gpu_control import (
-        CPU_NOT_APPLICABLE,
-        GpuControl,
-        recover_stale_states,
-        target_for_device,
-    )
     from aorta.hw_queue_eval.harness import run_benchmark
     from aorta.hw_queue_eval.report.console import make_console, render_run
     from aorta.hw_queue_eval.results import save_result
@@ -172,13 +190,7 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
     if trace_out:
         check_output_path(trace_out, "trace file")
     config = dataclasses.replace(config, device=resolve_device(config.device))  # imports torch
-    recover_stale_states(echo=lambda m: click.echo(m, err=True))
-    control: Any = contextlib.nullcontext(None)
-    if not request.empty:
-        target = target_for_device(config.device)
-        if target is None:
-            raise UsageError(f"--lock-clocks/--power-limit: {CPU_NOT_APPLICABLE}")
-        control = GpuControl(target, request)
+    control = gpu_control_context(config.device, request)
     click.echo(f"Running {config.workload} on {config.streams} streams "
                f"({config.iterations} iterations + {config.warmup} warm-up, device {config.device})…",
                err=True)

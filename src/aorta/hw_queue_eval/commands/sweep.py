@@ -9,7 +9,15 @@ import click
 
 from aorta.common.atomicio import check_output_path
 from aorta.common.errors import UsageError
-from aorta.hw_queue_eval.commands.run import _Progress, build_config, run_command, run_options
+from aorta.hw_queue_eval.commands.run import (
+    _Progress,
+    build_config,
+    gpu_control_context,
+    gpu_control_options,
+    gpu_request,
+    run_command,
+    run_options,
+)
 from aorta.hw_queue_eval.config import parse_stream_list
 
 #: `run` flags a sweep passes through to every point when `run` has them (added by other modules).
@@ -45,6 +53,7 @@ def _describe(point: dict[str, Any], unit: str) -> str:
 @click.argument("workload")
 @click.option("-s", "--streams", required=True, help="Stream counts, e.g. 1,2,4,8,16,32.")
 @run_options
+@gpu_control_options
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
               help="Sweep file, rewritten after every point [default: <workload>_sweep.json].")
 @click.option("--resume", is_flag=True, help="Keep the points already done in -o; run the rest.")
@@ -53,6 +62,7 @@ def _describe(point: dict[str, Any], unit: str) -> str:
               help="Perfetto trace per point: a folder, or a prefix (PREFIX-s<N>.trace.json).")
 def sweep_command(workload: str, streams: str, iterations: str, warmup: str, device: str,
                   size: str | None, sync_mode: str, seed: int, threads_per_queue: str,
+                  lock_clocks: str | None, power_limit: str | None,
                   output: str | None, resume: bool, timeout: str | None, trace_out: str | None,
                   **passthrough: Any) -> None:
     """Run WORKLOAD at each stream count in its own process; checkpoint after every point."""
@@ -72,6 +82,7 @@ def sweep_command(workload: str, streams: str, iterations: str, warmup: str, dev
     counts, dropped = plan_stream_counts(info, parse_stream_list(streams))
     config = build_config(workload, str(counts[0]), iterations, warmup, device, size, sync_mode,
                           seed, threads_per_queue)
+    request = gpu_request(lock_clocks, power_limit)
     output = output or f"{workload}_sweep.json"
     check_output_path(output, "sweep file")
     flags = [f"--{name.replace('_', '-')}" for name, on in passthrough.items() if on]
@@ -89,7 +100,11 @@ def sweep_command(workload: str, streams: str, iterations: str, warmup: str, dev
                    f"{info.min_streams}..{info.max_streams} streams", err=True)
     click.echo(f"Sweeping {workload} over {counts} streams ({config.iterations} iterations + "
                f"{config.warmup} warm-up each, one child process per point) → {output}", err=True)
-    with _Progress() as progress:
+    # clocks/power held for the whole sweep by this process, restored on every exit path
+    with gpu_control_context(config.device, request) as gpu_report, _Progress() as progress:
+        if gpu_report is not None:
+            file.header["gpu_control"] = gpu_report  # the same dict ends as "restored"
+
         def on_point(n: int, point: dict[str, Any] | None, done: int, total: int) -> None:
             progress.log(f"  {n:>3} streams: already done (resumed)" if point is None
                          else _describe(point, info.throughput_unit))
@@ -103,7 +118,10 @@ def sweep_command(workload: str, streams: str, iterations: str, warmup: str, dev
             click.echo(f"\ninterrupted: {finished} finished points kept in {output}; "
                        "continue with --resume", err=True)
             sys.exit(130)
-    data = file.to_dict(state="complete", analysis=analysis_of(file.points, info.work_scaling))
+    analysis = analysis_of(file.points, info.work_scaling)
+    if gpu_report is not None:
+        file.save(state="complete", analysis=analysis)  # records the GPU restore
+    data = file.to_dict(state="complete", analysis=analysis)
     render_sweep(data, make_console())
     click.echo(f"\nsweep written to {output}")
     if any(p.get("status") != "ok" for p in data["points"]):
