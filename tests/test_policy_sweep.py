@@ -111,6 +111,8 @@ def test_repeats_shuffle_and_resume(tmp_path: Path, fake: FakeGpus) -> None:
     again = run_cli(*args, "--resume", env=fake.env(None))
     assert again.returncode == 0, again.stderr
     assert again.stderr.count("kept from") == 4
+    fresh = run_cli(*args, env=fake.env(None))
+    assert fresh.returncode == 2 and "already holds 4 finished policy-sweep points" in fresh.stderr
     other = run_cli("policy-sweep", "hetero_kernels", "--streams", "4", "--policies", "baseline",
                     *FAST, "-o", str(out), "--resume", env=fake.env(None))
     assert other.returncode == 2 and "made with other settings" in other.stderr

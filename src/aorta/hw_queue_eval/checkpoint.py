@@ -78,3 +78,21 @@ class CheckpointFile:
     def save(self, **extra: Any) -> None:
         """Write the whole file atomically (temp file, fsync, rename)."""
         atomic_write_json(self.path, self.to_dict(**extra))
+
+
+def open_or_resume(path: str | os.PathLike[str], kind: str, header: dict[str, Any],
+                   resume: bool) -> CheckpointFile:
+    """A fresh file, or the earlier one with --resume; never silently overwrites finished points."""
+    if resume and os.path.exists(path):
+        return CheckpointFile.resume(path, kind, header)
+    if os.path.exists(path):
+        try:
+            old = read_json_file(path, f"{kind} file")
+        except UsageError:
+            old = None
+        finished = [p for p in (old or {}).get("points", []) if isinstance(p, dict)
+                    and p.get("status") == "ok"] if isinstance(old, dict) else []
+        if finished:
+            raise UsageError(f"{path} already holds {len(finished)} finished {kind} points: "
+                             "add --resume to continue it, or choose another -o")
+    return CheckpointFile(path, kind, header)

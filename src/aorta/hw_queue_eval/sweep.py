@@ -15,7 +15,7 @@ from typing import Any
 
 from aorta.common.errors import UsageError
 from aorta.hw_queue_eval import scaling
-from aorta.hw_queue_eval.checkpoint import CheckpointFile, fingerprint
+from aorta.hw_queue_eval.checkpoint import CheckpointFile, fingerprint, open_or_resume
 from aorta.hw_queue_eval.childrun import run_point
 from aorta.hw_queue_eval.config import env_knobs
 from aorta.hw_queue_eval.workloads.base import WorkloadInfo
@@ -99,22 +99,7 @@ def analysis_of(points: list[dict[str, Any]], work_scaling: str) -> dict[str, An
 
 def open_checkpoint(spec: SweepSpec, resume: bool) -> CheckpointFile:
     """A fresh sweep file, or the earlier one when resuming (same settings required)."""
-    header = spec.header()
-    if resume and Path(spec.output).exists():
-        return CheckpointFile.resume(spec.output, SWEEP_KIND, header)
-    if Path(spec.output).exists():
-        from aorta.common.atomicio import read_json_file
-
-        try:
-            old = read_json_file(spec.output, "sweep file")
-        except UsageError:
-            old = None
-        finished = [p for p in (old or {}).get("points", []) if p.get("status") == "ok"] \
-            if isinstance(old, dict) else []
-        if finished:
-            raise UsageError(f"{spec.output} already holds {len(finished)} finished sweep points: "
-                             "add --resume to continue it, or choose another -o")
-    return CheckpointFile(spec.output, SWEEP_KIND, header)
+    return open_or_resume(spec.output, SWEEP_KIND, spec.header(), resume)
 
 
 PointCallback = Callable[[int, dict[str, Any] | None, int, int], None]

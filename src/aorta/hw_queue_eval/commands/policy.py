@@ -47,7 +47,7 @@ def policy_sweep_command(workload: str, streams: str, policies: str | None,
     import dataclasses
 
     from aorta.hw_queue_eval.backends import resolve_device
-    from aorta.hw_queue_eval.checkpoint import CheckpointFile, fingerprint
+    from aorta.hw_queue_eval.checkpoint import fingerprint, open_or_resume
     from aorta.hw_queue_eval.gpu_control import (
         CPU_NOT_APPLICABLE,
         GpuControl,
@@ -86,10 +86,7 @@ def policy_sweep_command(workload: str, streams: str, policies: str | None,
     header["fingerprint"] = fingerprint({k: header[k] for k in (
         "workload", "streams", "device", "repeats", "policies", "gpu_control_request",
         "run_config")})
-    if resume:
-        file = CheckpointFile.resume(output, KIND, header)
-    else:
-        file = CheckpointFile(output, KIND, header)
+    file = open_or_resume(output, KIND, header, resume)
     file.save()
     by_name = {p.name: p for p in chosen}
     total = sum(len(r) for r in order)
