@@ -101,7 +101,7 @@ def test_repeats_shuffle_and_resume(tmp_path: Path, fake: FakeGpus) -> None:
     assert sorted((p["key"]["policy"], p["key"]["repeat"]) for p in data["points"]) == [
         ("baseline", 1), ("baseline", 2), ("multi_tenant_fair", 1), ("multi_tenant_fair", 2)]
     row = {r["policy"]: r for r in data["summary"]["rows"]}["multi_tenant_fair"]
-    assert row["ok"] == 2 and len(row["throughput_samples"]) == 2
+    assert row["ok"] == 2 and len(row["throughput_per_repeat"]) == 2
     assert row["latency_ms"]["count"] == 8  # 4 iterations × 2 repeats, pooled
     cmp = run_cli("compare", "-b", str(out), "-t", str(out), "--json")
     assert cmp.returncode == 0, cmp.stderr

@@ -17,6 +17,7 @@ from typing import Any
 
 from aorta.hw_queue_eval import metrics
 from aorta.hw_queue_eval.childrun import run_point
+from aorta.hw_queue_eval.compare import point_from_result, pool_repeats, throughput_samples
 from aorta.hw_queue_eval.config import RunConfig
 from aorta.hw_queue_eval.gpu_control import CPU_NOT_APPLICABLE, GpuControl, GpuRequest, GpuTarget
 from aorta.hw_queue_eval.policies import Policy
@@ -24,7 +25,7 @@ from aorta.hw_queue_eval.stats import compare_samples
 
 KIND = "policy-sweep"
 BASELINE = "baseline"
-LATENCY_THRESHOLD_PCT = 5.0
+THRESHOLD_PCT = 5.0  # compare's default
 
 
 def schedule(policies: Sequence[Policy], repeats: int, seed: int) -> list[list[str]]:
@@ -140,10 +141,9 @@ def _policy_row(name: str, points: list[dict[str, Any]]) -> dict[str, Any]:
         "status": "ok" if not failed else "partial",
         "reason": failed[0].get("error") if failed else None,
         "throughput_unit": results[0].get("throughput_unit"),
-        "throughput_samples": [r.get("throughput") for r in results],
+        "throughput_per_repeat": [r.get("throughput") for r in results],
         "throughput": _median([r.get("throughput") for r in results]),
         "latency_ms": metrics.summarize(latencies),
-        "latency_samples_ms": latencies,
         "switch_overhead_ms": _median([(r.get("switch_latency") or {}).get("switch_overhead_ms")
                                        for r in results]),
         "concurrency": _median([(r.get("concurrency") or {}).get("achieved") for r in results]),
@@ -156,25 +156,31 @@ def summarize(points: list[dict[str, Any]], policies: Sequence[Policy]) -> dict[
     """Per-policy rows (aggregated over repeats), deltas vs baseline, best lines."""
     rows = [_policy_row(p.name, [pt for pt in points if pt["key"]["policy"] == p.name])
             for p in policies]
-    base = next((r for r in rows if r["policy"] == BASELINE and r.get("throughput") is not None),
-                None)
+    # compare's own view of each policy: repeats pooled into one point (compare.pool_repeats)
+    pooled = {}
     for row in rows:
-        if row.get("throughput") is None:
+        ok = [pt for pt in points if pt["key"]["policy"] == row["policy"]
+              and pt.get("status") == "ok" and pt.get("result")]
+        if ok:
+            pooled[row["policy"]] = pool_repeats([point_from_result(pt["result"], pt["key"])
+                                                  for pt in ok])[0]
+    base = pooled.get(BASELINE)
+    for row in rows:
+        test = pooled.get(row["policy"])
+        if test is None or row["policy"] == BASELINE:
             row["vs_baseline"] = None
             continue
-        if base is None or row is base:
-            row["vs_baseline"] = None if row is base else {
-                "reason": "no baseline policy ran ok in this sweep"}
+        if base is None:
+            row["vs_baseline"] = {"reason": "no baseline policy ran ok in this sweep"}
             continue
+        b_tp, t_tp = throughput_samples(base), throughput_samples(test)
         row["vs_baseline"] = {
-            "throughput": compare_samples(
-                [v for v in base["throughput_samples"] if v is not None],
-                [v for v in row["throughput_samples"] if v is not None],
-                threshold_pct=LATENCY_THRESHOLD_PCT, higher_is_better=True).to_dict(),
-            "latency": compare_samples(base["latency_samples_ms"], row["latency_samples_ms"],
-                                       threshold_pct=LATENCY_THRESHOLD_PCT,
+            "latency": compare_samples(base.iteration_ms, test.iteration_ms, THRESHOLD_PCT,
                                        higher_is_better=False).to_dict()
-            if base["latency_samples_ms"] and row["latency_samples_ms"] else None,
+            if base.iteration_ms and test.iteration_ms else None,
+            "throughput": compare_samples(b_tp, t_tp, THRESHOLD_PCT,
+                                          higher_is_better=True).to_dict()
+            if b_tp and t_tp else None,
         }
     measured = [r for r in rows if r.get("throughput") is not None]
     with_p99 = [r for r in measured if r.get("latency_ms")]
@@ -190,7 +196,7 @@ def summarize(points: list[dict[str, Any]], policies: Sequence[Policy]) -> dict[
         {"policy": best_p99["policy"], "p99_ms": best_p99["latency_ms"]["p99"]},
         "queue_pools": pools,
         "queue_pool_changed": len({v for v in pools.values() if v is not None}) > 1,
-        "verdict_rule": (f"latency: Mann–Whitney U on per-iteration times (all repeats), "
-                         f"threshold {LATENCY_THRESHOLD_PCT:g}%; throughput: the same test on "
-                         "per-repeat throughputs (needs ≥ 5 repeats, else inconclusive)"),
+        "verdict_rule": (f"as `compare`: Mann–Whitney U on per-iteration times and per-iteration "
+                         f"throughput, all repeats pooled; |change| ≥ {THRESHOLD_PCT:g}% and "
+                         "p < 0.05 for better/worse"),
     }

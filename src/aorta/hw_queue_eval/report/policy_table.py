@@ -85,5 +85,5 @@ def render_policy_table(data: dict[str, Any], console: Any) -> None:
                       "pool of hardware queues the streams share, so these policies change the "
                       "measurement.")
     console.print(f"[dim]Δ = change of the median vs baseline, verdict (better / worse / same / "
-                  f"n.s. = not significant) from compare's statistics: {summary['verdict_rule']}."
+                  f"n.s. = not significant) from compare's statistics, {summary['verdict_rule']}."
                   "[/dim]")
