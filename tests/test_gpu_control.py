@@ -214,3 +214,15 @@ def test_sweep_holds_clocks_for_every_point_and_restores(fake: FakeGpus, tmp_pat
     assert data["gpu_control"]["in_effect"]["clock_level"] == 3
     assert [p["status"] for p in data["points"]] == ["ok", "ok"]
     assert fake.devices() == initial_state() and fake.state_files() == []
+
+
+def test_ctrl_c_mid_run_restores(fake: FakeGpus) -> None:
+    proc = _popen(["run", "hetero_kernels", "--streams", "4", "-d", "cpu", "-i", "1000000",
+                   "-w", "1", "--lock-clocks", "5", "--power-limit", "150"], fake.env("nvidia", 0))
+    _wait_for(lambda: _changed(fake), proc)
+    time.sleep(0.5)  # inside the measurement
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert fake.devices() == initial_state(), "Ctrl+C left the device changed"
+    assert fake.state_files() == []
