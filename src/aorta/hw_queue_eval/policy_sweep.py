@@ -42,14 +42,14 @@ def schedule(policies: Sequence[Policy], repeats: int, seed: int) -> list[list[s
     return rounds
 
 
-def child_run_args(config: RunConfig) -> list[str]:
-    """`run` arguments that reproduce `config` in a child process."""
+def child_run_args(config: RunConfig, flags: Sequence[str] = ()) -> list[str]:
+    """`run` arguments that reproduce `config` (plus on/off `flags`) in a child process."""
     args = [config.workload, "--streams", str(config.streams), "-i", str(config.iterations),
             "-w", str(config.warmup), "-d", config.device, "--sync-mode", config.sync_mode,
             "--seed", str(config.seed), "--threads-per-queue", str(config.threads_per_queue)]
     if config.size:
         args += ["--size", config.size]
-    return args
+    return [*args, *flags]
 
 
 def point_request(policy: Policy, base: GpuRequest) -> GpuRequest:
@@ -88,7 +88,8 @@ def in_effect(policy: Policy, result: dict[str, Any] | None,
 
 
 def run_policy_point(policy: Policy, repeat: int, config: RunConfig, base: GpuRequest,
-                     target: GpuTarget | None, timeout_s: float | None) -> dict[str, Any]:
+                     target: GpuTarget | None, timeout_s: float | None,
+                     flags: Sequence[str] = ()) -> dict[str, Any]:
     """One policy once: apply clock/power (if any), run the child with the env, restore."""
     key = {"workload": config.workload, "streams": config.streams, "policy": policy.name,
            "repeat": repeat}
@@ -104,7 +105,7 @@ def run_policy_point(policy: Policy, repeat: int, config: RunConfig, base: GpuRe
         assert target is not None
         control = GpuControl(target, request)
     with control as gpu_report:
-        outcome = run_point(child_run_args(config), env_overrides=dict(policy.env),
+        outcome = run_point(child_run_args(config, flags), env_overrides=dict(policy.env),
                             timeout_s=timeout_s)
     point.update(outcome.to_dict())
     point.update({"result": outcome.result, "gpu_control": gpu_report,

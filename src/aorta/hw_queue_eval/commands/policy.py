@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from aorta.common.atomicio import check_output_path
@@ -10,8 +12,10 @@ from aorta.hw_queue_eval.commands.run import (
     build_config,
     gpu_control_options,
     gpu_request,
+    run_command,
     run_options,
 )
+from aorta.hw_queue_eval.commands.sweep import PASSTHROUGH_FLAGS, _parse_timeout
 from aorta.hw_queue_eval.config import parse_positive_int
 
 
@@ -30,19 +34,18 @@ def register(group: click.Group) -> None:
               help="TOML file of extra policies (see docs/policies.md).")
 @click.option("--repeats", default="1", show_default=True,
               help="Run every policy N times, in a shuffled order each round, and aggregate.")
-@click.option("--point-timeout", default="1800", show_default=True,
-              help="Seconds before a point's child run is stopped.")
+@click.option("--timeout", default=None, help="Seconds one point may run before it is stopped.")
 @run_options
 @gpu_control_options
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Checkpointed JSON (default: policy_sweep_WORKLOAD_sN.json).")
 @click.option("--resume", is_flag=True, help="Reuse the ok points of an earlier -o file.")
 def policy_sweep_command(workload: str, streams: str, policies: str | None,
-                         policy_file: str | None, repeats: str, point_timeout: str,
+                         policy_file: str | None, repeats: str, timeout: str | None,
                          iterations: str, warmup: str, device: str, size: str | None,
                          sync_mode: str, seed: int, threads_per_queue: str,
                          lock_clocks: str | None, power_limit: str | None, output: str | None,
-                         resume: bool) -> None:
+                         resume: bool, **passthrough: Any) -> None:
     """Run WORKLOAD under each queue policy and compare them against baseline."""
     import dataclasses
 
@@ -64,7 +67,8 @@ def policy_sweep_command(workload: str, streams: str, policies: str | None,
                           threads_per_queue)
     chosen = resolve_policies(policies, policy_file)
     rounds = parse_positive_int(repeats, "--repeats")
-    timeout = float(parse_positive_int(point_timeout, "--point-timeout"))
+    timeout_s = _parse_timeout(timeout)
+    flags = [f"--{name.replace('_', '-')}" for name, on in passthrough.items() if on]
     base = gpu_request(lock_clocks, power_limit)
     output = output or f"policy_sweep_{config.workload}_s{config.streams}.json"
     check_output_path(output)
@@ -82,10 +86,10 @@ def policy_sweep_command(workload: str, streams: str, policies: str | None,
               "backend": "cpu" if config.device == "cpu" else "gpu", "repeats": rounds,
               "policies": [p.to_dict() for p in chosen], "gpu_control_request": base.to_dict(),
               "gpu_control_target": None if target is None else target.describe(),
-              "run_config": config.to_dict(), "schedule": order}
+              "run_config": config.to_dict(), "run_flags": flags, "schedule": order}
     header["fingerprint"] = fingerprint({k: header[k] for k in (
         "workload", "streams", "device", "repeats", "policies", "gpu_control_request",
-        "run_config")})
+        "run_config", "run_flags")})
     file = open_or_resume(output, KIND, header, resume)
     file.save()
     by_name = {p.name: p for p in chosen}
@@ -102,7 +106,8 @@ def policy_sweep_command(workload: str, streams: str, policies: str | None,
                                err=True)
                     continue
                 click.echo(f"[{done}/{total}] {name} (repeat {repeat})…", err=True)
-                point = run_policy_point(by_name[name], repeat, config, base, target, timeout)
+                point = run_policy_point(by_name[name], repeat, config, base, target, timeout_s,
+                                         flags)
                 file.record(point)
                 if point["status"] != "ok":
                     click.echo(f"  {point['status']}: {point['error']}", err=True)
@@ -143,3 +148,8 @@ def restore_command() -> None:
             click.echo(f"error: {path}: {exc}", err=True)
     if failures:
         raise click.exceptions.Exit(1)
+
+
+for _param in run_command.params:  # e.g. --ebpf-trace, when `run` has it: passed to every point
+    if _param.name in PASSTHROUGH_FLAGS:
+        policy_sweep_command.params.append(_param)
