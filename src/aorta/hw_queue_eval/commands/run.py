@@ -119,8 +119,10 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
                 size: str | None, sync_mode: str, seed: int, threads_per_queue: str,
                 output: str | None, as_json: bool, trace_out: str | None) -> None:
     """Run WORKLOAD on N streams and measure throughput, latency and queue behaviour."""
+    import dataclasses
     import json
 
+    from aorta.hw_queue_eval.backends import resolve_device
     from aorta.hw_queue_eval.harness import run_benchmark
     from aorta.hw_queue_eval.report.console import make_console, render_run
     from aorta.hw_queue_eval.results import save_result
@@ -131,6 +133,7 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
         check_output_path(output)
     if trace_out:
         check_output_path(trace_out, "trace file")
+    config = dataclasses.replace(config, device=resolve_device(config.device))  # imports torch
     click.echo(f"Running {config.workload} on {config.streams} streams "
                f"({config.iterations} iterations + {config.warmup} warm-up, device {config.device})…",
                err=True)
