@@ -107,3 +107,15 @@ def test_ctrl_c_keeps_finished_points_and_stops_the_child(tmp_path):
     data = load_json(out)
     assert data["state"] == "interrupted"
     assert _ok_points(out) and all(p["status"] == "ok" for p in data["points"])
+
+
+@pytest.mark.slow
+def test_hung_point_times_out(tmp_path):
+    out = tmp_path / "s.json"
+    proc = run_cli("sweep", "hetero_kernels", "--streams", "1", *TINY, "-o", str(out),
+                   "--timeout", "0.2")
+    assert proc.returncode == 1
+    point = load_json(out)["points"][0]
+    assert point["status"] == "timeout" and "no result after 0.2 s" in point["error"]
+    assert run_cli("sweep", "hetero_kernels", "--streams", "1", "--timeout", "0",
+                   "-o", str(tmp_path / "x.json")).returncode == 2
