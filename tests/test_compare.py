@@ -154,3 +154,18 @@ def test_markdown_output(tmp_path):
     assert proc.returncode == 1
     assert "| Point | Metric |" in proc.stdout and "**regression**" in proc.stdout
     assert proc.stdout.rstrip().endswith("(p < 0.05)")
+
+
+def test_policy_sweeps_pair_by_policy(tmp_path):
+    def policy_file(values):
+        return {"schema_version": 1, "kind": "policy_sweep",
+                "points": [{"key": {"workload": "moe", "streams": 16, "policy": name},
+                            "status": "ok", "result": _run(_noisy(med, 30, i), streams=16,
+                                                           workload="moe")}
+                           for i, (name, med) in enumerate(values)]}
+    base = _write(tmp_path, "b.json", policy_file([("baseline", 10), ("high_queue", 20)]))
+    test = _write(tmp_path, "t.json", policy_file([("high_queue", 20), ("baseline", 13)]))
+    proc, data = _compare("-b", base, "-t", test)
+    assert proc.returncode == 1
+    verdicts = {p["policy"]: p["metrics"][0]["verdict"] for p in data["tests"][0]["pairs"]}
+    assert verdicts == {"baseline": "regression", "high_queue": "unchanged"}

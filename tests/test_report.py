@@ -134,3 +134,17 @@ def test_commands_do_not_import_torch(tmp_path, args):
                           timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "exit 0" in proc.stdout or "exit None" in proc.stdout
+
+
+def test_sweep_table_adds_ebpf_columns_when_traced():
+    from aorta.hw_queue_eval.report.tables import sweep_table
+
+    traced = _run(2, 20, 1.0, ebpf={"submit_to_dispatch": {"avg_us": 12.3, "p99_us": 45.7}})
+    sweep = {"throughput_unit": "GFLOPS", "points": [
+        {"key": {"streams": 1}, "status": "ok", "result": _run(1, 10, 1.0)},
+        {"key": {"streams": 2}, "status": "ok", "result": traced}]}
+    headers, rows = sweep_table(sweep)
+    assert headers[-2:] == ["eBPF dispatch avg µs", "eBPF dispatch P99 µs"]
+    assert rows[1][-2:] == ["12.3", "45.7"] and rows[0][-2:] == ["n/a", "n/a"]
+    headers, _ = sweep_table({"points": sweep["points"][:1]})
+    assert "eBPF dispatch P99 µs" not in headers

@@ -88,3 +88,34 @@ def test_kill_9_mid_sweep_then_resume_loses_nothing(tmp_path):
         assert by_streams[point["key"]["streams"]]["result"]["timestamp"] == \
             point["result"]["timestamp"]
     assert data["analysis"]["verdict"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_finished_points_and_stops_the_child(tmp_path):
+    out = tmp_path / "s.json"
+    sweep = subprocess.Popen([sys.executable, "-m", "aorta.hw_queue_eval", "sweep", "hetero_kernels",
+                              "--streams", "1,2,4,8", *TINY, "-o", str(out)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not _ok_points(out) and time.monotonic() < deadline and sweep.poll() is None:
+        time.sleep(0.05)
+    time.sleep(0.3)  # the next point's child is running now
+    sweep.send_signal(signal.SIGINT)
+    _, stderr = sweep.communicate(timeout=60)
+    assert sweep.returncode == 130, stderr
+    assert "finished points kept" in stderr and "Traceback" not in stderr
+    data = load_json(out)
+    assert data["state"] == "interrupted"
+    assert _ok_points(out) and all(p["status"] == "ok" for p in data["points"])
+
+
+@pytest.mark.slow
+def test_hung_point_times_out(tmp_path):
+    out = tmp_path / "s.json"
+    proc = run_cli("sweep", "hetero_kernels", "--streams", "1", *TINY, "-o", str(out),
+                   "--timeout", "0.2")
+    assert proc.returncode == 1
+    point = load_json(out)["points"][0]
+    assert point["status"] == "timeout" and "no result after 0.2 s" in point["error"]
+    assert run_cli("sweep", "hetero_kernels", "--streams", "1", "--timeout", "0",
+                   "-o", str(tmp_path / "x.json")).returncode == 2

@@ -61,3 +61,18 @@ def test_validate_trace_catches_bad_events():
     assert validate_trace({"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 0,
                                             "dur": -1}]}) == ["event 0: complete event needs dur ≥ 0"]
     assert validate_trace([]) == ["top level must be an object with a traceEvents list"]
+
+
+def test_gpu_like_result_without_queue_ids():
+    result = {"workload_name": "w", "stream_count": 2, "total_time_ms": 1.0,
+              "queue_mapping": {"pool_size": None, "stream_to_queue": None,
+                                "reason": "the GPU runtime assigns hardware queues"},
+              "op_intervals": {"columns": ["iteration", "stream", "queue", "label", "ready_us",
+                                           "start_us", "end_us"], "labels": ["mm"],
+                               "rows": [[0, 0, None, 0, None, 1.0, 5.0],
+                                        [0, 1, None, 0, None, 2.0, 6.0]], "total_ops": 2}}
+    trace = build_trace(result)
+    assert validate_trace(trace) == []
+    assert not [e for e in trace["traceEvents"] if e["ph"] == "X" and e["pid"] == 2]
+    names = [e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"]
+    assert "hardware queues (not observed: the GPU runtime assigns hardware queues)" in names

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 MAX_TIMELINE_ITERATIONS = 5
+BOUND_KEYS = {"min", "max", "low", "high"}
 DPI = 110
 
 
@@ -171,13 +172,14 @@ def op_timeline(result: dict[str, Any]) -> tuple[bytes | None, str]:
 
 
 def find_histograms(section: Any, path: str = "") -> list[tuple[str, list[dict[str, Any]]]]:
-    """bpftrace-style histograms in an eBPF section: lists of {min|low, max|high, count} buckets."""
+    """bpftrace-style histograms in an eBPF section: lists of {count, min/max (or low/high)} buckets
+    (bpftrace's JSON may omit `min` on the first bucket)."""
     found: list[tuple[str, list[dict[str, Any]]]] = []
     if isinstance(section, dict):
         for key, value in section.items():
             found += find_histograms(value, f"{path}.{key}" if path else str(key))
     elif isinstance(section, list) and section and all(
-            isinstance(b, dict) and "count" in b and ("min" in b or "low" in b) for b in section):
+            isinstance(b, dict) and "count" in b and BOUND_KEYS & b.keys() for b in section):
         found.append((path, section))
     return found
 
@@ -186,7 +188,7 @@ def ebpf_histogram(name: str, buckets: list[dict[str, Any]]) -> bytes:
     """Bar chart of one kernel-side histogram."""
     fig = _figure(8.0, 3.5)
     ax = fig.add_subplot()
-    lows = [b.get("min", b.get("low")) for b in buckets]
+    lows = [b.get("min", b.get("low", f"≤{b.get('max', b.get('high'))}")) for b in buckets]
     ax.bar(range(len(buckets)), [b["count"] for b in buckets], color="tab:purple")
     ax.set_xticks(range(len(buckets)))
     ax.set_xticklabels([str(low) for low in lows], rotation=45, fontsize="x-small")

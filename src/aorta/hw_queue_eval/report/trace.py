@@ -91,16 +91,18 @@ def build_trace(result: dict[str, Any]) -> dict[str, Any]:
     events: list[dict[str, Any]] = [
         _meta(PID_STREAMS, None, "process_name", f"streams ({result.get('workload_name')}, "
                                                  f"{result.get('stream_count')} streams)"),
-        _meta(PID_QUEUES, None, "process_name", "hardware queues"),
     ]
-    mapping = (result.get("queue_mapping") or {}).get("stream_to_queue") or []
+    qmap = result.get("queue_mapping") or {}
+    mapping = qmap.get("stream_to_queue") or []
+    queues = sorted({op["queue"] for op in ops if op["queue"] is not None})
+    events.append(_meta(PID_QUEUES, None, "process_name", "hardware queues" if queues else
+                        f"hardware queues (not observed: {qmap.get('reason') or 'no queue ids'})"))
     for stream in range(int(result.get("stream_count") or 0)):
         queue = mapping[stream] if stream < len(mapping) else None
         suffix = f" → queue {queue}" if queue is not None else ""
         events.append(_meta(PID_STREAMS, stream + 1, "thread_name", f"stream {stream}{suffix}"))
         events.append({"ph": "M", "pid": PID_STREAMS, "tid": stream + 1,
                        "name": "thread_sort_index", "args": {"sort_index": stream}})
-    queues = sorted({op["queue"] for op in ops if op["queue"] is not None})
     for queue in queues:
         events.append(_meta(PID_QUEUES, queue + 1, "thread_name", f"queue {queue}"))
     for op in ops:
