@@ -226,3 +226,16 @@ def test_ctrl_c_mid_run_restores(fake: FakeGpus) -> None:
     assert proc.returncode == 130, err
     assert fake.devices() == initial_state(), "Ctrl+C left the device changed"
     assert fake.state_files() == []
+
+
+def test_policy_power_out_of_range_stops_before_any_run(fake: FakeGpus, tmp_path: Path) -> None:
+    policies = tmp_path / "p.toml"
+    policies.write_text("[policies.too_hot]\npower_limit_w = 450\n")
+    out = tmp_path / "o.json"
+    proc = run_cli("policy-sweep", "hetero_kernels", "--streams", "4", "--policy-file",
+                   str(policies), *FAST, "-o", str(out), env=fake.env("nvidia", 0))
+    assert proc.returncode == 2
+    assert "power limit 450 W is outside what nvidia GPU 0" in proc.stderr
+    assert "accepts (100..400 W)" in proc.stderr
+    assert not out.exists(), "stopped before the first point"
+    assert [v for v in _verbs(fake.calls()) if not v.startswith("read")] == []

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from aorta.common.errors import UsageError
 from aorta.hw_queue_eval.gpu_control import GpuControl, GpuRequest, GpuTarget
 from aorta.hw_queue_eval.gpu_drivers import GpuControlError, level_index
 
@@ -95,8 +96,9 @@ def test_pynvml_apply_verify_restore(nvml: tuple[dict, list], tmp_path: Path) ->
 
 def test_pynvml_power_outside_limits_refused(nvml: tuple[dict, list]) -> None:
     devices, calls = nvml
-    with pytest.raises(Exception, match=r"outside what nvidia GPU 0 accepts \(200..700 W\)"), \
-            GpuControl(GpuTarget("nvidia", 0, simulated=False), GpuRequest(power_limit_w=900)):
+    control = GpuControl(GpuTarget("nvidia", 0, simulated=False), GpuRequest(power_limit_w=900))
+    with pytest.raises(UsageError, match=r"power limit 900 W is outside what nvidia GPU 0 "
+                                         r"accepts \(200..700 W\)"), control:
         pass
     assert calls == [] and devices[0] == _device()
 

@@ -231,7 +231,6 @@ class GpuControl:
             if gpu_state.owner_alive(record) and record.get("pid") != os.getpid():
                 raise UsageError(f"{self.target.describe()} is being controlled by running pid "
                                  f"{record.get('pid')} (state file {path}); wait for it to end")
-            gpu_state.ensure_state_dir()
             restore_from_file(path)
         gpu_state.ensure_state_dir()
         self.driver = self.driver or _driver_for(self.target)
@@ -240,7 +239,7 @@ class GpuControl:
         low, high = snap.get("power_min_w"), snap.get("power_max_w")
         if watts is not None and ((low is not None and watts < low - POWER_TOLERANCE_W)
                                   or (high is not None and watts > high + POWER_TOLERANCE_W)):
-            raise UsageError(f"--power-limit {watts:g} W is outside what "
+            raise UsageError(f"power limit {watts:g} W is outside what "
                              f"{self.target.describe()} accepts ({low:g}..{high:g} W)")
         return snap
 

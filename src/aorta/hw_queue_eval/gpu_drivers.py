@@ -112,6 +112,8 @@ class NvidiaSmi:
 
     def snapshot(self) -> dict[str, Any]:
         out = self._smi(f"--query-gpu={','.join(self._FIELDS)}", "--format=csv,noheader,nounits")
+        if not out.strip():
+            raise GpuControlError(f"nvidia-smi -i {self.index} printed nothing for the query")
         values = [_number(v) for v in out.strip().splitlines()[0].split(",")]
         if len(values) != len(self._FIELDS):
             raise GpuControlError(f"nvidia-smi returned {out.strip()!r} for {self._FIELDS}")
@@ -176,8 +178,8 @@ class RocmSmi:
                 in_sclk = body.startswith("Supported sclk")
             elif in_sclk:
                 level = _LEVEL_LINE.match(body)
-                if level is None:
-                    in_sclk = bool(body) and in_sclk
+                if level is None:  # a blank entry ends the section
+                    in_sclk = False
                     continue
                 levels.append(int(float(level.group(2))))
                 if level.group(3):

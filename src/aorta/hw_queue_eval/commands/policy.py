@@ -59,7 +59,13 @@ def policy_sweep_command(workload: str, streams: str, policies: str | None,
         target_for_device,
     )
     from aorta.hw_queue_eval.policies import resolve_policies
-    from aorta.hw_queue_eval.policy_sweep import KIND, run_policy_point, schedule, summarize
+    from aorta.hw_queue_eval.policy_sweep import (
+        KIND,
+        point_request,
+        run_policy_point,
+        schedule,
+        summarize,
+    )
     from aorta.hw_queue_eval.report.console import make_console
     from aorta.hw_queue_eval.report.policy_table import render_policy_table
 
@@ -78,8 +84,9 @@ def policy_sweep_command(workload: str, streams: str, policies: str | None,
     if target is None and not base.empty:
         raise UsageError(f"--lock-clocks/--power-limit: {CPU_NOT_APPLICABLE}")
     recover_stale_states(echo=lambda m: click.echo(m, err=True))
-    if target is not None and (not base.empty or any(p.needs_gpu_control for p in chosen)):
-        GpuControl(target, GpuRequest()).preflight()  # tools and device readable, before any run
+    if target is not None:  # tools present, device readable, watts in range: before any run
+        for request in {point_request(p, base) for p in chosen} - {GpuRequest()}:
+            GpuControl(target, request).preflight()
 
     order = schedule(chosen, rounds, config.seed)
     header = {"workload": config.workload, "streams": config.streams, "device": config.device,
