@@ -84,6 +84,7 @@ def render_policy_table(data: dict[str, Any], console: Any) -> None:
         console.print(f"Queue pool differs between policies ({pools}): GPU_MAX_HW_QUEUES sets the "
                       "pool of hardware queues the streams share, so these policies change the "
                       "measurement.")
-    console.print(f"[dim]Δ = change of the median vs baseline, verdict (better / worse / same / "
+    console.print("[dim]Tput = median over repeats of the window throughput. Δ = change of the "
+                  "per-iteration median vs baseline with a verdict (better / worse / same / "
                   f"n.s. = not significant) from compare's statistics, {summary['verdict_rule']}."
                   "[/dim]")
