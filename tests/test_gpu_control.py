@@ -239,3 +239,13 @@ def test_policy_power_out_of_range_stops_before_any_run(fake: FakeGpus, tmp_path
     assert "accepts (100..400 W)" in proc.stderr
     assert not out.exists(), "stopped before the first point"
     assert [v for v in _verbs(fake.calls()) if not v.startswith("read")] == []
+
+
+def test_restore_does_not_need_torch(fake: FakeGpus) -> None:
+    code = ("import sys\nfrom aorta.hw_queue_eval.cli import main\n"
+            "try:\n    main(['restore'])\nexcept SystemExit:\n    pass\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=False, env={**os.environ, **fake.env(None)})
+    assert proc.returncode == 0, proc.stderr
+    assert "nothing to restore" in proc.stdout
