@@ -249,3 +249,14 @@ def test_restore_does_not_need_torch(fake: FakeGpus) -> None:
                           timeout=60, check=False, env={**os.environ, **fake.env(None)})
     assert proc.returncode == 0, proc.stderr
     assert "nothing to restore" in proc.stdout
+
+
+def test_missing_vendor_tool_is_a_clear_error_before_the_benchmark(fake: FakeGpus,
+                                                                    tmp_path: Path) -> None:
+    out = tmp_path / "o.json"
+    proc = run_cli("run", "hetero_kernels", "--streams", "4", *FAST, "--lock-clocks", "7",
+                   "-o", str(out), env=fake.env("amd", 0, PATH="/usr/bin:/bin"))
+    assert proc.returncode == 2
+    assert "rocm-smi not found on PATH" in proc.stderr and "Traceback" not in proc.stderr
+    assert "Running hetero_kernels" not in proc.stderr and not out.exists()
+    assert fake.state_files() == []

@@ -191,11 +191,11 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
         check_output_path(trace_out, "trace file")
     config = dataclasses.replace(config, device=resolve_device(config.device))  # imports torch
     control = gpu_control_context(config.device, request)
-    click.echo(f"Running {config.workload} on {config.streams} streams "
-               f"({config.iterations} iterations + {config.warmup} warm-up, device {config.device})…",
-               err=True)
-    with control as gpu_report, _Progress() as progress:
-        result = run_benchmark(config, progress=progress).to_dict()
+    with control as gpu_report:  # clocks/power (if asked) applied and verified before the run
+        click.echo(f"Running {config.workload} on {config.streams} streams ({config.iterations} "
+                   f"iterations + {config.warmup} warm-up, device {config.device})…", err=True)
+        with _Progress() as progress:
+            result = run_benchmark(config, progress=progress).to_dict()
     if gpu_report is not None:
         result["gpu_control"] = gpu_report
         click.echo(f"GPU control: {gpu_report['device']}: in effect "
