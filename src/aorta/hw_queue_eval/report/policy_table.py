@@ -84,6 +84,10 @@ def render_policy_table(data: dict[str, Any], console: Any) -> None:
         console.print(f"Queue pool differs between policies ({pools}): GPU_MAX_HW_QUEUES sets the "
                       "pool of hardware queues the streams share, so these policies change the "
                       "measurement.")
+    target = data.get("gpu_control_target") or ""
+    if "simulated" in target and data.get("backend") == "cpu":
+        console.print(f"Clock/power acted on {target}, not on the device that ran the workload "
+                      "(CPU backend): their rows measure nothing about clocks or power.")
     console.print("[dim]Tput = median over repeats of the window throughput. Δ = change of the "
                   "per-iteration median vs baseline with a verdict (better / worse / same / "
                   f"n.s. = not significant) from compare's statistics, {summary['verdict_rule']}."
