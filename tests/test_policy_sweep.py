@@ -116,3 +116,23 @@ def test_repeats_shuffle_and_resume(tmp_path: Path, fake: FakeGpus) -> None:
     other = run_cli("policy-sweep", "hetero_kernels", "--streams", "4", "--policies", "baseline",
                     *FAST, "-o", str(out), "--resume", env=fake.env(None))
     assert other.returncode == 2 and "made with other settings" in other.stderr
+
+
+def test_file_policy_env_read_back_from_the_child(tmp_path: Path, fake: FakeGpus) -> None:
+    out = tmp_path / "p.json"
+    example = Path(__file__).resolve().parents[1] / "examples" / "policies.toml"
+    proc = run_cli("policy-sweep", "hetero_kernels", "--streams", "4", "--policy-file",
+                   str(example), "--policies", "single_queue,wide_queues_no_sdma", *FAST,
+                   "-o", str(out), env=fake.env(None))
+    assert proc.returncode == 0, proc.stderr
+    data = load_json(out)
+    points = _points(data)
+    wide = points["wide_queues_no_sdma"][0]
+    assert wide["result"]["environment"]["runtime_env"]["HSA_ENABLE_SDMA"] == "0"
+    assert wide["in_effect"]["env"] == {"GPU_MAX_HW_QUEUES": "16", "HSA_ENABLE_SDMA": "0"}
+    assert wide["in_effect"]["queue_pool_size"] == 16
+    assert points["single_queue"][0]["in_effect"]["queue_pool_size"] == 1
+    assert wide["policy"]["source"] == str(example)
+    rows = {r["policy"]: r for r in data["summary"]["rows"]}
+    assert rows["wide_queues_no_sdma"]["vs_baseline"] == {
+        "reason": "no baseline policy ran ok in this sweep"}

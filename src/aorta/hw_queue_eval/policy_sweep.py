@@ -63,7 +63,8 @@ def point_request(policy: Policy, base: GpuRequest) -> GpuRequest:
 def in_effect(policy: Policy, result: dict[str, Any] | None,
               gpu_report: dict[str, Any] | None) -> dict[str, Any]:
     """Settings as read back: env seen by the child, queue pool built, clock/power read."""
-    env_seen = ((result or {}).get("environment") or {}).get("env_knobs") or {}
+    environment = (result or {}).get("environment") or {}
+    env_seen = {**(environment.get("env_knobs") or {}), **(environment.get("runtime_env") or {})}
     names = sorted(set(policy.env) | {"GPU_MAX_HW_QUEUES"})
     mismatch = sorted(n for n, v in policy.env.items() if env_seen.get(n) != v)
     qmap = (result or {}).get("queue_mapping") or {}
