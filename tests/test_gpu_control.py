@@ -260,3 +260,18 @@ def test_missing_vendor_tool_is_a_clear_error_before_the_benchmark(fake: FakeGpu
     assert "rocm-smi not found on PATH" in proc.stderr and "Traceback" not in proc.stderr
     assert "Running hetero_kernels" not in proc.stderr and not out.exists()
     assert fake.state_files() == []
+
+
+def test_unrestorable_state_file_warns_plain_runs_and_stops_control(fake: FakeGpus) -> None:
+    _kill9_mid_run(fake)
+    denied = fake.env(None, FAKE_SMI_DENY="1")
+    plain = run_cli("run", "hetero_kernels", "--streams", "2", *FAST, env=denied)
+    assert plain.returncode == 0, plain.stderr
+    assert "warning:" in plain.stderr and "could not put GPU 0 back as found" in plain.stderr
+    assert len(fake.state_files()) == 1, "kept for a later restore"
+    control = run_cli("run", "hetero_kernels", "--streams", "2", *FAST, "--power-limit", "200",
+                      env=fake.env("nvidia", 0, FAKE_SMI_DENY="1"))
+    assert control.returncode == 2 and "could not put GPU 0 back" in control.stderr
+    restore = run_cli("restore", env=fake.env(None))
+    assert restore.returncode == 0, restore.stderr
+    assert fake.devices() == initial_state() and fake.state_files() == []

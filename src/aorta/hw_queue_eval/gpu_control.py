@@ -194,20 +194,28 @@ def restore_from_file(path: Path) -> str:
 
 
 def recover_stale_states(echo: Any = None) -> list[str]:
-    """Restore every device left changed by a process that no longer runs (the next start)."""
+    """Restore every device left changed by a process that no longer runs (the next start).
+
+    Never stops the caller: what cannot be restored is reported as a warning (a command that
+    controls that same device then refuses to start, in GpuControl.preflight).
+    """
     messages = []
-    for path in gpu_state.list_state_files():
+    try:
+        paths = gpu_state.list_state_files()
+    except UsageError as exc:
+        paths = []
+        messages.append(f"warning: GPU state files not checked: {exc}")
+    for path in paths:
         try:
             record = gpu_state.read_state(path)
+            if gpu_state.owner_alive(record):
+                continue
+            messages.append(f"note: {restore_from_file(path)}")
         except UsageError as exc:
-            messages.append(f"skipped {path}: {exc}")
-            continue
-        if gpu_state.owner_alive(record):
-            continue
-        messages.append(restore_from_file(path))
+            messages.append(f"warning: {path}: {exc}")
     if echo is not None:
         for message in messages:
-            echo(f"note: {message}")
+            echo(message)
     return messages
 
 
