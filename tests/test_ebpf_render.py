@@ -159,3 +159,9 @@ def test_ebpf_attach_usage_errors(cli) -> None:
     assert proc.returncode == 2 and "--pid must be" in proc.stderr
     proc = cli("ebpf-attach", "--pid", "1", "--duration", "soon")
     assert proc.returncode == 2 and "not a duration" in proc.stderr
+
+
+def test_show_script_without_formats_explains_and_exits_0(cli, tmp_path: Path) -> None:
+    proc = cli("ebpf-info", "--show-script", env={"AORTA_TRACEFS": str(tmp_path / "none")})
+    assert proc.returncode == 0
+    assert proc.stdout == "" and "cannot render the program" in proc.stderr

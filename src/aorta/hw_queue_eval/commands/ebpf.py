@@ -47,7 +47,10 @@ def ebpf_info_command(as_json: bool, show_script: bool, output: str | None, ebpf
     if output:
         check_output_path(output)
     if show_script:
-        click.echo(_script(ebpf_trace or not ebpf_memory_trace, ebpf_memory_trace), nl=False)
+        try:
+            click.echo(_script(ebpf_trace or not ebpf_memory_trace, ebpf_memory_trace), nl=False)
+        except UsageError as exc:  # ebpf-info reports what it finds and exits 0 (issue 3)
+            click.echo(f"ebpf-info: {exc}", err=True)
         return
     data = full_report()
     if output:
