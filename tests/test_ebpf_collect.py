@@ -41,23 +41,40 @@ def test_percentile_inside_bucket() -> None:
 
 
 def test_cpu_sched_attributes_threads_to_queues() -> None:
+    # keys: tid,kind with kind 2 = woken by the submitting thread, 0 = other waker, 1 = preempted
     maps = {
-        "@cpu_sched_wakeups": {"11": 10, "12": 4, "99": 1},
-        "@cpu_sched_runq_s": {"11,0": {"count": 10, "average": 2000, "total": 20000},
-                              "12,0": {"count": 4, "average": 1000, "total": 4000}},
-        "@cpu_sched_runq": {"11,0": [{"min": 1024, "max": 2047, "count": 10}],
-                            "12,0": [{"min": 512, "max": 1023, "count": 4}]},
+        "@cpu_sched_wakeups": {"11,2": 10, "11,0": 5, "12,2": 4, "99,0": 1},
+        "@cpu_sched_runq_s": {"11,2": {"count": 10, "average": 2000, "total": 20000},
+                              "11,0": {"count": 5, "average": 100, "total": 500},
+                              "12,2": {"count": 4, "average": 1000, "total": 4000},
+                              "12,1": {"count": 2, "average": 7000, "total": 14000}},
+        "@cpu_sched_runq": {"11,2": [{"min": 1024, "max": 2047, "count": 10}],
+                            "12,2": [{"min": 512, "max": 1023, "count": 4}]},
         "@cpu_sched_oncpu": {"11": 5_000_000, "12": 1_000_000},
         "@cpu_sched_comm": {"11,aorta-hwq0": 3, "99,aorta-hwq1": 1},
     }
     workers = [{"tid": 11, "queue": 0, "streams": (0, 2)}, {"tid": 12, "queue": 1, "streams": (1,)}]
-    r = CpuSchedFamily().collect(maps, {"workers": workers})
+    r = CpuSchedFamily().collect(maps, {"workers": workers, "submitter_tids": [7]})
     s = r.metrics["summary"]
     assert s["total_submissions"] == 14 and s["total_dispatches"] == 14
+    assert s["other_wakeups"] == 5 and s["preemption_waits"] == 2
     assert s["hw_rings_used"] == [0, 1]
     assert abs(s["submit_to_dispatch_avg_us"] - 24000 / 14 / 1e3) < 1e-9
+    assert abs(s["runq_wait_after_preemption_total_ms"] - 0.014) < 1e-12
     helper = next(t for t in r.metrics["threads"] if t["tid"] == 99)
     assert helper["queue"] is None and helper["helper_of_queue"] == 1
+    unknown = CpuSchedFamily().collect(maps, {"workers": workers}).metrics["summary"]
+    assert unknown["total_submissions"] == 19  # without a known submitter every wakeup counts
+
+
+def test_dispatch_delay_excludes_head_of_line_blocking() -> None:
+    from aorta.hw_queue_eval.backends.base import OpRecord
+    from aorta.hw_queue_eval.ebpf_comparison import dispatch_delays_ns
+
+    ops = [OpRecord(0, 0, 0, "a", 0, 10, 100),  # idle queue: 10 ns to start
+           OpRecord(0, 1, 0, "b", 5, 103, 150),  # ready at 5 but queue busy until 100: 3 ns
+           OpRecord(0, 2, 1, "c", 0, 7, 20)]  # another queue
+    assert sorted(dispatch_delays_ns(ops)) == [3, 7, 10]
 
 
 def test_cpu_sched_without_registry_has_no_summary() -> None:

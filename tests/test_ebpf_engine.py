@@ -141,7 +141,9 @@ def test_run_ebpf_trace_end_to_end(ebpf_ready: None, cli, tmp_path: Path) -> Non
     for tid, row in rows.items():
         assert row["queue"] == workers[tid] and row["wakeups"] > 0 and row["on_cpu_ms"] > 0
     assert q["hw_rings_used"] == sorted(set(workers.values()))
-    assert q["total_submissions"] == sum(r["wakeups"] for r in rows.values())
+    assert q["total_submissions"] == sum(r["submission_wakeups"] for r in rows.values()) > 0
+    host = [r for r in q["families"]["cpu_sched"]["metrics"]["threads"] if r["submitter"]]
+    assert len(host) == 1 and host[0]["queue"] is None
     cmp = data["ebpf_vs_cuda_comparison"]
     assert cmp["status"] == "ok" and cmp["harness_ops"] == data["ops"]["count"]
     assert cmp["measurement_accuracy_pct"] is not None and cmp["measurement_accuracy_pct"] > 0

@@ -7,10 +7,12 @@ Tracer problems never crash a run: they end up as `status`/`error` in the result
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 from aorta.ebpf import engine
 from aorta.ebpf.probes.base import TraceTarget
+from aorta.ebpf.probes.cpu_sched import SUBMITTER_LABEL
 from aorta.ebpf.program import Program, ProgramError
 from aorta.ebpf.session import SessionError, TraceSession
 from aorta.hw_queue_eval.ebpf_comparison import compare_with_harness
@@ -27,14 +29,18 @@ class EbpfTracer:
         self.session: TraceSession | None = None
         self.error: str | None = None if self.ready.ok else self.ready.reason
         self.status = "ok" if self.ready.ok else "unavailable"
+        self.submitter_tid: int | None = None
 
     def prepare(self, backend: Any, workload: Any) -> None:
         """Attach every probe (blocking until the handshake) before warm-up."""
         if not self.ready.ok or self.ready.tracefs is None:
             return
         workers = [w for w in backend.workers() if w.tid]
-        target = TraceTarget(pids=(os.getpid(),), follow_children=True,
-                             thread_labels={w.tid: f"q{w.queue}" for w in workers})
+        labels = {w.tid: f"q{w.queue}" for w in workers}
+        if labels:  # this (harness) thread enqueues all work: its wakeups of queues are submissions
+            self.submitter_tid = threading.get_native_id()
+            labels[self.submitter_tid] = SUBMITTER_LABEL
+        target = TraceTarget(pids=(os.getpid(),), follow_children=True, thread_labels=labels)
         try:
             self.program = engine.make_program(self.queue, self.memory, target, self.ready.tracefs,
                                                self.ready.version)
@@ -75,7 +81,8 @@ class EbpfTracer:
         workers = [w.__dict__ for w in backend.workers()] if backend is not None else []
         result = context.get("result")
         fam_context = {"workers": workers, "window": engine.window_info(output),
-                       "pids": [os.getpid()], "streams": getattr(result, "stream_count", None)}
+                       "pids": [os.getpid()], "streams": getattr(result, "stream_count", None),
+                       "submitter_tids": [self.submitter_tid] if self.submitter_tid else []}
         results = engine.collect_results(self.program, output, fam_context)
         sections = engine.build_sections(self.program, output, results, self.ready, self.queue,
                                          self.memory)

@@ -15,7 +15,8 @@ from aorta.ebpf import hist
 from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext
 from aorta.ebpf.program import WINDOW_START_MAP
 
-WAKE, PREEMPT = 0, 1
+WAKE, PREEMPT, SUBMIT = 0, 1, 2  # woken by another thread, preempted, woken by the submitter
+SUBMITTER_LABEL = "host"  # TraceTarget.thread_labels value of the thread that enqueues work
 _WORKER_COMM = re.compile(r"^aorta-hwq(\d+)$")
 SOURCE = "kernel sched tracepoints (sched_wakeup, sched_wakeup_new, sched_switch) via eBPF"
 
@@ -45,11 +46,18 @@ class CpuSchedFamily(ProbeFamily):
         for ev in ("sched_wakeup", "sched_wakeup_new"):
             (code.used_events.append(f"sched:{ev}") if f"tracepoint:sched:{ev}" in wakeups
              else code.missing.setdefault(f"sched:{ev}", "tracepoint absent"))
+        submitters = sorted(t for t, label in ctx.target.thread_labels.items()
+                            if label == SUBMITTER_LABEL)
+        # the waker is the current task: a queue thread woken by the submitting (host) thread
+        # is a submission; other wakeups (GIL hand-off, cross-stream waits) are counted apart
+        kind = " || ".join(f"tid == {int(t)}" for t in submitters)
+        kind_expr = f"(({kind}) ? {SUBMIT} : {WAKE})" if kind else str(WAKE)
         if wakeups:
             code.probes.append(
                 f"{','.join(wakeups)}\n/@cpu_sched_track[{a('pid')}]/\n{{\n"
-                f"  @cpu_sched_wts[{a('pid')}] = nsecs;\n  @cpu_sched_wkind[{a('pid')}] = {WAKE};\n"
-                f"  if ({gate}) {{ @cpu_sched_wakeups[{a('pid')}] = count(); }}\n}}")
+                f"  $p = {a('pid')};\n  $k = {kind_expr};\n"
+                "  @cpu_sched_wts[$p] = nsecs;\n  @cpu_sched_wkind[$p] = $k;\n"
+                f"  if ({gate}) {{ @cpu_sched_wakeups[$p, $k] = count(); }}\n}}")
         code.used_events.append("sched:sched_switch")
         code.probes.append(
             "tracepoint:sched:sched_switch\n{\n"
@@ -97,13 +105,15 @@ class CpuSchedFamily(ProbeFamily):
 
         def thread(tid: int) -> dict[str, Any]:
             return threads.setdefault(tid, {
-                "tid": tid, "comm": None, "wakeups": 0, "switches": 0, "involuntary": 0,
-                "on_cpu_ms": 0.0, "cpus": [], "runq_wake": [], "runq_preempt": [],
-                "runq_wake_stats": (0, 0), "runq_preempt_stats": (0, 0)})
+                "tid": tid, "comm": None, "wakeups": {WAKE: 0, SUBMIT: 0}, "switches": 0,
+                "involuntary": 0, "on_cpu_ms": 0.0, "cpus": [],
+                "hist": {WAKE: [], PREEMPT: [], SUBMIT: []},
+                "stats": {WAKE: (0, 0), PREEMPT: (0, 0), SUBMIT: (0, 0)}})
 
         for key, value in hist.keyed(maps.get("@cpu_sched_wakeups")).items():
-            if key:
-                thread(int(key))["wakeups"] = int(value)
+            tid, _, kind = key.partition(",")
+            if tid and kind:
+                thread(int(tid))["wakeups"][int(kind)] = int(value)
         for key, value in hist.keyed(maps.get("@cpu_sched_switches")).items():
             if key:
                 thread(int(key))["switches"] = int(value)
@@ -124,77 +134,86 @@ class CpuSchedFamily(ProbeFamily):
         for key, value in hist.keyed(maps.get("@cpu_sched_runq")).items():
             tid, _, kind = key.partition(",")
             if tid and kind:
-                thread(int(tid))["runq_wake" if int(kind) == WAKE else "runq_preempt"] = \
-                    hist.buckets(value)
+                thread(int(tid))["hist"][int(kind)] = hist.buckets(value)
         for key, value in hist.keyed(maps.get("@cpu_sched_runq_s")).items():
             tid, _, kind = key.partition(",")
             st = hist.stats(value)
             if tid and kind and st:
-                name = "runq_wake_stats" if int(kind) == WAKE else "runq_preempt_stats"
-                thread(int(tid))[name] = st
-        return self._summarise(threads, workers, maps)
+                thread(int(tid))["stats"][int(kind)] = st
+        submitters = {int(t) for t in context.get("submitter_tids", [])}
+        for tid in submitters & set(threads):
+            threads[tid]["submitter"] = True
+        return self._summarise(threads, workers, bool(submitters))
 
     def _summarise(self, threads: dict[int, dict[str, Any]], workers: dict[int, dict[str, Any]],
-                   maps: dict[str, Any]) -> FamilyResult:
-        rows = []
-        for tid, t in sorted(threads.items()):
-            worker = workers.get(tid)
-            rows.append(_thread_row(t, worker))
-        queue_rows = [r for r in rows if r["queue"] is not None]
-        all_wake = hist.merge(*(threads[r["tid"]]["runq_wake"] for r in queue_rows))
-        wake_n = sum(threads[r["tid"]]["runq_wake_stats"][0] for r in queue_rows)
-        wake_total = sum(threads[r["tid"]]["runq_wake_stats"][1] for r in queue_rows)
-        pre_n = sum(threads[r["tid"]]["runq_preempt_stats"][0] for r in queue_rows)
-        pre_total = sum(threads[r["tid"]]["runq_preempt_stats"][1] for r in queue_rows)
-        p99 = hist.percentile(all_wake, 0.99)
-        rings = sorted({r["queue"] for r in queue_rows if r["on_cpu_ms"] > 0})
-        has_registry = bool(workers)
+                   submitter_known: bool) -> FamilyResult:
+        rows = [_thread_row(t, workers.get(tid)) for tid, t in sorted(threads.items())]
+        queue_threads = [threads[r["tid"]] for r in rows if r["queue"] is not None]
+
+        def total(kind: int) -> tuple[int, int]:
+            return (sum(t["stats"][kind][0] for t in queue_threads),
+                    sum(t["stats"][kind][1] for t in queue_threads))
+
+        # submissions: wakeups by the submitting thread when it is known, else every wakeup
+        kinds = (SUBMIT,) if submitter_known else (SUBMIT, WAKE)
+        sub_hist = hist.merge(*(t["hist"][k] for t in queue_threads for k in kinds))
+        sub_n = sum(total(k)[0] for k in kinds)
+        sub_total = sum(total(k)[1] for k in kinds)
+        p99 = hist.percentile(sub_hist, 0.99)
+        rings = sorted({r["queue"] for r in rows if r["queue"] is not None and r["on_cpu_ms"] > 0})
         summary = None
-        if has_registry:
+        if workers:
             summary = {
                 "source": "cpu_sched",
-                "total_submissions": sum(r["wakeups"] for r in queue_rows),
-                "submissions_meaning": "wakeups of queue worker threads (work handed to an idle queue)",
-                "total_dispatches": wake_n,
-                "dispatches_meaning": "queue thread switched onto a CPU after a wakeup",
+                "total_submissions": sum(t["wakeups"][k] for t in queue_threads for k in kinds),
+                "submissions_meaning": ("wakeups of queue worker threads by the submitting (host) "
+                                        "thread: work handed to an idle queue" if submitter_known
+                                        else "wakeups of queue worker threads (any waker)"),
+                "total_dispatches": sub_n,
+                "dispatches_meaning": "those queue threads switched onto a CPU after that wakeup",
                 "hw_rings_used": rings,
                 "hw_rings_meaning": "CPU-backend queues whose worker thread ran in the window",
-                "submit_to_dispatch_avg_us": (wake_total / wake_n / 1e3) if wake_n else None,
-                "submit_to_dispatch_p99_us": (p99["estimate"] / 1e3) if p99 else None,
+                "submit_to_dispatch_avg_us": sub_total / sub_n / 1e3 if sub_n else None,
+                "submit_to_dispatch_p99_us": p99["estimate"] / 1e3 if p99 else None,
                 "submit_to_dispatch_p99_bucket_us": ([p99["bucket_min"] / 1e3, p99["bucket_max"] / 1e3]
                                                      if p99 else None),
                 "submit_to_dispatch_meaning": "run-queue latency: sched_wakeup → sched_switch in",
-                "runq_wait_total_ms": wake_total / 1e6 + pre_total / 1e6,
-                "runq_wait_after_wakeup_total_ms": wake_total / 1e6,
-                "runq_wait_after_preemption_total_ms": pre_total / 1e6,
-                "preemption_waits": pre_n,
+                "runq_wait_after_submission_total_ms": sub_total / 1e6,
+                "runq_wait_after_other_wakeup_total_ms": total(WAKE)[1] / 1e6,
+                "runq_wait_after_preemption_total_ms": total(PREEMPT)[1] / 1e6,
+                "other_wakeups": sum(t["wakeups"][WAKE] for t in queue_threads),
+                "preemption_waits": total(PREEMPT)[0],
             }
         coverage = {
             "source": SOURCE,
             "covered": "every thread of the traced processes, measurement window only",
             "attribution": ("thread id → queue/streams from the backend's worker registry"
-                            if has_registry else "per thread only (no queue registry for this target)"),
+                            if workers else "per thread only (no queue registry for this target)"),
             "threads_seen": len(rows),
         }
         metrics = {"summary": summary, "threads": rows,
-                   "runq_latency_hist_ns": hist.as_records(all_wake),
-                   "histogram_kind": "log2 buckets of ns (queue threads, wakeup → on CPU)"}
+                   "runq_latency_hist_ns": hist.as_records(sub_hist),
+                   "histogram_kind": "log2 buckets of ns: queue threads, submission wakeup → on CPU"}
         return FamilyResult(self.name, self.section, metrics, coverage)
 
 
 def _thread_row(t: dict[str, Any], worker: dict[str, Any] | None) -> dict[str, Any]:
     """One per-thread (= per queue on the CPU backend) row of the table."""
-    n, total = t["runq_wake_stats"]
-    p99 = hist.percentile(t["runq_wake"], 0.99)
-    pn, ptotal = t["runq_preempt_stats"]
+    woken = hist.merge(t["hist"][SUBMIT], t["hist"][WAKE])
+    n = t["stats"][SUBMIT][0] + t["stats"][WAKE][0]
+    total = t["stats"][SUBMIT][1] + t["stats"][WAKE][1]
+    p99 = hist.percentile(woken, 0.99)
+    pn, ptotal = t["stats"][PREEMPT]
     helper = _WORKER_COMM.match(t["comm"] or "") if worker is None else None
     return {
         "tid": t["tid"], "comm": t["comm"],
         "queue": worker["queue"] if worker else None,
         # threads a queue worker started (torch/OpenMP pools) inherit its name: shown, not counted
         "helper_of_queue": int(helper.group(1)) if helper else None,
+        "submitter": bool(t.get("submitter")),
         "streams": list(worker["streams"]) if worker else None,
-        "wakeups": t["wakeups"], "dispatches": n,
+        "wakeups": t["wakeups"][SUBMIT] + t["wakeups"][WAKE],
+        "submission_wakeups": t["wakeups"][SUBMIT], "dispatches": n,
         "runq_avg_us": (total / n / 1e3) if n else None,
         "runq_p99_us": (p99["estimate"] / 1e3) if p99 else None,
         "runq_total_ms": total / 1e6,

@@ -36,17 +36,16 @@ def render_queue_block(section: dict[str, Any] | None, console: Any) -> None:
     threads = (((section.get("families") or {}).get("cpu_sched") or {}).get("metrics") or {}) \
         .get("threads") or []
     if threads:
-        console.print("  per queue thread (kernel view; (qN) = helper thread started by queue N):")
-        console.print(f"    {'queue':>5} {'streams':<10} {'tid':>7} {'wakeups':>8} {'runq avg':>9} "
-                      f"{'runq p99':>9} {'on-CPU':>9} {'switch':>7} {'preempt':>7} cpus")
+        console.print("  per thread (kernel view; (qN) = helper thread started by queue N; "
+                      "submits = wakeups by the submitting thread):")
+        console.print(f"    {'queue':>6} {'streams':<10} {'tid':>7} {'submits':>7} {'wakeups':>7} "
+                      f"{'runq avg':>9} {'runq p99':>9} {'on-CPU':>8} {'switch':>6} {'preempt':>7} cpus")
         for row in threads:
-            queue = f"q{row['queue']}" if row["queue"] is not None else (
-                f"(q{row['helper_of_queue']})" if row.get("helper_of_queue") is not None else "-")
-            streams = ",".join(map(str, row["streams"])) if row["streams"] else (row["comm"] or "")
-            console.print(f"    {queue:>5} {streams[:10]:<10} {row['tid']:>7} {row['wakeups']:>8} "
+            console.print(f"    {_role(row):>6} {_streams(row)[:10]:<10} {row['tid']:>7} "
+                          f"{row.get('submission_wakeups', 0):>7} {row['wakeups']:>7} "
                           f"{fmt(row['runq_avg_us'], '.1f', 'us'):>9} "
                           f"{fmt(row['runq_p99_us'], '.1f', 'us'):>9} "
-                          f"{fmt(row['on_cpu_ms'], '.1f', 'ms'):>9} {row['switches']:>7} "
+                          f"{fmt(row['on_cpu_ms'], '.1f', 'ms'):>8} {row['switches']:>6} "
                           f"{row['involuntary']:>7} {row['cpus']}")
     for line in section.get("interpretation") or []:
         console.print(f"  • {line}")
@@ -61,6 +60,18 @@ def render_queue_block(section: dict[str, Any] | None, console: Any) -> None:
             console.print(f"  [dim]{family}: {statement}[/dim]")
     if absent:
         console.print(f"  [dim]not attached on this machine: {'; '.join(absent)}[/dim]")
+
+
+def _role(row: dict[str, Any]) -> str:
+    if row.get("queue") is not None:
+        return f"q{row['queue']}"
+    if row.get("helper_of_queue") is not None:
+        return f"(q{row['helper_of_queue']})"
+    return "host" if row.get("submitter") else "-"
+
+
+def _streams(row: dict[str, Any]) -> str:
+    return ",".join(map(str, row["streams"])) if row.get("streams") else (row.get("comm") or "")
 
 
 def render_comparison_block(section: dict[str, Any] | None, console: Any) -> None:
