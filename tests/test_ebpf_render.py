@@ -165,3 +165,46 @@ def test_show_script_without_formats_explains_and_exits_0(cli, tmp_path: Path) -
     proc = cli("ebpf-info", "--show-script", env={"AORTA_TRACEFS": str(tmp_path / "none")})
     assert proc.returncode == 0
     assert proc.stdout == "" and "cannot render the program" in proc.stderr
+
+
+def test_non_tracepoint_probes_are_refused() -> None:
+    from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily
+
+    class Kprobe(ProbeFamily):
+        name, section, description = "kp", "queue", "test"
+
+        def wanted_events(self) -> list[str]:
+            return []
+
+        def render(self, ctx):  # type: ignore[no-untyped-def]
+            return ProbeCode(probes=["kprobe:do_sys_open\n{\n  @kp_n = count();\n}"])
+
+        def collect(self, maps, context):  # type: ignore[no-untyped-def]
+            return FamilyResult(self.name, self.section, {}, {})
+
+    from aorta.ebpf.probes.cpu_sched import CpuSchedFamily
+
+    program = build_program([Kprobe(), CpuSchedFamily()], TraceTarget((1,)),
+                            Tracefs(FIXTURES / "linux-6.8"), BpftraceDialect((0, 17, 0)), 5)
+    assert "not a tracepoint" in program.missing["kp"]["*"]  # dropped, with the reason
+    assert "kprobe:" not in program.text and "@cpu_sched_runq" in program.text  # others kept
+
+
+def test_map_without_family_prefix_is_refused() -> None:
+    from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily
+
+    class Rogue(ProbeFamily):
+        name, section, description = "rogue", "memory", "test"
+
+        def wanted_events(self) -> list[str]:
+            return []
+
+        def render(self, ctx):  # type: ignore[no-untyped-def]
+            return ProbeCode(probes=["tracepoint:sched:sched_switch\n{\n  @other_n = count();\n}"])
+
+        def collect(self, maps, context):  # type: ignore[no-untyped-def]
+            return FamilyResult(self.name, self.section, {}, {})
+
+    program = build_program([Rogue()], TraceTarget((1,)), Tracefs(FIXTURES / "linux-6.8"),
+                            BpftraceDialect((0, 17, 0)), 5)
+    assert "without its prefix" in program.missing["rogue"]["*"] and "@other_n" not in program.text

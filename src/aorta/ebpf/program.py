@@ -110,11 +110,12 @@ def build_program(families: list[ProbeFamily], target: TraceTarget, tracefs: Tra
         validate_family(family)
         try:
             code = family.render(ctx)
+            _check_maps(family, code)
+            _check_tracepoints(family, code)
         except Exception as exc:  # a family bug lowers coverage; it never stops the others
             program.missing[family.name] = {"*": f"render failed: {type(exc).__name__}: {exc}"}
             program.used_events[family.name] = []
             continue
-        _check_maps(family, code)
         program.used_events[family.name] = list(code.used_events)
         program.missing[family.name] = dict(code.missing)
         begin.extend(f"  {line}" for line in code.begin)
@@ -132,6 +133,16 @@ def build_program(families: list[ProbeFamily], target: TraceTarget, tracefs: Tra
 
 
 _MAP_RE = re.compile(r"@([A-Za-z0-9_]+)")
+
+
+def _check_tracepoints(family: ProbeFamily, code: ProbeCode) -> None:
+    """Only tracepoints: the handshake's premise (declaration-order attach) is checked for them."""
+    for block in code.probes:
+        head = block.lstrip().splitlines()[0] if block.strip() else ""
+        for attach in head.split(","):
+            if not attach.strip().startswith("tracepoint:"):
+                raise ProgramError(f"family {family.name}: probe {attach.strip()!r} is not a "
+                                   "tracepoint (the readiness handshake covers tracepoints only)")
 
 
 def _check_maps(family: ProbeFamily, code: ProbeCode) -> None:
