@@ -50,20 +50,32 @@ def test_cpu_sched_attributes_threads_to_queues() -> None:
                               "12,1": {"count": 2, "average": 7000, "total": 14000}},
         "@cpu_sched_runq": {"11,2": [{"min": 1024, "max": 2047, "count": 10}],
                             "12,2": [{"min": 512, "max": 1023, "count": 4}]},
-        "@cpu_sched_oncpu": {"11": 5_000_000, "12": 1_000_000},
         "@cpu_sched_comm": {"11,aorta-hwq0": 3, "99,aorta-hwq1": 1},
     }
     workers = [{"tid": 11, "queue": 0, "streams": (0, 2)}, {"tid": 12, "queue": 1, "streams": (1,)}]
-    r = CpuSchedFamily().collect(maps, {"workers": workers, "submitter_tids": [7]})
+    def counters(exec_ns: int, vol: int, invol: int) -> dict[str, int]:
+        return {"exec_ns": exec_ns, "run_delay_ns": exec_ns // 10, "voluntary": vol,
+                "involuntary": invol}
+
+    snaps = {"cpu_sched": {"start": {11: counters(1_000_000, 10, 1), 12: counters(0, 0, 0)},
+                           "stop": {11: counters(6_000_000, 12, 2), 12: counters(1_000_000, 1, 1),
+                                    13: counters(0, 0, 0)}}}
+    r = CpuSchedFamily().collect(maps, {"workers": workers, "submitter_tids": [7],
+                                        "snapshots": snaps})
     s = r.metrics["summary"]
     assert s["total_submissions"] == 14 and s["total_dispatches"] == 14
     assert s["other_wakeups"] == 5 and s["preemption_waits"] == 2
     assert s["hw_rings_used"] == [0, 1]
     assert abs(s["submit_to_dispatch_avg_us"] - 24000 / 14 / 1e3) < 1e-9
     assert abs(s["runq_wait_after_preemption_total_ms"] - 0.014) < 1e-12
+    q0 = next(t for t in r.metrics["threads"] if t["tid"] == 11)
+    assert q0["switches"] == 3 and q0["involuntary"] == 1 and q0["on_cpu_ms"] == 5.0
+    assert q0["comm"] == "aorta-hwq0" and q0["kernel_run_delay_ms"] == 0.5
+    assert 13 not in {t["tid"] for t in r.metrics["threads"]}  # did not run in the window
     helper = next(t for t in r.metrics["threads"] if t["tid"] == 99)
     assert helper["queue"] is None and helper["helper_of_queue"] == 1
-    unknown = CpuSchedFamily().collect(maps, {"workers": workers}).metrics["summary"]
+    unknown = CpuSchedFamily().collect(maps, {"workers": workers, "snapshots": snaps}) \
+        .metrics["summary"]
     assert unknown["total_submissions"] == 19  # without a known submitter every wakeup counts
 
 

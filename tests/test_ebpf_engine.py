@@ -141,6 +141,12 @@ def test_run_ebpf_trace_end_to_end(ebpf_ready: None, cli, tmp_path: Path) -> Non
     for tid, row in rows.items():
         assert row["queue"] == workers[tid] and row["wakeups"] > 0 and row["on_cpu_ms"] > 0
     assert q["hw_rings_used"] == sorted(set(workers.values()))
+    # the eBPF per-event run-queue sum agrees with the kernel's own schedstat total (same threads,
+    # same window): proof that wakeups, preemptions and switch-ins are all caught
+    assert q["kernel_run_delay_total_ms"] > 0
+    assert 0.85 < q["runq_wait_total_ms"] / q["kernel_run_delay_total_ms"] < 1.15, q
+    assert not any(r["comm"] == "bpftrace"
+                   for r in q["families"]["cpu_sched"]["metrics"]["threads"])
     assert q["total_submissions"] == sum(r["submission_wakeups"] for r in rows.values()) > 0
     host = [r for r in q["families"]["cpu_sched"]["metrics"]["threads"] if r["submitter"]]
     assert len(host) == 1 and host[0]["queue"] is None

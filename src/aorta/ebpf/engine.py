@@ -85,6 +85,7 @@ def collect_results(program: Program, output: SessionOutput,
                     context: dict[str, Any]) -> list[FamilyResult]:
     """Route printed maps to families by prefix; a family failing to collect reports an error."""
     results = []
+    context = {**context, "snapshots": output.snapshots}
     for family in program.families:
         prefix = f"@{family.name}_"
         maps = {k: v for k, v in output.maps.items() if k.startswith(prefix)}

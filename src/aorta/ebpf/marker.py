@@ -5,7 +5,8 @@ knows, so the call fails at once with EINVAL and changes nothing, but the syscal
 before that and the bpftrace program (matching MAGIC *and* this session's random token) reacts:
 
 * PING answers with a printf (the attach handshake; see `program.py`),
-* WINDOW_START sets `@aorta_gate = 1` and records `@aorta_window_start_ns`,
+* WINDOW_START sets `@aorta_gate` to the window's start (nsecs, never 0) and records
+  `@aorta_window_start_ns`,
 * WINDOW_STOP sets `@aorta_gate = 0` and records `@aorta_window_stop_ns`.
 
 The probe runs synchronously inside the syscall, so when `prctl` returns the gate is already open

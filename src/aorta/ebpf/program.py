@@ -18,7 +18,8 @@ from aorta.ebpf.probes.base import BpftraceDialect, ProbeCode, ProbeFamily, Rend
 from aorta.ebpf.tracefs import Tracefs
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")
-GATE = "@aorta_gate == 1"
+GATE_MAP = "@aorta_gate"  # the window's start (nsecs) while it is open, 0 otherwise
+GATE = f"{GATE_MAP} != 0"
 WINDOW_START_MAP = "@aorta_window_start_ns"
 WINDOW_STOP_MAP = "@aorta_window_stop_ns"
 PIDS_MAP = "@aorta_pids"
@@ -42,6 +43,7 @@ class Program:
     missing: dict[str, dict[str, str]] = field(default_factory=dict)
     marker_event: str = ""
     probe_blocks: int = 0
+    target: TraceTarget | None = None
 
 
 def validate_target(target: TraceTarget) -> None:
@@ -75,8 +77,9 @@ def _handshake_block(probe: marker.MarkerProbe, ident: int) -> str:
 def _gate_block(probe: marker.MarkerProbe) -> str:
     cmd = probe.command_expr
     return (f"{probe.attach}\n/{probe.match_expr}/\n{{\n"
-            f"  if ({cmd} == {marker.WINDOW_START}) {{ {WINDOW_START_MAP} = nsecs; @aorta_gate = 1; }}\n"
-            f"  if ({cmd} == {marker.WINDOW_STOP}) {{ @aorta_gate = 0; {WINDOW_STOP_MAP} = nsecs; }}\n}}")
+            f"  if ({cmd} == {marker.WINDOW_START}) {{ $t = nsecs; {WINDOW_START_MAP} = $t; "
+            f"{GATE_MAP} = $t; }}\n"
+            f"  if ({cmd} == {marker.WINDOW_STOP}) {{ {GATE_MAP} = 0; {WINDOW_STOP_MAP} = nsecs; }}\n}}")
 
 
 def _follow_children_block(ctx: RenderContext) -> str | None:
@@ -98,7 +101,8 @@ def build_program(families: list[ProbeFamily], target: TraceTarget, tracefs: Tra
         raise ProgramError("no syscall tracepoint for the window marker (syscalls:sys_enter_prctl "
                            "or raw_syscalls:sys_enter): kernel built without CONFIG_FTRACE_SYSCALLS")
     ctx = render_context(tracefs, dialect, target)
-    program = Program(text="", token=token, families=list(families), marker_event=probe.event)
+    program = Program(text="", token=token, families=list(families), marker_event=probe.event,
+                      target=target)
     begin = [f"  {PIDS_MAP}[{p}] = 1;" for p in target.pids]
     blocks: list[str] = [_handshake_block(probe, HANDSHAKE_IDS[0]), _gate_block(probe)]
     if target.pids and target.follow_children:
@@ -124,9 +128,9 @@ def build_program(families: list[ProbeFamily], target: TraceTarget, tracefs: Tra
     blocks.append(_handshake_block(probe, HANDSHAKE_IDS[1]))
     header = (f"// aorta: one program for families {', '.join(f.name for f in families) or '(none)'}\n"
               f"// window gate: prctl({marker.MAGIC:#x}, cmd, {token}) via {probe.event}")
-    parts = [header, "BEGIN\n{\n" + "\n".join(begin or ["  @aorta_gate = 0;"]) + "\n}"]
+    parts = [header, "BEGIN\n{\n" + "\n".join(begin or [f"  {GATE_MAP} = 0;"]) + "\n}"]
     parts.extend(blocks)
-    parts.append("END\n{\n" + "\n".join(end or ["  @aorta_gate = 0;"]) + "\n}")
+    parts.append("END\n{\n" + "\n".join(end or [f"  {GATE_MAP} = 0;"]) + "\n}")
     program.text = "\n\n".join(parts) + "\n"
     program.probe_blocks = len(blocks)
     return program

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -102,6 +103,7 @@ class SessionOutput:
     attach_s: float | None = None
     stop_s: float | None = None
     probe_cost: dict[str, Any] | None = None
+    snapshots: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class TraceSession:
@@ -169,15 +171,32 @@ class TraceSession:
 
     # -- window ------------------------------------------------------------------------------
     def window_start(self) -> None:
-        """Open the gate: from now on families count events."""
+        """Open the gate: from now on families count events (snapshots taken just before)."""
+        self._snapshot("start")
         marker.send(marker.WINDOW_START, self.program.token)
         self._window_open = True
 
     def window_stop(self) -> None:
-        """Close the gate."""
+        """Close the gate (snapshots taken just after)."""
         if self._window_open:
             marker.send(marker.WINDOW_STOP, self.program.token)
             self._window_open = False
+            self._snapshot("stop")
+
+    def _snapshot(self, edge: str) -> None:
+        target = self.program.target
+        if target is None:
+            return
+        if self._proc is not None:  # bpftrace is our child: not part of what is traced
+            target = dataclasses.replace(target, exclude_pids=(
+                *target.exclude_pids, self._proc.pid, *_children(self._proc.pid)))
+        for family in self.program.families:
+            try:
+                value = family.snapshot(target)
+            except Exception as exc:  # a family's snapshot bug must not stop the window
+                value = {"error": f"{type(exc).__name__}: {exc}"}
+            if value is not None:
+                self.output.snapshots.setdefault(family.name, {})[edge] = value
 
     @property
     def running(self) -> bool:

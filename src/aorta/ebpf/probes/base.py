@@ -37,6 +37,7 @@ class TraceTarget:
     pids: tuple[int, ...]
     follow_children: bool = True
     thread_labels: dict[int, str] = field(default_factory=dict)
+    exclude_pids: tuple[int, ...] = ()  # never counted (the tracer's own bpftrace child)
 
 
 @dataclass
@@ -102,3 +103,12 @@ class ProbeFamily(ABC):
 
         `context` carries run facts: window seconds, worker tid → queue/stream registry, etc.
         """
+
+    def snapshot(self, target: TraceTarget) -> Any:
+        """User-space counters read at each window edge (e.g. /proc), for `collect`; None: none.
+
+        The engine calls it right before opening and right after closing the gate and passes
+        both to `collect` as context["snapshots"][name] = {"start": …, "stop": …}. Counters the
+        kernel already keeps cost nothing on the hot path, unlike per-event map updates.
+        """
+        return None

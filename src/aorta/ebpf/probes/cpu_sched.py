@@ -11,9 +11,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from aorta.ebpf import hist
-from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext
-from aorta.ebpf.program import WINDOW_START_MAP
+from aorta.ebpf import hist, procstat
+from aorta.ebpf.probes.base import (
+    FamilyResult,
+    ProbeCode,
+    ProbeFamily,
+    RenderContext,
+    TraceTarget,
+)
+from aorta.ebpf.program import GATE_MAP
 
 WAKE, PREEMPT, SUBMIT = 0, 1, 2  # woken by another thread, preempted, woken by the submitter
 SUBMITTER_LABEL = "host"  # TraceTarget.thread_labels value of the thread that enqueues work
@@ -53,51 +59,44 @@ class CpuSchedFamily(ProbeFamily):
         kind = " || ".join(f"tid == {int(t)}" for t in submitters)
         kind_expr = f"(({kind}) ? {SUBMIT} : {WAKE})" if kind else str(WAKE)
         if wakeups:
+            # one map per waiting thread: (since << 2) | kind, so one lookup gives both
             code.probes.append(
                 f"{','.join(wakeups)}\n/@cpu_sched_track[{a('pid')}]/\n{{\n"
                 f"  $p = {a('pid')};\n  $k = {kind_expr};\n"
-                "  @cpu_sched_wts[$p] = nsecs;\n  @cpu_sched_wkind[$p] = $k;\n"
+                "  @cpu_sched_w[$p] = (nsecs << 2) | $k;\n"
                 f"  if ({gate}) {{ @cpu_sched_wakeups[$p, $k] = count(); }}\n}}")
         code.used_events.append("sched:sched_switch")
+        # Hot path (every context switch): ctx fields read once, first (the verifier rejects ctx
+        # reads after branches); the gate map holds the window start, so one lookup gives both;
+        # per-thread flags are written once. On-CPU time and switch counts are not counted here:
+        # the kernel keeps them per thread (see `snapshot`), so they cost nothing per event.
         code.probes.append(
             "tracepoint:sched:sched_switch\n{\n"
+            f"  $st = {a('prev_state')} & 0xff;\n  $n = {a('next_pid')};\n"
             f"  if ({ctx.pid_filter}) {{\n"
-            # lookups are cheaper than updates: write the per-thread flags only once
-            "    if (!@cpu_sched_track[tid]) { @cpu_sched_track[tid] = 1; }\n"
-            f"    if ({gate}) {{\n"
-            "      $on = @cpu_sched_onts[tid];\n"
-            # unknown start (first seen while running): no on-CPU sample rather than a wrong one
-            "      if ($on) {\n"
-            f"        if ($on < {WINDOW_START_MAP}) {{ $on = {WINDOW_START_MAP}; }}\n"
-            "        @cpu_sched_oncpu[tid] = sum(nsecs - $on);\n"
-            "      }\n"
-            "      @cpu_sched_switches[tid] = count();\n"
-            "      if (!@cpu_sched_named[tid]) {\n"
-            "        @cpu_sched_named[tid] = 1; @cpu_sched_comm[tid, comm] = count();\n      }\n"
-            f"      if (({a('prev_state')} & 0xff) == 0) {{ @cpu_sched_preempt[tid] = count(); }}\n"
-            "    }\n"
-            "    delete(@cpu_sched_onts[tid]);\n"
-            # still runnable after the switch: it waits on the run queue from now on
-            f"    if (({a('prev_state')} & 0xff) == 0) {{\n"
-            f"      @cpu_sched_wts[tid] = nsecs; @cpu_sched_wkind[tid] = {PREEMPT};\n    }}\n"
+            "    if (!@cpu_sched_track[tid]) {\n"
+            "      @cpu_sched_track[tid] = 1; @cpu_sched_comm[tid, comm] = count();\n    }\n"
+            # still runnable after the switch (preempted): it waits on the run queue from now on
+            f"    if ($st == 0) {{ @cpu_sched_w[tid] = (nsecs << 2) | {PREEMPT}; }}\n"
             "  }\n"
-            f"  $n = {a('next_pid')};\n"
             "  if (@cpu_sched_track[$n]) {\n"
-            "    $w = @cpu_sched_wts[$n];\n"
-            f"    if ($w && {gate}) {{\n"
-            f"      if ($w < {WINDOW_START_MAP}) {{ $w = {WINDOW_START_MAP}; }}\n"
-            "      $k = @cpu_sched_wkind[$n];\n"
-            "      @cpu_sched_runq[$n, $k] = hist(nsecs - $w);\n"
-            "      @cpu_sched_runq_s[$n, $k] = stats(nsecs - $w);\n"
-            "      @cpu_sched_cpus[$n, cpu] = count();\n"
-            "    }\n"
-            "    delete(@cpu_sched_wts[$n]);\n"
-            "    delete(@cpu_sched_wkind[$n]);\n"
-            "    @cpu_sched_onts[$n] = nsecs;\n"
+            "    $v = @cpu_sched_w[$n];\n"
+            "    if ($v) {\n"
+            f"      $g = {GATE_MAP};\n"
+            "      if ($g) {\n"
+            "        $w = $v >> 2;\n        $k = $v & 3;\n"
+            "        if ($w < $g) { $w = $g; }\n"
+            "        @cpu_sched_runq[$n, $k] = hist(nsecs - $w);\n"
+            "        @cpu_sched_runq_s[$n, $k] = stats(nsecs - $w);\n"
+            "        @cpu_sched_cpus[$n, cpu] = 1;\n      }\n"
+            "      delete(@cpu_sched_w[$n]);\n    }\n"
             "  }\n}")
-        code.end.extend(["clear(@cpu_sched_track);", "clear(@cpu_sched_named);", "clear(@cpu_sched_wts);",
-                         "clear(@cpu_sched_wkind);", "clear(@cpu_sched_onts);"])
+        code.end.extend(["clear(@cpu_sched_track);", "clear(@cpu_sched_w);"])
         return code
+
+    def snapshot(self, target: TraceTarget) -> Any:
+        """Per-thread kernel counters of the traced processes (on-CPU, run delay, switches)."""
+        return procstat.task_counters(target.pids, target.exclude_pids)
 
     def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
         workers = {int(w["tid"]): w for w in context.get("workers", []) if w.get("tid")}
@@ -105,8 +104,7 @@ class CpuSchedFamily(ProbeFamily):
 
         def thread(tid: int) -> dict[str, Any]:
             return threads.setdefault(tid, {
-                "tid": tid, "comm": None, "wakeups": {WAKE: 0, SUBMIT: 0}, "switches": 0,
-                "involuntary": 0, "on_cpu_ms": 0.0, "cpus": [],
+                "tid": tid, "comm": None, "wakeups": {WAKE: 0, SUBMIT: 0}, "cpus": [],
                 "hist": {WAKE: [], PREEMPT: [], SUBMIT: []},
                 "stats": {WAKE: (0, 0), PREEMPT: (0, 0), SUBMIT: (0, 0)}})
 
@@ -114,19 +112,17 @@ class CpuSchedFamily(ProbeFamily):
             tid, _, kind = key.partition(",")
             if tid and kind:
                 thread(int(tid))["wakeups"][int(kind)] = int(value)
-        for key, value in hist.keyed(maps.get("@cpu_sched_switches")).items():
-            if key:
-                thread(int(key))["switches"] = int(value)
-        for key, value in hist.keyed(maps.get("@cpu_sched_preempt")).items():
-            if key:
-                thread(int(key))["involuntary"] = int(value)
-        for key, value in hist.keyed(maps.get("@cpu_sched_oncpu")).items():
-            if key:
-                thread(int(key))["on_cpu_ms"] = int(value) / 1e6
+
+        snaps = (context.get("snapshots") or {}).get(self.name) or {}
+        start, stop = snaps.get("start") or {}, snaps.get("stop") or {}
+        for tid in stop:  # every thread that ran in the window, even without a traced event
+            if (procstat.delta(start, stop, tid, "exec_ns") or 0) > 0:
+                thread(tid)
+        comms = {}
         for key in hist.keyed(maps.get("@cpu_sched_comm")):
             tid, _, comm = key.partition(",")
             if tid:
-                thread(int(tid))["comm"] = comm
+                comms[int(tid)] = comm
         for key in hist.keyed(maps.get("@cpu_sched_cpus")):
             tid, _, cpu = key.partition(",")
             if tid and cpu:
@@ -140,6 +136,14 @@ class CpuSchedFamily(ProbeFamily):
             st = hist.stats(value)
             if tid and kind and st:
                 thread(int(tid))["stats"][int(kind)] = st
+        for tid, t in threads.items():
+            t["comm"] = comms.get(tid) or stop.get(tid, {}).get("comm") or start.get(tid, {}).get("comm")
+            t["on_cpu_ns"] = procstat.delta(start, stop, tid, "exec_ns")
+            t["run_delay_ns"] = procstat.delta(start, stop, tid, "run_delay_ns")
+            vol = procstat.delta(start, stop, tid, "voluntary")
+            invol = procstat.delta(start, stop, tid, "involuntary")
+            t["switches"] = None if vol is None or invol is None else vol + invol
+            t["involuntary"] = invol
         submitters = {int(t) for t in context.get("submitter_tids", [])}
         for tid in submitters & set(threads):
             threads[tid]["submitter"] = True
@@ -160,7 +164,8 @@ class CpuSchedFamily(ProbeFamily):
         sub_n = sum(total(k)[0] for k in kinds)
         sub_total = sum(total(k)[1] for k in kinds)
         p99 = hist.percentile(sub_hist, 0.99)
-        rings = sorted({r["queue"] for r in rows if r["queue"] is not None and r["on_cpu_ms"] > 0})
+        rings = sorted({r["queue"] for r in rows if r["queue"] is not None
+                        and ((r["on_cpu_ms"] or 0) > 0 or r["dispatches"] > 0)})
         summary = None
         if workers:
             summary = {
@@ -179,6 +184,11 @@ class CpuSchedFamily(ProbeFamily):
                                                      if p99 else None),
                 "submit_to_dispatch_meaning": "run-queue latency: sched_wakeup → sched_switch in",
                 "runq_wait_after_submission_total_ms": sub_total / 1e6,
+                "runq_wait_total_ms": sum(total(k)[1] for k in (SUBMIT, WAKE, PREEMPT)) / 1e6,
+                "kernel_run_delay_total_ms": _sum_or_none(
+                    [t["run_delay_ns"] for t in queue_threads], 1e6),
+                "run_delay_source": ("schedstat run_delay of the same threads over the same window: "
+                                     "the kernel's own total, a cross-check of the eBPF sum"),
                 "runq_wait_after_other_wakeup_total_ms": total(WAKE)[1] / 1e6,
                 "runq_wait_after_preemption_total_ms": total(PREEMPT)[1] / 1e6,
                 "other_wakeups": sum(t["wakeups"][WAKE] for t in queue_threads),
@@ -195,6 +205,13 @@ class CpuSchedFamily(ProbeFamily):
                    "runq_latency_hist_ns": hist.as_records(sub_hist),
                    "histogram_kind": "log2 buckets of ns: queue threads, submission wakeup → on CPU"}
         return FamilyResult(self.name, self.section, metrics, coverage)
+
+
+def _sum_or_none(values: list[int | None], scale: float) -> float | None:
+    """Sum of known values / scale; None when any is unknown (never a partial total)."""
+    if not values or any(v is None for v in values):
+        return None
+    return sum(v for v in values if v is not None) / scale
 
 
 def _thread_row(t: dict[str, Any], worker: dict[str, Any] | None) -> dict[str, Any]:
@@ -218,6 +235,8 @@ def _thread_row(t: dict[str, Any], worker: dict[str, Any] | None) -> dict[str, A
         "runq_p99_us": (p99["estimate"] / 1e3) if p99 else None,
         "runq_total_ms": total / 1e6,
         "preempt_waits": pn, "preempt_wait_total_ms": ptotal / 1e6,
-        "on_cpu_ms": t["on_cpu_ms"], "switches": t["switches"],
-        "involuntary": t["involuntary"], "cpus": sorted(set(t["cpus"])),
+        "on_cpu_ms": None if t["on_cpu_ns"] is None else t["on_cpu_ns"] / 1e6,
+        "kernel_run_delay_ms": None if t["run_delay_ns"] is None else t["run_delay_ns"] / 1e6,
+        "switches": t["switches"], "involuntary": t["involuntary"],
+        "cpus": sorted(set(t["cpus"])),
     }

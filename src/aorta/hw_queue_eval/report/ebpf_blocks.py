@@ -28,6 +28,10 @@ def render_queue_block(section: dict[str, Any] | None, console: Any) -> None:
     _line(console, "Submit→dispatch avg", fmt(section.get("submit_to_dispatch_avg_us"), ".1f", " us"))
     _line(console, "Submit→dispatch P99", fmt(section.get("submit_to_dispatch_p99_us"), ".1f", " us"))
     _line(console, "Lost events", str(section.get("lost_events")))
+    ebpf_ms, kernel_ms = section.get("runq_wait_total_ms"), section.get("kernel_run_delay_total_ms")
+    if isinstance(ebpf_ms, (int, float)) and isinstance(kernel_ms, (int, float)) and kernel_ms > 0:
+        console.print(f"  [dim]cross-check: eBPF run-queue total {ebpf_ms:.2f} ms vs the kernel's "
+                      f"schedstat run delay {kernel_ms:.2f} ms ({100 * ebpf_ms / kernel_ms:.0f}%)[/dim]")
     if section.get("summary_reason"):
         console.print(f"  [dim]{section['summary_reason']}[/dim]")
     for key in ("submissions_meaning", "dispatches_meaning", "submit_to_dispatch_meaning"):
