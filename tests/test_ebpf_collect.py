@@ -129,3 +129,21 @@ def test_probe_cost_without_bpf_programs_says_why() -> None:
 
     cost = probe_cost(os.getpid())
     assert cost["programs"] == 0 and cost["run_time_ms"] is None and cost["reason"]
+
+
+def test_queue_block_renders_unknown_counters_as_na() -> None:
+    import io
+
+    from rich.console import Console
+
+    from aorta.hw_queue_eval.report.ebpf_blocks import render_queue_block
+
+    row = {"tid": 5, "comm": "x", "queue": None, "helper_of_queue": None, "submitter": False,
+           "streams": None, "wakeups": 3, "submission_wakeups": 0, "dispatches": 3,
+           "runq_avg_us": 1.0, "runq_p99_us": None, "on_cpu_ms": None, "switches": None,
+           "involuntary": None, "cpus": []}
+    section = {"status": "ok", "total_submissions": None, "lost_events": 0,
+               "families": {"cpu_sched": {"metrics": {"threads": [row]}, "events_attached": ["e"]}}}
+    out = io.StringIO()
+    render_queue_block(section, Console(file=out, width=200))
+    assert "n/a" in out.getvalue() and "Total submissions:" in out.getvalue()

@@ -49,8 +49,8 @@ def render_queue_block(section: dict[str, Any] | None, console: Any) -> None:
                           f"{row.get('submission_wakeups', 0):>7} {row['wakeups']:>7} "
                           f"{fmt(row['runq_avg_us'], '.1f', 'us'):>9} "
                           f"{fmt(row['runq_p99_us'], '.1f', 'us'):>9} "
-                          f"{fmt(row['on_cpu_ms'], '.1f', 'ms'):>8} {row['switches']:>6} "
-                          f"{row['involuntary']:>7} {row['cpus']}")
+                          f"{fmt(row['on_cpu_ms'], '.1f', 'ms'):>8} {fmt(row['switches'], 'd'):>6} "
+                          f"{fmt(row['involuntary'], 'd'):>7} {row['cpus']}")
     for line in section.get("interpretation") or []:
         console.print(f"  • {line}")
     absent = []
