@@ -134,12 +134,13 @@ def main() -> int:
               f"{r['median_ratio_vs_plain']:>10.3f}  "
               + " ".join(f"{x:.3f}" for x in r["ratios"]))
     print(f"lost events per traced run: {[r['lost_events'] for r in results]}; cpus: {os.cpu_count()}")
+    why_not = ("--no-bpf-stats" if args.no_bpf_stats else
+               "BPF_ENABLE_STATS failed" if not timed else "fdinfo unreadable")
     for r in results:
         share = r["probe_time_median_pct"]
         print(f"{r['workload']}: time inside the BPF programs (all hits since attach, warm-up "
               f"included) = median {share:.2f}% of the window (one CPU)" if share is not None else
-              f"{r['workload']}: BPF run time not measured ("
-              f"{'--no-bpf-stats' if args.no_bpf_stats else 'BPF_ENABLE_STATS failed' if not timed else 'unreadable'})")
+              f"{r['workload']}: BPF run time not measured ({why_not})")
     if args.json_out:
         atomic_write_json(args.json_out, {"results": results})
     return 0
