@@ -137,3 +137,26 @@ def test_close_stops_worker_threads():
     backend.close()
     backend.close()
     assert not {t.name for t in threading.enumerate()} & {"aorta-hwq0", "aorta-hwq1"}
+
+
+def test_each_queue_is_one_thread_no_hidden_intra_op_teams(backend_factory):
+    import os
+
+    import torch
+
+    backend = backend_factory(3, 4)
+    x = torch.randn(384, 384)
+    for stream in backend.streams:
+        stream.launch(lambda: [torch.mm(x, x) for _ in range(5)], "mm")
+    backend.synchronize()
+    task_dir = f"/proc/{os.getpid()}/task"
+    comms = []
+    for tid in os.listdir(task_dir):
+        try:
+            with open(f"{task_dir}/{tid}/comm") as fh:
+                comms.append(fh.read().strip())
+        except OSError:
+            continue
+    # OpenMP helpers inherit the worker's name; one thread per queue means intra-op threads = 1
+    assert sorted(c for c in comms if c.startswith("aorta-hwq")) == \
+        ["aorta-hwq0", "aorta-hwq1", "aorta-hwq2"]

@@ -167,7 +167,11 @@ class Tracefs:
 
 
 def _is_tracefs(path: Path) -> bool:
-    return (path / "events").is_dir()
+    """True if `path` holds a readable events/ folder (False when permission is denied)."""
+    try:
+        return (path / "events").is_dir() and os.access(path / "events", os.R_OK | os.X_OK)
+    except OSError:  # Python < 3.12 raises PermissionError from is_dir()
+        return False
 
 
 def find_tracefs(mount_if_root: bool = True) -> tuple[Tracefs | None, str]:
@@ -185,7 +189,7 @@ def find_tracefs(mount_if_root: bool = True) -> tuple[Tracefs | None, str]:
     for candidate in TRACEFS_CANDIDATES:
         if _is_tracefs(Path(candidate)):
             return Tracefs(candidate), candidate
-    if mount_if_root and os.geteuid() == 0 and Path(TRACEFS_CANDIDATES[0]).is_dir():
+    if mount_if_root and os.geteuid() == 0 and os.path.isdir(TRACEFS_CANDIDATES[0]):
         proc = subprocess.run(["mount", "-t", "tracefs", "nodev", TRACEFS_CANDIDATES[0]],
                               capture_output=True, text=True, timeout=10, check=False)
         if proc.returncode == 0 and _is_tracefs(Path(TRACEFS_CANDIDATES[0])):

@@ -99,8 +99,13 @@ class _HardwareQueue:
         self._thread.join(timeout=30)
 
     def _run(self) -> None:
+        import torch
+
         self.tid = threading.get_native_id()
         _set_thread_name(f"aorta-hwq{self.index}")
+        # OpenMP's thread count is a per-thread setting: without this each worker would start
+        # its own team of intra-op threads and concurrency would no longer be the queue count.
+        torch.set_num_threads(self.backend.threads_per_queue)
         self._ready.set()
         while True:
             with self._cond:
