@@ -47,6 +47,7 @@ def task_counters(pids: tuple[int, ...] | list[int],
             continue
         for task in tasks:
             sched = (_read(task / "schedstat") or "").split()
+            stat = (_read(task / "stat") or "").rpartition(")")[2].split()
             status = _read(task / "status") or ""
             fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
             try:
@@ -56,6 +57,8 @@ def task_counters(pids: tuple[int, ...] | list[int],
                     "run_delay_ns": int(sched[1]) if len(sched) >= 2 else None,
                     "voluntary": int(fields["voluntary_ctxt_switches"]),
                     "involuntary": int(fields["nonvoluntary_ctxt_switches"]),
+                    # field 39 "processor": the CPU it last ran on (stat fields after the comm)
+                    "cpu": int(stat[36]) if len(stat) > 36 else None,
                 }
             except (KeyError, ValueError):
                 continue

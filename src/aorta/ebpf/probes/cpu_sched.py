@@ -35,7 +35,8 @@ class CpuSchedFamily(ProbeFamily):
     description = "CPU scheduling of queue worker threads (run-queue latency, on-CPU, preemption)"
 
     def wanted_events(self) -> list[str]:
-        return ["sched:sched_switch", "sched:sched_wakeup", "sched:sched_wakeup_new"]
+        return ["sched:sched_switch", "sched:sched_wakeup", "sched:sched_wakeup_new",
+                "sched:sched_migrate_task"]
 
     def render(self, ctx: RenderContext) -> ProbeCode:
         code = ProbeCode()
@@ -64,7 +65,9 @@ class CpuSchedFamily(ProbeFamily):
                 f"{','.join(wakeups)}\n/@cpu_sched_track[{a('pid')}]/\n{{\n"
                 f"  $p = {a('pid')};\n  $k = {kind_expr};\n"
                 "  @cpu_sched_w[$p] = (nsecs << 2) | $k;\n"
-                f"  if ({gate}) {{ @cpu_sched_wakeups[$p, $k] = count(); }}\n}}")
+                # submissions are counted where they happen; other wakeups are counted by the
+                # dispatch that consumes them (runq stats), which saves a map update per wakeup
+                f"  if ($k == {SUBMIT} && {gate}) {{ @cpu_sched_wakeups[$p, $k] = count(); }}\n}}")
         code.used_events.append("sched:sched_switch")
         # Hot path (every context switch): ctx fields read once, first (the verifier rejects ctx
         # reads after branches); the gate map holds the window start, so one lookup gives both;
@@ -87,10 +90,19 @@ class CpuSchedFamily(ProbeFamily):
             "        $w = $v >> 2;\n        $k = $v & 3;\n"
             "        if ($w < $g) { $w = $g; }\n"
             "        @cpu_sched_runq[$n, $k] = hist(nsecs - $w);\n"
-            "        @cpu_sched_runq_s[$n, $k] = stats(nsecs - $w);\n"
-            "        @cpu_sched_cpus[$n, cpu] = 1;\n      }\n"
+            "        @cpu_sched_runq_s[$n, $k] = stats(nsecs - $w);\n      }\n"
             "      delete(@cpu_sched_w[$n]);\n    }\n"
             "  }\n}")
+        migrate = ctx.event("sched", "sched_migrate_task")
+        if migrate is not None and migrate.has("pid", "dest_cpu"):
+            # CPUs used = the CPU each thread was on at window start (from /proc) plus every
+            # migration target in the window: exact, and migrations are rare (no per-switch cost)
+            code.used_events.append("sched:sched_migrate_task")
+            code.probes.append(
+                f"tracepoint:sched:sched_migrate_task\n/@cpu_sched_track[{a('pid')}] && {gate}/\n"
+                f"{{\n  @cpu_sched_cpus[{a('pid')}, {a('dest_cpu')}] = 1;\n}}")
+        else:
+            code.missing["sched:sched_migrate_task"] = "tracepoint absent: CPUs used not measured"
         code.end.extend(["clear(@cpu_sched_track);", "clear(@cpu_sched_w);"])
         return code
 
@@ -137,6 +149,11 @@ class CpuSchedFamily(ProbeFamily):
             if tid and kind and st:
                 thread(int(tid))["stats"][int(kind)] = st
         for tid, t in threads.items():
+            # non-submission wakeups are counted by the dispatch that consumed them
+            t["wakeups"][WAKE] = t["stats"][WAKE][0]
+            # CPUs: where it was at the window's edges plus every migration target in between
+            t["cpus"].extend(c for c in (start.get(tid, {}).get("cpu"), stop.get(tid, {}).get("cpu"))
+                             if c is not None)
             t["comm"] = comms.get(tid) or stop.get(tid, {}).get("comm") or start.get(tid, {}).get("comm")
             t["on_cpu_ns"] = procstat.delta(start, stop, tid, "exec_ns")
             t["run_delay_ns"] = procstat.delta(start, stop, tid, "run_delay_ns")
