@@ -20,8 +20,8 @@ from aorta.ebpf.tracefs import EventFormat
 P = "@amdmem_"
 #: Longest gap between the two hops of one SYSTEM↔VRAM move (TTM does them back to back).
 TWO_HOP_MAX_NS = 100_000_000
-#: Entries the KFD event log keeps before it is reported truncated (bpftrace's default map size).
-KFD_LOG_CAPACITY = 4096
+#: Where KFD publishes per-process facts (pasid); a module constant so tests can point elsewhere.
+KFD_PROC_ROOT = "/sys/class/kfd/kfd/proc"
 
 BO_MOVE_EVENTS = ("amdgpu:amdgpu_bo_move", "amdgpu:amdgpu_ttm_bo_move")  # second: old 4.x name
 KFD_WORKER_EVENTS = {
@@ -314,7 +314,7 @@ def _traced_kfd_ids(variant: str | None, pids: list[int]) -> tuple[set[int], dic
     if variant == "pid":
         return set(pids), {"variant": "pid", "ids": sorted(pids),
                            "how": "the events' pid field is the process's lead thread id"}
-    pasids = {pid: mm.read_kfd_pasid(pid) for pid in pids}
+    pasids = {pid: mm.read_kfd_pasid(pid, KFD_PROC_ROOT) for pid in pids}
     found = {p for p in pasids.values() if p is not None}
     ids = found | (set(pids) if variant == "mixed" else set())
     return ids, {"variant": variant, "ids": sorted(ids),
