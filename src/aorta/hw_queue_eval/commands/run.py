@@ -100,37 +100,68 @@ def run_options(func: Any) -> Any:
     return func
 
 
+TRACING_FLAGS: list[tuple[str, str, str]] = [
+    ("--ebpf-trace", "ebpf_trace",
+     "Trace driver/kernel queue activity with eBPF during the measurement window (needs root or "
+     "sudo -n; without them the run goes on and the result says why tracing is off)."),
+]
+
+
+def tracing_options(func: Any) -> Any:
+    """The eBPF flags of run-like commands (one list: issue 4 appends --ebpf-memory-trace)."""
+    for flag, dest, text in reversed(TRACING_FLAGS):
+        func = click.option(flag, dest, is_flag=True, help=text)(func)
+    return func
+
+
+def build_tracer(queue: bool, memory: bool) -> Any:
+    """The tracer for these flags (None without tracing); tells on stderr when tracing is off."""
+    if not (queue or memory):
+        return None
+    from aorta.hw_queue_eval.ebpf_tracer import make_tracer
+
+    tracer = make_tracer(queue, memory)
+    if tracer is not None and not tracer.ready.ok:
+        click.echo(f"warning: eBPF tracing is off: {tracer.ready.reason}", err=True)
+    return tracer
+
+
 @click.command("run")
 @click.argument("workload")
 @click.option("-s", "--streams", required=True, help="Number of streams, e.g. 8.")
 @run_options
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the result JSON here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result JSON on stdout.")
+@tracing_options
 def run_command(workload: str, streams: str, iterations: str, warmup: str, device: str,
                 size: str | None, sync_mode: str, seed: int, threads_per_queue: str,
-                output: str | None, as_json: bool) -> None:
+                output: str | None, as_json: bool, ebpf_trace: bool = False,
+                ebpf_memory_trace: bool = False) -> None:
     """Run WORKLOAD on N streams and measure throughput, latency and queue behaviour."""
     import json
 
     from aorta.hw_queue_eval.harness import run_benchmark
     from aorta.hw_queue_eval.report.console import make_console, render_run
+    from aorta.hw_queue_eval.report.ebpf_blocks import render_ebpf
     from aorta.hw_queue_eval.results import save_result
 
     config = build_config(workload, streams, iterations, warmup, device, size, sync_mode, seed,
                           threads_per_queue)
     if output:
         check_output_path(output)
+    tracer = build_tracer(ebpf_trace, ebpf_memory_trace)
     click.echo(f"Running {config.workload} on {config.streams} streams "
                f"({config.iterations} iterations + {config.warmup} warm-up, device {config.device})…",
                err=True)
     with _Progress() as progress:
-        result = run_benchmark(config, progress=progress).to_dict()
+        result = run_benchmark(config, tracer=tracer, progress=progress).to_dict()
     if output:
         save_result(output, result)
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
         render_run(result, make_console())
+        render_ebpf(result, make_console())
         if output:
             click.echo(f"\nresult written to {output}")
     if result["status"] != "ok":

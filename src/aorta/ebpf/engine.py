@@ -1,0 +1,178 @@
+"""The engine's front door: check readiness, build the program, run a session, make sections.
+
+Used by the benchmark's tracer (hw_queue_eval/ebpf_tracer.py) and by `ebpf-attach`, so both
+produce the same `ebpf_queue_metrics` / `ebpf_memory_metrics` layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from aorta.ebpf import marker
+from aorta.ebpf.probes.base import BpftraceDialect, FamilyResult, ProbeFamily, TraceTarget
+from aorta.ebpf.probes.registry import families_for
+from aorta.ebpf.program import Program, build_program
+from aorta.ebpf.session import SessionOutput, TraceSession, bpftrace_path, bpftrace_version, launcher
+from aorta.ebpf.tracefs import Tracefs, find_tracefs
+
+DEFAULT_DIALECT_VERSION = (0, 17, 0)
+
+
+@dataclass
+class Readiness:
+    """Whether a session can start here, with everything needed to start it."""
+
+    ok: bool
+    reason: str | None
+    bpftrace: str | None
+    version: tuple[int, int, int] | None
+    prefix: list[str] | None
+    privilege: str
+    tracefs: Tracefs | None
+    tracefs_note: str
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-safe summary for result sections."""
+        return {"path": self.bpftrace,
+                "version": ".".join(map(str, self.version)) if self.version else None,
+                "privilege": self.privilege, "tracefs": self.tracefs_note}
+
+
+def check_readiness(mount_tracefs: bool = True) -> Readiness:
+    """Find bpftrace, its version, a privilege path and tracefs; never raises, never prompts."""
+    path = bpftrace_path()
+    tracefs, note = find_tracefs(mount_if_root=mount_tracefs)
+    if path is None:
+        return Readiness(False, "bpftrace not found: install it (apt-get install bpftrace)", None,
+                         None, None, "n/a", tracefs, note)
+    version = bpftrace_version(path)
+    if version is None:
+        return Readiness(False, f"{path} --version failed: is bpftrace installed correctly?", path,
+                         None, None, "n/a", tracefs, note)
+    prefix, privilege = launcher()
+    if prefix is None:
+        return Readiness(False, privilege, path, version, None, privilege, tracefs, note)
+    if tracefs is None:
+        return Readiness(False, f"tracefs unavailable: {note}", path, version, prefix, privilege,
+                         tracefs, note)
+    return Readiness(True, None, path, version, prefix, privilege, tracefs, note)
+
+
+def dialect_for(version: tuple[int, int, int] | None) -> BpftraceDialect:
+    """Syntax for this bpftrace (0.17 syntax when the version is unknown)."""
+    return BpftraceDialect(version or DEFAULT_DIALECT_VERSION)
+
+
+def make_program(queue: bool, memory: bool, target: TraceTarget, tracefs: Tracefs,
+                 version: tuple[int, int, int] | None, token: int | None = None,
+                 families: list[ProbeFamily] | None = None) -> Program:
+    """Render the one program a run with these flags loads (also what --show-script prints)."""
+    chosen = families if families is not None else families_for(queue, memory)
+    return build_program(chosen, target, tracefs, dialect_for(version),
+                         token if token is not None else marker.new_token())
+
+
+def start_session(program: Program, ready: Readiness, attach_timeout_s: float = 60.0) -> TraceSession:
+    """Spawn bpftrace for `program` and wait for the handshake (raises SessionError)."""
+    assert ready.bpftrace is not None and ready.prefix is not None
+    session = TraceSession(program, ready.bpftrace, ready.prefix)
+    session.start(attach_timeout_s)
+    return session
+
+
+def collect_results(program: Program, output: SessionOutput,
+                    context: dict[str, Any]) -> list[FamilyResult]:
+    """Route printed maps to families by prefix; a family failing to collect reports an error."""
+    results = []
+    for family in program.families:
+        prefix = f"@{family.name}_"
+        maps = {k: v for k, v in output.maps.items() if k.startswith(prefix)}
+        try:
+            results.append(family.collect(maps, context))
+        except Exception as exc:  # one family's bug must not hide the others' numbers
+            results.append(FamilyResult(family.name, family.section, {},
+                                        {"error": f"collect failed: {type(exc).__name__}: {exc}"}))
+    return results
+
+
+def window_info(output: SessionOutput) -> dict[str, Any]:
+    """The traced window as the kernel saw it (CLOCK_MONOTONIC ns)."""
+    start = output.maps.get("@aorta_window_start_ns")
+    stop = output.maps.get("@aorta_window_stop_ns")
+    ok = isinstance(start, int) and isinstance(stop, int) and stop >= start > 0
+    return {"start_monotonic_ns": start if ok else None, "stop_monotonic_ns": stop if ok else None,
+            "duration_ms": (stop - start) / 1e6 if ok else None,
+            "gate": "prctl marker syscalls from the tracer (see docs/ebpf.md)"}
+
+
+def build_sections(program: Program, output: SessionOutput, results: list[FamilyResult],
+                   ready: Readiness, queue: bool, memory: bool) -> dict[str, Any]:
+    """`ebpf_queue_metrics` / `ebpf_memory_metrics` for the requested modes."""
+    sections: dict[str, Any] = {}
+    for wanted, section, key in ((queue, "queue", "ebpf_queue_metrics"),
+                                 (memory, "memory", "ebpf_memory_metrics")):
+        if wanted:
+            sections[key] = _section(program, output, [r for r in results if r.section == section],
+                                     ready, section)
+    return sections
+
+
+def _section(program: Program, output: SessionOutput, results: list[FamilyResult],
+             ready: Readiness, section: str) -> dict[str, Any]:
+    families: dict[str, Any] = {}
+    summary: dict[str, Any] = {}
+    for r in results:
+        families[r.family] = {"metrics": r.metrics, "coverage": r.coverage,
+                              "events_attached": program.used_events.get(r.family, []),
+                              "events_missing": program.missing.get(r.family, {})}
+        fam_summary = r.metrics.get("summary") if isinstance(r.metrics, dict) else None
+        if isinstance(fam_summary, dict):
+            if section == "memory":
+                summary.update(fam_summary)
+            elif not summary and _has_events(fam_summary):
+                summary = dict(fam_summary)
+    lost = output.lost_events
+    body: dict[str, Any] = {
+        "status": "ok" if output.exit_code in (0, None) or output.stop_signal else "error",
+        "error": None,
+        **summary,
+        "lost_events": lost,
+        "lost_event_records": output.lost_records,
+        "families": families,
+        "probes_attached": output.attached_probes,
+        "events_attached": sorted({e for r in results for e in program.used_events.get(r.family, [])}),
+        "bpftrace": ready.describe(),
+        "window": window_info(output),
+        "attach_s": output.attach_s,
+        "stop_s": output.stop_s,
+        "stderr": output.stderr[-20:],
+        "coverage": [f"{r.family}: {r.coverage.get('statement') or r.coverage.get('covered')}"
+                     for r in results if r.coverage],
+    }
+    if section == "queue" and not summary:
+        body.update({"total_submissions": None, "total_dispatches": None, "hw_rings_used": None,
+                     "submit_to_dispatch_avg_us": None, "submit_to_dispatch_p99_us": None,
+                     "summary_reason": "no queue family saw submissions of the traced processes "
+                                       "(see families.*.coverage)"})
+    if lost:
+        body["warning"] = f"{lost} events lost: aggregates are incomplete"
+    return body
+
+
+def _has_events(summary: dict[str, Any]) -> bool:
+    return bool(summary.get("total_submissions") or summary.get("total_dispatches")
+                or summary.get("hw_rings_used"))
+
+
+def unavailable_sections(reason: str, queue: bool, memory: bool, status: str = "unavailable",
+                         ready: Readiness | None = None) -> dict[str, Any]:
+    """Sections that say why tracing did not happen (never zeros)."""
+    body = {"status": status, "error": reason,
+            "bpftrace": ready.describe() if ready else None}
+    out: dict[str, Any] = {}
+    if queue:
+        out["ebpf_queue_metrics"] = dict(body)
+    if memory:
+        out["ebpf_memory_metrics"] = dict(body)
+    return out

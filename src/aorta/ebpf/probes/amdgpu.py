@@ -1,0 +1,114 @@
+"""AMD DRM command-submission path: amdgpu_cs_ioctl → amdgpu_sched_run_job → fence signalled.
+
+Joined by the scheduler fence (context, seqno) when both events carry them (all known kernels),
+else by sched_job_id; never by thread id (run_job fires in the scheduler's thread) and never by
+arrival order. Rings are names (str()); on ≤5.4 kernels the ring is a `char *` and is reported as
+"n/a". run_job events with no traced submission are counted apart (kernel-internal SDMA work such
+as buffer moves and clears, or other processes).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aorta.ebpf import hist
+from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext
+from aorta.ebpf.probes.common import KERNEL_BYPASS, both, int_key, text
+
+
+class AmdgpuFamily(ProbeFamily):
+    """Submissions, dispatches and submit→dispatch→done latency of amdgpu DRM jobs."""
+
+    name = "amdgpu"
+    section = "queue"
+    description = "amdgpu DRM jobs: cs_ioctl → sched_run_job → dma_fence_signaled"
+
+    def wanted_events(self) -> list[str]:
+        return ["amdgpu:amdgpu_cs_ioctl", "amdgpu:amdgpu_sched_run_job",
+                "dma_fence:dma_fence_signaled"]
+
+    def render(self, ctx: RenderContext) -> ProbeCode:
+        code = ProbeCode()
+        cs, run = ctx.event("amdgpu", "amdgpu_cs_ioctl"), ctx.event("amdgpu", "amdgpu_sched_run_job")
+        if cs is None or run is None:
+            for ev, fmt in (("amdgpu:amdgpu_cs_ioctl", cs), ("amdgpu:amdgpu_sched_run_job", run)):
+                code.missing[ev] = "tracepoint absent (no amdgpu driver loaded)" if fmt is None \
+                    else "unused: its partner event is absent"
+            code.missing["dma_fence:dma_fence_signaled"] = "unused without amdgpu events"
+            return code
+        key_cs, key_run = int_key(ctx, cs, "context", "seqno"), int_key(ctx, run, "context", "seqno")
+        if key_cs is None or key_run is None:
+            key_cs, key_run = (int_key(ctx, cs, "sched_job_id", mask32=False),
+                              int_key(ctx, run, "sched_job_id", mask32=False))
+        if key_cs is None or key_run is None:
+            code.missing["amdgpu:amdgpu_cs_ioctl"] = "no join key (context/seqno or sched_job_id)"
+            return code
+        ring_cs, ring_run = text(ctx, cs, "ring", "ring_name"), text(ctx, run, "ring", "ring_name")
+        code.used_events += ["amdgpu:amdgpu_cs_ioctl", "amdgpu:amdgpu_sched_run_job"]
+        code.probes.append(
+            f"tracepoint:amdgpu:amdgpu_cs_ioctl\n/{both(ctx.pid_filter, ctx.gate)}/\n{{\n"
+            f"  @amdgpu_submit_ts[{key_cs}] = nsecs;\n"
+            f"  @amdgpu_submits[{ring_cs}] = count();\n}}")
+        run_done_key = int_key(ctx, run, "context", "seqno")
+        remember = f"    @amdgpu_run_ts[{run_done_key}] = nsecs;\n" if run_done_key else ""
+        code.probes.append(
+            f"tracepoint:amdgpu:amdgpu_sched_run_job\n/{ctx.gate}/\n{{\n"
+            f"  $t = @amdgpu_submit_ts[{key_run}];\n"
+            "  if ($t) {\n"
+            "    @amdgpu_s2d_hist = hist(nsecs - $t);\n"
+            "    @amdgpu_s2d = stats(nsecs - $t);\n"
+            f"    @amdgpu_dispatches[{ring_run}] = count();\n"
+            f"    delete(@amdgpu_submit_ts[{key_run}]);\n{remember}"
+            "  } else {\n"
+            f"    @amdgpu_internal_jobs[{ring_run}] = count();\n"
+            "  }\n}")
+        fence = ctx.event("dma_fence", "dma_fence_signaled")
+        fence_key = int_key(ctx, fence, "context", "seqno") if fence is not None else None
+        if run_done_key and fence_key:
+            code.used_events.append("dma_fence:dma_fence_signaled")
+            code.probes.append(
+                f"tracepoint:dma_fence:dma_fence_signaled\n/{ctx.gate}/\n{{\n"
+                f"  $r = @amdgpu_run_ts[{fence_key}];\n"
+                "  if ($r) {\n"
+                "    @amdgpu_d2c_hist = hist(nsecs - $r);\n"
+                "    @amdgpu_d2c = stats(nsecs - $r);\n"
+                f"    delete(@amdgpu_run_ts[{fence_key}]);\n  }}\n}}")
+        else:
+            code.missing["dma_fence:dma_fence_signaled"] = (
+                "tracepoint absent" if fence is None else "no (context, seqno) to join completions")
+        code.end += ["clear(@amdgpu_submit_ts);", "clear(@amdgpu_run_ts);"]
+        return code
+
+    def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
+        submits = {k: int(v) for k, v in hist.keyed(maps.get("@amdgpu_submits")).items()}
+        dispatches = {k: int(v) for k, v in hist.keyed(maps.get("@amdgpu_dispatches")).items()}
+        internal = {k: int(v) for k, v in hist.keyed(maps.get("@amdgpu_internal_jobs")).items()}
+        s2d = hist.stats(maps.get("@amdgpu_s2d"))
+        d2c = hist.stats(maps.get("@amdgpu_d2c"))
+        p99 = hist.percentile(hist.buckets(maps.get("@amdgpu_s2d_hist")), 0.99)
+        summary = {
+            "source": "amdgpu",
+            "total_submissions": sum(submits.values()),
+            "submissions_meaning": "amdgpu_cs_ioctl of the traced processes (DRM command submission)",
+            "total_dispatches": sum(dispatches.values()),
+            "dispatches_meaning": "amdgpu_sched_run_job joined to a traced submission by fence",
+            "hw_rings_used": sorted(dispatches),
+            "hw_rings_meaning": "ring names of dispatched traced jobs",
+            "submit_to_dispatch_avg_us": s2d[1] / s2d[0] / 1e3 if s2d and s2d[0] else None,
+            "submit_to_dispatch_p99_us": p99["estimate"] / 1e3 if p99 else None,
+            "submit_to_dispatch_meaning": "amdgpu_cs_ioctl → amdgpu_sched_run_job, same fence",
+        }
+        metrics = {
+            "summary": summary, "submissions_per_ring": submits, "dispatches_per_ring": dispatches,
+            "jobs_without_traced_submission": internal,
+            "dispatch_to_done_avg_us": d2c[1] / d2c[0] / 1e3 if d2c and d2c[0] else None,
+            "dispatch_to_done_count": d2c[0] if d2c else 0,
+        }
+        coverage = {
+            "source": "amdgpu tracepoints (amdgpu_cs_ioctl, amdgpu_sched_run_job) + dma_fence_signaled",
+            "covered": "DRM command submissions (graphics, video, libdrm) of the traced processes",
+            "statement": (f"{KERNEL_BYPASS}. amdgpu_cs_ioctl sees only DRM submissions; jobs "
+                          "without a traced submission (kernel SDMA work, other processes) are "
+                          "counted apart."),
+        }
+        return FamilyResult(self.name, self.section, metrics, coverage)

@@ -1,0 +1,118 @@
+"""Generic DRM GPU scheduler (any driver using drm_sched): job queued → run → done.
+
+Two naming generations, probed at start-up: drm_sched_job / drm_run_job / drm_sched_process_job
+(join: sched job id, then the fence pointer as an identity) and, on ~6.17+, drm_sched_job_queue /
+drm_sched_job_run / drm_sched_job_done (join: fence_context, fence_seqno). Queueing fires in the
+submitting process (pid filter applies); run and done fire in scheduler workers (no pid filter:
+joined to traced jobs only, the rest counted apart).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aorta.ebpf import hist
+from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext
+from aorta.ebpf.probes.common import KERNEL_BYPASS, both, int_key, ptr_key, text
+
+OLD = ("drm_sched_job", "drm_run_job", "drm_sched_process_job")
+NEW = ("drm_sched_job_queue", "drm_sched_job_run", "drm_sched_job_done")
+
+
+class GpuSchedulerFamily(ProbeFamily):
+    """Queue → run → done of drm_sched jobs, per ring name."""
+
+    name = "gpu_scheduler"
+    section = "queue"
+    description = "generic DRM scheduler jobs (old and new tracepoint names)"
+
+    def wanted_events(self) -> list[str]:
+        return [f"gpu_scheduler:{e}" for e in (*NEW, *OLD)]
+
+    def render(self, ctx: RenderContext) -> ProbeCode:
+        code = ProbeCode()
+        for names in (NEW, OLD):
+            fmts = [ctx.event("gpu_scheduler", n) for n in names]
+            if fmts[0] is not None and fmts[1] is not None:
+                self._render(ctx, code, names, fmts)
+                other = OLD if names is NEW else NEW
+                for n in other:
+                    code.missing[f"gpu_scheduler:{n}"] = "other naming generation (not on this kernel)"
+                return code
+        for n in (*NEW, *OLD):
+            code.missing[f"gpu_scheduler:{n}"] = "tracepoint absent (no drm_sched driver loaded)"
+        return code
+
+    def _render(self, ctx: RenderContext, code: ProbeCode, names: tuple[str, ...],
+                fmts: list[Any]) -> None:
+        queue_fmt, run_fmt, done_fmt = fmts
+        if names is NEW:
+            key_q = int_key(ctx, queue_fmt, "fence_context", "fence_seqno", mask32=False)
+            key_r = int_key(ctx, run_fmt, "fence_context", "fence_seqno", mask32=False)
+            done_key_r = key_r
+            done_key = (int_key(ctx, done_fmt, "fence_context", "fence_seqno", mask32=False)
+                        if done_fmt is not None else None)
+        else:
+            key_q = int_key(ctx, queue_fmt, "id", mask32=False)
+            key_r = int_key(ctx, run_fmt, "id", mask32=False)
+            done_key_r = ptr_key(ctx, run_fmt, "fence")
+            done_key = ptr_key(ctx, done_fmt, "fence") if done_fmt is not None else None
+        if key_q is None or key_r is None:
+            code.missing[f"gpu_scheduler:{names[0]}"] = "no job identity field to join on"
+            return
+        ring_q, ring_r = text(ctx, queue_fmt, "name"), text(ctx, run_fmt, "name")
+        code.used_events += [f"gpu_scheduler:{names[0]}", f"gpu_scheduler:{names[1]}"]
+        code.probes.append(
+            f"tracepoint:gpu_scheduler:{names[0]}\n/{both(ctx.pid_filter, ctx.gate)}/\n{{\n"
+            f"  @gpu_scheduler_queue_ts[{key_q}] = nsecs;\n"
+            f"  @gpu_scheduler_queued[{ring_q}] = count();\n}}")
+        remember = (f"    @gpu_scheduler_run_ts[{done_key_r}] = nsecs;\n"
+                    if done_key_r and done_key else "")
+        code.probes.append(
+            f"tracepoint:gpu_scheduler:{names[1]}\n/{ctx.gate}/\n{{\n"
+            f"  $t = @gpu_scheduler_queue_ts[{key_r}];\n"
+            "  if ($t) {\n"
+            "    @gpu_scheduler_q2r_hist = hist(nsecs - $t);\n"
+            "    @gpu_scheduler_q2r = stats(nsecs - $t);\n"
+            f"    @gpu_scheduler_run[{ring_r}] = count();\n"
+            f"    delete(@gpu_scheduler_queue_ts[{key_r}]);\n{remember}"
+            "  } else {\n"
+            f"    @gpu_scheduler_untraced_jobs[{ring_r}] = count();\n  }}\n}}")
+        if done_key_r and done_key:
+            code.used_events.append(f"gpu_scheduler:{names[2]}")
+            code.probes.append(
+                f"tracepoint:gpu_scheduler:{names[2]}\n/{ctx.gate}/\n{{\n"
+                f"  $r = @gpu_scheduler_run_ts[{done_key}];\n"
+                "  if ($r) {\n"
+                "    @gpu_scheduler_r2d = stats(nsecs - $r);\n"
+                f"    delete(@gpu_scheduler_run_ts[{done_key}]);\n  }}\n}}")
+        else:
+            code.missing[f"gpu_scheduler:{names[2]}"] = "absent or no fence identity to join"
+        code.end += ["clear(@gpu_scheduler_queue_ts);", "clear(@gpu_scheduler_run_ts);"]
+
+    def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
+        queued = {k: int(v) for k, v in hist.keyed(maps.get("@gpu_scheduler_queued")).items()}
+        run = {k: int(v) for k, v in hist.keyed(maps.get("@gpu_scheduler_run")).items()}
+        untraced = {k: int(v) for k, v in hist.keyed(maps.get("@gpu_scheduler_untraced_jobs")).items()}
+        q2r = hist.stats(maps.get("@gpu_scheduler_q2r"))
+        r2d = hist.stats(maps.get("@gpu_scheduler_r2d"))
+        p99 = hist.percentile(hist.buckets(maps.get("@gpu_scheduler_q2r_hist")), 0.99)
+        summary = {
+            "source": "gpu_scheduler",
+            "total_submissions": sum(queued.values()),
+            "submissions_meaning": "drm_sched jobs queued by the traced processes",
+            "total_dispatches": sum(run.values()),
+            "dispatches_meaning": "those jobs handed to the hardware ring (run)",
+            "hw_rings_used": sorted(run),
+            "hw_rings_meaning": "scheduler (ring) names of dispatched traced jobs",
+            "submit_to_dispatch_avg_us": q2r[1] / q2r[0] / 1e3 if q2r and q2r[0] else None,
+            "submit_to_dispatch_p99_us": p99["estimate"] / 1e3 if p99 else None,
+            "submit_to_dispatch_meaning": "job queued → job run, same job identity",
+        }
+        metrics = {"summary": summary, "queued_per_ring": queued, "run_per_ring": run,
+                   "jobs_without_traced_submission": untraced,
+                   "run_to_done_avg_us": r2d[1] / r2d[0] / 1e3 if r2d and r2d[0] else None}
+        coverage = {"source": "gpu_scheduler tracepoints",
+                    "covered": "drm_sched jobs of the traced processes (any DRM driver)",
+                    "statement": f"{KERNEL_BYPASS}; drm_sched sees only kernel-submitted jobs."}
+        return FamilyResult(self.name, self.section, metrics, coverage)

@@ -1,0 +1,143 @@
+"""Assemble ONE bpftrace program from every requested probe family (pure text; nothing runs).
+
+Layout: BEGIN (traced pids, family maps) → first handshake probe → window-gate marker → child
+follower → every family's probes → second handshake probe → END. bpftrace attaches probes in
+declaration order in one direction (forward or backward, depending on the probe type); all probes
+here are tracepoints, so whichever of the two handshake probes is attached last, once *both* have
+answered a PING every probe between them is live. That is the readiness handshake; BEGIN is not
+(bpftrace runs BEGIN before attaching the other probes).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from aorta.ebpf import marker
+from aorta.ebpf.probes.base import BpftraceDialect, ProbeCode, ProbeFamily, RenderContext, TraceTarget
+from aorta.ebpf.tracefs import Tracefs
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")
+GATE = "@aorta_gate == 1"
+WINDOW_START_MAP = "@aorta_window_start_ns"
+WINDOW_STOP_MAP = "@aorta_window_stop_ns"
+PIDS_MAP = "@aorta_pids"
+READY_TEXT = "aorta_ready"
+HANDSHAKE_IDS = (1, 2)
+ENGINE_PREFIX = "aorta_"
+
+
+class ProgramError(Exception):
+    """The program cannot be built on this machine (no marker syscall tracepoint, bad input)."""
+
+
+@dataclass
+class Program:
+    """The text bpftrace will load, plus what each family attached or could not."""
+
+    text: str
+    token: int
+    families: list[ProbeFamily]
+    used_events: dict[str, list[str]] = field(default_factory=dict)
+    missing: dict[str, dict[str, str]] = field(default_factory=dict)
+    marker_event: str = ""
+    probe_blocks: int = 0
+
+
+def validate_target(target: TraceTarget) -> None:
+    """Pids and thread ids must be positive ints: they are pasted into bpftrace code."""
+    for value in (*target.pids, *target.thread_labels):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ProgramError(f"invalid pid/tid {value!r}: must be a positive integer")
+
+
+def validate_family(family: ProbeFamily) -> None:
+    """Family names become map prefixes: letters, digits, underscore; `aorta_` is the engine's."""
+    if not NAME_RE.match(family.name or "") or family.name.startswith(ENGINE_PREFIX) \
+            or family.name == "aorta":
+        raise ProgramError(f"invalid probe family name {family.name!r}")
+    if family.section not in ("queue", "memory"):
+        raise ProgramError(f"family {family.name}: section must be 'queue' or 'memory'")
+
+
+def render_context(tracefs: Tracefs, dialect: BpftraceDialect, target: TraceTarget) -> RenderContext:
+    """The context families render with: pid filter over @aorta_pids, gate over @aorta_gate."""
+    pid_filter = f"{PIDS_MAP}[pid]" if target.pids else "1"
+    return RenderContext(tracefs=tracefs, dialect=dialect, target=target, pid_filter=pid_filter,
+                         gate=GATE)
+
+
+def _handshake_block(probe: marker.MarkerProbe, ident: int) -> str:
+    return (f"{probe.attach}\n/{probe.match_expr} && {probe.command_expr} == {marker.PING}/\n"
+            f"{{\n  printf(\"{READY_TEXT} {ident}\\n\");\n}}")
+
+
+def _gate_block(probe: marker.MarkerProbe) -> str:
+    cmd = probe.command_expr
+    return (f"{probe.attach}\n/{probe.match_expr}/\n{{\n"
+            f"  if ({cmd} == {marker.WINDOW_START}) {{ {WINDOW_START_MAP} = nsecs; @aorta_gate = 1; }}\n"
+            f"  if ({cmd} == {marker.WINDOW_STOP}) {{ @aorta_gate = 0; {WINDOW_STOP_MAP} = nsecs; }}\n}}")
+
+
+def _follow_children_block(ctx: RenderContext) -> str | None:
+    fmt = ctx.event("sched", "sched_process_fork")
+    if fmt is None or not fmt.has("child_pid"):
+        return None
+    # Runs in the parent: `pid` is the parent's tgid. A new thread's tid lands in the map too,
+    # which is harmless (it is never a tgid of another process).
+    return (f"tracepoint:sched:sched_process_fork\n/{PIDS_MAP}[pid]/\n{{\n"
+            f"  {PIDS_MAP}[{ctx.dialect.arg('child_pid')}] = 1;\n}}")
+
+
+def build_program(families: list[ProbeFamily], target: TraceTarget, tracefs: Tracefs,
+                  dialect: BpftraceDialect, token: int) -> Program:
+    """Render every family against `tracefs` into one program; raise ProgramError if impossible."""
+    validate_target(target)
+    probe = marker.marker_probe(tracefs, dialect, token)
+    if probe is None:
+        raise ProgramError("no syscall tracepoint for the window marker (syscalls:sys_enter_prctl "
+                           "or raw_syscalls:sys_enter): kernel built without CONFIG_FTRACE_SYSCALLS")
+    ctx = render_context(tracefs, dialect, target)
+    program = Program(text="", token=token, families=list(families), marker_event=probe.event)
+    begin = [f"  {PIDS_MAP}[{p}] = 1;" for p in target.pids]
+    blocks: list[str] = [_handshake_block(probe, HANDSHAKE_IDS[0]), _gate_block(probe)]
+    if target.pids and target.follow_children:
+        follow = _follow_children_block(ctx)
+        if follow:
+            blocks.append(follow)
+    end: list[str] = []
+    for family in families:
+        validate_family(family)
+        try:
+            code = family.render(ctx)
+        except Exception as exc:  # a family bug lowers coverage; it never stops the others
+            program.missing[family.name] = {"*": f"render failed: {type(exc).__name__}: {exc}"}
+            program.used_events[family.name] = []
+            continue
+        _check_maps(family, code)
+        program.used_events[family.name] = list(code.used_events)
+        program.missing[family.name] = dict(code.missing)
+        begin.extend(f"  {line}" for line in code.begin)
+        blocks.extend(code.probes)
+        end.extend(f"  {line}" for line in code.end)
+    blocks.append(_handshake_block(probe, HANDSHAKE_IDS[1]))
+    header = (f"// aorta: one program for families {', '.join(f.name for f in families) or '(none)'}\n"
+              f"// window gate: prctl({marker.MAGIC:#x}, cmd, {token}) via {probe.event}")
+    parts = [header, "BEGIN\n{\n" + "\n".join(begin or ["  @aorta_gate = 0;"]) + "\n}"]
+    parts.extend(blocks)
+    parts.append("END\n{\n" + "\n".join(end or ["  @aorta_gate = 0;"]) + "\n}")
+    program.text = "\n\n".join(parts) + "\n"
+    program.probe_blocks = len(blocks)
+    return program
+
+
+_MAP_RE = re.compile(r"@([A-Za-z0-9_]+)")
+
+
+def _check_maps(family: ProbeFamily, code: ProbeCode) -> None:
+    """Every map a family writes must carry its prefix (the engine routes printed maps by it)."""
+    text = "\n".join([*code.probes, *code.begin, *code.end])
+    for name in _MAP_RE.findall(text):
+        if not (name.startswith(f"{family.name}_") or name.startswith(ENGINE_PREFIX)):
+            raise ProgramError(f"family {family.name} uses map @{name} without its prefix "
+                               f"@{family.name}_")

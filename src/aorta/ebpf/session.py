@@ -1,0 +1,308 @@
+"""Run one bpftrace program: spawn, readiness handshake, window gate, JSON stream, lost events, stop.
+
+* Spawn: `bpftrace -f json FILE` as root, or `sudo -n bpftrace …` otherwise (fails fast when sudo
+  would prompt). As root the command is wrapped in `setpriv --pdeathsig TERM` where available, so
+  a hard-killed parent never leaves a root bpftrace behind.
+* Ready: PING marker syscalls until both handshake probes answer (see `program.py`); no sleeps.
+* Parse: a reader thread decodes every JSON record while bpftrace runs (maps, histograms, stats,
+  printf, `lost_events`); the text form "Lost N events" is counted too; the RLIMIT_MEMLOCK notice
+  on stderr is harmless and dropped.
+* Stop: SIGINT (END runs, maps print), then SIGTERM, then SIGKILL after timeouts. The temp file
+  holding the program is removed as soon as bpftrace has loaded it, and again on every exit path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aorta.ebpf import marker
+from aorta.ebpf.program import HANDSHAKE_IDS, READY_TEXT, Program
+
+HARMLESS_STDERR = (re.compile(r"RLIMIT_MEMLOCK"), re.compile(r"^\s*$"))
+_LOST_TEXT = re.compile(r"Lost (\d+) events")
+_VERSION_RE = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+class SessionError(Exception):
+    """bpftrace could not be started or did not become ready (message says why and how to fix)."""
+
+
+def bpftrace_path() -> str | None:
+    """The bpftrace executable on PATH (or $BPFTRACE), None when absent."""
+    override = os.environ.get("BPFTRACE")
+    if override:
+        return override if os.access(override, os.X_OK) else None
+    return shutil.which("bpftrace")
+
+
+def bpftrace_version(path: str) -> tuple[int, int, int] | None:
+    """(major, minor, patch) from `bpftrace --version`, None if it cannot be run."""
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10,
+                             check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = _VERSION_RE.search(out)
+    if not match:
+        return None
+    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
+
+
+def sudo_works() -> tuple[bool, str]:
+    """Whether `sudo -n` runs commands without a password prompt (checked, never prompts)."""
+    sudo = shutil.which("sudo")
+    if sudo is None:
+        return False, "sudo not installed"
+    try:
+        proc = subprocess.run([sudo, "-n", "true"], capture_output=True, text=True, timeout=10,
+                              check=False, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"sudo -n failed: {exc}"
+    if proc.returncode != 0:
+        return False, f"sudo -n needs a password ({proc.stderr.strip() or 'exit ' + str(proc.returncode)})"
+    return True, "sudo -n works"
+
+
+def launcher() -> tuple[list[str] | None, str]:
+    """Command prefix to run bpftrace with the needed privileges, or None with the reason."""
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        return ([setpriv, "--pdeathsig", "TERM"] if setpriv else []), "root"
+    ok, why = sudo_works()
+    if ok:
+        return [shutil.which("sudo") or "sudo", "-n"], "sudo -n"
+    return None, f"not root and {why}: run with sudo (eBPF needs root or CAP_BPF+CAP_PERFMON)"
+
+
+@dataclass
+class SessionOutput:
+    """Everything bpftrace reported: printed maps by name, lost events, diagnostics."""
+
+    maps: dict[str, Any] = field(default_factory=dict)
+    lost_events: int = 0
+    lost_records: int = 0
+    attached_probes: int | None = None
+    printf: list[str] = field(default_factory=list)
+    stderr: list[str] = field(default_factory=list)
+    exit_code: int | None = None
+    stop_signal: str | None = None
+    attach_s: float | None = None
+    stop_s: float | None = None
+
+
+class TraceSession:
+    """One bpftrace process carrying one assembled Program."""
+
+    def __init__(self, program: Program, bpftrace: str, prefix: list[str],
+                 env: dict[str, str] | None = None) -> None:
+        self.program = program
+        self.bpftrace = bpftrace
+        self.prefix = list(prefix)
+        self.env = env or {}
+        self.output = SessionOutput()
+        self._proc: subprocess.Popen[str] | None = None
+        self._tmpdir: str | None = None
+        self._readers: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._ready: set[int] = set()
+        self._ready_event = threading.Event()
+        self._window_open = False
+
+    # -- start -------------------------------------------------------------------------------
+    def start(self, timeout_s: float = 60.0) -> None:
+        """Spawn bpftrace and block until every probe is attached (handshake) or raise."""
+        t0 = time.monotonic()
+        self._tmpdir = tempfile.mkdtemp(prefix="aorta-bpf-")
+        script = Path(self._tmpdir) / "program.bt"
+        fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(self.program.text)
+        env = {**os.environ, **self.env}
+        cmd = [*self.prefix, self.bpftrace, "-f", "json", str(script)]
+        try:
+            self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True, bufsize=1, env=env,
+                                          start_new_session=True)
+        except OSError as exc:
+            self._cleanup_files()
+            raise SessionError(f"cannot start bpftrace: {exc}") from None
+        self._readers = [threading.Thread(target=self._read_stdout, daemon=True),
+                         threading.Thread(target=self._read_stderr, daemon=True)]
+        for reader in self._readers:
+            reader.start()
+        try:
+            self._handshake(t0 + timeout_s)
+        except BaseException:
+            self.abort()
+            raise
+        self._cleanup_files()
+        self.output.attach_s = time.monotonic() - t0
+
+    def _handshake(self, deadline: float) -> None:
+        assert self._proc is not None
+        while not self._ready_event.is_set():
+            if self._proc.poll() is not None:
+                self._join_readers(5)
+                raise SessionError("bpftrace exited before its probes were live: "
+                                   + (self._error_text() or f"exit {self._proc.returncode}"))
+            if time.monotonic() > deadline:
+                raise SessionError("bpftrace did not become ready in time (probes not attached); "
+                                   + (self._error_text() or "no error printed"))
+            marker.send(marker.PING, self.program.token)
+            self._ready_event.wait(0.005)
+
+    # -- window ------------------------------------------------------------------------------
+    def window_start(self) -> None:
+        """Open the gate: from now on families count events."""
+        marker.send(marker.WINDOW_START, self.program.token)
+        self._window_open = True
+
+    def window_stop(self) -> None:
+        """Close the gate."""
+        if self._window_open:
+            marker.send(marker.WINDOW_STOP, self.program.token)
+            self._window_open = False
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    # -- stop --------------------------------------------------------------------------------
+    def stop(self, timeout_s: float = 15.0) -> SessionOutput:
+        """SIGINT, wait for END's maps; escalate to SIGTERM then SIGKILL. Returns the output."""
+        t0 = time.monotonic()
+        self.window_stop()
+        proc = self._proc
+        if proc is not None:
+            for sig, wait_s in ((signal.SIGINT, timeout_s), (signal.SIGTERM, 5.0),
+                                (signal.SIGKILL, 5.0)):
+                if proc.poll() is not None:
+                    break
+                self.output.stop_signal = sig.name
+                self._signal(sig)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(wait_s)
+            self._join_readers(10)
+            self.output.exit_code = proc.returncode
+        self._cleanup_files()
+        self.output.stop_s = time.monotonic() - t0
+        return self.output
+
+    def abort(self) -> None:
+        """Stop without caring for the output (exceptions, Ctrl+C); never leaves bpftrace behind."""
+        with contextlib.suppress(Exception):
+            self.stop(timeout_s=3.0)
+        self._cleanup_files()
+
+    def _signal(self, sig: signal.Signals) -> None:
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        if sig == signal.SIGKILL and self.prefix[:1] and self.prefix[0].endswith("sudo"):
+            # Killing only sudo would orphan a root bpftrace: kill its children through sudo first.
+            for child in _children(proc.pid):
+                subprocess.run(["sudo", "-n", "kill", "-KILL", str(child)], capture_output=True,
+                               timeout=10, check=False)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(proc.pid, sig)
+
+    # -- output parsing ----------------------------------------------------------------------
+    def _read_stdout(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        for line in self._proc.stdout:
+            self.handle_line(line)
+
+    def _read_stderr(self) -> None:
+        assert self._proc is not None and self._proc.stderr is not None
+        for line in self._proc.stderr:
+            self.handle_stderr(line)
+
+    def handle_line(self, line: str) -> None:
+        """Decode one stdout line (a JSON record, or text from an older bpftrace)."""
+        line = line.strip()
+        if not line:
+            return
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            self._text_line(line)
+            return
+        if not isinstance(record, dict):
+            return
+        kind, data = record.get("type"), record.get("data")
+        with self._lock:
+            if kind in ("map", "hist", "stats") and isinstance(data, dict):
+                self.output.maps.update(data)
+            elif kind == "lost_events" and isinstance(data, dict):
+                self.output.lost_events += int(data.get("events", 0))
+                self.output.lost_records += 1
+            elif kind == "attached_probes" and isinstance(data, dict):
+                self.output.attached_probes = data.get("probes")
+            elif kind == "printf" and isinstance(data, str):
+                self._printf(data)
+
+    def _text_line(self, line: str) -> None:
+        match = _LOST_TEXT.search(line)
+        with self._lock:
+            if match:
+                self.output.lost_events += int(match.group(1))
+                self.output.lost_records += 1
+            else:
+                self.output.stderr.append(f"stdout: {line}")
+
+    def _printf(self, text: str) -> None:
+        for part in text.splitlines():
+            words = part.split()
+            if len(words) == 2 and words[0] == READY_TEXT and words[1].isdigit():
+                self._ready.add(int(words[1]))
+                if self._ready >= set(HANDSHAKE_IDS):
+                    self._ready_event.set()
+            elif part.strip():
+                self.output.printf.append(part)
+
+    def handle_stderr(self, line: str) -> None:
+        """Keep stderr lines that matter; count 'Lost N events'; drop the RLIMIT_MEMLOCK notice."""
+        match = _LOST_TEXT.search(line)
+        if match:
+            with self._lock:
+                self.output.lost_events += int(match.group(1))
+                self.output.lost_records += 1
+            return
+        if any(p.search(line) for p in HARMLESS_STDERR):
+            return
+        with self._lock:
+            self.output.stderr.append(line.rstrip())
+
+    def _error_text(self) -> str:
+        return " | ".join(self.output.stderr[-5:])
+
+    def _join_readers(self, timeout_s: float) -> None:
+        for reader in self._readers:
+            reader.join(timeout_s)
+
+    def _cleanup_files(self) -> None:
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None
+
+
+def _children(pid: int) -> list[int]:
+    """Direct children of `pid` (from /proc/PID/task/*/children)."""
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                found.extend(int(x) for x in (task / "children").read_text().split())
+    return found

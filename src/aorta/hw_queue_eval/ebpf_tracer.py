@@ -1,0 +1,111 @@
+"""The benchmark's WindowTracer: one eBPF session around exactly the measurement window.
+
+Tracer problems never crash a run: they end up as `status`/`error` in the result sections.
+`make_tracer(queue, memory)` is the one place run/sweep build a tracer from their flags.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from aorta.ebpf import engine
+from aorta.ebpf.probes.base import TraceTarget
+from aorta.ebpf.program import Program, ProgramError
+from aorta.ebpf.session import SessionError, TraceSession
+from aorta.hw_queue_eval.ebpf_comparison import compare_with_harness
+
+
+class EbpfTracer:
+    """Implements harness.WindowTracer with aorta.ebpf."""
+
+    def __init__(self, queue: bool, memory: bool, ready: engine.Readiness | None = None) -> None:
+        self.queue = queue
+        self.memory = memory
+        self.ready = ready if ready is not None else engine.check_readiness()
+        self.program: Program | None = None
+        self.session: TraceSession | None = None
+        self.error: str | None = None if self.ready.ok else self.ready.reason
+        self.status = "ok" if self.ready.ok else "unavailable"
+
+    def prepare(self, backend: Any, workload: Any) -> None:
+        """Attach every probe (blocking until the handshake) before warm-up."""
+        if not self.ready.ok or self.ready.tracefs is None:
+            return
+        workers = [w for w in backend.workers() if w.tid]
+        target = TraceTarget(pids=(os.getpid(),), follow_children=True,
+                             thread_labels={w.tid: f"q{w.queue}" for w in workers})
+        try:
+            self.program = engine.make_program(self.queue, self.memory, target, self.ready.tracefs,
+                                               self.ready.version)
+            self.session = engine.start_session(self.program, self.ready)
+        except (ProgramError, SessionError, OSError) as exc:
+            self.status, self.error = "error", str(exc)
+            self.session = None
+
+    def window_start(self) -> None:
+        if self.session is not None:
+            self.session.window_start()
+
+    def window_stop(self) -> None:
+        if self.session is not None:
+            self.session.window_stop()
+
+    def finish(self, context: dict[str, Any]) -> dict[str, Any]:
+        """Stop bpftrace and turn its maps into result sections; never raises."""
+        try:
+            return self._finish(context)
+        except Exception as exc:  # a tracer bug must not lose the benchmark's numbers
+            self.abort()
+            return engine.unavailable_sections(f"tracer failed: {type(exc).__name__}: {exc}",
+                                               self.queue, self.memory, "error", self.ready)
+
+    def _finish(self, context: dict[str, Any]) -> dict[str, Any]:
+        if self.session is None or self.program is None:
+            sections = engine.unavailable_sections(self.error or "not started", self.queue,
+                                                   self.memory, self.status, self.ready)
+            if self.queue:
+                sections["ebpf_vs_cuda_comparison"] = {"status": self.status, "error": self.error}
+            return sections
+        output = self.session.stop()
+        self.session = None
+        backend = context.get("backend")
+        workers = [w.__dict__ for w in backend.workers()] if backend is not None else []
+        result = context.get("result")
+        fam_context = {"workers": workers, "window": engine.window_info(output),
+                       "pids": [os.getpid()], "streams": getattr(result, "stream_count", None)}
+        results = engine.collect_results(self.program, output, fam_context)
+        sections = engine.build_sections(self.program, output, results, self.ready, self.queue,
+                                         self.memory)
+        problem = _exit_problem(output)
+        for section in sections.values():
+            if problem:
+                section["status"], section["error"] = "error", problem
+        if self.queue:
+            sections["ebpf_vs_cuda_comparison"] = compare_with_harness(
+                sections["ebpf_queue_metrics"], context.get("ops") or [])
+        return sections
+
+    def abort(self) -> None:
+        """Stop bpftrace now (exceptions, Ctrl+C): no orphan, temp files removed."""
+        if self.session is not None:
+            self.session.abort()
+            self.session = None
+
+
+def _exit_problem(output: Any) -> str | None:
+    """Why the session's output cannot be trusted, or None."""
+    if output.exit_code == 0:
+        return None
+    if output.stop_signal == "SIGKILL":
+        return "bpftrace did not stop on SIGINT/SIGTERM and was killed: maps may be missing"
+    if output.exit_code is None:
+        return None
+    return f"bpftrace exited with {output.exit_code}: {' | '.join(output.stderr[-3:]) or 'no message'}"
+
+
+def make_tracer(queue: bool, memory: bool) -> EbpfTracer | None:
+    """A tracer for the requested modes, or None when no tracing was asked for."""
+    if not (queue or memory):
+        return None
+    return EbpfTracer(queue, memory)

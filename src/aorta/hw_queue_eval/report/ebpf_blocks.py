@@ -1,0 +1,77 @@
+"""Console blocks for eBPF sections: "eBPF DRIVER-LEVEL QUEUE METRICS" and "eBPF vs CUDA COMPARISON".
+
+Labels are the ones the guide promised (compat.md); every value says its source below it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aorta.hw_queue_eval.report.console import fmt
+
+
+def _line(console: Any, label: str, value: str) -> None:
+    console.print(f"  {label + ':':<22}{value}")
+
+
+def render_queue_block(section: dict[str, Any] | None, console: Any) -> None:
+    """The driver-level queue block, its per-queue table, lost events and coverage."""
+    if section is None:
+        return
+    console.print("\n[bold]eBPF DRIVER-LEVEL QUEUE METRICS:[/bold]")
+    if section.get("status") != "ok":
+        console.print(f"  tracing {section.get('status')}: {section.get('error')}")
+        return
+    _line(console, "Total submissions", fmt(section.get("total_submissions"), "d"))
+    _line(console, "Total dispatches", fmt(section.get("total_dispatches"), "d"))
+    _line(console, "HW rings used", str(section.get("hw_rings_used")))
+    _line(console, "Submit→dispatch avg", fmt(section.get("submit_to_dispatch_avg_us"), ".1f", " us"))
+    _line(console, "Submit→dispatch P99", fmt(section.get("submit_to_dispatch_p99_us"), ".1f", " us"))
+    _line(console, "Lost events", str(section.get("lost_events")))
+    if section.get("summary_reason"):
+        console.print(f"  [dim]{section['summary_reason']}[/dim]")
+    for key in ("submissions_meaning", "dispatches_meaning", "submit_to_dispatch_meaning"):
+        if section.get(key):
+            console.print(f"  [dim]{key.split('_meaning')[0]}: {section[key]}[/dim]")
+    threads = (((section.get("families") or {}).get("cpu_sched") or {}).get("metrics") or {}) \
+        .get("threads") or []
+    if threads:
+        console.print("  per queue thread (kernel view; (qN) = helper thread started by queue N):")
+        console.print(f"    {'queue':>5} {'streams':<10} {'tid':>7} {'wakeups':>8} {'runq avg':>9} "
+                      f"{'runq p99':>9} {'on-CPU':>9} {'switch':>7} {'preempt':>7} cpus")
+        for row in threads:
+            queue = f"q{row['queue']}" if row["queue"] is not None else (
+                f"(q{row['helper_of_queue']})" if row.get("helper_of_queue") is not None else "-")
+            streams = ",".join(map(str, row["streams"])) if row["streams"] else (row["comm"] or "")
+            console.print(f"    {queue:>5} {streams[:10]:<10} {row['tid']:>7} {row['wakeups']:>8} "
+                          f"{fmt(row['runq_avg_us'], '.1f', 'us'):>9} "
+                          f"{fmt(row['runq_p99_us'], '.1f', 'us'):>9} "
+                          f"{fmt(row['on_cpu_ms'], '.1f', 'ms'):>9} {row['switches']:>7} "
+                          f"{row['involuntary']:>7} {row['cpus']}")
+    for family, data in (section.get("families") or {}).items():
+        statement = (data.get("coverage") or {}).get("statement")
+        if statement:
+            console.print(f"  [dim]{family}: {statement}[/dim]")
+
+
+def render_comparison_block(section: dict[str, Any] | None, console: Any) -> None:
+    """The comparison block with its formula."""
+    if section is None:
+        return
+    console.print("\n[bold]eBPF vs CUDA COMPARISON:[/bold]")
+    if section.get("status") != "ok":
+        console.print(f"  not available: {section.get('error')}")
+        return
+    _line(console, "eBPF submit→dispatch", fmt(section.get("ebpf_submit_to_dispatch_ms"), ".3f", " ms"))
+    _line(console, "CUDA switch overhead", fmt(section.get("harness_dispatch_delay_ms"), ".3f", " ms"))
+    _line(console, "Measurement accuracy", fmt(section.get("measurement_accuracy_pct"), ".1f", "%"))
+    for key in ("ebpf_meaning", "harness_meaning", "reason"):
+        if section.get(key):
+            console.print(f"  [dim]{section[key]}[/dim]")
+    console.print(f"  [dim]{section.get('formula')}[/dim]")
+
+
+def render_ebpf(result: dict[str, Any], console: Any) -> None:
+    """Every eBPF block present in a result (memory blocks come from their own module)."""
+    render_queue_block(result.get("ebpf_queue_metrics"), console)
+    render_comparison_block(result.get("ebpf_vs_cuda_comparison"), console)
