@@ -16,6 +16,8 @@ from aorta.ebpf.memory_metrics import (
 )
 from aorta.ebpf.probes import amd_memory
 from aorta.ebpf.probes.amd_memory import AmdMemoryFamily
+from aorta.ebpf.probes.base import BpftraceDialect, RenderContext, TraceTarget
+from aorta.ebpf.tracefs import Tracefs
 
 MiB = 1 << 20
 
@@ -146,7 +148,7 @@ def test_collect_pid_variant_attributes_by_the_events_own_pid():
                  "@amdmem_twohop": _printed(TWOHOP), "@amdmem_twohop_bytes": _printed(TWOHOP_BYTES),
                  "@amdmem_vm_maps": {"1": 120, "0": 30}, "@amdmem_vm_map_pages": {"1": 256, "0": 0},
                  "@amdmem_vm_unmaps": {"1": 100}, "@amdmem_vm_unmap_pages": {"1": 128}})
-    res = AmdMemoryFamily().collect(maps, {"window_s": 2.0, "pids": [100]})
+    res = AmdMemoryFamily().collect(maps, {"window": {"duration_ms": 2000.0}, "pids": [100]})
     ev = res.metrics["evictions"]
     assert ev["attribution"]["variant"] == "pid"
     assert (ev["evictions"], ev["restores"], ev["evict_restore_pairs"]) == (3, 3, 2)
@@ -168,7 +170,7 @@ def test_collect_pasid_variant_maps_pasid_through_kfd_sysfs(tmp_path, monkeypatc
                                                                  32769),
               KfdEvent(2000, KFD_EVICT_START, 4242)]  # pasid 4242 is someone else's, not our pid
     res = AmdMemoryFamily().collect(_kfd_maps(stream, variant_code=2),
-                                    {"window_s": 0.5, "pids": [4242]})
+                                    {"window": {"duration_ms": 500.0}, "pids": [4242]})
     ev = res.metrics["evictions"]
     assert ev["attribution"]["variant"] == "pasid"
     assert ev["attribution"]["pasid_of_pid"] == {"4242": 32769}
@@ -178,8 +180,30 @@ def test_collect_pasid_variant_maps_pasid_through_kfd_sysfs(tmp_path, monkeypatc
     assert ev["other_processes"] == {"4242": {"evictions": 1, "restores": 0}}
 
 
-def test_collect_without_amd_events_reports_null_with_reason():
-    res = AmdMemoryFamily().collect({}, {"window_s": 1.0, "pids": [1],
-                                         "attached_events": ["exceptions:page_fault_user"]})
+def test_collect_without_amd_events_reports_null_with_reason(tmp_path):
+    (tmp_path / "events").mkdir()
+    fam = AmdMemoryFamily()
+    fam.render(RenderContext(Tracefs(tmp_path), BpftraceDialect((0, 17, 0)), TraceTarget((1,)),
+                             "@aorta_pids[pid]", "@aorta_gate == 1"))
+    res = fam.collect({}, {"window": {"duration_ms": 1000.0}, "pids": [1]})
     assert res.metrics["bo_moves"] is None and res.metrics["evictions"] is None
     assert "amdgpu_bo_move" in res.metrics["notes"]["bo_moves"]
+    summary = res.metrics["summary"]
+    for key in ("bo_moves", "migration_volume_mb", "bo_maps", "evictions", "total_faults",
+                "fault_rate_per_sec", "avg_fault_latency_us"):
+        assert summary[key] is None, key  # unmeasured is null, never 0
+    assert "DKMS" in summary["gpu_memory_reason"]
+
+
+def test_guide_summary_and_legacy_aliases_from_measured_numbers():
+    maps = _kfd_maps(STREAM, variant_code=1)
+    maps.update({"@amdmem_hops": _printed(HOPS), "@amdmem_hop_bytes": _printed(HOP_BYTES),
+                 "@amdmem_twohop": _printed(TWOHOP), "@amdmem_twohop_bytes": _printed(TWOHOP_BYTES)})
+    summary = AmdMemoryFamily().collect(maps, {"window": {"duration_ms": 2000.0},
+                                               "pids": [100]}).metrics["summary"]
+    assert summary["bo_moves"] == 5 and summary["bo_moves_per_sec"] == pytest.approx(2.5)
+    assert summary["migration_volume_bytes"] == MiB + 4096 + 2 * 8192 + 2 * MiB
+    assert summary["total_faults"] == 2  # evict/restore pairs
+    assert summary["fault_rate_per_sec"] == pytest.approx(1.5)  # 3 evictions / 2 s window
+    assert summary["avg_fault_latency_us"] == pytest.approx(150.5)
+    assert summary["rates_over_window_s"] == pytest.approx(2.0)

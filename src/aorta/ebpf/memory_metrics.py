@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aorta.ebpf import hist
+
 #: TTM memory types used by amdgpu_bo_move (old/new_placement) and amdgpu_bo_create (type).
 TTM_PLACEMENTS = {0: "SYSTEM", 1: "TT", 2: "VRAM", 3: "GDS", 4: "GWS", 5: "OA", 6: "PREEMPT",
                   7: "DOORBELL", 8: "MMIO_REMAP"}
@@ -37,14 +39,13 @@ def placement_name(code: int) -> str:
 # ---------------------------------------------------------------- bpftrace map helpers
 
 def keyed(maps: Mapping[str, Any], name: str) -> dict[tuple[int, ...], int]:
-    """A printed per-key map ({"1,2": 5}) as {(1, 2): 5}; absent or empty map → {}."""
-    data = maps.get(name)
-    if not isinstance(data, dict):
-        return {}
+    """A printed per-key map ({"1,2": 5}) as {(1, 2): 5}; absent, empty or non-numeric → {}."""
     out: dict[tuple[int, ...], int] = {}
-    for key, value in data.items():
+    if not isinstance(maps.get(name), dict):
+        return out
+    for key, value in hist.keyed(maps.get(name)).items():
         try:
-            parts = tuple(int(p) for p in str(key).split(","))
+            parts = tuple(int(p) for p in key.split(","))
         except ValueError:
             continue
         if isinstance(value, (int, float)):
@@ -61,6 +62,16 @@ def scalar(maps: Mapping[str, Any], name: str) -> int:
 def total(table: Mapping[Any, int]) -> int:
     """Sum of a per-key map's values."""
     return sum(table.values())
+
+
+def window_seconds(context: Mapping[str, Any]) -> float | None:
+    """The traced window in seconds, as the kernel saw it (engine's `window` info), else None."""
+    window = context.get("window") or {}
+    duration_ms = window.get("duration_ms") if isinstance(window, dict) else None
+    if isinstance(duration_ms, (int, float)) and duration_ms > 0:
+        return duration_ms / 1e3
+    value = context.get("window_s")
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
 def per_second(count: float | None, window_s: float | None) -> float | None:

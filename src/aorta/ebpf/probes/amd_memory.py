@@ -107,6 +107,9 @@ class AmdMemoryFamily(ProbeFamily):
         return [*BO_MOVE_EVENTS, "amdgpu:amdgpu_bo_create", "amdgpu:amdgpu_vm_bo_map",
                 "amdgpu:amdgpu_vm_bo_unmap", *KFD_WORKER_EVENTS, *KFD_OLD_EVENTS, *KFD_MAP_EVENTS]
 
+    def __init__(self) -> None:
+        self.attached: set[str] | None = None  # set by render(): collect reports only these
+
     def render(self, ctx: RenderContext) -> ProbeCode:
         """Probe blocks for the events this kernel has; missing ones are listed with the reason."""
         code = ProbeCode()
@@ -116,8 +119,7 @@ class AmdMemoryFamily(ProbeFamily):
             self._render_vm(ctx, code, event, key)
         self._render_kfd_workers(ctx, code)
         self._render_kfd_map(ctx, code)
-        code.end.extend([f"clear({P}pend);", f"clear({P}pend_tid);", f"clear({P}pend_ts);",
-                         f"clear({P}kfdmap_ts);"])
+        self.attached = set(code.used_events)
         return code
 
     # -- amdgpu
@@ -136,6 +138,7 @@ class AmdMemoryFamily(ProbeFamily):
             code.probes.append(bo_move_probe(f"tracepoint:{event}", ctx.dialect.arg, ctx.gate,
                                              ctx.pid_filter))
             code.used_events.append(event)
+            code.end.extend([f"clear({P}pend);", f"clear({P}pend_tid);", f"clear({P}pend_ts);"])
             return
         code.missing[BO_MOVE_EVENTS[0]] = "; ".join(reasons)
 
@@ -227,14 +230,14 @@ class AmdMemoryFamily(ProbeFamily):
             f"  delete({P}kfdmap_ts[tid]);",
             "}"]))
         code.used_events.extend(KFD_MAP_EVENTS)
+        code.end.append(f"clear({P}kfdmap_ts);")
 
     # -- results
 
     def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
         """Guide numbers (moves, volume, maps, evictions) plus the evidence behind them."""
-        window_s = context.get("window_s")
-        attached = set(context.get("attached_events") or [])
-        have = {e for e in self.wanted_events() if e in attached} if attached else None
+        window_s = mm.window_seconds(context)
+        have = self.attached
 
         def seen(*events: str) -> bool:
             return have is None or any(e in have for e in events)
@@ -260,6 +263,7 @@ class AmdMemoryFamily(ProbeFamily):
                     "in_other_contexts": table.get((0,), 0)}
             else:
                 metrics[f"vm_{key}s"] = None
+                notes[f"vm_{key}s"] = f"{event.split(':')[1]} not attached"
         metrics["evictions"] = self._evictions(maps, context) if seen(
             *KFD_WORKER_EVENTS, *KFD_OLD_EVENTS) else None
         if metrics["evictions"] is None:
@@ -274,7 +278,12 @@ class AmdMemoryFamily(ProbeFamily):
         else:
             metrics["kfd_map_to_gpu"] = None
         metrics["notes"] = notes
-        return FamilyResult(self.name, self.section, metrics, {})
+        metrics["summary"] = guide_summary(metrics, window_s)
+        coverage = {"statement": (
+            "amdgpu BO events: every BO of the GPU in the window (no owner field; split by "
+            "context); amdkfd evict/restore: attributed by the events' own pid/pasid"
+            if have else "no amdgpu/amdkfd memory tracepoint on this kernel: GPU memory not covered")}
+        return FamilyResult(self.name, self.section, metrics, coverage)
 
     @staticmethod
     def _creates(maps: dict[str, Any]) -> dict[str, Any]:
@@ -299,7 +308,7 @@ class AmdMemoryFamily(ProbeFamily):
             "mixed" if variants else None
         pids = [int(p) for p in context.get("pids") or []]
         ids, attribution = _traced_kfd_ids(variant, pids)
-        summary = mm.summarize_evictions(mm.pair_evictions(events), ids, context.get("window_s"))
+        summary = mm.summarize_evictions(mm.pair_evictions(events), ids, mm.window_seconds(context))
         summary["attribution"] = attribution
         summary["events_logged"] = len(events)
         summary["events_counted"] = counted
@@ -322,3 +331,33 @@ def _traced_kfd_ids(variant: str | None, pids: list[int]) -> tuple[set[int], dic
                  "how": ("pasid from /sys/class/kfd/kfd/proc/<pid>/pasid" if found else
                          "no pasid readable for the traced processes: their evictions cannot be "
                          "told apart and are listed under other_processes")}
+
+
+def guide_summary(metrics: dict[str, Any], window_s: float | None) -> dict[str, Any]:
+    """The guide's memory numbers and its legacy aliases; null with a reason when unmeasured."""
+    bo, ev = metrics.get("bo_moves"), metrics.get("evictions")
+    maps, unmaps = metrics.get("vm_maps"), metrics.get("vm_unmaps")
+    out: dict[str, Any] = {
+        "bo_moves": bo["moves"] if bo else None,
+        "bo_moves_per_sec": bo["moves_per_sec"] if bo else None,
+        "migration_volume_bytes": bo["bytes"] if bo else None,
+        "migration_volume_mb": bo["bytes"] / 1e6 if bo else None,
+        "bo_maps": maps["count"] if maps else None,
+        "bo_unmaps": unmaps["count"] if unmaps else None,
+        "evictions": ev["evictions"] if ev else None,
+        "restores": ev["restores"] if ev else None,
+        "evict_restore_pairs": ev["evict_restore_pairs"] if ev else None,
+        "eviction_rate_per_sec": ev["eviction_rate_per_sec"] if ev else None,
+        "avg_evict_to_restore_us": ev["avg_evict_to_restore_us"] if ev else None,
+        "restore_delay": ev["restore_delay"] if ev else None,
+        "rates_over_window_s": window_s,
+    }
+    out.update(mm.legacy_aliases(out["evict_restore_pairs"], out["eviction_rate_per_sec"],
+                                 out["avg_evict_to_restore_us"]))
+    out["legacy_aliases_meaning"] = ("total_faults = evict/restore pairs, fault_rate_per_sec = "
+                                     "evictions per second, avg_fault_latency_us = average "
+                                     "evict→restore time; not GPU page faults")
+    reasons = [f"{k}: {v}" for k, v in (metrics.get("notes") or {}).items()]
+    if reasons:
+        out["gpu_memory_reason"] = "; ".join(reasons)
+    return out

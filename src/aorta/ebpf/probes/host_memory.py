@@ -35,6 +35,9 @@ class HostMemoryFamily(ProbeFamily):
         return [*events, "migrate:mm_migrate_pages", "vmscan:mm_vmscan_kswapd_wake",
                 "vmscan:mm_vmscan_wakeup_kswapd"]
 
+    def __init__(self) -> None:
+        self.attached: set[str] | None = None  # set by render(): collect reports only these
+
     def render(self, ctx: RenderContext) -> ProbeCode:
         """Probe blocks for the events present; missing ones listed with the reason."""
         code = ProbeCode()
@@ -102,15 +105,15 @@ class HostMemoryFamily(ProbeFamily):
         if need("vmscan", "mm_vmscan_wakeup_kswapd"):
             code.probes.append(f"tracepoint:vmscan:mm_vmscan_wakeup_kswapd /{both}/ {{\n"
                                f"  {P}kswapd_woken_by[pid] = count();\n}}")
+        self.attached = set(code.used_events)
         return code
 
     def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
         """Per-process and total numbers; rates over the measurement window."""
-        window_s = context.get("window_s")
-        attached = set(context.get("attached_events") or [])
+        window_s = mm.window_seconds(context)
 
         def seen(event: str) -> bool:
-            return not attached or event in attached
+            return self.attached is None or event in self.attached
 
         def per_pid(name: str) -> dict[str, int]:
             return {str(k[0]): v for k, v in sorted(mm.keyed(maps, f"{P}{name}").items())}
@@ -156,5 +159,32 @@ class HostMemoryFamily(ProbeFamily):
             if seen("vmscan:mm_vmscan_kswapd_wake") else None
         metrics["kswapd_woken_by_traced"] = sum(per_pid("kswapd_woken_by").values()) \
             if seen("vmscan:mm_vmscan_wakeup_kswapd") else None
-        return FamilyResult(self.name, self.section, metrics, {})
+        metrics["summary"] = host_summary(metrics)
+        coverage = {"statement": "traced processes (and their children) in the measurement window; "
+                                 "migrations and kswapd wake-ups machine-wide"}
+        return FamilyResult(self.name, self.section, metrics, coverage)
+
+
+def host_summary(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The CPU-side lines shown beside the guide's GPU numbers (null when not attached)."""
+    def pick(name: str, key: str) -> Any:
+        value = metrics.get(name)
+        return value.get(key) if isinstance(value, dict) else None
+
+    return {
+        "host_page_faults": pick("page_faults", "count"),
+        "host_page_faults_per_sec": pick("page_faults", "per_sec"),
+        "host_mmap_calls": pick("mmap", "count"), "host_mmap_bytes": pick("mmap", "bytes"),
+        "host_munmap_calls": pick("munmap", "count"), "host_munmap_bytes": pick("munmap", "bytes"),
+        "host_direct_reclaim_episodes": pick("direct_reclaim", "episodes"),
+        "host_direct_reclaim_ms": pick("direct_reclaim", "total_ms"),
+        "host_memcg_reclaim_episodes": pick("memcg_reclaim", "episodes"),
+        "host_memcg_reclaim_ms": pick("memcg_reclaim", "total_ms"),
+        "host_reclaimed_pages": (None if metrics.get("direct_reclaim") is None and
+                                 metrics.get("memcg_reclaim") is None else
+                                 (pick("direct_reclaim", "pages_reclaimed") or 0) +
+                                 (pick("memcg_reclaim", "pages_reclaimed") or 0)),
+        "host_page_migrations": pick("page_migrations", "pages"),
+        "host_kswapd_wakeups": metrics.get("kswapd_wakeups"),
+    }
 
