@@ -172,9 +172,12 @@ class MemoryPressure:
         self.churn_file = path
         os.ftruncate(fd, self.churn_bytes)  # sparse: page cache without disk space
         os.close(fd)
+        assert self.folder is not None and self.place is not None
+        usage = self.folder / ("memory.current" if self.place.version == 2 else "memory.usage_in_bytes")
         self.churner = subprocess.Popen(
             [sys.executable, "-m", "aorta.ebpf.pressure", "--churn-worker", path,
-             "--rate", str(self.rate)], preexec_fn=self.enter_preexec,
+             "--rate", str(self.rate), "--usage-file", str(usage), "--limit", str(self.limit)],
+            preexec_fn=self.enter_preexec,
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
 
     def enter_preexec(self) -> None:
@@ -265,17 +268,32 @@ def _is_tmpfs(path: str) -> bool:
     return best[1] == "tmpfs"
 
 
-def churn(path: str, rate_bytes_s: int) -> None:
-    """Read `path` in a loop at about `rate_bytes_s` so its page cache keeps refilling."""
-    chunk = 1 << 20
-    buf = bytearray(chunk)
-    with open(path, "rb", buffering=0) as fh:
-        while True:
-            t0 = time.monotonic()
-            if fh.readinto(buf) == 0:
-                fh.seek(0)
-                continue
-            time.sleep(max(0.0, chunk / rate_bytes_s - (time.monotonic() - t0)))
+def churn(path: str, rate_bytes_s: int, usage_file: str | None = None, limit: int = 0) -> None:
+    """Keep the cgroup's page cache topped up to its limit by reading new pages of `path`.
+
+    Every millisecond the churner reads as many not-yet-cached pages as the cgroup has room for
+    (at most `rate_bytes_s`), one page per read with readahead off, so the cgroup sits at its
+    limit: the next page anyone in it touches must first be reclaimed, in that task's context.
+    Without `usage_file` it just streams through the file at `rate_bytes_s`.
+    """
+    page, tick = os.sysconf("SC_PAGE_SIZE"), 0.001
+    per_tick = max(1, int(rate_bytes_s * tick) // page)
+    fd = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+    size, offset = max(os.fstat(fd).st_size, page), 0
+    while True:
+        pages = per_tick
+        if usage_file:
+            try:
+                with open(usage_file) as fh:
+                    room = limit - int(fh.read())
+            except (OSError, ValueError):
+                room = 0
+            pages = min(per_tick, max(0, room // page))
+        for _ in range(pages):
+            os.pread(fd, 1, offset)
+            offset = (offset + page) % size
+        time.sleep(tick)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -291,11 +309,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", default="256M", help="churner read rate per second (default 256M)")
     parser.add_argument("--churn-dir", help="folder for the sparse churn file (not tmpfs)")
     parser.add_argument("--churn-worker", help=argparse.SUPPRESS)
+    parser.add_argument("--usage-file", help=argparse.SUPPRESS)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     args = parser.parse_args(argv)
     if args.churn_worker:
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-        churn(args.churn_worker, parse_size(args.rate, "--rate"))
+        churn(args.churn_worker, parse_size(args.rate, "--rate"), args.usage_file,
+              parse_size(args.limit, "--limit") if args.limit else 0)
         return 0
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     try:
