@@ -40,3 +40,11 @@ def load_json(path: str | Path) -> Any:
 def cli():
     """The `run_cli` helper as a fixture."""
     return run_cli
+
+
+@pytest.fixture
+def ebpf_ready() -> None:
+    """Real-eBPF tests: skip with the reason where impossible, fail when CI=true (ebpf_support)."""
+    from ebpf_support import require_ebpf
+
+    require_ebpf()

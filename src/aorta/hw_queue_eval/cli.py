@@ -19,6 +19,7 @@ from aorta.common.errors import UsageError
 COMMAND_MODULES = (
     "aorta.hw_queue_eval.commands.catalog",
     "aorta.hw_queue_eval.commands.run",
+    "aorta.hw_queue_eval.commands.ebpf",
 )
 
 

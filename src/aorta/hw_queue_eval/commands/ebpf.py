@@ -1,0 +1,173 @@
+"""`ebpf-info` (what can be traced here, and the exact program) and `ebpf-attach` (trace a PID)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from typing import Any
+
+import click
+
+from aorta.common.atomicio import atomic_write_json, check_output_path
+from aorta.common.errors import UsageError
+from aorta.hw_queue_eval.commands.run import tracing_options
+
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
+
+
+def register(group: click.Group) -> None:
+    group.add_command(ebpf_info_command)
+    group.add_command(ebpf_attach_command)
+
+
+def parse_duration(text: str) -> float:
+    """'30s', '500ms', '2m' or plain seconds → seconds (> 0); UsageError otherwise."""
+    match = _DURATION_RE.match(text or "")
+    if not match:
+        raise UsageError(f"--duration {text!r} is not a duration: use e.g. 30s, 500ms or 2m")
+    value = float(match.group(1)) * {"ms": 1e-3, "s": 1.0, "m": 60.0, None: 1.0}[match.group(2)]
+    if value <= 0:
+        raise UsageError(f"--duration must be > 0, got {text!r}")
+    return value
+
+
+@click.command("ebpf-info")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@click.option("--show-script", is_flag=True,
+              help="Print the exact bpftrace program a run with the given flags would load here.")
+@tracing_options
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also write JSON here.")
+def ebpf_info_command(as_json: bool, show_script: bool, output: str | None, ebpf_trace: bool = False,
+                      ebpf_memory_trace: bool = False) -> None:
+    """What eBPF can trace on this machine (AORTA_TRACEFS overrides the tracefs root). Exit 0."""
+    from aorta.ebpf.capabilities import full_report
+
+    if output:
+        check_output_path(output)
+    if show_script:
+        click.echo(_script(ebpf_trace or not ebpf_memory_trace, ebpf_memory_trace), nl=False)
+        return
+    data = full_report()
+    if output:
+        atomic_write_json(output, data)
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    _print_info(data)
+
+
+def _script(queue: bool, memory: bool) -> str:
+    from aorta.ebpf import engine
+    from aorta.ebpf.probes.base import TraceTarget
+    from aorta.ebpf.program import ProgramError
+    from aorta.ebpf.session import bpftrace_path, bpftrace_version
+    from aorta.ebpf.tracefs import find_tracefs
+
+    tracefs, note = find_tracefs(mount_if_root=True)
+    if tracefs is None:
+        raise UsageError(f"cannot render the program: tracefs unavailable ({note})")
+    path = bpftrace_path()
+    version = bpftrace_version(path) if path else None
+    target = TraceTarget(pids=(os.getpid(),), follow_children=True)
+    try:
+        program = engine.make_program(queue, memory, target, tracefs, version)
+    except ProgramError as exc:
+        raise UsageError(f"cannot render the program: {exc}") from None
+    head = [f"// tracefs: {tracefs.root}; bpftrace {'.'.join(map(str, version)) if version else '?'}"
+            f"; pid {os.getpid()} stands for the traced process"]
+    for family, missing in program.missing.items():
+        for event, why in missing.items():
+            head.append(f"// {family}: not attached {event}: {why}")
+    return "\n".join(head) + "\n" + program.text
+
+
+def _print_info(data: dict[str, Any]) -> None:
+    bt = data["bpftrace"]
+    priv = data["privileges"]
+    click.echo(f"kernel:     {data['kernel']}")
+    click.echo(f"bpftrace:   {bt['path'] or 'not found'} {bt['version'] or ''} "
+               f"(tracepoint args as {bt['args_syntax']})")
+    caps = ", ".join(k for k, v in priv["effective_caps"].items() if v) or "none"
+    click.echo(f"privileges: euid {priv['euid']}; effective caps: {caps}; sudo -n: "
+               f"{priv['sudo_note']}; launch: {priv['launch']}")
+    click.echo(f"tracefs:    {data['tracefs']['note']}")
+    click.echo(f"lockdown:   {data['lockdown']}")
+    click.echo(f"BTF:        {'yes' if data['btf'] else 'no'}")
+    click.echo("tracepoints per probe family:")
+    for name, fam in data["families"].items():
+        events = fam.get("events")
+        if isinstance(events, dict):
+            have = [e for e, ok in events.items() if ok]
+            lack = [e for e, ok in events.items() if not ok]
+            extra = f" (events carry {fam['identity_field']})" if fam.get("identity_field") else ""
+            click.echo(f"  {name}: {len(have)}/{len(events)} present{extra}"
+                       + (f"; missing: {', '.join(lack)}" if lack else ""))
+        else:
+            click.echo(f"  {name}: {', '.join(f'{k}={v}' for k, v in fam.items())}")
+    for mode, verdict in data["modes"].items():
+        state = "available" if verdict["available"] else f"NOT available: {verdict['reason']}"
+        click.echo(f"{mode}: {state}")
+
+
+@click.command("ebpf-attach")
+@click.option("--pid", "pid_text", required=True, help="Process to trace (its threads and children too).")
+@click.option("--duration", default="30s", show_default=True, help="How long: 30s, 500ms, 2m.")
+@tracing_options
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the sections as JSON here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON on stdout.")
+def ebpf_attach_command(pid_text: str, duration: str, output: str | None, as_json: bool,
+                        ebpf_trace: bool = False, ebpf_memory_trace: bool = False) -> None:
+    """Trace a running process (threads and child processes) for a while; print and save."""
+    from aorta.ebpf import engine
+    from aorta.ebpf.probes.base import TraceTarget
+    from aorta.ebpf.program import ProgramError
+    from aorta.ebpf.session import SessionError
+    from aorta.hw_queue_eval.report.console import make_console
+    from aorta.hw_queue_eval.report.ebpf_blocks import render_queue_block
+
+    try:
+        pid = int(pid_text)
+    except ValueError:
+        raise UsageError(f"--pid must be a process id (integer), got {pid_text!r}") from None
+    if pid <= 0 or not os.path.isdir(f"/proc/{pid}"):
+        raise UsageError(f"no process with pid {pid}: check `ps -p {pid}`")
+    seconds = parse_duration(duration)
+    if output:
+        check_output_path(output)
+    queue = ebpf_trace or not ebpf_memory_trace
+    ready = engine.check_readiness()
+    if not ready.ok or ready.tracefs is None:
+        raise UsageError(f"eBPF tracing unavailable: {ready.reason}")
+    target = TraceTarget(pids=(pid,), follow_children=True)
+    try:
+        program = engine.make_program(queue, ebpf_memory_trace, target, ready.tracefs, ready.version)
+        session = engine.start_session(program, ready)
+    except (ProgramError, SessionError) as exc:
+        raise UsageError(f"could not start tracing: {exc}") from None
+    click.echo(f"tracing pid {pid} (threads and children) for {seconds:g} s…", err=True)
+    try:
+        session.window_start()
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and os.path.isdir(f"/proc/{pid}"):
+            time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+        session.window_stop()
+        out = session.stop()
+    except BaseException:
+        session.abort()
+        raise
+    context = {"workers": [], "window": engine.window_info(out), "pids": [pid], "streams": None}
+    results = engine.collect_results(program, out, context)
+    sections = engine.build_sections(program, out, results, ready, queue, ebpf_memory_trace)
+    data = {"kind": "ebpf_attach", "pid": pid, "duration_s": seconds,
+            "process_exited_early": not os.path.isdir(f"/proc/{pid}"),
+            "traced_pids": sorted(int(k) for k in (out.maps.get("@aorta_pids") or {})), **sections}
+    if output:
+        atomic_write_json(output, data)
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+    else:
+        render_queue_block(sections.get("ebpf_queue_metrics"), make_console())
+        if output:
+            click.echo(f"\nwritten to {output}")

@@ -1,0 +1,117 @@
+"""Probe rendering against recorded tracefs formats (linux-5.4, 6.8, 6.17): no root needed."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from aorta.ebpf import engine
+from aorta.ebpf.probes.base import BpftraceDialect, TraceTarget
+from aorta.ebpf.probes.registry import families_for
+from aorta.ebpf.program import ProgramError, build_program
+from aorta.ebpf.tracefs import Tracefs
+
+FIXTURES = Path(__file__).parent / "fixtures" / "tracefs"
+GENERATIONS = ["linux-5.4", "linux-6.8", "linux-6.17"]
+ARG_RE = re.compile(r"args(?:->|\.)([A-Za-z_][A-Za-z0-9_]*)")
+PROBE_RE = re.compile(r"^tracepoint:([A-Za-z0-9_]+):([A-Za-z0-9_]+)", re.M)
+
+
+def _blocks(text: str) -> list[str]:
+    return [b for b in text.split("\n\n") if b.startswith("tracepoint:")]
+
+
+def _render(gen: str, version: tuple[int, int, int] = (0, 17, 0)) -> str:
+    tf = Tracefs(FIXTURES / gen)
+    return engine.make_program(True, True, TraceTarget((4242,)), tf, version, token=77).text
+
+
+@pytest.mark.parametrize("gen", GENERATIONS)
+def test_every_referenced_field_exists_in_its_format(gen: str) -> None:
+    tf = Tracefs(FIXTURES / gen)
+    text = _render(gen)
+    for block in _blocks(text):
+        attach = block.splitlines()[0]
+        events = [tuple(p.split(":")[1:3]) for p in attach.split(",")]
+        for system, event in events:
+            fmt = tf.read_format(system, event)
+            assert fmt is not None, f"{system}:{event} rendered but absent in {gen}"
+            for name in ARG_RE.findall(block):
+                assert name in fmt.fields, f"{gen} {system}:{event} has no field {name}"
+
+
+@pytest.mark.parametrize("gen", GENERATIONS)
+def test_str_only_on_strings_never_on_pointers(gen: str) -> None:
+    tf = Tracefs(FIXTURES / gen)
+    for block in _blocks(_render(gen)):
+        system, event = PROBE_RE.match(block).groups()  # type: ignore[union-attr]
+        fmt = tf.read_format(system, event)
+        for name in re.findall(r"str\(args(?:->|\.)([A-Za-z0-9_]+)\)", block):
+            field = fmt.fields[name]
+            assert field.is_string or (system == "syscalls" and name == "filename"), (gen, name)
+            assert not field.is_pointer or system == "syscalls", (gen, name)
+
+
+def test_ring_is_a_string_where_the_kernel_has_one_and_na_on_54() -> None:
+    assert 'str(args->ring)' in _render("linux-6.8")
+    assert 'str(args->ring)' in _render("linux-6.17")
+    old = _render("linux-5.4")
+    assert "ring_name" not in old and '@amdgpu_submits["n/a"]' in old
+
+
+def test_join_is_by_fence_never_tid() -> None:
+    for gen in GENERATIONS:
+        text = _render(gen)
+        amd = next(b for b in _blocks(text) if "amdgpu_sched_run_job" in b.splitlines()[0])
+        assert "args->context" in amd and "args->seqno" in amd
+        assert "[tid]" not in amd
+
+
+def test_gpu_scheduler_picks_the_naming_generation() -> None:
+    assert "tracepoint:gpu_scheduler:drm_run_job" in _render("linux-6.8")
+    assert "drm_sched_job_run" not in _render("linux-6.8")
+    new = _render("linux-6.17")
+    assert "tracepoint:gpu_scheduler:drm_sched_job_run" in new and "args->fence_context" in new
+    assert "drm_run_job" not in new
+
+
+def test_dialect_020_uses_dot_args() -> None:
+    text = _render("linux-6.8", (0, 20, 0))
+    assert "args.ring" in text and "args->" not in text
+
+
+def test_pids_must_be_ints() -> None:
+    tf = Tracefs(FIXTURES / "linux-6.8")
+    with pytest.raises(ProgramError):
+        build_program(families_for(True, False), TraceTarget(("1; system",)),  # type: ignore[arg-type]
+                      tf, BpftraceDialect((0, 17, 0)), 5)
+
+
+def test_missing_marker_tracepoint_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "events").mkdir()
+    with pytest.raises(ProgramError, match="CONFIG_FTRACE_SYSCALLS"):
+        build_program([], TraceTarget((1,)), Tracefs(tmp_path), BpftraceDialect((0, 17, 0)), 5)
+
+
+@pytest.mark.parametrize("gen", GENERATIONS)
+def test_show_script_through_aorta_tracefs(cli, gen: str) -> None:
+    proc = cli("ebpf-info", "--show-script", "--ebpf-trace",
+               env={"AORTA_TRACEFS": str(FIXTURES / gen)})
+    assert proc.returncode == 0, proc.stderr
+    assert "tracepoint:amdgpu:amdgpu_cs_ioctl" in proc.stdout
+    assert f"tracefs: {FIXTURES / gen}" in proc.stdout
+    assert "printf(\"aorta_ready 2" in proc.stdout
+
+
+def test_ebpf_info_json_reports_fixture_tree(cli) -> None:
+    import json
+
+    proc = cli("ebpf-info", "--json", env={"AORTA_TRACEFS": str(FIXTURES / "linux-6.17")})
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["families"]["amdgpu"]["events"]["amdgpu:amdgpu_cs_ioctl"] is True
+    assert data["families"]["gpu_scheduler naming"]["new (~6.17+)"] is True
+    assert os.fspath(FIXTURES / "linux-6.17") in data["tracefs"]["root"]
