@@ -94,6 +94,19 @@ def bo_move_probe(attach: str, arg: Callable[[str], str], gate: str, pid_filter:
     ])
 
 
+def kfd_log_probe(attach: str, gate: str, kind: int, id_expr: str, delay_expr: str | None = None) -> str:
+    """Log one amdkfd event as (time, kind, its own pid/pasid); gated by the window only.
+
+    These events fire in kworkers on behalf of a process: never filter them by the traced pid.
+    """
+    lines = [f"{attach} /{gate}/ {{",
+             f"  {P}kfd_log[nsecs, {kind}, (uint64){id_expr}] = count();",
+             f"  {P}kfd_count[{kind}] = count();"]
+    if delay_expr is not None:
+        lines.append(f"  {P}kfd_delay[(uint64){delay_expr}] = count();")
+    return "\n".join([*lines, "}"])
+
+
 class AmdMemoryFamily(ProbeFamily):
     """amdgpu buffer-object traffic and amdkfd process evictions (GPU memory pressure)."""
 
@@ -187,13 +200,9 @@ class AmdMemoryFamily(ProbeFamily):
                                        "neither a 'pid' nor a 'pasid' number field")
                 continue
             have_new_evict |= kind == mm.KFD_EVICT_START
-            lines = [f"tracepoint:{event} /{ctx.gate}/ {{",
-                     f"  {P}kfd_log[nsecs, {kind}, (uint64){a(id_field)}] = count();",
-                     f"  {P}kfd_count[{kind}] = count();"]
-            if kind == mm.KFD_SCHEDULE and fmt is not None and "delay_jiffies" in fmt.fields:
-                lines.append(f"  {P}kfd_delay[(uint64){a('delay_jiffies')}] = count();")
-            lines.append("}")
-            code.probes.append("\n".join(lines))
+            delay = (a("delay_jiffies") if kind == mm.KFD_SCHEDULE and fmt is not None
+                     and "delay_jiffies" in fmt.fields else None)
+            code.probes.append(kfd_log_probe(f"tracepoint:{event}", ctx.gate, kind, a(id_field), delay))
             code.used_events.append(event)
             code.begin.append(f"{P}kfd_variant[{kind}] = {1 if id_field == 'pid' else 2};")
         for event, kind in KFD_OLD_EVENTS.items():
@@ -205,11 +214,7 @@ class AmdMemoryFamily(ProbeFamily):
                                        "old name, not in this kernel" if fmt is None else
                                        "neither a 'pid' nor a 'pasid' number field")
                 continue
-            code.probes.append("\n".join([
-                f"tracepoint:{event} /{ctx.gate}/ {{",
-                f"  {P}kfd_log[nsecs, {kind}, (uint64){a(id_field)}] = count();",
-                f"  {P}kfd_count[{kind}] = count();",
-                "}"]))
+            code.probes.append(kfd_log_probe(f"tracepoint:{event}", ctx.gate, kind, a(id_field)))
             code.used_events.append(event)
             code.begin.append(f"{P}kfd_variant[{kind}] = {1 if id_field == 'pid' else 2};")
 
