@@ -110,20 +110,23 @@ def _pid_alive(pid: int) -> bool:
 def remove_stale(parent: Path) -> list[str]:
     """Remove pressure cgroups left by runs whose owner died (hard kill); returns their names."""
     removed = []
-    with contextlib.suppress(OSError):
-        for child in parent.iterdir():
-            if not child.name.startswith(PREFIX) or child.is_symlink() or not child.is_dir():
-                continue
-            owner = child.name[len(PREFIX):]
-            if owner.isdigit() and _pid_alive(int(owner)):
-                continue
-            procs = (child / "cgroup.procs").read_text().split()
-            for pid in procs:
+    try:
+        children = list(parent.iterdir())
+    except OSError:
+        return removed
+    for child in children:
+        if not child.name.startswith(PREFIX) or child.is_symlink() or not child.is_dir():
+            continue
+        owner = child.name[len(PREFIX):]
+        if owner.isdigit() and _pid_alive(int(owner)):
+            continue
+        with contextlib.suppress(OSError):
+            for pid in (child / "cgroup.procs").read_text().split():
                 with contextlib.suppress(OSError):
                     _write(parent / "cgroup.procs", pid)
-            with contextlib.suppress(OSError):
-                child.rmdir()
-                removed.append(child.name)
+        with contextlib.suppress(OSError):
+            child.rmdir()
+            removed.append(child.name)
     return removed
 
 
