@@ -61,7 +61,7 @@ def test_mainline_kernels_have_amdgpu_events_but_no_amdkfd(gen):
 def test_old_kernel_uses_the_old_bo_move_name():
     _, code = render("linux-4.x")
     assert "amdgpu:amdgpu_ttm_bo_move" in code.used_events
-    assert any(p.startswith("tracepoint:amdgpu:amdgpu_ttm_bo_move /") for p in code.probes)
+    assert any(p.startswith("tracepoint:amdgpu:amdgpu_ttm_bo_move\n") for p in code.probes)
 
 
 @pytest.mark.parametrize(("gen", "id_field", "variant"), [("rocm-dkms-pasid", "pasid", 2),

@@ -72,7 +72,7 @@ def bo_move_probe(attach: str, arg: Callable[[str], str], gate: str, pid_filter:
     TWO_HOP_MAX_NS, makes the pair one logical X→Y move. Any next move clears the memory.
     """
     return "\n".join([
-        f"{attach} /{gate}/ {{",
+        f"{attach}\n/{gate}/\n{{",
         f"  $bo = (uint64){arg('bo')}; $old = (uint64){arg('old_placement')};",
         f"  $new = (uint64){arg('new_placement')}; $size = (uint64){arg('bo_size')};",
         f"  {traced_flag(pid_filter)}",
@@ -99,7 +99,7 @@ def kfd_log_probe(attach: str, gate: str, kind: int, id_expr: str, delay_expr: s
 
     These events fire in kworkers on behalf of a process: never filter them by the traced pid.
     """
-    lines = [f"{attach} /{gate}/ {{",
+    lines = [f"{attach}\n/{gate}/\n{{",
              f"  {P}kfd_log[nsecs, {kind}, (uint64){id_expr}] = count();",
              f"  {P}kfd_count[{kind}] = count();"]
     if delay_expr is not None:
@@ -164,7 +164,7 @@ class AmdMemoryFamily(ProbeFamily):
             return
         a = ctx.dialect.arg
         code.probes.append("\n".join([
-            f"tracepoint:{event} /{ctx.gate}/ {{",
+            f"tracepoint:{event}\n/{ctx.gate}/\n{{",
             f"  {traced_flag(ctx.pid_filter)}",
             f"  {P}creates[(uint64){a('type')}, $traced] = count();",
             f"  {P}create_pages[(uint64){a('type')}, $traced] = sum((uint64){a('pages')});",
@@ -179,7 +179,7 @@ class AmdMemoryFamily(ProbeFamily):
             return
         a = ctx.dialect.arg
         code.probes.append("\n".join([
-            f"tracepoint:{event} /{ctx.gate}/ {{",
+            f"tracepoint:{event}\n/{ctx.gate}/\n{{",
             f"  {traced_flag(ctx.pid_filter)}",
             f"  {P}vm_{key}s[$traced] = count();",
             f"  {P}vm_{key}_pages[$traced] = sum({a('last')} - {a('start')} + 1);",
@@ -227,9 +227,9 @@ class AmdMemoryFamily(ProbeFamily):
                                        "its start/end partner is missing")
             return
         filt = f"({ctx.pid_filter}) && ({ctx.gate})"
-        code.probes.append(f"tracepoint:{start} /{filt}/ {{\n  {P}kfdmap_ts[tid] = nsecs;\n}}")
+        code.probes.append(f"tracepoint:{start}\n/{filt}/\n{{\n  {P}kfdmap_ts[tid] = nsecs;\n}}")
         code.probes.append("\n".join([
-            f"tracepoint:{end} /{P}kfdmap_ts[tid] != 0/ {{",
+            f"tracepoint:{end}\n/{P}kfdmap_ts[tid] != 0/\n{{",
             f"  $d = nsecs - {P}kfdmap_ts[tid];",
             f"  {P}kfdmap_n = count(); {P}kfdmap_ns = sum($d); {P}kfdmap_max_ns = max($d);",
             f"  delete({P}kfdmap_ts[tid]);",

@@ -58,14 +58,14 @@ class HostMemoryFamily(ProbeFamily):
 
         if need("exceptions", "page_fault_user", "error_code"):
             code.probes.append("\n".join([
-                f"tracepoint:exceptions:page_fault_user /{both}/ {{",
+                f"tracepoint:exceptions:page_fault_user\n/{both}/\n{{",
                 f"  {P}faults[pid] = count();",
                 f"  if ({a('error_code')} & 2) {{ {P}faults_write[pid] = count(); }}",
                 "}"]))
         for call in ("mmap", "munmap"):
             if need("syscalls", f"sys_enter_{call}", "len"):
                 code.probes.append("\n".join([
-                    f"tracepoint:syscalls:sys_enter_{call} /{both}/ {{",
+                    f"tracepoint:syscalls:sys_enter_{call}\n/{both}/\n{{",
                     f"  {P}{call}[pid] = count(); {P}{call}_bytes[pid] = sum({a('len')});",
                     "}"]))
         for code_no, (kind, (system, begin, end)) in enumerate(RECLAIM_KINDS.items(), start=1):
@@ -79,12 +79,12 @@ class HostMemoryFamily(ProbeFamily):
             has_pages = pages_field is not None and pages_field.is_integer
             code.used_events += [f"{system}:{begin}", f"{system}:{end}"]
             code.probes.append("\n".join([
-                f"tracepoint:{system}:{begin} /{ctx.gate}/ {{",
+                f"tracepoint:{system}:{begin}\n/{ctx.gate}/\n{{",
                 f"  {P}reclaim_all[{code_no}] = count();",
                 f"  if ({ctx.pid_filter}) {{ {P}{kind}_ts[tid] = nsecs; }}",
                 "}"]))
             code.probes.append("\n".join([
-                f"tracepoint:{system}:{end} /{P}{kind}_ts[tid] != 0/ {{",
+                f"tracepoint:{system}:{end}\n/{P}{kind}_ts[tid] != 0/\n{{",
                 f"  $d = nsecs - {P}{kind}_ts[tid];",
                 f"  {P}{kind}[pid] = count(); {P}{kind}_ns[pid] = sum($d);",
                 f"  {P}{kind}_max_ns[pid] = max($d);",
@@ -94,16 +94,16 @@ class HostMemoryFamily(ProbeFamily):
             code.end.append(f"clear({P}{kind}_ts);")
         if need("migrate", "mm_migrate_pages", "succeeded", "failed"):
             code.probes.append("\n".join([
-                f"tracepoint:migrate:mm_migrate_pages /{ctx.gate}/ {{",
+                f"tracepoint:migrate:mm_migrate_pages\n/{ctx.gate}/\n{{",
                 f"  {traced_flag(ctx.pid_filter)}",
                 f"  {P}migrated[$traced] = sum({a('succeeded')});",
                 f"  {P}migrate_failed[$traced] = sum({a('failed')});",
                 "}"]))
         if need("vmscan", "mm_vmscan_kswapd_wake"):
-            code.probes.append(f"tracepoint:vmscan:mm_vmscan_kswapd_wake /{ctx.gate}/ {{\n"
+            code.probes.append(f"tracepoint:vmscan:mm_vmscan_kswapd_wake\n/{ctx.gate}/\n{{\n"
                                f"  {P}kswapd_wakes = count();\n}}")
         if need("vmscan", "mm_vmscan_wakeup_kswapd"):
-            code.probes.append(f"tracepoint:vmscan:mm_vmscan_wakeup_kswapd /{both}/ {{\n"
+            code.probes.append(f"tracepoint:vmscan:mm_vmscan_wakeup_kswapd\n/{both}/\n{{\n"
                                f"  {P}kswapd_woken_by[pid] = count();\n}}")
         self.attached = set(code.used_events)
         return code
