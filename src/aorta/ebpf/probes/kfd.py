@@ -58,6 +58,12 @@ class KfdFamily(ProbeFamily):
             for ev in self.wanted_events():
                 code.missing[ev] = "syscall tracepoints for ioctl absent"
             return code
+        if not ctx.tracefs.events("amdgpu") and not Path("/dev/kfd").exists():
+            # KFD is part of the amdgpu driver: without it no process can hold /dev/kfd, and
+            # syscall probes would only add cost to every ioctl/openat on the machine.
+            for ev in self.wanted_events():
+                code.missing[ev] = "no amdgpu driver here (no amdgpu tracepoints, no /dev/kfd)"
+            return code
         a = ctx.dialect.arg
         for pid in ctx.target.pids:
             code.begin.extend(f"@kfd_fd[{int(pid)}, {fd}] = 1;" for fd in kfd_fds(pid))

@@ -1,0 +1,178 @@
+"""Event capacity of the engine vs the naive per-event printf pipeline, plus attach/stop times.
+
+(b) A generator issues exactly N getppid() syscalls at full speed inside the window. The engine
+counts them in the kernel (`count()`): its count must equal N with 0 lost. The naive design
+prints one line per event (`printf` via `bpftrace -f json`) and parses every line in Python: we
+report how many arrived, how many bpftrace declared lost, and the CPU it cost.
+(c) Attach (start → handshake complete) and stop (SIGINT → exit, maps read) times of the full
+`--ebpf-trace` program, median of 5.
+
+Usage: sudo PYTHONPATH=src python bench/ebpf_capacity.py [--events 2000000] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from aorta.common.atomicio import atomic_write_json, check_output_path
+from aorta.ebpf import engine
+from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext, TraceTarget
+from aorta.ebpf.session import TraceSession
+
+EVENT = ("syscalls", "sys_enter_getppid")
+
+
+class _Counter(ProbeFamily):
+    """In-kernel aggregation: one counter."""
+
+    name = "cap"
+    section = "queue"
+    description = "capacity benchmark: count getppid() in the window"
+
+    def wanted_events(self) -> list[str]:
+        return [":".join(EVENT)]
+
+    def render(self, ctx: RenderContext) -> ProbeCode:
+        return ProbeCode(probes=[f"tracepoint:{':'.join(EVENT)}\n/{ctx.pid_filter} && {ctx.gate}/\n"
+                                 "{\n  @cap_events = count();\n}"], used_events=[":".join(EVENT)])
+
+    def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
+        return FamilyResult(self.name, self.section, {"events": maps.get("@cap_events", 0)}, {})
+
+
+class _Printer(_Counter):
+    """The naive design: one printf per event, parsed in user space."""
+
+    name = "naive"
+
+    def render(self, ctx: RenderContext) -> ProbeCode:
+        return ProbeCode(probes=[f"tracepoint:{':'.join(EVENT)}\n/{ctx.pid_filter} && {ctx.gate}/\n"
+                                 "{\n  printf(\"%d %llu\\n\", tid, nsecs);\n}"],
+                         used_events=[":".join(EVENT)])
+
+
+class _CountingSession(TraceSession):
+    """Counts parsed printf records instead of storing them (the Python side of the naive path)."""
+
+    parsed = 0
+
+    def _printf(self, text: str) -> None:
+        if text.startswith("aorta_ready"):
+            super()._printf(text)
+        else:
+            self.parsed += 1
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """utime+stime of a process from /proc (None once it has exited)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _generate(n: int) -> float:
+    getppid = os.getppid
+    t0 = time.perf_counter()
+    for _ in range(n):
+        getppid()
+    return time.perf_counter() - t0
+
+
+def _traced(family: ProbeFamily, n: int, ready: engine.Readiness) -> dict[str, Any]:
+    program = engine.make_program(True, False, TraceTarget((os.getpid(),)), ready.tracefs,
+                                  ready.version, families=[family])
+    session = _CountingSession(program, ready.bpftrace or "bpftrace", ready.prefix or [])
+    session.start()
+    cpu0 = time.process_time()
+    try:
+        session.window_start()
+        wall = _generate(n)
+        session.window_stop()
+        bpf_cpu = _cpu_seconds(session._proc.pid) if session._proc else None
+        drain0 = time.monotonic()
+        last = -1
+        while isinstance(family, _Printer) and session.parsed != last:  # let the reader catch up
+            last = session.parsed
+            time.sleep(0.2)
+        drain = time.monotonic() - drain0
+    except BaseException:
+        session.abort()
+        raise
+    out = session.stop()
+    counted = family.collect({k: v for k, v in out.maps.items() if k.startswith("@cap_")}, {}) \
+        .metrics["events"] if not isinstance(family, _Printer) else session.parsed
+    return {"events_seen": counted, "lost": out.lost_events, "generator_wall_s": wall,
+            "bpftrace_cpu_s": bpf_cpu, "python_cpu_s_incl_generator": time.process_time() - cpu0,
+            "drain_s": drain}
+
+
+def attach_stop_times(ready: engine.Readiness, repeats: int) -> dict[str, Any]:
+    """Median start→ready and stop→exit of the full --ebpf-trace program."""
+    attach, stop = [], []
+    for _ in range(repeats):
+        program = engine.make_program(True, False, TraceTarget((os.getpid(),)), ready.tracefs,
+                                      ready.version)
+        session = engine.start_session(program, ready)
+        attach.append(session.output.attach_s)
+        out = session.stop()
+        stop.append(out.stop_s)
+    return {"attach_s": attach, "stop_s": stop, "attach_median_s": statistics.median(attach),
+            "stop_median_s": statistics.median(stop)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=2_000_000)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--json", dest="json_out", help="also write the numbers here")
+    args = parser.parse_args()
+    if args.json_out:
+        check_output_path(args.json_out)
+    ready = engine.check_readiness()
+    if not ready.ok:
+        print(f"eBPF unavailable: {ready.reason}", file=sys.stderr)
+        return 2
+    threading.current_thread().name = "bench"
+    base = _generate(args.events)
+    eng = _traced(_Counter(), args.events, ready)
+    naive = _traced(_Printer(), args.events, ready)
+    times = attach_stop_times(ready, args.repeats)
+    n = args.events
+    print(f"N = {n:,} getppid() events at full speed (untraced generator: {base:.3f} s, "
+          f"{base / n * 1e9:.0f} ns/event)\n")
+    print(f"{'':34}{'engine (in-kernel count)':>26}{'naive (printf + Python)':>26}")
+    rows = [
+        ("events counted", f"{eng['events_seen']:,}", f"{naive['events_seen']:,}"),
+        ("equals N", str(eng["events_seen"] == n), str(naive["events_seen"] == n)),
+        ("lost (bpftrace-reported)", f"{eng['lost']:,}", f"{naive['lost']:,}"),
+        ("generator wall s", f"{eng['generator_wall_s']:.3f}", f"{naive['generator_wall_s']:.3f}"),
+        ("slowdown vs untraced", f"{eng['generator_wall_s'] / base:.2f}x",
+         f"{naive['generator_wall_s'] / base:.2f}x"),
+        ("bpftrace CPU s", f"{eng['bpftrace_cpu_s']}", f"{naive['bpftrace_cpu_s']}"),
+        ("python CPU s (incl. generator)", f"{eng['python_cpu_s_incl_generator']:.3f}",
+         f"{naive['python_cpu_s_incl_generator']:.3f}"),
+        ("drain after window s", f"{eng['drain_s']:.2f}", f"{naive['drain_s']:.2f}"),
+    ]
+    for label, a, b in rows:
+        print(f"{label:<34}{a:>26}{b:>26}")
+    print(f"\nattach (start→ready) median of {args.repeats}: {times['attach_median_s']:.3f} s "
+          f"(target ≤ 3 s); stop median: {times['stop_median_s']:.3f} s (target ≤ 1 s)")
+    ok = eng["events_seen"] == n and eng["lost"] == 0
+    print(f"engine capacity check: {'PASS' if ok else 'FAIL'}")
+    if args.json_out:
+        atomic_write_json(args.json_out, {"n": n, "untraced_s": base, "engine": eng, "naive": naive,
+                                          "times": times})
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
