@@ -14,7 +14,7 @@ GUIDE_LABELS = ["BO moves (migrations):", "Migration volume:", "BO maps / unmaps
 
 def _text(section: dict) -> str:
     buf = io.StringIO()
-    render_memory_block(section, Console(file=buf, width=200, highlight=False))
+    render_memory_block(section, Console(file=buf, width=200, highlight=False, soft_wrap=True))
     return buf.getvalue()
 
 
