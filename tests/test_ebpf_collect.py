@@ -82,3 +82,12 @@ def test_multiplexing_verdict() -> None:
     assert multiplexing_verdict([], {"queues": [{"type": "compute"}] * 8}, 8)["verdict"] \
         == "one hardware queue per stream"
     assert multiplexing_verdict([], {"queues": None}, 8)["verdict"] is None
+
+
+def test_interpretation_bands() -> None:
+    from aorta.ebpf.engine import interpret_queue
+
+    lines = interpret_queue({"submit_to_dispatch_avg_us": 150.0, "submit_to_dispatch_p99_us": 2000.0,
+                             "hw_rings_used": [0, 1, 2, 3]}, 8)
+    assert "contention" in lines[0] and "stalls" in lines[1] and "multiplexed" in lines[2]
+    assert interpret_queue({"submit_to_dispatch_avg_us": None, "hw_rings_used": None}, 8) == []

@@ -115,3 +115,47 @@ def test_ebpf_info_json_reports_fixture_tree(cli) -> None:
     assert data["families"]["amdgpu"]["events"]["amdgpu:amdgpu_cs_ioctl"] is True
     assert data["families"]["gpu_scheduler naming"]["new (~6.17+)"] is True
     assert os.fspath(FIXTURES / "linux-6.17") in data["tracefs"]["root"]
+
+
+def test_ebpf_info_detects_amdkfd_variant(cli, tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    shutil.copytree(FIXTURES / "linux-6.8", tmp_path / "tree")
+    event = tmp_path / "tree" / "events" / "amdkfd" / "kfd_evict_process_worker_start"
+    event.mkdir(parents=True)
+    (event / "format").write_text("name: kfd_evict_process_worker_start\nID: 9\nformat:\n"
+                                  "\tfield:unsigned int pasid;\toffset:8;\tsize:4;\tsigned:0;\n")
+    proc = cli("ebpf-info", "--json", env={"AORTA_TRACEFS": str(tmp_path / "tree")})
+    assert proc.returncode == 0, proc.stderr
+    kfd = json.loads(proc.stdout)["families"]["amdkfd (DKMS driver)"]
+    assert kfd["identity_field"] == "pasid" and kfd["naming"].startswith("worker")
+
+
+def test_ebpf_info_exits_0_with_a_broken_tracefs_override(cli, tmp_path: Path) -> None:
+    proc = cli("ebpf-info", env={"AORTA_TRACEFS": str(tmp_path / "nothing")})
+    assert proc.returncode == 0, proc.stderr
+    assert "NOT available" in proc.stdout and "no events/ folder" in proc.stdout
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("30s", 30.0), ("500ms", 0.5), ("2m", 120.0), ("3", 3.0)])
+def test_parse_duration(text: str, seconds: float) -> None:
+    from aorta.hw_queue_eval.commands.ebpf import parse_duration
+
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "1x", "-2s", "0s", "s"])
+def test_parse_duration_rejects(text: str) -> None:
+    from aorta.common.errors import UsageError
+    from aorta.hw_queue_eval.commands.ebpf import parse_duration
+
+    with pytest.raises(UsageError):
+        parse_duration(text)
+
+
+def test_ebpf_attach_usage_errors(cli) -> None:
+    proc = cli("ebpf-attach", "--pid", "abc", "--duration", "1s")
+    assert proc.returncode == 2 and "--pid must be" in proc.stderr
+    proc = cli("ebpf-attach", "--pid", "1", "--duration", "soon")
+    assert proc.returncode == 2 and "not a duration" in proc.stderr

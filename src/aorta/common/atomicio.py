@@ -39,6 +39,13 @@ def check_output_path(path: str | os.PathLike[str], what: str = "output file") -
                          "choose a writable path")
     if p.exists() and not os.access(p, os.W_OK):
         raise UsageError(f"cannot write {what} {p}: file is not writable; choose another path")
+    try:  # the real test (root passes os.access everywhere, read-only mounts do not show there)
+        fd, probe = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".probe", dir=parent)
+    except OSError as exc:
+        raise UsageError(f"cannot write {what} {p}: {exc.strerror} in {parent}; "
+                         "choose a writable path") from None
+    os.close(fd)
+    os.unlink(probe)
     return p
 
 

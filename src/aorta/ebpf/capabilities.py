@@ -15,7 +15,8 @@ from aorta.ebpf.tracefs import Tracefs, find_tracefs
 
 CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
 AMDKFD_EVENTS = ("kfd_evict_process_worker_start", "kfd_restore_process_worker_start",
-                 "kfd_map_memory_to_gpu_start", "kfd_kgd2kfd_schedule_evict_and_restore_process")
+                 "kfd_map_memory_to_gpu_start", "kfd_kgd2kfd_schedule_evict_and_restore_process",
+                 "kfd_evict_process", "kfd_restore_process")
 
 
 def readiness_summary() -> dict[str, Any]:
@@ -70,7 +71,9 @@ def family_events(tracefs: Tracefs | None) -> dict[str, Any]:
             if fmt is not None:
                 variant = "pasid" if "pasid" in fmt.fields else ("pid" if "pid" in fmt.fields else "?")
                 break
-    out["amdkfd (DKMS driver)"] = {"events": kfd, "identity_field": variant}
+    naming = ("worker (kfd_*_process_worker_*)" if kfd["kfd_evict_process_worker_start"]
+              else "old (kfd_evict_process)" if kfd["kfd_evict_process"] else None)
+    out["amdkfd (DKMS driver)"] = {"events": kfd, "identity_field": variant, "naming": naming}
     sched_names = ("drm_sched_job_queue" if tracefs and tracefs.has_event(
         "gpu_scheduler", "drm_sched_job_queue") else "drm_sched_job" if tracefs and
         tracefs.has_event("gpu_scheduler", "drm_sched_job") else None)

@@ -133,9 +133,10 @@ def _section(program: Program, output: SessionOutput, results: list[FamilyResult
             elif not summary and _has_events(fam_summary):
                 summary = dict(fam_summary)
     lost = output.lost_events
+    problem = exit_problem(output)
     body: dict[str, Any] = {
-        "status": "ok" if output.exit_code in (0, None) or output.stop_signal else "error",
-        "error": None,
+        "status": "error" if problem else "ok",
+        "error": problem,
         **summary,
         "lost_events": lost,
         "lost_event_records": output.lost_records,
@@ -146,6 +147,7 @@ def _section(program: Program, output: SessionOutput, results: list[FamilyResult
         "window": window_info(output),
         "attach_s": output.attach_s,
         "stop_s": output.stop_s,
+        "probe_cost": output.probe_cost,
         "stderr": output.stderr[-20:],
         "coverage": [f"{r.family}: {r.coverage.get('statement') or r.coverage.get('covered')}"
                      for r in results if r.coverage],
@@ -158,6 +160,39 @@ def _section(program: Program, output: SessionOutput, results: list[FamilyResult
     if lost:
         body["warning"] = f"{lost} events lost: aggregates are incomplete"
     return body
+
+
+def interpret_queue(section: dict[str, Any], streams: int | None) -> list[str]:
+    """The guide's interpretation bands applied to the queue summary (only what the data supports)."""
+    lines: list[str] = []
+    avg, p99 = section.get("submit_to_dispatch_avg_us"), section.get("submit_to_dispatch_p99_us")
+    if isinstance(avg, (int, float)):
+        band = "good (< 20 us)" if avg < 20 else "contention (> 100 us)" if avg > 100 else "moderate"
+        lines.append(f"submit→dispatch avg {avg:.1f} us: {band}")
+        if isinstance(p99, (int, float)) and avg > 0:
+            ratio = p99 / avg
+            tail = "good (< 3x avg)" if ratio < 3 else "stalls (> 10x avg)" if ratio > 10 else "uneven"
+            lines.append(f"P99 is {ratio:.1f}x the average: {tail}")
+    rings = section.get("hw_rings_used")
+    if isinstance(rings, list) and streams:
+        if len(rings) < streams:
+            lines.append(f"{len(rings)} hardware rings/queues for {streams} streams: streams are "
+                         "multiplexed onto shared queues")
+        else:
+            lines.append(f"{len(rings)} hardware rings/queues for {streams} streams: no multiplexing")
+    return lines
+
+
+def exit_problem(output: SessionOutput) -> str | None:
+    """Why a session's output cannot be trusted (killed, crashed), or None."""
+    if output.exit_code == 0:
+        return None
+    if output.stop_signal == "SIGKILL":
+        return "bpftrace did not stop on SIGINT/SIGTERM and was killed: maps may be missing"
+    if output.exit_code is None:
+        return "bpftrace exit status unknown"
+    tail = " | ".join(output.stderr[-3:]) or "no message"
+    return f"bpftrace exited with {output.exit_code}: {tail}"
 
 
 def _has_events(summary: dict[str, Any]) -> bool:

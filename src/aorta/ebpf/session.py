@@ -30,6 +30,7 @@ from typing import Any
 from aorta.ebpf import marker
 from aorta.ebpf.program import HANDSHAKE_IDS, READY_TEXT, Program
 
+MAP_KEYS_MAX = 65536  # bpftrace's default (4096) could silently drop per-tid/per-job keys
 HARMLESS_STDERR = (re.compile(r"RLIMIT_MEMLOCK"), re.compile(r"^\s*$"))
 _LOST_TEXT = re.compile(r"Lost (\d+) events")
 _VERSION_RE = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
@@ -100,6 +101,7 @@ class SessionOutput:
     stop_signal: str | None = None
     attach_s: float | None = None
     stop_s: float | None = None
+    probe_cost: dict[str, Any] | None = None
 
 
 class TraceSession:
@@ -130,7 +132,9 @@ class TraceSession:
         with os.fdopen(fd, "w") as fh:
             fh.write(self.program.text)
         env = {**os.environ, **self.env}
-        cmd = [*self.prefix, self.bpftrace, "-f", "json", str(script)]
+        # `env` carries the setting through `sudo -n`, which resets the environment
+        cmd = [*self.prefix, "env", f"BPFTRACE_MAP_KEYS_MAX={MAP_KEYS_MAX}", self.bpftrace,
+               "-f", "json", str(script)]
         try:
             self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, text=True, bufsize=1, env=env,
@@ -185,6 +189,8 @@ class TraceSession:
         t0 = time.monotonic()
         self.window_stop()
         proc = self._proc
+        if proc is not None and proc.poll() is None:
+            self.output.probe_cost = probe_cost(proc.pid)
         if proc is not None:
             for sig, wait_s in ((signal.SIGINT, timeout_s), (signal.SIGTERM, 5.0),
                                 (signal.SIGKILL, 5.0)):
@@ -296,6 +302,48 @@ class TraceSession:
         if self._tmpdir is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             self._tmpdir = None
+
+
+def probe_cost(pid: int) -> dict[str, Any]:
+    """Time the kernel spent in this bpftrace's BPF programs since attach (fdinfo run_time_ns).
+
+    The kernel counts it only while sysctl kernel.bpf_stats_enabled=1; otherwise the values are
+    null with that reason. Under sudo the root process's fdinfo is not readable: null as well.
+    """
+    pids = [pid] + ([] if Path(f"/proc/{pid}/comm").exists() and
+                    _read(f"/proc/{pid}/comm") == "bpftrace" else _children(pid))
+    run_ns = run_cnt = 0
+    progs = 0
+    for p in pids:
+        try:
+            fds = list(Path(f"/proc/{p}/fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                if os.readlink(fd) != "anon_inode:bpf-prog":
+                    continue
+                info = dict(line.split(":", 1) for line in
+                            Path(f"/proc/{p}/fdinfo/{fd.name}").read_text().splitlines() if ":" in line)
+                progs += 1
+                run_ns += int(info.get("run_time_ns", "0").strip() or 0)
+                run_cnt += int(info.get("run_cnt", "0").strip() or 0)
+    enabled = _read("/proc/sys/kernel/bpf_stats_enabled") == "1"
+    if progs == 0:
+        return {"programs": 0, "run_count": None, "run_time_ms": None,
+                "reason": "bpftrace's BPF programs are not readable from this process"}
+    if not enabled and run_cnt == 0:
+        return {"programs": progs, "run_count": None, "run_time_ms": None,
+                "reason": "kernel.bpf_stats_enabled=0: the kernel does not time BPF programs"}
+    return {"programs": progs, "run_count": run_cnt, "run_time_ms": run_ns / 1e6,
+            "avg_ns_per_run": run_ns / run_cnt if run_cnt else None,
+            "covered": "every hit since attach (warm-up and window), all probes"}
+
+
+def _read(path: str) -> str | None:
+    with contextlib.suppress(OSError):
+        return Path(path).read_text().strip()
+    return None
 
 
 def _children(pid: int) -> list[int]:

@@ -56,10 +56,10 @@ def main(argv: list[str] | None = None) -> None:
     except UsageError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)
-    except click.exceptions.NoArgsIsHelp as exc:
-        click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
-        sys.exit(0)
     except click.UsageError as exc:
+        if type(exc).__name__.startswith("NoArgsIsHelp"):  # click ≥ 8.2: bare command → help
+            click.echo(exc.ctx.get_help() if exc.ctx else exc.format_message())
+            sys.exit(0)
         hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
         click.echo(f"error: {exc.format_message()}{hint}", err=True)
         sys.exit(2)

@@ -54,11 +54,13 @@ class EbpfTracer:
     def finish(self, context: dict[str, Any]) -> dict[str, Any]:
         """Stop bpftrace and turn its maps into result sections; never raises."""
         try:
-            return self._finish(context)
+            sections = self._finish(context)
         except Exception as exc:  # a tracer bug must not lose the benchmark's numbers
             self.abort()
-            return engine.unavailable_sections(f"tracer failed: {type(exc).__name__}: {exc}",
-                                               self.queue, self.memory, "error", self.ready)
+            sections = engine.unavailable_sections(f"tracer failed: {type(exc).__name__}: {exc}",
+                                                   self.queue, self.memory, "error", self.ready)
+        _warn(context.get("result"), sections)
+        return sections
 
     def _finish(self, context: dict[str, Any]) -> dict[str, Any]:
         if self.session is None or self.program is None:
@@ -77,11 +79,9 @@ class EbpfTracer:
         results = engine.collect_results(self.program, output, fam_context)
         sections = engine.build_sections(self.program, output, results, self.ready, self.queue,
                                          self.memory)
-        problem = _exit_problem(output)
-        for section in sections.values():
-            if problem:
-                section["status"], section["error"] = "error", problem
         if self.queue:
+            queue = sections["ebpf_queue_metrics"]
+            queue["interpretation"] = engine.interpret_queue(queue, fam_context["streams"])
             sections["ebpf_vs_cuda_comparison"] = compare_with_harness(
                 sections["ebpf_queue_metrics"], context.get("ops") or [])
         return sections
@@ -93,15 +93,18 @@ class EbpfTracer:
             self.session = None
 
 
-def _exit_problem(output: Any) -> str | None:
-    """Why the session's output cannot be trusted, or None."""
-    if output.exit_code == 0:
-        return None
-    if output.stop_signal == "SIGKILL":
-        return "bpftrace did not stop on SIGINT/SIGTERM and was killed: maps may be missing"
-    if output.exit_code is None:
-        return None
-    return f"bpftrace exited with {output.exit_code}: {' | '.join(output.stderr[-3:]) or 'no message'}"
+def _warn(result: Any, sections: dict[str, Any]) -> None:
+    """Surface tracing problems among the result's warnings (they are easy to miss otherwise)."""
+    warnings = getattr(result, "warnings", None)
+    if warnings is None:
+        return
+    for key, section in sections.items():
+        if not isinstance(section, dict) or key == "ebpf_vs_cuda_comparison":
+            continue
+        if section.get("status") != "ok":
+            warnings.append(f"{key}: tracing {section.get('status')}: {section.get('error')}")
+        elif section.get("lost_events"):
+            warnings.append(f"{key}: {section['lost_events']} events lost, aggregates incomplete")
 
 
 def make_tracer(queue: bool, memory: bool) -> EbpfTracer | None:

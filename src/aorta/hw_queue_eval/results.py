@@ -7,10 +7,12 @@ No torch import here: `compare` and `report` load results without it.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 import platform
 import sys
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aorta import __version__
@@ -20,15 +22,16 @@ from aorta.common.errors import UsageError
 SCHEMA_VERSION = 1
 RESULT_KIND = "run"
 
+SCHEMA_FILE = Path(__file__).parent / "schema" / "run_result.v1.json"
+
+
+def run_result_schema() -> dict[str, Any]:
+    """The JSON Schema of a run result (the documented contract, docs/results-schema.md)."""
+    return json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+
+
 #: Keys every run result carries (compat.md lists the ones users already read).
-REQUIRED_KEYS = (
-    "schema_version", "kind", "tool", "argv", "timestamp", "status", "error", "workload_name",
-    "stream_count", "config", "environment", "throughput", "throughput_unit", "latency_ms",
-    "iteration_times_ms", "total_time_ms", "switch_latency", "concurrency",
-    "per_stream_times_ms", "per_stream_op_counts", "ops", "queue_mapping", "memory",
-    "verification", "warnings", "metadata", "ebpf_queue_metrics", "ebpf_memory_metrics",
-    "ebpf_vs_cuda_comparison",
-)
+REQUIRED_KEYS: tuple[str, ...] = tuple(run_result_schema()["required"])
 
 
 def utc_timestamp() -> str:

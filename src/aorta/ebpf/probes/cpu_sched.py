@@ -54,13 +54,18 @@ class CpuSchedFamily(ProbeFamily):
         code.probes.append(
             "tracepoint:sched:sched_switch\n{\n"
             f"  if ({ctx.pid_filter}) {{\n"
-            "    @cpu_sched_track[tid] = 1;\n"
+            # lookups are cheaper than updates: write the per-thread flags only once
+            "    if (!@cpu_sched_track[tid]) { @cpu_sched_track[tid] = 1; }\n"
             f"    if ({gate}) {{\n"
             "      $on = @cpu_sched_onts[tid];\n"
-            f"      if ($on < {WINDOW_START_MAP}) {{ $on = {WINDOW_START_MAP}; }}\n"
-            "      @cpu_sched_oncpu[tid] = sum(nsecs - $on);\n"
+            # unknown start (first seen while running): no on-CPU sample rather than a wrong one
+            "      if ($on) {\n"
+            f"        if ($on < {WINDOW_START_MAP}) {{ $on = {WINDOW_START_MAP}; }}\n"
+            "        @cpu_sched_oncpu[tid] = sum(nsecs - $on);\n"
+            "      }\n"
             "      @cpu_sched_switches[tid] = count();\n"
-            "      @cpu_sched_comm[tid, comm] = count();\n"
+            "      if (!@cpu_sched_named[tid]) {\n"
+            "        @cpu_sched_named[tid] = 1; @cpu_sched_comm[tid, comm] = count();\n      }\n"
             f"      if (({a('prev_state')} & 0xff) == 0) {{ @cpu_sched_preempt[tid] = count(); }}\n"
             "    }\n"
             "    delete(@cpu_sched_onts[tid]);\n"
@@ -82,7 +87,7 @@ class CpuSchedFamily(ProbeFamily):
             "    delete(@cpu_sched_wkind[$n]);\n"
             "    @cpu_sched_onts[$n] = nsecs;\n"
             "  }\n}")
-        code.end.extend(["clear(@cpu_sched_track);", "clear(@cpu_sched_wts);",
+        code.end.extend(["clear(@cpu_sched_track);", "clear(@cpu_sched_named);", "clear(@cpu_sched_wts);",
                          "clear(@cpu_sched_wkind);", "clear(@cpu_sched_onts);"])
         return code
 

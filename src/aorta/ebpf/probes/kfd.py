@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -27,15 +28,17 @@ QUEUE_TYPES = {0: "COMPUTE", 1: "SDMA", 2: "COMPUTE_AQL", 3: "SDMA_XGMI", 4: "SD
 # offsets in struct kfd_ioctl_create_queue_args (stable since 4.x): queue_type, queue_priority
 CQ_TYPE_OFF, CQ_PRIO_OFF = 40, 48
 SYSFS_PROC = Path("/sys/class/kfd/kfd/proc")
+KFD_DEVICE = "/dev/kfd"
+_PATH_RE = re.compile(r"^/[A-Za-z0-9_./-]+$")
 
 
-def kfd_fds(pid: int) -> list[int]:
-    """File descriptors of `pid` open on /dev/kfd right now (empty if none or unreadable)."""
+def kfd_fds(pid: int, device: str = KFD_DEVICE) -> list[int]:
+    """File descriptors of `pid` open on `device` right now (empty if none or unreadable)."""
     fds = []
     with contextlib.suppress(OSError):
         for entry in Path(f"/proc/{int(pid)}/fd").iterdir():
             with contextlib.suppress(OSError, ValueError):
-                if os.readlink(entry) == "/dev/kfd":
+                if os.readlink(entry) == device:
                     fds.append(int(entry.name))
     return fds
 
@@ -46,6 +49,13 @@ class KfdFamily(ProbeFamily):
     name = "kfd"
     section = "queue"
     description = "AMD KFD ioctls (CREATE/DESTROY_QUEUE, WAIT_EVENTS) and sysfs queue inventory"
+
+    def __init__(self, device: str = KFD_DEVICE, force: bool = False) -> None:
+        """`device`/`force` exist for tests: exercise the probes on a machine without a GPU."""
+        if not _PATH_RE.match(device):
+            raise ValueError(f"invalid device path {device!r}")
+        self.device = device
+        self.force = force
 
     def wanted_events(self) -> list[str]:
         return ["syscalls:sys_enter_ioctl", "syscalls:sys_exit_ioctl",
@@ -58,7 +68,7 @@ class KfdFamily(ProbeFamily):
             for ev in self.wanted_events():
                 code.missing[ev] = "syscall tracepoints for ioctl absent"
             return code
-        if not ctx.tracefs.events("amdgpu") and not Path("/dev/kfd").exists():
+        if not (self.force or ctx.tracefs.events("amdgpu") or Path(self.device).exists()):
             # KFD is part of the amdgpu driver: without it no process can hold /dev/kfd, and
             # syscall probes would only add cost to every ioctl/openat on the machine.
             for ev in self.wanted_events():
@@ -66,13 +76,13 @@ class KfdFamily(ProbeFamily):
             return code
         a = ctx.dialect.arg
         for pid in ctx.target.pids:
-            code.begin.extend(f"@kfd_fd[{int(pid)}, {fd}] = 1;" for fd in kfd_fds(pid))
+            code.begin.extend(f"@kfd_fd[{int(pid)}, {fd}] = 1;" for fd in kfd_fds(pid, self.device))
         o_enter, o_exit = ctx.event("syscalls", "sys_enter_openat"), ctx.event("syscalls", "sys_exit_openat")
         if o_enter is not None and o_exit is not None and o_enter.fields.get("filename") is not None:
             code.used_events += ["syscalls:sys_enter_openat", "syscalls:sys_exit_openat"]
             code.probes.append(
                 f"tracepoint:syscalls:sys_enter_openat\n/{ctx.pid_filter}/\n{{\n"
-                f"  if (str({a('filename')}) == \"/dev/kfd\") {{ @kfd_opening[tid] = 1; }}\n}}")
+                f"  if (str({a('filename')}) == \"{self.device}\") {{ @kfd_opening[tid] = 1; }}\n}}")
             code.probes.append(
                 f"tracepoint:syscalls:sys_exit_openat\n/@kfd_opening[tid]/\n{{\n"
                 f"  if ({a('ret')} >= 0) {{ @kfd_fd[pid, {a('ret')}] = 1; }}\n"

@@ -119,7 +119,7 @@ class _HardwareQueue:
         if task.kind == _OP:
             ready = max(task.enqueue_ns, self._stream_ready_ns.get(task.stream, 0))
             start = now()
-            if backend.error is None:
+            if backend.error is None and not backend.closing:
                 try:
                     task.fn()  # type: ignore[misc]
                 except BaseException as exc:  # reported by synchronize() on the host
@@ -194,6 +194,7 @@ class CpuBackend(Backend):
         self.threads_per_queue = threads_per_queue
         torch.set_num_threads(threads_per_queue)
         self.error: BaseException | None = None
+        self.closing = False  # set by close(): queued ops are skipped so workers stop quickly
         self.recording = False
         self.iteration = -1
         self._window_start_ns = 0
@@ -288,5 +289,6 @@ class CpuBackend(Backend):
         if self._closed:
             return
         self._closed = True
+        self.closing = True
         for queue in self._queues:
             queue.stop()

@@ -101,7 +101,8 @@ def _print_info(data: dict[str, Any]) -> None:
         if isinstance(events, dict):
             have = [e for e, ok in events.items() if ok]
             lack = [e for e, ok in events.items() if not ok]
-            extra = f" (events carry {fam['identity_field']})" if fam.get("identity_field") else ""
+            extra = (f" (naming {fam['naming']}; events carry {fam['identity_field']})"
+                     if fam.get("identity_field") else "")
             click.echo(f"  {name}: {len(have)}/{len(events)} present{extra}"
                        + (f"; missing: {', '.join(lack)}" if lack else ""))
         else:
@@ -161,6 +162,9 @@ def ebpf_attach_command(pid_text: str, duration: str, output: str | None, as_jso
     context = {"workers": [], "window": engine.window_info(out), "pids": [pid], "streams": None}
     results = engine.collect_results(program, out, context)
     sections = engine.build_sections(program, out, results, ready, queue, ebpf_memory_trace)
+    if "ebpf_queue_metrics" in sections:
+        sections["ebpf_queue_metrics"]["interpretation"] = engine.interpret_queue(
+            sections["ebpf_queue_metrics"], None)
     data = {"kind": "ebpf_attach", "pid": pid, "duration_s": seconds,
             "process_exited_early": not os.path.isdir(f"/proc/{pid}"),
             "traced_pids": sorted(int(k) for k in (out.maps.get("@aorta_pids") or {})), **sections}

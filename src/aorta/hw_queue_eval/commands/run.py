@@ -142,8 +142,10 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
                 output: str | None, as_json: bool, ebpf_trace: bool = False,
                 ebpf_memory_trace: bool = False) -> None:
     """Run WORKLOAD on N streams and measure throughput, latency and queue behaviour."""
+    import dataclasses
     import json
 
+    from aorta.hw_queue_eval.backends import resolve_device
     from aorta.hw_queue_eval.harness import run_benchmark
     from aorta.hw_queue_eval.report.console import make_console, render_run
     from aorta.hw_queue_eval.report.ebpf_blocks import render_ebpf
@@ -154,6 +156,7 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
     if output:
         check_output_path(output)
     tracer = build_tracer(ebpf_trace, ebpf_memory_trace)
+    config = dataclasses.replace(config, device=resolve_device(config.device))  # imports torch
     click.echo(f"Running {config.workload} on {config.streams} streams "
                f"({config.iterations} iterations + {config.warmup} warm-up, device {config.device})…",
                err=True)

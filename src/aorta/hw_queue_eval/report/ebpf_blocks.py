@@ -48,10 +48,19 @@ def render_queue_block(section: dict[str, Any] | None, console: Any) -> None:
                           f"{fmt(row['runq_p99_us'], '.1f', 'us'):>9} "
                           f"{fmt(row['on_cpu_ms'], '.1f', 'ms'):>9} {row['switches']:>7} "
                           f"{row['involuntary']:>7} {row['cpus']}")
+    for line in section.get("interpretation") or []:
+        console.print(f"  • {line}")
+    absent = []
     for family, data in (section.get("families") or {}).items():
+        if not data.get("events_attached"):
+            reasons = sorted(set((data.get("events_missing") or {}).values()))
+            absent.append(f"{family} ({reasons[0] if reasons else 'no events'})")
+            continue
         statement = (data.get("coverage") or {}).get("statement")
         if statement:
             console.print(f"  [dim]{family}: {statement}[/dim]")
+    if absent:
+        console.print(f"  [dim]not attached on this machine: {'; '.join(absent)}[/dim]")
 
 
 def render_comparison_block(section: dict[str, Any] | None, console: Any) -> None:

@@ -18,7 +18,7 @@ class HeteroKernels(Workload):
         min_streams=1, max_streams=64, recommended_streams=8, switch_sensitivity="critical",
         throughput_unit="GFLOPS", work_scaling="per_stream")
     SIZES = {
-        "small": {"gemm": 256, "gemms": 2, "tiny": 1024, "tiny_ops": 8},
+        "small": {"gemm": 384, "gemms": 2, "tiny": 1024, "tiny_ops": 8},
         "medium": {"gemm": 512, "gemms": 2, "tiny": 4096, "tiny_ops": 16},
         "large": {"gemm": 4096, "gemms": 2, "tiny": 65536, "tiny_ops": 32},
     }

@@ -1,0 +1,77 @@
+"""Multi-point result files (sweep, policy-sweep) rewritten atomically after every point.
+
+The file is always valid JSON: a crash or kill -9 loses at most the point in flight. `--resume`
+reuses points whose key and configuration fingerprint match and whose status is ok.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any
+
+from aorta import __version__
+from aorta.common.atomicio import atomic_write_json, read_json_file
+from aorta.common.errors import UsageError
+from aorta.hw_queue_eval.results import SCHEMA_VERSION, utc_timestamp
+
+
+def fingerprint(config: dict[str, Any]) -> str:
+    """A short stable hash of the settings that must match for a point to be reused."""
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _key_text(key: dict[str, Any]) -> str:
+    return json.dumps(key, sort_keys=True)
+
+
+class CheckpointFile:
+    """Points of one sweep-like run, each `{"key", "status", "error", "result", ...}`."""
+
+    def __init__(self, path: str | os.PathLike[str], kind: str, header: dict[str, Any]) -> None:
+        self.path = path
+        self.kind = kind
+        self.header = header
+        self.points: list[dict[str, Any]] = []
+        self.created = utc_timestamp()
+
+    @classmethod
+    def resume(cls, path: str | os.PathLike[str], kind: str,
+               header: dict[str, Any]) -> CheckpointFile:
+        """Load an earlier file of the same kind and fingerprint (UsageError if it differs)."""
+        data = read_json_file(path, f"{kind} checkpoint")
+        if not isinstance(data, dict) or data.get("kind") != kind:
+            raise UsageError(f"--resume: {path} is not a {kind} file (kind "
+                             f"{data.get('kind') if isinstance(data, dict) else None!r})")
+        if data.get("fingerprint") != header.get("fingerprint"):
+            raise UsageError(f"--resume: {path} was made with other settings (workload, size, "
+                             "iterations …); use the same options or another -o")
+        file = cls(path, kind, header)
+        file.created = data.get("created", file.created)
+        file.points = [p for p in data.get("points", []) if isinstance(p, dict)]
+        return file
+
+    def done(self, key: dict[str, Any]) -> bool:
+        """True if a point with this key finished ok."""
+        wanted = _key_text(key)
+        return any(_key_text(p.get("key", {})) == wanted and p.get("status") == "ok"
+                   for p in self.points)
+
+    def record(self, point: dict[str, Any]) -> None:
+        """Add or replace the point with the same key, then rewrite the file atomically."""
+        wanted = _key_text(point["key"])
+        self.points = [p for p in self.points if _key_text(p.get("key", {})) != wanted]
+        self.points.append(point)
+        self.save()
+
+    def to_dict(self, **extra: Any) -> dict[str, Any]:
+        return {"schema_version": SCHEMA_VERSION, "kind": self.kind,
+                "tool": {"name": "aorta", "version": __version__},
+                "created": self.created, "updated": utc_timestamp(), **self.header,
+                "points": self.points, **extra}
+
+    def save(self, **extra: Any) -> None:
+        """Write the whole file atomically (temp file, fsync, rename)."""
+        atomic_write_json(self.path, self.to_dict(**extra))

@@ -1,0 +1,104 @@
+"""Run one measurement point in a fresh child process (`run ... -o tmp.json`).
+
+A crash, an OOM kill or a hang costs that point only; env overrides reach the child before any
+GPU runtime initialises (env policies only work that way). The child runs in its own process
+group so a timeout or Ctrl+C ends it and everything it started; its temp folder is always removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from aorta.common.atomicio import read_json_file
+from aorta.common.errors import UsageError
+
+TERM_GRACE_S = 5.0
+
+
+@dataclass
+class PointOutcome:
+    """What happened to one child run."""
+
+    status: str  # ok | failed | timeout
+    result: dict[str, Any] | None
+    error: str | None
+    duration_s: float
+    returncode: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "error": self.error, "duration_s": self.duration_s,
+                "returncode": self.returncode}
+
+
+def _stop_group(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM the child's process group, then SIGKILL after a grace period."""
+    for sig, grace in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, TERM_GRACE_S)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _last_error_line(stderr: str) -> str:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if line.startswith("error:") or "Error" in line:
+            return line
+    return lines[-1] if lines else "no output"
+
+
+def run_point(run_args: Sequence[str], env_overrides: Mapping[str, str] | None = None,
+              timeout_s: float | None = None) -> PointOutcome:
+    """Run `python -m aorta.hw_queue_eval run RUN_ARGS -o <tmp>` and return its outcome.
+
+    Raises KeyboardInterrupt after stopping the child if the parent is interrupted.
+    """
+    env = {**os.environ, **(env_overrides or {})}
+    tmpdir = tempfile.mkdtemp(prefix="aorta-point-")
+    out_path = os.path.join(tmpdir, "point.json")
+    cmd = [sys.executable, "-m", "aorta.hw_queue_eval", "run", *run_args, "-o", out_path]
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        try:
+            _, stderr = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _stop_group(proc)
+            return PointOutcome("timeout", None, f"no result after {timeout_s:g} s; stopped",
+                                time.monotonic() - started, proc.returncode)
+        duration = time.monotonic() - started
+        if proc.returncode == 2:
+            return PointOutcome("failed", None, _last_error_line(stderr), duration, 2)
+        result = None
+        if os.path.exists(out_path):
+            try:
+                result = read_json_file(out_path, "point result")
+            except UsageError as exc:
+                return PointOutcome("failed", None, str(exc), duration, proc.returncode)
+        if proc.returncode == 0 and result is not None:
+            return PointOutcome("ok", result, None, duration, 0)
+        reason = _last_error_line(stderr)
+        if proc.returncode is not None and proc.returncode < 0:
+            reason = f"killed by signal {-proc.returncode} ({reason})"
+        return PointOutcome("failed", result, reason, duration, proc.returncode)
+    except BaseException:
+        _stop_group(proc)
+        raise
+    finally:
+        if proc.poll() is None:
+            _stop_group(proc)
+        shutil.rmtree(tmpdir, ignore_errors=True)

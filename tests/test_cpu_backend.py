@@ -1,0 +1,139 @@
+"""The CPU backend's queue pool mapping, per-op timing, ordering and error propagation."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from aorta.common.errors import UsageError
+from aorta.hw_queue_eval.backends.cpu import CpuBackend, assign_queues
+from aorta.hw_queue_eval.config import hw_queue_pool_size
+
+
+@pytest.mark.parametrize(("streams", "pool", "expected"), [
+    (1, 4, [0]),
+    (3, 4, [0, 1, 2]),
+    (4, 4, [0, 1, 2, 3]),
+    (8, 4, [0, 1, 2, 3, 0, 1, 2, 3]),
+    (6, 4, [0, 1, 2, 3, 0, 1]),
+    (5, 2, [0, 1, 0, 1, 0]),
+    (3, 1, [0, 0, 0]),
+])
+def test_hip_like_queue_assignment(streams, pool, expected):
+    assert assign_queues(streams, pool) == expected
+
+
+def test_pool_size_from_env():
+    assert hw_queue_pool_size({}) == 4
+    assert hw_queue_pool_size({"GPU_MAX_HW_QUEUES": "8"}) == 8
+    for bad in ("zero", "0", "65"):
+        with pytest.raises(UsageError):
+            hw_queue_pool_size({"GPU_MAX_HW_QUEUES": bad})
+
+
+@pytest.fixture
+def backend_factory():
+    made = []
+
+    def make(streams: int, pool: int) -> CpuBackend:
+        backend = CpuBackend(streams, pool_size=pool)
+        made.append(backend)
+        return backend
+
+    yield make
+    for backend in made:
+        backend.close()
+
+
+def sleeper(seconds: float):
+    return lambda: time.sleep(seconds)
+
+
+def run_one_iteration(backend: CpuBackend, body) -> list:
+    backend.start_window()
+    backend.begin_iteration(0)
+    body(backend.streams)
+    backend.end_iteration()
+    backend.synchronize()
+    return backend.stop_window()
+
+
+def test_workers_register_distinct_thread_ids(backend_factory):
+    backend = backend_factory(6, 4)
+    workers = backend.workers()
+    assert [w.queue for w in workers] == [0, 1, 2, 3]
+    assert len({w.tid for w in workers}) == 4 and all(w.tid > 0 for w in workers)
+    assert threading.get_native_id() not in {w.tid for w in workers}
+    assert workers[0].streams == (0, 4) and workers[3].streams == (3,)
+    assert backend.queue_mapping()["stream_to_queue"] == [0, 1, 2, 3, 0, 1]
+
+
+def test_streams_on_separate_queues_overlap(backend_factory):
+    backend = backend_factory(2, 4)
+    ops = run_one_iteration(backend, lambda s: [s[0].launch(sleeper(0.05), "a"),
+                                                s[1].launch(sleeper(0.05), "b")])
+    a, b = sorted(ops, key=lambda o: o.stream)
+    assert a.queue != b.queue
+    assert a.end_ns - a.start_ns >= 45_000_000
+    assert max(a.start_ns, b.start_ns) < min(a.end_ns, b.end_ns), "sleeps should overlap"
+
+
+def test_streams_sharing_a_queue_serialise(backend_factory):
+    backend = backend_factory(2, 1)
+    ops = run_one_iteration(backend, lambda s: [s[0].launch(sleeper(0.03), "a"),
+                                                s[1].launch(sleeper(0.03), "b")])
+    a, b = sorted(ops, key=lambda o: o.start_ns)
+    assert a.queue == b.queue == 0
+    assert b.start_ns >= a.end_ns
+    # b was ready at enqueue time but waited behind a: head-of-line blocking is visible
+    assert b.start_ns - b.ready_ns >= 25_000_000
+
+
+def test_wait_orders_work_across_queues(backend_factory):
+    backend = backend_factory(2, 4)
+
+    def body(streams):
+        streams[0].launch(sleeper(0.04), "producer")
+        streams[1].wait(streams[0])
+        streams[1].launch(lambda: None, "consumer")
+
+    ops = run_one_iteration(backend, body)
+    producer = next(o for o in ops if o.label == "producer")
+    consumer = next(o for o in ops if o.label == "consumer")
+    assert consumer.start_ns >= producer.end_ns
+    assert consumer.ready_ns >= producer.end_ns  # ready only once its dependency finished
+
+
+def test_ops_recorded_only_inside_window_and_tagged(backend_factory):
+    backend = backend_factory(1, 4)
+    backend.streams[0].launch(lambda: None, "warmup")
+    backend.synchronize()
+    ops = run_one_iteration(backend, lambda s: [s[0].launch(lambda: None, "x") for _ in range(3)])
+    assert [o.label for o in ops] == ["x", "x", "x"]
+    assert all(o.iteration == 0 and o.start_ns >= 0 for o in ops)
+    starts = [o.start_ns for o in ops]
+    assert starts == sorted(starts)
+
+
+def test_op_error_surfaces_on_synchronize(backend_factory):
+    backend = backend_factory(2, 4)
+
+    def boom():
+        raise ValueError("kernel failed")
+
+    backend.streams[0].launch(boom, "bad")
+    backend.streams[1].launch(lambda: None, "good")
+    with pytest.raises(ValueError, match="kernel failed"):
+        backend.synchronize()
+    backend.synchronize()  # error reported once; the backend keeps working
+
+
+def test_close_stops_worker_threads():
+    backend = CpuBackend(3, pool_size=2)
+    names = {t.name for t in threading.enumerate()}
+    assert {"aorta-hwq0", "aorta-hwq1"} <= names
+    backend.close()
+    backend.close()
+    assert not {t.name for t in threading.enumerate()} & {"aorta-hwq0", "aorta-hwq1"}
