@@ -118,3 +118,15 @@ def test_empty_tree_renders_nothing_and_lists_everything(tmp_path):
     listed = set(code.missing)
     assert {"amdgpu:amdgpu_bo_move", "amdgpu:amdgpu_bo_create", "amdgpu:amdgpu_vm_bo_map",
             "amdkfd:kfd_evict_process_worker_start"} <= listed
+
+
+@pytest.mark.parametrize(("gen", "id_field"), [("rocm-dkms-pasid", "pasid"), ("rocm-dkms-pid", "pid")])
+def test_show_script_through_aorta_tracefs(cli, gen, id_field):
+    res = cli("ebpf-info", "--show-script", "--ebpf-memory-trace",
+              env={"AORTA_TRACEFS": str(FIXTURES / gen)})
+    assert res.returncode == 0, res.stderr
+    text = res.stdout
+    assert "families amdmem, hostmem" in text
+    assert "tracepoint:amdgpu:amdgpu_bo_move\n" in text
+    assert f"@amdmem_kfd_log[nsecs, 1, (uint64)args->{id_field}] = count();" in text
+    assert "tracepoint:amdkfd:kfd_evict_process_worker_start\n/@aorta_gate == 1/" in text
