@@ -91,3 +91,12 @@ def test_interpretation_bands() -> None:
                              "hw_rings_used": [0, 1, 2, 3]}, 8)
     assert "contention" in lines[0] and "stalls" in lines[1] and "multiplexed" in lines[2]
     assert interpret_queue({"submit_to_dispatch_avg_us": None, "hw_rings_used": None}, 8) == []
+
+
+def test_probe_cost_without_bpf_programs_says_why() -> None:
+    import os
+
+    from aorta.ebpf.session import probe_cost
+
+    cost = probe_cost(os.getpid())
+    assert cost["programs"] == 0 and cost["run_time_ms"] is None and cost["reason"]

@@ -64,3 +64,8 @@ def keyed(value: Any) -> dict[str, Any]:
     if isinstance(value, dict) and not ("count" in value and "total" in value):
         return {str(k): v for k, v in value.items()}
     return {"": value}
+
+
+def as_records(hist: list[tuple[int, int, int]]) -> list[dict[str, int]]:
+    """A histogram in bpftrace's own JSON bucket form ({min, max, count}), for results/reports."""
+    return [{"min": low, "max": high, "count": count} for low, high, count in hist]

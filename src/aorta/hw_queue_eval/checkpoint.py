@@ -59,12 +59,15 @@ class CheckpointFile:
         return any(_key_text(p.get("key", {})) == wanted and p.get("status") == "ok"
                    for p in self.points)
 
-    def record(self, point: dict[str, Any]) -> None:
-        """Add or replace the point with the same key, then rewrite the file atomically."""
+    def record(self, point: dict[str, Any], **extra: Any) -> None:
+        """Add or replace the point with the same key, then rewrite the file atomically.
+
+        `extra` top-level keys (e.g. a sweep's running analysis) are written in the same rewrite.
+        """
         wanted = _key_text(point["key"])
         self.points = [p for p in self.points if _key_text(p.get("key", {})) != wanted]
         self.points.append(point)
-        self.save()
+        self.save(**extra)
 
     def to_dict(self, **extra: Any) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, "kind": self.kind,
@@ -75,3 +78,21 @@ class CheckpointFile:
     def save(self, **extra: Any) -> None:
         """Write the whole file atomically (temp file, fsync, rename)."""
         atomic_write_json(self.path, self.to_dict(**extra))
+
+
+def open_or_resume(path: str | os.PathLike[str], kind: str, header: dict[str, Any],
+                   resume: bool) -> CheckpointFile:
+    """A fresh file, or the earlier one with --resume; never silently overwrites finished points."""
+    if resume and os.path.exists(path):
+        return CheckpointFile.resume(path, kind, header)
+    if os.path.exists(path):
+        try:
+            old = read_json_file(path, f"{kind} file")
+        except UsageError:
+            old = None
+        finished = [p for p in (old or {}).get("points", []) if isinstance(p, dict)
+                    and p.get("status") == "ok"] if isinstance(old, dict) else []
+        if finished:
+            raise UsageError(f"{path} already holds {len(finished)} finished {kind} points: "
+                             "add --resume to continue it, or choose another -o")
+    return CheckpointFile(path, kind, header)

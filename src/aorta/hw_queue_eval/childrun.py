@@ -23,6 +23,7 @@ from aorta.common.atomicio import read_json_file
 from aorta.common.errors import UsageError
 
 TERM_GRACE_S = 5.0
+_PR_SET_PDEATHSIG = 1
 
 
 @dataclass
@@ -52,6 +53,15 @@ def _stop_group(proc: subprocess.Popen[str]) -> None:
             continue
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: ask Linux to SIGKILL it if the parent dies (kill -9 of a sweep
+    must not leave an orphan point running). Best effort; other systems skip it."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
 def _last_error_line(stderr: str) -> str:
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     for line in reversed(lines):
@@ -72,7 +82,8 @@ def run_point(run_args: Sequence[str], env_overrides: Mapping[str, str] | None =
     cmd = [sys.executable, "-m", "aorta.hw_queue_eval", "run", *run_args, "-o", out_path]
     started = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+                            stdin=subprocess.DEVNULL, text=True, start_new_session=True,
+                            preexec_fn=_die_with_parent)
     try:
         try:
             _, stderr = proc.communicate(timeout=timeout_s)
@@ -93,7 +104,8 @@ def run_point(run_args: Sequence[str], env_overrides: Mapping[str, str] | None =
             return PointOutcome("ok", result, None, duration, 0)
         reason = _last_error_line(stderr)
         if proc.returncode is not None and proc.returncode < 0:
-            reason = f"killed by signal {-proc.returncode} ({reason})"
+            name = signal.Signals(-proc.returncode).name
+            reason = f"killed by signal {-proc.returncode} ({name}; last output: {reason})"
         return PointOutcome("failed", result, reason, duration, proc.returncode)
     except BaseException:
         _stop_group(proc)

@@ -19,6 +19,10 @@ from aorta.common.errors import UsageError
 COMMAND_MODULES = (
     "aorta.hw_queue_eval.commands.catalog",
     "aorta.hw_queue_eval.commands.run",
+    "aorta.hw_queue_eval.commands.sweep",
+    "aorta.hw_queue_eval.commands.compare",
+    "aorta.hw_queue_eval.commands.report",
+    "aorta.hw_queue_eval.commands.policy",
     "aorta.hw_queue_eval.commands.ebpf",
 )
 
@@ -52,7 +56,9 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: run the click group and turn every failure into a clear exit code."""
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        cli.main(args=argv, prog_name="python -m aorta.hw_queue_eval", standalone_mode=False)
+        # standalone_mode=False returns the code of a `click.exceptions.Exit` instead of exiting
+        code = cli.main(args=argv, prog_name="python -m aorta.hw_queue_eval",
+                        standalone_mode=False)
     except UsageError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)
@@ -73,4 +79,4 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(0)
     except SystemExit:
         raise
-    sys.exit(0)
+    sys.exit(code if isinstance(code, int) else 0)

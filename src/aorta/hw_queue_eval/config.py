@@ -90,8 +90,19 @@ def hw_queue_pool_size(environ: dict[str, str] | None = None) -> int:
 ENV_KNOBS = ("GPU_MAX_HW_QUEUES", "HSA_XNACK", "CUDA_DEVICE_MAX_CONNECTIONS",
              "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "DEBUG_HIP_IGNORE_STREAM_PRIORITY")
 
+#: Prefixes of the GPU-runtime variables a policy may set (policies.py); a result records every
+#: set variable with one of them (`runtime_env`), so a policy's variables can be read back.
+RUNTIME_ENV_PREFIXES = ("GPU_", "HSA_", "HIP_", "ROCR_", "AMD_", "HCC_", "DEBUG_HIP_", "CUDA_",
+                        "NCCL_", "RCCL_", "PYTORCH_", "TORCH_", "OMP_", "MKL_")
+
 
 def env_knobs(environ: dict[str, str] | None = None) -> dict[str, str | None]:
     """The environment variables that change queue behaviour, as seen by this process."""
     env = os.environ if environ is None else environ
     return {name: env.get(name) for name in ENV_KNOBS}
+
+
+def runtime_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Every set GPU-runtime variable (RUNTIME_ENV_PREFIXES), as seen by this process."""
+    env = os.environ if environ is None else environ
+    return {name: env[name] for name in sorted(env) if name.startswith(RUNTIME_ENV_PREFIXES)}

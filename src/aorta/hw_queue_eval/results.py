@@ -83,7 +83,7 @@ class RunResult:
 
 def collect_environment(backend_env: dict[str, Any], backend: str, device: str) -> dict[str, Any]:
     """Host, kernel, Python, torch, device and runtime versions, plus the queue env knobs."""
-    from aorta.hw_queue_eval.config import env_knobs
+    from aorta.hw_queue_eval.config import env_knobs, runtime_env
 
     env: dict[str, Any] = {
         "host": platform.node(),
@@ -93,6 +93,7 @@ def collect_environment(backend_env: dict[str, Any], backend: str, device: str) 
         "backend": backend,
         "device": device,
         "env_knobs": env_knobs(),
+        "runtime_env": runtime_env(),
         "pid": os.getpid(),
     }
     torch = sys.modules.get("torch")

@@ -85,7 +85,8 @@ class AmdgpuFamily(ProbeFamily):
         internal = {k: int(v) for k, v in hist.keyed(maps.get("@amdgpu_internal_jobs")).items()}
         s2d = hist.stats(maps.get("@amdgpu_s2d"))
         d2c = hist.stats(maps.get("@amdgpu_d2c"))
-        p99 = hist.percentile(hist.buckets(maps.get("@amdgpu_s2d_hist")), 0.99)
+        s2d_hist = hist.buckets(maps.get("@amdgpu_s2d_hist"))
+        p99 = hist.percentile(s2d_hist, 0.99)
         summary = {
             "source": "amdgpu",
             "total_submissions": sum(submits.values()),
@@ -101,6 +102,7 @@ class AmdgpuFamily(ProbeFamily):
         metrics = {
             "summary": summary, "submissions_per_ring": submits, "dispatches_per_ring": dispatches,
             "jobs_without_traced_submission": internal,
+            "submit_to_dispatch_hist_ns": hist.as_records(s2d_hist),
             "dispatch_to_done_avg_us": d2c[1] / d2c[0] / 1e3 if d2c and d2c[0] else None,
             "dispatch_to_done_count": d2c[0] if d2c else 0,
         }

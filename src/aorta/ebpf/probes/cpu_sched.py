@@ -177,8 +177,8 @@ class CpuSchedFamily(ProbeFamily):
             "threads_seen": len(rows),
         }
         metrics = {"summary": summary, "threads": rows,
-                   "runq_latency_hist_ns": [list(b) for b in all_wake],
-                   "histogram_kind": "log2 buckets [min, max, count] of ns, queue threads"}
+                   "runq_latency_hist_ns": hist.as_records(all_wake),
+                   "histogram_kind": "log2 buckets of ns (queue threads, wakeup → on CPU)"}
         return FamilyResult(self.name, self.section, metrics, coverage)
 
 

@@ -96,7 +96,8 @@ class GpuSchedulerFamily(ProbeFamily):
         untraced = {k: int(v) for k, v in hist.keyed(maps.get("@gpu_scheduler_untraced_jobs")).items()}
         q2r = hist.stats(maps.get("@gpu_scheduler_q2r"))
         r2d = hist.stats(maps.get("@gpu_scheduler_r2d"))
-        p99 = hist.percentile(hist.buckets(maps.get("@gpu_scheduler_q2r_hist")), 0.99)
+        q2r_hist = hist.buckets(maps.get("@gpu_scheduler_q2r_hist"))
+        p99 = hist.percentile(q2r_hist, 0.99)
         summary = {
             "source": "gpu_scheduler",
             "total_submissions": sum(queued.values()),
@@ -111,6 +112,7 @@ class GpuSchedulerFamily(ProbeFamily):
         }
         metrics = {"summary": summary, "queued_per_ring": queued, "run_per_ring": run,
                    "jobs_without_traced_submission": untraced,
+                   "submit_to_dispatch_hist_ns": hist.as_records(q2r_hist),
                    "run_to_done_avg_us": r2d[1] / r2d[0] / 1e3 if r2d and r2d[0] else None}
         coverage = {"source": "gpu_scheduler tracepoints",
                     "covered": "drm_sched jobs of the traced processes (any DRM driver)",

@@ -137,11 +137,13 @@ class KfdFamily(ProbeFamily):
                 qtype, prio, ph = (int(p) for p in parts)
                 created.append({"queue_type": QUEUE_TYPES.get(qtype, str(qtype)), "priority": prio,
                                 "in_window": ph == 1, "count": int(value)})
-        wait_p99 = hist.percentile(hist.buckets(maps.get("@kfd_wait_hist")), 0.99)
+        wait_hist = hist.buckets(maps.get("@kfd_wait_hist"))
+        wait_p99 = hist.percentile(wait_hist, 0.99)
         inventory = queue_inventory(context.get("pids", []))
         metrics = {
             "summary": None, "ioctls": calls, "queues_created": created,
             "wait_events_p99_us": wait_p99["estimate"] / 1e3 if wait_p99 else None,
+            "wait_events_hist_ns": hist.as_records(wait_hist),
             "sysfs_inventory": inventory,
             "multiplexing": multiplexing_verdict(created, inventory, context.get("streams")),
         }

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -19,6 +20,9 @@ from aorta.hw_queue_eval.config import (
     parse_positive_int,
 )
 from aorta.hw_queue_eval.workloads.registry import get_info
+
+if TYPE_CHECKING:
+    from aorta.hw_queue_eval.gpu_control import GpuRequest
 
 
 def register(group: click.Group) -> None:
@@ -68,6 +72,13 @@ class _Progress:
         if self._bar is not None:
             self._bar.__exit__(*exc)
 
+    def log(self, message: str) -> None:
+        """A line on stderr above the bar (plain click output when there is no bar)."""
+        if self._bar is None:
+            click.echo(message, err=True)
+        else:
+            self._bar.console.print(message, markup=False, highlight=False)
+
     def __call__(self, phase: str, done: int, total: int) -> None:
         if self._bar is None:
             return
@@ -98,6 +109,55 @@ def run_options(func: Any) -> Any:
     for option in reversed(options):
         func = option(func)
     return func
+
+
+def gpu_control_options(func: Any) -> Any:
+    """--lock-clocks / --power-limit for commands that run measurements (run, policy-sweep)."""
+    options = [
+        click.option("--lock-clocks", "lock_clocks", default=None, metavar="LEVEL",
+                     help="Lock the target GPU's clocks at LEVEL 0 (lowest) … 7 (highest) for the "
+                          "run; the prior state is restored afterwards (needs root)."),
+        click.option("--power-limit", "power_limit", default=None, metavar="WATTS",
+                     help="Cap the target GPU's power at WATTS for the run; the prior cap is "
+                          "restored afterwards (needs root)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def gpu_request(lock_clocks: str | None, power_limit: str | None) -> GpuRequest:
+    """Validate --lock-clocks/--power-limit (no torch, nothing touched)."""
+    from aorta.hw_queue_eval.gpu_control import GpuRequest
+    from aorta.hw_queue_eval.policies import validate_clock_level, validate_power_limit
+
+    return GpuRequest(
+        clock_level=None if lock_clocks is None else validate_clock_level(lock_clocks),
+        power_limit_w=None if power_limit is None else validate_power_limit(power_limit))
+
+
+def gpu_control_context(device: str, request: GpuRequest) -> Any:
+    """A context manager holding `request` on the GPU behind `device` (no-op when empty).
+
+    First restores devices left changed by hard-killed processes. UsageError on the CPU backend.
+    Imports torch only when a clock/power change is requested (to find the GPU's vendor).
+    """
+    from aorta.hw_queue_eval.gpu_control import (
+        CPU_NOT_APPLICABLE,
+        GpuControl,
+        recover_stale_states,
+        target_for_device,
+    )
+
+    recover_stale_states(echo=lambda m: click.echo(m, err=True))
+    if request.empty:
+        return contextlib.nullcontext(None)
+    from aorta.hw_queue_eval.backends import resolve_device
+
+    target = target_for_device(resolve_device(device))
+    if target is None:
+        raise UsageError(f"--lock-clocks/--power-limit: {CPU_NOT_APPLICABLE}")
+    return GpuControl(target, request)
 
 
 TRACING_FLAGS: list[tuple[str, str, str]] = [
@@ -134,13 +194,17 @@ def build_tracer(queue: bool, memory: bool) -> Any:
 @click.argument("workload")
 @click.option("-s", "--streams", required=True, help="Number of streams, e.g. 8.")
 @run_options
+@gpu_control_options
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the result JSON here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result JSON on stdout.")
+@click.option("--trace-out", type=click.Path(dir_okay=False),
+              help="Write a Chrome/Perfetto trace of every measured op here (ui.perfetto.dev).")
 @tracing_options
 def run_command(workload: str, streams: str, iterations: str, warmup: str, device: str,
                 size: str | None, sync_mode: str, seed: int, threads_per_queue: str,
-                output: str | None, as_json: bool, ebpf_trace: bool = False,
-                ebpf_memory_trace: bool = False) -> None:
+                lock_clocks: str | None, power_limit: str | None,
+                output: str | None, as_json: bool, trace_out: str | None,
+                ebpf_trace: bool = False, ebpf_memory_trace: bool = False) -> None:
     """Run WORKLOAD on N streams and measure throughput, latency and queue behaviour."""
     import dataclasses
     import json
@@ -153,17 +217,30 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
 
     config = build_config(workload, streams, iterations, warmup, device, size, sync_mode, seed,
                           threads_per_queue)
+    request = gpu_request(lock_clocks, power_limit)
     if output:
         check_output_path(output)
+    if trace_out:
+        check_output_path(trace_out, "trace file")
     tracer = build_tracer(ebpf_trace, ebpf_memory_trace)
     config = dataclasses.replace(config, device=resolve_device(config.device))  # imports torch
-    click.echo(f"Running {config.workload} on {config.streams} streams "
-               f"({config.iterations} iterations + {config.warmup} warm-up, device {config.device})…",
-               err=True)
-    with _Progress() as progress:
-        result = run_benchmark(config, tracer=tracer, progress=progress).to_dict()
+    control = gpu_control_context(config.device, request)
+    with control as gpu_report:  # clocks/power (if asked) applied and verified before the run
+        click.echo(f"Running {config.workload} on {config.streams} streams ({config.iterations} "
+                   f"iterations + {config.warmup} warm-up, device {config.device})…", err=True)
+        with _Progress() as progress:
+            result = run_benchmark(config, tracer=tracer, progress=progress).to_dict()
+    if gpu_report is not None:
+        result["gpu_control"] = gpu_report
+        click.echo(f"GPU control: {gpu_report['device']}: in effect "
+                   f"{gpu_report.get('in_effect')}, then {gpu_report['status']}", err=True)
     if output:
         save_result(output, result)
+    if trace_out:
+        from aorta.common.atomicio import atomic_write_json
+        from aorta.hw_queue_eval.report.trace import build_trace
+
+        atomic_write_json(trace_out, build_trace(result))
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
@@ -171,5 +248,7 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
         render_ebpf(result, make_console())
         if output:
             click.echo(f"\nresult written to {output}")
+        if trace_out:
+            click.echo(f"trace written to {trace_out} (open it in https://ui.perfetto.dev)")
     if result["status"] != "ok":
         raise click.exceptions.Exit(1)

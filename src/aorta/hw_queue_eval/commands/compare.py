@@ -1,0 +1,52 @@
+"""`compare`: base vs test results with a Mann–Whitney U test per metric; exit 1 on regression."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from aorta.common.atomicio import atomic_write_json, check_output_path
+from aorta.common.errors import UsageError
+
+
+def register(group: click.Group) -> None:
+    group.add_command(compare_command)
+
+
+@click.command("compare")
+@click.option("-b", "--baseline", "base", required=True, help="Base result (run, sweep, policy-sweep).")
+@click.option("-t", "--test", "tests", required=True, multiple=True,
+              help="Test result; repeat -t to compare several against the base.")
+@click.option("--threshold", default="5", show_default=True,
+              help="Minimum change (percent) that counts as a regression or improvement.")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON on stdout.")
+@click.option("--markdown", is_flag=True, help="Print a Markdown summary (for CI comments).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also write the JSON here.")
+def compare_command(base: str, tests: tuple[str, ...], threshold: str, as_json: bool,
+                    markdown: bool, output: str | None) -> None:
+    """Compare TEST results against BASE, point by point; exit 0 ok, 1 regression, 2 bad input."""
+    from aorta.hw_queue_eval.compare import compare_files
+    from aorta.hw_queue_eval.report.compare_view import render_console, to_markdown
+
+    try:
+        threshold_pct = float(threshold)
+    except ValueError:
+        raise UsageError(f"--threshold must be a percentage such as 5, got {threshold!r}") from None
+    if as_json and markdown:
+        raise UsageError("--json and --markdown both print on stdout: choose one")
+    if output:
+        check_output_path(output)
+    cmp = compare_files(base, list(tests), threshold_pct)
+    if output:
+        atomic_write_json(output, cmp)
+    if as_json:
+        click.echo(json.dumps(cmp, indent=2))
+    elif markdown:
+        click.echo(to_markdown(cmp), nl=False)
+    else:
+        from aorta.hw_queue_eval.report.console import make_console
+
+        render_console(cmp, make_console())
+    if cmp["regression"]:
+        raise click.exceptions.Exit(1)

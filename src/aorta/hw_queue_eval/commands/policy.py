@@ -1,0 +1,162 @@
+"""`policy-sweep` (each policy in a fresh child, checkpointed) and `restore` (after a crash)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from aorta.common.atomicio import check_output_path
+from aorta.common.errors import UsageError
+from aorta.hw_queue_eval.commands.run import (
+    build_config,
+    gpu_control_options,
+    gpu_request,
+    run_command,
+    run_options,
+)
+from aorta.hw_queue_eval.commands.sweep import PASSTHROUGH_FLAGS, _parse_timeout
+from aorta.hw_queue_eval.config import parse_positive_int
+
+
+def register(group: click.Group) -> None:
+    group.add_command(policy_sweep_command)
+    group.add_command(restore_command)
+
+
+@click.command("policy-sweep")
+@click.argument("workload")
+@click.option("-s", "--streams", required=True, help="Number of streams, e.g. 16.")
+@click.option("--policies", default=None,
+              help="Comma-separated policy names (default: baseline,priority_lc,priority_be; "
+                   "with --policy-file: baseline and every policy in the file).")
+@click.option("--policy-file", type=click.Path(dir_okay=False), default=None,
+              help="TOML file of extra policies (see docs/policies.md).")
+@click.option("--repeats", default="1", show_default=True,
+              help="Run every policy N times, in a shuffled order each round, and aggregate.")
+@click.option("--timeout", default=None, help="Seconds one point may run before it is stopped.")
+@run_options
+@gpu_control_options
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Checkpointed JSON (default: policy_sweep_WORKLOAD_sN.json).")
+@click.option("--resume", is_flag=True, help="Reuse the ok points of an earlier -o file.")
+def policy_sweep_command(workload: str, streams: str, policies: str | None,
+                         policy_file: str | None, repeats: str, timeout: str | None,
+                         iterations: str, warmup: str, device: str, size: str | None,
+                         sync_mode: str, seed: int, threads_per_queue: str,
+                         lock_clocks: str | None, power_limit: str | None, output: str | None,
+                         resume: bool, **passthrough: Any) -> None:
+    """Run WORKLOAD under each queue policy and compare them against baseline."""
+    import dataclasses
+
+    from aorta.hw_queue_eval.backends import resolve_device
+    from aorta.hw_queue_eval.checkpoint import fingerprint, open_or_resume
+    from aorta.hw_queue_eval.gpu_control import (
+        CPU_NOT_APPLICABLE,
+        GpuControl,
+        GpuRequest,
+        recover_stale_states,
+        target_for_device,
+    )
+    from aorta.hw_queue_eval.policies import resolve_policies
+    from aorta.hw_queue_eval.policy_sweep import (
+        KIND,
+        point_request,
+        run_policy_point,
+        schedule,
+        summarize,
+    )
+    from aorta.hw_queue_eval.report.console import make_console
+    from aorta.hw_queue_eval.report.policy_table import render_policy_table
+
+    config = build_config(workload, streams, iterations, warmup, device, size, sync_mode, seed,
+                          threads_per_queue)
+    chosen = resolve_policies(policies, policy_file)
+    rounds = parse_positive_int(repeats, "--repeats")
+    timeout_s = _parse_timeout(timeout)
+    flags = [f"--{name.replace('_', '-')}" for name, on in passthrough.items() if on]
+    base = gpu_request(lock_clocks, power_limit)
+    output = output or f"policy_sweep_{config.workload}_s{config.streams}.json"
+    check_output_path(output)
+
+    config = dataclasses.replace(config, device=resolve_device(config.device))
+    target = target_for_device(config.device)
+    if target is None and not base.empty:
+        raise UsageError(f"--lock-clocks/--power-limit: {CPU_NOT_APPLICABLE}")
+    recover_stale_states(echo=lambda m: click.echo(m, err=True))
+    if target is not None:  # tools present, device readable, watts in range: before any run
+        for request in {point_request(p, base) for p in chosen} - {GpuRequest()}:
+            GpuControl(target, request).preflight()
+
+    order = schedule(chosen, rounds, config.seed)
+    header = {"workload": config.workload, "streams": config.streams, "device": config.device,
+              "backend": "cpu" if config.device == "cpu" else "gpu", "repeats": rounds,
+              "policies": [p.to_dict() for p in chosen], "gpu_control_request": base.to_dict(),
+              "gpu_control_target": None if target is None else target.describe(),
+              "run_config": config.to_dict(), "run_flags": flags, "schedule": order}
+    header["fingerprint"] = fingerprint({k: header[k] for k in (
+        "workload", "streams", "device", "repeats", "policies", "gpu_control_request",
+        "run_config", "run_flags")})
+    file = open_or_resume(output, KIND, header, resume)
+    file.save()
+    by_name = {p.name: p for p in chosen}
+    total = sum(len(r) for r in order)
+    done = 0
+    try:
+        for repeat, names in enumerate(order, start=1):
+            for name in names:
+                done += 1
+                key = {"workload": config.workload, "streams": config.streams, "policy": name,
+                       "repeat": repeat}
+                if resume and file.done(key):
+                    click.echo(f"[{done}/{total}] {name} (repeat {repeat}): kept from {output}",
+                               err=True)
+                    continue
+                click.echo(f"[{done}/{total}] {name} (repeat {repeat})…", err=True)
+                point = run_policy_point(by_name[name], repeat, config, base, target, timeout_s,
+                                         flags)
+                file.record(point)
+                if point["status"] != "ok":
+                    click.echo(f"  {point['status']}: {point['error']}", err=True)
+    except KeyboardInterrupt:
+        click.echo(f"\ninterrupted: {len(file.points)} point(s) saved in {output}; "
+                   "--resume continues", err=True)
+        raise SystemExit(130) from None
+    summary = summarize(file.points, chosen)
+    file.save(summary=summary)
+    render_policy_table(file.to_dict(summary=summary), make_console())
+    click.echo(f"\nresults written to {output}")
+    if any(p.get("status") not in ("ok", "not_applicable") for p in file.points):
+        raise click.exceptions.Exit(1)
+
+
+@click.command("restore")
+def restore_command() -> None:
+    """Put GPU clocks/power back from state files left by a process that was killed hard."""
+    from aorta.hw_queue_eval import gpu_state
+    from aorta.hw_queue_eval.gpu_control import restore_from_file
+    from aorta.hw_queue_eval.gpu_drivers import GpuControlError
+
+    files = gpu_state.list_state_files()
+    if not files:
+        click.echo(f"nothing to restore: no state files in {gpu_state.state_dir()}")
+        return
+    failures = 0
+    for path in files:
+        try:
+            record = gpu_state.read_state(path)
+            if gpu_state.owner_alive(record):
+                click.echo(f"skipped {path}: pid {record.get('pid')} is still running and will "
+                           "restore the device itself when it ends")
+                continue
+            click.echo(restore_from_file(path))
+        except (GpuControlError, UsageError) as exc:
+            failures += 1
+            click.echo(f"error: {path}: {exc}", err=True)
+    if failures:
+        raise click.exceptions.Exit(1)
+
+
+for _param in run_command.params:  # e.g. --ebpf-trace, when `run` has it: passed to every point
+    if _param.name in PASSTHROUGH_FLAGS:
+        policy_sweep_command.params.append(_param)

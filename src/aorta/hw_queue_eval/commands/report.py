@@ -1,0 +1,47 @@
+"""`report`: PNG plots and one self-contained HTML page for a run or sweep file (no torch)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from aorta.common.errors import UsageError
+
+
+def register(group: click.Group) -> None:
+    group.add_command(report_command)
+
+
+def check_output_dir(path: str) -> Path:
+    """Fail fast unless `path` is (or can be created as) a writable real folder."""
+    out = Path(path)
+    if out.is_symlink():
+        raise UsageError(f"report folder {out} is a symbolic link; refusing to write through it")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"report folder {out} is a file: give a folder path")
+    parent = out.parent if str(out.parent) else Path(".")
+    target = out if out.exists() else parent
+    if not target.is_dir():
+        raise UsageError(f"cannot create report folder {out}: {parent} does not exist")
+    if not os.access(target, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write into {target}: not writable; choose another -o")
+    return out
+
+
+@click.command("report")
+@click.argument("result_file", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", "output_dir",
+              help="Folder for the PNGs and index.html [default: <result>_report].")
+def report_command(result_file: str, output_dir: str | None) -> None:
+    """Plots (PNG) and one HTML page for RESULT_FILE (a run or a sweep)."""
+    from aorta.hw_queue_eval.report.html import write_report
+    from aorta.hw_queue_eval.results import load_result
+
+    out = check_output_dir(output_dir or f"{Path(result_file).with_suffix('')}_report")
+    data = load_result(result_file)
+    written = write_report(data, out, result_file)
+    for path in written:
+        click.echo(f"wrote {path} ({path.stat().st_size} bytes)")
+    click.echo(f"open {out / 'index.html'} in a browser")

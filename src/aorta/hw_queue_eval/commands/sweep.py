@@ -1,0 +1,133 @@
+"""`sweep`: one workload over a list of stream counts, crash-proof and resumable; no torch here."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from aorta.common.atomicio import check_output_path
+from aorta.common.errors import UsageError
+from aorta.hw_queue_eval.commands.run import (
+    _Progress,
+    build_config,
+    gpu_control_context,
+    gpu_control_options,
+    gpu_request,
+    run_command,
+    run_options,
+)
+from aorta.hw_queue_eval.config import parse_stream_list
+
+#: `run` flags a sweep passes through to every point when `run` has them (added by other modules).
+PASSTHROUGH_FLAGS = ("ebpf_trace", "ebpf_memory_trace")
+
+
+def register(group: click.Group) -> None:
+    group.add_command(sweep_command)
+
+
+def _parse_timeout(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise UsageError(f"--timeout must be seconds, got {value!r}") from None
+    if not seconds > 0:
+        raise UsageError(f"--timeout must be > 0 seconds, got {value!r}")
+    return seconds
+
+
+def _describe(point: dict[str, Any], unit: str) -> str:
+    streams = point["key"]["streams"]
+    if point["status"] == "ok":
+        tput = point["result"].get("throughput")
+        return (f"  {streams:>3} streams: ok  {tput:.2f} {unit}  ({point['duration_s']:.1f} s)"
+                if tput is not None else f"  {streams:>3} streams: ok")
+    return f"  {streams:>3} streams: {point['status'].upper()}  {point.get('error')}"
+
+
+@click.command("sweep")
+@click.argument("workload")
+@click.option("-s", "--streams", required=True, help="Stream counts, e.g. 1,2,4,8,16,32.")
+@run_options
+@gpu_control_options
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="Sweep file, rewritten after every point [default: <workload>_sweep.json].")
+@click.option("--resume", is_flag=True, help="Keep the points already done in -o; run the rest.")
+@click.option("--timeout", default=None, help="Seconds one point may run before it is stopped.")
+@click.option("--trace-out", default=None,
+              help="Perfetto trace per point: a folder, or a prefix (PREFIX-s<N>.trace.json).")
+def sweep_command(workload: str, streams: str, iterations: str, warmup: str, device: str,
+                  size: str | None, sync_mode: str, seed: int, threads_per_queue: str,
+                  lock_clocks: str | None, power_limit: str | None,
+                  output: str | None, resume: bool, timeout: str | None, trace_out: str | None,
+                  **passthrough: Any) -> None:
+    """Run WORKLOAD at each stream count in its own process; checkpoint after every point."""
+    from aorta.hw_queue_eval.report.console import make_console
+    from aorta.hw_queue_eval.report.tables import render_sweep
+    from aorta.hw_queue_eval.sweep import (
+        SweepSpec,
+        analysis_of,
+        open_checkpoint,
+        plan_stream_counts,
+        run_sweep,
+        trace_path_for,
+    )
+    from aorta.hw_queue_eval.workloads.registry import get_info
+
+    info = get_info(workload)
+    counts, dropped = plan_stream_counts(info, parse_stream_list(streams))
+    config = build_config(workload, str(counts[0]), iterations, warmup, device, size, sync_mode,
+                          seed, threads_per_queue)
+    request = gpu_request(lock_clocks, power_limit)
+    output = output or f"{workload}_sweep.json"
+    check_output_path(output, "sweep file")
+    flags = [f"--{name.replace('_', '-')}" for name, on in passthrough.items() if on]
+    spec = SweepSpec(
+        workload=workload, info=info, stream_counts=counts, dropped=dropped,
+        run_options={"iterations": config.iterations, "warmup": config.warmup,
+                     "device": config.device, "size": config.size, "sync_mode": config.sync_mode,
+                     "seed": config.seed, "threads_per_queue": config.threads_per_queue},
+        output=output, timeout_s=_parse_timeout(timeout), trace_out=trace_out, flags=flags)
+    if trace_out:
+        check_output_path(trace_path_for(trace_out, workload, counts[0]) or "", "trace file")
+    file = open_checkpoint(spec, resume)
+    if dropped:
+        click.echo(f"note: dropped stream counts {dropped}: {workload} runs on "
+                   f"{info.min_streams}..{info.max_streams} streams", err=True)
+    click.echo(f"Sweeping {workload} over {counts} streams ({config.iterations} iterations + "
+               f"{config.warmup} warm-up each, one child process per point) → {output}", err=True)
+    # clocks/power held for the whole sweep by this process, restored on every exit path
+    with gpu_control_context(config.device, request) as gpu_report, _Progress() as progress:
+        if gpu_report is not None:
+            file.header["gpu_control"] = gpu_report  # the same dict ends as "restored"
+
+        def on_point(n: int, point: dict[str, Any] | None, done: int, total: int) -> None:
+            progress.log(f"  {n:>3} streams: already done (resumed)" if point is None
+                         else _describe(point, info.throughput_unit))
+            progress("sweep", done, total)
+
+        try:
+            run_sweep(spec, file, on_point)
+        except KeyboardInterrupt:
+            file.save(state="interrupted", analysis=analysis_of(file.points, info.work_scaling))
+            finished = sum(1 for p in file.points if p.get("status") == "ok")
+            click.echo(f"\ninterrupted: {finished} finished points kept in {output}; "
+                       "continue with --resume", err=True)
+            sys.exit(130)
+    analysis = analysis_of(file.points, info.work_scaling)
+    if gpu_report is not None:
+        file.save(state="complete", analysis=analysis)  # records the GPU restore
+    data = file.to_dict(state="complete", analysis=analysis)
+    render_sweep(data, make_console())
+    click.echo(f"\nsweep written to {output}")
+    if any(p.get("status") != "ok" for p in data["points"]):
+        raise click.exceptions.Exit(1)
+
+
+for _param in run_command.params:
+    if _param.name in PASSTHROUGH_FLAGS:
+        sweep_command.params.append(_param)

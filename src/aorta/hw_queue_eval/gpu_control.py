@@ -1,0 +1,325 @@
+"""`--lock-clocks` / `--power-limit`: change one GPU, verify, and always put it back as found.
+
+Order for every change (ARCHITECTURE decision 4):
+1. put back any device left changed by a process that was killed hard (its state file);
+2. snapshot the prior state and write it to the state file — before touching anything;
+3. note each change in the state file, then make it; read back and verify (failure is an error,
+   never a claim of success);
+4. restore the prior state (power cap included) in `finally`, with SIGINT/SIGTERM held off until
+   the device is back; verify the restore; only then delete the state file.
+
+Test/dry mode: AORTA_GPU_CONTROL_VENDOR=nvidia|amd (+ AORTA_GPU_CONTROL_INDEX=N) makes the tool
+control that device with the vendor's command-line tool found on PATH even when the workload runs
+on the CPU backend. It exists so the tests can drive fake `nvidia-smi`/`rocm-smi` executables; it
+never changes what happens when it is unset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aorta.common.errors import UsageError
+from aorta.hw_queue_eval import gpu_state
+from aorta.hw_queue_eval.gpu_drivers import (
+    POWER_TOLERANCE_W,
+    GpuControlError,
+    GpuDriver,
+    NvidiaSmi,
+    Pynvml,
+    RocmSmi,
+    make_driver,
+)
+from aorta.hw_queue_eval.results import utc_timestamp
+
+SIMULATE_VENDOR_ENV = "AORTA_GPU_CONTROL_VENDOR"
+SIMULATE_INDEX_ENV = "AORTA_GPU_CONTROL_INDEX"
+CPU_NOT_APPLICABLE = ("not applicable on the CPU backend: it has no GPU clocks or power cap to "
+                      "set (run on a GPU, or drop the clock/power setting)")
+_VISIBLE_ENV = {"nvidia": ("CUDA_VISIBLE_DEVICES",),
+                "amd": ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")}
+
+
+@dataclass(frozen=True)
+class GpuRequest:
+    """What to change: a clock level 0..7 and/or a power cap in watts (None: leave as found)."""
+
+    clock_level: int | None = None
+    power_limit_w: float | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self.clock_level is None and self.power_limit_w is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"clock_level": self.clock_level, "power_limit_w": self.power_limit_w}
+
+
+@dataclass(frozen=True)
+class GpuTarget:
+    """The one device whose clocks/power are changed."""
+
+    vendor: str
+    index: int
+    simulated: bool
+
+    def describe(self) -> str:
+        mode = f" (simulated via {SIMULATE_VENDOR_ENV})" if self.simulated else ""
+        return f"{self.vendor} GPU {self.index}{mode}"
+
+
+def _int_env(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit():
+        raise UsageError(f"{name}={raw!r} is not a GPU index (0, 1, …)")
+    return int(raw)
+
+
+def simulated_target() -> GpuTarget | None:
+    """The test/dry-mode target from AORTA_GPU_CONTROL_VENDOR, or None when unset."""
+    vendor = os.environ.get(SIMULATE_VENDOR_ENV, "").strip()
+    if not vendor:
+        return None
+    if vendor not in ("nvidia", "amd"):
+        raise UsageError(f"{SIMULATE_VENDOR_ENV}={vendor!r}: use nvidia or amd")
+    return GpuTarget(vendor, _int_env(SIMULATE_INDEX_ENV, 0), simulated=True)
+
+
+def _physical_index(vendor: str, logical: int) -> int:
+    """Map torch's cuda:N to the vendor tool's index through *_VISIBLE_DEVICES if set."""
+    for name in _VISIBLE_ENV[vendor]:
+        raw = os.environ.get(name)
+        if raw is None or raw.strip() == "":
+            continue
+        items = [x.strip() for x in raw.split(",") if x.strip()]
+        if not all(x.isdigit() for x in items) or logical >= len(items):
+            raise UsageError(f"cannot tell which physical GPU cuda:{logical} is from "
+                             f"{name}={raw!r}: use numeric indices to control clocks/power")
+        return int(items[logical])
+    return logical
+
+
+def target_for_device(resolved_device: str) -> GpuTarget | None:
+    """The device to control for a resolved --device (None on the CPU backend)."""
+    simulated = simulated_target()
+    if simulated is not None:
+        return simulated
+    if resolved_device == "cpu":
+        return None
+    import torch
+
+    vendor = "amd" if getattr(torch.version, "hip", None) else "nvidia"
+    logical = int(resolved_device.split(":", 1)[1]) if ":" in resolved_device else 0
+    return GpuTarget(vendor, _physical_index(vendor, logical), simulated=False)
+
+
+def _driver_for(target: GpuTarget) -> GpuDriver:
+    return make_driver(target.vendor, target.index, allow_library=not target.simulated)
+
+
+def _driver_for_record(record: dict[str, Any]) -> GpuDriver:
+    """The same kind of driver that made the changes recorded in a state file."""
+    tool, index = record.get("tool"), int(record["index"])
+    if tool == "nvidia-smi":
+        return NvidiaSmi(index)
+    if tool == "rocm-smi":
+        return RocmSmi(index)
+    if tool == "pynvml":
+        return Pynvml(index)
+    raise UsageError(f"state file names an unknown tool {tool!r}")
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM while the device is put back; they are delivered right after."""
+    sigs = {signal.SIGINT, signal.SIGTERM}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _restore_device(driver: GpuDriver, record: dict[str, Any]) -> dict[str, Any]:
+    """Undo what `record` says was (or was about to be) changed; verify; return what was read.
+
+    An undo that fails is an error unless the change itself had failed ("pending": the vendor
+    tool refused it) and the read-back shows the prior state.
+    """
+    prior, applied = record["prior"], record.get("applied", {})
+    errors: list[str] = []
+    soft: list[str] = []
+    undo = []
+    if "power_limit_w" in applied and prior.get("power_limit_w") is not None:
+        undo.append(("power_limit_w", lambda: driver.set_power_limit(prior["power_limit_w"])))
+    if "clock_level" in applied:
+        undo.append(("clock_level", lambda: driver.restore_clock(prior)))
+    for name, action in undo:
+        try:
+            action()
+        except GpuControlError as exc:
+            (soft if applied[name].get("pending") else errors).append(str(exc))
+    after = driver.snapshot()
+    if "power_limit_w" in applied and prior.get("power_limit_w") is not None:
+        now = after.get("power_limit_w")
+        if now is None or abs(now - prior["power_limit_w"]) > POWER_TOLERANCE_W:
+            errors.append(f"power cap reads {now} W after restore, expected "
+                          f"{prior['power_limit_w']} W")
+    if "clock_level" in applied and "perf_level" in prior["clock"] \
+            and after["clock"].get("perf_level") != prior["clock"]["perf_level"]:
+        errors.append(f"performance level reads {after['clock'].get('perf_level')!r} after "
+                      f"restore, expected {prior['clock']['perf_level']!r}")
+    if errors:
+        raise GpuControlError(f"could not put GPU {record['index']} back as found: "
+                              f"{'; '.join(errors + soft)}; run `python -m aorta.hw_queue_eval "
+                              "restore`")
+    return after
+
+
+def restore_from_file(path: Path) -> str:
+    """Put back the device recorded in a state file left by a dead process; remove the file."""
+    record = gpu_state.read_state(path)
+    _restore_device(_driver_for_record(record), record)
+    gpu_state.remove_state(path)
+    return (f"restored {record['vendor']} GPU {record['index']} to its prior state "
+            f"(left changed by pid {record.get('pid')} at {record.get('started')})")
+
+
+def recover_stale_states(echo: Any = None) -> list[str]:
+    """Restore every device left changed by a process that no longer runs (the next start).
+
+    Never stops the caller: what cannot be restored is reported as a warning (a command that
+    controls that same device then refuses to start, in GpuControl.preflight).
+    """
+    messages = []
+    try:
+        paths = gpu_state.list_state_files()
+    except UsageError as exc:
+        paths = []
+        messages.append(f"warning: GPU state files not checked: {exc}")
+    for path in paths:
+        try:
+            record = gpu_state.read_state(path)
+            if gpu_state.owner_alive(record):
+                continue
+            messages.append(f"note: {restore_from_file(path)}")
+        except UsageError as exc:
+            messages.append(f"warning: {path}: {exc}")
+    if echo is not None:
+        for message in messages:
+            echo(message)
+    return messages
+
+
+class GpuControl:
+    """Context manager: snapshot → state file → apply → verify; restore on every exit path."""
+
+    def __init__(self, target: GpuTarget, request: GpuRequest) -> None:
+        self.target = target
+        self.request = request
+        self.driver: GpuDriver | None = None
+        self.record: dict[str, Any] | None = None
+        self.path: Path | None = None
+        self.report: dict[str, Any] = {"requested": request.to_dict(),
+                                       "device": target.describe(), "status": "not_started"}
+
+    def preflight(self) -> dict[str, Any]:
+        """Tool present, device readable, requested power within its limits (changes nothing)."""
+        path = gpu_state.state_path(self.target.vendor, self.target.index)
+        if path.exists():
+            record = gpu_state.read_state(path)
+            if gpu_state.owner_alive(record) and record.get("pid") != os.getpid():
+                raise UsageError(f"{self.target.describe()} is being controlled by running pid "
+                                 f"{record.get('pid')} (state file {path}); wait for it to end")
+            restore_from_file(path)
+        gpu_state.ensure_state_dir()
+        self.driver = self.driver or _driver_for(self.target)
+        snap = self.driver.snapshot()
+        watts = self.request.power_limit_w
+        low, high = snap.get("power_min_w"), snap.get("power_max_w")
+        if watts is not None and ((low is not None and watts < low - POWER_TOLERANCE_W)
+                                  or (high is not None and watts > high + POWER_TOLERANCE_W)):
+            raise UsageError(f"power limit {watts:g} W is outside what "
+                             f"{self.target.describe()} accepts ({low:g}..{high:g} W)")
+        return snap
+
+    def __enter__(self) -> dict[str, Any]:
+        prior = self.preflight()
+        assert self.driver is not None
+        self.record = {"vendor": self.target.vendor, "index": self.target.index,
+                       "tool": self.driver.tool, "simulated": self.target.simulated,
+                       "pid": os.getpid(), "pid_start_ticks": gpu_state.process_start_ticks(
+                           os.getpid()), "started": utc_timestamp(), "argv": list(sys.argv),
+                       "prior": prior, "applied": {}}
+        self.path = gpu_state.write_state(self.record)  # before anything changes
+        try:
+            self._apply(prior)
+        except BaseException:
+            self._restore(raising=False)
+            raise
+        return self.report
+
+    def _note(self, key: str, value: Any) -> None:
+        assert self.record is not None
+        self.record["applied"][key] = value
+        gpu_state.write_state(self.record)
+
+    def _apply(self, prior: dict[str, Any]) -> None:
+        assert self.driver is not None
+        target_clock = None
+        if self.request.clock_level is not None:
+            self._note("clock_level", {"level": self.request.clock_level, "pending": True})
+            target_clock = self.driver.set_clock_level(self.request.clock_level, prior)
+            self._note("clock_level", {**target_clock, "pending": False})
+        if self.request.power_limit_w is not None:
+            watts = self.request.power_limit_w
+            self._note("power_limit_w", {"watts": watts, "pending": True})
+            self.driver.set_power_limit(watts)
+            self._note("power_limit_w", {"watts": watts, "pending": False})
+        after = self.driver.snapshot()
+        in_effect = self.driver.in_effect(after)
+        problems = []
+        if target_clock is not None:
+            mhz = in_effect.get("clock_mhz")
+            if mhz is None or abs(mhz - target_clock["mhz"]) > max(15, 0.01 * target_clock["mhz"]):
+                problems.append(f"clock reads {in_effect.get('clock_mhz')} MHz, expected "
+                                f"{target_clock['mhz']} MHz (level {target_clock['level']})")
+            in_effect["clock_level"] = target_clock["level"] if not problems else None
+            in_effect["clock_target"] = target_clock
+        if self.request.power_limit_w is not None:
+            now = in_effect.get("power_limit_w")
+            if now is None or abs(now - self.request.power_limit_w) > POWER_TOLERANCE_W:
+                problems.append(f"power cap reads {now} W, expected "
+                                f"{self.request.power_limit_w:g} W")
+        self.report.update({"status": "applied", "tool": self.driver.tool, "prior": prior,
+                            "in_effect": in_effect, "verified": not problems})
+        if problems:
+            raise GpuControlError(f"{self.target.describe()}: setting did not take effect: "
+                                  f"{'; '.join(problems)}")
+
+    def _restore(self, raising: bool) -> None:
+        if self.record is None or self.driver is None or self.path is None:
+            return
+        with _signals_held():
+            try:
+                after = _restore_device(self.driver, self.record)
+            except GpuControlError as exc:
+                self.report.update({"status": "restore_failed", "restore_error": str(exc)})
+                if raising:
+                    raise
+                print(f"error: {exc}", file=sys.stderr)
+                return
+            gpu_state.remove_state(self.path)
+            self.report.update({"status": "restored", "after_restore": self.driver.in_effect(after)})
+            self.record = None
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self._restore(raising=exc_type is None)

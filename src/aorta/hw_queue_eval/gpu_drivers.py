@@ -1,0 +1,287 @@
+"""Vendor drivers for one GPU's clocks and power cap: read, set, and put back.
+
+Each driver touches only its own device index. The command-line drivers run `nvidia-smi` /
+`rocm-smi` with argv lists (no shell); the library drivers use `pynvml` / `amdsmi` when
+importable. A snapshot is a plain JSON-able dict, so it can live in a state file and a later
+process (`restore`) can put the device back from it.
+
+Clock levels 0..7 map evenly onto the device's own steps: 0 the lowest, 7 the highest
+(AMD: sclk DPM levels; NVIDIA: supported graphics clocks, locked with -lgc).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from typing import Any, Protocol
+
+from aorta.common.errors import UsageError
+
+TOOL_TIMEOUT_S = 30.0
+POWER_TOLERANCE_W = 1.0
+
+
+class GpuControlError(UsageError):
+    """A vendor tool refused or failed: the message says which call and why."""
+
+
+def level_index(level: int, steps: int) -> int:
+    """Map a level 0..7 onto `steps` device steps (0 → lowest, 7 → highest)."""
+    if steps <= 0:
+        raise GpuControlError("the device reports no clock steps to lock to")
+    return round(level * (steps - 1) / 7)
+
+
+class GpuDriver(Protocol):
+    """What the controller needs from a vendor driver."""
+
+    vendor: str
+    index: int
+    tool: str
+
+    def snapshot(self) -> dict[str, Any]:
+        """The device's current clock and power state (JSON-able)."""
+        ...
+
+    def set_clock_level(self, level: int, snap: dict[str, Any]) -> dict[str, Any]:
+        """Lock clocks at `level`; return the target (device step, MHz) for verification."""
+        ...
+
+    def set_power_limit(self, watts: float) -> None:
+        """Set the power cap in watts."""
+        ...
+
+    def restore_clock(self, prior: dict[str, Any]) -> None:
+        """Put the clock state of `prior` back."""
+        ...
+
+    def in_effect(self, snap: dict[str, Any]) -> dict[str, Any]:
+        """Clock level/MHz and power cap as read back from a fresh snapshot."""
+        ...
+
+
+def _run(argv: list[str]) -> str:
+    """Run a vendor tool; GpuControlError with its last output line if it fails."""
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S,
+                              check=False, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise GpuControlError(f"`{' '.join(argv)}` did not answer in {TOOL_TIMEOUT_S:g} s") \
+            from None
+    except OSError as exc:
+        raise GpuControlError(f"cannot run {argv[0]}: {exc.strerror}") from None
+    if proc.returncode != 0:
+        lines = [line.strip() for line in (proc.stdout + proc.stderr).splitlines()
+                 if line.strip()]
+        last = lines[-1] if lines else "no output"
+        raise GpuControlError(f"`{' '.join(argv)}` failed (exit {proc.returncode}): {last}")
+    return proc.stdout
+
+
+def _number(text: str) -> float | None:
+    """A float from a tool's field, or None for N/A / Not Supported."""
+    try:
+        return float(text.strip())
+    except ValueError:
+        return None
+
+
+def _which(tool: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        raise UsageError(f"{tool} not found on PATH: install the vendor tools (or the "
+                         "pynvml/amdsmi Python package) to control clocks and power")
+    return path
+
+
+class NvidiaSmi:
+    """NVIDIA through `nvidia-smi -i INDEX` (-pl for the power cap, -lgc/-rgc for clocks)."""
+
+    vendor = "nvidia"
+    tool = "nvidia-smi"
+    _FIELDS = ("power.limit", "power.default_limit", "power.min_limit", "power.max_limit",
+               "clocks.sm", "clocks.max.sm")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.exe = _which(self.tool)
+
+    def _smi(self, *args: str) -> str:
+        return _run([self.exe, "-i", str(self.index), *args])
+
+    def snapshot(self) -> dict[str, Any]:
+        out = self._smi(f"--query-gpu={','.join(self._FIELDS)}", "--format=csv,noheader,nounits")
+        if not out.strip():
+            raise GpuControlError(f"nvidia-smi -i {self.index} printed nothing for the query")
+        values = [_number(v) for v in out.strip().splitlines()[0].split(",")]
+        if len(values) != len(self._FIELDS):
+            raise GpuControlError(f"nvidia-smi returned {out.strip()!r} for {self._FIELDS}")
+        fields = dict(zip(self._FIELDS, values, strict=True))
+        clocks = self._smi("--query-supported-clocks=graphics", "--format=csv,noheader,nounits")
+        supported = sorted({int(v) for v in (_number(x) for x in clocks.split()) if v})
+        return {"power_limit_w": fields["power.limit"],
+                "power_default_w": fields["power.default_limit"],
+                "power_min_w": fields["power.min_limit"], "power_max_w": fields["power.max_limit"],
+                "clock": {"sm_mhz": fields["clocks.sm"], "max_sm_mhz": fields["clocks.max.sm"],
+                          "supported_mhz": supported, "locked_mhz": None,
+                          "locked_note": "nvidia-smi cannot read whether clocks were locked "
+                                         "before; restore resets the lock (-rgc)"}}
+
+    def set_clock_level(self, level: int, snap: dict[str, Any]) -> dict[str, Any]:
+        supported = snap["clock"]["supported_mhz"]
+        step = level_index(level, len(supported))
+        mhz = supported[step]
+        self._smi("-lgc", f"{mhz},{mhz}")
+        return {"level": level, "device_step": step, "steps": len(supported), "mhz": mhz}
+
+    def set_power_limit(self, watts: float) -> None:
+        self._smi("-pl", f"{watts:.2f}")
+
+    def restore_clock(self, prior: dict[str, Any]) -> None:
+        self._smi("-rgc")
+
+    def in_effect(self, snap: dict[str, Any]) -> dict[str, Any]:
+        return {"clock_mhz": snap["clock"]["sm_mhz"], "power_limit_w": snap["power_limit_w"]}
+
+
+_GPU_LINE = re.compile(r"^GPU\[(\d+)\]\s*:\s*(.*)$")
+_LEVEL_LINE = re.compile(r"^(\d+):\s*([\d.]+)\s*Mhz\s*(\*)?", re.IGNORECASE)
+
+
+class RocmSmi:
+    """AMD through `rocm-smi -d INDEX` (--setperflevel, --setsclk, --setpoweroverdrive)."""
+
+    vendor = "amd"
+    tool = "rocm-smi"
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.exe = _which(self.tool)
+
+    def _smi(self, *args: str) -> str:
+        return _run([self.exe, "-d", str(self.index), *args])
+
+    def snapshot(self) -> dict[str, Any]:
+        out = self._smi("--showperflevel", "--showmaxpower", "--showclkfrq")
+        perf, cap, levels, current, in_sclk = None, None, [], None, False
+        for raw in out.splitlines():
+            match = _GPU_LINE.match(raw.strip())
+            if not match or int(match.group(1)) != self.index:
+                continue
+            body = match.group(2).strip()
+            if body.startswith("Performance Level:"):
+                perf = body.split(":", 1)[1].strip()
+            elif body.startswith("Max Graphics Package Power (W):"):
+                cap = _number(body.split(":", 1)[1])
+            elif body.startswith("Supported "):
+                in_sclk = body.startswith("Supported sclk")
+            elif in_sclk:
+                level = _LEVEL_LINE.match(body)
+                if level is None:  # a blank entry ends the section
+                    in_sclk = False
+                    continue
+                levels.append(int(float(level.group(2))))
+                if level.group(3):
+                    current = int(level.group(1))
+        if perf is None or not levels:
+            raise GpuControlError(f"rocm-smi -d {self.index} showed no performance level or "
+                                  "sclk levels: is the index right?")
+        return {"power_limit_w": cap, "power_default_w": None, "power_min_w": None,
+                "power_max_w": None,
+                "clock": {"perf_level": perf, "sclk_level": current, "levels_mhz": levels}}
+
+    def set_clock_level(self, level: int, snap: dict[str, Any]) -> dict[str, Any]:
+        levels = snap["clock"]["levels_mhz"]
+        step = level_index(level, len(levels))
+        self._smi("--setperflevel", "manual")
+        self._smi("--setsclk", str(step))
+        return {"level": level, "device_step": step, "steps": len(levels), "mhz": levels[step]}
+
+    def set_power_limit(self, watts: float) -> None:
+        self._smi("--setpoweroverdrive", str(round(watts)), "--autorespond", "YES")
+
+    def restore_clock(self, prior: dict[str, Any]) -> None:
+        clock = prior["clock"]
+        if clock["perf_level"] == "manual" and clock.get("sclk_level") is not None:
+            self._smi("--setsclk", str(clock["sclk_level"]))
+        self._smi("--setperflevel", clock["perf_level"])
+
+    def in_effect(self, snap: dict[str, Any]) -> dict[str, Any]:
+        clock = snap["clock"]
+        step = clock.get("sclk_level")
+        mhz = clock["levels_mhz"][step] if step is not None else None
+        return {"clock_mhz": mhz, "device_step": step, "perf_level": clock["perf_level"],
+                "power_limit_w": snap["power_limit_w"]}
+
+
+class Pynvml:
+    """NVIDIA through the nvidia-ml-py library (pynvml): same state as NvidiaSmi."""
+
+    vendor = "nvidia"
+    tool = "pynvml"
+
+    def __init__(self, index: int) -> None:
+        import pynvml
+
+        self.nvml = pynvml
+        self.index = index
+        try:
+            pynvml.nvmlInit()
+            self.handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        except pynvml.NVMLError as exc:
+            raise GpuControlError(f"NVML cannot open GPU {index}: {exc}") from None
+
+    def _call(self, name: str, *args: Any) -> Any:
+        try:
+            return getattr(self.nvml, name)(self.handle, *args)
+        except self.nvml.NVMLError as exc:
+            raise GpuControlError(f"NVML {name} on GPU {self.index} failed: {exc}") from None
+
+    def snapshot(self) -> dict[str, Any]:
+        nv = self.nvml
+        low, high = self._call("nvmlDeviceGetPowerManagementLimitConstraints")
+        supported: set[int] = set()
+        for mem in self._call("nvmlDeviceGetSupportedMemoryClocks"):
+            supported.update(self._call("nvmlDeviceGetSupportedGraphicsClocks", mem))
+        return {"power_limit_w": self._call("nvmlDeviceGetPowerManagementLimit") / 1000,
+                "power_default_w": self._call("nvmlDeviceGetPowerManagementDefaultLimit") / 1000,
+                "power_min_w": low / 1000, "power_max_w": high / 1000,
+                "clock": {"sm_mhz": self._call("nvmlDeviceGetClockInfo", nv.NVML_CLOCK_SM),
+                          "max_sm_mhz": self._call("nvmlDeviceGetMaxClockInfo", nv.NVML_CLOCK_SM),
+                          "supported_mhz": sorted(supported), "locked_mhz": None,
+                          "locked_note": "NVML cannot read whether clocks were locked before; "
+                                         "restore resets the lock"}}
+
+    def set_clock_level(self, level: int, snap: dict[str, Any]) -> dict[str, Any]:
+        supported = snap["clock"]["supported_mhz"]
+        step = level_index(level, len(supported))
+        mhz = supported[step]
+        self._call("nvmlDeviceSetGpuLockedClocks", mhz, mhz)
+        return {"level": level, "device_step": step, "steps": len(supported), "mhz": mhz}
+
+    def set_power_limit(self, watts: float) -> None:
+        self._call("nvmlDeviceSetPowerManagementLimit", round(watts * 1000))
+
+    def restore_clock(self, prior: dict[str, Any]) -> None:
+        self._call("nvmlDeviceResetGpuLockedClocks")
+
+    def in_effect(self, snap: dict[str, Any]) -> dict[str, Any]:
+        return {"clock_mhz": snap["clock"]["sm_mhz"], "power_limit_w": snap["power_limit_w"]}
+
+
+def make_driver(vendor: str, index: int, allow_library: bool = True) -> GpuDriver:
+    """The driver for one device: the vendor library when importable, else the CLI tool."""
+    if vendor == "nvidia":
+        if allow_library:
+            try:
+                import pynvml  # noqa: F401
+            except ImportError:
+                pass
+            else:
+                return Pynvml(index)
+        return NvidiaSmi(index)
+    if vendor == "amd":
+        # amdsmi's Python API is not wired in yet: rocm-smi covers AMD (docs/policies.md).
+        return RocmSmi(index)
+    raise UsageError(f"unknown GPU vendor {vendor!r}: expected nvidia or amd")

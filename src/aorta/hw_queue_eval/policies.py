@@ -1,0 +1,203 @@
+"""Queue policies: a clock level, a power limit and GPU-runtime env variables, applied per point.
+
+Built-ins are the guide's table (docs/policies.md). User policies come from a TOML file whose
+names, levels, watts and env variables are validated here, once, before anything runs: the env
+reaches a child process (possibly as root), so only GPU-runtime variables with plain values pass.
+No torch import here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aorta.common.errors import UsageError
+from aorta.hw_queue_eval.config import RUNTIME_ENV_PREFIXES
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+CLOCK_LEVELS = range(0, 8)  # 0 lowest … 7 highest performance level
+MIN_POWER_W = 1.0
+MAX_POWER_W = 5000.0  # a sanity bound; the device's own limits are checked when applied
+DEFAULT_POLICIES = ("baseline", "priority_lc", "priority_be")
+
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_\-]{0,47}$")
+_ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+_ENV_VALUE_RE = re.compile(r"^[A-Za-z0-9_.,:=+\-/]{0,256}$")
+#: Runtime variables a policy must not set: they change which device runs, so the device whose
+#: clocks/power are controlled would no longer be the device that is measured.
+_ENV_FORBIDDEN = ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+                  "GPU_DEVICE_ORDINAL", "CUDA_DEVICE_ORDER")
+_POLICY_KEYS = {"description", "clock_level", "power_limit_w", "env"}
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One policy: what to change for a point. None means 'leave as found'."""
+
+    name: str
+    description: str
+    clock_level: int | None = None
+    power_limit_w: float | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    source: str = "builtin"
+
+    @property
+    def needs_gpu_control(self) -> bool:
+        """True if the policy changes clocks or power (device state, not just env)."""
+        return self.clock_level is not None or self.power_limit_w is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict for the JSON file (the request, not what took effect)."""
+        return {"name": self.name, "description": self.description,
+                "clock_level": self.clock_level, "power_limit_w": self.power_limit_w,
+                "env": dict(self.env), "source": self.source}
+
+
+BUILTIN_POLICIES: dict[str, Policy] = {p.name: p for p in (
+    Policy("baseline", "Nothing changed: the machine as found."),
+    Policy("priority_lc", "Latency-critical: clocks locked at the highest level (7).",
+           clock_level=7),
+    Policy("priority_be", "Best-effort: low clock level (2) and a 150 W power cap.",
+           clock_level=2, power_limit_w=150.0),
+    Policy("multi_tenant_fair", "Two hardware queues per device (GPU_MAX_HW_QUEUES=2).",
+           env={"GPU_MAX_HW_QUEUES": "2"}),
+    Policy("high_queue", "Eight hardware queues per device (GPU_MAX_HW_QUEUES=8).",
+           env={"GPU_MAX_HW_QUEUES": "8"}),
+    Policy("default_uvm", "XNACK on: retry GPU page faults (unified memory), HSA_XNACK=1.",
+           env={"HSA_XNACK": "1"}),
+    Policy("xnack_off", "XNACK off, HSA_XNACK=0.", env={"HSA_XNACK": "0"}),
+)}
+
+
+def validate_clock_level(value: Any, what: str = "--lock-clocks") -> int:
+    """A clock level 0..7 (0 lowest, 7 highest) or a UsageError naming `what`."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise UsageError(f"{what} {value!r}: give a whole number 0 (lowest) … 7 (highest)")
+    try:
+        level = int(str(value).strip())
+    except ValueError:
+        raise UsageError(f"{what} {value!r}: give a whole number 0 (lowest) … 7 (highest)") \
+            from None
+    if level not in CLOCK_LEVELS:
+        raise UsageError(f"{what} {level}: clock levels are 0 (lowest) … 7 (highest)")
+    return level
+
+
+def validate_power_limit(value: Any, what: str = "--power-limit") -> float:
+    """A power limit in watts within a sanity range, or a UsageError naming `what`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise UsageError(f"{what} {value!r}: give watts, e.g. 250")
+    try:
+        watts = float(str(value).strip())
+    except ValueError:
+        raise UsageError(f"{what} {value!r}: give watts, e.g. 250") from None
+    if not math.isfinite(watts) or not MIN_POWER_W <= watts <= MAX_POWER_W:
+        raise UsageError(f"{what} {value}: watts must be within {MIN_POWER_W:g}..{MAX_POWER_W:g}")
+    return watts
+
+
+def validate_env(env: Any, where: str) -> dict[str, str]:
+    """Env overrides as str→str, names and values checked (UsageError with the reason)."""
+    if not isinstance(env, Mapping):
+        raise UsageError(f"{where}: env must be a table of NAME = \"value\"")
+    clean: dict[str, str] = {}
+    for name, value in env.items():
+        if not isinstance(name, str) or not _ENV_NAME_RE.fullmatch(name):
+            raise UsageError(f"{where}: env name {name!r} is not of the form [A-Z_][A-Z0-9_]*")
+        if name in _ENV_FORBIDDEN:
+            raise UsageError(f"{where}: env {name} changes which device runs; select the device "
+                             "with --device instead")
+        if not name.startswith(RUNTIME_ENV_PREFIXES):
+            raise UsageError(f"{where}: env {name} is not a GPU-runtime variable (allowed "
+                             f"prefixes: {', '.join(RUNTIME_ENV_PREFIXES)})")
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise UsageError(f"{where}: env {name} must be a string or an integer")
+        text = str(value)
+        if not _ENV_VALUE_RE.fullmatch(text):
+            raise UsageError(f"{where}: env {name}={text!r} has characters other than "
+                             "letters, digits and _ . , : = + - / (or is over 256 long)")
+        clean[name] = text
+    return clean
+
+
+def _policy_from_table(name: str, table: Any, path: str) -> Policy:
+    where = f"{path}: policy {name!r}"
+    if not _NAME_RE.fullmatch(name):
+        raise UsageError(f"{where}: names are lower-case letters, digits, _ and - (max 48)")
+    if not isinstance(table, dict):
+        raise UsageError(f"{where}: expected a table [policies.{name}]")
+    unknown = sorted(set(table) - _POLICY_KEYS)
+    if unknown:
+        raise UsageError(f"{where}: unknown key(s) {', '.join(unknown)} "
+                         f"(known: {', '.join(sorted(_POLICY_KEYS))})")
+    description = table.get("description", "")
+    if not isinstance(description, str):
+        raise UsageError(f"{where}: description must be a string")
+    clock = table.get("clock_level")
+    power = table.get("power_limit_w")
+    policy = Policy(
+        name=name, description=description,
+        clock_level=None if clock is None else validate_clock_level(clock, f"{where}: clock_level"),
+        power_limit_w=None if power is None else validate_power_limit(power,
+                                                                      f"{where}: power_limit_w"),
+        env=validate_env(table.get("env", {}), where), source=str(path))
+    if not policy.needs_gpu_control and not policy.env and name != "baseline":
+        raise UsageError(f"{where}: sets nothing (give clock_level, power_limit_w or env)")
+    return policy
+
+
+def load_policy_file(path: str) -> dict[str, Policy]:
+    """Policies from a TOML file: `[policies.NAME]` tables (see examples/policies.toml)."""
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"--policy-file {path} not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--policy-file {path} cannot be read: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"--policy-file {path} is not valid TOML: {exc}") from None
+    tables = data.get("policies")
+    extra = sorted(set(data) - {"policies"})
+    if extra:
+        raise UsageError(f"--policy-file {path}: unknown top-level key(s) {', '.join(extra)}; "
+                         "put each policy under [policies.NAME]")
+    if not isinstance(tables, dict) or not tables:
+        raise UsageError(f"--policy-file {path} defines no [policies.NAME] table")
+    return {name: _policy_from_table(name, table, path) for name, table in tables.items()}
+
+
+def resolve_policies(names: str | None, policy_file: str | None) -> list[Policy]:
+    """The policies to run, in order: named ones (built-in or from the file) or the defaults.
+
+    With a file and no --policies, every policy in the file runs after baseline.
+    """
+    available = dict(BUILTIN_POLICIES)
+    from_file: dict[str, Policy] = {}
+    if policy_file:
+        from_file = load_policy_file(policy_file)
+        available.update(from_file)  # a file may redefine a built-in; the file's source says so
+    if names is None or not names.strip():
+        wanted: Iterable[str] = (["baseline", *[n for n in from_file if n != "baseline"]]
+                                 if from_file else DEFAULT_POLICIES)
+    else:
+        wanted = [n.strip() for n in names.split(",")]
+    chosen: list[Policy] = []
+    for name in wanted:
+        if not name:
+            raise UsageError(f"--policies {names!r}: an item is empty (stray comma?)")
+        if name not in available:
+            raise UsageError(f"unknown policy {name!r}: known are {', '.join(sorted(available))}"
+                             " (or define it in --policy-file)")
+        if any(p.name == name for p in chosen):
+            raise UsageError(f"--policies {names!r}: {name} is listed twice")
+        chosen.append(available[name])
+    return chosen

@@ -1,0 +1,179 @@
+"""`report`: PNG plots plus one self-contained HTML page (plots embedded as base64) for a result.
+
+Sweeps: throughput and P99 vs streams with the knee and the queue pool marked, the summary table
+and the verdict. Runs: latency histogram/CDF, per-stream op timeline, eBPF histograms, key numbers.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aorta.common.atomicio import atomic_write_bytes, atomic_write_text
+from aorta.common.errors import UsageError
+from aorta.hw_queue_eval.report import plots
+from aorta.hw_queue_eval.report.console import fmt, interpret
+from aorta.hw_queue_eval.report.tables import sweep_table
+from aorta.hw_queue_eval.scaling import flatten_numbers
+
+NO_ANALYSIS = "no scaling analysis: fewer than two points finished ok"
+EBPF_SECTIONS = ("ebpf_queue_metrics", "ebpf_memory_metrics", "ebpf_vs_cuda_comparison")
+STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
+table{border-collapse:collapse;margin:1em 0;font-size:0.9em}td,th{border:1px solid #ccc;
+padding:3px 8px;text-align:right}th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
+figure{margin:1.5em 0}img{max-width:100%;border:1px solid #ddd}.verdict{font-size:1.15em;
+background:#f6f8ff;padding:0.6em;border-left:4px solid #36c}.note{color:#666}"""
+
+
+@dataclass
+class Plot:
+    """One PNG of the report."""
+
+    filename: str
+    title: str
+    png: bytes
+    caption: str = ""
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> str:
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
+                   for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _figure(plot: Plot) -> str:
+    data = base64.b64encode(plot.png).decode("ascii")
+    caption = html.escape(plot.title + (f": {plot.caption}" if plot.caption else ""))
+    return (f'<figure data-file="{plot.filename}"><img alt="{html.escape(plot.title)}" '
+            f'src="data:image/png;base64,{data}"><figcaption>{caption} '
+            f'(<a href="{plot.filename}">{plot.filename}</a>)</figcaption></figure>')
+
+
+def _ebpf_plots(result: dict[str, Any], prefix: str = "") -> list[Plot]:
+    out = []
+    for section in EBPF_SECTIONS:
+        for name, buckets in plots.find_histograms(result.get(section) or {}):
+            slug = "".join(c if c.isalnum() else "_" for c in f"{section}_{name}").strip("_")
+            out.append(Plot(f"{prefix}ebpf_{slug}.png", f"eBPF {section}: {name}",
+                            plots.ebpf_histogram(name, buckets)))
+    return out
+
+
+def _ebpf_tables(result: dict[str, Any]) -> str:
+    parts = []
+    for section in EBPF_SECTIONS:
+        flat = flatten_numbers(result.get(section) or {})
+        if flat:
+            parts.append(f"<h3>{section}</h3>" + _table(["value", ""], [[k, f"{v:.6g}"]
+                                                                         for k, v in flat.items()]))
+    return "".join(parts) or '<p class="note">not traced with eBPF</p>'
+
+
+def sweep_page(sweep: dict[str, Any]) -> tuple[str, list[Plot], list[str]]:
+    """(HTML body, plots, notes) for a sweep file."""
+    results = [p["result"] for p in sweep.get("points", [])
+               if p.get("status") == "ok" and p.get("result")]
+    notes, figures = [], []
+    for filename, title, png in (
+            ("throughput_vs_streams.png", "Throughput vs streams", plots.sweep_throughput(sweep, results)),
+            ("p99_vs_streams.png", "P99 latency vs streams", plots.sweep_latency(sweep, results))):
+        if png is None:
+            notes.append(f"{title}: no point has the data")
+        else:
+            figures.append(Plot(filename, title, png))
+    analysis = sweep.get("analysis") or {}
+    headers, rows = sweep_table(sweep)
+    failed = [f"{p['key'].get('streams')} streams {p.get('status')}: {p.get('error')}"
+              for p in sweep.get("points", []) if p.get("status") != "ok"]
+    body = [f"<h1>Sweep: {html.escape(str(sweep.get('workload')))}</h1>",
+            f'<p class="verdict">{html.escape(analysis.get("verdict") or NO_ANALYSIS)}</p>']
+    if analysis:
+        body.append(_table(["", ""], [
+            ["peak", f"{fmt(analysis.get('peak_throughput'), '.2f')} {sweep.get('throughput_unit')} "
+                     f"at {analysis.get('peak_streams')} streams"],
+            ["knee (throughput stops scaling)", fmt(analysis.get("knee_streams"), "d", none="none")],
+            ["hardware-queue pool", f"{fmt(analysis.get('pool_size'), 'd', none='unknown')} "
+                                    f"({analysis.get('pool_source')})"],
+            ["P99 latency jump at", fmt(analysis.get("latency_jump_streams"), "d", none="none")],
+            ["eBPF dispatch P99 jump at", fmt(analysis.get("dispatch_jump_streams"), "d",
+                                              none="none / not traced")]]))
+    body.append("<h2>Points</h2>" + _table(headers, rows))
+    body += [f'<p class="note">{html.escape(line)}</p>' for line in failed]
+    body.append("<h2>Plots</h2>" + "".join(_figure(p) for p in figures))
+    body.append("<h2>Run options</h2>" + _table(["option", "value"], [
+        [k, v] for k, v in (sweep.get("run_options") or {}).items()]))
+    return "\n".join(body), figures, notes
+
+
+def run_page(result: dict[str, Any]) -> tuple[str, list[Plot], list[str]]:
+    """(HTML body, plots, notes) for a run result."""
+    notes, figures = [], []
+    dist = plots.latency_distribution(result)
+    if dist is None:
+        notes.append(f"latency histogram: {result.get('latency_note') or 'no per-iteration samples'}")
+    else:
+        figures.append(Plot("latency_distribution.png", "Iteration latency: histogram and CDF", dist))
+    timeline, caption = plots.op_timeline(result)
+    if timeline is None:
+        notes.append(f"op timeline: {caption}")
+    else:
+        figures.append(Plot("op_timeline.png", "Ops per stream", timeline, caption))
+    figures += _ebpf_plots(result)
+    lat = result.get("latency_ms") or {}
+    sw = result.get("switch_latency") or {}
+    qmap = result.get("queue_mapping") or {}
+    key_rows = [
+        ["throughput", f"{fmt(result.get('throughput'), '.2f')} {result.get('throughput_unit')}"],
+        *[[f"latency {k}", fmt(lat.get(k), ".3f", " ms")] for k in ("p50", "p95", "p99", "mean")],
+        ["switch overhead", fmt(sw.get("switch_overhead_ms"), ".4f", " ms",
+                                none=f"n/a ({sw.get('reason')})")],
+        ["achieved concurrency", fmt((result.get("concurrency") or {}).get("achieved"), ".2f")],
+        ["hardware queues", f"{qmap.get('queues_created')} of pool {qmap.get('pool_size')}"],
+        ["stream → queue", str(qmap.get("stream_to_queue"))],
+    ]
+    per_label = (result.get("ops") or {}).get("per_label") or {}
+    label_rows = [[label, s["count"], fmt(s["p50"], ".4f"), fmt(s["p99"], ".4f")]
+                  for label, s in per_label.items() if s]
+    body = [f"<h1>Run: {html.escape(str(result.get('workload_name')))} on "
+            f"{result.get('stream_count')} streams</h1>",
+            _table(["", ""], key_rows),
+            "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in interpret(result)) + "</ul>",
+            *[f'<p class="note">warning: {html.escape(w)}</p>' for w in result.get("warnings", [])],
+            "<h2>Ops by label</h2>" + _table(["label", "count", "p50 ms", "p99 ms"], label_rows),
+            "<h2>Plots</h2>" + "".join(_figure(p) for p in figures),
+            "<h2>eBPF</h2>" + _ebpf_tables(result)]
+    return "\n".join(body), figures, notes
+
+
+def page_for(data: dict[str, Any]) -> tuple[str, list[Plot], list[str]]:
+    """Dispatch on the file kind; UsageError for kinds the report does not draw."""
+    if data.get("kind") == "sweep" or (isinstance(data.get("points"), list)
+                                       and data.get("kind") != "policy_sweep"):
+        return sweep_page(data)
+    if data.get("kind") in (None, "run") and "stream_count" in data:
+        return run_page(data)
+    raise UsageError(f"report draws run and sweep files, not kind {data.get('kind')!r}")
+
+
+def write_report(data: dict[str, Any], out_dir: Path, source: str) -> list[Path]:
+    """Write every PNG and index.html into `out_dir` (atomically each); returns the paths."""
+    body, figures, notes = page_for(data)  # everything drawn before anything is written
+    out_dir.mkdir(exist_ok=True)
+    written = []
+    for plot in figures:
+        path = out_dir / plot.filename
+        atomic_write_bytes(path, plot.png)
+        written.append(path)
+    notes_html = "".join(f'<p class="note">not drawn: {html.escape(n)}</p>' for n in notes)
+    page = (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>aorta report: "
+            f"{html.escape(source)}</title><style>{STYLE}</style></head><body>{body}{notes_html}"
+            f'<p class="note">source: {html.escape(source)}; written by aorta '
+            f"{html.escape(str((data.get('tool') or {}).get('version')))}</p></body></html>\n")
+    index = out_dir / "index.html"
+    atomic_write_text(index, page)
+    written.append(index)
+    return written

@@ -1,0 +1,94 @@
+"""Console table of a policy sweep: one row per policy, settings in effect, best lines."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aorta.hw_queue_eval.report.console import fmt
+
+_VERDICT_WORD = {"improvement": "better", "regression": "worse", "unchanged": "same",
+                 "inconclusive": "n.s."}
+
+
+def _delta(cmp: dict[str, Any] | None) -> str:
+    if not cmp:
+        return "—"
+    word = _VERDICT_WORD.get(cmp.get("verdict") or "", cmp.get("verdict"))
+    return f"{fmt(cmp.get('change_pct'), '+.1f', '%')} {word}"
+
+
+def effect_text(row: dict[str, Any]) -> str:
+    """Settings in effect as one short phrase (read back, not requested)."""
+    if row.get("status") == "not_applicable":
+        return str(row.get("reason"))
+    if row.get("status") == "failed":
+        return f"failed: {row.get('reason')}"
+    eff = row.get("in_effect") or {}
+    parts = []
+    if eff.get("queue_pool_size") is not None:
+        parts.append(f"pool {eff['queue_pool_size']}")
+    env = {k: v for k, v in (eff.get("env") or {}).items() if v is not None}
+    if env:
+        parts.append(" ".join(f"{k}={v}" for k, v in env.items()))
+    if eff.get("env_mismatch"):
+        parts.append(f"NOT in child env: {', '.join(eff['env_mismatch'])}")
+    if eff.get("clock_mhz") is not None:
+        level = eff.get("clock_level")
+        parts.append(f"clock {'L' + str(level) + ' ' if level is not None else ''}"
+                     f"{eff['clock_mhz']:g} MHz")
+    if eff.get("power_limit_w") is not None:
+        parts.append(f"cap {eff['power_limit_w']:g} W")
+    if eff.get("gpu_verified") is False:
+        parts.append("NOT verified")
+    return ", ".join(parts) or "as found"
+
+
+def render_policy_table(data: dict[str, Any], console: Any) -> None:
+    """The comparison table, then best-throughput / best-P99 lines and the queue-pool note."""
+    from rich.table import Table
+
+    summary = data["summary"]
+    rows = summary["rows"]
+    unit = next((r.get("throughput_unit") for r in rows if r.get("throughput_unit")), "")
+    table = Table(title=f"POLICY SWEEP: {data['workload']} on {data['streams']} streams "
+                        f"({data['backend']} backend, {data['repeats']} repeat(s))")
+    for name, justify in (("Policy", "left"), (f"Tput {unit}", "right"), ("Δ tput", "right"),
+                          ("P50 ms", "right"), ("P95 ms", "right"), ("P99 ms", "right"),
+                          ("Δ latency", "right"), ("Switch µs", "right"), ("Conc.", "right"),
+                          ("Pool", "right")):
+        table.add_column(name, justify=justify, no_wrap=True)
+    for row in rows:
+        lat = row.get("latency_ms") or {}
+        vs = row.get("vs_baseline") or {}
+        switch = row.get("switch_overhead_ms")
+        pool = (row.get("in_effect") or {}).get("queue_pool_size")
+        table.add_row(
+            row["policy"], fmt(row.get("throughput"), ".2f"), _delta(vs.get("throughput")),
+            fmt(lat.get("p50"), ".3f"), fmt(lat.get("p95"), ".3f"), fmt(lat.get("p99"), ".3f"),
+            _delta(vs.get("latency")), fmt(None if switch is None else switch * 1000, ".1f"),
+            fmt(row.get("concurrency"), ".2f"), fmt(pool, "d", none="—"))
+    if not console.is_terminal:  # files and pipes: no 80-column squeeze
+        console.width = max(console.width, 128)
+    console.print(table)
+    console.print("Settings in effect (read back from the child run and the device):")
+    for row in rows:
+        console.print(f"  {row['policy']}: {effect_text(row)}")
+    best = summary.get("best_throughput")
+    if best:
+        console.print(f"Best throughput: {best['policy']} ({best['throughput']:.2f} {best['unit']})")
+    best = summary.get("best_p99")
+    if best:
+        console.print(f"Best P99:        {best['policy']} ({best['p99_ms']:.3f} ms)")
+    if summary.get("queue_pool_changed"):
+        pools = ", ".join(f"{k} {v}" for k, v in summary["queue_pools"].items())
+        console.print(f"Queue pool differs between policies ({pools}): GPU_MAX_HW_QUEUES sets the "
+                      "pool of hardware queues the streams share, so these policies change the "
+                      "measurement.")
+    target = data.get("gpu_control_target") or ""
+    if "simulated" in target and data.get("backend") == "cpu":
+        console.print(f"Clock/power acted on {target}, not on the device that ran the workload "
+                      "(CPU backend): their rows measure nothing about clocks or power.")
+    console.print("[dim]Tput = median over repeats of the window throughput. Δ = change of the "
+                  "per-iteration median vs baseline with a verdict (better / worse / same / "
+                  f"n.s. = not significant) from compare's statistics, {summary['verdict_rule']}."
+                  "[/dim]")

@@ -1,0 +1,138 @@
+"""policy-sweep: env policies act on the CPU backend's queue pool in the child, recorded as read back;
+clock/power policies are not applicable there (with the reason); a simulated GPU gets them applied
+and restored; checkpoints resume; repeats are shuffled and aggregated."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import load_json, run_cli
+from fake_smi import FakeGpus, initial_state
+
+FAST = ("-d", "cpu", "-i", "4", "-w", "1", "--size", "small")
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> FakeGpus:
+    return FakeGpus(tmp_path)
+
+
+def _points(data: dict) -> dict[str, list[dict]]:
+    by_policy: dict[str, list[dict]] = {}
+    for point in data["points"]:
+        by_policy.setdefault(point["key"]["policy"], []).append(point)
+    return by_policy
+
+
+def test_env_policies_change_the_cpu_queue_pool(tmp_path: Path, fake: FakeGpus) -> None:
+    out = tmp_path / "p.json"
+    proc = run_cli("policy-sweep", "hetero_kernels", "--streams", "8", "--policies",
+                   "baseline,multi_tenant_fair,high_queue,priority_be", *FAST, "-o", str(out),
+                   env=fake.env(None))
+    assert proc.returncode == 0, proc.stderr
+    data = load_json(out)
+    assert data["kind"] == "policy-sweep" and data["backend"] == "cpu"
+    points = _points(data)
+    expected_pool = {"baseline": 4, "multi_tenant_fair": 2, "high_queue": 8}
+    for name, pool in expected_pool.items():
+        (point,) = points[name]
+        assert point["key"] == {"workload": "hetero_kernels", "streams": 8, "policy": name,
+                                "repeat": 1}
+        assert point["status"] == "ok"
+        result = point["result"]
+        # read back from the child: the pool its backend built and the env it saw
+        assert result["queue_mapping"]["pool_size"] == pool
+        assert result["queue_mapping"]["queues_created"] == min(pool, 8)
+        assert point["in_effect"]["queue_pool_size"] == pool
+        seen = result["environment"]["env_knobs"]["GPU_MAX_HW_QUEUES"]
+        assert seen == (None if name == "baseline" else str(pool))
+        assert point["in_effect"]["env"]["GPU_MAX_HW_QUEUES"] == seen
+        assert point["in_effect"]["env_as_requested"] is True
+    pids = {points[n][0]["result"]["environment"]["pid"] for n in expected_pool}
+    assert len(pids) == 3, "each policy ran in a fresh child process"
+    (be,) = points["priority_be"]
+    assert be["status"] == "not_applicable" and be["result"] is None
+    assert "not applicable on the CPU backend" in be["error"]
+    assert fake.calls() == [], "nothing touched a GPU tool"
+    summary = data["summary"]
+    assert summary["queue_pool_changed"] is True
+    assert summary["queue_pools"] == expected_pool
+    rows = {r["policy"]: r for r in summary["rows"]}
+    assert rows["priority_be"]["status"] == "not_applicable"
+    assert rows["baseline"]["vs_baseline"] is None
+    lat = rows["multi_tenant_fair"]["vs_baseline"]["latency"]
+    assert lat["verdict"] in ("improvement", "regression", "unchanged", "inconclusive")
+    assert lat["base_n"] == 4 and lat["test_n"] == 4
+    assert summary["best_throughput"]["policy"] in expected_pool
+    assert "Queue pool differs between policies" in proc.stdout
+    assert "Best throughput:" in proc.stdout and "Best P99:" in proc.stdout
+    assert "priority_be: not applicable on the CPU backend" in proc.stdout
+
+
+def test_gpu_policy_applied_around_the_child_and_restored(tmp_path: Path, fake: FakeGpus) -> None:
+    out = tmp_path / "p.json"
+    proc = run_cli("policy-sweep", "hetero_kernels", "--streams", "4", "--policies",
+                   "baseline,priority_be", *FAST, "-o", str(out), env=fake.env("amd", 1))
+    assert proc.returncode == 0, proc.stderr
+    points = _points(load_json(out))
+    (be,) = points["priority_be"]
+    assert be["status"] == "ok"
+    effect = be["in_effect"]
+    assert effect["clock_level"] == 2 and effect["clock_mhz"] == 1200  # level 2/7 → step 1 of 3
+    assert effect["power_limit_w"] == 150 and effect["gpu_verified"] is True
+    assert effect["gpu_status_after"] == "restored"
+    assert points["baseline"][0]["in_effect"]["clock_level"] is None
+    assert fake.devices() == initial_state() and fake.state_files() == []
+    assert {argv[:2] == ["-d", "1"] for _tool, argv in fake.calls()} == {True}
+
+
+def test_repeats_shuffle_and_resume(tmp_path: Path, fake: FakeGpus) -> None:
+    out = tmp_path / "p.json"
+    args = ("policy-sweep", "hetero_kernels", "--streams", "4", "--policies",
+            "baseline,multi_tenant_fair", "--repeats", "2", *FAST, "-o", str(out))
+    first = run_cli(*args, env=fake.env(None))
+    assert first.returncode == 0, first.stderr
+    data = load_json(out)
+    assert len(data["schedule"]) == 2
+    assert all(sorted(r) == ["baseline", "multi_tenant_fair"] for r in data["schedule"])
+    assert sorted((p["key"]["policy"], p["key"]["repeat"]) for p in data["points"]) == [
+        ("baseline", 1), ("baseline", 2), ("multi_tenant_fair", 1), ("multi_tenant_fair", 2)]
+    row = {r["policy"]: r for r in data["summary"]["rows"]}["multi_tenant_fair"]
+    assert row["ok"] == 2 and len(row["throughput_per_repeat"]) == 2
+    assert row["latency_ms"]["count"] == 8  # 4 iterations × 2 repeats, pooled
+    cmp = run_cli("compare", "-b", str(out), "-t", str(out), "--json")
+    assert cmp.returncode == 0, cmp.stderr
+    pairs = json.loads(cmp.stdout)["tests"][0]["pairs"]
+    assert sorted(p["policy"] for p in pairs) == ["baseline", "multi_tenant_fair"]
+    assert {m["base_n"] for p in pairs for m in p["metrics"]} == {8}, "repeats pooled"
+    again = run_cli(*args, "--resume", env=fake.env(None))
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.count("kept from") == 4
+    fresh = run_cli(*args, env=fake.env(None))
+    assert fresh.returncode == 2 and "already holds 4 finished policy-sweep points" in fresh.stderr
+    other = run_cli("policy-sweep", "hetero_kernels", "--streams", "4", "--policies", "baseline",
+                    *FAST, "-o", str(out), "--resume", env=fake.env(None))
+    assert other.returncode == 2 and "made with other settings" in other.stderr
+
+
+def test_file_policy_env_read_back_from_the_child(tmp_path: Path, fake: FakeGpus) -> None:
+    out = tmp_path / "p.json"
+    example = Path(__file__).resolve().parents[1] / "examples" / "policies.toml"
+    proc = run_cli("policy-sweep", "hetero_kernels", "--streams", "4", "--policy-file",
+                   str(example), "--policies", "single_queue,wide_queues_no_sdma", *FAST,
+                   "-o", str(out), env=fake.env(None))
+    assert proc.returncode == 0, proc.stderr
+    data = load_json(out)
+    points = _points(data)
+    wide = points["wide_queues_no_sdma"][0]
+    assert wide["result"]["environment"]["runtime_env"]["HSA_ENABLE_SDMA"] == "0"
+    assert wide["in_effect"]["env"] == {"GPU_MAX_HW_QUEUES": "16", "HSA_ENABLE_SDMA": "0"}
+    assert wide["in_effect"]["queue_pool_size"] == 16
+    assert points["single_queue"][0]["in_effect"]["queue_pool_size"] == 1
+    assert wide["policy"]["source"] == str(example)
+    rows = {r["policy"]: r for r in data["summary"]["rows"]}
+    assert rows["wide_queues_no_sdma"]["vs_baseline"] == {
+        "reason": "no baseline policy ran ok in this sweep"}

@@ -1,0 +1,121 @@
+"""sweep: validation, a crashing point, kill -9 of the sweep itself and --resume (real processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import load_json, run_cli
+
+TINY = ["-i", "3", "-w", "1", "-d", "cpu", "--size", "small"]
+
+
+@pytest.mark.parametrize("streams", ["1,,2", "x", "0", "1,2,1", "100,200"])
+def test_bad_stream_lists_exit_2_without_writing(tmp_path, streams):
+    out = tmp_path / "s.json"
+    proc = run_cli("sweep", "hetero_kernels", "--streams", streams, *TINY, "-o", str(out))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error: --streams") or "none of --streams" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_crashing_point_costs_that_point_only(tmp_path):
+    out = tmp_path / "s.json"
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    proc = run_cli("sweep", "hetero_kernels", "--streams", "1,2,4,100", *TINY, "-o", str(out),
+                   "--trace-out", f"{traces}/", env={"AORTA_TEST_CRASH_AT_STREAMS": "2"})
+    assert proc.returncode == 1, proc.stderr  # a point failed, the sweep finished
+    assert "dropped stream counts [100]" in proc.stderr
+    data = load_json(out)
+    status = {p["key"]["streams"]: p["status"] for p in data["points"]}
+    assert status == {1: "ok", 2: "failed", 4: "ok"}
+    failed = next(p for p in data["points"] if p["key"]["streams"] == 2)
+    assert "signal 9" in failed["error"]
+    assert data["state"] == "complete"
+    assert data["analysis"]["stream_counts"] == [1, 4]
+    assert "2 streams failed: killed by signal 9" in proc.stdout  # shown under the table
+    assert sorted(p.name for p in traces.iterdir()) == ["hetero_kernels-s1.trace.json",
+                                                         "hetero_kernels-s4.trace.json"]
+
+
+def _ok_points(path: Path) -> list[dict]:
+    try:
+        data = json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return []
+    return [p for p in data["points"] if p["status"] == "ok"]
+
+
+@pytest.mark.slow
+def test_kill_9_mid_sweep_then_resume_loses_nothing(tmp_path):
+    out = tmp_path / "s.json"
+    args = ["sweep", "hetero_kernels", "--streams", "1,2,4,8", *TINY, "-o", str(out)]
+    sweep = subprocess.Popen([sys.executable, "-m", "aorta.hw_queue_eval", *args],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while len(_ok_points(out)) < 2 and time.monotonic() < deadline and sweep.poll() is None:
+        time.sleep(0.05)
+    os.kill(sweep.pid, signal.SIGKILL)
+    sweep.wait()
+    before = _ok_points(out)
+    assert 2 <= len(before) < 4, "the sweep must be killed half-way"
+    json.loads(out.read_text())  # still valid JSON after kill -9
+
+    again = run_cli(*args)  # without --resume: refuses to overwrite finished points
+    assert again.returncode == 2 and "--resume" in again.stderr
+    other = run_cli("sweep", "hetero_kernels", "--streams", "1,2,4,8", "-i", "4", "-w", "1",
+                    "-d", "cpu", "-o", str(out), "--resume")
+    assert other.returncode == 2 and "other settings" in other.stderr
+
+    resumed = run_cli(*args, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "already done (resumed)" in resumed.stderr
+    data = load_json(out)
+    assert sorted(p["key"]["streams"] for p in data["points"]) == [1, 2, 4, 8]
+    assert all(p["status"] == "ok" for p in data["points"])
+    by_streams = {p["key"]["streams"]: p for p in data["points"]}
+    for point in before:  # finished points were kept, not re-run
+        assert by_streams[point["key"]["streams"]]["result"]["timestamp"] == \
+            point["result"]["timestamp"]
+    assert data["analysis"]["verdict"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_finished_points_and_stops_the_child(tmp_path):
+    out = tmp_path / "s.json"
+    sweep = subprocess.Popen([sys.executable, "-m", "aorta.hw_queue_eval", "sweep", "hetero_kernels",
+                              "--streams", "1,2,4,8", *TINY, "-o", str(out)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not _ok_points(out) and time.monotonic() < deadline and sweep.poll() is None:
+        time.sleep(0.05)
+    time.sleep(0.3)  # the next point's child is running now
+    sweep.send_signal(signal.SIGINT)
+    _, stderr = sweep.communicate(timeout=60)
+    assert sweep.returncode == 130, stderr
+    assert "finished points kept" in stderr and "Traceback" not in stderr
+    data = load_json(out)
+    assert data["state"] == "interrupted"
+    assert _ok_points(out) and all(p["status"] == "ok" for p in data["points"])
+
+
+@pytest.mark.slow
+def test_hung_point_times_out(tmp_path):
+    out = tmp_path / "s.json"
+    proc = run_cli("sweep", "hetero_kernels", "--streams", "1", *TINY, "-o", str(out),
+                   "--timeout", "0.2")
+    assert proc.returncode == 1
+    point = load_json(out)["points"][0]
+    assert point["status"] == "timeout" and "no result after 0.2 s" in point["error"]
+    assert run_cli("sweep", "hetero_kernels", "--streams", "1", "--timeout", "0",
+                   "-o", str(tmp_path / "x.json")).returncode == 2

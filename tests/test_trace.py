@@ -1,0 +1,78 @@
+"""--trace-out: a Chrome trace-event file Perfetto can open, one track per stream and per queue."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from aorta.hw_queue_eval.report.trace import build_trace, busy_stream_counter, validate_trace
+from conftest import load_json, run_cli
+
+
+@pytest.mark.slow
+def test_run_trace_out_structure(tmp_path):
+    trace_path, result_path = tmp_path / "t.trace.json", tmp_path / "r.json"
+    proc = run_cli("run", "hetero_kernels", "--streams", "6", "-i", "3", "-w", "1", "-d", "cpu",
+                   "-o", str(result_path), "--trace-out", str(trace_path))
+    assert proc.returncode == 0, proc.stderr
+    trace, result = load_json(trace_path), load_json(result_path)
+    assert validate_trace(trace) == []
+    events = trace["traceEvents"]
+    ops = [e for e in events if e["ph"] == "X"]
+    stream_ops = [e for e in ops if e["pid"] == 1]
+    queue_ops = [e for e in ops if e["pid"] == 2]
+    assert len(stream_ops) == len(queue_ops) == result["ops"]["count"] > 0
+    assert {e["tid"] for e in stream_ops} == set(range(1, 7))  # one track per stream
+    assert {e["tid"] for e in queue_ops} == set(range(1, result["queue_mapping"]["queues_created"] + 1))
+    names = {(e["pid"], e.get("tid")): e["args"]["name"] for e in events
+             if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert names[(1, 5)] == "stream 4 → queue 0"  # 6 streams on a pool of 4: stream 4 shares q0
+    window_us = result["total_time_ms"] * 1000
+    assert all(e["ts"] >= 0 and e["ts"] + e["dur"] <= window_us + 1 for e in ops)
+    busy = [e["args"]["busy"] for e in events if e["ph"] == "C" and e["name"] == "busy streams"]
+    assert busy and max(busy) <= 6 and busy[-1] == 0
+    for tid in {e["tid"] for e in stream_ops}:  # ops on one track never overlap (Perfetto nests)
+        track = sorted((e["ts"], e["ts"] + e["dur"]) for e in stream_ops if e["tid"] == tid)
+        assert all(a[1] <= b[0] + 1e-3 for a, b in itertools.pairwise(track))
+
+
+def test_busy_counter_merges_a_streams_ops():
+    ops = [{"stream": 0, "start_us": 0.0, "end_us": 10.0}, {"stream": 0, "start_us": 5.0, "end_us": 12.0},
+           {"stream": 1, "start_us": 8.0, "end_us": 9.0}, {"stream": 1, "start_us": 20.0, "end_us": 30.0}]
+    assert busy_stream_counter(ops) == [(0.0, 1), (8.0, 2), (9.0, 1), (12.0, 0), (20.0, 1), (30.0, 0)]
+
+
+def test_ebpf_aggregates_become_counters_and_a_marker():
+    result = {"workload_name": "w", "stream_count": 1, "total_time_ms": 2.0,
+              "op_intervals": {"columns": ["iteration", "stream", "queue", "label", "ready_us",
+                                           "start_us", "end_us"], "labels": ["a"],
+                               "rows": [[0, 0, 0, 0, None, 1.0, 2.0]], "total_ops": 1},
+              "ebpf_queue_metrics": {"total_submissions": 800, "latency": {"p99_us": 45.7}}}
+    trace = build_trace(result)
+    assert validate_trace(trace) == []
+    counters = {e["name"]: e for e in trace["traceEvents"] if e["ph"] == "C" and e["pid"] == 3}
+    assert counters["ebpf_queue_metrics.latency.p99_us"]["args"] == {"value": 45.7}
+    marker = next(e for e in trace["traceEvents"] if e["ph"] == "i")
+    assert marker["args"]["total_submissions"] == 800
+
+
+def test_validate_trace_catches_bad_events():
+    assert validate_trace({"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 0,
+                                            "dur": -1}]}) == ["event 0: complete event needs dur ≥ 0"]
+    assert validate_trace([]) == ["top level must be an object with a traceEvents list"]
+
+
+def test_gpu_like_result_without_queue_ids():
+    result = {"workload_name": "w", "stream_count": 2, "total_time_ms": 1.0,
+              "queue_mapping": {"pool_size": None, "stream_to_queue": None,
+                                "reason": "the GPU runtime assigns hardware queues"},
+              "op_intervals": {"columns": ["iteration", "stream", "queue", "label", "ready_us",
+                                           "start_us", "end_us"], "labels": ["mm"],
+                               "rows": [[0, 0, None, 0, None, 1.0, 5.0],
+                                        [0, 1, None, 0, None, 2.0, 6.0]], "total_ops": 2}}
+    trace = build_trace(result)
+    assert validate_trace(trace) == []
+    assert not [e for e in trace["traceEvents"] if e["ph"] == "X" and e["pid"] == 2]
+    names = [e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"]
+    assert "hardware queues (not observed: the GPU runtime assigns hardware queues)" in names
