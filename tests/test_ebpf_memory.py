@@ -236,3 +236,24 @@ def test_both_flags_share_one_bpftrace_session(ebpf_ready: None, cli, tmp_path: 
         assert key in memory and memory[key] is None  # no amdgpu here: null, never 0
     assert "hostmem" in memory["families"] and "amdmem" in memory["families"]
     assert "cpu_sched" in queue["families"]
+
+
+@pytest.mark.parametrize("gen", ["rocm-dkms-pasid", "rocm-dkms-pid", "linux-4.x"])
+def test_memory_program_compiles_against_amdkfd_formats(ebpf_ready: None, gen: str,
+                                                        tmp_path: Path) -> None:
+    """bpftrace -d checks the amdgpu + amdkfd memory probes against each recorded tree."""
+    import shutil
+
+    from aorta.ebpf.tracefs import Tracefs
+    from test_ebpf_compile import _compile, _tree
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) to bind a recorded tracefs privately")
+    tree = _tree(gen, tmp_path)
+    program = engine.make_program(False, True, TraceTarget((os.getpid(),)), Tracefs(tree),
+                                  engine.check_readiness().version, token=9)
+    assert "bo_move\n" in program.text and "amdgpu_vm_bo_map" in program.text
+    script = tmp_path / "program.bt"
+    script.write_text(program.text)
+    rc, errors = _compile(tree, script)
+    assert rc == 0 and not errors, errors
