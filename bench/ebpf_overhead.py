@@ -1,18 +1,21 @@
-"""Tracer overhead: throughput with and without --ebpf-trace, interleaved pairs, median ratio.
+"""Tracer overhead: throughput with and without tracing, interleaved rounds, median ratio.
 
 Each round runs `run WORKLOAD -d cpu` as fresh processes three ways, the order rotating between
 rounds so drift favours no side: `plain` (no flag), `untraced` (`--ebpf-trace` with bpftrace made
-unavailable: the same code path and imports, nothing traced) and `traced`. The headline ratio is
-traced/untraced: on this CPU backend the throughput of a fresh process also moves with what
+unavailable: the same code path and imports, nothing traced) and `traced`. Tracing modes
+(`--modes`): queue (--ebpf-trace), memory (--ebpf-memory-trace), both (one bpftrace process).
+The headline ratio is traced/untraced: on this CPU backend the throughput of a fresh process
+also moves with what
 Python imported after torch (importing unrelated stdlib modules moved hetero_kernels by ~15 % on
 the development VM), which is not tracer cost; traced/plain is printed beside it. Throughput
-comes from the result JSON (measurement window only). Targets: ≤ 2 % (hetero_kernels),
-≤ 5 % (tiny_kernel_stress).
+comes from the result JSON (measurement window only). Targets: queue ≤ 2 % (hetero_kernels),
+≤ 5 % (tiny_kernel_stress); memory and both ≤ 3 % (hetero_kernels).
 Throughput ratios are noisy on a shared machine, so the bench also asks the kernel how long it
 spent inside the tracer's BPF programs (BPF_ENABLE_STATS while the bench runs, fdinfo run_time_ns)
 and reports that as a share of the window: a noise-free upper bound of the in-kernel probe cost.
 
 Usage: sudo PYTHONPATH=src python bench/ebpf_overhead.py [--pairs 5] [--iterations 40]
+       [--modes queue,memory,both] [--no-bpf-stats] [--json FILE]
 """
 
 from __future__ import annotations
@@ -53,56 +56,65 @@ def bpf_run_time_stats() -> Any:
             os.close(fd)
 
 
-TARGETS = {"hetero_kernels": 2.0, "tiny_kernel_stress": 5.0}
 STREAMS = {"hetero_kernels": 8, "tiny_kernel_stress": 16}
+#: tracing mode → (flags, result section read for status/lost events/probe cost, targets in %)
+TRACE_MODES: dict[str, tuple[list[str], str, dict[str, float]]] = {
+    "queue": (["--ebpf-trace"], "ebpf_queue_metrics",
+              {"hetero_kernels": 2.0, "tiny_kernel_stress": 5.0}),
+    "memory": (["--ebpf-memory-trace"], "ebpf_memory_metrics", {"hetero_kernels": 3.0}),
+    "both": (["--ebpf-trace", "--ebpf-memory-trace"], "ebpf_memory_metrics",
+             {"hetero_kernels": 3.0}),
+}
+VARIANTS = ("plain", "same_path", "traced")
 
 
-MODES = ("plain", "same_path", "traced")
-
-
-def _run(workload: str, mode: str, iterations: int, folder: Path, tag: str) -> dict[str, Any]:
-    """One fresh `run` process: plain (no flag), same_path (--ebpf-trace with bpftrace made
+def _run(workload: str, variant: str, iterations: int, folder: Path, tag: str,
+         mode: str = "queue") -> dict[str, Any]:
+    """One fresh `run` process: plain (no flag), same_path (the mode's flags with bpftrace made
     unavailable: identical code path and imports, no tracing) or traced."""
+    flags, section_key, _ = TRACE_MODES[mode]
     out = folder / f"{workload}-{tag}.json"
     cmd = [sys.executable, "-m", "aorta.hw_queue_eval", "run", workload, "--streams",
            str(STREAMS[workload]), "-d", "cpu", "-i", str(iterations), "-w", "3", "-o", str(out)]
     env = dict(os.environ)
-    if mode != "plain":
-        cmd.append("--ebpf-trace")
-    if mode == "same_path":
+    if variant != "plain":
+        cmd.extend(flags)
+    if variant == "same_path":
         env["BPFTRACE"] = "/nonexistent/bpftrace"
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed: {proc.stderr.strip()[-400:]}")
     data = read_json_file(out, "result")
-    section = data.get("ebpf_queue_metrics") or {}
-    if mode == "traced" and section.get("status") != "ok":
+    section = data.get(section_key) or {}
+    if variant == "traced" and section.get("status") != "ok":
         raise SystemExit(f"tracing did not run: {section.get('error')}")
     cost = section.get("probe_cost") or {}
     return {"throughput": data["throughput"], "lost": section.get("lost_events"),
             "probe_ms": cost.get("run_time_ms"), "window_ms": data["total_time_ms"]}
 
 
-def measure(workload: str, pairs: int, iterations: int, folder: Path) -> dict[str, Any]:
+def measure(workload: str, pairs: int, iterations: int, folder: Path,
+            mode: str = "queue") -> dict[str, Any]:
     """Interleaved rounds (order rotates) → per-round ratios and their medians."""
-    got: dict[str, list[float]] = {m: [] for m in MODES}
+    got: dict[str, list[float]] = {v: [] for v in VARIANTS}
     lost, probe_share = [], []
     for i in range(pairs):
-        order = MODES[i % 3:] + MODES[:i % 3]
-        for mode in order:
-            r = _run(workload, mode, iterations, folder, f"{i}-{mode}")
-            got[mode].append(r["throughput"])
-            if mode == "traced":
+        order = VARIANTS[i % 3:] + VARIANTS[:i % 3]
+        for variant in order:
+            r = _run(workload, variant, iterations, folder, f"{mode}-{i}-{variant}", mode)
+            got[variant].append(r["throughput"])
+            if variant == "traced":
                 lost.append(r["lost"])
                 if r["probe_ms"] is not None:
                     probe_share.append(100 * r["probe_ms"] / r["window_ms"])
     ratios = [t / u for t, u in zip(got["traced"], got["same_path"], strict=True)]
     plain_ratios = [t / u for t, u in zip(got["traced"], got["plain"], strict=True)]
     median_ratio = statistics.median(ratios)
-    return {"workload": workload, "pairs": pairs, "plain": got["plain"],
+    return {"workload": workload, "mode": mode, "flags": TRACE_MODES[mode][0], "pairs": pairs,
+            "plain": got["plain"],
             "untraced": got["same_path"], "traced": got["traced"],
             "ratios": ratios, "median_ratio": median_ratio,
-            "overhead_pct": (1 - median_ratio) * 100, "target_pct": TARGETS[workload],
+            "overhead_pct": (1 - median_ratio) * 100, "target_pct": TRACE_MODES[mode][2][workload],
             "ratios_vs_plain": plain_ratios,
             "median_ratio_vs_plain": statistics.median(plain_ratios),
             "lost_events": lost,
@@ -117,18 +129,24 @@ def main() -> int:
     parser.add_argument("--json", dest="json_out")
     parser.add_argument("--no-bpf-stats", action="store_true",
                         help="do not let the kernel time BPF programs (timing itself costs a little)")
+    parser.add_argument("--modes", default="queue",
+                        help="comma list of queue, memory, both (default: queue)")
     args = parser.parse_args()
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not modes or any(m not in TRACE_MODES for m in modes):
+        parser.error(f"--modes: choose from {', '.join(TRACE_MODES)}")
     if args.pairs < 5:
         parser.error("--pairs must be ≥ 5 (rounds)")
     if args.json_out:
         check_output_path(args.json_out)
     stats = contextlib.nullcontext(False) if args.no_bpf_stats else bpf_run_time_stats()
     with tempfile.TemporaryDirectory(prefix="aorta-overhead-") as tmp, stats as timed:
-        results = [measure(w, args.pairs, args.iterations, Path(tmp)) for w in TARGETS]
-    print(f"{'workload':<20}{'untraced (median)':>18}{'traced (median)':>17}{'median ratio':>14}"
+        results = [measure(w, args.pairs, args.iterations, Path(tmp), m)
+                   for m in modes for w in TRACE_MODES[m][2]]
+    print(f"{'mode':<7}{'workload':<20}{'untraced (median)':>18}{'traced (median)':>17}{'median ratio':>14}"
           f"{'overhead':>10}{'target':>8}{'vs plain':>10}  ratios per round (traced/untraced)")
     for r in results:
-        print(f"{r['workload']:<20}{statistics.median(r['untraced']):>18.4g}"
+        print(f"{r['mode']:<7}{r['workload']:<20}{statistics.median(r['untraced']):>18.4g}"
               f"{statistics.median(r['traced']):>17.4g}{r['median_ratio']:>14.3f}"
               f"{r['overhead_pct']:>9.1f}%{r['target_pct']:>7.0f}%"
               f"{r['median_ratio_vs_plain']:>10.3f}  "
@@ -138,9 +156,9 @@ def main() -> int:
                "BPF_ENABLE_STATS failed" if not timed else "fdinfo unreadable")
     for r in results:
         share = r["probe_time_median_pct"]
-        print(f"{r['workload']}: time inside the BPF programs (all hits since attach, warm-up "
+        print(f"{r['mode']} {r['workload']}: time inside the BPF programs (all hits since attach, warm-up "
               f"included) = median {share:.2f}% of the window (one CPU)" if share is not None else
-              f"{r['workload']}: BPF run time not measured ({why_not})")
+              f"{r['mode']} {r['workload']}: BPF run time not measured ({why_not})")
     if args.json_out:
         atomic_write_json(args.json_out, {"results": results})
     return 0

@@ -16,7 +16,10 @@ QUEUE_FAMILIES: list[str] = [
     "aorta.ebpf.probes.kfd:KfdFamily",
     "aorta.ebpf.probes.cpu_sched:CpuSchedFamily",
 ]
-MEMORY_FAMILIES: list[str] = []
+MEMORY_FAMILIES: list[str] = [
+    "aorta.ebpf.probes.amd_memory:AmdMemoryFamily",
+    "aorta.ebpf.probes.host_memory:HostMemoryFamily",
+]
 
 
 def _load(path: str) -> ProbeFamily:

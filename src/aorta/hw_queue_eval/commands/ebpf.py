@@ -130,6 +130,7 @@ def ebpf_attach_command(pid_text: str, duration: str, output: str | None, as_jso
     from aorta.ebpf.session import SessionError
     from aorta.hw_queue_eval.report.console import make_console
     from aorta.hw_queue_eval.report.ebpf_blocks import render_queue_block
+    from aorta.hw_queue_eval.report.ebpf_memory import render_memory_block
 
     try:
         pid = int(pid_text)
@@ -176,5 +177,6 @@ def ebpf_attach_command(pid_text: str, duration: str, output: str | None, as_jso
         click.echo(json.dumps(data, indent=2))
     else:
         render_queue_block(sections.get("ebpf_queue_metrics"), make_console())
+        render_memory_block(sections.get("ebpf_memory_metrics"), make_console())
         if output:
             click.echo(f"\nwritten to {output}")

@@ -164,6 +164,10 @@ TRACING_FLAGS: list[tuple[str, str, str]] = [
     ("--ebpf-trace", "ebpf_trace",
      "Trace driver/kernel queue activity with eBPF during the measurement window (needs root or "
      "sudo -n; without them the run goes on and the result says why tracing is off)."),
+    ("--ebpf-memory-trace", "ebpf_memory_trace",
+     "Trace memory pressure with eBPF during the measurement window: GPU buffer moves, maps and "
+     "evictions (amdgpu/amdkfd) and host page faults, reclaim and migrations. With --ebpf-trace "
+     "both share one bpftrace process."),
 ]
 
 

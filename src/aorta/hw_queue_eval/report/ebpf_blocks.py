@@ -97,5 +97,8 @@ def render_comparison_block(section: dict[str, Any] | None, console: Any) -> Non
 
 def render_ebpf(result: dict[str, Any], console: Any) -> None:
     """Every eBPF block present in a result (memory blocks come from their own module)."""
+    from aorta.hw_queue_eval.report.ebpf_memory import render_memory_block
+
     render_queue_block(result.get("ebpf_queue_metrics"), console)
     render_comparison_block(result.get("ebpf_vs_cuda_comparison"), console)
+    render_memory_block(result.get("ebpf_memory_metrics"), console)

@@ -1,0 +1,368 @@
+"""AMD GPU memory family: BO moves/creates/VM maps (amdgpu) and evict/restore/map (amdkfd).
+
+Every probe is optional and rendered from the live format. amdgpu events carry no owner, so they
+are counted in the window and split by context (traced process vs kernel workers and others);
+amdkfd evict/restore events fire in kworkers and are attributed by their own pid or pasid field,
+never by the benchmark's pid. Evict/restore events are rare (bounded by the driver's restore
+delay), so they go to a small (time, kind, id) log map and are paired per process in Python.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from aorta.ebpf import memory_metrics as mm
+from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext
+from aorta.ebpf.tracefs import EventFormat
+
+P = "@amdmem_"
+#: Longest gap between the two hops of one SYSTEM↔VRAM move (TTM does them back to back).
+TWO_HOP_MAX_NS = 100_000_000
+#: Where KFD publishes per-process facts (pasid); a module constant so tests can point elsewhere.
+KFD_PROC_ROOT = "/sys/class/kfd/kfd/proc"
+
+BO_MOVE_EVENTS = ("amdgpu:amdgpu_bo_move", "amdgpu:amdgpu_ttm_bo_move")  # second: old 4.x name
+KFD_WORKER_EVENTS = {
+    "amdkfd:kfd_evict_process_worker_start": mm.KFD_EVICT_START,
+    "amdkfd:kfd_evict_process_worker_end": mm.KFD_EVICT_END,
+    "amdkfd:kfd_restore_process_worker_start": mm.KFD_RESTORE_START,
+    "amdkfd:kfd_restore_process_worker_end": mm.KFD_RESTORE_END,
+    "amdkfd:kfd_kgd2kfd_schedule_evict_and_restore_process": mm.KFD_SCHEDULE,
+}
+KFD_OLD_EVENTS = {"amdkfd:kfd_evict_process": mm.KFD_OLD_EVICT,
+                  "amdkfd:kfd_restore_process": mm.KFD_OLD_RESTORE}
+KFD_MAP_EVENTS = ("amdkfd:kfd_map_memory_to_gpu_start", "amdkfd:kfd_map_memory_to_gpu_end")
+
+
+def _split(event: str) -> tuple[str, str]:
+    system, _, name = event.partition(":")
+    return system, name
+
+
+def _integer_fields(fmt: EventFormat, names: tuple[str, ...]) -> str | None:
+    """Why `fmt` cannot be used (a named field absent or not a number/pointer), or None."""
+    for name in names:
+        field = fmt.fields.get(name)
+        if field is None:
+            return f"no field {name!r} in this kernel's format"
+        if not (field.is_integer or field.is_pointer):
+            return f"field {name!r} has type {field.type!r}, not a number"
+    return None
+
+
+def kfd_id_field(fmt: EventFormat) -> str | None:
+    """The process identifier an amdkfd event carries: "pid" (newer DKMS) or "pasid" (older)."""
+    field = fmt.first_of("pid", "pasid")
+    return field.name if field is not None and field.is_integer else None
+
+
+def traced_flag(pid_filter: str) -> str:
+    """Statements setting $traced to 1 when the current task belongs to a traced process."""
+    return f"$traced = 0; if ({pid_filter}) {{ $traced = 1; }}"
+
+
+def bo_move_probe(attach: str, arg: Callable[[str], str], gate: str, pid_filter: str) -> str:
+    """Count every hop by route and context; pair SYSTEM→TT→VRAM and VRAM→TT→SYSTEM hops.
+
+    Pairing rule (the kernel's multihop does the two hops back to back in one thread): a move
+    X→TT with X in {SYSTEM, VRAM} is remembered per BO with its thread and time; the NEXT move of
+    that BO, if it is TT→Y with {X, Y} = {SYSTEM, VRAM}, in the same thread, within
+    TWO_HOP_MAX_NS, makes the pair one logical X→Y move. Any next move clears the memory.
+    """
+    return "\n".join([
+        f"{attach}\n/{gate}/\n{{",
+        f"  $bo = (uint64){arg('bo')}; $old = (uint64){arg('old_placement')};",
+        f"  $new = (uint64){arg('new_placement')}; $size = (uint64){arg('bo_size')};",
+        f"  {traced_flag(pid_filter)}",
+        f"  {P}hops[$old, $new, $traced] = count();",
+        f"  {P}hop_bytes[$old, $new, $traced] = sum($size);",
+        f"  if ($old == 1 && {P}pend[$bo] != 0 && {P}pend_tid[$bo] == tid &&",
+        f"      nsecs - {P}pend_ts[$bo] < {TWO_HOP_MAX_NS}) {{",
+        f"    $first = {P}pend[$bo] - 1;",
+        "    if (($first == 0 && $new == 2) || ($first == 2 && $new == 0)) {",
+        f"      {P}twohop[$first, $new, $traced] = count();",
+        f"      {P}twohop_bytes[$first, $new, $traced] = sum($size);",
+        "    }",
+        "  }",
+        f"  delete({P}pend[$bo]); delete({P}pend_tid[$bo]); delete({P}pend_ts[$bo]);",
+        "  if ($new == 1 && ($old == 0 || $old == 2)) {",
+        f"    {P}pend[$bo] = $old + 1; {P}pend_tid[$bo] = tid; {P}pend_ts[$bo] = nsecs;",
+        "  }",
+        "}",
+    ])
+
+
+def kfd_log_probe(attach: str, gate: str, kind: int, id_expr: str, delay_expr: str | None = None) -> str:
+    """Log one amdkfd event as (time, kind, its own pid/pasid); gated by the window only.
+
+    These events fire in kworkers on behalf of a process: never filter them by the traced pid.
+    """
+    lines = [f"{attach}\n/{gate}/\n{{",
+             f"  {P}kfd_log[nsecs, {kind}, (uint64){id_expr}] = count();",
+             f"  {P}kfd_count[{kind}] = count();"]
+    if delay_expr is not None:
+        lines.append(f"  {P}kfd_delay[(uint64){delay_expr}] = count();")
+    return "\n".join([*lines, "}"])
+
+
+class AmdMemoryFamily(ProbeFamily):
+    """amdgpu buffer-object traffic and amdkfd process evictions (GPU memory pressure)."""
+
+    name = "amdmem"
+    section = "memory"
+    description = ("AMD GPU memory: BO moves between VRAM/GTT/system (two-hop moves counted once), "
+                   "BO creation, GPU VM map/unmap, KFD process evict/restore and map-to-GPU")
+
+    def wanted_events(self) -> list[str]:
+        """Every event this family can use; alternatives are listed too."""
+        return [*BO_MOVE_EVENTS, "amdgpu:amdgpu_bo_create", "amdgpu:amdgpu_vm_bo_map",
+                "amdgpu:amdgpu_vm_bo_unmap", *KFD_WORKER_EVENTS, *KFD_OLD_EVENTS, *KFD_MAP_EVENTS]
+
+    def __init__(self) -> None:
+        self.attached: set[str] | None = None  # set by render(): collect reports only these
+
+    def render(self, ctx: RenderContext) -> ProbeCode:
+        """Probe blocks for the events this kernel has; missing ones are listed with the reason."""
+        code = ProbeCode()
+        self._render_bo_move(ctx, code)
+        self._render_bo_create(ctx, code)
+        for event, key in (("amdgpu:amdgpu_vm_bo_map", "map"), ("amdgpu:amdgpu_vm_bo_unmap", "unmap")):
+            self._render_vm(ctx, code, event, key)
+        self._render_kfd_workers(ctx, code)
+        self._render_kfd_map(ctx, code)
+        self.attached = set(code.used_events)
+        return code
+
+    # -- amdgpu
+
+    def _render_bo_move(self, ctx: RenderContext, code: ProbeCode) -> None:
+        reasons = []
+        for event in BO_MOVE_EVENTS:
+            fmt = ctx.event(*_split(event))
+            if fmt is None:
+                reasons.append(f"{event}: not in this kernel")
+                continue
+            why = _integer_fields(fmt, ("bo", "bo_size", "new_placement", "old_placement"))
+            if why:
+                reasons.append(f"{event}: {why}")
+                continue
+            code.probes.append(bo_move_probe(f"tracepoint:{event}", ctx.dialect.arg, ctx.gate,
+                                             ctx.pid_filter))
+            code.used_events.append(event)
+            code.end.extend([f"clear({P}pend);", f"clear({P}pend_tid);", f"clear({P}pend_ts);"])
+            return
+        code.missing[BO_MOVE_EVENTS[0]] = "; ".join(reasons)
+
+    def _render_bo_create(self, ctx: RenderContext, code: ProbeCode) -> None:
+        event = "amdgpu:amdgpu_bo_create"
+        fmt = ctx.event(*_split(event))
+        why = "not in this kernel" if fmt is None else _integer_fields(fmt, ("pages", "type"))
+        if why:
+            code.missing[event] = why
+            return
+        a = ctx.dialect.arg
+        code.probes.append("\n".join([
+            f"tracepoint:{event}\n/{ctx.gate}/\n{{",
+            f"  {traced_flag(ctx.pid_filter)}",
+            f"  {P}creates[(uint64){a('type')}, $traced] = count();",
+            f"  {P}create_pages[(uint64){a('type')}, $traced] = sum((uint64){a('pages')});",
+            "}"]))
+        code.used_events.append(event)
+
+    def _render_vm(self, ctx: RenderContext, code: ProbeCode, event: str, key: str) -> None:
+        fmt = ctx.event(*_split(event))
+        why = "not in this kernel" if fmt is None else _integer_fields(fmt, ("start", "last"))
+        if why:
+            code.missing[event] = why
+            return
+        a = ctx.dialect.arg
+        code.probes.append("\n".join([
+            f"tracepoint:{event}\n/{ctx.gate}/\n{{",
+            f"  {traced_flag(ctx.pid_filter)}",
+            f"  {P}vm_{key}s[$traced] = count();",
+            f"  {P}vm_{key}_pages[$traced] = sum({a('last')} - {a('start')} + 1);",
+            "}"]))
+        code.used_events.append(event)
+
+    # -- amdkfd
+
+    def _render_kfd_workers(self, ctx: RenderContext, code: ProbeCode) -> None:
+        a = ctx.dialect.arg
+        have_new_evict = False
+        for event, kind in KFD_WORKER_EVENTS.items():
+            fmt = ctx.event(*_split(event))
+            id_field = None if fmt is None else kfd_id_field(fmt)
+            if id_field is None:
+                code.missing[event] = ("not in this kernel (amdkfd tracepoints ship only with "
+                                       "AMD's DKMS driver)" if fmt is None else
+                                       "neither a 'pid' nor a 'pasid' number field")
+                continue
+            have_new_evict |= kind == mm.KFD_EVICT_START
+            delay = (a("delay_jiffies") if kind == mm.KFD_SCHEDULE and fmt is not None
+                     and "delay_jiffies" in fmt.fields else None)
+            code.probes.append(kfd_log_probe(f"tracepoint:{event}", ctx.gate, kind, a(id_field), delay))
+            code.used_events.append(event)
+            code.begin.append(f"{P}kfd_variant[{kind}] = {1 if id_field == 'pid' else 2};")
+        for event, kind in KFD_OLD_EVENTS.items():
+            fmt = ctx.event(*_split(event))
+            id_field = None if fmt is None else kfd_id_field(fmt)
+            if have_new_evict or id_field is None:
+                code.missing[event] = ("old name, not needed: the worker events exist"
+                                       if have_new_evict else
+                                       "old name, not in this kernel" if fmt is None else
+                                       "neither a 'pid' nor a 'pasid' number field")
+                continue
+            code.probes.append(kfd_log_probe(f"tracepoint:{event}", ctx.gate, kind, a(id_field)))
+            code.used_events.append(event)
+            code.begin.append(f"{P}kfd_variant[{kind}] = {1 if id_field == 'pid' else 2};")
+
+    def _render_kfd_map(self, ctx: RenderContext, code: ProbeCode) -> None:
+        start, end = KFD_MAP_EVENTS
+        fmts = [ctx.event(*_split(e)) for e in KFD_MAP_EVENTS]
+        if any(f is None for f in fmts):
+            for event, fmt in zip(KFD_MAP_EVENTS, fmts, strict=True):
+                code.missing[event] = ("not in this kernel" if fmt is None else
+                                       "its start/end partner is missing")
+            return
+        filt = f"({ctx.pid_filter}) && ({ctx.gate})"
+        code.probes.append(f"tracepoint:{start}\n/{filt}/\n{{\n  {P}kfdmap_ts[tid] = nsecs;\n}}")
+        code.probes.append("\n".join([
+            f"tracepoint:{end}\n/{P}kfdmap_ts[tid] != 0/\n{{",
+            f"  $d = nsecs - {P}kfdmap_ts[tid];",
+            f"  {P}kfdmap_n = count(); {P}kfdmap_ns = sum($d); {P}kfdmap_max_ns = max($d);",
+            f"  delete({P}kfdmap_ts[tid]);",
+            "}"]))
+        code.used_events.extend(KFD_MAP_EVENTS)
+        code.end.append(f"clear({P}kfdmap_ts);")
+
+    # -- results
+
+    def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
+        """Guide numbers (moves, volume, maps, evictions) plus the evidence behind them."""
+        window_s = mm.window_seconds(context)
+        have = self.attached
+
+        def seen(*events: str) -> bool:
+            return have is None or any(e in have for e in events)
+
+        metrics: dict[str, Any] = {}
+        notes: dict[str, str] = {}
+        if seen(*BO_MOVE_EVENTS):
+            bo = mm.derive_bo_moves(mm.keyed(maps, f"{P}hops"), mm.keyed(maps, f"{P}hop_bytes"),
+                                    mm.keyed(maps, f"{P}twohop"), mm.keyed(maps, f"{P}twohop_bytes"))
+            bo["moves_per_sec"] = mm.per_second(bo["moves"], window_s)
+            metrics["bo_moves"] = bo
+        else:
+            metrics["bo_moves"] = None
+            notes["bo_moves"] = "amdgpu_bo_move not attached (no amdgpu driver on this machine?)"
+        metrics["bo_creates"] = self._creates(maps) if seen("amdgpu:amdgpu_bo_create") else None
+        for key, event in (("map", "amdgpu:amdgpu_vm_bo_map"), ("unmap", "amdgpu:amdgpu_vm_bo_unmap")):
+            if seen(event):
+                table = mm.keyed(maps, f"{P}vm_{key}s")
+                pages = mm.keyed(maps, f"{P}vm_{key}_pages")
+                metrics[f"vm_{key}s"] = {
+                    "count": mm.total(table), "bytes": mm.total(pages) * mm.AMDGPU_GPU_PAGE,
+                    "in_traced_processes": table.get((1,), 0),
+                    "in_other_contexts": table.get((0,), 0)}
+            else:
+                metrics[f"vm_{key}s"] = None
+                notes[f"vm_{key}s"] = f"{event.split(':')[1]} not attached"
+        metrics["evictions"] = self._evictions(maps, context) if seen(
+            *KFD_WORKER_EVENTS, *KFD_OLD_EVENTS) else None
+        if metrics["evictions"] is None:
+            notes["evictions"] = ("amdkfd evict/restore tracepoints not attached (they exist only "
+                                  "with AMD's DKMS amdgpu driver)")
+        if seen(*KFD_MAP_EVENTS):
+            n = mm.scalar(maps, f"{P}kfdmap_n")
+            metrics["kfd_map_to_gpu"] = {
+                "count": n,
+                "avg_us": mm.scalar(maps, f"{P}kfdmap_ns") / n / 1e3 if n else None,
+                "max_us": mm.scalar(maps, f"{P}kfdmap_max_ns") / 1e3 if n else None}
+        else:
+            metrics["kfd_map_to_gpu"] = None
+        metrics["notes"] = notes
+        metrics["summary"] = guide_summary(metrics, window_s)
+        coverage = {"statement": (
+            "amdgpu BO events: every BO of the GPU in the window (no owner field; split by "
+            "context); amdkfd evict/restore: attributed by the events' own pid/pasid"
+            if have else "no amdgpu/amdkfd memory tracepoint on this kernel: GPU memory not covered")}
+        return FamilyResult(self.name, self.section, metrics, coverage)
+
+    @staticmethod
+    def _creates(maps: dict[str, Any]) -> dict[str, Any]:
+        counts = mm.keyed(maps, f"{P}creates")
+        pages = mm.keyed(maps, f"{P}create_pages")
+        page = os.sysconf("SC_PAGE_SIZE")
+        by_type: dict[str, dict[str, int]] = {}
+        for (ttype, _traced), n in counts.items():
+            cell = by_type.setdefault(mm.placement_name(ttype), {"count": 0, "bytes": 0})
+            cell["count"] += n
+            cell["bytes"] += pages.get((ttype, _traced), 0) * page
+        return {"count": mm.total(counts), "bytes": mm.total(pages) * page, "by_placement": by_type,
+                "in_traced_processes": sum(n for (_, t), n in counts.items() if t == 1)}
+
+    @staticmethod
+    def _evictions(maps: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
+        log = mm.keyed(maps, f"{P}kfd_log")
+        events = mm.kfd_events_from_log(log)
+        counted = mm.total(mm.keyed(maps, f"{P}kfd_count"))
+        variants = {v for (_k,), v in mm.keyed(maps, f"{P}kfd_variant").items()}
+        variant = "pid" if variants == {1} else "pasid" if variants == {2} else \
+            "mixed" if variants else None
+        pids = [int(p) for p in context.get("pids") or []]
+        ids, attribution = _traced_kfd_ids(variant, pids)
+        summary = mm.summarize_evictions(mm.pair_evictions(events), ids, mm.window_seconds(context))
+        summary["attribution"] = attribution
+        summary["events_logged"] = len(events)
+        summary["events_counted"] = counted
+        summary["log_truncated"] = counted > len(events)
+        summary["restore_delay"] = mm.restore_delay_note(
+            {k[0]: v for k, v in mm.keyed(maps, f"{P}kfd_delay").items()}, mm.kernel_hz())
+        return summary
+
+
+def _traced_kfd_ids(variant: str | None, pids: list[int]) -> tuple[set[int], dict[str, Any]]:
+    """Which amdkfd ids are ours: the pids themselves (pid variant) or their pasids from sysfs."""
+    if variant == "pid":
+        return set(pids), {"variant": "pid", "ids": sorted(pids),
+                           "how": "the events' pid field is the process's lead thread id"}
+    pasids = {pid: mm.read_kfd_pasid(pid, KFD_PROC_ROOT) for pid in pids}
+    found = {p for p in pasids.values() if p is not None}
+    ids = found | (set(pids) if variant == "mixed" else set())
+    return ids, {"variant": variant, "ids": sorted(ids),
+                 "pasid_of_pid": {str(k): v for k, v in pasids.items()},
+                 "how": ("pasid from /sys/class/kfd/kfd/proc/<pid>/pasid" if found else
+                         "no pasid readable for the traced processes: their evictions cannot be "
+                         "told apart and are listed under other_processes")}
+
+
+def guide_summary(metrics: dict[str, Any], window_s: float | None) -> dict[str, Any]:
+    """The guide's memory numbers and its legacy aliases; null with a reason when unmeasured."""
+    bo, ev = metrics.get("bo_moves"), metrics.get("evictions")
+    maps, unmaps = metrics.get("vm_maps"), metrics.get("vm_unmaps")
+    out: dict[str, Any] = {
+        "bo_moves": bo["moves"] if bo else None,
+        "bo_moves_per_sec": bo["moves_per_sec"] if bo else None,
+        "migration_volume_bytes": bo["bytes"] if bo else None,
+        "migration_volume_mb": bo["bytes"] / 1e6 if bo else None,
+        "bo_maps": maps["count"] if maps else None,
+        "bo_unmaps": unmaps["count"] if unmaps else None,
+        "evictions": ev["evictions"] if ev else None,
+        "restores": ev["restores"] if ev else None,
+        "evict_restore_pairs": ev["evict_restore_pairs"] if ev else None,
+        "eviction_rate_per_sec": ev["eviction_rate_per_sec"] if ev else None,
+        "avg_evict_to_restore_us": ev["avg_evict_to_restore_us"] if ev else None,
+        "restore_delay": ev["restore_delay"] if ev else None,
+        "rates_over_window_s": window_s,
+    }
+    out.update(mm.legacy_aliases(out["evict_restore_pairs"], out["eviction_rate_per_sec"],
+                                 out["avg_evict_to_restore_us"]))
+    out["legacy_aliases_meaning"] = ("total_faults = evict/restore pairs, fault_rate_per_sec = "
+                                     "evictions per second, avg_fault_latency_us = average "
+                                     "evict→restore time; not GPU page faults")
+    reasons = [f"{k}: {v}" for k, v in (metrics.get("notes") or {}).items()]
+    if reasons:
+        out["gpu_memory_reason"] = "; ".join(reasons)
+    return out
