@@ -9,12 +9,13 @@ import pytest
 
 from aorta.ebpf.probes.amd_memory import AmdMemoryFamily
 from aorta.ebpf.probes.base import BpftraceDialect, RenderContext, TraceTarget
+from aorta.ebpf.program import GATE
 from aorta.ebpf.tracefs import Tracefs
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tracefs"
 GENERATIONS = ["linux-4.x", "linux-5.4", "linux-6.8", "linux-6.17", "rocm-dkms-pasid", "rocm-dkms-pid"]
 DIALECTS = {"0.17": BpftraceDialect((0, 17, 0)), "0.20": BpftraceDialect((0, 20, 0))}
-PID_FILTER, GATE = "@aorta_pid[pid]", "@aorta_gate == 1"
+PID_FILTER = "@aorta_pid[pid]"
 
 
 def render(gen: str, dialect: str = "0.17"):
@@ -129,4 +130,5 @@ def test_show_script_through_aorta_tracefs(cli, gen, id_field):
     assert "families amdmem, hostmem" in text
     assert "tracepoint:amdgpu:amdgpu_bo_move\n" in text
     assert f"@amdmem_kfd_log[nsecs, 1, (uint64)args->{id_field}] = count();" in text
-    assert "tracepoint:amdkfd:kfd_evict_process_worker_start\n/@aorta_gate == 1/" in text
+    # kworker events: only the window gate (the engine's own expression), never the pid filter
+    assert f"tracepoint:amdkfd:kfd_evict_process_worker_start\n/{GATE}/" in text

@@ -17,6 +17,7 @@ from aorta.ebpf.memory_metrics import (
 from aorta.ebpf.probes import amd_memory
 from aorta.ebpf.probes.amd_memory import AmdMemoryFamily
 from aorta.ebpf.probes.base import BpftraceDialect, RenderContext, TraceTarget
+from aorta.ebpf.program import GATE, PIDS_MAP
 from aorta.ebpf.tracefs import Tracefs
 
 MiB = 1 << 20
@@ -184,7 +185,7 @@ def test_collect_without_amd_events_reports_null_with_reason(tmp_path):
     (tmp_path / "events").mkdir()
     fam = AmdMemoryFamily()
     fam.render(RenderContext(Tracefs(tmp_path), BpftraceDialect((0, 17, 0)), TraceTarget((1,)),
-                             "@aorta_pids[pid]", "@aorta_gate == 1"))
+                             f"{PIDS_MAP}[pid]", GATE))
     res = fam.collect({}, {"window": {"duration_ms": 1000.0}, "pids": [1]})
     assert res.metrics["bo_moves"] is None and res.metrics["evictions"] is None
     assert "amdgpu_bo_move" in res.metrics["notes"]["bo_moves"]
