@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from aorta.ebpf import hist
+from aorta.ebpf.probes import jobs
 from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext
 from aorta.ebpf.probes.common import KERNEL_BYPASS, both, int_key, text
 
@@ -80,30 +81,22 @@ class AmdgpuFamily(ProbeFamily):
         return code
 
     def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
-        submits = {k: int(v) for k, v in hist.keyed(maps.get("@amdgpu_submits")).items()}
-        dispatches = {k: int(v) for k, v in hist.keyed(maps.get("@amdgpu_dispatches")).items()}
-        internal = {k: int(v) for k, v in hist.keyed(maps.get("@amdgpu_internal_jobs")).items()}
-        s2d = hist.stats(maps.get("@amdgpu_s2d"))
+        submits = jobs.counts(maps, "@amdgpu_submits")
+        dispatches = jobs.counts(maps, "@amdgpu_dispatches")
+        internal = jobs.counts(maps, "@amdgpu_internal_jobs")
         d2c = hist.stats(maps.get("@amdgpu_d2c"))
         s2d_hist = hist.buckets(maps.get("@amdgpu_s2d_hist"))
-        p99 = hist.percentile(s2d_hist, 0.99)
-        summary = {
-            "source": "amdgpu",
-            "total_submissions": sum(submits.values()),
-            "submissions_meaning": "amdgpu_cs_ioctl of the traced processes (DRM command submission)",
-            "total_dispatches": sum(dispatches.values()),
-            "dispatches_meaning": "amdgpu_sched_run_job joined to a traced submission by fence",
-            "hw_rings_used": sorted(dispatches),
-            "hw_rings_meaning": "ring names of dispatched traced jobs",
-            "submit_to_dispatch_avg_us": s2d[1] / s2d[0] / 1e3 if s2d and s2d[0] else None,
-            "submit_to_dispatch_p99_us": p99["estimate"] / 1e3 if p99 else None,
-            "submit_to_dispatch_meaning": "amdgpu_cs_ioctl → amdgpu_sched_run_job, same fence",
-        }
+        summary = jobs.job_summary(
+            "amdgpu", submits, dispatches, hist.stats(maps.get("@amdgpu_s2d")), s2d_hist,
+            submissions_meaning="amdgpu_cs_ioctl of the traced processes (DRM command submission)",
+            dispatches_meaning="amdgpu_sched_run_job joined to a traced submission by fence",
+            hw_rings_meaning="ring names of dispatched traced jobs",
+            submit_to_dispatch_meaning="amdgpu_cs_ioctl → amdgpu_sched_run_job, same fence")
         metrics = {
             "summary": summary, "submissions_per_ring": submits, "dispatches_per_ring": dispatches,
             "jobs_without_traced_submission": internal,
             "submit_to_dispatch_hist_ns": hist.as_records(s2d_hist),
-            "dispatch_to_done_avg_us": d2c[1] / d2c[0] / 1e3 if d2c and d2c[0] else None,
+            "dispatch_to_done_avg_us": jobs.avg_us(d2c),
             "dispatch_to_done_count": d2c[0] if d2c else 0,
         }
         coverage = {

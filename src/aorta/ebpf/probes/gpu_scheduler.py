@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from aorta.ebpf import hist
+from aorta.ebpf.probes import jobs
 from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext
 from aorta.ebpf.probes.common import KERNEL_BYPASS, both, int_key, ptr_key, text
 
@@ -91,29 +92,21 @@ class GpuSchedulerFamily(ProbeFamily):
         code.end += ["clear(@gpu_scheduler_queue_ts);", "clear(@gpu_scheduler_run_ts);"]
 
     def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
-        queued = {k: int(v) for k, v in hist.keyed(maps.get("@gpu_scheduler_queued")).items()}
-        run = {k: int(v) for k, v in hist.keyed(maps.get("@gpu_scheduler_run")).items()}
-        untraced = {k: int(v) for k, v in hist.keyed(maps.get("@gpu_scheduler_untraced_jobs")).items()}
-        q2r = hist.stats(maps.get("@gpu_scheduler_q2r"))
+        queued = jobs.counts(maps, "@gpu_scheduler_queued")
+        run = jobs.counts(maps, "@gpu_scheduler_run")
+        untraced = jobs.counts(maps, "@gpu_scheduler_untraced_jobs")
         r2d = hist.stats(maps.get("@gpu_scheduler_r2d"))
         q2r_hist = hist.buckets(maps.get("@gpu_scheduler_q2r_hist"))
-        p99 = hist.percentile(q2r_hist, 0.99)
-        summary = {
-            "source": "gpu_scheduler",
-            "total_submissions": sum(queued.values()),
-            "submissions_meaning": "drm_sched jobs queued by the traced processes",
-            "total_dispatches": sum(run.values()),
-            "dispatches_meaning": "those jobs handed to the hardware ring (run)",
-            "hw_rings_used": sorted(run),
-            "hw_rings_meaning": "scheduler (ring) names of dispatched traced jobs",
-            "submit_to_dispatch_avg_us": q2r[1] / q2r[0] / 1e3 if q2r and q2r[0] else None,
-            "submit_to_dispatch_p99_us": p99["estimate"] / 1e3 if p99 else None,
-            "submit_to_dispatch_meaning": "job queued → job run, same job identity",
-        }
+        summary = jobs.job_summary(
+            "gpu_scheduler", queued, run, hist.stats(maps.get("@gpu_scheduler_q2r")), q2r_hist,
+            submissions_meaning="drm_sched jobs queued by the traced processes",
+            dispatches_meaning="those jobs handed to the hardware ring (run)",
+            hw_rings_meaning="scheduler (ring) names of dispatched traced jobs",
+            submit_to_dispatch_meaning="job queued → job run, same job identity")
         metrics = {"summary": summary, "queued_per_ring": queued, "run_per_ring": run,
                    "jobs_without_traced_submission": untraced,
                    "submit_to_dispatch_hist_ns": hist.as_records(q2r_hist),
-                   "run_to_done_avg_us": r2d[1] / r2d[0] / 1e3 if r2d and r2d[0] else None}
+                   "run_to_done_avg_us": jobs.avg_us(r2d)}
         coverage = {"source": "gpu_scheduler tracepoints",
                     "covered": "drm_sched jobs of the traced processes (any DRM driver)",
                     "statement": f"{KERNEL_BYPASS}; drm_sched sees only kernel-submitted jobs."}

@@ -1,0 +1,37 @@
+"""The "driver job" summary shared by the DRM job families (amdgpu, gpu_scheduler)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aorta.ebpf import hist
+
+
+def counts(maps: dict[str, Any], name: str) -> dict[str, int]:
+    """A printed keyed count map as {key: int}, so each family reads its per-ring counters alike."""
+    return {k: int(v) for k, v in hist.keyed(maps.get(name)).items()}
+
+
+def avg_us(st: tuple[int, int] | None) -> float | None:
+    """Mean in µs of a stats() (count, total ns) pair; None when it has no samples."""
+    return st[1] / st[0] / 1e3 if st and st[0] else None
+
+
+def job_summary(source: str, submits: dict[str, int], dispatches: dict[str, int],
+                s2d: tuple[int, int] | None, s2d_hist: list[tuple[int, int, int]], *,
+                submissions_meaning: str, dispatches_meaning: str, hw_rings_meaning: str,
+                submit_to_dispatch_meaning: str) -> dict[str, Any]:
+    """The summary dict (same keys, same order) that every driver-job family reports."""
+    p99 = hist.percentile(s2d_hist, 0.99)
+    return {
+        "source": source,
+        "total_submissions": sum(submits.values()),
+        "submissions_meaning": submissions_meaning,
+        "total_dispatches": sum(dispatches.values()),
+        "dispatches_meaning": dispatches_meaning,
+        "hw_rings_used": sorted(dispatches),
+        "hw_rings_meaning": hw_rings_meaning,
+        "submit_to_dispatch_avg_us": avg_us(s2d),
+        "submit_to_dispatch_p99_us": p99["estimate"] / 1e3 if p99 else None,
+        "submit_to_dispatch_meaning": submit_to_dispatch_meaning,
+    }
