@@ -10,24 +10,37 @@ from typing import Any
 from aorta.hw_queue_eval.report.console import fmt
 
 
-def _line(console: Any, label: str, value: str) -> None:
-    console.print(f"  {label + ':':<22}{value}")
+def labelled(console: Any, label: str, value: str, width: int = 22) -> None:
+    """One "label: value" row, the label padded to width so each block's values line up."""
+    console.print(f"  {label + ':':<{width}}{value}")
+
+
+def open_block(section: dict[str, Any] | None, console: Any, title: str,
+               unavailable: str = "tracing {status}") -> bool:
+    """Print a block's title, or why its section is not ok; True when the body should follow.
+
+    Shared by every eBPF block so the header and the not-ok line read the same everywhere;
+    unavailable is formatted with the section's status.
+    """
+    if section is None:
+        return False
+    console.print(f"\n[bold]{title}:[/bold]")
+    if section.get("status") != "ok":
+        console.print(f"  {unavailable.format(status=section.get('status'))}: {section.get('error')}")
+        return False
+    return True
 
 
 def render_queue_block(section: dict[str, Any] | None, console: Any) -> None:
     """The driver-level queue block, its per-queue table, lost events and coverage."""
-    if section is None:
+    if not open_block(section, console, "eBPF DRIVER-LEVEL QUEUE METRICS"):
         return
-    console.print("\n[bold]eBPF DRIVER-LEVEL QUEUE METRICS:[/bold]")
-    if section.get("status") != "ok":
-        console.print(f"  tracing {section.get('status')}: {section.get('error')}")
-        return
-    _line(console, "Total submissions", fmt(section.get("total_submissions"), "d"))
-    _line(console, "Total dispatches", fmt(section.get("total_dispatches"), "d"))
-    _line(console, "HW rings used", str(section.get("hw_rings_used")))
-    _line(console, "Submit→dispatch avg", fmt(section.get("submit_to_dispatch_avg_us"), ".1f", " us"))
-    _line(console, "Submit→dispatch P99", fmt(section.get("submit_to_dispatch_p99_us"), ".1f", " us"))
-    _line(console, "Lost events", str(section.get("lost_events")))
+    labelled(console, "Total submissions", fmt(section.get("total_submissions"), "d"))
+    labelled(console, "Total dispatches", fmt(section.get("total_dispatches"), "d"))
+    labelled(console, "HW rings used", str(section.get("hw_rings_used")))
+    labelled(console, "Submit→dispatch avg", fmt(section.get("submit_to_dispatch_avg_us"), ".1f", " us"))
+    labelled(console, "Submit→dispatch P99", fmt(section.get("submit_to_dispatch_p99_us"), ".1f", " us"))
+    labelled(console, "Lost events", str(section.get("lost_events")))
     ebpf_ms, kernel_ms = section.get("runq_wait_total_ms"), section.get("kernel_run_delay_total_ms")
     if isinstance(ebpf_ms, (int, float)) and isinstance(kernel_ms, (int, float)) and kernel_ms > 0:
         console.print(f"  [dim]cross-check: eBPF run-queue total {ebpf_ms:.2f} ms vs the kernel's "
@@ -80,15 +93,11 @@ def _streams(row: dict[str, Any]) -> str:
 
 def render_comparison_block(section: dict[str, Any] | None, console: Any) -> None:
     """The comparison block with its formula."""
-    if section is None:
+    if not open_block(section, console, "eBPF vs CUDA COMPARISON", "not available"):
         return
-    console.print("\n[bold]eBPF vs CUDA COMPARISON:[/bold]")
-    if section.get("status") != "ok":
-        console.print(f"  not available: {section.get('error')}")
-        return
-    _line(console, "eBPF submit→dispatch", fmt(section.get("ebpf_submit_to_dispatch_ms"), ".3f", " ms"))
-    _line(console, "CUDA switch overhead", fmt(section.get("harness_dispatch_delay_ms"), ".3f", " ms"))
-    _line(console, "Measurement accuracy", fmt(section.get("measurement_accuracy_pct"), ".1f", "%"))
+    labelled(console, "eBPF submit→dispatch", fmt(section.get("ebpf_submit_to_dispatch_ms"), ".3f", " ms"))
+    labelled(console, "CUDA switch overhead", fmt(section.get("harness_dispatch_delay_ms"), ".3f", " ms"))
+    labelled(console, "Measurement accuracy", fmt(section.get("measurement_accuracy_pct"), ".1f", "%"))
     for key in ("ebpf_meaning", "harness_meaning", "reason"):
         if section.get(key):
             console.print(f"  [dim]{section[key]}[/dim]")

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from aorta.hw_queue_eval.report import ebpf_blocks
 from aorta.hw_queue_eval.report.console import fmt
 
 WIDTH = 23
 
 
 def _line(console: Any, label: str, value: str) -> None:
-    console.print(f"  {label + ':':<{WIDTH}}{value}")
+    """A row of this block, at its own label width (one wider than the queue block's)."""
+    ebpf_blocks.labelled(console, label, value, WIDTH)
 
 
 def _na(section: dict[str, Any]) -> str:
@@ -20,11 +22,7 @@ def _na(section: dict[str, Any]) -> str:
 
 def render_memory_block(section: dict[str, Any] | None, console: Any) -> None:
     """GPU memory numbers (guide), host memory lines, lost events, window and coverage."""
-    if section is None:
-        return
-    console.print("\n[bold]eBPF MEMORY METRICS:[/bold]")
-    if section.get("status") != "ok":
-        console.print(f"  tracing {section.get('status')}: {section.get('error')}")
+    if not ebpf_blocks.open_block(section, console, "eBPF MEMORY METRICS"):
         return
     na = _na(section)
     moves = section.get("bo_moves")
