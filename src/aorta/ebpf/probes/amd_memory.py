@@ -156,33 +156,32 @@ class AmdMemoryFamily(ProbeFamily):
         code.missing[BO_MOVE_EVENTS[0]] = "; ".join(reasons)
 
     def _render_bo_create(self, ctx: RenderContext, code: ProbeCode) -> None:
-        event = "amdgpu:amdgpu_bo_create"
-        fmt = ctx.event(*_split(event))
-        why = "not in this kernel" if fmt is None else _integer_fields(fmt, ("pages", "type"))
-        if why:
-            code.missing[event] = why
-            return
         a = ctx.dialect.arg
-        code.probes.append("\n".join([
-            f"tracepoint:{event}\n/{ctx.gate}/\n{{",
-            f"  {traced_flag(ctx.pid_filter)}",
+        self._render_traced(ctx, code, "amdgpu:amdgpu_bo_create", ("pages", "type"), [
             f"  {P}creates[(uint64){a('type')}, $traced] = count();",
-            f"  {P}create_pages[(uint64){a('type')}, $traced] = sum((uint64){a('pages')});",
-            "}"]))
-        code.used_events.append(event)
+            f"  {P}create_pages[(uint64){a('type')}, $traced] = sum((uint64){a('pages')});"])
 
     def _render_vm(self, ctx: RenderContext, code: ProbeCode, event: str, key: str) -> None:
+        a = ctx.dialect.arg
+        self._render_traced(ctx, code, event, ("start", "last"), [
+            f"  {P}vm_{key}s[$traced] = count();",
+            f"  {P}vm_{key}_pages[$traced] = sum({a('last')} - {a('start')} + 1);"])
+
+    def _render_traced(self, ctx: RenderContext, code: ProbeCode, event: str,
+                       fields: tuple[str, ...], body: list[str]) -> None:
+        """One window-gated probe whose body sees $traced; shared by BO create and VM map/unmap.
+
+        The event is listed as missing instead when absent or when a field is not an integer.
+        """
         fmt = ctx.event(*_split(event))
-        why = "not in this kernel" if fmt is None else _integer_fields(fmt, ("start", "last"))
+        why = "not in this kernel" if fmt is None else _integer_fields(fmt, fields)
         if why:
             code.missing[event] = why
             return
-        a = ctx.dialect.arg
         code.probes.append("\n".join([
             f"tracepoint:{event}\n/{ctx.gate}/\n{{",
             f"  {traced_flag(ctx.pid_filter)}",
-            f"  {P}vm_{key}s[$traced] = count();",
-            f"  {P}vm_{key}_pages[$traced] = sum({a('last')} - {a('start')} + 1);",
+            *body,
             "}"]))
         code.used_events.append(event)
 
