@@ -95,20 +95,41 @@ def _which(tool: str) -> str:
     return path
 
 
-class NvidiaSmi:
-    """NVIDIA through `nvidia-smi -i INDEX` (-pl for the power cap, -lgc/-rgc for clocks)."""
+class _SmiTool:
+    """A vendor command-line tool run on one device index; shared by NvidiaSmi and RocmSmi."""
 
-    vendor = "nvidia"
-    tool = "nvidia-smi"
-    _FIELDS = ("power.limit", "power.default_limit", "power.min_limit", "power.max_limit",
-               "clocks.sm", "clocks.max.sm")
+    tool: str
+    index_flag: str  # the tool's option that selects the device
 
     def __init__(self, index: int) -> None:
         self.index = index
         self.exe = _which(self.tool)
 
     def _smi(self, *args: str) -> str:
-        return _run([self.exe, "-i", str(self.index), *args])
+        """Run the tool on this device only (argv list, no shell)."""
+        return _run([self.exe, self.index_flag, str(self.index), *args])
+
+
+def _nvidia_clock_target(level: int, snap: dict[str, Any]) -> dict[str, Any]:
+    """The supported graphics clock for `level`, as the NVIDIA drivers (CLI and NVML) lock it."""
+    supported = snap["clock"]["supported_mhz"]
+    step = level_index(level, len(supported))
+    return {"level": level, "device_step": step, "steps": len(supported), "mhz": supported[step]}
+
+
+def _nvidia_in_effect(snap: dict[str, Any]) -> dict[str, Any]:
+    """Clock and power cap read back from an NVIDIA snapshot (CLI and NVML alike)."""
+    return {"clock_mhz": snap["clock"]["sm_mhz"], "power_limit_w": snap["power_limit_w"]}
+
+
+class NvidiaSmi(_SmiTool):
+    """NVIDIA through `nvidia-smi -i INDEX` (-pl for the power cap, -lgc/-rgc for clocks)."""
+
+    vendor = "nvidia"
+    tool = "nvidia-smi"
+    index_flag = "-i"
+    _FIELDS = ("power.limit", "power.default_limit", "power.min_limit", "power.max_limit",
+               "clocks.sm", "clocks.max.sm")
 
     def snapshot(self) -> dict[str, Any]:
         out = self._smi(f"--query-gpu={','.join(self._FIELDS)}", "--format=csv,noheader,nounits")
@@ -129,11 +150,9 @@ class NvidiaSmi:
                                          "before; restore resets the lock (-rgc)"}}
 
     def set_clock_level(self, level: int, snap: dict[str, Any]) -> dict[str, Any]:
-        supported = snap["clock"]["supported_mhz"]
-        step = level_index(level, len(supported))
-        mhz = supported[step]
-        self._smi("-lgc", f"{mhz},{mhz}")
-        return {"level": level, "device_step": step, "steps": len(supported), "mhz": mhz}
+        target = _nvidia_clock_target(level, snap)
+        self._smi("-lgc", f"{target['mhz']},{target['mhz']}")
+        return target
 
     def set_power_limit(self, watts: float) -> None:
         self._smi("-pl", f"{watts:.2f}")
@@ -142,25 +161,19 @@ class NvidiaSmi:
         self._smi("-rgc")
 
     def in_effect(self, snap: dict[str, Any]) -> dict[str, Any]:
-        return {"clock_mhz": snap["clock"]["sm_mhz"], "power_limit_w": snap["power_limit_w"]}
+        return _nvidia_in_effect(snap)
 
 
 _GPU_LINE = re.compile(r"^GPU\[(\d+)\]\s*:\s*(.*)$")
 _LEVEL_LINE = re.compile(r"^(\d+):\s*([\d.]+)\s*Mhz\s*(\*)?", re.IGNORECASE)
 
 
-class RocmSmi:
+class RocmSmi(_SmiTool):
     """AMD through `rocm-smi -d INDEX` (--setperflevel, --setsclk, --setpoweroverdrive)."""
 
     vendor = "amd"
     tool = "rocm-smi"
-
-    def __init__(self, index: int) -> None:
-        self.index = index
-        self.exe = _which(self.tool)
-
-    def _smi(self, *args: str) -> str:
-        return _run([self.exe, "-d", str(self.index), *args])
+    index_flag = "-d"
 
     def snapshot(self) -> dict[str, Any]:
         out = self._smi("--showperflevel", "--showmaxpower", "--showclkfrq")
@@ -254,11 +267,9 @@ class Pynvml:
                                          "restore resets the lock"}}
 
     def set_clock_level(self, level: int, snap: dict[str, Any]) -> dict[str, Any]:
-        supported = snap["clock"]["supported_mhz"]
-        step = level_index(level, len(supported))
-        mhz = supported[step]
-        self._call("nvmlDeviceSetGpuLockedClocks", mhz, mhz)
-        return {"level": level, "device_step": step, "steps": len(supported), "mhz": mhz}
+        target = _nvidia_clock_target(level, snap)
+        self._call("nvmlDeviceSetGpuLockedClocks", target["mhz"], target["mhz"])
+        return target
 
     def set_power_limit(self, watts: float) -> None:
         self._call("nvmlDeviceSetPowerManagementLimit", round(watts * 1000))
@@ -267,7 +278,7 @@ class Pynvml:
         self._call("nvmlDeviceResetGpuLockedClocks")
 
     def in_effect(self, snap: dict[str, Any]) -> dict[str, Any]:
-        return {"clock_mhz": snap["clock"]["sm_mhz"], "power_limit_w": snap["power_limit_w"]}
+        return _nvidia_in_effect(snap)
 
 
 def make_driver(vendor: str, index: int, allow_library: bool = True) -> GpuDriver:
