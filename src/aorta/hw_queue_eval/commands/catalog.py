@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from importlib.metadata import PackageNotFoundError, version
@@ -12,6 +11,7 @@ from typing import Any
 import click
 
 from aorta.common.atomicio import atomic_write_json, check_output_path
+from aorta.hw_queue_eval.commands._output import save_and_print_json
 from aorta.hw_queue_eval.config import env_knobs, hw_queue_pool_size
 from aorta.hw_queue_eval.workloads.registry import CATEGORIES, SENSITIVITIES, list_workloads
 
@@ -113,10 +113,7 @@ def info_command(as_json: bool, output: str | None) -> None:
     if output:
         check_output_path(output)
     data = collect_info()
-    if output:
-        atomic_write_json(output, data)
-    if as_json:
-        click.echo(json.dumps(data, indent=2))
+    if save_and_print_json(data, output, as_json):
         return
     click.echo(f"aorta {data['aorta']}  python {data['python']}  torch {data['torch']}  "
                f"numpy {data['numpy']}")

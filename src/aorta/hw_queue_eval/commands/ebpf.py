@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
@@ -10,8 +9,9 @@ from typing import Any
 
 import click
 
-from aorta.common.atomicio import atomic_write_json, check_output_path
+from aorta.common.atomicio import check_output_path
 from aorta.common.errors import UsageError
+from aorta.hw_queue_eval.commands._output import save_and_print_json
 from aorta.hw_queue_eval.commands.run import tracing_options
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
@@ -53,10 +53,7 @@ def ebpf_info_command(as_json: bool, show_script: bool, output: str | None, ebpf
             click.echo(f"ebpf-info: {exc}", err=True)
         return
     data = full_report()
-    if output:
-        atomic_write_json(output, data)
-    if as_json:
-        click.echo(json.dumps(data, indent=2))
+    if save_and_print_json(data, output, as_json):
         return
     _print_info(data)
 
@@ -171,11 +168,7 @@ def ebpf_attach_command(pid_text: str, duration: str, output: str | None, as_jso
     data = {"kind": "ebpf_attach", "pid": pid, "duration_s": seconds,
             "process_exited_early": not os.path.isdir(f"/proc/{pid}"),
             "traced_pids": sorted(int(k) for k in (out.maps.get("@aorta_pids") or {})), **sections}
-    if output:
-        atomic_write_json(output, data)
-    if as_json:
-        click.echo(json.dumps(data, indent=2))
-    else:
+    if not save_and_print_json(data, output, as_json):
         render_queue_block(sections.get("ebpf_queue_metrics"), make_console())
         render_memory_block(sections.get("ebpf_memory_metrics"), make_console())
         if output:
