@@ -208,3 +208,17 @@ def test_map_without_family_prefix_is_refused() -> None:
     program = build_program([Rogue()], TraceTarget((1,)), Tracefs(FIXTURES / "linux-6.8"),
                             BpftraceDialect((0, 17, 0)), 5)
     assert "without its prefix" in program.missing["rogue"]["*"] and "@other_n" not in program.text
+
+
+@pytest.mark.parametrize("family_name", ["amdgpu", "gpu_scheduler"])
+def test_attached_family_that_saw_nothing_reports_zeros(family_name: str) -> None:
+    # bpftrace prints nothing for a map that never got an entry (the usual case for a HIP
+    # process: its launches bypass the DRM path), so collect must read absent maps as empty.
+    from aorta.ebpf.probes.amdgpu import AmdgpuFamily
+    from aorta.ebpf.probes.gpu_scheduler import GpuSchedulerFamily
+
+    family = {"amdgpu": AmdgpuFamily, "gpu_scheduler": GpuSchedulerFamily}[family_name]()
+    summary = family.collect({}, {"window": {"duration_ms": 100.0}}).metrics["summary"]
+    assert summary["total_submissions"] == 0 and summary["total_dispatches"] == 0
+    assert summary["hw_rings_used"] == []
+    assert summary["submit_to_dispatch_avg_us"] is None

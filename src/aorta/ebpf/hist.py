@@ -60,7 +60,12 @@ def stats(value: Any) -> tuple[int, int] | None:
 
 
 def keyed(value: Any) -> dict[str, Any]:
-    """A printed keyed map as {key text: value}; a scalar map gives {"": value}."""
+    """A printed keyed map as {key text: value}; a scalar map gives {"": value}.
+
+    bpftrace prints nothing for a map that never got an entry, so None means empty.
+    """
+    if value is None:
+        return {}
     if isinstance(value, dict) and not ("count" in value and "total" in value):
         return {str(k): v for k, v in value.items()}
     return {"": value}
