@@ -37,7 +37,7 @@ def render_queue_block(section: dict[str, Any] | None, console: Any) -> None:
         return
     labelled(console, "Total submissions", fmt(section.get("total_submissions"), "d"))
     labelled(console, "Total dispatches", fmt(section.get("total_dispatches"), "d"))
-    labelled(console, "HW rings used", str(section.get("hw_rings_used")))
+    labelled(console, "HW rings used", fmt(section.get("hw_rings_used")))
     labelled(console, "Submit→dispatch avg", fmt(section.get("submit_to_dispatch_avg_us"), ".1f", " us"))
     labelled(console, "Submit→dispatch P99", fmt(section.get("submit_to_dispatch_p99_us"), ".1f", " us"))
     labelled(console, "Lost events", str(section.get("lost_events")))
