@@ -161,6 +161,19 @@ def test_kill9_then_restore_command(fake: FakeGpus) -> None:
     assert again.returncode == 0 and "nothing to restore" in again.stdout
 
 
+def test_restore_reports_as_json_file(fake: FakeGpus, tmp_path: Path) -> None:
+    _kill9_mid_run(fake)
+    out = tmp_path / "restore.json"
+    proc = run_cli("restore", "--json", "-o", str(out), env=fake.env(None))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert json.loads(proc.stdout) == data
+    assert data["kind"] == "restore" and len(data["outcomes"]) == 1
+    assert data["outcomes"][0]["status"] == "restored"
+    assert "restored nvidia GPU 0" in data["outcomes"][0]["message"]
+    assert fake.devices() == initial_state()
+
+
 def test_kill9_then_next_start_restores(fake: FakeGpus) -> None:
     _kill9_mid_run(fake)
     proc = run_cli("run", "hetero_kernels", "--streams", "2", *FAST, env=fake.env(None))

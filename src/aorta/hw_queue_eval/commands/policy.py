@@ -131,29 +131,44 @@ def policy_sweep_command(workload: str, streams: str, policies: str | None,
 
 
 @click.command("restore")
-def restore_command() -> None:
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="Also write what was restored, skipped or failed as JSON here.")
+@click.option("--json", "as_json", is_flag=True, help="Print that JSON instead of text.")
+def restore_command(output: str | None, as_json: bool) -> None:
     """Put GPU clocks/power back from state files left by a process that was killed hard."""
+    from aorta.common.atomicio import check_output_path
     from aorta.hw_queue_eval import gpu_state
+    from aorta.hw_queue_eval.commands._output import save_and_print_json
     from aorta.hw_queue_eval.gpu_control import restore_from_file
     from aorta.hw_queue_eval.gpu_drivers import GpuControlError
 
-    files = gpu_state.list_state_files()
-    if not files:
-        click.echo(f"nothing to restore: no state files in {gpu_state.state_dir()}")
-        return
-    failures = 0
-    for path in files:
+    if output:
+        check_output_path(output)
+    outcomes: list[dict[str, str]] = []
+    for path in gpu_state.list_state_files():
         try:
             record = gpu_state.read_state(path)
             if gpu_state.owner_alive(record):
-                click.echo(f"skipped {path}: pid {record.get('pid')} is still running and will "
-                           "restore the device itself when it ends")
+                outcomes.append({"state_file": str(path), "status": "skipped",
+                                 "message": f"pid {record.get('pid')} is still running and will "
+                                            "restore the device itself when it ends"})
                 continue
-            click.echo(restore_from_file(path))
+            outcomes.append({"state_file": str(path), "status": "restored",
+                             "message": restore_from_file(path)})
         except (GpuControlError, UsageError) as exc:
-            failures += 1
-            click.echo(f"error: {path}: {exc}", err=True)
-    if failures:
+            outcomes.append({"state_file": str(path), "status": "error", "message": str(exc)})
+    data = {"kind": "restore", "state_dir": str(gpu_state.state_dir()), "outcomes": outcomes}
+    if not save_and_print_json(data, output, as_json):
+        if not outcomes:
+            click.echo(f"nothing to restore: no state files in {data['state_dir']}")
+        for item in outcomes:
+            if item["status"] == "error":
+                click.echo(f"error: {item['state_file']}: {item['message']}", err=True)
+            elif item["status"] == "skipped":
+                click.echo(f"skipped {item['state_file']}: {item['message']}")
+            else:
+                click.echo(item["message"])
+    if any(item["status"] == "error" for item in outcomes):
         raise click.exceptions.Exit(1)
 
 
