@@ -148,3 +148,10 @@ def test_sweep_table_adds_ebpf_columns_when_traced():
     assert rows[1][-2:] == ["12.3", "45.7"] and rows[0][-2:] == ["n/a", "n/a"]
     headers, _ = sweep_table({"points": sweep["points"][:1]})
     assert "eBPF dispatch P99 µs" not in headers
+
+
+def test_report_folder_that_cannot_be_created_is_exit_2(tmp_path):
+    # /proc refuses new entries even for root: the check must try, not trust permission bits
+    proc = run_cli("report", str(_sweep(tmp_path)), "-o", "/proc/aorta-report")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error: cannot write report folder") and "Traceback" not in proc.stderr

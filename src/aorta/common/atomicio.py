@@ -39,14 +39,34 @@ def check_output_path(path: str | os.PathLike[str], what: str = "output file") -
                          "choose a writable path")
     if p.exists() and not os.access(p, os.W_OK):
         raise UsageError(f"cannot write {what} {p}: file is not writable; choose another path")
-    try:  # the real test (root passes os.access everywhere, read-only mounts do not show there)
-        fd, probe = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".probe", dir=parent)
+    _probe_writable(parent, f"{what} {p}")
+    return p
+
+
+def _probe_writable(folder: Path, target: str) -> None:
+    """Create and remove a temp file in `folder`: the real test, since root passes os.access
+    everywhere and read-only mounts or /proc do not show in permission bits."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".aorta-", suffix=".probe", dir=folder)
     except OSError as exc:
-        raise UsageError(f"cannot write {what} {p}: {exc.strerror} in {parent}; "
+        raise UsageError(f"cannot write {target}: {exc.strerror} in {folder}; "
                          "choose a writable path") from None
     os.close(fd)
     os.unlink(probe)
-    return p
+
+
+def check_output_dir(path: str | os.PathLike[str], what: str = "output folder") -> Path:
+    """Fail fast unless `path` is, or can be created as, a writable real folder; creates nothing."""
+    out = Path(path)
+    if out.is_symlink():
+        raise UsageError(f"{what} {out} is a symbolic link; refusing to write through it")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{what} {out} is a file: give a folder path")
+    parent = out.parent if str(out.parent) else Path(".")
+    if not out.exists() and not parent.is_dir():
+        raise UsageError(f"cannot create {what} {out}: {parent} does not exist; create it first")
+    _probe_writable(out if out.exists() else parent, f"{what} {out}")
+    return out
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -> None:

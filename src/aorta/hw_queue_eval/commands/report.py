@@ -2,32 +2,15 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
 
-from aorta.common.errors import UsageError
+from aorta.common.atomicio import check_output_dir
 
 
 def register(group: click.Group) -> None:
     group.add_command(report_command)
-
-
-def check_output_dir(path: str) -> Path:
-    """Fail fast unless `path` is (or can be created as) a writable real folder."""
-    out = Path(path)
-    if out.is_symlink():
-        raise UsageError(f"report folder {out} is a symbolic link; refusing to write through it")
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"report folder {out} is a file: give a folder path")
-    parent = out.parent if str(out.parent) else Path(".")
-    target = out if out.exists() else parent
-    if not target.is_dir():
-        raise UsageError(f"cannot create report folder {out}: {parent} does not exist")
-    if not os.access(target, os.W_OK | os.X_OK):
-        raise UsageError(f"cannot write into {target}: not writable; choose another -o")
-    return out
 
 
 @click.command("report")
@@ -39,7 +22,8 @@ def report_command(result_file: str, output_dir: str | None) -> None:
     from aorta.hw_queue_eval.report.html import write_report
     from aorta.hw_queue_eval.results import load_result
 
-    out = check_output_dir(output_dir or f"{Path(result_file).with_suffix('')}_report")
+    out = check_output_dir(output_dir or f"{Path(result_file).with_suffix('')}_report",
+                           "report folder")
     data = load_result(result_file)
     written = write_report(data, out, result_file)
     for path in written:
