@@ -71,3 +71,11 @@ def test_dispatch_jump_from_ebpf_section():
 
 def test_needs_two_points():
     assert analyze([_result(1, 10, 1.0, 100)], "per_stream") is None
+
+
+def test_flat_step_followed_by_scaling_is_not_the_knee():
+    # 2→4 captures little, 4→8 scales again, 8→16 is flat: scaling stopped at 8, not 2
+    results = [_result(2, 100, 1.0, 200), _result(4, 110, 1.0, 400), _result(8, 200, 1.0, 800),
+               _result(16, 205, 2.0, 1600)]
+    a = analyze(results, "per_stream")
+    assert a.knee_streams == 8

@@ -104,7 +104,11 @@ def efficiencies(points: list[ScalingPoint], work_scaling: str) -> list[float | 
 
 
 def find_knee(points: list[ScalingPoint], work_scaling: str) -> tuple[int | None, list[dict]]:
-    """Stream count where throughput stops scaling (None: scales to the end) and each step's gain."""
+    """Stream count where throughput stops scaling (None: scales to the end) and each step's gain.
+
+    The knee starts the final run of steps that do not scale: a flat step followed by one that
+    scales again (noise, or a second regime) is not where scaling stopped.
+    """
     steps = []
     knee = None
     for a, b in itertools.pairwise(points):
@@ -115,8 +119,10 @@ def find_knee(points: list[ScalingPoint], work_scaling: str) -> tuple[int | None
             continue
         captured = (b.throughput / a.throughput - 1.0) / (ideal - 1.0)
         steps.append({"from": a.streams, "to": b.streams, "captured": captured})
-        if knee is None and captured < KNEE_GAIN_FRACTION:
-            knee = a.streams
+        if captured < KNEE_GAIN_FRACTION:
+            knee = a.streams if knee is None else knee
+        else:
+            knee = None
     return knee, steps
 
 
