@@ -119,3 +119,20 @@ def test_hung_point_times_out(tmp_path):
     assert point["status"] == "timeout" and "no result after 0.2 s" in point["error"]
     assert run_cli("sweep", "hetero_kernels", "--streams", "1", "--timeout", "0",
                    "-o", str(tmp_path / "x.json")).returncode == 2
+
+
+def test_point_folders_of_a_killed_parent_are_removed_by_the_next_point(tmp_path):
+    from aorta.hw_queue_eval import childrun
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f"{childrun.TEMP_PREFIX}{dead.pid}-abc"
+    stale.mkdir()
+    (stale / "point.json").write_text("{}")
+    alive = tmp_path / f"{childrun.TEMP_PREFIX}{os.getpid()}-def"
+    alive.mkdir()
+    unrelated = tmp_path / "aorta-point-notapid"
+    unrelated.mkdir()
+    removed = childrun.remove_stale_point_dirs(str(tmp_path))
+    assert removed == [str(stale)]
+    assert not stale.exists() and alive.exists() and unrelated.exists()

@@ -2,7 +2,8 @@
 
 A crash, an OOM kill or a hang costs that point only; env overrides reach the child before any
 GPU runtime initialises (env policies only work that way). The child runs in its own process
-group so a timeout or Ctrl+C ends it and everything it started; its temp folder is always removed.
+group so a timeout or Ctrl+C ends it and everything it started; its temp folder is always removed,
+and folders left by a parent that was killed hard (kill -9) are removed by the next point.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import contextlib
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -23,6 +25,7 @@ from aorta.common.atomicio import read_json_file
 from aorta.common.errors import UsageError
 
 TERM_GRACE_S = 5.0
+TEMP_PREFIX = "aorta-point-"
 _PR_SET_PDEATHSIG = 1
 
 
@@ -70,6 +73,43 @@ def _last_error_line(stderr: str) -> str:
     return lines[-1] if lines else "no output"
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_point_dirs(temp_root: str | None = None) -> list[str]:
+    """Remove point folders whose parent process is gone (left by a kill -9); returns them.
+
+    Only real folders owned by this user whose name carries a dead pid are touched; rmtree
+    refuses symlinks, so nothing outside the folder can be reached.
+    """
+    root = temp_root or tempfile.gettempdir()
+    removed = []
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return removed
+    for name in names:
+        pid_text = name[len(TEMP_PREFIX):].split("-", 1)[0] if name.startswith(TEMP_PREFIX) else ""
+        if not pid_text.isdigit() or _pid_alive(int(pid_text)):
+            continue
+        path = os.path.join(root, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
 def run_point(run_args: Sequence[str], env_overrides: Mapping[str, str] | None = None,
               timeout_s: float | None = None) -> PointOutcome:
     """Run `python -m aorta.hw_queue_eval run RUN_ARGS -o <tmp>` and return its outcome.
@@ -77,7 +117,8 @@ def run_point(run_args: Sequence[str], env_overrides: Mapping[str, str] | None =
     Raises KeyboardInterrupt after stopping the child if the parent is interrupted.
     """
     env = {**os.environ, **(env_overrides or {})}
-    tmpdir = tempfile.mkdtemp(prefix="aorta-point-")
+    remove_stale_point_dirs()
+    tmpdir = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-")
     out_path = os.path.join(tmpdir, "point.json")
     cmd = [sys.executable, "-m", "aorta.hw_queue_eval", "run", *run_args, "-o", out_path]
     started = time.monotonic()
