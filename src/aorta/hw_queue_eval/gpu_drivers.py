@@ -492,6 +492,12 @@ def make_driver(vendor: str, index: int, allow_library: bool = True) -> GpuDrive
                 return Pynvml(index)
         return NvidiaSmi(index)
     if vendor == "amd":
-        # amdsmi's Python API is not wired in yet: rocm-smi covers AMD (docs/policies.md).
+        if allow_library:
+            try:
+                import amdsmi  # noqa: F401
+            except (ImportError, OSError):  # OSError: the package is there, libamd_smi.so is not
+                pass
+            else:
+                return AmdSmi(index)
         return RocmSmi(index)
     raise UsageError(f"unknown GPU vendor {vendor!r}: expected nvidia or amd")
