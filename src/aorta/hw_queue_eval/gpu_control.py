@@ -29,6 +29,7 @@ from aorta.common.errors import UsageError
 from aorta.hw_queue_eval import gpu_state
 from aorta.hw_queue_eval.gpu_drivers import (
     POWER_TOLERANCE_W,
+    AmdSmi,
     GpuControlError,
     GpuDriver,
     NvidiaSmi,
@@ -134,7 +135,20 @@ def _driver_for_record(record: dict[str, Any]) -> GpuDriver:
         return RocmSmi(index)
     if tool == "pynvml":
         return Pynvml(index)
+    if tool == "amdsmi":  # same state as rocm-smi: that tool can put it back without the library
+        try:
+            import amdsmi  # noqa: F401
+        except (ImportError, OSError):
+            return RocmSmi(index)
+        return AmdSmi(index)
     raise UsageError(f"state file names an unknown tool {tool!r}")
+
+
+def _close(driver: GpuDriver | None) -> None:
+    """Release a library driver (amdsmi_shut_down); command-line drivers have nothing to close."""
+    close = getattr(driver, "close", None)
+    if close is not None:
+        close()
 
 
 @contextlib.contextmanager
@@ -187,7 +201,11 @@ def _restore_device(driver: GpuDriver, record: dict[str, Any]) -> dict[str, Any]
 def restore_from_file(path: Path) -> str:
     """Put back the device recorded in a state file left by a dead process; remove the file."""
     record = gpu_state.read_state(path)
-    _restore_device(_driver_for_record(record), record)
+    driver = _driver_for_record(record)
+    try:
+        _restore_device(driver, record)
+    finally:
+        _close(driver)
     gpu_state.remove_state(path)
     return (f"restored {record['vendor']} GPU {record['index']} to its prior state "
             f"(left changed by pid {record.get('pid')} at {record.get('started')})")
@@ -252,13 +270,18 @@ class GpuControl:
         return snap
 
     def __enter__(self) -> dict[str, Any]:
-        prior = self.preflight()
+        try:
+            prior = self.preflight()
+        except BaseException:
+            self.close()
+            raise
         assert self.driver is not None
         self.record = {"vendor": self.target.vendor, "index": self.target.index,
                        "tool": self.driver.tool, "simulated": self.target.simulated,
                        "pid": os.getpid(), "pid_start_ticks": gpu_state.process_start_ticks(
                            os.getpid()), "started": utc_timestamp(), "argv": list(sys.argv),
                        "prior": prior, "applied": {}}
+        self.report["tool"] = self.driver.tool  # which backend acts: amdsmi, rocm-smi, …
         self.path = gpu_state.write_state(self.record)  # before anything changes
         try:
             self._apply(prior)
@@ -305,13 +328,19 @@ class GpuControl:
             raise GpuControlError(f"{self.target.describe()}: setting did not take effect: "
                                   f"{'; '.join(problems)}")
 
+    def close(self) -> None:
+        """Release the driver (amdsmi_shut_down for the library); a later use opens it again."""
+        _close(self.driver)
+
     def _restore(self, raising: bool) -> None:
         if self.record is None or self.driver is None or self.path is None:
+            self.close()
             return
         with _signals_held():
             try:
                 after = _restore_device(self.driver, self.record)
             except GpuControlError as exc:
+                self.close()
                 self.report.update({"status": "restore_failed", "restore_error": str(exc)})
                 if raising:
                     raise
@@ -320,6 +349,7 @@ class GpuControl:
             gpu_state.remove_state(self.path)
             self.report.update({"status": "restored", "after_restore": self.driver.in_effect(after)})
             self.record = None
+            self.close()
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         self._restore(raising=exc_type is None)

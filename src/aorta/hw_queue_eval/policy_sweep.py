@@ -83,6 +83,7 @@ def in_effect(policy: Policy, result: dict[str, Any] | None,
         effect.update({"clock_level": got.get("clock_level"), "clock_mhz": got.get("clock_mhz"),
                        "power_limit_w": got.get("power_limit_w"),
                        "gpu_verified": gpu_report.get("verified"),
+                       "gpu_tool": gpu_report.get("tool"),
                        "gpu_device": gpu_report.get("device"),
                        "gpu_status_after": gpu_report.get("status")})
     return effect

@@ -86,7 +86,11 @@ def policy_sweep_command(workload: str, streams: str, policies: str | None,
     recover_stale_states(echo=lambda m: click.echo(m, err=True))
     if target is not None:  # tools present, device readable, watts in range: before any run
         for request in {point_request(p, base) for p in chosen} - {GpuRequest()}:
-            GpuControl(target, request).preflight()
+            control = GpuControl(target, request)
+            try:
+                control.preflight()
+            finally:
+                control.close()
 
     order = schedule(chosen, rounds, config.seed)
     header = {"workload": config.workload, "streams": config.streams, "device": config.device,
