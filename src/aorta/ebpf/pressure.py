@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from aorta.common.errors import UsageError
+from aorta.common.procs import pid_alive
 
 PREFIX = "aorta-pressure-"
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
@@ -97,16 +98,6 @@ def _write(path: Path, value: str) -> None:
         os.close(fd)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_stale(parent: Path) -> list[str]:
     """Remove pressure cgroups left by runs whose owner died (hard kill); returns their names."""
     removed = []
@@ -118,7 +109,7 @@ def remove_stale(parent: Path) -> list[str]:
         if not child.name.startswith(PREFIX) or child.is_symlink() or not child.is_dir():
             continue
         owner = child.name[len(PREFIX):]
-        if owner.isdigit() and _pid_alive(int(owner)):
+        if owner.isdigit() and pid_alive(int(owner)):
             continue
         with contextlib.suppress(OSError):
             for pid in (child / "cgroup.procs").read_text().split():

@@ -23,6 +23,7 @@ from typing import Any
 
 from aorta.common.atomicio import read_json_file
 from aorta.common.errors import UsageError
+from aorta.common.procs import pid_alive
 
 TERM_GRACE_S = 5.0
 TEMP_PREFIX = "aorta-point-"
@@ -73,16 +74,6 @@ def _last_error_line(stderr: str) -> str:
     return lines[-1] if lines else "no output"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_stale_point_dirs(temp_root: str | None = None) -> list[str]:
     """Remove point folders whose parent process is gone (left by a kill -9); returns them.
 
@@ -97,7 +88,7 @@ def remove_stale_point_dirs(temp_root: str | None = None) -> list[str]:
         return removed
     for name in names:
         pid_text = name[len(TEMP_PREFIX):].split("-", 1)[0] if name.startswith(TEMP_PREFIX) else ""
-        if not pid_text.isdigit() or _pid_alive(int(pid_text)):
+        if not pid_text.isdigit() or pid_alive(int(pid_text)):
             continue
         path = os.path.join(root, name)
         try:
