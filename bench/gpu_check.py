@@ -7,12 +7,11 @@ non-zero if any point failed. Usage: python bench/gpu_check.py [--device cuda:0]
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
-import tempfile
-from pathlib import Path
+
+from _gpu_check_args import parse_check_args
 
 POINTS = [(w, s) for w in ("hetero_kernels", "tiny_kernel_stress") for s in (1, 4, 16)]
 
@@ -30,13 +29,7 @@ def summarize(data: dict) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cuda:0")
-    parser.add_argument("--iterations", default="20")
-    parser.add_argument("--out", default=None, help="keep the result JSON files here")
-    args = parser.parse_args()
-    out = Path(args.out or tempfile.mkdtemp(prefix="aorta-gpu-check-"))
-    out.mkdir(parents=True, exist_ok=True)
+    args, out = parse_check_args(__doc__.splitlines()[0], "aorta-gpu-check-")
     failed = 0
     for workload, streams in POINTS:
         path = out / f"{workload}_{streams}.json"

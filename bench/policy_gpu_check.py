@@ -10,13 +10,13 @@ exits non-zero if a step failed. Usage: python bench/policy_gpu_check.py [--devi
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+from _gpu_check_args import parse_check_args
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -79,13 +79,7 @@ def power_step(device: str, out: Path) -> bool:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cuda:0")
-    parser.add_argument("--iterations", default="20")
-    parser.add_argument("--out", default=None, help="keep the JSON files here")
-    args = parser.parse_args()
-    out = Path(args.out or tempfile.mkdtemp(prefix="aorta-policy-check-"))
-    out.mkdir(parents=True, exist_ok=True)
+    args, out = parse_check_args(__doc__.splitlines()[0], "aorta-policy-check-")
     ok = policy_step(args.device, out, args.iterations)
     ok = power_step(args.device, out) and ok
     return 0 if ok else 1
