@@ -1,32 +1,88 @@
 #!/usr/bin/env bash
-# Install aorta and what it needs on a fresh Debian/Ubuntu machine (idempotent).
+# Install aorta into a virtual environment (.venv in this checkout) on Debian/Ubuntu (idempotent).
 #   bash scripts/setup.sh          # the tool (+ bpftrace and tracefs when run as root)
 #   bash scripts/setup.sh --test   # also the test tools (pytest, ruff, jsonschema)
-# torch: an existing install is kept (GPU users bring their ROCm/CUDA build); otherwise the
-# pinned CPU wheel torch==2.13.0 is installed, never an unpinned multi-GB CUDA build.
+# Afterwards: .venv/bin/aorta-hwq …   and, for tracing, sudo .venv/bin/aorta-hwq …
+#
+# Why a virtual environment: Debian 12 and Ubuntu 24.04 refuse `pip install` into their python3
+# (PEP 668, externally-managed-environment). torch: when $PYTHON already imports one (GPU users'
+# ROCm or CUDA build), the environment sees it through system site packages and nothing is
+# installed over it; otherwise the pinned CPU wheel torch==2.13.0 goes into the environment, never
+# an unpinned multi-GB CUDA build. When $PYTHON is itself a virtual or conda environment, aorta is
+# installed there and .venv points at it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 extras=""
-[ "${1:-}" = "--test" ] && extras="[test]"
+case "${1:-}" in
+  "") ;;
+  --test) extras="[test]" ;;
+  *) echo "setup: unknown option '$1' (use: bash scripts/setup.sh [--test])" >&2; exit 2 ;;
+esac
 PYTHON=${PYTHON:-python3}
+VENV=.venv
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+say() { echo "setup: $*" >&2; }
+
+apt_install() {
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+if ! command -v "$PYTHON" >/dev/null 2>&1; then
+  say "'$PYTHON' not found: install python3 (apt-get install python3 python3-venv) or set PYTHON=…"
+  exit 2
+fi
 
 if [ "$(id -u)" = "0" ]; then
   if ! command -v bpftrace >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
-    echo "setup: installing bpftrace (apt)" >&2
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bpftrace >/dev/null
+    say "installing bpftrace (apt)"
+    apt_install bpftrace
   fi
   if [ ! -d /sys/kernel/tracing/events ] && [ -d /sys/kernel/tracing ]; then
-    mount -t tracefs nodev /sys/kernel/tracing || echo "setup: could not mount tracefs" >&2
+    mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null \
+      || say "could not mount tracefs at /sys/kernel/tracing (a container without privileges?)"
   fi
 else
-  echo "setup: not root: skipping bpftrace/tracefs (tracing needs root; see docs/ebpf.md)" >&2
+  say "not root: skipping bpftrace/tracefs (tracing needs root; see docs/ebpf.md)"
 fi
 
-if ! "$PYTHON" -c "import torch" >/dev/null 2>&1; then
-  echo "setup: installing torch==2.13.0 (CPU wheel)" >&2
-  "$PYTHON" -m pip install -q "torch==2.13.0"
+# Where $PYTHON lives: a virtual/conda environment we may install into, or a base interpreter.
+in_env=$("$PYTHON" -c 'import sys, os; print(int(sys.prefix != sys.base_prefix or os.path.isdir(os.path.join(sys.prefix, "conda-meta"))))')
+has_torch=0
+"$PYTHON" -c "import torch" >/dev/null 2>&1 && has_torch=1
+
+if [ "$in_env" = "1" ]; then
+  prefix=$("$PYTHON" -c 'import sys; print(sys.prefix)')
+  if [ ! -e "$VENV" ] || [ -L "$VENV" ]; then
+    ln -sfn "$prefix" "$VENV"
+  fi
+  say "using the active environment $prefix (.venv points at it)"
+elif [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import sys" >/dev/null 2>&1; then
+  if ! "$PYTHON" -m venv --help >/dev/null 2>&1 || ! "$PYTHON" -c "import ensurepip" >/dev/null 2>&1; then
+    if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+      say "installing python3-venv (apt)"
+      apt_install python3-venv
+    else
+      say "'$PYTHON -m venv' is unavailable: install it (sudo apt-get install python3-venv) and rerun"
+      exit 2
+    fi
+  fi
+  rm -rf "$VENV"
+  if [ "$has_torch" = "1" ]; then
+    say "creating $VENV with system site packages (keeps $("$PYTHON" -c 'import torch; print("torch", torch.__version__)'))"
+    "$PYTHON" -m venv --system-site-packages "$VENV"
+  else
+    say "creating $VENV"
+    "$PYTHON" -m venv "$VENV"
+  fi
 fi
-"$PYTHON" -m pip install -q -e ".${extras}"
-echo "setup: done ($("$PYTHON" -m aorta.hw_queue_eval --version))" >&2
+
+VPY="$VENV/bin/python"
+if ! "$VPY" -c "import torch" >/dev/null 2>&1; then
+  say "installing torch==2.13.0 (CPU wheel)"
+  "$VPY" -m pip install -q "torch==2.13.0"
+fi
+"$VPY" -m pip install -q -e ".${extras}"
+say "done ($("$VENV/bin/aorta-hwq" --version)); run it as $VENV/bin/aorta-hwq, as root: sudo $VENV/bin/aorta-hwq"
