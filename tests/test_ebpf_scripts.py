@@ -52,6 +52,21 @@ def test_amd_scripts_use_only_recorded_fields(name: str, gen: str) -> None:
                 assert fmt.fields[field].is_string and not fmt.fields[field].is_pointer
 
 
+def _read_until_attached(proc: subprocess.Popen[str], timeout_s: float = 60.0) -> str:
+    """Lines bpftrace printed up to its attached_probes record: SIGINT before it would kill it."""
+    deadline = time.monotonic() + timeout_s
+    seen: list[str] = []
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if '"attached_probes"' in line:
+            return "".join(seen)
+    raise AssertionError(f"bpftrace never reported attached probes: {''.join(seen)[-500:]}")
+
+
 @pytest.mark.ebpf
 @pytest.mark.parametrize("name", sorted(RUNNABLE))
 def test_runnable_scripts_compile_and_run(ebpf_ready: None, name: str) -> None:
@@ -61,14 +76,15 @@ def test_runnable_scripts_compile_and_run(ebpf_ready: None, name: str) -> None:
         proc = subprocess.Popen([bpftrace_path() or "bpftrace", "-f", "json", str(SCRIPTS / name),
                                  str(busy.pid)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
-        time.sleep(2.0)
+        first = _read_until_attached(proc)
+        time.sleep(0.5)  # let the busy process produce events while the probes are live
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
     finally:
         busy.kill()
         busy.wait()
     assert proc.returncode == 0, err
-    records = [json.loads(line) for line in out.splitlines() if line.strip()]
+    records = [json.loads(line) for line in (first + out).splitlines() if line.strip()]
     assert any(r.get("type") == "attached_probes" for r in records)
     wanted = RUNNABLE[name]
     if wanted:
