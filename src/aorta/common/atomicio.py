@@ -305,6 +305,8 @@ def existing_kind(path: str | os.PathLike[str]) -> tuple[bool, str | None]:
     kind = data.get("kind")
     if kind is None and "stream_count" in data:
         kind = "run"
+    if kind is None and isinstance(data.get("traceEvents"), list):
+        kind = "trace"
     return True, kind if isinstance(kind, str) else None
 
 

@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from aorta import __version__
-from aorta.common.atomicio import atomic_write_json, read_json_file
+from aorta.common.atomicio import atomic_write_json, read_json_file, read_owned_json
 from aorta.common.errors import UsageError
 from aorta.hw_queue_eval.results import SCHEMA_VERSION, utc_timestamp
 
@@ -40,8 +40,12 @@ class CheckpointFile:
     @classmethod
     def resume(cls, path: str | os.PathLike[str], kind: str,
                header: dict[str, Any]) -> CheckpointFile:
-        """Load an earlier file of the same kind and fingerprint (UsageError if it differs)."""
-        data = read_json_file(path, f"{kind} checkpoint")
+        """Load an earlier file of the same kind and fingerprint (UsageError if it differs).
+
+        As root, a file owned by another user is refused (a planted checkpoint's fake points
+        would be reported as results).
+        """
+        data = read_owned_json(path, f"--resume: {kind} checkpoint")
         if not isinstance(data, dict) or data.get("kind") != kind:
             raise UsageError(f"--resume: {path} is not a {kind} file (kind "
                              f"{data.get('kind') if isinstance(data, dict) else None!r})")
