@@ -120,7 +120,7 @@ def test_typed_env_values_are_normalised(tmp_path: Path) -> None:
 
 
 def test_every_allowed_env_variable_is_documented() -> None:
-    from aorta.hw_queue_eval.policies import ALLOWED_ENV, _LOADS_OR_WRITES
+    from aorta.hw_queue_eval.policies import _LOADS_OR_WRITES, ALLOWED_ENV
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "policies.md").read_text()
     for name in ALLOWED_ENV:
