@@ -221,7 +221,7 @@ def test_no_write_through_a_planted_folder_link(planted_link, tmp_path, argv):
     fixture = tmp_path / "base.json"  # outputs are checked before inputs are read
     fixture.write_text("{}")
     args = [a.format(link=link, fixture=fixture) for a in argv]
-    proc = run_cli(*args, env={"AORTA_STATE_DIR": str(tmp_path / "state")})
+    proc = run_cli(*args, env={"AORTA_STATE_DIR": str(tmp_path / "state"), "SUDO_UID": ""})
     assert proc.returncode == 2, proc.stderr
     assert "could have planted" in proc.stderr or "symbolic link" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
@@ -237,6 +237,25 @@ def test_trusted_links_are_still_followed(tmp_path):
     os.chmod(tmp_path, 0o755)
     atomic_write_json(tmp_path / "mine" / "sub.json", {"ok": 1})
     assert json.loads((real / "sub.json").read_text()) == {"ok": 1}
+
+
+@needs_root
+def test_the_invoking_users_own_link_is_followed_under_sudo(world, monkeypatch):
+    """`sudo aorta-hwq run -o ~/results/r.json` with ~/results the user's own link: followed;
+    the same link is refused when that user is not the one who ran sudo."""
+    from aorta.common.atomicio import atomic_write_json
+    from aorta.common.errors import UsageError
+
+    real = world / "real"
+    real.mkdir()
+    home = nobody_folder(world / "home")
+    as_nobody("ln", "-s", str(real), str(home / "results"))
+    monkeypatch.setenv("SUDO_UID", "")
+    with pytest.raises(UsageError, match="could have planted"):
+        atomic_write_json(home / "results" / "r.json", {})
+    monkeypatch.setenv("SUDO_UID", str(NOBODY))
+    atomic_write_json(home / "results" / "r.json", {"ok": 1})
+    assert json.loads((real / "r.json").read_text()) == {"ok": 1}
 
 
 @needs_root

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from aorta.common.errors import UsageError
-from aorta.common.safedir import open_folder
+from aorta.common.safedir import open_folder, trusted_uids
 
 
 class WriteError(UsageError):
@@ -351,10 +351,7 @@ def read_owned_json(path: str | os.PathLike[str], what: str) -> Any:
 
 
 def _check_owner(st: os.stat_result, path: str | os.PathLike[str], what: str) -> None:
-    trusted = {0, os.geteuid()}
-    sudo_uid = os.environ.get("SUDO_UID", "")
-    if sudo_uid.isdigit():
-        trusted.add(int(sudo_uid))
+    trusted = trusted_uids()
     if not stat.S_ISREG(st.st_mode):
         raise UsageError(f"{what} {path} is not a regular file")
     if st.st_uid not in trusted:

@@ -22,8 +22,13 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def trusted_uids() -> set[int]:
-    """Owners whose links and folders this process trusts: root and its own effective user."""
-    return {0, os.geteuid()}
+    """Owners this process trusts: root, its effective user and, under sudo, the invoking user
+    (`SUDO_UID`: that user could run anything as root anyway, so their own links are theirs)."""
+    uids = {0, os.geteuid()}
+    sudo_uid = os.environ.get("SUDO_UID", "")
+    if os.geteuid() == 0 and sudo_uid.isdigit():
+        uids.add(int(sudo_uid))
+    return uids
 
 
 def folder_is_private(st: os.stat_result) -> bool:
@@ -37,14 +42,15 @@ def _components(path: str) -> deque[str]:
     return deque(part for part in path.split("/") if part not in ("", "."))
 
 
-def _follow_link(holder_fd: int, name: str, shown: str) -> str:
+def _follow_link(holder_fd: int, name: str, shown: str, what: str) -> str:
     """The target of link `name` in folder `holder_fd` if it is trusted; UsageError otherwise."""
     holder = os.fstat(holder_fd)
     link = os.stat(name, dir_fd=holder_fd, follow_symlinks=False)
     if link.st_uid not in trusted_uids() or not folder_is_private(holder):
-        raise UsageError(f"{shown} is a symbolic link that user {link.st_uid} could have planted "
-                         "(in a folder others can write); refusing to follow it: give the real "
-                         "path")
+        planter = link.st_uid if link.st_uid not in trusted_uids() else holder.st_uid
+        raise UsageError(f"{what}: {shown} is a symbolic link that user {planter} could have "
+                         "planted (it or its folder is not only root's or yours); refusing to "
+                         "follow it: give the real path")
     return os.readlink(name, dir_fd=holder_fd)
 
 
@@ -77,7 +83,7 @@ def open_folder(path: str | os.PathLike[str], what: str = "folder") -> int:
                 links += 1
                 if links > MAX_LINKS:
                     raise UsageError(f"{what} {text}: too many symbolic links") from None
-                target = _follow_link(fd, name, here)
+                target = _follow_link(fd, name, here, what)
                 if target.startswith("/"):
                     os.close(fd)
                     fd = os.open("/", _DIR_FLAGS)
