@@ -52,10 +52,7 @@ def parent_folder(path: str | os.PathLike[str], what: str = "output file") -> It
     """(descriptor of the parent folder, file name) of `path`, opened without following untrusted
     links (safedir); the descriptor is closed on exit. Every writer goes through here."""
     parent, name = _split(path, what)
-    try:
-        fd = open_folder(parent, f"cannot write {what} {os.fspath(path)}")
-    except UsageError as exc:
-        raise UsageError(str(exc)) from None
+    fd = open_folder(parent, f"cannot write {what} {os.fspath(path)}")
     try:
         yield fd, name
     finally:
@@ -106,10 +103,16 @@ def _create_temp(dir_fd: int, stem: str) -> tuple[int, str]:
     raise FileExistsError(errno.EEXIST, "no free temporary name")
 
 
+def _folder_text(path: str | os.PathLike[str]) -> str:
+    """A folder path without trailing slashes ("out/" names the folder "out")."""
+    text = os.fspath(path)
+    return text.rstrip("/") or text
+
+
 def check_output_dir(path: str | os.PathLike[str], what: str = "output folder") -> Path:
     """Fail fast unless `path` is, or can be created as, a writable real folder; creates nothing."""
     out = Path(path)
-    with parent_folder(path, what) as (parent_fd, name):
+    with parent_folder(_folder_text(path), what) as (parent_fd, name):
         st = _lstat_in(parent_fd, name)
         if st is not None and stat.S_ISLNK(st.st_mode):
             raise UsageError(f"{what} {out} is a symbolic link; refusing to write through it")
@@ -177,7 +180,7 @@ class OutputFolder:
         self.written: list[str] = []
         self.created = False
         self._parent = self._fd = -1
-        parent, self.name = _split(path, what)
+        parent, self.name = _split(_folder_text(path), what)
         self._parent = open_folder(parent, f"cannot create {what} {self.path}")
         try:
             try:
