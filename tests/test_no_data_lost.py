@@ -276,3 +276,22 @@ def test_markdown_escapes_strings_from_the_input_files(tmp_path):
     assert r"\<img" in text and r"\# Owned" in text
     for row in (ln for ln in text.splitlines() if ln.startswith("| x")):
         assert row.count(" | ") == 6, row  # the name's | did not add a column
+
+
+def test_disk_full_mid_sweep_keeps_the_checkpoint(full_disk, tmp_path, monkeypatch):
+    import tempfile
+
+    from aorta.common.errors import UsageError
+    from aorta.hw_queue_eval.checkpoint import CheckpointFile
+
+    spare = tmp_path / "spare"
+    spare.mkdir()
+    monkeypatch.setenv("TMPDIR", str(spare))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    file = CheckpointFile(full_disk / "s.json", "sweep", {"fingerprint": "f"})
+    with pytest.raises(UsageError, match="No space left on device") as err:
+        file.record({"key": {"streams": 1}, "status": "ok", "result": {"x": [1.0] * 20000}})
+    kept = re.search(r"kept in (\S+):", str(err.value))
+    assert kept and "\n" not in str(err.value) and Path(kept.group(1)).parent.parent == spare
+    assert json.loads(Path(kept.group(1)).read_text())["points"][0]["status"] == "ok"
+    assert sorted(os.listdir(full_disk)) == ["filler"]
