@@ -197,15 +197,23 @@ def build_tracer(queue: bool, memory: bool) -> Any:
     return tracer
 
 
-def _write_outputs(result: dict[str, Any], output: str | None, trace_out: str | None) -> str:
-    """Write -o and --trace-out; on a failed write (disk full) keep the file in a private temp
-    folder, and return the one-line error naming it ("" when everything was written)."""
+def _trace_of(result: dict[str, Any]) -> dict[str, Any]:
+    from aorta.hw_queue_eval.report.trace import build_trace
+
+    return build_trace(result)
+
+
+def _write_outputs(result: dict[str, Any], output: str | None,
+                   trace_out: str | None) -> tuple[list[str], str]:
+    """Write -o and --trace-out: (what was written, "" or the one-line error). On a failed write
+    (disk full) the file is kept in a private temp folder that the error names."""
     import json
 
     from aorta.common.atomicio import atomic_write_json
-    from aorta.hw_queue_eval.report.trace import build_trace
 
-    for path, build in ((output, lambda: result), (trace_out, lambda: build_trace(result))):
+    written: list[str] = []
+    for what, path, build in (("result", output, lambda: result),
+                              ("trace", trace_out, lambda: _trace_of(result))):
         if not path:
             continue
         data = build()
@@ -216,9 +224,11 @@ def _write_outputs(result: dict[str, Any], output: str | None, trace_out: str | 
             kept = keep_unsaved(os.path.basename(path), text.encode("utf-8"))
             if kept is None:  # the temp folder is full too: stdout is the last place left
                 click.echo(text)
-                return f"{exc}; the result was printed above as JSON (no room in the temp folder)"
-            return f"{exc}; the result is kept in {kept}: move it where there is room"
-    return ""
+                return written, (f"{exc}; the {what} was printed above as JSON (no room in the "
+                                 "temp folder)")
+            return written, f"{exc}; the {what} is kept in {kept}: move it where there is room"
+        written.append(what)
+    return written, ""
 
 
 @click.command("run")
@@ -269,15 +279,15 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
         result["gpu_control"] = gpu_report
         click.echo(f"GPU control: {gpu_report['device']}: in effect "
                    f"{gpu_report.get('in_effect')}, then {gpu_report['status']}", err=True)
-    unsaved = _write_outputs(result, output, trace_out)
+    written, unsaved = _write_outputs(result, output, trace_out)
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
         render_run(result, make_console())
         render_ebpf(result, make_console())
-        if output and not unsaved:
+        if "result" in written:
             click.echo(f"\nresult written to {output}")
-        if trace_out and not unsaved:
+        if "trace" in written:
             click.echo(f"trace written to {trace_out} (open it in https://ui.perfetto.dev)")
     if unsaved:
         raise UsageError(unsaved)
