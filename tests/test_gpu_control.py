@@ -202,7 +202,8 @@ def test_device_held_by_a_live_process_is_refused(fake: FakeGpus) -> None:
     from aorta.hw_queue_eval import gpu_state
 
     fake.state_dir.mkdir(mode=0o700)
-    record = {"vendor": "nvidia", "index": 0, "tool": "nvidia-smi", "pid": os.getpid(),
+    record = {"state_version": 1, "vendor": "nvidia", "index": 0, "tool": "nvidia-smi",
+              "pid": os.getpid(),
               "pid_start_ticks": gpu_state.process_start_ticks(os.getpid()),
               "prior": {"power_limit_w": 300.0, "clock": {}}, "applied": {}}
     (fake.state_dir / "gpu-nvidia-0.json").write_text(json.dumps(record))

@@ -46,11 +46,24 @@ def test_example_file_loads_and_runs_after_baseline() -> None:
     ("[policies.lc]\nclock_level = 9\n", "clock levels are 0"),
     ("[policies.lc]\npower_limit_w = -5\n", "watts must be within"),
     ("[policies.q]\nenv = { gpu_max_hw_queues = \"2\" }\n", "is not of the form"),
-    ("[policies.q]\nenv = { LD_PRELOAD = \"/tmp/x.so\" }\n", "not a GPU-runtime variable"),
-    ("[policies.q]\nenv = { PATH = \"/tmp\" }\n", "not a GPU-runtime variable"),
+    ("[policies.q]\nenv = { LD_PRELOAD = \"/tmp/x.so\" }\n", "library that the runtime"),
+    ("[policies.q]\nenv = { PATH = \"/tmp\" }\n", "library that the runtime"),
+    ("[policies.q]\nenv = { HSA_TOOLS_LIB = \"/tmp/evil.so\" }\n", "library that the runtime"),
+    ("[policies.q]\nenv = { CUDA_INJECTION64_PATH = \"/tmp/evil.so\" }\n",
+     "library that the runtime"),
+    ("[policies.q]\nenv = { NCCL_NET_PLUGIN = \"/tmp/evil.so\" }\n", "library that the runtime"),
+    ("[policies.q]\nenv = { TORCH_LOGS_OUT = \"/tmp/x/link\" }\n", "library that the runtime"),
+    ("[policies.q]\nenv = { NCCL_DEBUG_FILE = \"/etc/x\" }\n", "library that the runtime"),
+    ("[policies.q]\nenv = { PYTHONSTARTUP = \"/tmp/x.py\" }\n", "library that the runtime"),
+    ("[policies.q]\nenv = { HSA_SOMETHING_NEW = \"1\" }\n", "not a variable a policy may set"),
+    ("[policies.q]\nenv = { GPU_MAX_HW_QUEUES = \"0\" }\n", "whole number 1..64"),
+    ("[policies.q]\nenv = { GPU_MAX_HW_QUEUES = \"/tmp/x\" }\n", "whole number 1..64"),
+    ("[policies.q]\nenv = { GPU_MAX_HW_QUEUES = 2.5 }\n", "whole number 1..64"),
+    ("[policies.q]\nenv = { HSA_XNACK = \"yes\" }\n", "give 0 or 1"),
+    ("[policies.q]\nenv = { NCCL_DEBUG = \"/tmp/x\" }\n", "use one of VERSION"),
     ("[policies.q]\nenv = { CUDA_VISIBLE_DEVICES = \"1\" }\n", "changes which device runs"),
-    ("[policies.q]\nenv = { GPU_MAX_HW_QUEUES = \"2; rm -rf /\" }\n", "has characters"),
-    ("[policies.q]\nenv = { HSA_XNACK = \"1\\n\" }\n", "has characters"),
+    ("[policies.q]\nenv = { GPU_MAX_HW_QUEUES = \"2; rm -rf /\" }\n", "whole number"),
+    ("[policies.q]\nenv = { HSA_XNACK = \"1\\n\" }\n", "give 0 or 1"),
     ("[policies.q]\nclocks = 3\n", "unknown key"),
     ("[policies.Bad-Name]\nclock_level = 3\n", "names are lower-case"),
     ("[policies.empty]\ndescription = \"nothing\"\n", "sets nothing"),
@@ -84,7 +97,7 @@ def test_cli_malformed_policy_file_exits_2(tmp_path: Path) -> None:
     proc = run_cli("policy-sweep", "hetero_kernels", "--streams", "4", "--policy-file",
                    str(bad), "-d", "cpu", "-o", str(out))
     assert proc.returncode == 2
-    assert "LD_PRELOAD is not a GPU-runtime variable" in proc.stderr
+    assert "LD_PRELOAD names a file, folder or library" in proc.stderr
     assert not out.exists()
 
 
@@ -95,3 +108,21 @@ def test_cli_lock_clocks_9_exits_2(tmp_path: Path) -> None:
         proc = run_cli(*cmd, "--lock-clocks", "9", "-d", "cpu")
         assert proc.returncode == 2, proc.stderr
         assert "--lock-clocks 9: clock levels are 0 (lowest) … 7 (highest)" in proc.stderr
+
+
+def test_typed_env_values_are_normalised(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text("[policies.q]\nenv = { GPU_MAX_HW_QUEUES = 8, HSA_XNACK = true, "
+                    "CUDA_MODULE_LOADING = \"LAZY\", OMP_NUM_THREADS = \"4\" }\n")
+    env = dict(load_policy_file(str(path))["q"].env)
+    assert env == {"GPU_MAX_HW_QUEUES": "8", "HSA_XNACK": "1", "CUDA_MODULE_LOADING": "LAZY",
+                   "OMP_NUM_THREADS": "4"}
+
+
+def test_every_allowed_env_variable_is_documented() -> None:
+    from aorta.hw_queue_eval.policies import _LOADS_OR_WRITES, ALLOWED_ENV
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "policies.md").read_text()
+    for name in ALLOWED_ENV:
+        assert f"`{name}`" in doc, name
+        assert not _LOADS_OR_WRITES.search(name), name  # no allowed name looks path-valued

@@ -91,7 +91,9 @@ def test_kill_9_mid_sweep_then_resume_loses_nothing(tmp_path):
 
 
 @pytest.mark.slow
-def test_ctrl_c_keeps_finished_points_and_stops_the_child(tmp_path):
+@pytest.mark.parametrize(("sig", "code", "state"), [(signal.SIGINT, 130, "interrupted"),
+                                                    (signal.SIGTERM, 143, "terminated")])
+def test_ctrl_c_keeps_finished_points_and_stops_the_child(tmp_path, sig, code, state):
     out = tmp_path / "s.json"
     sweep = subprocess.Popen([sys.executable, "-m", "aorta.hw_queue_eval", "sweep", "hetero_kernels",
                               "--streams", "1,2,4,8", *TINY, "-o", str(out)],
@@ -100,12 +102,14 @@ def test_ctrl_c_keeps_finished_points_and_stops_the_child(tmp_path):
     while not _ok_points(out) and time.monotonic() < deadline and sweep.poll() is None:
         time.sleep(0.05)
     time.sleep(0.3)  # the next point's child is running now
-    sweep.send_signal(signal.SIGINT)
+    sweep.send_signal(sig)
     _, stderr = sweep.communicate(timeout=60)
-    assert sweep.returncode == 130, stderr
-    assert "finished points kept" in stderr and "Traceback" not in stderr
+    assert sweep.returncode == code, stderr
+    assert f"{state}: " in stderr and "finished points kept" in stderr
+    assert "Traceback" not in stderr and len(stderr.strip().splitlines()[-1:]) == 1
     data = load_json(out)
-    assert data["state"] == "interrupted"
+    assert data["state"] == state
+    assert not (tmp_path / ".s.json.lock").exists()
     assert _ok_points(out) and all(p["status"] == "ok" for p in data["points"])
 
 

@@ -8,3 +8,10 @@ class UsageError(Exception):
     """
 
     exit_code = 2
+
+
+class Terminated(SystemExit):
+    """Raised by the SIGTERM handler: exit 143, after a command has recorded where it stopped."""
+
+    def __init__(self) -> None:
+        super().__init__(143)

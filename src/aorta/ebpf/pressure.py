@@ -1,7 +1,7 @@
 """Create host-memory pressure around a command: a memory cgroup limit plus a page-cache churner.
 
-    sudo python -m aorta.ebpf.pressure --limit 1536M -- \\
-        python -m aorta.hw_queue_eval run hetero_kernels --streams 8 --ebpf-memory-trace -o r.json
+    sudo .venv/bin/python -I -m aorta.ebpf.pressure --limit 1536M -- \\
+        .venv/bin/aorta-hwq run hetero_kernels --streams 8 --ebpf-memory-trace -o r.json
 
 The command and a small churner run in a child memory cgroup (cgroup v2 `memory.max`, or v1
 `memory.limit_in_bytes` on hybrid hosts) created under the caller's own cgroup, so every limit the
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from aorta.common.errors import UsageError
-from aorta.common.procs import pid_alive
+from aorta.common.procs import child_environment, pid_alive, python_module_command
 
 PREFIX = "aorta-pressure-"
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
@@ -168,10 +168,11 @@ class MemoryPressure:
         os.close(fd)
         assert self.folder is not None and self.place is not None
         usage = self.folder / ("memory.current" if self.place.version == 2 else "memory.usage_in_bytes")
-        self.churner = subprocess.Popen(
-            [sys.executable, "-m", "aorta.ebpf.pressure", "--churn-worker", path,
-             "--rate", str(self.rate), "--usage-file", str(usage), "--limit", str(self.limit)],
-            preexec_fn=self.enter_preexec,
+        self.churner = subprocess.Popen(  # isolated: nothing from the cwd runs as root
+            python_module_command("aorta.ebpf.pressure", "--churn-worker", path,
+                                  "--rate", str(self.rate), "--usage-file", str(usage),
+                                  "--limit", str(self.limit)),
+            env=child_environment(), preexec_fn=self.enter_preexec,
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
 
     def enter_preexec(self) -> None:

@@ -12,7 +12,13 @@ import os
 from typing import Any
 
 from aorta import __version__
-from aorta.common.atomicio import atomic_write_json, read_json_file
+from aorta.common.atomicio import (
+    WriteError,
+    atomic_write_json,
+    keep_unsaved,
+    read_json_file,
+    read_owned_json,
+)
 from aorta.common.errors import UsageError
 from aorta.hw_queue_eval.results import SCHEMA_VERSION, utc_timestamp
 
@@ -40,8 +46,12 @@ class CheckpointFile:
     @classmethod
     def resume(cls, path: str | os.PathLike[str], kind: str,
                header: dict[str, Any]) -> CheckpointFile:
-        """Load an earlier file of the same kind and fingerprint (UsageError if it differs)."""
-        data = read_json_file(path, f"{kind} checkpoint")
+        """Load an earlier file of the same kind and fingerprint (UsageError if it differs).
+
+        As root, a file owned by another user is refused (a planted checkpoint's fake points
+        would be reported as results).
+        """
+        data = read_owned_json(path, f"--resume: {kind} checkpoint")
         if not isinstance(data, dict) or data.get("kind") != kind:
             raise UsageError(f"--resume: {path} is not a {kind} file (kind "
                              f"{data.get('kind') if isinstance(data, dict) else None!r})")
@@ -76,8 +86,21 @@ class CheckpointFile:
                 "points": self.points, **extra}
 
     def save(self, **extra: Any) -> None:
-        """Write the whole file atomically (temp file, fsync, rename)."""
-        atomic_write_json(self.path, self.to_dict(**extra))
+        """Write the whole file atomically (temp file, fsync, rename).
+
+        If the write fails (disk full), the file as it should be is kept in a private temp
+        folder named in the one-line error, so the point just measured is not lost.
+        """
+        data = self.to_dict(**extra)
+        try:
+            atomic_write_json(self.path, data)
+        except WriteError as exc:
+            text = json.dumps(data, indent=2, allow_nan=False) + "\n"
+            kept = keep_unsaved(os.path.basename(self.path), text.encode("utf-8"))
+            where = f"kept in {kept}" if kept else "not kept (no room in the temp folder either)"
+            raise WriteError(f"{exc}; the {self.kind} file with every finished point is {where}"
+                             f"{': --resume from it once there is room' if kept else ''}") \
+                from None
 
 
 def open_or_resume(path: str | os.PathLike[str], kind: str, header: dict[str, Any],

@@ -14,7 +14,6 @@ import shutil
 import signal
 import stat
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -23,7 +22,7 @@ from typing import Any
 
 from aorta.common.atomicio import read_json_file
 from aorta.common.errors import UsageError
-from aorta.common.procs import pid_alive
+from aorta.common.procs import child_environment, pid_alive, python_module_command
 
 TERM_GRACE_S = 5.0
 TEMP_PREFIX = "aorta-point-"
@@ -105,13 +104,15 @@ def run_point(run_args: Sequence[str], env_overrides: Mapping[str, str] | None =
               timeout_s: float | None = None) -> PointOutcome:
     """Run `python -m aorta.hw_queue_eval run RUN_ARGS -o <tmp>` and return its outcome.
 
+    The child is isolated from the working directory and PYTHON* (`procs.python_module_command`).
+
     Raises KeyboardInterrupt after stopping the child if the parent is interrupted.
     """
-    env = {**os.environ, **(env_overrides or {})}
+    env = child_environment(env_overrides)
     remove_stale_point_dirs()
     tmpdir = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-")
     out_path = os.path.join(tmpdir, "point.json")
-    cmd = [sys.executable, "-m", "aorta.hw_queue_eval", "run", *run_args, "-o", out_path]
+    cmd = python_module_command("aorta.hw_queue_eval", "run", *run_args, "-o", out_path)
     started = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, text=True, start_new_session=True,

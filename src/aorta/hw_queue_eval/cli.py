@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from aorta import __version__
-from aorta.common.errors import UsageError
+from aorta.common.errors import Terminated, UsageError
 
 COMMAND_MODULES = (
     "aorta.hw_queue_eval.commands.catalog",
@@ -49,7 +49,7 @@ _register_commands()
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
-    raise SystemExit(143)
+    raise Terminated()
 
 
 def main(argv: list[str] | None = None) -> None:

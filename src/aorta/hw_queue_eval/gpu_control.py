@@ -200,15 +200,29 @@ def _restore_device(driver: GpuDriver, record: dict[str, Any]) -> dict[str, Any]
 
 def restore_from_file(path: Path) -> str:
     """Put back the device recorded in a state file left by a dead process; remove the file."""
-    record = gpu_state.read_state(path)
+    record = gpu_state.read_state(path)  # every field validated; a bad file stays in place
     driver = _driver_for_record(record)
     try:
+        _check_power_in_range(driver, record, path)
         _restore_device(driver, record)
     finally:
         _close(driver)
     gpu_state.remove_state(path)
     return (f"restored {record['vendor']} GPU {record['index']} to its prior state "
             f"(left changed by pid {record.get('pid')} at {record.get('started')})")
+
+
+def _check_power_in_range(driver: GpuDriver, record: dict[str, Any], path: Path) -> None:
+    """Refuse a recorded prior power cap outside what the device reports it accepts now."""
+    watts = record["prior"].get("power_limit_w")
+    if watts is None or "power_limit_w" not in record.get("applied", {}):
+        return
+    snap = driver.snapshot()
+    low, high = snap.get("power_min_w"), snap.get("power_max_w")
+    if (low is not None and watts < low - POWER_TOLERANCE_W) or \
+            (high is not None and watts > high + POWER_TOLERANCE_W):
+        raise UsageError(f"state file {path}: prior power cap {watts:g} W is outside what GPU "
+                         f"{record['index']} accepts ({low:g}..{high:g} W); it was left in place")
 
 
 def recover_stale_states(echo: Any = None) -> list[str]:

@@ -11,6 +11,7 @@ $XDG_STATE_HOME/aorta or ~/.local/state/aorta.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import stat
 from pathlib import Path
@@ -92,14 +93,92 @@ def write_state(record: dict[str, Any]) -> Path:
 
 
 def read_state(path: Path) -> dict[str, Any]:
-    """Read a state file (UsageError if it is a symlink or unreadable)."""
+    """Read and validate a state file (UsageError naming the bad field; the file stays)."""
     if path.is_symlink():
         raise UsageError(f"state file {path} is a symbolic link; refusing to read it")
     data = read_json_file(path, "state file")
-    if not isinstance(data, dict) or "vendor" not in data or "index" not in data \
-            or "prior" not in data:
-        raise UsageError(f"state file {path} is not an aorta GPU state file")
+    problem = record_problem(data, path.name)
+    if problem:
+        raise UsageError(f"state file {path} is not a valid aorta GPU state file ({problem}); "
+                         "it was left in place: check it, then restore the GPU by hand or "
+                         "remove it")
     return data
+
+
+#: Performance levels a state file may name (what rocm-smi and amdsmi report); anything else —
+#: an option such as `--help` — is refused before a tool sees it.
+PERF_LEVELS = frozenset({"auto", "low", "high", "manual", "stable_std", "stable_peak",
+                         "stable_min_mclk", "stable_min_sclk", "determinism"})
+TOOLS = {"nvidia": ("nvidia-smi", "pynvml"), "amd": ("rocm-smi", "amdsmi")}
+MAX_INDEX = 63
+_MIN_W, _MAX_W = 1.0, 5000.0  # as policies.MIN_POWER_W / MAX_POWER_W
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_watts(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and _MIN_W <= value <= _MAX_W)
+
+
+def _clock_problem(vendor: str, clock: Any) -> str | None:
+    if not isinstance(clock, dict):
+        return "prior.clock is not an object"
+    if vendor == "nvidia":
+        supported = clock.get("supported_mhz", [])
+        if not isinstance(supported, list) or not all(_is_int(v) for v in supported):
+            return "prior.clock.supported_mhz is not a list of whole MHz"
+        return None
+    if clock.get("perf_level") not in PERF_LEVELS:
+        return (f"prior.clock.perf_level {clock.get('perf_level')!r} is not one of "
+                f"{', '.join(sorted(PERF_LEVELS))}")
+    levels = clock.get("levels_mhz")
+    if not isinstance(levels, list) or not levels or len(levels) > 64 \
+            or not all(_is_int(v) and 0 < v < 100_000 for v in levels):
+        return "prior.clock.levels_mhz is not a list of 1..64 clock levels in MHz"
+    step = clock.get("sclk_level")
+    if step is not None and not (_is_int(step) and 0 <= step < len(levels)):
+        return f"prior.clock.sclk_level {step!r} is not an index into levels_mhz"
+    return None
+
+
+def record_problem(data: Any, file_name: str) -> str | None:
+    """What is wrong with a state record (None if every field is valid): types, the vendor and
+    tool from fixed sets, the index matching the file name, perf levels, watts in range."""
+    if not isinstance(data, dict):
+        return "not a JSON object"
+    if data.get("state_version") != STATE_VERSION:
+        return f"state_version {data.get('state_version')!r}, expected {STATE_VERSION}"
+    vendor, index = data.get("vendor"), data.get("index")
+    if vendor not in TOOLS:
+        return f"vendor {vendor!r} is not nvidia or amd"
+    if not _is_int(index) or not 0 <= index <= MAX_INDEX:
+        return f"index {index!r} is not a GPU index 0..{MAX_INDEX}"
+    if file_name != f"gpu-{vendor}-{index}.json":
+        return f"vendor/index {vendor} {index} do not match the file name {file_name}"
+    if data.get("tool") not in TOOLS[vendor]:
+        return f"tool {data.get('tool')!r} is not one of {', '.join(TOOLS[vendor])}"
+    for key in ("pid", "pid_start_ticks"):
+        if data.get(key) is not None and not (_is_int(data[key]) and data[key] >= 0):
+            return f"{key} {data[key]!r} is not a whole number"
+    prior = data.get("prior")
+    if not isinstance(prior, dict):
+        return "prior is not an object"
+    for key in ("power_limit_w", "power_default_w", "power_min_w", "power_max_w"):
+        if prior.get(key) is not None and not _is_watts(prior[key]):
+            return f"prior.{key} {prior[key]!r} is not watts within {_MIN_W:g}..{_MAX_W:g}"
+    clock_problem = _clock_problem(vendor, prior.get("clock"))
+    if clock_problem:
+        return clock_problem
+    applied = data.get("applied", {})
+    if not isinstance(applied, dict) or not set(applied) <= {"clock_level", "power_limit_w"}:
+        return "applied is not an object with clock_level / power_limit_w"
+    for key, value in applied.items():
+        if not isinstance(value, dict) or not isinstance(value.get("pending", False), bool):
+            return f"applied.{key} is not an object with a true/false pending"
+    return None
 
 
 def remove_state(path: Path) -> None:

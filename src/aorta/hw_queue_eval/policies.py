@@ -2,7 +2,8 @@
 
 Built-ins are the guide's table (docs/policies.md). User policies come from a TOML file whose
 names, levels, watts and env variables are validated here, once, before anything runs: the env
-reaches a child process (possibly as root), so only GPU-runtime variables with plain values pass.
+reaches a child process (possibly as root), so only the named variables of ALLOWED_ENV pass, each
+with a typed value (integer range, 0/1, or a fixed set); nothing that names a path or a library.
 No torch import here.
 """
 
@@ -17,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from aorta.common.errors import UsageError
-from aorta.hw_queue_eval.config import RUNTIME_ENV_PREFIXES
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -31,12 +31,77 @@ DEFAULT_POLICIES = ("baseline", "priority_lc", "priority_be")
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_\-]{0,47}$")
 _ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
-_ENV_VALUE_RE = re.compile(r"^[A-Za-z0-9_.,:=+\-/]{0,256}$")
 #: Runtime variables a policy must not set: they change which device runs, so the device whose
 #: clocks/power are controlled would no longer be the device that is measured.
 _ENV_FORBIDDEN = ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
                   "GPU_DEVICE_ORDINAL", "CUDA_DEVICE_ORDER")
 _POLICY_KEYS = {"description", "clock_level", "power_limit_w", "env"}
+#: Names that load code or name a file/folder (refused with that reason): LD_*, PYTHON*, …PATH,
+#: …LIB, …_FILE, …_DIR, …_OUT, …PLUGIN, …INJECTION… (HSA_TOOLS_LIB, CUDA_INJECTION64_PATH, …).
+_LOADS_OR_WRITES = re.compile(r"^(LD_|PYTHON)|PATH|LIB|FILE|DIR|_OUT|PLUGIN|PRELOAD|INJECT|"
+                              r"TOOLS|_SO$|_CONF|CACHE_|HOME|PREFIX")
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """A variable a policy may set and the values it takes: "int" (low..high), "bool" (0/1) or
+    "enum" (one of `choices`)."""
+
+    kind: str
+    low: int = 0
+    high: int = 0
+    choices: tuple[str, ...] = ()
+    doc: str = ""
+
+    def check(self, value: Any, what: str) -> str:
+        """The value as the child will see it, or a UsageError naming the allowed values."""
+        if self.kind == "bool":
+            if isinstance(value, bool):
+                return "1" if value else "0"
+            if str(value) in ("0", "1") and not isinstance(value, float):
+                return str(value)
+            raise UsageError(f"{what}={value!r}: give 0 or 1 (or true/false)")
+        if self.kind == "int":
+            text = str(value) if isinstance(value, (int, str)) and not isinstance(value, bool) \
+                else ""
+            if not re.fullmatch(r"[0-9]{1,6}", text) or not self.low <= int(text) <= self.high:
+                raise UsageError(f"{what}={value!r}: give a whole number {self.low}..{self.high}")
+            return str(int(text))
+        if isinstance(value, bool) or str(value) not in self.choices:
+            raise UsageError(f"{what}={value!r}: use one of {', '.join(self.choices)}")
+        return str(value)
+
+
+def _bool(doc: str) -> EnvVar:
+    return EnvVar("bool", doc=doc)
+
+
+#: The only variables a policy may set, with their value types (docs/policies.md lists them).
+ALLOWED_ENV: dict[str, EnvVar] = {
+    "GPU_MAX_HW_QUEUES": EnvVar("int", 1, 64, doc="HIP: hardware queues per device (CPU "
+                                "backend: its pool of worker queues)"),
+    "HSA_XNACK": _bool("ROCr: retry GPU page faults (unified memory)"),
+    "HSA_ENABLE_SDMA": _bool("ROCr: copies on SDMA engines (0: on compute queues)"),
+    "HSA_ENABLE_INTERRUPT": _bool("ROCr: interrupt-driven waits (0: polling)"),
+    "HIP_LAUNCH_BLOCKING": _bool("HIP: every launch waits for completion"),
+    "HIP_FORCE_DEV_KERNARG": _bool("HIP: kernel arguments in device memory"),
+    "AMD_SERIALIZE_KERNEL": EnvVar("enum", choices=("0", "1", "2", "3"),
+                                   doc="HIP: wait before (1), after (2) or around (3) kernels"),
+    "AMD_SERIALIZE_COPY": EnvVar("enum", choices=("0", "1", "2", "3"),
+                                 doc="HIP: the same for copies"),
+    "DEBUG_HIP_IGNORE_STREAM_PRIORITY": _bool("HIP: ignore stream priorities"),
+    "CUDA_DEVICE_MAX_CONNECTIONS": EnvVar("int", 1, 32, doc="CUDA: hardware work queues "
+                                          "(connections) per device"),
+    "CUDA_LAUNCH_BLOCKING": _bool("CUDA: every launch waits for completion"),
+    "CUDA_MODULE_LOADING": EnvVar("enum", choices=("LAZY", "EAGER"),
+                                  doc="CUDA: when kernels are loaded"),
+    "NCCL_DEBUG": EnvVar("enum", choices=("VERSION", "WARN", "INFO", "TRACE"),
+                         doc="NCCL/RCCL: log level (on stderr)"),
+    "PYTORCH_NO_CUDA_MEMORY_CACHING": _bool("PyTorch: no caching allocator (CUDA)"),
+    "PYTORCH_NO_HIP_MEMORY_CACHING": _bool("PyTorch: no caching allocator (ROCm)"),
+    "OMP_NUM_THREADS": EnvVar("int", 1, 4096, doc="OpenMP threads (CPU)"),
+    "MKL_NUM_THREADS": EnvVar("int", 1, 4096, doc="MKL threads (CPU)"),
+}
 
 
 @dataclass(frozen=True)
@@ -106,9 +171,9 @@ def validate_power_limit(value: Any, what: str = "--power-limit") -> float:
 
 
 def validate_env(env: Any, where: str) -> dict[str, str]:
-    """Env overrides as str→str, names and values checked (UsageError with the reason)."""
+    """Env overrides as str→str: only ALLOWED_ENV names, each value of its type (UsageError)."""
     if not isinstance(env, Mapping):
-        raise UsageError(f"{where}: env must be a table of NAME = \"value\"")
+        raise UsageError(f"{where}: env must be a table of NAME = value")
     clean: dict[str, str] = {}
     for name, value in env.items():
         if not isinstance(name, str) or not _ENV_NAME_RE.fullmatch(name):
@@ -116,16 +181,15 @@ def validate_env(env: Any, where: str) -> dict[str, str]:
         if name in _ENV_FORBIDDEN:
             raise UsageError(f"{where}: env {name} changes which device runs; select the device "
                              "with --device instead")
-        if not name.startswith(RUNTIME_ENV_PREFIXES):
-            raise UsageError(f"{where}: env {name} is not a GPU-runtime variable (allowed "
-                             f"prefixes: {', '.join(RUNTIME_ENV_PREFIXES)})")
-        if isinstance(value, bool) or not isinstance(value, (str, int)):
-            raise UsageError(f"{where}: env {name} must be a string or an integer")
-        text = str(value)
-        if not _ENV_VALUE_RE.fullmatch(text):
-            raise UsageError(f"{where}: env {name}={text!r} has characters other than "
-                             "letters, digits and _ . , : = + - / (or is over 256 long)")
-        clean[name] = text
+        spec = ALLOWED_ENV.get(name)
+        if spec is None:
+            if _LOADS_OR_WRITES.search(name):
+                raise UsageError(f"{where}: env {name} names a file, folder or library that the "
+                                 "runtime would load or write; a policy may not set it (the "
+                                 "child may run as root)")
+            raise UsageError(f"{where}: env {name} is not a variable a policy may set; allowed: "
+                             f"{', '.join(sorted(ALLOWED_ENV))} (docs/policies.md)")
+        clean[name] = spec.check(value, f"{where}: env {name}")
     return clean
 
 

@@ -6,7 +6,11 @@ import json
 
 import click
 
-from aorta.common.atomicio import atomic_write_json, check_output_path
+from aorta.common.atomicio import (
+    atomic_write_json,
+    check_output_path,
+    check_replaceable,
+)
 from aorta.common.errors import UsageError
 
 
@@ -23,8 +27,10 @@ def register(group: click.Group) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON on stdout.")
 @click.option("--markdown", is_flag=True, help="Print a Markdown summary (for CI comments).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also write the JSON here.")
+@click.option("--force", is_flag=True,
+              help="Replace an -o file that is not a comparison (e.g. a sweep checkpoint).")
 def compare_command(base: str, tests: tuple[str, ...], threshold: str, as_json: bool,
-                    markdown: bool, output: str | None) -> None:
+                    markdown: bool, output: str | None, force: bool) -> None:
     """Compare TEST results against BASE, point by point; exit 0 ok, 1 regression, 2 bad input."""
     from aorta.hw_queue_eval.compare import compare_files
     from aorta.hw_queue_eval.report.compare_view import render_console, to_markdown
@@ -37,6 +43,9 @@ def compare_command(base: str, tests: tuple[str, ...], threshold: str, as_json: 
         raise UsageError("--json and --markdown both print on stdout: choose one")
     if output:
         check_output_path(output)
+        check_replaceable(output, ("comparison",), force)
+        if output in (base, *tests):
+            raise UsageError(f"-o {output} is one of the input files: choose another path")
     cmp = compare_files(base, list(tests), threshold_pct)
     if output:
         atomic_write_json(output, cmp)

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from aorta.common.atomicio import check_output_path
-from aorta.common.errors import UsageError
+from aorta.common.errors import Terminated, UsageError
 from aorta.hw_queue_eval.commands.run import (
     build_config,
     gpu_control_options,
@@ -15,7 +15,7 @@ from aorta.hw_queue_eval.commands.run import (
     run_command,
     run_options,
 )
-from aorta.hw_queue_eval.commands.sweep import PASSTHROUGH_FLAGS, _parse_timeout
+from aorta.hw_queue_eval.commands.sweep import PASSTHROUGH_FLAGS, _parse_timeout, hold_output_lock
 from aorta.hw_queue_eval.config import parse_positive_int
 
 
@@ -77,7 +77,8 @@ def policy_sweep_command(workload: str, streams: str, policies: str | None,
     flags = [f"--{name.replace('_', '-')}" for name, on in passthrough.items() if on]
     base = gpu_request(lock_clocks, power_limit)
     output = output or f"policy_sweep_{config.workload}_s{config.streams}.json"
-    check_output_path(output)
+    check_output_path(output, "policy-sweep file")
+    hold_output_lock(output, "policy-sweep file")
 
     config = dataclasses.replace(config, device=resolve_device(config.device))
     target = target_for_device(config.device)
@@ -102,7 +103,7 @@ def policy_sweep_command(workload: str, streams: str, policies: str | None,
         "workload", "streams", "device", "repeats", "policies", "gpu_control_request",
         "run_config", "run_flags")})
     file = open_or_resume(output, KIND, header, resume)
-    file.save()
+    file.save(state="running")
     by_name = {p.name: p for p in chosen}
     total = sum(len(r) for r in order)
     done = 0
@@ -119,16 +120,18 @@ def policy_sweep_command(workload: str, streams: str, policies: str | None,
                 click.echo(f"[{done}/{total}] {name} (repeat {repeat})…", err=True)
                 point = run_policy_point(by_name[name], repeat, config, base, target, timeout_s,
                                          flags)
-                file.record(point)
+                file.record(point, state="running")
                 if point["status"] != "ok":
                     click.echo(f"  {point['status']}: {point['error']}", err=True)
-    except KeyboardInterrupt:
-        click.echo(f"\ninterrupted: {len(file.points)} point(s) saved in {output}; "
+    except (KeyboardInterrupt, Terminated) as exc:
+        state = "terminated" if isinstance(exc, Terminated) else "interrupted"
+        file.save(state=state)
+        click.echo(f"\n{state}: {len(file.points)} point(s) saved in {output}; "
                    "--resume continues", err=True)
-        raise SystemExit(130) from None
+        raise SystemExit(143 if state == "terminated" else 130) from None
     summary = summarize(file.points, chosen)
-    file.save(summary=summary)
-    render_policy_table(file.to_dict(summary=summary), make_console())
+    file.save(state="complete", summary=summary)
+    render_policy_table(file.to_dict(state="complete", summary=summary), make_console())
     click.echo(f"\nresults written to {output}")
     if any(p.get("status") not in ("ok", "not_applicable") for p in file.points):
         raise click.exceptions.Exit(1)

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from aorta.common.atomicio import check_output_path
+from aorta.common.atomicio import (
+    WriteError,
+    check_distinct_outputs,
+    check_output_path,
+    check_replaceable,
+    keep_unsaved,
+)
 from aorta.common.errors import UsageError
 from aorta.hw_queue_eval.config import (
     DEFAULT_ITERATIONS,
@@ -190,6 +197,40 @@ def build_tracer(queue: bool, memory: bool) -> Any:
     return tracer
 
 
+def _trace_of(result: dict[str, Any]) -> dict[str, Any]:
+    from aorta.hw_queue_eval.report.trace import build_trace
+
+    return build_trace(result)
+
+
+def _write_outputs(result: dict[str, Any], output: str | None,
+                   trace_out: str | None) -> tuple[list[str], str]:
+    """Write -o and --trace-out: (what was written, "" or the one-line error). On a failed write
+    (disk full) the file is kept in a private temp folder that the error names."""
+    import json
+
+    from aorta.common.atomicio import atomic_write_json
+
+    written: list[str] = []
+    for what, path, build in (("result", output, lambda: result),
+                              ("trace", trace_out, lambda: _trace_of(result))):
+        if not path:
+            continue
+        data = build()
+        try:
+            atomic_write_json(path, data)
+        except WriteError as exc:
+            text = json.dumps(data, indent=2, allow_nan=False) + "\n"
+            kept = keep_unsaved(os.path.basename(path), text.encode("utf-8"))
+            if kept is None:  # the temp folder is full too: stdout is the last place left
+                click.echo(text)
+                return written, (f"{exc}; the {what} was printed above as JSON (no room in the "
+                                 "temp folder)")
+            return written, f"{exc}; the {what} is kept in {kept}: move it where there is room"
+        written.append(what)
+    return written, ""
+
+
 @click.command("run")
 @click.argument("workload")
 @click.option("-s", "--streams", required=True, help="Number of streams, e.g. 8.")
@@ -199,11 +240,13 @@ def build_tracer(queue: bool, memory: bool) -> Any:
 @click.option("--json", "as_json", is_flag=True, help="Print the result JSON on stdout.")
 @click.option("--trace-out", type=click.Path(dir_okay=False),
               help="Write a Chrome/Perfetto trace of every measured op here (ui.perfetto.dev).")
+@click.option("--force", is_flag=True,
+              help="Replace an -o file that is not a run result (e.g. a sweep checkpoint).")
 @tracing_options
 def run_command(workload: str, streams: str, iterations: str, warmup: str, device: str,
                 size: str | None, sync_mode: str, seed: int, threads_per_queue: str,
                 lock_clocks: str | None, power_limit: str | None,
-                output: str | None, as_json: bool, trace_out: str | None,
+                output: str | None, as_json: bool, trace_out: str | None, force: bool = False,
                 ebpf_trace: bool = False, ebpf_memory_trace: bool = False) -> None:
     """Run WORKLOAD on N streams and measure throughput, latency and queue behaviour."""
     import dataclasses
@@ -213,15 +256,17 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
     from aorta.hw_queue_eval.harness import run_benchmark
     from aorta.hw_queue_eval.report.console import make_console, render_run
     from aorta.hw_queue_eval.report.ebpf_blocks import render_ebpf
-    from aorta.hw_queue_eval.results import save_result
 
     config = build_config(workload, streams, iterations, warmup, device, size, sync_mode, seed,
                           threads_per_queue)
     request = gpu_request(lock_clocks, power_limit)
+    check_distinct_outputs({"-o": output, "--trace-out": trace_out})
     if output:
         check_output_path(output)
+        check_replaceable(output, ("run",), force)
     if trace_out:
         check_output_path(trace_out, "trace file")
+        check_replaceable(trace_out, ("trace",), force, "trace file")
     tracer = build_tracer(ebpf_trace, ebpf_memory_trace)
     config = dataclasses.replace(config, device=resolve_device(config.device))  # imports torch
     control = gpu_control_context(config.device, request)
@@ -234,21 +279,17 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
         result["gpu_control"] = gpu_report
         click.echo(f"GPU control: {gpu_report['device']}: in effect "
                    f"{gpu_report.get('in_effect')}, then {gpu_report['status']}", err=True)
-    if output:
-        save_result(output, result)
-    if trace_out:
-        from aorta.common.atomicio import atomic_write_json
-        from aorta.hw_queue_eval.report.trace import build_trace
-
-        atomic_write_json(trace_out, build_trace(result))
+    written, unsaved = _write_outputs(result, output, trace_out)
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
         render_run(result, make_console())
         render_ebpf(result, make_console())
-        if output:
+        if "result" in written:
             click.echo(f"\nresult written to {output}")
-        if trace_out:
+        if "trace" in written:
             click.echo(f"trace written to {trace_out} (open it in https://ui.perfetto.dev)")
+    if unsaved:
+        raise UsageError(unsaved)
     if result["status"] != "ok":
         raise click.exceptions.Exit(1)

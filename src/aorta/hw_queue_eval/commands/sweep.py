@@ -8,7 +8,8 @@ from typing import Any
 import click
 
 from aorta.common.atomicio import check_output_path
-from aorta.common.errors import UsageError
+from aorta.common.errors import Terminated, UsageError
+from aorta.common.outlock import OutputLock
 from aorta.hw_queue_eval.commands.run import (
     _Progress,
     build_config,
@@ -38,6 +39,12 @@ def _parse_timeout(value: str | None) -> float | None:
     if not seconds > 0:
         raise UsageError(f"--timeout must be > 0 seconds, got {value!r}")
     return seconds
+
+
+def hold_output_lock(output: str, what: str) -> None:
+    """Lock `output` for this command (exit 2 naming the holder if taken); released at exit."""
+    lock = OutputLock(output, what)
+    click.get_current_context().call_on_close(lock.release)
 
 
 def _describe(point: dict[str, Any], unit: str) -> str:
@@ -85,6 +92,7 @@ def sweep_command(workload: str, streams: str, iterations: str, warmup: str, dev
     request = gpu_request(lock_clocks, power_limit)
     output = output or f"{workload}_sweep.json"
     check_output_path(output, "sweep file")
+    hold_output_lock(output, "sweep file")
     flags = [f"--{name.replace('_', '-')}" for name, on in passthrough.items() if on]
     spec = SweepSpec(
         workload=workload, info=info, stream_counts=counts, dropped=dropped,
@@ -112,12 +120,13 @@ def sweep_command(workload: str, streams: str, iterations: str, warmup: str, dev
 
         try:
             run_sweep(spec, file, on_point)
-        except KeyboardInterrupt:
-            file.save(state="interrupted", analysis=analysis_of(file.points, info.work_scaling))
+        except (KeyboardInterrupt, Terminated) as exc:
+            state = "terminated" if isinstance(exc, Terminated) else "interrupted"
+            file.save(state=state, analysis=analysis_of(file.points, info.work_scaling))
             finished = sum(1 for p in file.points if p.get("status") == "ok")
-            click.echo(f"\ninterrupted: {finished} finished points kept in {output}; "
+            click.echo(f"\n{state}: {finished} finished points kept in {output}; "
                        "continue with --resume", err=True)
-            sys.exit(130)
+            sys.exit(143 if state == "terminated" else 130)
     analysis = analysis_of(file.points, info.work_scaling)
     if gpu_report is not None:
         file.save(state="complete", analysis=analysis)  # records the GPU restore

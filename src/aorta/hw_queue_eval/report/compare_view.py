@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from typing import Any
 
 from aorta.hw_queue_eval.report.console import fmt
+
+_MD_SPECIAL = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation character
+
+
+def md_escape(value: Any) -> str:
+    """Text from an input file as literal Markdown: every ASCII punctuation backslash-escaped
+    (no headings, links, autolinks, HTML or table breaks), line breaks turned into spaces."""
+    text = " ".join(str(value).splitlines())
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
+def _plain(value: Any) -> str:
+    return str(value)
 
 VERDICT_STYLE = {"regression": "bold red", "improvement": "green", "unchanged": "dim",
                  "inconclusive": "yellow"}
@@ -17,15 +32,19 @@ def _median_iqr(median: Any, iqr: Any, n: Any) -> str:
     return f"{median:.4g}" + (f" (IQR {iqr:.2g}, n={n})" if iqr is not None else "")
 
 
-def metric_rows(test: dict[str, Any]) -> list[list[str]]:
-    """Table rows (strings) of one test file's paired metrics."""
+def _point_name(pair: dict[str, Any]) -> str:
+    return f"{pair['workload']} @ {pair['streams']}" + \
+        (f" [{pair['policy']}]" if pair.get("policy") else "")
+
+
+def metric_rows(test: dict[str, Any], esc: Callable[[Any], str] = _plain) -> list[list[str]]:
+    """Table rows (strings) of one test file's paired metrics; `esc` quotes input-file text."""
     rows = []
     for pair in test["pairs"]:
-        point = f"{pair['workload']} @ {pair['streams']}" + \
-            (f" [{pair['policy']}]" if pair.get("policy") else "")
+        point = esc(_point_name(pair))
         for m in pair["metrics"]:
             unit = f" {m['unit']}" if m.get("unit") else ""
-            rows.append([point, m["metric"] + unit,
+            rows.append([point, esc(m["metric"] + unit),
                          _median_iqr(m["base_median"], m["base_iqr"], m["base_n"]),
                          _median_iqr(m["test_median"], m["test_iqr"], m["test_n"]),
                          fmt(m["change_pct"], "+.1f", "%"), fmt(m["p_value"], ".3g", none="—"),
@@ -33,14 +52,15 @@ def metric_rows(test: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-def _ebpf_lines(test: dict[str, Any]) -> list[str]:
+def _ebpf_lines(test: dict[str, Any], esc: Callable[[Any], str] = _plain) -> list[str]:
     lines = []
     for pair in test["pairs"]:
         ebpf = pair["ebpf"]
+        where = esc(f"{pair['workload']} @ {pair['streams']}")
         if ebpf.get("note"):
-            lines.append(f"{pair['workload']} @ {pair['streams']}: {ebpf['note']}")
+            lines.append(f"{where}: {esc(ebpf['note'])}")
         for row in ebpf["rows"]:
-            lines.append(f"{pair['workload']} @ {pair['streams']}: {row['section']}.{row['key']}: "
+            lines.append(f"{where}: {esc(row['section'] + '.' + row['key'])}: "
                          f"{row['base']:.4g} → {row['test']:.4g} ({fmt(row['change_pct'], '+.1f', '%')})")
     return lines
 
@@ -87,22 +107,24 @@ def render_console(cmp: dict[str, Any], console: Any) -> None:
 
 
 def to_markdown(cmp: dict[str, Any]) -> str:
-    """A Markdown summary for CI comments."""
+    """A Markdown summary for CI comments; every string from the input files is escaped."""
     out = [f"### aorta compare (threshold {cmp['threshold_pct']:g}%, α = {cmp['alpha']:g})", ""]
     for test in cmp["tests"]:
-        out += [f"**{cmp['base']}** → **{test['file']}**", "",
+        out += [f"**{md_escape(cmp['base'])}** → **{md_escape(test['file'])}**", "",
                 "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-        for row in metric_rows(test):
+        for row in metric_rows(test, md_escape):
             if row[-1] == "regression":
                 row[-1] = "**regression**"
-            out.append("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |")
-        lines = _ebpf_lines(test)
+            out.append("| " + " | ".join(row) + " |")
+        lines = _ebpf_lines(test, md_escape)
         if lines:
             out += ["", "eBPF:", *[f"- {line}" for line in lines]]
         for label, keys in (("only in base", test["only_in_base"]),
                             ("only in test", test["only_in_test"])):
             if keys:
-                out.append(f"\nnot compared ({label}): {', '.join(keys)}")
+                out.append(f"\nnot compared ({label}): {', '.join(md_escape(k) for k in keys)}")
         out.append("")
+    for note in cmp.get("notes", []):
+        out.append(f"note: {md_escape(note)}")
     out.append(overall_line(cmp))
     return "\n".join(out) + "\n"

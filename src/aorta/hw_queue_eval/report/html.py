@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aorta.common.atomicio import atomic_write_bytes, atomic_write_text
+from aorta.common.atomicio import OutputFolder
 from aorta.common.errors import UsageError
 from aorta.hw_queue_eval.report import plots
 from aorta.hw_queue_eval.report.console import fmt, interpret
@@ -160,20 +160,18 @@ def page_for(data: dict[str, Any]) -> tuple[str, list[Plot], list[str]]:
 
 
 def write_report(data: dict[str, Any], out_dir: Path, source: str) -> list[Path]:
-    """Write every PNG and index.html into `out_dir` (atomically each); returns the paths."""
+    """Write every PNG and index.html into `out_dir` (atomically each); returns the paths.
+
+    The folder is created and written through its descriptor (atomicio.OutputFolder): a link
+    planted after the checks cannot redirect the files, and a failure leaves no folder behind.
+    """
     body, figures, notes = page_for(data)  # everything drawn before anything is written
-    out_dir.mkdir(exist_ok=True)
-    written = []
-    for plot in figures:
-        path = out_dir / plot.filename
-        atomic_write_bytes(path, plot.png)
-        written.append(path)
     notes_html = "".join(f'<p class="note">not drawn: {html.escape(n)}</p>' for n in notes)
     page = (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>aorta report: "
             f"{html.escape(source)}</title><style>{STYLE}</style></head><body>{body}{notes_html}"
             f'<p class="note">source: {html.escape(source)}; written by aorta '
             f"{html.escape(str((data.get('tool') or {}).get('version')))}</p></body></html>\n")
-    index = out_dir / "index.html"
-    atomic_write_text(index, page)
-    written.append(index)
+    with OutputFolder(out_dir, "report folder") as folder:
+        written = [folder.write_bytes(plot.filename, plot.png) for plot in figures]
+        written.append(folder.write_text("index.html", page))
     return written
