@@ -184,10 +184,10 @@ def test_non_tracepoint_probes_are_refused() -> None:
 
     from aorta.ebpf.probes.cpu_sched import CpuSchedFamily
 
-    program = build_program([Kprobe(), CpuSchedFamily()], TraceTarget((1,)),
+    program = build_program([Kprobe(), CpuSchedFamily()], TraceTarget((1,), doorbells=((1, 5, 2, 0),)),
                             Tracefs(FIXTURES / "linux-6.8"), BpftraceDialect((0, 17, 0)), 5)
     assert "not a tracepoint" in program.missing["kp"]["*"]  # dropped, with the reason
-    assert "kprobe:" not in program.text and "@cpu_sched_runq" in program.text  # others kept
+    assert "kprobe:" not in program.text and "@cpu_sched_bell" in program.text  # others kept
 
 
 def test_map_without_family_prefix_is_refused() -> None:

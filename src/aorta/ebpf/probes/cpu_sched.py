@@ -55,7 +55,9 @@ class CpuSchedFamily(ProbeFamily):
         code.begin.extend(f"@cpu_sched_track[{tid}] = 1;" for tid in sorted(ctx.target.thread_labels))
         self._render_doorbells(ctx, code)
         migrate = ctx.event("sched", "sched_migrate_task")
-        if migrate is not None and migrate.has("pid", "dest_cpu"):
+        if not ctx.target.thread_labels:
+            code.missing["sched:sched_migrate_task"] = "no registered threads to follow"
+        elif migrate is not None and migrate.has("pid", "dest_cpu"):
             # CPUs used = the CPU each thread was on at window start (from /proc) plus every
             # migration target in the window: exact, and migrations are rare (no per-switch cost)
             code.used_events.append("sched:sched_migrate_task")
@@ -64,15 +66,17 @@ class CpuSchedFamily(ProbeFamily):
                 f"{{\n  @cpu_sched_cpus[{a('pid')}, {a('dest_cpu')}] = 1;\n}}")
         else:
             code.missing["sched:sched_migrate_task"] = "tracepoint absent: CPUs used not measured"
-        code.end.append("clear(@cpu_sched_track);")
+        if ctx.target.thread_labels:
+            code.end.append("clear(@cpu_sched_track);")
         return code
 
     def _render_doorbells(self, ctx: RenderContext, code: ProbeCode) -> None:
         """The three doorbell probes, or the reason they are not attached."""
         bells = ctx.target.doorbells
         if not bells:
-            for ev in _EVENTS:
+            for ev in _EVENTS[1:]:
                 code.missing[ev] = "no doorbells registered (only the CPU backend has them)"
+            self._render_switch_counts(ctx, code)
             return
         switch = ctx.event("sched", "sched_switch")
         write = ctx.event("syscalls", "sys_enter_write")
@@ -131,6 +135,17 @@ class CpuSchedFamily(ProbeFamily):
                          "clear(@cpu_sched_bell);", "clear(@cpu_sched_lat);",
                          "clear(@cpu_sched_bseq);"])
 
+    def _render_switch_counts(self, ctx: RenderContext, code: ProbeCode) -> None:
+        """Without doorbells (ebpf-attach): per-thread switches of the traced processes in the
+        window, so threads born and gone inside it (not in either /proc snapshot) still show."""
+        switch = ctx.event("sched", "sched_switch")
+        if switch is None:
+            code.missing["sched:sched_switch"] = "tracepoint absent"
+            return
+        code.used_events.append("sched:sched_switch")
+        code.probes.append(f"tracepoint:sched:sched_switch\n/{ctx.pid_filter} && {ctx.gate}/\n{{\n"
+                           "  @cpu_sched_switches[tid] = count();\n}")
+
     def snapshot(self, target: TraceTarget) -> Any:
         """Per-thread kernel counters of the traced processes (on-CPU, run delay, switches)."""
         return procstat.task_counters(target.pids, target.exclude_pids)
@@ -147,6 +162,8 @@ class CpuSchedFamily(ProbeFamily):
                 cpus.setdefault(int(tid), set()).add(int(cpu))
         tids = {t for t in stop if (procstat.delta(start, stop, t, "exec_ns") or 0) > 0}
         tids |= set(workers)
+        counted = {int(k): int(v) for k, v in hist.keyed(maps.get("@cpu_sched_switches")).items()}
+        tids |= set(counted)
         submitters = {int(t) for t in context.get("submitter_tids", [])}
         rows = []
         for tid in sorted(tids):
@@ -155,8 +172,11 @@ class CpuSchedFamily(ProbeFamily):
             edge_cpus = {c for c in (start.get(tid, {}).get("cpu"), stop.get(tid, {}).get("cpu"))
                          if c is not None}
             comm = stop.get(tid, {}).get("comm") or start.get(tid, {}).get("comm")
-            rows.append(_thread_row(tid, comm, worker, q, tid in submitters,
-                                    sorted(cpus.get(tid, set()) | edge_cpus), start, stop))
+            row = _thread_row(tid, comm, worker, q, tid in submitters,
+                              sorted(cpus.get(tid, set()) | edge_cpus), start, stop)
+            if row["switches"] is None and tid in counted:  # not in both /proc snapshots
+                row["switches"] = counted[tid]
+            rows.append(row)
         return self._summarise(rows, queues, workers, maps, list(context.get("attached") or []))
 
     def _summarise(self, rows: list[dict[str, Any]], queues: dict[int, dict[str, Any]],
