@@ -196,3 +196,28 @@ def test_queue_block_renders_unknown_counters_as_na() -> None:
     out = io.StringIO()
     render_queue_block(section, Console(file=out, width=200))
     assert "n/a" in out.getvalue() and "Total submissions:" in out.getvalue()
+
+
+def test_comparison_block_prints_counts_and_reads_old_files() -> None:
+    import io
+
+    from rich.console import Console
+
+    from aorta.hw_queue_eval.ebpf_comparison import compare_with_harness
+    from aorta.hw_queue_eval.report.ebpf_blocks import render_comparison_block
+
+    section = {"status": "ok", "source": "cpu_sched", "total_submissions": 1, "lost_events": 0}
+    c = compare_with_harness(section, _subs((0, 0, 1000, 1100, 5000, "op")), [[0, 0, 1050, 3000]])
+    out = io.StringIO()
+    render_comparison_block(c, Console(file=out, width=200))
+    text = out.getvalue()
+    assert "eBPF submit→dispatch: 0.003 ms  (n=1)" in text
+    assert "Harness submit→start: 0.004 ms  (n=1)" in text and "CUDA" not in text.split("COMPARISON")[1]
+    assert "Measurement accuracy: 100.0%  (1 of 1 harness submissions matched" in text
+    assert "Kernel-visible share: 75.0%" in text
+    old = {"status": "ok", "ebpf_submit_to_dispatch_ms": 0.01, "harness_dispatch_delay_ms": 0.2,
+           "measurement_accuracy_pct": 5.0}
+    out = io.StringIO()
+    render_comparison_block(old, Console(file=out, width=200))
+    assert "Kernel-visible share: 5.0%" in out.getvalue() and "old result file" in out.getvalue()
+    assert "Measurement accuracy" not in out.getvalue()
