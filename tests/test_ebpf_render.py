@@ -104,6 +104,7 @@ def test_show_script_through_aorta_tracefs(cli, gen: str) -> None:
     assert "tracepoint:amdgpu:amdgpu_cs_ioctl" in proc.stdout
     assert f"tracefs: {FIXTURES / gen}" in proc.stdout
     assert "printf(\"aorta_ready 2" in proc.stdout
+    assert "tracepoint:syscalls:sys_enter_write" in proc.stdout  # the CPU backend's doorbells
 
 
 def test_ebpf_info_json_reports_fixture_tree(cli) -> None:
