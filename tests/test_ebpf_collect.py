@@ -76,6 +76,7 @@ def test_cpu_sched_attributes_doorbells_to_queues() -> None:
     assert s["submit_to_dispatch_avg_us"] == 8000 / 4 / 1e3
     # all 4 samples kept: exact nearest-rank P99 = the largest
     assert s["submit_to_dispatch_p99_us"] == 5.0 and s["submit_to_dispatch_p99_method"].startswith("exact")
+    assert s["per_submission_cap_per_queue"] == 16384 // 2
     assert r.metrics["per_submission"] == [[0, 0, 100, 1000], [0, 1, 200, 0], [0, 2, 300, 5000],
                                            [1, 0, 150, 2000]]
     q0 = next(t for t in r.metrics["threads"] if t["tid"] == 11)
@@ -126,6 +127,11 @@ def test_comparison_matches_the_same_submissions() -> None:
     assert c["matched_submissions"] == 1 and c["coverage_pct"] == 100 / 3
     assert c["unmatched"] == {"no_kernel_record": 1, "write_outside_bracket": 1, "not_dispatched": 0}
     assert not c["submissions_equal"]
+    # past the kernel's per-submission record cap, coverage is over the recordable rings only
+    c = compare_with_harness({**section, "per_submission_cap_per_queue": 1}, subs,
+                             [[0, 0, 1050, 1000], [1, 0, 1550, 4000]])
+    assert c["beyond_record_cap"] == 1 and c["matched_submissions"] == 2 and c["coverage_pct"] == 100.0
+    assert c["submissions_equal"]  # the totals are still compared exactly
 
 
 def test_comparison_without_handoffs_is_null_with_reason() -> None:
@@ -213,7 +219,7 @@ def test_comparison_block_prints_counts_and_reads_old_files() -> None:
     text = out.getvalue()
     assert "eBPF submit→dispatch: 0.003 ms  (n=1)" in text
     assert "Harness submit→start: 0.004 ms  (n=1)" in text and "CUDA" not in text.split("COMPARISON")[1]
-    assert "Measurement accuracy: 100.0%  (1 of 1 harness submissions matched" in text
+    assert "Measurement accuracy: 100.0%  (1 of 1 harness submissions matched; kernel counted 1 of 1" in text
     assert "Kernel-visible share: 75.0%" in text
     old = {"status": "ok", "ebpf_submit_to_dispatch_ms": 0.01, "harness_dispatch_delay_ms": 0.2,
            "measurement_accuracy_pct": 5.0}

@@ -11,7 +11,9 @@ work to that idle queue (backends/cpu.py). Both sides see every ring, so per sub
   write time lies inside the harness's before/after bracket of that write.
 
 `coverage_pct` (shown as the guide's "Measurement accuracy") = 100 · matched / harness submissions:
-the share of the harness's submissions that the kernel trace saw. `kernel_visible_share_pct` =
+the share of the harness's submissions that the kernel trace saw (over the first
+`per_submission_cap_per_queue` rings of each queue when a run has more; `beyond_record_cap` says
+how many were left out, and the total counts are still compared exactly). `kernel_visible_share_pct` =
 100 · Σ k_i / Σ h_i over the matched ones: how much of the hand-off delay was scheduler wait (the
 rest is user-space work: Python wake-up, GIL, dequeue). Means are over the matched submissions,
 with the counts beside them.
@@ -47,9 +49,12 @@ def compare_with_harness(queue_section: dict[str, Any], submissions: list[Any] |
                 "kernel_submit_to_dispatch_count": queue_section.get("total_dispatches"),
                 "harness_submit_to_start_ms": None, "coverage_pct": None,
                 "kernel_visible_share_pct": None, "reason": NO_HANDOFFS}
-    pairs, unmatched = match_submissions(submissions, kernel_records or [])
     harness_n = len(submissions)
     kernel_n = queue_section.get("total_submissions")
+    # the kernel keeps per-submission records for the first `cap` rings of each queue only
+    cap = queue_section.get("per_submission_cap_per_queue")
+    recordable = [s for s in submissions if not isinstance(cap, int) or s.seq < cap]
+    pairs, unmatched = match_submissions(recordable, kernel_records or [])
     body = {**base,
             "population": "submissions: hand-offs of work to an idle queue (doorbell rings), window only",
             "harness_submissions": harness_n,
@@ -57,7 +62,8 @@ def compare_with_harness(queue_section: dict[str, Any], submissions: list[Any] |
             "submissions_equal": kernel_n == harness_n,
             "matched_submissions": len(pairs),
             "unmatched": unmatched,
-            "coverage_pct": 100.0 * len(pairs) / harness_n if harness_n else None,
+            "beyond_record_cap": harness_n - len(recordable),
+            "coverage_pct": 100.0 * len(pairs) / len(recordable) if recordable else None,
             "coverage_meaning": COVERAGE_MEANING,
             "harness_label": HARNESS_LABEL_CPU,
             "first_task_kinds": dict(Counter(s.first_kind for s in submissions))}

@@ -90,7 +90,7 @@ class CpuSchedFamily(ProbeFamily):
                                     else "unused: another doorbell tracepoint is absent")
             return
         a, gate = ctx.dialect.arg, ctx.gate
-        cap = max(1, PER_SUBMISSION_CAP // len(bells))
+        cap = per_queue_cap(len(bells))
         owners = " || ".join(f"pid == {p}" for p in sorted({b[0] for b in bells}))
         for _, fd, tid, queue in bells:  # stored +1 so that 0 (absent) means "not a doorbell"
             code.begin.extend([f"@cpu_sched_bellq[{fd}] = {queue + 1};",
@@ -184,7 +184,7 @@ class CpuSchedFamily(ProbeFamily):
                    attached: list[str]) -> FamilyResult:
         worker_rows = [r for r in rows if r["queue"] is not None]
         per_submission = _per_submission(maps)
-        summary = (_summary(queues, worker_rows, per_submission)
+        summary = (_summary(queues, worker_rows, per_submission, per_queue_cap(len(workers)))
                    if workers and set(_EVENTS) <= set(attached) else None)
         coverage = {
             "source": SOURCE,
@@ -242,8 +242,13 @@ def exact_percentile(values: list[int], q: float) -> float:
     return float(ordered[min(rank, len(ordered)) - 1])
 
 
+def per_queue_cap(queues: int) -> int:
+    """Per-submission records kept per queue (the first ones of the window)."""
+    return max(1, PER_SUBMISSION_CAP // max(1, queues))
+
+
 def _summary(queues: dict[int, dict[str, Any]], worker_rows: list[dict[str, Any]],
-             per_submission: list[list[Any]]) -> dict[str, Any]:
+             per_submission: list[list[Any]], cap: int) -> dict[str, Any]:
     """The queue section's headline: counts behind every mean, exact P99 when all samples are kept."""
     n = sum(q["dispatches"] for q in queues.values())
     total = sum(q["total_ns"] for q in queues.values())
@@ -278,6 +283,7 @@ def _summary(queues: dict[int, dict[str, Any]], worker_rows: list[dict[str, Any]
                                        "it (0 when it was already running); mean over "
                                        "total_dispatches"),
         "per_submission_records": len(per_submission),
+        "per_submission_cap_per_queue": cap,
         "kernel_run_delay_total_ms": _sum_or_none([r["kernel_run_delay_ms"] for r in worker_rows]),
         "run_delay_source": ("schedstat run_delay of the queue worker threads over the window: all "
                              "their run-queue waits (after doorbells, GIL hand-offs, preemption)"),

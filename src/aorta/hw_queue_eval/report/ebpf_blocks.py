@@ -108,9 +108,12 @@ def render_comparison_block(section: dict[str, Any] | None, console: Any) -> Non
              fmt(section.get("harness_submit_to_start_ms"), ".3f", " ms") + counted)
     coverage = fmt(section.get("coverage_pct"), ".1f", "%")
     if isinstance(section.get("harness_submissions"), int):
-        coverage += (f"  ({section.get('matched_submissions')} of {section['harness_submissions']} "
-                     f"harness submissions matched; kernel counted {section.get('kernel_submissions')};"
-                     f" lost events {section.get('lost_events')})")
+        beyond = section.get("beyond_record_cap") or 0
+        cap_note = f", {beyond} beyond the per-submission record cap" if beyond else ""
+        coverage += (f"  ({section.get('matched_submissions')} of "
+                     f"{section['harness_submissions'] - beyond} harness submissions matched"
+                     f"{cap_note}; kernel counted {section.get('kernel_submissions')} of "
+                     f"{section['harness_submissions']}; lost events {section.get('lost_events')})")
     labelled(console, "Measurement accuracy", coverage)
     labelled(console, "Kernel-visible share", fmt(section.get("kernel_visible_share_pct"), ".1f", "%"))
     for key in ("kernel_meaning", "harness_meaning", "coverage_meaning", "reason"):
