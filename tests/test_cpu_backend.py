@@ -160,3 +160,30 @@ def test_each_queue_is_one_thread_no_hidden_intra_op_teams(backend_factory):
     # OpenMP helpers inherit the worker's name; one thread per queue means intra-op threads = 1
     assert sorted(c for c in comms if c.startswith("aorta-hwq")) == \
         ["aorta-hwq0", "aorta-hwq1", "aorta-hwq2"]
+
+
+def test_handoffs_ring_the_doorbell_once_per_idle_queue(backend_factory):
+    """Work handed to a busy queue rides with its batch; only hand-offs to an idle queue ring."""
+    import os
+
+    backend = backend_factory(2, 2)
+    gate = threading.Event()
+
+    def body(streams):
+        streams[0].launch(gate.wait, "blocker")  # queue 0 idle → rings; then it stays busy
+        time.sleep(0.05)
+        for _ in range(5):
+            streams[0].launch(lambda: None, "rides")  # queue 0 busy → no ring
+        streams[1].launch(lambda: None, "other")  # queue 1 idle → rings
+        gate.set()
+
+    run_one_iteration(backend, body)
+    subs = backend.submissions()
+    # per queue: its first op rang; later, the synchronize marker rings only if the queue had
+    # already gone idle again (timing), never one of the five ops handed to the busy queue
+    by_queue = {q: [(s.seq, s.first_kind) for s in subs if s.queue == q] for q in (0, 1)}
+    for q in (0, 1):
+        assert by_queue[q][0] == (0, "op") and by_queue[q][1:] in ([], [(1, "marker")])
+    for s in subs:
+        assert s.ring_ns <= s.rung_ns <= s.start_ns
+    assert all(w.doorbell_fd is not None and os.fstat(w.doorbell_fd) for w in backend.workers())

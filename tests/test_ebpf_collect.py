@@ -40,57 +40,112 @@ def test_percentile_inside_bucket() -> None:
     assert hist.percentile([], 0.5) is None
 
 
-def test_cpu_sched_attributes_threads_to_queues() -> None:
-    # keys: tid,kind with kind 2 = woken by the submitting thread, 0 = other waker, 1 = preempted
+DOORBELL_EVENTS = ["sched:sched_switch", "syscalls:sys_enter_write", "syscalls:sys_exit_read"]
+
+
+def test_cpu_sched_attributes_doorbells_to_queues() -> None:
+    # queue 0 rang 3 times (delays 1000, 0, 5000 ns), queue 1 once (2000 ns)
     maps = {
-        "@cpu_sched_wakeups": {"11,2": 10, "11,0": 5, "12,2": 4, "99,0": 1},
-        "@cpu_sched_runq_s": {"11,2": {"count": 10, "average": 2000, "total": 20000},
-                              "11,0": {"count": 5, "average": 100, "total": 500},
-                              "12,2": {"count": 4, "average": 1000, "total": 4000},
-                              "12,1": {"count": 2, "average": 7000, "total": 14000}},
-        "@cpu_sched_runq": {"11,2": [{"min": 1024, "max": 2047, "count": 10}],
-                            "12,2": [{"min": 512, "max": 1023, "count": 4}]},
-        "@cpu_sched_comm": {"11,aorta-hwq0": 3, "99,aorta-hwq1": 1},
+        "@cpu_sched_seq": {"0": 3, "1": 1},
+        "@cpu_sched_s2d_s": {"0": {"count": 3, "average": 2000, "total": 6000},
+                             "1": {"count": 1, "average": 2000, "total": 2000}},
+        "@cpu_sched_s2d": {"0": [{"min": 0, "max": 0, "count": 1}, {"min": 512, "max": 1023, "count": 1},
+                                 {"min": 4096, "max": 8191, "count": 1}],
+                           "1": [{"min": 1024, "max": 2047, "count": 1}]},
+        "@cpu_sched_ring": {"0,0": 100, "0,1": 200, "0,2": 300, "1,0": 150},
+        "@cpu_sched_sub": {"0,0": 1000, "0,1": 0, "0,2": 5000, "1,0": 2000},
+        "@cpu_sched_cpus": {"11,1": 1},
     }
     workers = [{"tid": 11, "queue": 0, "streams": (0, 2)}, {"tid": 12, "queue": 1, "streams": (1,)}]
-    def counters(exec_ns: int, vol: int, invol: int) -> dict[str, int]:
-        return {"exec_ns": exec_ns, "run_delay_ns": exec_ns // 10, "voluntary": vol,
-                "involuntary": invol}
 
-    snaps = {"cpu_sched": {"start": {11: counters(1_000_000, 10, 1), 12: counters(0, 0, 0)},
+    def counters(exec_ns: int, vol: int, invol: int, comm: str = "aorta-hwq0") -> dict:
+        return {"exec_ns": exec_ns, "run_delay_ns": exec_ns // 10, "voluntary": vol,
+                "involuntary": invol, "comm": comm, "cpu": 0}
+
+    snaps = {"cpu_sched": {"start": {11: counters(1_000_000, 10, 1), 12: counters(0, 0, 0),
+                                     99: counters(0, 0, 0, "aorta-hwq1")},
                            "stop": {11: counters(6_000_000, 12, 2), 12: counters(1_000_000, 1, 1),
-                                    13: counters(0, 0, 0)}}}
-    r = CpuSchedFamily().collect(maps, {"workers": workers, "submitter_tids": [7],
-                                        "snapshots": snaps})
+                                    13: counters(0, 0, 0), 99: counters(10, 0, 0, "aorta-hwq1")}}}
+    context = {"workers": workers, "submitter_tids": [7], "snapshots": snaps,
+               "attached": DOORBELL_EVENTS}
+    r = CpuSchedFamily().collect(maps, context)
     s = r.metrics["summary"]
-    assert s["total_submissions"] == 14 and s["total_dispatches"] == 14
-    assert s["other_wakeups"] == 5 and s["preemption_waits"] == 2
+    assert s["total_submissions"] == 4 and s["total_dispatches"] == 4
+    assert s["submissions_per_queue"] == {"0": 3, "1": 1}
     assert s["hw_rings_used"] == [0, 1]
-    assert abs(s["submit_to_dispatch_avg_us"] - 24000 / 14 / 1e3) < 1e-9
-    assert abs(s["runq_wait_after_preemption_total_ms"] - 0.014) < 1e-12
+    assert s["submit_to_dispatch_avg_us"] == 8000 / 4 / 1e3
+    # all 4 samples kept: exact nearest-rank P99 = the largest
+    assert s["submit_to_dispatch_p99_us"] == 5.0 and s["submit_to_dispatch_p99_method"].startswith("exact")
+    assert s["per_submission_cap_per_queue"] == 16384 // 2
+    assert r.metrics["per_submission"] == [[0, 0, 100, 1000], [0, 1, 200, 0], [0, 2, 300, 5000],
+                                           [1, 0, 150, 2000]]
     q0 = next(t for t in r.metrics["threads"] if t["tid"] == 11)
+    assert q0["submissions"] == 3 and q0["dispatches"] == 3 and q0["submit_to_dispatch_avg_us"] == 2.0
     assert q0["switches"] == 3 and q0["involuntary"] == 1 and q0["on_cpu_ms"] == 5.0
-    assert q0["comm"] == "aorta-hwq0" and q0["kernel_run_delay_ms"] == 0.5
+    assert q0["comm"] == "aorta-hwq0" and q0["kernel_run_delay_ms"] == 0.5 and q0["cpus"] == [0, 1]
     assert 13 not in {t["tid"] for t in r.metrics["threads"]}  # did not run in the window
     helper = next(t for t in r.metrics["threads"] if t["tid"] == 99)
-    assert helper["queue"] is None and helper["helper_of_queue"] == 1
-    unknown = CpuSchedFamily().collect(maps, {"workers": workers, "snapshots": snaps}) \
-        .metrics["summary"]
-    assert unknown["total_submissions"] == 19  # without a known submitter every wakeup counts
+    assert helper["queue"] is None and helper["helper_of_queue"] == 1 and helper["submissions"] == 0
+    assert s["kernel_run_delay_total_ms"] == 0.5 + 0.1
+    # the doorbell probes were not attached: no summary rather than zeros
+    assert CpuSchedFamily().collect(maps, {**context, "attached": []}).metrics["summary"] is None
 
 
-def test_dispatch_delay_excludes_head_of_line_blocking() -> None:
-    from aorta.hw_queue_eval.backends.base import OpRecord
-    from aorta.hw_queue_eval.ebpf_comparison import dispatch_delays_ns
+def test_exact_percentile_nearest_rank() -> None:
+    from aorta.ebpf.probes.cpu_sched import exact_percentile
 
-    ops = [OpRecord(0, 0, 0, "a", 0, 10, 100),  # idle queue: 10 ns to start
-           OpRecord(0, 1, 0, "b", 5, 103, 150),  # ready at 5 but queue busy until 100: 3 ns
-           OpRecord(0, 2, 1, "c", 0, 7, 20)]  # another queue
-    assert sorted(dispatch_delays_ns(ops)) == [3, 7, 10]
+    values = list(range(1, 101))
+    assert exact_percentile(values, 0.99) == 99 and exact_percentile(values, 0.5) == 50
+    assert exact_percentile([7], 0.99) == 7
+
+
+def _subs(*rows: tuple) -> list:
+    from aorta.hw_queue_eval.backends.base import SubmissionRecord
+
+    return [SubmissionRecord(*row) for row in rows]
+
+
+def test_comparison_matches_the_same_submissions() -> None:
+    from aorta.hw_queue_eval.ebpf_comparison import compare_with_harness
+
+    section = {"status": "ok", "source": "cpu_sched", "total_submissions": 3, "lost_events": 0}
+    # (queue, seq, ring, rung, start, kind): harness delays 3000, 5000, 10000 ns
+    subs = _subs((0, 0, 1000, 1100, 4000, "op"), (0, 1, 2000, 2100, 7000, "marker"),
+                 (1, 0, 1500, 1600, 11500, "op"))
+    kernel = [[0, 0, 1050, 1000], [0, 1, 2050, 2000], [1, 0, 1550, 4000]]
+    c = compare_with_harness(section, subs, kernel)
+    assert c["harness_submissions"] == 3 and c["kernel_submissions"] == 3 and c["submissions_equal"]
+    assert c["matched_submissions"] == 3 and c["coverage_pct"] == 100.0 and c["compared"] == 3
+    assert c["kernel_submit_to_dispatch_ms"] == 7000 / 3 / 1e6
+    assert c["harness_submit_to_start_ms"] == 18000 / 3 / 1e6
+    assert c["kernel_visible_share_pct"] == 100 * 7000 / 18000
+    assert c["first_task_kinds"] == {"op": 2, "marker": 1}
+    assert c["op_submissions"]["count"] == 2 and c["op_submissions"]["kernel_ms"] == 5000 / 2 / 1e6
+    # a kernel write outside the harness's bracket, and a missing record, are not matches
+    moved = [[0, 0, 1200, 1000], [1, 0, 1550, 4000]]
+    c = compare_with_harness({**section, "total_submissions": 2}, subs, moved)
+    assert c["matched_submissions"] == 1 and c["coverage_pct"] == 100 / 3
+    assert c["unmatched"] == {"no_kernel_record": 1, "write_outside_bracket": 1, "not_dispatched": 0}
+    assert not c["submissions_equal"]
+    # past the kernel's per-submission record cap, coverage is over the recordable rings only
+    c = compare_with_harness({**section, "per_submission_cap_per_queue": 1}, subs,
+                             [[0, 0, 1050, 1000], [1, 0, 1550, 4000]])
+    assert c["beyond_record_cap"] == 1 and c["matched_submissions"] == 2 and c["coverage_pct"] == 100.0
+    assert c["submissions_equal"]  # the totals are still compared exactly
+
+
+def test_comparison_without_handoffs_is_null_with_reason() -> None:
+    from aorta.hw_queue_eval.ebpf_comparison import compare_with_harness
+
+    c = compare_with_harness({"status": "ok", "source": "amdgpu", "submit_to_dispatch_avg_us": 12.0},
+                             None, None)
+    assert c["coverage_pct"] is None and c["harness_submit_to_start_ms"] is None and c["reason"]
+    assert c["kernel_submit_to_dispatch_ms"] == 0.012
 
 
 def test_cpu_sched_without_registry_has_no_summary() -> None:
-    r = CpuSchedFamily().collect({"@cpu_sched_wakeups": {"5": 1}}, {"workers": []})
+    r = CpuSchedFamily().collect({"@cpu_sched_seq": {"0": 1}}, {"workers": [],
+                                                                 "attached": DOORBELL_EVENTS})
     assert r.metrics["summary"] is None
 
 
@@ -139,11 +194,36 @@ def test_queue_block_renders_unknown_counters_as_na() -> None:
     from aorta.hw_queue_eval.report.ebpf_blocks import render_queue_block
 
     row = {"tid": 5, "comm": "x", "queue": None, "helper_of_queue": None, "submitter": False,
-           "streams": None, "wakeups": 3, "submission_wakeups": 0, "dispatches": 3,
-           "runq_avg_us": 1.0, "runq_p99_us": None, "on_cpu_ms": None, "switches": None,
-           "involuntary": None, "cpus": []}
+           "streams": None, "submissions": 3, "dispatches": 3,
+           "submit_to_dispatch_avg_us": 1.0, "submit_to_dispatch_p99_us": None, "on_cpu_ms": None,
+           "kernel_run_delay_ms": None, "switches": None, "involuntary": None, "cpus": []}
     section = {"status": "ok", "total_submissions": None, "lost_events": 0,
                "families": {"cpu_sched": {"metrics": {"threads": [row]}, "events_attached": ["e"]}}}
     out = io.StringIO()
     render_queue_block(section, Console(file=out, width=200))
     assert "n/a" in out.getvalue() and "Total submissions:" in out.getvalue()
+
+
+def test_comparison_block_prints_counts_and_reads_old_files() -> None:
+    import io
+
+    from rich.console import Console
+
+    from aorta.hw_queue_eval.ebpf_comparison import compare_with_harness
+    from aorta.hw_queue_eval.report.ebpf_blocks import render_comparison_block
+
+    section = {"status": "ok", "source": "cpu_sched", "total_submissions": 1, "lost_events": 0}
+    c = compare_with_harness(section, _subs((0, 0, 1000, 1100, 5000, "op")), [[0, 0, 1050, 3000]])
+    out = io.StringIO()
+    render_comparison_block(c, Console(file=out, width=200))
+    text = out.getvalue()
+    assert "eBPF submit→dispatch: 0.003 ms  (n=1)" in text
+    assert "Harness submit→start: 0.004 ms  (n=1)" in text and "CUDA" not in text.split("COMPARISON")[1]
+    assert "Measurement accuracy: 100.0%  (1 of 1 harness submissions matched; kernel counted 1 of 1" in text
+    assert "Kernel-visible share: 75.0%" in text
+    old = {"status": "ok", "ebpf_submit_to_dispatch_ms": 0.01, "harness_dispatch_delay_ms": 0.2,
+           "measurement_accuracy_pct": 5.0}
+    out = io.StringIO()
+    render_comparison_block(old, Console(file=out, width=200))
+    assert "Kernel-visible share: 5.0%" in out.getvalue() and "old result file" in out.getvalue()
+    assert "Measurement accuracy" not in out.getvalue()

@@ -53,9 +53,12 @@ def can_unshare(ebpf_ready: None) -> None:
 def test_engine_program_compiles_against_recorded_formats(can_unshare: None, gen: str,
                                                           tmp_path: Path) -> None:
     tree = _tree(gen, tmp_path)
-    program = engine.make_program(True, True, TraceTarget((os.getpid(),)), Tracefs(tree),
+    pid = os.getpid()  # a CPU-backend-like target: one queue worker with its doorbell fd 5
+    target = TraceTarget((pid,), thread_labels={pid: "q0"}, doorbells=((pid, 5, pid, 0),))
+    program = engine.make_program(True, True, target, Tracefs(tree),
                                   engine.check_readiness().version, token=9)
     assert "tracepoint:amdgpu:amdgpu_sched_run_job" in program.text
+    assert "tracepoint:syscalls:sys_enter_write" in program.text  # the doorbell probes too
     script = tmp_path / "program.bt"
     script.write_text(program.text)
     rc, errors = _compile(tree, script)

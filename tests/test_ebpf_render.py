@@ -104,6 +104,7 @@ def test_show_script_through_aorta_tracefs(cli, gen: str) -> None:
     assert "tracepoint:amdgpu:amdgpu_cs_ioctl" in proc.stdout
     assert f"tracefs: {FIXTURES / gen}" in proc.stdout
     assert "printf(\"aorta_ready 2" in proc.stdout
+    assert "tracepoint:syscalls:sys_enter_write" in proc.stdout  # the CPU backend's doorbells
 
 
 def test_ebpf_info_json_reports_fixture_tree(cli) -> None:
@@ -184,10 +185,10 @@ def test_non_tracepoint_probes_are_refused() -> None:
 
     from aorta.ebpf.probes.cpu_sched import CpuSchedFamily
 
-    program = build_program([Kprobe(), CpuSchedFamily()], TraceTarget((1,)),
+    program = build_program([Kprobe(), CpuSchedFamily()], TraceTarget((1,), doorbells=((1, 5, 2, 0),)),
                             Tracefs(FIXTURES / "linux-6.8"), BpftraceDialect((0, 17, 0)), 5)
     assert "not a tracepoint" in program.missing["kp"]["*"]  # dropped, with the reason
-    assert "kprobe:" not in program.text and "@cpu_sched_runq" in program.text  # others kept
+    assert "kprobe:" not in program.text and "@cpu_sched_bell" in program.text  # others kept
 
 
 def test_map_without_family_prefix_is_refused() -> None:

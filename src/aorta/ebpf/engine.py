@@ -90,7 +90,8 @@ def collect_results(program: Program, output: SessionOutput,
         prefix = f"@{family.name}_"
         maps = {k: v for k, v in output.maps.items() if k.startswith(prefix)}
         try:
-            results.append(family.collect(maps, context))
+            attached = program.used_events.get(family.name, [])
+            results.append(family.collect(maps, {**context, "attached": attached}))
         except Exception as exc:  # one family's bug must not hide the others' numbers
             results.append(FamilyResult(family.name, family.section, {},
                                         {"error": f"collect failed: {type(exc).__name__}: {exc}"}))

@@ -51,6 +51,10 @@ def validate_target(target: TraceTarget) -> None:
     for value in (*target.pids, *target.thread_labels):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ProgramError(f"invalid pid/tid {value!r}: must be a positive integer")
+    for bell in target.doorbells:
+        if len(bell) != 4 or any(isinstance(v, bool) or not isinstance(v, int) for v in bell) \
+                or bell[0] <= 0 or bell[1] < 0 or bell[2] <= 0 or bell[3] < 0:
+            raise ProgramError(f"invalid doorbell {bell!r}: (pid > 0, fd >= 0, tid > 0, queue >= 0)")
 
 
 def validate_family(family: ProbeFamily) -> None:

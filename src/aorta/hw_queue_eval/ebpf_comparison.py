@@ -1,79 +1,114 @@
-"""'eBPF vs CUDA COMPARISON': the kernel's run-queue wait vs the harness's own dispatch delay.
+"""'eBPF vs CUDA COMPARISON': one population (submissions) on one clock, kernel vs harness.
 
-Like with like on the CPU backend (docs/ebpf.md, "Comparison formula"), over the same window:
+On the CPU backend a submission is a doorbell ring: the host writes a queue's eventfd when it hands
+work to that idle queue (backends/cpu.py). Both sides see every ring, so per submission
+(docs/ebpf.md, "Comparison formula"):
 
-* kernel  K = Σ run-queue wait of queue worker threads after a wakeup *by the submitting (host)
-  thread* (sched_wakeup → sched_switch in); `ebpf_submit_to_dispatch_ms` = K / such waits;
-* harness H = Σ over ops of start − max(ready, end of the previous op on the same queue): the time
-  a queue had ready work but was not running it (head-of-line blocking behind another stream's op
-  on the same queue is excluded: it is not dispatch); `harness_dispatch_delay_ms` = H / ops, shown
-  under the guide's label "CUDA switch overhead";
-* `measurement_accuracy_pct` = 100 · K / H: the share of the dispatch delay that the kernel saw as
-  CPU run-queue wait after a submission. The rest is user-space work (futex wake path, GIL
-  acquisition, Python dequeue) that the scheduler does not see; lost events are reported apart.
+* kernel  k_i = doorbell write (sys_enter_write) → the worker's first switch onto a CPU after it;
+* harness h_i = the host's clock right before the write → the worker starting the work it was
+  handed (for an op: the op's start), CLOCK_MONOTONIC like the kernel's `nsecs`;
+* a kernel record matches harness submission i when it has the same queue and ring number and its
+  write time lies inside the harness's before/after bracket of that write.
+
+`coverage_pct` (shown as the guide's "Measurement accuracy") = 100 · matched / harness submissions:
+the share of the harness's submissions that the kernel trace saw (over the first
+`per_submission_cap_per_queue` rings of each queue when a run has more; `beyond_record_cap` says
+how many were left out, and the total counts are still compared exactly). `kernel_visible_share_pct` =
+100 · Σ k_i / Σ h_i over the matched ones: how much of the hand-off delay was scheduler wait (the
+rest is user-space work: Python wake-up, GIL, dequeue). Means are over the matched submissions,
+with the counts beside them.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter
 from typing import Any
 
-FORMULA = ("accuracy = 100 * sum(kernel run-queue wait of queue threads after a wakeup by the "
-           "submitting thread) / sum(harness dispatch delay: start - max(ready, previous op end on "
-           "the same queue)), same window")
+FORMULA = ("per submission (doorbell ring): kernel = doorbell write → worker on a CPU; harness = "
+           "doorbell write → worker starts the handed work; accuracy (coverage) = 100 * matched / "
+           "harness submissions; kernel-visible share = 100 * sum(kernel) / sum(harness) over matched")
+COVERAGE_MEANING = ("share of the harness's submissions (hand-offs to an idle queue) that the kernel "
+                    "trace matched: same queue, same ring number, write time inside the harness's "
+                    "bracket; < 50 % means events were missed")
+HARNESS_LABEL_CPU = "Harness submit→start"  # the CPU backend's own name: there is no CUDA here
+NO_HANDOFFS = ("the harness cannot see hand-offs on this backend (GPU launches go to user-mode "
+               "queues), so there is no common population to compare")
 
 
-def dispatch_delays_ns(ops: list[Any]) -> list[int]:
-    """Per op: start − max(ready, previous op's end on the same queue), in ns (≥ 0)."""
-    by_queue: dict[Any, list[Any]] = defaultdict(list)
-    for op in ops:
-        if op.ready_ns is not None:
-            by_queue[op.queue].append(op)
-    delays = []
-    for queue_ops in by_queue.values():
-        previous_end = None
-        for op in sorted(queue_ops, key=lambda o: o.start_ns):
-            base = op.ready_ns if previous_end is None else max(op.ready_ns, previous_end)
-            delays.append(max(0, op.start_ns - base))
-            previous_end = op.end_ns
-    return delays
-
-
-def compare_with_harness(queue_section: dict[str, Any], ops: list[Any]) -> dict[str, Any]:
+def compare_with_harness(queue_section: dict[str, Any], submissions: list[Any] | None,
+                         kernel_records: list[list[Any]] | None) -> dict[str, Any]:
     """The comparison section; null values carry a reason."""
     if queue_section.get("status") != "ok":
         return {"status": queue_section.get("status"), "error": queue_section.get("error"),
                 "formula": FORMULA}
     source = queue_section.get("source")
-    base = {"status": "ok", "error": None, "formula": FORMULA, "kernel_source": source,
-            "ebpf_submit_to_dispatch_ms": _ms(queue_section.get("submit_to_dispatch_avg_us"))}
-    if source != "cpu_sched":
-        return {**base, "harness_dispatch_delay_ms": None, "measurement_accuracy_pct": None,
-                "reason": ("the harness measures ready→start only on the CPU backend; GPU ops have no "
-                           "host-visible ready time, so there is nothing like-for-like to compare")}
-    delays = dispatch_delays_ns(ops)
-    if not delays:
-        return {**base, "harness_dispatch_delay_ms": None, "measurement_accuracy_pct": None,
-                "reason": "no ops with a ready time were recorded in the window"}
-    kernel_total_ms = queue_section.get("runq_wait_after_submission_total_ms")
-    harness_total_ms = sum(delays) / 1e6
-    raw = [op.start_ns - op.ready_ns for op in ops if op.ready_ns is not None]
-    accuracy = (100.0 * kernel_total_ms / harness_total_ms
-                if kernel_total_ms is not None and harness_total_ms > 0 else None)
-    return {**base,
-            "ebpf_meaning": "mean run-queue wait of queue threads after a submission wakeup (kernel)",
-            "harness_dispatch_delay_ms": harness_total_ms / len(delays),
-            "harness_meaning": ("mean op dispatch delay: start − max(ready, previous op end on its "
-                                "queue) (harness clock, CLOCK_MONOTONIC)"),
-            "harness_ready_to_start_ms": sum(raw) / len(raw) / 1e6,
-            "harness_ready_to_start_note": "includes head-of-line waits behind other streams' ops",
-            "kernel_waits": queue_section.get("total_dispatches"),
-            "harness_ops": len(delays),
-            "kernel_runq_wait_total_ms": kernel_total_ms,
-            "harness_dispatch_delay_total_ms": harness_total_ms,
-            "measurement_accuracy_pct": accuracy,
-            "accuracy_meaning": ("share of the harness-measured dispatch delay that the kernel saw as "
-                                 "run-queue wait after a submission")}
+    base: dict[str, Any] = {"status": "ok", "error": None, "formula": FORMULA,
+                            "kernel_source": source, "lost_events": queue_section.get("lost_events")}
+    if source != "cpu_sched" or submissions is None:
+        return {**base, "kernel_submit_to_dispatch_ms": _ms(queue_section.get("submit_to_dispatch_avg_us")),
+                "kernel_submit_to_dispatch_count": queue_section.get("total_dispatches"),
+                "harness_submit_to_start_ms": None, "coverage_pct": None,
+                "kernel_visible_share_pct": None, "reason": NO_HANDOFFS}
+    harness_n = len(submissions)
+    kernel_n = queue_section.get("total_submissions")
+    # the kernel keeps per-submission records for the first `cap` rings of each queue only
+    cap = queue_section.get("per_submission_cap_per_queue")
+    recordable = [s for s in submissions if not isinstance(cap, int) or s.seq < cap]
+    pairs, unmatched = match_submissions(recordable, kernel_records or [])
+    body = {**base,
+            "population": "submissions: hand-offs of work to an idle queue (doorbell rings), window only",
+            "harness_submissions": harness_n,
+            "kernel_submissions": kernel_n,
+            "submissions_equal": kernel_n == harness_n,
+            "matched_submissions": len(pairs),
+            "unmatched": unmatched,
+            "beyond_record_cap": harness_n - len(recordable),
+            "coverage_pct": 100.0 * len(pairs) / len(recordable) if recordable else None,
+            "coverage_meaning": COVERAGE_MEANING,
+            "harness_label": HARNESS_LABEL_CPU,
+            "first_task_kinds": dict(Counter(s.first_kind for s in submissions))}
+    if not pairs:
+        return {**body, "kernel_submit_to_dispatch_ms": None, "harness_submit_to_start_ms": None,
+                "kernel_visible_share_pct": None,
+                "reason": "no submission in the window" if not harness_n else
+                          "no harness submission was matched by a kernel record"}
+    body.update(_means(pairs, "kernel_submit_to_dispatch_ms", "harness_submit_to_start_ms"))
+    body["kernel_meaning"] = "doorbell write → the worker's first switch onto a CPU after it (kernel)"
+    body["harness_meaning"] = ("doorbell write → the worker starts the work it was handed (harness "
+                               "clock, CLOCK_MONOTONIC); over the same matched submissions")
+    ops = [(k, h) for k, h, kind in pairs if kind == "op"]
+    body["op_submissions"] = ({"count": len(ops), **_means([(k, h, "op") for k, h in ops],
+                                                          "kernel_ms", "harness_to_op_start_ms")}
+                              if ops else {"count": 0})
+    return body
+
+
+def match_submissions(submissions: list[Any], kernel_records: list[list[Any]]
+                      ) -> tuple[list[tuple[int, int, str]], dict[str, int]]:
+    """(kernel ns, harness ns, first task kind) per matched submission, and why others did not match."""
+    kernel = {(int(r[0]), int(r[1])): r for r in kernel_records}
+    pairs: list[tuple[int, int, str]] = []
+    why = Counter({"no_kernel_record": 0, "write_outside_bracket": 0, "not_dispatched": 0})
+    for s in submissions:
+        record = kernel.get((s.queue, s.seq))
+        if record is None:
+            why["no_kernel_record"] += 1
+        elif not s.ring_ns <= int(record[2]) <= s.rung_ns:
+            why["write_outside_bracket"] += 1
+        elif record[3] is None:
+            why["not_dispatched"] += 1
+        else:
+            pairs.append((int(record[3]), s.start_ns - s.ring_ns, s.first_kind))
+    return pairs, dict(why)
+
+
+def _means(pairs: list[tuple[int, int, str]], kernel_key: str, harness_key: str) -> dict[str, Any]:
+    """Both means over the same pairs, their count, and the kernel's share of the harness sum."""
+    k_total = sum(k for k, _, _ in pairs)
+    h_total = sum(h for _, h, _ in pairs)
+    return {kernel_key: k_total / len(pairs) / 1e6, harness_key: h_total / len(pairs) / 1e6,
+            "compared": len(pairs),
+            "kernel_visible_share_pct": 100.0 * k_total / h_total if h_total > 0 else None}
 
 
 def _ms(us: Any) -> float | None:

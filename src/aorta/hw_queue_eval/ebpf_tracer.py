@@ -40,7 +40,11 @@ class EbpfTracer:
         if labels:  # this (harness) thread enqueues all work: its wakeups of queues are submissions
             self.submitter_tid = threading.get_native_id()
             labels[self.submitter_tid] = SUBMITTER_LABEL
-        target = TraceTarget(pids=(os.getpid(),), follow_children=True, thread_labels=labels)
+        pid = os.getpid()
+        doorbells = tuple((pid, w.doorbell_fd, w.tid, w.queue) for w in workers
+                          if w.doorbell_fd is not None)
+        target = TraceTarget(pids=(pid,), follow_children=True, thread_labels=labels,
+                             doorbells=doorbells)
         try:
             self.program = engine.make_program(self.queue, self.memory, target, self.ready.tracefs,
                                                self.ready.version)
@@ -89,8 +93,11 @@ class EbpfTracer:
         if self.queue:
             queue = sections["ebpf_queue_metrics"]
             queue["interpretation"] = engine.interpret_queue(queue, fam_context["streams"])
+            family = (queue.get("families") or {}).get("cpu_sched") or {}
+            # per-submission kernel records feed the comparison; the JSON keeps counts and sums
+            records = (family.get("metrics") or {}).pop("per_submission", None)
             sections["ebpf_vs_cuda_comparison"] = compare_with_harness(
-                sections["ebpf_queue_metrics"], context.get("ops") or [])
+                queue, context.get("submissions"), records)
         return sections
 
     def abort(self) -> None:

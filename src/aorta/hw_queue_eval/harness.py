@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from aorta.hw_queue_eval import metrics
 from aorta.hw_queue_eval.backends import Backend, OpRecord, create_backend, resolve_device
+from aorta.hw_queue_eval.backends.base import SubmissionRecord
 from aorta.hw_queue_eval.config import RunConfig
 from aorta.hw_queue_eval.results import RunResult, collect_environment
 from aorta.hw_queue_eval.workloads.base import UNIT_SCALE, Workload
@@ -68,6 +69,19 @@ def compact_ops(ops: list[OpRecord]) -> dict[str, Any]:
     return {"columns": ["iteration", "stream", "queue", "label", "ready_us", "start_us", "end_us"],
             "labels": labels, "rows": rows, "truncated": len(ops) > MAX_STORED_OPS,
             "total_ops": len(ops)}
+
+
+def _handoffs(submissions: list[SubmissionRecord] | None) -> dict[str, Any]:
+    """The harness's own count of hand-offs to an idle queue (doorbell rings) in the window."""
+    if submissions is None:
+        return {"count": None, "per_queue": None,
+                "reason": "this backend's hand-offs are not visible to the host (user-mode queues)"}
+    per_queue: dict[str, int] = {}
+    for s in submissions:
+        per_queue[str(s.queue)] = per_queue.get(str(s.queue), 0) + 1
+    return {"count": len(submissions), "per_queue": per_queue,
+            "meaning": "hand-offs of work to an idle queue: one doorbell (eventfd) write each",
+            "source": "harness"}
 
 
 def _test_crash_hook(streams: int) -> None:
@@ -137,13 +151,13 @@ def _run_on_backend(config: RunConfig, backend: Backend, workload_cls: type[Work
     ops = backend.stop_window() if config.record_ops else []
     device_times = backend.iteration_times_ms()
     return _assemble(config, backend, workload, size, ops, window_ns, per_iteration,
-                     host_times, device_times, verification, tracer)
+                     host_times, device_times, verification, tracer, backend.submissions())
 
 
 def _assemble(config: RunConfig, backend: Backend, workload: Workload, size: str,
               ops: list[OpRecord], window_ns: int, per_iteration: bool,
               host_times: list[float], device_times: list[float] | None, verification: Any,
-              tracer: WindowTracer | None) -> RunResult:
+              tracer: WindowTracer | None, submissions: list[SubmissionRecord] | None) -> RunResult:
     info = workload.INFO
     window_ms = window_ns / 1e6
     warnings: list[str] = []
@@ -201,7 +215,8 @@ def _assemble(config: RunConfig, backend: Backend, workload: Workload, size: str
         ops={"count": len(ops), "per_label": metrics.per_label_summary(ops),
              "ready_to_start_ms": metrics.summarize(delays),
              "ready_to_start_note": (None if delays else
-                                     "the backend cannot observe when an op became ready")},
+                                     "the backend cannot observe when an op became ready"),
+             "handoffs": _handoffs(submissions)},
         queue_mapping=backend.queue_mapping(),
         memory=backend.memory_stats(),
         verification=verification.to_dict(),
@@ -217,7 +232,8 @@ def _assemble(config: RunConfig, backend: Backend, workload: Workload, size: str
         error=None if verification.passed else "verification failed",
     )
     if tracer is not None:
-        sections = tracer.finish({"result": result, "ops": ops, "backend": backend})
+        sections = tracer.finish({"result": result, "ops": ops, "backend": backend,
+                                  "submissions": submissions})
         for key, value in sections.items():
             setattr(result, key, value)
     return result

@@ -31,13 +31,15 @@ class TraceTarget:
     """Whose events count.
 
     pids: thread-group ids traced from the start; follow_children: also their descendants
-    (torchrun ranks); thread_labels: tid → label (e.g. "q0" for a CPU-backend queue worker).
+    (torchrun ranks); thread_labels: tid → label (e.g. "q0" for a CPU-backend queue worker);
+    doorbells: (pid, fd, worker tid, queue) of each CPU-backend queue's submission doorbell.
     """
 
     pids: tuple[int, ...]
     follow_children: bool = True
     thread_labels: dict[int, str] = field(default_factory=dict)
     exclude_pids: tuple[int, ...] = ()  # never counted (the tracer's own bpftrace child)
+    doorbells: tuple[tuple[int, int, int, int], ...] = ()
 
 
 @dataclass

@@ -1,9 +1,19 @@
-"""CPU scheduling of queue threads (CPU backend; any traced process).
+"""CPU-backend queue submissions (doorbells) and CPU scheduling of the traced process's threads.
 
-Per thread of the traced processes, in the window only: run-queue latency (wakeup → on CPU, and
-preempted → back on CPU, kept apart), on-CPU time, context switches, involuntary preemptions and
-the CPUs it ran on. All of it aggregates in the kernel (hist, stats, sum, count). `collect`
-attributes threads to hardware queues and streams through the backend's tid registry.
+A submission is an explicit, kernel-visible event: the CPU backend gives each queue a doorbell
+(an eventfd) that the host writes only when it hands work to that idle queue, and the queue's
+worker blocks reading it (backends/cpu.py). The program sees exactly those events:
+
+* submission = `sys_enter_write` by the owning process on a registered doorbell fd, in the window;
+* dispatch = the worker's first switch onto a CPU after that write (`sched_switch` with
+  next_pid = worker), or the doorbell time itself when the worker never left the CPU before it
+  read the doorbell (it was running when the host rang);
+* the doorbell is consumed when the worker's read returns 8 bytes (`sys_exit_read`), which closes
+  the submission: submit→dispatch = dispatch − doorbell write.
+
+The hot path (every context switch on the machine) is one hash lookup. Per-thread on-CPU time,
+switches and run delay come from the counters the kernel keeps (`snapshot`), the CPUs a thread used
+from the rare `sched_migrate_task`. No wake-up is classified: only doorbells are submissions.
 """
 
 from __future__ import annotations
@@ -19,82 +29,35 @@ from aorta.ebpf.probes.base import (
     RenderContext,
     TraceTarget,
 )
-from aorta.ebpf.program import GATE_MAP
 
-WAKE, PREEMPT, SUBMIT = 0, 1, 2  # woken by another thread, preempted, woken by the submitter
 SUBMITTER_LABEL = "host"  # TraceTarget.thread_labels value of the thread that enqueues work
 _WORKER_COMM = re.compile(r"^aorta-hwq(\d+)$")
-SOURCE = "kernel sched tracepoints (sched_wakeup, sched_wakeup_new, sched_switch) via eBPF"
+SOURCE = ("doorbell eventfd writes (syscalls:sys_enter_write), the worker's first switch onto a CPU "
+          "after each (sched:sched_switch) and its doorbell read (syscalls:sys_exit_read), via eBPF")
+PER_SUBMISSION_CAP = 16384  # per-submission records kept per run (counts and sums are never capped)
+DOORBELL_BYTES = 8  # an eventfd read returns its 8-byte counter
+_EVENTS = ("sched:sched_switch", "syscalls:sys_enter_write", "syscalls:sys_exit_read")
 
 
 class CpuSchedFamily(ProbeFamily):
-    """Run-queue latency and on-CPU time of the traced processes' threads."""
+    """Doorbell submissions → dispatch of CPU-backend queues; per-thread CPU scheduling."""
 
     name = "cpu_sched"
     section = "queue"
-    description = "CPU scheduling of queue worker threads (run-queue latency, on-CPU, preemption)"
+    description = "CPU-backend queue doorbells (submit→dispatch) and CPU scheduling of its threads"
 
     def wanted_events(self) -> list[str]:
-        return ["sched:sched_switch", "sched:sched_wakeup", "sched:sched_wakeup_new",
-                "sched:sched_migrate_task"]
+        return [*_EVENTS, "sched:sched_migrate_task"]
 
     def render(self, ctx: RenderContext) -> ProbeCode:
         code = ProbeCode()
-        switch = ctx.event("sched", "sched_switch")
-        if switch is None or not switch.has("prev_pid", "prev_state", "next_pid"):
-            code.missing["sched:sched_switch"] = "tracepoint absent (or lacks prev_pid/next_pid)"
-            for ev in ("sched:sched_wakeup", "sched:sched_wakeup_new"):
-                code.missing[ev] = "unused without sched:sched_switch"
-            return code
         a, gate = ctx.dialect.arg, ctx.gate
         code.begin.extend(f"@cpu_sched_track[{tid}] = 1;" for tid in sorted(ctx.target.thread_labels))
-        wakeups = [f"tracepoint:sched:{ev}" for ev in ("sched_wakeup", "sched_wakeup_new")
-                   if (fmt := ctx.event("sched", ev)) is not None and fmt.has("pid")]
-        for ev in ("sched_wakeup", "sched_wakeup_new"):
-            (code.used_events.append(f"sched:{ev}") if f"tracepoint:sched:{ev}" in wakeups
-             else code.missing.setdefault(f"sched:{ev}", "tracepoint absent"))
-        submitters = sorted(t for t, label in ctx.target.thread_labels.items()
-                            if label == SUBMITTER_LABEL)
-        # the waker is the current task: a queue thread woken by the submitting (host) thread
-        # is a submission; other wakeups (GIL hand-off, cross-stream waits) are counted apart
-        kind = " || ".join(f"tid == {int(t)}" for t in submitters)
-        kind_expr = f"(({kind}) ? {SUBMIT} : {WAKE})" if kind else str(WAKE)
-        if wakeups:
-            # one map per waiting thread: (since << 2) | kind, so one lookup gives both
-            code.probes.append(
-                f"{','.join(wakeups)}\n/@cpu_sched_track[{a('pid')}]/\n{{\n"
-                f"  $p = {a('pid')};\n  $k = {kind_expr};\n"
-                "  @cpu_sched_w[$p] = (nsecs << 2) | $k;\n"
-                # submissions are counted where they happen; other wakeups are counted by the
-                # dispatch that consumes them (runq stats), which saves a map update per wakeup
-                f"  if ($k == {SUBMIT} && {gate}) {{ @cpu_sched_wakeups[$p, $k] = count(); }}\n}}")
-        code.used_events.append("sched:sched_switch")
-        # Hot path (every context switch): ctx fields read once, first (the verifier rejects ctx
-        # reads after branches); the gate map holds the window start, so one lookup gives both;
-        # per-thread flags are written once. On-CPU time and switch counts are not counted here:
-        # the kernel keeps them per thread (see `snapshot`), so they cost nothing per event.
-        code.probes.append(
-            "tracepoint:sched:sched_switch\n{\n"
-            f"  $st = {a('prev_state')} & 0xff;\n  $n = {a('next_pid')};\n"
-            f"  if ({ctx.pid_filter}) {{\n"
-            "    if (!@cpu_sched_track[tid]) {\n"
-            "      @cpu_sched_track[tid] = 1; @cpu_sched_comm[tid, comm] = count();\n    }\n"
-            # still runnable after the switch (preempted): it waits on the run queue from now on
-            f"    if ($st == 0) {{ @cpu_sched_w[tid] = (nsecs << 2) | {PREEMPT}; }}\n"
-            "  }\n"
-            "  if (@cpu_sched_track[$n]) {\n"
-            "    $v = @cpu_sched_w[$n];\n"
-            "    if ($v) {\n"
-            f"      $g = {GATE_MAP};\n"
-            "      if ($g) {\n"
-            "        $w = $v >> 2;\n        $k = $v & 3;\n"
-            "        if ($w < $g) { $w = $g; }\n"
-            "        @cpu_sched_runq[$n, $k] = hist(nsecs - $w);\n"
-            "        @cpu_sched_runq_s[$n, $k] = stats(nsecs - $w);\n      }\n"
-            "      delete(@cpu_sched_w[$n]);\n    }\n"
-            "  }\n}")
+        self._render_doorbells(ctx, code)
         migrate = ctx.event("sched", "sched_migrate_task")
-        if migrate is not None and migrate.has("pid", "dest_cpu"):
+        if not ctx.target.thread_labels:
+            code.missing["sched:sched_migrate_task"] = "no registered threads to follow"
+        elif migrate is not None and migrate.has("pid", "dest_cpu"):
             # CPUs used = the CPU each thread was on at window start (from /proc) plus every
             # migration target in the window: exact, and migrations are rare (no per-switch cost)
             code.used_events.append("sched:sched_migrate_task")
@@ -103,8 +66,85 @@ class CpuSchedFamily(ProbeFamily):
                 f"{{\n  @cpu_sched_cpus[{a('pid')}, {a('dest_cpu')}] = 1;\n}}")
         else:
             code.missing["sched:sched_migrate_task"] = "tracepoint absent: CPUs used not measured"
-        code.end.extend(["clear(@cpu_sched_track);", "clear(@cpu_sched_w);"])
+        if ctx.target.thread_labels:
+            code.end.append("clear(@cpu_sched_track);")
         return code
+
+    def _render_doorbells(self, ctx: RenderContext, code: ProbeCode) -> None:
+        """The three doorbell probes, or the reason they are not attached."""
+        bells = ctx.target.doorbells
+        if not bells:
+            for ev in _EVENTS[1:]:
+                code.missing[ev] = "no doorbells registered (only the CPU backend has them)"
+            self._render_switch_counts(ctx, code)
+            return
+        switch = ctx.event("sched", "sched_switch")
+        write = ctx.event("syscalls", "sys_enter_write")
+        read = ctx.event("syscalls", "sys_exit_read")
+        ok = {"sched:sched_switch": switch is not None and switch.has("next_pid"),
+              "syscalls:sys_enter_write": write is not None and write.has("fd"),
+              "syscalls:sys_exit_read": read is not None and read.has("ret")}
+        if not all(ok.values()):
+            for ev, present in ok.items():
+                code.missing[ev] = ("tracepoint absent (or lacks its fields)" if not present
+                                    else "unused: another doorbell tracepoint is absent")
+            return
+        a, gate = ctx.dialect.arg, ctx.gate
+        cap = per_queue_cap(len(bells))
+        owners = " || ".join(f"pid == {p}" for p in sorted({b[0] for b in bells}))
+        for _, fd, tid, queue in bells:  # stored +1 so that 0 (absent) means "not a doorbell"
+            code.begin.extend([f"@cpu_sched_bellq[{fd}] = {queue + 1};",
+                               f"@cpu_sched_wq[{tid}] = {queue + 1};",
+                               f"@cpu_sched_qw[{queue}] = {tid};"])
+        code.used_events.extend(_EVENTS)
+        # submission: the host writes a doorbell; one ring per hand-off to an idle queue
+        code.probes.append(
+            f"tracepoint:syscalls:sys_enter_write\n/{owners}/\n{{\n"
+            f"  $fd = (int64){a('fd')};\n"
+            "  $q = @cpu_sched_bellq[$fd];\n"
+            f"  if ($q && {gate}) {{\n"
+            "    $t = nsecs;\n    $q = $q - 1;\n"
+            "    $w = @cpu_sched_qw[$q];\n"
+            "    $s = @cpu_sched_seq[$q];\n    @cpu_sched_seq[$q] = $s + 1;\n"
+            # a ring while the previous one is unconsumed breaks the protocol: counted, never hidden
+            "    if (@cpu_sched_bell[$w] || @cpu_sched_lat[$w]) { @cpu_sched_unconsumed[$q] = count(); }\n"
+            "    @cpu_sched_bell[$w] = $t;\n    delete(@cpu_sched_lat[$w]);\n"
+            "    @cpu_sched_bseq[$w] = $s;\n"
+            f"    if ($s < {cap}) {{ @cpu_sched_ring[$q, $s] = $t; }}\n  }}\n}}")
+        # dispatch: the first switch-in of that worker after the ring (one lookup per switch)
+        code.probes.append(
+            "tracepoint:sched:sched_switch\n{\n"
+            f"  $n = (int64){a('next_pid')};\n"
+            "  $b = @cpu_sched_bell[$n];\n"
+            "  if ($b) {\n"
+            "    @cpu_sched_lat[$n] = nsecs - $b + 1;\n"
+            "    delete(@cpu_sched_bell[$n]);\n  }\n}")
+        # consumption: the worker's doorbell read returns; closes the submission
+        code.probes.append(
+            f"tracepoint:syscalls:sys_exit_read\n/{a('ret')} == {DOORBELL_BYTES} && "
+            "@cpu_sched_wq[tid]/\n{\n"
+            "  $k = (int64)tid;\n"
+            "  $b = @cpu_sched_bell[$k];\n  $l = @cpu_sched_lat[$k];\n"
+            "  if ($b || $l) {\n"
+            "    $d = 0;\n    if (!$b) { $d = $l - 1; }\n"
+            "    $q = @cpu_sched_wq[$k] - 1;\n    $s = @cpu_sched_bseq[$k];\n"
+            "    @cpu_sched_s2d[$q] = hist($d);\n    @cpu_sched_s2d_s[$q] = stats($d);\n"
+            f"    if ($s < {cap}) {{ @cpu_sched_sub[$q, $s] = $d; }}\n"
+            "    delete(@cpu_sched_bell[$k]);\n    delete(@cpu_sched_lat[$k]);\n  }\n}")
+        code.end.extend(["clear(@cpu_sched_bellq);", "clear(@cpu_sched_wq);", "clear(@cpu_sched_qw);",
+                         "clear(@cpu_sched_bell);", "clear(@cpu_sched_lat);",
+                         "clear(@cpu_sched_bseq);"])
+
+    def _render_switch_counts(self, ctx: RenderContext, code: ProbeCode) -> None:
+        """Without doorbells (ebpf-attach): per-thread switches of the traced processes in the
+        window, so threads born and gone inside it (not in either /proc snapshot) still show."""
+        switch = ctx.event("sched", "sched_switch")
+        if switch is None:
+            code.missing["sched:sched_switch"] = "tracepoint absent"
+            return
+        code.used_events.append("sched:sched_switch")
+        code.probes.append(f"tracepoint:sched:sched_switch\n/{ctx.pid_filter} && {ctx.gate}/\n{{\n"
+                           "  @cpu_sched_switches[tid] = count();\n}")
 
     def snapshot(self, target: TraceTarget) -> Any:
         """Per-thread kernel counters of the traced processes (on-CPU, run delay, switches)."""
@@ -112,148 +152,176 @@ class CpuSchedFamily(ProbeFamily):
 
     def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
         workers = {int(w["tid"]): w for w in context.get("workers", []) if w.get("tid")}
-        threads: dict[int, dict[str, Any]] = {}
-
-        def thread(tid: int) -> dict[str, Any]:
-            return threads.setdefault(tid, {
-                "tid": tid, "comm": None, "wakeups": {WAKE: 0, SUBMIT: 0}, "cpus": [],
-                "hist": {WAKE: [], PREEMPT: [], SUBMIT: []},
-                "stats": {WAKE: (0, 0), PREEMPT: (0, 0), SUBMIT: (0, 0)}})
-
-        for key, value in hist.keyed(maps.get("@cpu_sched_wakeups")).items():
-            tid, _, kind = key.partition(",")
-            if tid and kind:
-                thread(int(tid))["wakeups"][int(kind)] = int(value)
-
+        queues = _queue_stats(maps)
         snaps = (context.get("snapshots") or {}).get(self.name) or {}
         start, stop = snaps.get("start") or {}, snaps.get("stop") or {}
-        for tid in stop:  # every thread that ran in the window, even without a traced event
-            if (procstat.delta(start, stop, tid, "exec_ns") or 0) > 0:
-                thread(tid)
-        comms = {}
-        for key in hist.keyed(maps.get("@cpu_sched_comm")):
-            tid, _, comm = key.partition(",")
-            if tid:
-                comms[int(tid)] = comm
+        cpus: dict[int, set[int]] = {}
         for key in hist.keyed(maps.get("@cpu_sched_cpus")):
             tid, _, cpu = key.partition(",")
             if tid and cpu:
-                thread(int(tid))["cpus"].append(int(cpu))
-        for key, value in hist.keyed(maps.get("@cpu_sched_runq")).items():
-            tid, _, kind = key.partition(",")
-            if tid and kind:
-                thread(int(tid))["hist"][int(kind)] = hist.buckets(value)
-        for key, value in hist.keyed(maps.get("@cpu_sched_runq_s")).items():
-            tid, _, kind = key.partition(",")
-            st = hist.stats(value)
-            if tid and kind and st:
-                thread(int(tid))["stats"][int(kind)] = st
-        for tid, t in threads.items():
-            # non-submission wakeups are counted by the dispatch that consumed them
-            t["wakeups"][WAKE] = t["stats"][WAKE][0]
-            # CPUs: where it was at the window's edges plus every migration target in between
-            t["cpus"].extend(c for c in (start.get(tid, {}).get("cpu"), stop.get(tid, {}).get("cpu"))
-                             if c is not None)
-            t["comm"] = comms.get(tid) or stop.get(tid, {}).get("comm") or start.get(tid, {}).get("comm")
-            t["on_cpu_ns"] = procstat.delta(start, stop, tid, "exec_ns")
-            t["run_delay_ns"] = procstat.delta(start, stop, tid, "run_delay_ns")
-            vol = procstat.delta(start, stop, tid, "voluntary")
-            invol = procstat.delta(start, stop, tid, "involuntary")
-            t["switches"] = None if vol is None or invol is None else vol + invol
-            t["involuntary"] = invol
+                cpus.setdefault(int(tid), set()).add(int(cpu))
+        tids = {t for t in stop if (procstat.delta(start, stop, t, "exec_ns") or 0) > 0}
+        tids |= set(workers)
+        counted = {int(k): int(v) for k, v in hist.keyed(maps.get("@cpu_sched_switches")).items()}
+        tids |= set(counted)
         submitters = {int(t) for t in context.get("submitter_tids", [])}
-        for tid in submitters & set(threads):
-            threads[tid]["submitter"] = True
-        return self._summarise(threads, workers, bool(submitters))
+        rows = []
+        for tid in sorted(tids):
+            worker = workers.get(tid)
+            q = queues.get(worker["queue"]) if worker else None
+            edge_cpus = {c for c in (start.get(tid, {}).get("cpu"), stop.get(tid, {}).get("cpu"))
+                         if c is not None}
+            comm = stop.get(tid, {}).get("comm") or start.get(tid, {}).get("comm")
+            row = _thread_row(tid, comm, worker, q, tid in submitters,
+                              sorted(cpus.get(tid, set()) | edge_cpus), start, stop)
+            if row["switches"] is None and tid in counted:  # not in both /proc snapshots
+                row["switches"] = counted[tid]
+            rows.append(row)
+        return self._summarise(rows, queues, workers, maps, list(context.get("attached") or []))
 
-    def _summarise(self, threads: dict[int, dict[str, Any]], workers: dict[int, dict[str, Any]],
-                   submitter_known: bool) -> FamilyResult:
-        rows = [_thread_row(t, workers.get(tid)) for tid, t in sorted(threads.items())]
-        queue_threads = [threads[r["tid"]] for r in rows if r["queue"] is not None]
-
-        def total(kind: int) -> tuple[int, int]:
-            return (sum(t["stats"][kind][0] for t in queue_threads),
-                    sum(t["stats"][kind][1] for t in queue_threads))
-
-        # submissions: wakeups by the submitting thread when it is known, else every wakeup
-        kinds = (SUBMIT,) if submitter_known else (SUBMIT, WAKE)
-        sub_hist = hist.merge(*(t["hist"][k] for t in queue_threads for k in kinds))
-        sub_n = sum(total(k)[0] for k in kinds)
-        sub_total = sum(total(k)[1] for k in kinds)
-        p99 = hist.percentile(sub_hist, 0.99)
-        rings = sorted({r["queue"] for r in rows if r["queue"] is not None
-                        and ((r["on_cpu_ms"] or 0) > 0 or r["dispatches"] > 0)})
-        summary = None
-        if workers:
-            summary = {
-                "source": "cpu_sched",
-                "total_submissions": sum(t["wakeups"][k] for t in queue_threads for k in kinds),
-                "submissions_meaning": ("wakeups of queue worker threads by the submitting (host) "
-                                        "thread: work handed to an idle queue" if submitter_known
-                                        else "wakeups of queue worker threads (any waker)"),
-                "total_dispatches": sub_n,
-                "dispatches_meaning": "those queue threads switched onto a CPU after that wakeup",
-                "hw_rings_used": rings,
-                "hw_rings_meaning": "CPU-backend queues whose worker thread ran in the window",
-                "submit_to_dispatch_avg_us": sub_total / sub_n / 1e3 if sub_n else None,
-                "submit_to_dispatch_p99_us": p99["estimate"] / 1e3 if p99 else None,
-                "submit_to_dispatch_p99_bucket_us": ([p99["bucket_min"] / 1e3, p99["bucket_max"] / 1e3]
-                                                     if p99 else None),
-                "submit_to_dispatch_meaning": "run-queue latency: sched_wakeup → sched_switch in",
-                "runq_wait_after_submission_total_ms": sub_total / 1e6,
-                "runq_wait_total_ms": sum(total(k)[1] for k in (SUBMIT, WAKE, PREEMPT)) / 1e6,
-                "kernel_run_delay_total_ms": _sum_or_none(
-                    [t["run_delay_ns"] for t in queue_threads], 1e6),
-                "run_delay_source": ("schedstat run_delay of the same threads over the same window: "
-                                     "the kernel's own total, a cross-check of the eBPF sum"),
-                "runq_wait_after_other_wakeup_total_ms": total(WAKE)[1] / 1e6,
-                "runq_wait_after_preemption_total_ms": total(PREEMPT)[1] / 1e6,
-                "other_wakeups": sum(t["wakeups"][WAKE] for t in queue_threads),
-                "preemption_waits": total(PREEMPT)[0],
-            }
+    def _summarise(self, rows: list[dict[str, Any]], queues: dict[int, dict[str, Any]],
+                   workers: dict[int, dict[str, Any]], maps: dict[str, Any],
+                   attached: list[str]) -> FamilyResult:
+        worker_rows = [r for r in rows if r["queue"] is not None]
+        per_submission = _per_submission(maps)
+        summary = (_summary(queues, worker_rows, per_submission, per_queue_cap(len(workers)))
+                   if workers and set(_EVENTS) <= set(attached) else None)
         coverage = {
             "source": SOURCE,
-            "covered": "every thread of the traced processes, measurement window only",
-            "attribution": ("thread id → queue/streams from the backend's worker registry"
+            "covered": "doorbells of the CPU backend's queues and every thread of the traced "
+                       "processes, measurement window only",
+            "attribution": ("doorbell fd → queue and worker tid from the backend's registry"
                             if workers else "per thread only (no queue registry for this target)"),
             "threads_seen": len(rows),
         }
+        merged = hist.merge(*(q["hist"] for q in queues.values()))
         metrics = {"summary": summary, "threads": rows,
-                   "runq_latency_hist_ns": hist.as_records(sub_hist),
-                   "histogram_kind": "log2 buckets of ns: queue threads, submission wakeup → on CPU"}
+                   "per_submission": per_submission,
+                   "submit_to_dispatch_hist_ns": hist.as_records(merged),
+                   "histogram_kind": "log2 buckets of ns: doorbell write → worker on a CPU"}
         return FamilyResult(self.name, self.section, metrics, coverage)
 
 
-def _sum_or_none(values: list[int | None], scale: float) -> float | None:
-    """Sum of known values / scale; None when any is unknown (never a partial total)."""
+def _queue_stats(maps: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """Per queue: rings (submissions), dispatches, their sum, histogram, protocol breaks."""
+    queues: dict[int, dict[str, Any]] = {}
+
+    def queue(q: int) -> dict[str, Any]:
+        return queues.setdefault(q, {"submissions": 0, "dispatches": 0, "total_ns": 0, "hist": [],
+                                     "unconsumed": 0})
+
+    for key, value in hist.keyed(maps.get("@cpu_sched_seq")).items():
+        queue(int(key))["submissions"] = int(value)
+    for key, value in hist.keyed(maps.get("@cpu_sched_s2d_s")).items():
+        st = hist.stats(value)
+        if st:
+            queue(int(key))["dispatches"], queue(int(key))["total_ns"] = st
+    for key, value in hist.keyed(maps.get("@cpu_sched_s2d")).items():
+        queue(int(key))["hist"] = hist.buckets(value)
+    for key, value in hist.keyed(maps.get("@cpu_sched_unconsumed")).items():
+        queue(int(key))["unconsumed"] = int(value)
+    return queues
+
+
+def _per_submission(maps: dict[str, Any]) -> list[list[int]]:
+    """[queue, seq, doorbell ns, submit→dispatch ns] per recorded submission (sorted)."""
+    rings = hist.keyed(maps.get("@cpu_sched_ring"))
+    delays = hist.keyed(maps.get("@cpu_sched_sub"))
+    out = []
+    for key, ring in rings.items():
+        q, _, s = key.partition(",")
+        delay = delays.get(key)
+        out.append([int(q), int(s), int(ring), None if delay is None else int(delay)])
+    return sorted(out, key=lambda r: (r[0], r[1]))
+
+
+def exact_percentile(values: list[int], q: float) -> float:
+    """Nearest-rank percentile of all samples (no interpolation, no bucket error)."""
+    ordered = sorted(values)
+    rank = max(1, -(-round(q * 1e6) * len(ordered) // 1_000_000))
+    return float(ordered[min(rank, len(ordered)) - 1])
+
+
+def per_queue_cap(queues: int) -> int:
+    """Per-submission records kept per queue (the first ones of the window)."""
+    return max(1, PER_SUBMISSION_CAP // max(1, queues))
+
+
+def _summary(queues: dict[int, dict[str, Any]], worker_rows: list[dict[str, Any]],
+             per_submission: list[list[Any]], cap: int) -> dict[str, Any]:
+    """The queue section's headline: counts behind every mean, exact P99 when all samples are kept."""
+    n = sum(q["dispatches"] for q in queues.values())
+    total = sum(q["total_ns"] for q in queues.values())
+    merged = hist.merge(*(q["hist"] for q in queues.values()))
+    samples = [r[3] for r in per_submission if r[3] is not None]
+    if n and len(samples) == n:
+        p99, method, bucket = exact_percentile(samples, 0.99), f"exact, nearest rank of all {n}", None
+    else:
+        est = hist.percentile(merged, 0.99)
+        p99 = est["estimate"] if est else None
+        bucket = [est["bucket_min"] / 1e3, est["bucket_max"] / 1e3] if est else None
+        method = "log2 histogram, interpolated inside its bucket (per-submission store capped)"
+    rings = sorted({r["queue"] for r in worker_rows if (r["on_cpu_ms"] or 0) > 0 or r["dispatches"]})
+    return {
+        "source": "cpu_sched",
+        "total_submissions": sum(q["submissions"] for q in queues.values()),
+        "submissions_meaning": ("doorbell writes: hand-offs of work to an idle CPU-backend queue "
+                                "(one eventfd write each), window only"),
+        "submissions_per_queue": {str(k): v["submissions"] for k, v in sorted(queues.items())},
+        "total_dispatches": n,
+        "dispatches_meaning": ("those doorbells consumed by their worker, each timed at the "
+                               "worker's first switch onto a CPU after the write"),
+        "unconsumed_doorbells": sum(q["unconsumed"] for q in queues.values()),
+        "hw_rings_used": rings,
+        "hw_rings_meaning": "CPU-backend queues whose worker thread ran in the window",
+        "submit_to_dispatch_avg_us": total / n / 1e3 if n else None,
+        "submit_to_dispatch_p99_us": p99 / 1e3 if p99 is not None else None,
+        "submit_to_dispatch_p99_method": method if n else None,
+        "submit_to_dispatch_p99_bucket_us": bucket,
+        "submit_to_dispatch_samples": n,
+        "submit_to_dispatch_meaning": ("doorbell write → the worker's first switch onto a CPU after "
+                                       "it (0 when it was already running); mean over "
+                                       "total_dispatches"),
+        "per_submission_records": len(per_submission),
+        "per_submission_cap_per_queue": cap,
+        "kernel_run_delay_total_ms": _sum_or_none([r["kernel_run_delay_ms"] for r in worker_rows]),
+        "run_delay_source": ("schedstat run_delay of the queue worker threads over the window: all "
+                             "their run-queue waits (after doorbells, GIL hand-offs, preemption)"),
+    }
+
+
+def _sum_or_none(values: list[float | None]) -> float | None:
+    """Sum of known values; None when any is unknown (never a partial total)."""
     if not values or any(v is None for v in values):
         return None
-    return sum(v for v in values if v is not None) / scale
+    return sum(v for v in values if v is not None)
 
 
-def _thread_row(t: dict[str, Any], worker: dict[str, Any] | None) -> dict[str, Any]:
+def _thread_row(tid: int, comm: str | None, worker: dict[str, Any] | None,
+                q: dict[str, Any] | None, submitter: bool, cpus: list[int],
+                start: dict[int, Any], stop: dict[int, Any]) -> dict[str, Any]:
     """One per-thread (= per queue on the CPU backend) row of the table."""
-    woken = hist.merge(t["hist"][SUBMIT], t["hist"][WAKE])
-    n = t["stats"][SUBMIT][0] + t["stats"][WAKE][0]
-    total = t["stats"][SUBMIT][1] + t["stats"][WAKE][1]
-    p99 = hist.percentile(woken, 0.99)
-    pn, ptotal = t["stats"][PREEMPT]
-    helper = _WORKER_COMM.match(t["comm"] or "") if worker is None else None
+    helper = _WORKER_COMM.match(comm or "") if worker is None else None
+    n = q["dispatches"] if q else 0
+    p99 = hist.percentile(q["hist"], 0.99) if q else None
+    on_cpu = procstat.delta(start, stop, tid, "exec_ns")
+    delay = procstat.delta(start, stop, tid, "run_delay_ns")
+    vol = procstat.delta(start, stop, tid, "voluntary")
+    invol = procstat.delta(start, stop, tid, "involuntary")
     return {
-        "tid": t["tid"], "comm": t["comm"],
+        "tid": tid, "comm": comm,
         "queue": worker["queue"] if worker else None,
         # threads a queue worker started (torch/OpenMP pools) inherit its name: shown, not counted
         "helper_of_queue": int(helper.group(1)) if helper else None,
-        "submitter": bool(t.get("submitter")),
+        "submitter": submitter,
         "streams": list(worker["streams"]) if worker else None,
-        "wakeups": t["wakeups"][SUBMIT] + t["wakeups"][WAKE],
-        "submission_wakeups": t["wakeups"][SUBMIT], "dispatches": n,
-        "runq_avg_us": (total / n / 1e3) if n else None,
-        "runq_p99_us": (p99["estimate"] / 1e3) if p99 else None,
-        "runq_total_ms": total / 1e6,
-        "preempt_waits": pn, "preempt_wait_total_ms": ptotal / 1e6,
-        "on_cpu_ms": None if t["on_cpu_ns"] is None else t["on_cpu_ns"] / 1e6,
-        "kernel_run_delay_ms": None if t["run_delay_ns"] is None else t["run_delay_ns"] / 1e6,
-        "switches": t["switches"], "involuntary": t["involuntary"],
-        "cpus": sorted(set(t["cpus"])),
+        "submissions": q["submissions"] if q else 0,
+        "dispatches": n,
+        "submit_to_dispatch_avg_us": (q["total_ns"] / n / 1e3) if q and n else None,
+        "submit_to_dispatch_p99_us": (p99["estimate"] / 1e3) if p99 else None,
+        "on_cpu_ms": None if on_cpu is None else on_cpu / 1e6,
+        "kernel_run_delay_ms": None if delay is None else delay / 1e6,
+        "switches": None if vol is None or invol is None else vol + invol,
+        "involuntary": invol,
+        "cpus": cpus,
     }

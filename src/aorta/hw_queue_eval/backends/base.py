@@ -27,11 +27,34 @@ class OpRecord:
 
 @dataclass(frozen=True)
 class WorkerInfo:
-    """A host thread that executes queue work (CPU backend): eBPF attributes kernel events by tid."""
+    """A host thread that executes queue work (CPU backend): eBPF attributes kernel events by tid.
+
+    doorbell_fd: the eventfd (in this process) the host writes, and only for submissions, when it
+    hands work to this idle queue; the worker blocks reading it. None where there is no doorbell.
+    """
 
     tid: int
     queue: int
     streams: tuple[int, ...]
+    doorbell_fd: int | None = None
+
+
+@dataclass(frozen=True)
+class SubmissionRecord:
+    """One hand-off of work to an idle queue (a doorbell ring), as the harness saw it.
+
+    Times are absolute CLOCK_MONOTONIC ns (bpftrace's `nsecs`): ring_ns right before the doorbell
+    write, rung_ns right after it returned, start_ns when the worker began the first task handed
+    over (for an op: its start). seq counts this queue's rings in the window from 0; first_kind is
+    "op", "wait", "marker" or "stop".
+    """
+
+    queue: int
+    seq: int
+    ring_ns: int
+    rung_ns: int
+    start_ns: int
+    first_kind: str
 
 
 class Stream(ABC):
@@ -82,6 +105,10 @@ class Backend(ABC):
     @abstractmethod
     def iteration_times_ms(self) -> list[float] | None:
         """Device-side per-iteration times of the window, if measured; else None."""
+
+    def submissions(self) -> list[SubmissionRecord] | None:
+        """The window's hand-offs to idle queues (after stop_window); None where not observable."""
+        return None
 
     def queue_mapping(self) -> dict[str, Any]:
         """How streams map onto hardware queues, as far as this backend knows."""

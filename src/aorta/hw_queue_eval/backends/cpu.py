@@ -5,22 +5,36 @@ the pool (GPU_MAX_HW_QUEUES, default 4) is full, then the least-used queue is sh
 its ops strictly in enqueue order, so streams sharing a queue serialise (head-of-line blocking), as
 on the hardware. Each worker records every op's ready/start/end on CLOCK_MONOTONIC (the clock
 bpftrace's `nsecs` uses) and registers its thread id so kernel events can be attributed.
+
+Submissions are a kernel-visible event (docs/ebpf.md): each queue has a doorbell, an eventfd that
+only the host writes, exactly once each time it hands work to an idle queue; an idle worker blocks
+reading it. The harness records every ring (before/after the write) and when the worker began the
+work it was handed, so the kernel's count of doorbell writes and the harness's count of hand-offs
+are the same set, one submission each.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from aorta.hw_queue_eval.backends.base import Backend, OpRecord, Stream, WorkerInfo
+from aorta.hw_queue_eval.backends.base import (
+    Backend,
+    OpRecord,
+    Stream,
+    SubmissionRecord,
+    WorkerInfo,
+)
 from aorta.hw_queue_eval.config import hw_queue_pool_size
 
 _OP, _WAIT, _MARK, _STOP = 0, 1, 2, 3
+_KIND_NAMES = ("op", "wait", "marker", "stop")
 _PR_SET_NAME = 15
 
 
@@ -73,30 +87,44 @@ def _set_thread_name(name: str) -> None:
 
 
 class _HardwareQueue:
-    """One worker thread draining a FIFO of tasks."""
+    """One worker thread draining a FIFO of tasks; woken only through its doorbell."""
 
     def __init__(self, index: int, backend: CpuBackend) -> None:
         self.index = index
         self.backend = backend
         self.streams: list[int] = []
         self.tid: int | None = None
+        self.doorbell = os.eventfd(0, os.EFD_CLOEXEC)
         self._tasks: deque[_Task] = deque()
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._idle = False  # set by the worker (under the lock) right before it waits on the doorbell
         self._ready = threading.Event()
         self.records: list[tuple[int, int, str, int, int, int]] = []
+        # per ring in the window: (ring_ns, rung_ns) by the host; (start_ns, kind) by the worker
+        self.rings: list[tuple[int, int]] = []
+        self.wakes: list[tuple[int, int]] = []
         self._stream_ready_ns: dict[int, int] = {}
         self._thread = threading.Thread(target=self._run, name=f"aorta-hwq{index}", daemon=True)
         self._thread.start()
         self._ready.wait()
 
     def put(self, task: _Task) -> None:
-        with self._cond:
+        """Append a task; ring the doorbell when the queue was idle (that is one submission)."""
+        with self._lock:
             self._tasks.append(task)
-            self._cond.notify()
+            ring, self._idle = self._idle, False
+        if ring:
+            recording = self.backend.recording
+            before = time.monotonic_ns()
+            os.eventfd_write(self.doorbell, 1)
+            if recording:
+                self.rings.append((before, time.monotonic_ns()))
 
     def stop(self) -> None:
         self.put(_Task(_STOP, -1))
         self._thread.join(timeout=30)
+        if not self._thread.is_alive():
+            os.close(self.doorbell)
 
     def _run(self) -> None:
         import torch
@@ -107,18 +135,28 @@ class _HardwareQueue:
         # its own team of intra-op threads and concurrency would no longer be the queue count.
         torch.set_num_threads(self.backend.threads_per_queue)
         self._ready.set()
+        woken = False
         while True:
-            with self._cond:
-                while not self._tasks:
-                    self._cond.wait()
+            with self._lock:
                 batch = list(self._tasks)
                 self._tasks.clear()
+                self._idle = not batch
+            if not batch:
+                # exactly one ring per idle period: the read consumes it (counter is 1)
+                os.eventfd_read(self.doorbell)
+                woken = True
+                continue
             for task in batch:
                 if task.kind == _STOP:
                     return
-                self._execute(task)
+                start = self._execute(task)
+                if woken:  # the first task of a hand-off: when the worker began it
+                    woken = False
+                    if self.backend.recording:
+                        self.wakes.append((start, task.kind))
 
-    def _execute(self, task: _Task) -> None:
+    def _execute(self, task: _Task) -> int:
+        """Run one task; return when it began (CLOCK_MONOTONIC ns)."""
         backend = self.backend
         now = time.monotonic_ns
         if task.kind == _OP:
@@ -134,13 +172,20 @@ class _HardwareQueue:
             if backend.recording:
                 self.records.append((task.iteration, task.stream, task.label, ready, start, end))
             task.finish(end)
-        elif task.kind == _WAIT:
+            return start
+        start = now()
+        if task.kind == _WAIT:
             satisfied = _wait_for(task.target)  # type: ignore[arg-type]
             previous = self._stream_ready_ns.get(task.stream, 0)
             self._stream_ready_ns[task.stream] = max(previous, satisfied, task.enqueue_ns)
-            task.finish(now())
-        else:  # marker
-            task.finish(now())
+        task.finish(now())  # a wait (once satisfied) or a marker
+        return start
+
+    def submissions(self) -> list[SubmissionRecord]:
+        """The window's rings paired with the worker's wake-ups (one read per ring, in order)."""
+        return [SubmissionRecord(self.index, seq, ring, rung, start, _KIND_NAMES[kind])
+                for seq, ((ring, rung), (start, kind)) in enumerate(zip(self.rings, self.wakes,
+                                                                         strict=False))]
 
 
 class CpuStream(Stream):
@@ -231,6 +276,8 @@ class CpuBackend(Backend):
     def start_window(self) -> None:
         for queue in self._queues:
             queue.records.clear()
+            queue.rings.clear()
+            queue.wakes.clear()
         self._window_start_ns = time.monotonic_ns()
         self.recording = True
 
@@ -251,6 +298,10 @@ class CpuBackend(Backend):
         ops.sort(key=lambda op: (op.start_ns, op.stream))
         return ops
 
+    def submissions(self) -> list[SubmissionRecord]:
+        """Every doorbell ring of the window (call after stop_window), per queue in ring order."""
+        return [s for queue in self._queues for s in queue.submissions()]
+
     @property
     def window_start_ns(self) -> int:
         """CLOCK_MONOTONIC ns of the window start (shared with bpftrace `nsecs`)."""
@@ -265,7 +316,7 @@ class CpuBackend(Backend):
                 "source": "cpu backend: HIP-like pool (GPU_MAX_HW_QUEUES)"}
 
     def workers(self) -> list[WorkerInfo]:
-        return [WorkerInfo(q.tid or 0, q.index, tuple(q.streams)) for q in self._queues]
+        return [WorkerInfo(q.tid or 0, q.index, tuple(q.streams), q.doorbell) for q in self._queues]
 
     def reset_memory_peak(self) -> None:
         # Writing 5 to clear_refs resets VmHWM (peak RSS) for this process (Linux ≥ 4.0).

@@ -58,6 +58,9 @@ def ebpf_info_command(as_json: bool, show_script: bool, output: str | None, ebpf
     _print_info(data)
 
 
+SHOW_DOORBELL_FD = 3  # stand-in doorbell fd in --show-script output
+
+
 def _script(queue: bool, memory: bool) -> str:
     from aorta.ebpf import engine
     from aorta.ebpf.probes.base import TraceTarget
@@ -70,13 +73,19 @@ def _script(queue: bool, memory: bool) -> str:
         raise UsageError(f"cannot render the program: tracefs unavailable ({note})")
     path = bpftrace_path()
     version = bpftrace_version(path) if path else None
-    target = TraceTarget(pids=(os.getpid(),), follow_children=True)
+    pid = os.getpid()
+    # a CPU-backend run registers one doorbell per queue: show the probes with one stand-in
+    bells = ((pid, SHOW_DOORBELL_FD, pid, 0),) if queue else ()
+    target = TraceTarget(pids=(pid,), follow_children=True,
+                         thread_labels={pid: "q0"} if queue else {}, doorbells=bells)
     try:
         program = engine.make_program(queue, memory, target, tracefs, version)
     except ProgramError as exc:
         raise UsageError(f"cannot render the program: {exc}") from None
     head = [f"// tracefs: {tracefs.root}; bpftrace {'.'.join(map(str, version)) if version else '?'}"
-            f"; pid {os.getpid()} stands for the traced process"]
+            f"; pid {pid} stands for the traced process"
+            + (f"; fd {SHOW_DOORBELL_FD} and tid {pid} for queue 0's doorbell and worker "
+               "(a CPU-backend run registers one per queue)" if queue else "")]
     for family, missing in program.missing.items():
         for event, why in missing.items():
             head.append(f"// {family}: not attached {event}: {why}")

@@ -41,10 +41,6 @@ def render_queue_block(section: dict[str, Any] | None, console: Any) -> None:
     labelled(console, "Submit→dispatch avg", fmt(section.get("submit_to_dispatch_avg_us"), ".1f", " us"))
     labelled(console, "Submit→dispatch P99", fmt(section.get("submit_to_dispatch_p99_us"), ".1f", " us"))
     labelled(console, "Lost events", str(section.get("lost_events")))
-    ebpf_ms, kernel_ms = section.get("runq_wait_total_ms"), section.get("kernel_run_delay_total_ms")
-    if isinstance(ebpf_ms, (int, float)) and isinstance(kernel_ms, (int, float)) and kernel_ms > 0:
-        console.print(f"  [dim]cross-check: eBPF run-queue total {ebpf_ms:.2f} ms vs the kernel's "
-                      f"schedstat run delay {kernel_ms:.2f} ms ({100 * ebpf_ms / kernel_ms:.0f}%)[/dim]")
     if section.get("summary_reason"):
         console.print(f"  [dim]{section['summary_reason']}[/dim]")
     for key in ("submissions_meaning", "dispatches_meaning", "submit_to_dispatch_meaning"):
@@ -54,15 +50,20 @@ def render_queue_block(section: dict[str, Any] | None, console: Any) -> None:
         .get("threads") or []
     if threads:
         console.print("  per thread (kernel view; (qN) = helper thread started by queue N; "
-                      "submits = wakeups by the submitting thread):")
-        console.print(f"    {'queue':>6} {'streams':<10} {'tid':>7} {'submits':>7} {'wakeups':>7} "
-                      f"{'runq avg':>9} {'runq p99':>9} {'on-CPU':>8} {'switch':>6} {'preempt':>7} cpus")
+                      "subm = doorbell rings, s→d = doorbell → on CPU):")
+        console.print(f"    {'queue':>6} {'streams':<10} {'tid':>7} {'subm':>6} {'disp':>6} "
+                      f"{'s→d avg':>9} {'s→d p99':>9} {'on-CPU':>8} {'rq wait':>8} {'switch':>6} "
+                      f"{'preempt':>7} cpus")
         for row in threads:
+            if "submissions" not in row:  # a v1 file: its per-thread columns were different
+                continue
             console.print(f"    {_role(row):>6} {_streams(row)[:10]:<10} {row['tid']:>7} "
-                          f"{row.get('submission_wakeups', 0):>7} {row['wakeups']:>7} "
-                          f"{fmt(row['runq_avg_us'], '.1f', 'us'):>9} "
-                          f"{fmt(row['runq_p99_us'], '.1f', 'us'):>9} "
-                          f"{fmt(row['on_cpu_ms'], '.1f', 'ms'):>8} {fmt(row['switches'], 'd'):>6} "
+                          f"{row['submissions']:>6} {row['dispatches']:>6} "
+                          f"{fmt(row['submit_to_dispatch_avg_us'], '.1f', 'us'):>9} "
+                          f"{fmt(row['submit_to_dispatch_p99_us'], '.1f', 'us'):>9} "
+                          f"{fmt(row['on_cpu_ms'], '.1f', 'ms'):>8} "
+                          f"{fmt(row['kernel_run_delay_ms'], '.1f', 'ms'):>8} "
+                          f"{fmt(row['switches'], 'd'):>6} "
                           f"{fmt(row['involuntary'], 'd'):>7} {row['cpus']}")
     for line in section.get("interpretation") or []:
         console.print(f"  • {line}")
@@ -92,16 +93,42 @@ def _streams(row: dict[str, Any]) -> str:
 
 
 def render_comparison_block(section: dict[str, Any] | None, console: Any) -> None:
-    """The comparison block with its formula."""
+    """The comparison block: both means over one population, the counts behind them, coverage."""
     if not open_block(section, console, "eBPF vs CUDA COMPARISON", "not available"):
         return
-    labelled(console, "eBPF submit→dispatch", fmt(section.get("ebpf_submit_to_dispatch_ms"), ".3f", " ms"))
-    labelled(console, "CUDA switch overhead", fmt(section.get("harness_dispatch_delay_ms"), ".3f", " ms"))
-    labelled(console, "Measurement accuracy", fmt(section.get("measurement_accuracy_pct"), ".1f", "%"))
-    for key in ("ebpf_meaning", "harness_meaning", "reason"):
+    if "measurement_accuracy_pct" in section:  # written before the doorbell design (v1 layout)
+        _render_v1_comparison(section, console)
+        return
+    n = section.get("compared")
+    counted = f"  (n={n})" if isinstance(n, int) else ""
+    harness_label = section.get("harness_label") or "CUDA switch overhead"
+    labelled(console, "eBPF submit→dispatch",
+             fmt(section.get("kernel_submit_to_dispatch_ms"), ".3f", " ms") + counted)
+    labelled(console, harness_label,
+             fmt(section.get("harness_submit_to_start_ms"), ".3f", " ms") + counted)
+    coverage = fmt(section.get("coverage_pct"), ".1f", "%")
+    if isinstance(section.get("harness_submissions"), int):
+        beyond = section.get("beyond_record_cap") or 0
+        cap_note = f", {beyond} beyond the per-submission record cap" if beyond else ""
+        coverage += (f"  ({section.get('matched_submissions')} of "
+                     f"{section['harness_submissions'] - beyond} harness submissions matched"
+                     f"{cap_note}; kernel counted {section.get('kernel_submissions')} of "
+                     f"{section['harness_submissions']}; lost events {section.get('lost_events')})")
+    labelled(console, "Measurement accuracy", coverage)
+    labelled(console, "Kernel-visible share", fmt(section.get("kernel_visible_share_pct"), ".1f", "%"))
+    for key in ("kernel_meaning", "harness_meaning", "coverage_meaning", "reason"):
         if section.get(key):
             console.print(f"  [dim]{section[key]}[/dim]")
     console.print(f"  [dim]{section.get('formula')}[/dim]")
+
+
+def _render_v1_comparison(section: dict[str, Any], console: Any) -> None:
+    """Files from before the doorbell design: their 'accuracy' was a share of delay, so say so."""
+    labelled(console, "eBPF submit→dispatch", fmt(section.get("ebpf_submit_to_dispatch_ms"), ".3f", " ms"))
+    labelled(console, "Harness dispatch delay", fmt(section.get("harness_dispatch_delay_ms"), ".3f", " ms"))
+    labelled(console, "Kernel-visible share", fmt(section.get("measurement_accuracy_pct"), ".1f", "%"))
+    console.print("  [dim]old result file: the two means cover different populations and the "
+                  "percentage is a ratio of sums, not coverage (see docs/ebpf.md)[/dim]")
 
 
 def render_ebpf(result: dict[str, Any], console: Any) -> None:
