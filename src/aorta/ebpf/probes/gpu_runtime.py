@@ -44,7 +44,9 @@ class Api:
     stream: str | None = None  # bpftrace expression of the stream handle at entry
 
 
-_HIP_EXT_MODULE_MANGLED = "_Z24hipExtModuleLaunchKernelP18ihipModuleSymbol_tjjjjjjmP12ihipStream_tPPvS4_P11ihipEvent_tS6_j"
+# older HIP releases declare hipExtModuleLaunchKernel without extern "C" (C++-mangled export)
+_HIP_EXT_MODULE_MANGLED = ("_Z24hipExtModuleLaunchKernelP18ihipModuleSymbol_tjjjjjjmP12ihipStream_t"
+                           "PPvS4_P11ihipEvent_tS6_j")
 
 APIS: tuple[Api, ...] = (
     # HIP: hipLaunchKernel(const void*, dim3, dim3, void**, size_t shmem, hipStream_t)
@@ -163,7 +165,7 @@ class GpuRuntimeFamily(ProbeFamily):
         queues = _pairs(maps.get(f"{P}queues"))  # (queue ptr, doorbell) → queue id
         created = _pairs(maps.get(f"{P}streams"))  # (api, handle) → count
         syncs = {k: hist.stats(v) for k, v in hist.keyed(maps.get(f"{P}sync_ns")).items()}
-        nested = {API_BY_ID.get(int(k), None): int(v) for k, v in hist.keyed(maps.get(f"{P}nested")).items()
+        nested = {API_BY_ID[int(k)].name: int(v) for k, v in hist.keyed(maps.get(f"{P}nested")).items()
                   if k and int(k) in API_BY_ID}
         per_stream: dict[int, dict[str, Any]] = {}
         for (api_id, stream), n in launches.items():
@@ -247,7 +249,7 @@ class GpuRuntimeFamily(ProbeFamily):
             "streams_created": [{"api": API_BY_ID[a].name if a in API_BY_ID else str(a),
                                  "handle": _hex(h), "calls": n} for (a, h), n in created.items()],
             "device_and_event_syncs": device_syncs,
-            "nested_launch_calls": {a.name: n for a, n in nested.items() if a is not None},
+            "nested_launch_calls": nested,
             "stream_handles_joined": handles,
             "launches_total": total_launches if self.attached else None,
             "hw_queues_used": len(rings_used) if summary and summary["hw_rings_used"] is not None else None,
