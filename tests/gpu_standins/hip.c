@@ -42,13 +42,14 @@ static hsa_queue_t *pick_queue(void) {
 }
 
 static int submit(hipStream_t stream) {
-    uint64_t spent = standin_busy(launch_ns);
+    uint64_t t0 = standin_now_ns();
+    standin_busy(launch_ns);
     if (stream == NULL) stream = &null_stream;
     if (stream->queue == NULL) stream->queue = pick_queue();
     stream->index++;
     hsa_signal_store_screlease(stream->queue->doorbell_signal, stream->index);
-    standin_launches++;
-    standin_launch_total_ns += spent;
+    __atomic_fetch_add(&standin_launches, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&standin_launch_total_ns, standin_now_ns() - t0, __ATOMIC_RELAXED);
     return 0;
 }
 

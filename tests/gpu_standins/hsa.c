@@ -39,10 +39,10 @@ int hsa_queue_create(hsa_agent_t agent, uint32_t size, uint32_t type,
 
 void hsa_signal_store_screlease(hsa_signal_t signal, int64_t value) {
     __atomic_store_n((int64_t *)(uintptr_t)signal.handle, value, __ATOMIC_RELEASE);
-    standin_hsa_stores++;
+    __atomic_fetch_add(&standin_hsa_stores, 1, __ATOMIC_RELAXED);
 }
 
 void hsa_signal_store_relaxed(hsa_signal_t signal, int64_t value) {
     __atomic_store_n((int64_t *)(uintptr_t)signal.handle, value, __ATOMIC_RELAXED);
-    standin_hsa_stores++;
+    __atomic_fetch_add(&standin_hsa_stores, 1, __ATOMIC_RELAXED);
 }
