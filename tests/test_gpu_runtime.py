@@ -340,3 +340,63 @@ def test_uprobe_handshake_brackets_uprobes_in_attach_order(hip: ctypes.CDLL, tmp
                 if line.startswith(("Attaching uprobe", "Attaching uretprobe"))]
     assert len(attached) >= 4, "".join(out_lines)[-2000:]
     assert attached[0].endswith(":llabs") and attached[-1].endswith(":llabs")
+
+
+_ATTACH_CHILD = """
+import ctypes, sys, time
+sys.path.insert(0, {tests!r})
+from gpu_standins import Dim3
+hip = ctypes.CDLL({lib!r})
+hip.standin_configure.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64]
+hip.standin_configure(2, 20000, 0)
+hip.hipLaunchKernel.argtypes = [ctypes.c_void_p, Dim3, Dim3, ctypes.c_void_p, ctypes.c_size_t,
+                                ctypes.c_void_p]
+streams = []
+for _ in range(3):
+    h = ctypes.c_void_p()
+    hip.hipStreamCreate(ctypes.byref(h))
+    streams.append(h.value)
+print(" ".join(map(str, streams)), flush=True)
+one = Dim3(1, 1, 1)
+end = time.monotonic() + 25
+while time.monotonic() < end:
+    for s in streams:
+        hip.hipLaunchKernel(None, one, one, None, 0, s)
+    time.sleep(0.002)
+"""
+
+
+@pytest.mark.ebpf
+def test_ebpf_attach_adds_the_family_when_a_runtime_is_mapped(standins: dict[str, Path], cli,
+                                                               tmp_path: Path) -> None:
+    from ebpf_support import require_ebpf
+
+    require_ebpf()
+    code = _ATTACH_CHILD.format(tests=str(Path(__file__).parent), lib=str(standins["libamdhip64.so"]))
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        handles = [int(x) for x in child.stdout.readline().split()]
+        out = tmp_path / "a.json"
+        proc = cli("ebpf-attach", "--pid", str(child.pid), "--duration", "3s", "-o", str(out))
+        assert proc.returncode == 0, proc.stderr
+        import json
+
+        data = json.loads(out.read_text())
+        q = data["ebpf_queue_metrics"]
+        metrics = q["families"]["gpu_runtime"]["metrics"]
+        rows = {int(r["handle"], 16): r for r in metrics["streams"]}
+        assert set(rows) == set(handles) and all(rows[h]["launches"] > 100 for h in handles)
+        assert q["source"] == "gpu_runtime" and q["total_submissions"] == metrics["launches_total"]
+        # doorbells per queue = launches of the streams the stand-in put on it (3 streams, 2 queues)
+        by_queue: dict[str, int] = {}
+        for r in rows.values():
+            assert len(r["queues"]) == 1
+            by_queue[r["queues"][0]] = by_queue.get(r["queues"][0], 0) + r["launches"]
+        assert {x["doorbell_signal"]: x["doorbell_rings"] for x in metrics["queues"]} == by_queue
+        assert len(by_queue) == 2 and metrics["hw_queues_used"] == 2
+        assert q["lost_events"] == 0
+        assert all(r["launch_avg_us"] >= 20 for r in rows.values())  # 20 µs busy-wait inside
+    finally:
+        child.kill()
+        child.wait()

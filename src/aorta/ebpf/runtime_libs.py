@@ -93,3 +93,19 @@ def own_libc() -> str | None:
         if re.match(r"^libc(\.so\.6|-[0-9.]+\.so)$", name) and SAFE_PATH.match(mapped):
             return mapped
     return None
+
+
+def with_descendants(pids: tuple[int, ...] | list[int]) -> list[int]:
+    """`pids` and every process descended from them right now (torchrun ranks map the runtime)."""
+    out: list[int] = []
+    todo = [int(p) for p in pids]
+    while todo and len(out) < 4096:
+        pid = todo.pop(0)
+        if pid in out:
+            continue
+        out.append(pid)
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                with contextlib.suppress(OSError, ValueError):
+                    todo.extend(int(x) for x in (task / "children").read_text().split())
+    return out

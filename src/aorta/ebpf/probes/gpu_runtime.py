@@ -25,7 +25,7 @@ from aorta.ebpf import hist
 from aorta.ebpf.elfsyms import ElfError, defined_functions
 from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext
 from aorta.ebpf.probes.common import both
-from aorta.ebpf.runtime_libs import MappedLibrary, runtime_libraries
+from aorta.ebpf.runtime_libs import MappedLibrary, runtime_libraries, with_descendants
 
 # How the stream argument is read at function entry (x86-64 SysV: a 12-byte dim3 by value takes
 # two registers; arguments beyond six integer registers are on the stack: sargN).
@@ -125,7 +125,8 @@ class GpuRuntimeFamily(ProbeFamily):
     # -- render --------------------------------------------------------------------------------
     def render(self, ctx: RenderContext) -> ProbeCode:
         code = ProbeCode()
-        libs = self.libraries if self.libraries is not None else runtime_libraries(ctx.target.pids)
+        libs = (self.libraries if self.libraries is not None
+                else runtime_libraries(with_descendants(ctx.target.pids)))
         self.attached, self.not_attached = [], []
         if not libs:
             code.missing["uprobe:*"] = ("no HIP/HSA/CUDA runtime library is mapped by the traced "

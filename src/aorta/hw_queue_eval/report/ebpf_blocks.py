@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from aorta.hw_queue_eval.report.console import fmt
+from aorta.hw_queue_eval.report.ebpf_gpu_runtime import render_gpu_runtime_comparison, render_gpu_runtime_rows
 
 
 def labelled(console: Any, label: str, value: str, width: int = 22) -> None:
@@ -64,6 +65,7 @@ def render_queue_block(section: dict[str, Any] | None, console: Any) -> None:
                           f"{fmt(row['runq_p99_us'], '.1f', 'us'):>9} "
                           f"{fmt(row['on_cpu_ms'], '.1f', 'ms'):>8} {fmt(row['switches'], 'd'):>6} "
                           f"{fmt(row['involuntary'], 'd'):>7} {row['cpus']}")
+    render_gpu_runtime_rows(section, console)
     for line in section.get("interpretation") or []:
         console.print(f"  • {line}")
     absent = []
@@ -98,6 +100,7 @@ def render_comparison_block(section: dict[str, Any] | None, console: Any) -> Non
     labelled(console, "eBPF submit→dispatch", fmt(section.get("ebpf_submit_to_dispatch_ms"), ".3f", " ms"))
     labelled(console, "CUDA switch overhead", fmt(section.get("harness_dispatch_delay_ms"), ".3f", " ms"))
     labelled(console, "Measurement accuracy", fmt(section.get("measurement_accuracy_pct"), ".1f", "%"))
+    render_gpu_runtime_comparison(section, console)
     for key in ("ebpf_meaning", "harness_meaning", "reason"):
         if section.get(key):
             console.print(f"  [dim]{section[key]}[/dim]")
