@@ -400,3 +400,75 @@ def test_ebpf_attach_adds_the_family_when_a_runtime_is_mapped(standins: dict[str
     finally:
         child.kill()
         child.wait()
+
+
+def test_collect_and_gpu_comparison_recomputed_by_hand() -> None:
+    """Maps as bpftrace 0.17 prints them → per-stream/per-queue rows → the GPU comparison block."""
+    from aorta.hw_queue_eval.backends.base import OpRecord
+    from aorta.hw_queue_eval.gpu_runtime_comparison import compare_gpu_runtime
+
+    family = GpuRuntimeFamily(libraries=[])
+    family.attached = [{"api": "hipLaunchKernel"}, {"api": "hsa_signal_store_screlease"}]
+    maps = {
+        "@gpu_runtime_launches": {"1,4096": 3, "4,4096": 2, "1,8192": 3, "1,12288": 1},
+        "@gpu_runtime_launch_ns": {"1,4096": {"count": 3, "average": 10000, "total": 30000},
+                                   "4,4096": {"count": 2, "average": 20000, "total": 40000},
+                                   "1,8192": {"count": 3, "average": 10000, "total": 30000}},
+        "@gpu_runtime_queues": {"777,900": 7001},
+        "@gpu_runtime_rings": {"900": 6},  # known queue: every ring, incl. one outside a launch
+        "@gpu_runtime_launch_rings": {"4096,900": 5, "8192,901": 3},  # 901: inferred queue
+        "@gpu_runtime_sync_ns": {"71,8192": {"count": 2, "average": 1500000, "total": 3000000},
+                                 "72,0": {"count": 1, "average": 4000000, "total": 4000000}},
+        "@gpu_runtime_nested": {"21": 4},
+    }
+    handles = [{"stream": 0, "handle": 4096}, {"stream": 1, "handle": 8192}]
+    m = family.collect(maps, {"stream_handles": handles}).metrics
+    rows = {r["handle"]: r for r in m["streams"]}
+    assert rows["0x1000"]["launches"] == 5 and rows["0x1000"]["by_api"] == {
+        "hipLaunchKernel": 3, "hipModuleLaunchKernel": 2}
+    assert rows["0x1000"]["launch_avg_us"] == 70000 / 5 / 1e3 and rows["0x1000"]["stream_index"] == 0
+    assert rows["0x2000"]["sync_calls"] == 2 and rows["0x2000"]["sync_blocked_ms"] == 3.0
+    assert rows["0x3000"]["stream_index"] is None and rows["0x3000"]["launch_avg_us"] is None
+    queues = {q["doorbell_signal"]: q for q in m["queues"]}
+    assert queues["0x384"]["doorbell_rings"] == 6 and queues["0x384"]["queue_id"] == 7001
+    assert queues["0x385"]["doorbell_rings"] == 3 and queues["0x385"]["source"].startswith("inferred")
+    assert m["hw_queues_used"] == 2 and m["launches_total"] == 9 and m["streams_launching"] == 3
+    assert m["device_and_event_syncs"] == [{"api": "cudaDeviceSynchronize", "calls": 1, "blocked_ms": 4.0}]
+    assert m["nested_launch_calls"] == {"cuLaunchKernel": 4}
+    assert m["stream_handles_joined"] == {"harness_streams": 2, "matched": 2,
+                                          "ebpf_streams_not_in_harness": 1}
+    summary = m["summary"]
+    assert summary["total_submissions"] == 9 and summary["launch_call_avg_us"] == 100000 / 8 / 1e3
+    # 10 harness ops: stream 0 ends/starts at 0-10, 15-20, 30-40 → gaps 5, 10; stream 1 → gap 1
+    ops = [OpRecord(0, 0, None, "k", None, a, b) for a, b in ((0, 10), (15, 20), (30, 40))]
+    ops += [OpRecord(0, 1, None, "k", None, a, b) for a, b in ((0, 4), (5, 6))]
+    ops += [OpRecord(1, 1, None, "k", None, 100 + i, 100 + i) for i in range(5)]
+    section = {"families": {"gpu_runtime": {"metrics": m}}, **summary}
+    cmp = compare_gpu_runtime(section, ops, 2)
+    assert cmp["launches_matched"] == 8 and cmp["harness_ops"] == 10
+    assert cmp["measurement_accuracy_pct"] == 80.0
+    gaps = [5, 10, 1, 94, 1, 1, 1, 1]  # stream 1: 4→5, 6→100, then 1 ns apart
+    assert cmp["harness_op_gap_avg_us"] == sum(gaps) / len(gaps) / 1e3
+    assert cmp["hw_queues_used"] == 2 and cmp["streams"] == 2
+    assert cmp["per_stream"][0] == {"stream": 0, "handle": "0x1000", "launches": 5, "ops": 3,
+                                    "launch_call_avg_us": 14.0}
+    assert compare_gpu_runtime(section, [], 2)["measurement_accuracy_pct"] is None
+
+
+@pytest.mark.ebpf
+def test_run_with_the_flag_on_the_cpu_backend_lists_the_family_as_not_attached(cli, tmp_path: Path) -> None:
+    from ebpf_support import require_ebpf
+
+    require_ebpf()
+    out = tmp_path / "r.json"
+    proc = cli("run", "tiny_kernel_stress", "--streams", "2", "-i", "2", "-w", "1", "-d", "cpu",
+               "--ebpf-gpu-runtime", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    data = json.loads(out.read_text())
+    q = data["ebpf_queue_metrics"]
+    fam = q["families"]["gpu_runtime"]
+    assert fam["events_attached"] == [] and "no HIP/HSA/CUDA" in fam["events_missing"]["uprobe:*"]
+    assert q["source"] == "cpu_sched"  # the flag implies --ebpf-trace; the CPU summary is kept
+    assert data["ebpf_vs_cuda_comparison"]["kernel_source"] == "cpu_sched"
