@@ -85,6 +85,32 @@ def test_elf_reader_lists_exactly_the_defined_functions(standins: dict[str, Path
     (tmp_path / "text.so").write_text("not elf")
     with pytest.raises(ElfError, match="not an ELF"):
         defined_functions(tmp_path / "text.so")
+    os.mkfifo(tmp_path / "libamdhip64.so")  # a FIFO under a library's name must not block us
+    with pytest.raises(ElfError, match="not a regular file"):
+        defined_functions(tmp_path / "libamdhip64.so")
+
+
+def test_a_replaced_library_file_is_not_probed(standins: dict[str, Path], tmp_path: Path) -> None:
+    """The path is probed only while it still names the inode the process mapped."""
+    import shutil
+
+    copy = tmp_path / "libcuda.so.1"
+    shutil.copy(standins["libcuda.so.1"], copy)
+    child = subprocess.Popen([sys.executable, "-c", f"import ctypes, time\nctypes.CDLL({str(copy)!r})\n"
+                              "print('ready', flush=True)\ntime.sleep(60)\n"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        [lib] = runtime_libraries((child.pid,))
+        assert lib.kind == "cuda" and lib.problem is None
+        replacement = tmp_path / "other"
+        shutil.copy(standins["libcuda.so.1"], replacement)
+        os.replace(replacement, copy)
+        [lib] = runtime_libraries((child.pid,))
+        assert lib.problem is not None and "inode differs" in lib.problem
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_libraries_resolved_from_proc_maps_of_another_process(standins: dict[str, Path]) -> None:

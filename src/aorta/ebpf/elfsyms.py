@@ -8,6 +8,8 @@ bounded by the file size, so a hostile file cannot make us allocate without limi
 
 from __future__ import annotations
 
+import os
+import stat
 import struct
 from pathlib import Path
 
@@ -15,6 +17,7 @@ SHT_SYMTAB, SHT_DYNSYM = 2, 11
 STT_FUNC, STT_GNU_IFUNC = 2, 10
 SHN_UNDEF = 0
 _MAX_SECTIONS = 4096
+MAX_FILE_BYTES = 2 << 30  # libcuda is ~100 MiB; refuse absurd sizes instead of reading them
 
 
 class ElfError(Exception):
@@ -26,10 +29,17 @@ def defined_functions(path: str | Path) -> set[str]:
 
     Versioned names are returned without their version (`llabs`, not `llabs@@GLIBC_2.2.5`).
     """
-    try:
-        data = Path(path).read_bytes()
+    try:  # O_NONBLOCK: a FIFO planted under a library's name must not hang us
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise ElfError(f"cannot read {path}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ElfError(f"{path} is not a regular file")
+        if st.st_size > MAX_FILE_BYTES:
+            raise ElfError(f"{path} is larger than {MAX_FILE_BYTES >> 20} MiB")
+        data = fh.read(MAX_FILE_BYTES)
     if data[:4] != b"\x7fELF":
         raise ElfError(f"{path} is not an ELF file")
     if data[4] != 2 or data[5] != 1:

@@ -41,15 +41,21 @@ def _other_mount_ns(pid: int) -> bool:
     return False
 
 
-def mapped_paths(pid: int) -> list[str]:
-    """Every file path in /proc/PID/maps, once each, in order (empty if unreadable)."""
-    seen: list[str] = []
+def mapped_files(pid: int) -> dict[str, int]:
+    """Every file path in /proc/PID/maps with the inode the process mapped, in order."""
+    seen: dict[str, int] = {}
     with contextlib.suppress(OSError):
         for line in Path(f"/proc/{int(pid)}/maps").read_text().splitlines():
             parts = line.split(maxsplit=5)
-            if len(parts) == 6 and parts[5].startswith("/") and parts[5] not in seen:
-                seen.append(parts[5])
+            if len(parts) == 6 and parts[5].startswith("/") and parts[5] not in seen \
+                    and parts[4].isdigit():
+                seen[parts[5]] = int(parts[4])
     return seen
+
+
+def mapped_paths(pid: int) -> list[str]:
+    """Every file path in /proc/PID/maps, once each, in order (empty if unreadable)."""
+    return list(mapped_files(pid))
 
 
 def runtime_libraries(pids: tuple[int, ...] | list[int]) -> list[MappedLibrary]:
@@ -58,7 +64,7 @@ def runtime_libraries(pids: tuple[int, ...] | list[int]) -> list[MappedLibrary]:
     known: set[str] = set()
     for pid in pids:
         foreign = _other_mount_ns(pid)
-        for mapped in mapped_paths(pid):
+        for mapped, inode in mapped_files(pid).items():
             name = mapped.rsplit("/", 1)[-1]
             kind = next((k for k, pat in RUNTIME_LIBS.items() if pat.match(name)), None)
             if kind is None:
@@ -69,12 +75,20 @@ def runtime_libraries(pids: tuple[int, ...] | list[int]) -> list[MappedLibrary]:
                 problem = "the mapped file was deleted"
             elif not SAFE_PATH.match(path) or "/../" in path:
                 problem = "path has characters we do not paste into bpftrace code"
+            elif _inode(path) != inode:  # replaced, or a symlink planted to point elsewhere
+                problem = "the file at this path is not the one the process mapped (inode differs)"
             key = path if problem else _identity(path)
             if key in known:
                 continue
             known.add(key)
             found.append(MappedLibrary(kind, path, mapped, int(pid), problem))
     return found
+
+
+def _inode(path: str) -> int | None:
+    with contextlib.suppress(OSError):
+        return os.stat(path).st_ino
+    return None
 
 
 def _identity(path: str) -> str:
