@@ -65,7 +65,7 @@ def runtime_libraries(pids: tuple[int, ...] | list[int]) -> list[MappedLibrary]:
     for pid in pids:
         foreign = _other_mount_ns(pid)
         for mapped, inode in mapped_files(pid).items():
-            name = mapped.rsplit("/", 1)[-1]
+            name = mapped.removesuffix(" (deleted)").rsplit("/", 1)[-1]
             kind = next((k for k, pat in RUNTIME_LIBS.items() if pat.match(name)), None)
             if kind is None:
                 continue
@@ -75,7 +75,7 @@ def runtime_libraries(pids: tuple[int, ...] | list[int]) -> list[MappedLibrary]:
                 problem = "the mapped file was deleted"
             elif not SAFE_PATH.match(path) or "/../" in path:
                 problem = "path has characters we do not paste into bpftrace code"
-            elif _inode(path) != inode:  # replaced, or a symlink planted to point elsewhere
+            elif _inode(path) != inode:  # replaced meanwhile, or a symlink in a container's root
                 problem = "the file at this path is not the one the process mapped (inode differs)"
             key = path if problem else _identity(path)
             if key in known:
