@@ -499,3 +499,25 @@ def test_run_with_the_flag_on_the_cpu_backend_lists_the_family_as_not_attached(c
     assert fam["events_attached"] == [] and "no HIP/HSA/CUDA" in fam["events_missing"]["uprobe:*"]
     assert q["source"] == "cpu_sched"  # the flag implies --ebpf-trace; the CPU summary is kept
     assert data["ebpf_vs_cuda_comparison"]["kernel_source"] == "cpu_sched"
+
+
+@pytest.mark.ebpf
+def test_show_script_renders_the_uprobes_of_a_process(standins: dict[str, Path], cli) -> None:
+    from ebpf_support import require_ebpf
+
+    require_ebpf()
+    code = (f"import ctypes, time\nctypes.CDLL({str(standins['libcudart.so.12'])!r})\n"
+            "print('ready', flush=True)\ntime.sleep(60)\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        proc = cli("ebpf-info", "--show-script", "--ebpf-gpu-runtime", "--pid", str(child.pid))
+        assert proc.returncode == 0, proc.stderr
+        assert f"uprobe:{standins['libcudart.so.12']}:cudaLaunchKernel\n" in proc.stdout
+        assert f"uretprobe:{standins['libcudart.so.12']}:cudaLaunchKernel\n" in proc.stdout
+        assert "// gpu_runtime: not attached uprobe:cudart:cudaLaunchKernelExC_ptsz: symbol not in" \
+            in proc.stdout
+        assert f"@aorta_pids[{child.pid}] = 1;" in proc.stdout
+    finally:
+        child.kill()
+        child.wait()

@@ -1,11 +1,12 @@
 """Assemble ONE bpftrace program from every requested probe family (pure text; nothing runs).
 
 Layout: BEGIN (traced pids, family maps) → first handshake probe → window-gate marker → child
-follower → every family's probes → second handshake probe → END. bpftrace attaches probes in
-declaration order in one direction (forward or backward, depending on the probe type); all probes
-here are tracepoints, so whichever of the two handshake probes is attached last, once *both* have
-answered a PING every probe between them is live. That is the readiness handshake; BEGIN is not
-(bpftrace runs BEGIN before attaching the other probes).
+follower → every family's tracepoint probes → [uprobe handshake 3 → families' uprobes → uprobe
+handshake 4] → second handshake probe → END. bpftrace attaches probes of one kind in declaration
+order in one direction (0.17: tracepoints forward, then uprobes backward), so whichever of two
+handshake probes is attached last, once *both* have answered a PING every probe of their kind
+between them is live. That is the readiness handshake; BEGIN is not (bpftrace runs BEGIN before
+attaching the other probes). uprobes get their own pair (see `uprobes.py`).
 """
 
 from __future__ import annotations
