@@ -236,7 +236,7 @@ def test_hip_launches_per_stream_doorbells_per_queue_and_mapping(hip: ctypes.CDL
         raise
     out = session.stop()
     assert out.exit_code == 0 and out.lost_events == 0, out.stderr
-    metrics = engine.collect_results(program, out, {"stream_handles": [
+    metrics = engine.collect_results(program, out, {"window": engine.window_info(out), "stream_handles": [
         {"stream": i, "handle": s} for i, s in enumerate(streams)]})[0].metrics
     rows = {int(r["handle"], 16): r for r in metrics["streams"]}
     assert truth_n == sum(len(v) for v in plan.values())
@@ -266,6 +266,11 @@ def test_hip_launches_per_stream_doorbells_per_queue_and_mapping(hip: ctypes.CDL
     assert truth_ns / truth_n >= LAUNCH_NS
     assert summary["launch_call_avg_us"] * 1e3 >= truth_ns / truth_n
     assert summary["source"] == "gpu_runtime" and summary["total_submissions"] == truth_n
+    cost = metrics["probe_cost"]  # measured at the window start; hits = 2 per launch + 1 ring
+    assert cost["per_hit_us"] > 0 and cost["hits_in_window"] == 3 * truth_n
+    assert cost["per_launch_us"] == pytest.approx(3 * cost["per_hit_us"])
+    window_ns = engine.window_info(out)["duration_ms"] * 1e6
+    assert cost["window_share_pct"] == pytest.approx(100 * 3 * truth_n * cost["per_hit_us"] * 1e3 / window_ns)
 
 
 @pytest.mark.ebpf

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import time
 
 from aorta.ebpf.elfsyms import ElfError, defined_functions
 from aorta.ebpf.runtime_libs import own_libc
@@ -62,6 +63,30 @@ def handshake_block(token: int, ident: int) -> str | None:
 
 
 _libc: ctypes.CDLL | None = None
+CALIBRATION_CALLS = 100
+
+
+def hit_cost_ns(calls: int = CALIBRATION_CALLS) -> float | None:
+    """Cost of one uprobe hit here: `llabs` (probed by the handshake, predicate false for 0) vs
+    `labs` (same work, not probed), median of 3 batches; None if it cannot be measured."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None)
+    probed, plain = getattr(_libc, HANDSHAKE_FUNCTION), _libc.labs
+    probed.restype, plain.restype = ctypes.c_longlong, ctypes.c_long
+    zero_ll, zero_l = ctypes.c_longlong(0), ctypes.c_long(0)
+    samples = []
+    for _ in range(3):
+        t0 = time.perf_counter_ns()
+        for _ in range(calls):
+            plain(zero_l)
+        t1 = time.perf_counter_ns()
+        for _ in range(calls):
+            probed(zero_ll)
+        t2 = time.perf_counter_ns()
+        samples.append(((t2 - t1) - (t1 - t0)) / calls)
+    samples.sort()
+    return max(0.0, samples[1])
 
 
 def ping(token: int) -> None:

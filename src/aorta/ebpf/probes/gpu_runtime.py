@@ -26,6 +26,7 @@ from aorta.ebpf.elfsyms import ElfError, defined_functions
 from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext
 from aorta.ebpf.probes.common import both
 from aorta.ebpf.runtime_libs import MappedLibrary, runtime_libraries, with_descendants
+from aorta.ebpf.uprobes import hit_cost_ns
 
 # How the stream argument is read at function entry (x86-64 SysV: a 12-byte dim3 by value takes
 # two registers; arguments beyond six integer registers are on the stack: sargN).
@@ -118,6 +119,7 @@ class GpuRuntimeFamily(ProbeFamily):
         self.libraries = libraries
         self.attached: list[dict[str, Any]] = []
         self.not_attached: list[dict[str, Any]] = []
+        self._hit_ns: float | None = None
 
     def wanted_events(self) -> list[str]:
         return [f"uprobe:{a.lib}:{a.name}" for a in APIS]
@@ -156,6 +158,14 @@ class GpuRuntimeFamily(ProbeFamily):
                 self.attached.append({"api": api.name, "symbol": symbol, "library": lib.mapped_as,
                                       "probed_path": lib.path, "pid": lib.pid})
         return code
+
+    def snapshot(self, target: Any) -> Any:
+        """What one uprobe hit costs here (uprobes.hit_cost_ns), measured once, before the window."""
+        if not self.attached:
+            return None
+        if self._hit_ns is None:
+            self._hit_ns = hit_cost_ns()
+        return {"uprobe_hit_ns": self._hit_ns}
 
     # -- collect -------------------------------------------------------------------------------
     def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
@@ -256,6 +266,9 @@ class GpuRuntimeFamily(ProbeFamily):
             "hw_queues_used": len(rings_used) if summary and summary["hw_rings_used"] is not None else None,
             "streams_launching": len([r for r in per_stream.values() if r["launches"]]),
             "probes": {"attached": self.attached, "not_attached": self.not_attached},
+            "probe_cost": (_cost(context, total_launches,
+                                 sum(r["doorbell_rings"] for r in queue_rows.values()),
+                                 sum(v[0] for v in syncs.values() if v)) if self.attached else None),
         }
         coverage = {
             "statement": (f"uprobes on {len(self.attached)} runtime entry points"
@@ -361,3 +374,27 @@ def _join_streams(per_stream: dict[int, dict[str, Any]],
             "matched": sum(1 for h in by_handle if h in per_stream and per_stream[h]["launches"]),
             "ebpf_streams_not_in_harness": sum(1 for h, r in per_stream.items()
                                                if h not in by_handle and r["launches"])}
+
+
+def _cost(context: dict[str, Any], launches: int, rings: int, syncs: int) -> dict[str, Any]:
+    """uprobe cost per call and as a share of the window, from the hit cost measured at its start.
+
+    Hits counted: each launch and sync call (entry + return) and each counted doorbell ring; a
+    return probe costs more than an entry probe (second trap), so this is a lower bound.
+    """
+    start = ((context.get("snapshots") or {}).get("gpu_runtime") or {}).get("start") or {}
+    per_hit = start.get("uprobe_hit_ns") if isinstance(start, dict) else None
+    window_ms = (context.get("window") or {}).get("duration_ms")
+    hits = 2 * launches + rings + 2 * syncs
+    if not isinstance(per_hit, (int, float)):
+        return {"per_hit_us": None, "reason": "the hit cost was not measured (no window start)"}
+    per_launch = per_hit * (2 + (rings / launches if launches else 0))
+    return {"per_hit_us": per_hit / 1e3,
+            "per_launch_us": per_launch / 1e3 if launches else None,
+            "hits_in_window": hits,
+            "window_share_pct": (100 * hits * per_hit / (window_ms * 1e6)
+                                 if isinstance(window_ms, (int, float)) and window_ms > 0 else None),
+            "meaning": ("host time spent in uprobe traps: per hit measured at the window start "
+                        "(llabs probed vs labs, 3 x 100 calls), x hits counted in the window "
+                        "(launch and sync entry+return, doorbell rings); share = that time / window "
+                        "duration, all threads together. A lower bound: return probes cost more")}
