@@ -55,6 +55,7 @@ def summarize(plain: dict[str, Any], traced: dict[str, Any]) -> dict[str, Any]:
             "cost_share_of_window": share,
             "cost_us_per_launch_est": (share * window_ms * 1e3 / launches
                                        if share is not None and window_ms and launches else None),
+            "uprobe_cost_in_result": fam.get("probe_cost"),
             "not_attached": (fam.get("probes") or {}).get("not_attached"),
             "missing": (queue.get("families") or {}).get("gpu_runtime", {}).get("events_missing")}
 
