@@ -119,7 +119,7 @@ class GpuRuntimeFamily(ProbeFamily):
         self.libraries = libraries
         self.attached: list[dict[str, Any]] = []
         self.not_attached: list[dict[str, Any]] = []
-        self._hit_ns: float | None = None
+        self._hit_ns: dict[str, float] | None = None
 
     def wanted_events(self) -> list[str]:
         return [f"uprobe:{a.lib}:{a.name}" for a in APIS]
@@ -165,7 +165,7 @@ class GpuRuntimeFamily(ProbeFamily):
             return None
         if self._hit_ns is None:
             self._hit_ns = hit_cost_ns()
-        return {"uprobe_hit_ns": self._hit_ns}
+        return dict(self._hit_ns)
 
     # -- collect -------------------------------------------------------------------------------
     def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
@@ -377,24 +377,28 @@ def _join_streams(per_stream: dict[int, dict[str, Any]],
 
 
 def _cost(context: dict[str, Any], launches: int, rings: int, syncs: int) -> dict[str, Any]:
-    """uprobe cost per call and as a share of the window, from the hit cost measured at its start.
+    """uprobe cost per launch and as a share of the window, from costs measured at its start.
 
-    Hits counted: each launch and sync call (entry + return) and each counted doorbell ring; a
-    return probe costs more than an entry probe (second trap), so this is a lower bound.
+    Launch and sync calls cost an entry + return pair, doorbell rings an entry probe; both costs
+    are timed in the tracer right before the window (uprobes.hit_cost_ns). The probed functions'
+    first instruction (emulated or single-stepped) changes the real cost a little.
     """
     start = ((context.get("snapshots") or {}).get("gpu_runtime") or {}).get("start") or {}
-    per_hit = start.get("uprobe_hit_ns") if isinstance(start, dict) else None
+    entry = start.get("entry_ns") if isinstance(start, dict) else None
+    pair = start.get("entry_return_ns") if isinstance(start, dict) else None
     window_ms = (context.get("window") or {}).get("duration_ms")
-    hits = 2 * launches + rings + 2 * syncs
-    if not isinstance(per_hit, (int, float)):
-        return {"per_hit_us": None, "reason": "the hit cost was not measured (no window start)"}
-    per_launch = per_hit * (2 + (rings / launches if launches else 0))
-    return {"per_hit_us": per_hit / 1e3,
-            "per_launch_us": per_launch / 1e3 if launches else None,
-            "hits_in_window": hits,
-            "window_share_pct": (100 * hits * per_hit / (window_ms * 1e6)
+    if not isinstance(entry, (int, float)) or not isinstance(pair, (int, float)):
+        return {"entry_probe_us": None, "entry_return_pair_us": None,
+                "reason": "probe costs were not measured (no window start)"}
+    spent_ns = (launches + syncs) * pair + rings * entry
+    return {"entry_probe_us": entry / 1e3, "entry_return_pair_us": pair / 1e3,
+            "per_launch_us": (pair + entry * rings / launches) / 1e3 if launches else None,
+            "hits_in_window": 2 * (launches + syncs) + rings,
+            "probe_time_in_window_ms": spent_ns / 1e6,
+            "window_share_pct": (100 * spent_ns / (window_ms * 1e6)
                                  if isinstance(window_ms, (int, float)) and window_ms > 0 else None),
-            "meaning": ("host time spent in uprobe traps: per hit measured at the window start "
-                        "(llabs probed vs labs, 3 x 100 calls), x hits counted in the window "
-                        "(launch and sync entry+return, doorbell rings); share = that time / window "
-                        "duration, all threads together. A lower bound: return probes cost more")}
+            "meaning": ("host time spent in uprobe traps: costs timed in the tracer right before "
+                        "the window (llabs entry probe vs labs; ffsll entry+return vs ffs; medians "
+                        "of 3 x 100 calls) x calls counted in the window (launch and sync calls: "
+                        "entry+return; doorbell rings: entry); share = that time / window duration, "
+                        "all threads together")}

@@ -38,10 +38,11 @@ def render_gpu_runtime_rows(section: dict[str, Any], console: Any) -> None:
     for d in metrics.get("device_and_event_syncs") or []:
         console.print(f"    {d['api']}: {d['calls']} calls, host blocked {d['blocked_ms']:.2f} ms")
     cost = metrics.get("probe_cost") or {}
-    if cost.get("per_hit_us") is not None:
-        console.print(f"    [dim]uprobe cost: {cost['per_hit_us']:.2f} us per hit, "
-                      f"{fmt(cost.get('per_launch_us'), '.2f', ' us')} per launch, "
-                      f"{fmt(cost.get('window_share_pct'), '.1f', '%')} of the window (lower bound)[/dim]")
+    if cost.get("entry_return_pair_us") is not None:
+        console.print(f"    [dim]uprobe cost: {fmt(cost.get('per_launch_us'), '.2f', ' us')} per launch "
+                      f"(entry probe {cost['entry_probe_us']:.2f} us, entry+return "
+                      f"{cost['entry_return_pair_us']:.2f} us), "
+                      f"{fmt(cost.get('window_share_pct'), '.1f', '%')} of the window[/dim]")
 
 
 def render_gpu_runtime_comparison(section: dict[str, Any], console: Any, width: int = 22) -> None:
