@@ -51,9 +51,10 @@ def ebpf_info_command(as_json: bool, show_script: bool, output: str | None, ebpf
     if output:
         check_output_path(output)
     if show_script:
+        pid = _pid(pid_text) if pid_text else None  # bad input: exit 2 (not a finding)
         try:
             click.echo(_script(ebpf_trace or not ebpf_memory_trace, ebpf_memory_trace,
-                               ebpf_gpu_runtime, _pid(pid_text) if pid_text else None), nl=False)
+                               ebpf_gpu_runtime, pid), nl=False)
         except UsageError as exc:  # ebpf-info reports what it finds and exits 0 (issue 3)
             click.echo(f"ebpf-info: {exc}", err=True)
         return
