@@ -171,7 +171,7 @@ class GpuRuntimeFamily(ProbeFamily):
     def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
         launches = _pairs(maps.get(f"{P}launches"))
         latency = {k: hist.stats(v) for k, v in hist.keyed(maps.get(f"{P}launch_ns")).items()}
-        rings = {int(k): int(v) for k, v in hist.keyed(maps.get(f"{P}rings")).items() if k}
+        rings = {int(k) & (2**64 - 1): int(v) for k, v in hist.keyed(maps.get(f"{P}rings")).items() if k}
         launch_rings = _pairs(maps.get(f"{P}launch_rings"))
         queues = _pairs(maps.get(f"{P}queues"))  # (queue ptr, doorbell) → queue id
         created = _pairs(maps.get(f"{P}streams"))  # (api, handle) → count
