@@ -50,6 +50,7 @@ def hip(standins: dict[str, Path]) -> ctypes.CDLL:
     lib.hipExtModuleLaunchKernel.argtypes = ([ctypes.c_void_p] + [ctypes.c_uint32] * 6
                                              + [ctypes.c_size_t] + [ctypes.c_void_p] * 5
                                              + [ctypes.c_uint32])
+    lib.hipLaunchKernelExC.argtypes = [ctypes.POINTER(LaunchConfig), ctypes.c_void_p, ctypes.c_void_p]
     lib.standin_configure.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64]
     return lib
 
@@ -186,6 +187,9 @@ def _hip_launch(hip: ctypes.CDLL, api: str, stream: int) -> None:
         getattr(hip, api)(None, one, one, None, 0, stream)
     elif api == "hipModuleLaunchKernel":
         hip.hipModuleLaunchKernel(None, 1, 1, 1, 1, 1, 1, 0, stream, None, None)
+    elif api == "hipLaunchKernelExC":
+        config = LaunchConfig(one, one, 0, stream, None, 0)  # hipLaunchConfig_t: same layout
+        hip.hipLaunchKernelExC(ctypes.byref(config), None, None)
     else:
         hip.hipExtModuleLaunchKernel(None, 1, 1, 1, 1, 1, 1, 0, stream, None, None, None, None, 0)
 
@@ -216,7 +220,7 @@ def test_hip_launches_per_stream_doorbells_per_queue_and_mapping(hip: ctypes.CDL
         for s in streams:
             _hip_launch(hip, "hipLaunchKernel", s)  # before the window: not counted
         apis = ["hipLaunchKernel", "hipModuleLaunchKernel", "hipExtModuleLaunchKernel",
-                "hipLaunchKernel_spt"]
+                "hipLaunchKernel_spt", "hipLaunchKernelExC"]
         plan = {s: [apis[(i + j) % len(apis)] for j in range(3 + 2 * i)] for i, s in enumerate(streams)}
         reset(hip, "standin_launches", "standin_launch_total_ns")
         session.window_start()

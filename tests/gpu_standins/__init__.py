@@ -28,7 +28,8 @@ class Dim3(ctypes.Structure):
 
 
 class LaunchConfig(ctypes.Structure):
-    """cudaLaunchConfig_t (driver_types.h): gridDim, blockDim, dynamicSmemBytes, stream, attrs, n."""
+    """cudaLaunchConfig_t (driver_types.h) / hipLaunchConfig_t: gridDim, blockDim, dynamicSmemBytes,
+    stream, attrs, numAttrs."""
 
     _fields_ = [("gridDim", Dim3), ("blockDim", Dim3), ("dynamicSmemBytes", ctypes.c_size_t),
                 ("stream", ctypes.c_void_p), ("attrs", ctypes.c_void_p), ("numAttrs", ctypes.c_uint)]

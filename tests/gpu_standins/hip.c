@@ -18,6 +18,10 @@ void hsa_signal_store_screlease(hsa_signal_t, int64_t);
 
 typedef struct { uint32_t x, y, z; } dim3;
 typedef struct ihipStream_t { hsa_queue_t *queue; int64_t index; } *hipStream_t;
+typedef struct {
+    dim3 gridDim; dim3 blockDim; size_t dynamicSmemBytes; hipStream_t stream; void *attrs;
+    unsigned int numAttrs;
+} hipLaunchConfig_t;
 
 static hsa_queue_t *queues[64];
 static int max_queues = 1, created, next_queue;
@@ -83,6 +87,9 @@ int hipExtModuleLaunchKernel(void *f, uint32_t gx, uint32_t gy, uint32_t gz, uin
                              void *start_event, void *stop_event, uint32_t flags) {
     (void)f; (void)gx; (void)gy; (void)gz; (void)lx; (void)ly; (void)lz; (void)shm; (void)params;
     (void)extra; (void)start_event; (void)stop_event; (void)flags; return submit(stream);
+}
+int hipLaunchKernelExC(const hipLaunchConfig_t *config, const void *f, void **args) {
+    (void)f; (void)args; return submit(config->stream);
 }
 int hipStreamSynchronize(hipStream_t stream) { (void)stream; standin_busy(sync_ns); return 0; }
 int hipDeviceSynchronize(void) { standin_busy(sync_ns); return 0; }

@@ -61,6 +61,10 @@ APIS: tuple[Api, ...] = (
     # hipExtModuleLaunchKernel(f, 6 x uint32, size_t shmem, hipStream_t, params, extra, ev, ev, flags)
     Api(6, "hipExtModuleLaunchKernel", "launch", "hip",
         ("hipExtModuleLaunchKernel", _HIP_EXT_MODULE_MANGLED), STACK2),
+    # hipLaunchKernelExC(const hipLaunchConfig_t*, fn, args): stream at +32 (dim3, dim3, size_t);
+    # hipDrvLaunchKernelEx(const HIP_LAUNCH_CONFIG*, f, params, extra): hStream at +32 (7 x uint)
+    Api(7, "hipLaunchKernelExC", "launch", "hip", ("hipLaunchKernelExC",), CONFIG32),
+    Api(8, "hipDrvLaunchKernelEx", "launch", "hip", ("hipDrvLaunchKernelEx",), CONFIG32),
     # CUDA runtime: same layout as hipLaunchKernel; ExC takes a cudaLaunchConfig_t* (stream at +32)
     Api(11, "cudaLaunchKernel", "launch", "cudart", ("cudaLaunchKernel",), STACK1),
     Api(12, "cudaLaunchKernel_ptsz", "launch", "cudart", ("cudaLaunchKernel_ptsz",), STACK1),
