@@ -532,3 +532,98 @@ def test_show_script_renders_the_uprobes_of_a_process(standins: dict[str, Path],
     finally:
         child.kill()
         child.wait()
+
+
+def test_only_declared_families_may_use_uprobes_and_paths_are_plain() -> None:
+    """The assembler's rule: a family without `uses_uprobes` (or with an odd path) is dropped."""
+    from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily
+
+    ready = engine.check_readiness(mount_tracefs=False)
+    if ready.tracefs is None:
+        pytest.skip("no tracefs to render against")
+
+    class Sneaky(ProbeFamily):
+        name, section, description = "t_sneaky", "queue", "test"
+        probe = "uprobe:/usr/lib/x86_64-linux-gnu/libc.so.6:getpid"
+
+        def wanted_events(self) -> list[str]:
+            return []
+
+        def render(self, ctx: Any) -> ProbeCode:
+            return ProbeCode(probes=[f"{self.probe}\n{{\n  @t_sneaky_n = count();\n}}"])
+
+        def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
+            return FamilyResult(self.name, self.section, {}, {})
+
+    class Quoted(Sneaky):
+        name, uses_uprobes = "t_quoted", True
+        probe = 'uprobe:"/tmp/x y.so":f'
+
+        def render(self, ctx: Any) -> ProbeCode:
+            return ProbeCode(probes=[f"{self.probe}\n{{\n  @t_quoted_n = count();\n}}"])
+
+    program = engine.make_program(True, False, TraceTarget((os.getpid(),)), ready.tracefs,
+                                  ready.version, families=[Sneaky(), Quoted()])
+    assert "not a tracepoint" in program.missing["t_sneaky"]["*"]
+    assert "well-formed uprobe" in program.missing["t_quoted"]["*"]
+    assert "uprobe:" not in program.text and not program.uprobe_ping
+
+
+class _FakeGpuBackend:
+    """What the tracer asks of a GPU backend: no CPU workers, the streams' runtime handles."""
+
+    def __init__(self, handles: list[int]) -> None:
+        self.handles = handles
+
+    def workers(self) -> list[Any]:
+        return []
+
+    def stream_handles(self) -> list[dict[str, Any]]:
+        return [{"stream": i, "handle": h} for i, h in enumerate(self.handles)]
+
+
+@pytest.mark.ebpf
+def test_tracer_joins_launches_to_harness_ops(cuda: tuple[ctypes.CDLL, ctypes.CDLL]) -> None:
+    """The benchmark's tracer with --ebpf-gpu-runtime: one launch per harness op on 3 streams →
+    accuracy 100 %, per-stream launches = per-stream ops, the comparison from gpu_runtime."""
+    from aorta.hw_queue_eval.backends.base import OpRecord
+    from aorta.hw_queue_eval.ebpf_tracer import EbpfTracer
+    from ebpf_support import require_ebpf
+
+    require_ebpf()
+    rt, _ = cuda
+    rt.standin_configure(0, 50_000, 0)
+    streams = []
+    for _ in range(3):
+        handle = ctypes.c_void_p()
+        rt.cudaStreamCreateWithPriority(ctypes.byref(handle), 0, 0)
+        streams.append(int(handle.value or 0))
+    backend = _FakeGpuBackend(streams)
+    tracer = EbpfTracer(False, False, gpu_runtime=True)
+    tracer.prepare(backend, None)
+    assert tracer.session is not None, tracer.error
+    one = Dim3(1, 1, 1)
+    ops = []
+    try:
+        rt.cudaLaunchKernel(None, one, one, None, 0, streams[0])  # warm-up: outside the window
+        tracer.window_start()
+        for i in range(12):
+            s = i % 3
+            rt.cudaLaunchKernel(None, one, one, None, 0, streams[s])
+            ops.append(OpRecord(0, s, None, "k", None, 1000 * i, 1000 * i + 500))
+        tracer.window_stop()
+    except BaseException:
+        tracer.abort()
+        raise
+
+    class _Result:
+        stream_count, warnings = 3, []
+
+    sections = tracer.finish({"backend": backend, "ops": ops, "result": _Result()})
+    q, cmp = sections["ebpf_queue_metrics"], sections["ebpf_vs_cuda_comparison"]
+    assert q["status"] == "ok" and q["source"] == "gpu_runtime" and q["total_submissions"] == 12
+    assert cmp["kernel_source"] == "gpu_runtime" and cmp["launches_matched"] == 12
+    assert cmp["measurement_accuracy_pct"] == 100.0 and cmp["harness_ops"] == 12
+    assert [(p["stream"], p["launches"], p["ops"]) for p in sorted(cmp["per_stream"],
+            key=lambda p: p["stream"])] == [(0, 4, 4), (1, 4, 4), (2, 4, 4)]
+    assert cmp["harness_op_gap_avg_us"] == 2.5  # ops 3 µs apart per stream, 0.5 µs long
