@@ -173,101 +173,28 @@ class GpuRuntimeFamily(ProbeFamily):
 
     # -- collect -------------------------------------------------------------------------------
     def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
-        launches = _pairs(maps.get(f"{P}launches"))
-        latency = {k: hist.stats(v) for k, v in hist.keyed(maps.get(f"{P}launch_ns")).items()}
-        rings = {int(k) & (2**64 - 1): int(v) for k, v in hist.keyed(maps.get(f"{P}rings")).items() if k}
-        launch_rings = _pairs(maps.get(f"{P}launch_rings"))
-        queues = _pairs(maps.get(f"{P}queues"))  # (queue ptr, doorbell) → queue id
-        created = _pairs(maps.get(f"{P}streams"))  # (api, handle) → count
         syncs = {k: hist.stats(v) for k, v in hist.keyed(maps.get(f"{P}sync_ns")).items()}
-        nested = {API_BY_ID[int(k)].name: int(v) for k, v in hist.keyed(maps.get(f"{P}nested")).items()
-                  if k and int(k) in API_BY_ID}
-        per_stream: dict[int, dict[str, Any]] = {}
-        for (api_id, stream), n in launches.items():
-            row = per_stream.setdefault(stream, _stream_row(stream))
-            name = API_BY_ID[api_id].name if api_id in API_BY_ID else str(api_id)
-            row["launches"] += n
-            row["by_api"][name] = row["by_api"].get(name, 0) + n
-        for key, value in latency.items():
-            api_id, stream = _split2(key)
-            if value is None:
-                continue
-            row = per_stream.setdefault(stream, _stream_row(stream))
-            row["latency_count"] += value[0]
-            row["latency_total_ns"] += value[1]
-        for key, value in syncs.items():
-            api_id, stream = _split2(key)
-            api = API_BY_ID.get(api_id)
-            if value is None or api is None:
-                continue
-            if api.role == "sync_stream":
-                row = per_stream.setdefault(stream, _stream_row(stream))
-                row["sync_calls"] += value[0]
-                row["sync_blocked_ms"] += value[1] / 1e6
-        doorbell_queue = {sig: (qptr, qid) for (qptr, sig), qid in queues.items()}
-        queue_rows: dict[int, dict[str, Any]] = {}
-        for sig, n in rings.items():
-            qptr, qid = doorbell_queue.get(sig, (None, None))
-            queue_rows[sig] = _queue_row(sig, qptr, qid, "hsa_queue_create seen")
-            queue_rows[sig]["doorbell_rings"] = n
-        for (stream, sig), n in launch_rings.items():
-            if sig not in queue_rows:
-                qptr, qid = doorbell_queue.get(sig, (None, None))
-                queue_rows[sig] = _queue_row(sig, qptr, qid, "inferred: stored during a launch call "
-                                             "(queue created before attach)")
-                queue_rows[sig]["doorbell_rings"] = 0
-            row = queue_rows[sig]
-            if row["source"].startswith("inferred"):
-                row["doorbell_rings"] += n  # only in-launch stores are known for these
-            row["streams"][_hex(stream)] = row["streams"].get(_hex(stream), 0) + n
-            per_stream.setdefault(stream, _stream_row(stream))["queues"].append(_hex(sig))
-        for row in per_stream.values():
-            row["launch_avg_us"] = (row["latency_total_ns"] / row["latency_count"] / 1e3
-                                    if row["latency_count"] else None)
-            row["queues"] = sorted(set(row["queues"]))
+        per_stream = _stream_rows(maps, syncs)
+        queue_rows = _queue_rows(maps, per_stream)
         handles = _join_streams(per_stream, context.get("stream_handles") or [])
         total_launches = sum(r["launches"] for r in per_stream.values())
-        lat_n = sum(r["latency_count"] for r in per_stream.values())
-        lat_total = sum(r["latency_total_ns"] for r in per_stream.values())
-        rings_used = sorted(_hex(s) for s, r in queue_rows.items() if r["doorbell_rings"] > 0)
-        device_syncs = [
-            {"api": API_BY_ID[int(k.split(",")[0])].name, "calls": v[0], "blocked_ms": v[1] / 1e6}
-            for k, v in syncs.items() if v and API_BY_ID.get(int(k.split(",")[0]))
-            and API_BY_ID[int(k.split(",")[0])].role != "sync_stream"]
-        summary = None
-        if self.attached:
-            summary = {
-                "source": self.name,
-                "total_submissions": total_launches,
-                "submissions_meaning": ("kernel launch calls into the GPU runtime (uprobes on the "
-                                        "launch APIs, outermost calls, window only)"),
-                "total_dispatches": None,
-                "dispatches_meaning": "not visible: the GPU's packet processor dispatches, not the host",
-                "hw_rings_used": rings_used if any(a["api"].startswith("hsa_signal_store")
-                                                   for a in self.attached) else None,
-                "hw_rings_meaning": ("HSA doorbell signals rung in the window (one per hardware "
-                                     "queue); null when no HSA runtime is probed (CUDA hides its "
-                                     "channels)"),
-                "submit_to_dispatch_avg_us": None,
-                "submit_to_dispatch_p99_us": None,
-                "submit_to_dispatch_meaning": ("not measured by this family: see launch_call_avg_us "
-                                               "(host launch cost)"),
-                "launch_call_avg_us": lat_total / lat_n / 1e3 if lat_n else None,
-                "launch_call_total_ms": lat_total / 1e6 if lat_n else None,
-                "launch_call_meaning": "uprobe entry → uretprobe return of launch calls (host time)",
-            }
+        hsa_probed = any(a["api"].startswith("hsa_signal_store") for a in self.attached)
+        rings_used = (sorted(_hex(s) for s, r in queue_rows.items() if r["doorbell_rings"] > 0)
+                      if hsa_probed else None)
+        created = _pairs(maps.get(f"{P}streams"))  # (api, handle) → count
         metrics = {
-            "summary": summary,
+            "summary": _summary(per_stream, rings_used) if self.attached else None,
             "streams": sorted(per_stream.values(), key=lambda r: (r["stream_index"] is None,
                                                                   r["stream_index"], r["handle"])),
             "queues": sorted(queue_rows.values(), key=lambda r: r["doorbell_signal"]),
-            "streams_created": [{"api": API_BY_ID[a].name if a in API_BY_ID else str(a),
-                                 "handle": _hex(h), "calls": n} for (a, h), n in created.items()],
-            "device_and_event_syncs": device_syncs,
-            "nested_launch_calls": nested,
+            "streams_created": [{"api": _api_name(a), "handle": _hex(h), "calls": n}
+                                for (a, h), n in created.items()],
+            "device_and_event_syncs": _other_syncs(syncs),
+            "nested_launch_calls": {_api_name(int(k)): int(v) for k, v in
+                                    hist.keyed(maps.get(f"{P}nested")).items() if k},
             "stream_handles_joined": handles,
             "launches_total": total_launches if self.attached else None,
-            "hw_queues_used": len(rings_used) if summary and summary["hw_rings_used"] is not None else None,
+            "hw_queues_used": len(rings_used) if self.attached and rings_used is not None else None,
             "streams_launching": len([r for r in per_stream.values() if r["launches"]]),
             "probes": {"attached": self.attached, "not_attached": self.not_attached},
             "probe_cost": (_cost(context, total_launches,
@@ -284,6 +211,93 @@ class GpuRuntimeFamily(ProbeFamily):
                             "(inside the closed driver), GPU-side dispatch and execution"),
         }
         return FamilyResult(self.name, self.section, metrics, coverage)
+
+
+def _api_name(ident: int) -> str:
+    return API_BY_ID[ident].name if ident in API_BY_ID else str(ident)
+
+
+def _stream_rows(maps: dict[str, Any], syncs: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """Per stream handle: launches by API, launch-call latency, stream syncs."""
+    per_stream: dict[int, dict[str, Any]] = {}
+    for (api_id, stream), n in _pairs(maps.get(f"{P}launches")).items():
+        row = per_stream.setdefault(stream, _stream_row(stream))
+        row["launches"] += n
+        row["by_api"][_api_name(api_id)] = row["by_api"].get(_api_name(api_id), 0) + n
+    for key, value in hist.keyed(maps.get(f"{P}launch_ns")).items():
+        stats = hist.stats(value)
+        if stats is not None:
+            row = per_stream.setdefault(_split2(key)[1], _stream_row(_split2(key)[1]))
+            row["latency_count"] += stats[0]
+            row["latency_total_ns"] += stats[1]
+    for key, stats in syncs.items():
+        api_id, stream = _split2(key)
+        if stats is not None and api_id in API_BY_ID and API_BY_ID[api_id].role == "sync_stream":
+            row = per_stream.setdefault(stream, _stream_row(stream))
+            row["sync_calls"] += stats[0]
+            row["sync_blocked_ms"] += stats[1] / 1e6
+    for row in per_stream.values():
+        row["launch_avg_us"] = (row["latency_total_ns"] / row["latency_count"] / 1e3
+                                if row["latency_count"] else None)
+    return per_stream
+
+
+def _queue_rows(maps: dict[str, Any], per_stream: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Per doorbell signal: rings (all on queues seen created; in-launch ones on inferred queues),
+    rings per stream; adds each stream's queues to its row."""
+    queues = _pairs(maps.get(f"{P}queues"))  # (queue ptr, doorbell) → queue id
+    doorbell_queue = {sig: (qptr, qid) for (qptr, sig), qid in queues.items()}
+    rows: dict[int, dict[str, Any]] = {}
+    for key, n in hist.keyed(maps.get(f"{P}rings")).items():
+        if key:
+            sig = int(key) & (2**64 - 1)
+            rows[sig] = _queue_row(sig, *doorbell_queue.get(sig, (None, None)), "hsa_queue_create seen")
+            rows[sig]["doorbell_rings"] = int(n)
+    for (stream, sig), n in _pairs(maps.get(f"{P}launch_rings")).items():
+        if sig not in rows:
+            rows[sig] = _queue_row(sig, *doorbell_queue.get(sig, (None, None)),
+                                   "inferred: stored during a launch call (queue created before attach)")
+        row = rows[sig]
+        if row["source"].startswith("inferred"):
+            row["doorbell_rings"] += n  # only in-launch stores are known for these
+        row["streams"][_hex(stream)] = row["streams"].get(_hex(stream), 0) + n
+        stream_row = per_stream.setdefault(stream, _stream_row(stream))
+        stream_row["queues"] = sorted({*stream_row["queues"], _hex(sig)})
+    return rows
+
+
+def _other_syncs(syncs: dict[str, Any]) -> list[dict[str, Any]]:
+    """Device-wide and event syncs (no stream): calls and host time blocked."""
+    out = []
+    for key, stats in syncs.items():
+        api_id, _ = _split2(key)
+        if stats is not None and api_id in API_BY_ID and API_BY_ID[api_id].role != "sync_stream":
+            out.append({"api": API_BY_ID[api_id].name, "calls": stats[0], "blocked_ms": stats[1] / 1e6})
+    return out
+
+
+def _summary(per_stream: dict[int, dict[str, Any]], rings_used: list[str] | None) -> dict[str, Any]:
+    """The queue section's summary keys from this family (launches as submissions)."""
+    lat_n = sum(r["latency_count"] for r in per_stream.values())
+    lat_total = sum(r["latency_total_ns"] for r in per_stream.values())
+    return {
+        "source": "gpu_runtime",
+        "total_submissions": sum(r["launches"] for r in per_stream.values()),
+        "submissions_meaning": ("kernel launch calls into the GPU runtime (uprobes on the launch "
+                                "APIs, outermost calls, window only)"),
+        "total_dispatches": None,
+        "dispatches_meaning": "not visible: the GPU's packet processor dispatches, not the host",
+        "hw_rings_used": rings_used,
+        "hw_rings_meaning": ("HSA doorbell signals rung in the window (one per hardware queue); "
+                             "null when no HSA runtime is probed (CUDA hides its channels)"),
+        "submit_to_dispatch_avg_us": None,
+        "submit_to_dispatch_p99_us": None,
+        "submit_to_dispatch_meaning": ("not measured by this family: see launch_call_avg_us (host "
+                                       "launch cost)"),
+        "launch_call_avg_us": lat_total / lat_n / 1e3 if lat_n else None,
+        "launch_call_total_ms": lat_total / 1e6 if lat_n else None,
+        "launch_call_meaning": "uprobe entry → uretprobe return of launch calls (host time)",
+    }
 
 
 def _blocks(api: Api, where: str, pf: str, gate: str) -> list[str]:
