@@ -104,7 +104,7 @@ def _script(queue: bool, memory: bool, gpu_runtime: bool = False, pid: int | Non
 
 def gpu_runtime_report() -> dict[str, Any]:
     """What the opt-in gpu_runtime family would probe (symbols listed; libraries found per run)."""
-    from aorta.ebpf.probes.gpu_runtime import APIS
+    from aorta.ebpf.probes.gpu_runtime_apis import APIS
     from aorta.ebpf.runtime_libs import RUNTIME_LIBS
     from aorta.ebpf.uprobes import handshake_library
 
