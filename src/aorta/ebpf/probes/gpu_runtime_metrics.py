@@ -9,6 +9,7 @@ from aorta.ebpf.probes.gpu_runtime_apis import API_BY_ID, P
 
 
 def api_name(ident: int) -> str:
+    """The entry point's name for a numeric map key (the number itself if unknown)."""
     return API_BY_ID[ident].name if ident in API_BY_ID else str(ident)
 
 
@@ -108,16 +109,19 @@ def pair_map(value: Any) -> dict[tuple[int, int], int]:
 
 
 def hex_handle(value: int) -> str:
+    """A stream/queue/signal handle as unsigned hex (how runtimes and debuggers print them)."""
     return f"0x{value & (2**64 - 1):x}"
 
 
 def new_stream_row(stream: int) -> dict[str, Any]:
+    """An empty per-stream row (counts start at 0: filled only from printed maps)."""
     return {"handle": hex_handle(stream), "stream_index": None, "launches": 0, "by_api": {},
             "latency_count": 0, "latency_total_ns": 0, "launch_avg_us": None, "queues": [],
             "sync_calls": 0, "sync_blocked_ms": 0.0}
 
 
 def new_queue_row(sig: int, qptr: int | None, qid: int | None, source: str) -> dict[str, Any]:
+    """An empty per-doorbell row; `source` says how the doorbell became known."""
     return {"doorbell_signal": hex_handle(sig), "queue": hex_handle(qptr) if qptr else None, "queue_id": qid,
             "source": source, "doorbell_rings": 0, "streams": {}}
 
