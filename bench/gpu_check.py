@@ -2,7 +2,10 @@
 
 Meant for one short session on a machine with a GPU (ROCm or CUDA build of torch). Each point
 runs as its own `run` process; the script prints one JSON summary line per point and exits
-non-zero if any point failed. Usage: python bench/gpu_check.py [--device cuda:0] [--out DIR]
+non-zero if any point failed. Then, as root (or with sudo -n), the eBPF points of
+_gpu_runtime_points.py: tiny_kernel_stress at 1/4/16 streams with --ebpf-trace --ebpf-gpu-runtime
+(launches seen == ops issued, HW queues vs streams, uprobe cost per launch).
+Usage: python bench/gpu_check.py [--device cuda:0] [--out DIR]
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import subprocess
 import sys
 
 from _gpu_check_args import parse_check_args
+from _gpu_runtime_points import run_points
 
 POINTS = [(w, s) for w in ("hetero_kernels", "tiny_kernel_stress") for s in (1, 4, 16)]
 
@@ -43,6 +47,7 @@ def main() -> int:
                               "error": proc.stderr.strip().splitlines()[-1:]}))
             continue
         print(json.dumps(summarize(json.loads(path.read_text()))))
+    failed += run_points(args.device, args.iterations, out)
     return 1 if failed else 0
 
 

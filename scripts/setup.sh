@@ -40,6 +40,10 @@ if [ "$(id -u)" = "0" ]; then
     say "installing bpftrace (apt)"
     apt_install bpftrace
   fi
+  if [ -n "$extras" ] && ! command -v gcc >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    say "installing gcc (apt): the eBPF uprobe tests build stand-in GPU runtime libraries"
+    apt_install gcc libc6-dev
+  fi
   if [ ! -d /sys/kernel/tracing/events ] && [ -d /sys/kernel/tracing ]; then
     mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null \
       || say "could not mount tracefs at /sys/kernel/tracing (a container without privileges?)"

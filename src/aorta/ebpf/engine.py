@@ -66,9 +66,9 @@ def dialect_for(version: tuple[int, int, int] | None) -> BpftraceDialect:
 
 def make_program(queue: bool, memory: bool, target: TraceTarget, tracefs: Tracefs,
                  version: tuple[int, int, int] | None, token: int | None = None,
-                 families: list[ProbeFamily] | None = None) -> Program:
+                 families: list[ProbeFamily] | None = None, gpu_runtime: bool = False) -> Program:
     """Render the one program a run with these flags loads (also what --show-script prints)."""
-    chosen = families if families is not None else families_for(queue, memory)
+    chosen = families if families is not None else families_for(queue, memory, gpu_runtime)
     return build_program(chosen, target, tracefs, dialect_for(version),
                          token if token is not None else marker.new_token())
 

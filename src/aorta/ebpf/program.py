@@ -1,11 +1,12 @@
 """Assemble ONE bpftrace program from every requested probe family (pure text; nothing runs).
 
 Layout: BEGIN (traced pids, family maps) → first handshake probe → window-gate marker → child
-follower → every family's probes → second handshake probe → END. bpftrace attaches probes in
-declaration order in one direction (forward or backward, depending on the probe type); all probes
-here are tracepoints, so whichever of the two handshake probes is attached last, once *both* have
-answered a PING every probe between them is live. That is the readiness handshake; BEGIN is not
-(bpftrace runs BEGIN before attaching the other probes).
+follower → every family's tracepoint probes → [uprobe handshake 3 → families' uprobes → uprobe
+handshake 4] → second handshake probe → END. bpftrace attaches probes of one kind in declaration
+order in one direction (0.17: tracepoints forward, then uprobes backward), so whichever of two
+handshake probes is attached last, once *both* have answered a PING every probe of their kind
+between them is live. That is the readiness handshake; BEGIN is not (bpftrace runs BEGIN before
+attaching the other probes). uprobes get their own pair (see `uprobes.py`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from aorta.ebpf import marker
+from aorta.ebpf import marker, uprobes
 from aorta.ebpf.probes.base import BpftraceDialect, ProbeCode, ProbeFamily, RenderContext, TraceTarget
 from aorta.ebpf.tracefs import Tracefs
 
@@ -25,6 +26,7 @@ WINDOW_STOP_MAP = "@aorta_window_stop_ns"
 PIDS_MAP = "@aorta_pids"
 READY_TEXT = "aorta_ready"
 HANDSHAKE_IDS = (1, 2)
+UPROBE_HANDSHAKE_IDS = (3, 4)
 ENGINE_PREFIX = "aorta_"
 
 
@@ -44,6 +46,8 @@ class Program:
     marker_event: str = ""
     probe_blocks: int = 0
     target: TraceTarget | None = None
+    handshake_ids: tuple[int, ...] = HANDSHAKE_IDS  # printf ids that must all answer a PING
+    uprobe_ping: bool = False  # the tracer must also call the uprobe handshake function
 
 
 def validate_target(target: TraceTarget) -> None:
@@ -114,12 +118,16 @@ def build_program(families: list[ProbeFamily], target: TraceTarget, tracefs: Tra
         if follow:
             blocks.append(follow)
     end: list[str] = []
+    user_blocks: list[str] = []
     for family in families:
         validate_family(family)
         try:
             code = family.render(ctx)
             _check_maps(family, code)
             _check_tracepoints(family, code)
+            family_user = [b for b in code.probes if uprobes.is_uprobe_block(b)]
+            if family_user and uprobes.handshake_block(token, 0) is None:
+                raise ProgramError("no C library mapped here for the uprobe readiness handshake")
         except Exception as exc:  # a family bug lowers coverage; it never stops the others
             program.missing[family.name] = {"*": f"render failed: {type(exc).__name__}: {exc}"}
             program.used_events[family.name] = []
@@ -127,8 +135,16 @@ def build_program(families: list[ProbeFamily], target: TraceTarget, tracefs: Tra
         program.used_events[family.name] = list(code.used_events)
         program.missing[family.name] = dict(code.missing)
         begin.extend(f"  {line}" for line in code.begin)
-        blocks.extend(code.probes)
+        blocks.extend(b for b in code.probes if b not in family_user)
+        user_blocks.extend(family_user)
         end.extend(f"  {line}" for line in code.end)
+    if user_blocks:  # bracketed by their own handshake (bpftrace attaches them after tracepoints)
+        blocks.append(uprobes.handshake_block(token, UPROBE_HANDSHAKE_IDS[0]) or "")
+        blocks.append(uprobes.calibration_block() or "")
+        blocks.extend(user_blocks)
+        blocks.append(uprobes.handshake_block(token, UPROBE_HANDSHAKE_IDS[1]) or "")
+        program.handshake_ids = HANDSHAKE_IDS + UPROBE_HANDSHAKE_IDS
+        program.uprobe_ping = True
     blocks.append(_handshake_block(probe, HANDSHAKE_IDS[1]))
     header = (f"// aorta: one program for families {', '.join(f.name for f in families) or '(none)'}\n"
               f"// window gate: prctl({marker.MAGIC:#x}, cmd, {token}) via {probe.event}")
@@ -144,13 +160,18 @@ _MAP_RE = re.compile(r"@([A-Za-z0-9_]+)")
 
 
 def _check_tracepoints(family: ProbeFamily, code: ProbeCode) -> None:
-    """Only tracepoints: the handshake's premise (declaration-order attach) is checked for them."""
+    """Tracepoints only, or uprobes for families that declare `uses_uprobes`: the handshake
+    covers both (declaration-order attach within each kind is checked by a test)."""
+    user_ok = bool(getattr(family, "uses_uprobes", False))
     for block in code.probes:
         head = block.lstrip().splitlines()[0] if block.strip() else ""
-        for attach in head.split(","):
-            if not attach.strip().startswith("tracepoint:"):
-                raise ProgramError(f"family {family.name}: probe {attach.strip()!r} is not a "
-                                   "tracepoint (the readiness handshake covers tracepoints only)")
+        kinds = {uprobes.attach_kind(a) for a in head.split(",")}
+        if kinds == {"tracepoint"} or (user_ok and kinds == {"uprobe"}):
+            continue
+        raise ProgramError(f"family {family.name}: probe {head!r} is not a tracepoint "
+                           + ("or a well-formed uprobe" if user_ok else "")
+                           + " (the readiness handshake covers tracepoints"
+                           + (" and uprobes)" if user_ok else " only)"))
 
 
 def _check_maps(family: ProbeFamily, code: ProbeCode) -> None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aorta.ebpf import marker
+from aorta.ebpf import marker, uprobes
 from aorta.ebpf.program import HANDSHAKE_IDS, READY_TEXT, Program
 
 MAP_KEYS_MAX = 65536  # bpftrace's default (4096) could silently drop per-tid/per-job keys
@@ -167,6 +167,8 @@ class TraceSession:
                 raise SessionError("bpftrace did not become ready in time (probes not attached); "
                                    + (self._error_text() or "no error printed"))
             marker.send(marker.PING, self.program.token)
+            if self.program.uprobe_ping:  # uprobes have their own handshake (see uprobes.py)
+                uprobes.ping(self.program.token)
             self._ready_event.wait(0.005)
 
     # -- window ------------------------------------------------------------------------------
@@ -292,7 +294,7 @@ class TraceSession:
             words = part.split()
             if len(words) == 2 and words[0] == READY_TEXT and words[1].isdigit():
                 self._ready.add(int(words[1]))
-                if self._ready >= set(HANDSHAKE_IDS):
+                if self._ready >= set(self.program.handshake_ids or HANDSHAKE_IDS):
                     self._ready_event.set()
             elif part.strip():
                 self.output.printf.append(part)

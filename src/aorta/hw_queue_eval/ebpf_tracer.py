@@ -16,13 +16,16 @@ from aorta.ebpf.probes.cpu_sched import SUBMITTER_LABEL
 from aorta.ebpf.program import Program, ProgramError
 from aorta.ebpf.session import SessionError, TraceSession
 from aorta.hw_queue_eval.ebpf_comparison import compare_with_harness
+from aorta.hw_queue_eval.gpu_runtime_comparison import compare_gpu_runtime
 
 
 class EbpfTracer:
     """Implements harness.WindowTracer with aorta.ebpf."""
 
-    def __init__(self, queue: bool, memory: bool, ready: engine.Readiness | None = None) -> None:
-        self.queue = queue
+    def __init__(self, queue: bool, memory: bool, ready: engine.Readiness | None = None,
+                 gpu_runtime: bool = False) -> None:
+        self.queue = queue or gpu_runtime
+        self.gpu_runtime = gpu_runtime
         self.memory = memory
         self.ready = ready if ready is not None else engine.check_readiness()
         self.program: Program | None = None
@@ -47,7 +50,7 @@ class EbpfTracer:
                              doorbells=doorbells)
         try:
             self.program = engine.make_program(self.queue, self.memory, target, self.ready.tracefs,
-                                               self.ready.version)
+                                               self.ready.version, gpu_runtime=self.gpu_runtime)
             self.session = engine.start_session(self.program, self.ready)
         except (ProgramError, SessionError, OSError) as exc:
             self.status, self.error = "error", str(exc)
@@ -86,7 +89,8 @@ class EbpfTracer:
         result = context.get("result")
         fam_context = {"workers": workers, "window": engine.window_info(output),
                        "pids": [os.getpid()], "streams": getattr(result, "stream_count", None),
-                       "submitter_tids": [self.submitter_tid] if self.submitter_tid else []}
+                       "submitter_tids": [self.submitter_tid] if self.submitter_tid else [],
+                       "stream_handles": stream_handles(backend)}
         results = engine.collect_results(self.program, output, fam_context)
         sections = engine.build_sections(self.program, output, results, self.ready, self.queue,
                                          self.memory)
@@ -96,8 +100,10 @@ class EbpfTracer:
             family = (queue.get("families") or {}).get("cpu_sched") or {}
             # per-submission kernel records feed the comparison; the JSON keeps counts and sums
             records = (family.get("metrics") or {}).pop("per_submission", None)
-            sections["ebpf_vs_cuda_comparison"] = compare_with_harness(
-                queue, context.get("submissions"), records)
+            sections["ebpf_vs_cuda_comparison"] = (
+                compare_gpu_runtime(queue, context.get("ops") or [], fam_context["streams"])
+                if queue.get("source") == "gpu_runtime"
+                else compare_with_harness(queue, context.get("submissions"), records))
         return sections
 
     def abort(self) -> None:
@@ -121,8 +127,17 @@ def _warn(result: Any, sections: dict[str, Any]) -> None:
             warnings.append(f"{key}: {section['lost_events']} events lost, aggregates incomplete")
 
 
-def make_tracer(queue: bool, memory: bool) -> EbpfTracer | None:
+def make_tracer(queue: bool, memory: bool, gpu_runtime: bool = False) -> EbpfTracer | None:
     """A tracer for the requested modes, or None when no tracing was asked for."""
-    if not (queue or memory):
+    if not (queue or memory or gpu_runtime):
         return None
-    return EbpfTracer(queue, memory)
+    return EbpfTracer(queue, memory, gpu_runtime=gpu_runtime)
+
+
+def stream_handles(backend: Any) -> list[dict[str, Any]]:
+    """The backend's stream index → runtime stream handle (GPU backend), to join uprobe counts."""
+    method = getattr(backend, "stream_handles", None)
+    try:
+        return list(method()) if callable(method) else []
+    except Exception:  # a backend without live streams: nothing to join, never a crash
+        return []

@@ -16,6 +16,8 @@ QUEUE_FAMILIES: list[str] = [
     "aorta.ebpf.probes.kfd:KfdFamily",
     "aorta.ebpf.probes.cpu_sched:CpuSchedFamily",
 ]
+# uprobes on the GPU runtime libraries: opt-in (--ebpf-gpu-runtime), a trap per call costs µs
+GPU_RUNTIME_FAMILY = "aorta.ebpf.probes.gpu_runtime:GpuRuntimeFamily"
 MEMORY_FAMILIES: list[str] = [
     "aorta.ebpf.probes.amd_memory:AmdMemoryFamily",
     "aorta.ebpf.probes.host_memory:HostMemoryFamily",
@@ -28,7 +30,11 @@ def _load(path: str) -> ProbeFamily:
     return cls()
 
 
-def families_for(queue: bool, memory: bool) -> list[ProbeFamily]:
-    """Fresh family instances for the requested tracing modes, queue families first."""
-    paths = (QUEUE_FAMILIES if queue else []) + (MEMORY_FAMILIES if memory else [])
+def families_for(queue: bool, memory: bool, gpu_runtime: bool = False) -> list[ProbeFamily]:
+    """Fresh family instances for the requested tracing modes, queue families first.
+
+    gpu_runtime comes first: where it saw launches, its summary is the queue section's summary.
+    """
+    paths = (([GPU_RUNTIME_FAMILY] if gpu_runtime else []) + (QUEUE_FAMILIES if queue else [])
+             + (MEMORY_FAMILIES if memory else []))
     return [_load(p) for p in paths]

@@ -148,6 +148,11 @@ class GpuBackend(Backend):
                 "reason": "the GPU runtime assigns hardware queues (HIP: GPU_MAX_HW_QUEUES; "
                           "CUDA: CUDA_DEVICE_MAX_CONNECTIONS); trace KFD queue creation to see it"}
 
+    def stream_handles(self) -> list[dict[str, Any]]:
+        """Stream index → the runtime's stream handle (torch `Stream.cuda_stream`, a cudaStream_t /
+        hipStream_t as an int): eBPF uprobe counts per stream handle join the harness's streams."""
+        return [{"stream": s.index, "handle": int(s.cuda_stream.cuda_stream)} for s in self._streams]
+
     def reset_memory_peak(self) -> None:
         import torch
 

@@ -38,21 +38,28 @@ def parse_duration(text: str) -> float:
 @click.option("--show-script", is_flag=True,
               help="Print the exact bpftrace program a run with the given flags would load here.")
 @tracing_options
+@click.option("--pid", "pid_text", default=None,
+              help="With --show-script --ebpf-gpu-runtime: render the uprobes for the GPU runtime "
+                   "libraries this process has mapped.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also write JSON here.")
 def ebpf_info_command(as_json: bool, show_script: bool, output: str | None, ebpf_trace: bool = False,
-                      ebpf_memory_trace: bool = False) -> None:
+                      ebpf_memory_trace: bool = False, ebpf_gpu_runtime: bool = False,
+                      pid_text: str | None = None) -> None:
     """What eBPF can trace on this machine (AORTA_TRACEFS overrides the tracefs root). Exit 0."""
     from aorta.ebpf.capabilities import full_report
 
     if output:
         check_output_path(output)
     if show_script:
+        pid = _pid(pid_text) if pid_text else None  # bad input: exit 2 (not a finding)
         try:
-            click.echo(_script(ebpf_trace or not ebpf_memory_trace, ebpf_memory_trace), nl=False)
+            click.echo(_script(ebpf_trace or not ebpf_memory_trace, ebpf_memory_trace,
+                               ebpf_gpu_runtime, pid), nl=False)
         except UsageError as exc:  # ebpf-info reports what it finds and exits 0 (issue 3)
             click.echo(f"ebpf-info: {exc}", err=True)
         return
     data = full_report()
+    data["gpu_runtime"] = gpu_runtime_report()
     if save_and_print_json(data, output, as_json):
         return
     _print_info(data)
@@ -61,7 +68,18 @@ def ebpf_info_command(as_json: bool, show_script: bool, output: str | None, ebpf
 SHOW_DOORBELL_FD = 3  # stand-in doorbell fd in --show-script output
 
 
-def _script(queue: bool, memory: bool) -> str:
+def _pid(text: str) -> int:
+    """A live process id from the command line (UsageError otherwise)."""
+    try:
+        pid = int(text)
+    except ValueError:
+        raise UsageError(f"--pid must be a process id (integer), got {text!r}") from None
+    if pid <= 0 or not os.path.isdir(f"/proc/{pid}"):
+        raise UsageError(f"no process with pid {pid}: check `ps -p {pid}`")
+    return pid
+
+
+def _script(queue: bool, memory: bool, gpu_runtime: bool = False, pid: int | None = None) -> str:
     from aorta.ebpf import engine
     from aorta.ebpf.probes.base import TraceTarget
     from aorta.ebpf.program import ProgramError
@@ -73,23 +91,38 @@ def _script(queue: bool, memory: bool) -> str:
         raise UsageError(f"cannot render the program: tracefs unavailable ({note})")
     path = bpftrace_path()
     version = bpftrace_version(path) if path else None
-    pid = os.getpid()
+    stand_in = pid is None
+    traced = pid or os.getpid()
     # a CPU-backend run registers one doorbell per queue: show the probes with one stand-in
-    bells = ((pid, SHOW_DOORBELL_FD, pid, 0),) if queue else ()
-    target = TraceTarget(pids=(pid,), follow_children=True,
-                         thread_labels={pid: "q0"} if queue else {}, doorbells=bells)
+    bells = ((traced, SHOW_DOORBELL_FD, traced, 0),) if queue and stand_in else ()
+    target = TraceTarget(pids=(traced,), follow_children=True,
+                         thread_labels={traced: "q0"} if bells else {}, doorbells=bells)
     try:
-        program = engine.make_program(queue, memory, target, tracefs, version)
+        program = engine.make_program(queue, memory, target, tracefs, version, gpu_runtime=gpu_runtime)
     except ProgramError as exc:
         raise UsageError(f"cannot render the program: {exc}") from None
     head = [f"// tracefs: {tracefs.root}; bpftrace {'.'.join(map(str, version)) if version else '?'}"
-            f"; pid {pid} stands for the traced process"
-            + (f"; fd {SHOW_DOORBELL_FD} and tid {pid} for queue 0's doorbell and worker "
-               "(a CPU-backend run registers one per queue)" if queue else "")]
+            + (f"; traced process {pid}" if not stand_in else
+               f"; pid {traced} stands for the traced process")
+            + (f"; fd {SHOW_DOORBELL_FD} and tid {traced} for queue 0's doorbell and worker "
+               "(a CPU-backend run registers one per queue)" if bells else "")]
     for family, missing in program.missing.items():
         for event, why in missing.items():
             head.append(f"// {family}: not attached {event}: {why}")
     return "\n".join(head) + "\n" + program.text
+
+
+def gpu_runtime_report() -> dict[str, Any]:
+    """What the opt-in gpu_runtime family would probe (symbols listed; libraries found per run)."""
+    from aorta.ebpf.probes.gpu_runtime_apis import APIS
+    from aorta.ebpf.runtime_libs import RUNTIME_LIBS
+    from aorta.ebpf.uprobes import handshake_library
+
+    return {"flag": "--ebpf-gpu-runtime (ebpf-attach: automatic when a runtime library is mapped)",
+            "libraries": {k: p.pattern for k, p in RUNTIME_LIBS.items()},
+            "symbols": {k: [a.name for a in APIS if a.lib == k] for k in RUNTIME_LIBS},
+            "uprobe_handshake_library": handshake_library(),
+            "available": handshake_library() is not None}
 
 
 def _print_info(data: dict[str, Any]) -> None:
@@ -116,6 +149,12 @@ def _print_info(data: dict[str, Any]) -> None:
                        + (f"; missing: {', '.join(lack)}" if lack else ""))
         else:
             click.echo(f"  {name}: {', '.join(f'{k}={v}' for k, v in fam.items())}")
+    gpu = data.get("gpu_runtime")
+    if gpu:
+        click.echo(f"gpu_runtime (uprobes, {gpu['flag']}): "
+                   + ("available" if gpu["available"] else "NOT available (no C library for the "
+                      "uprobe handshake)") + "; probes "
+                   + ", ".join(f"{k}: {len(v)} symbols" for k, v in gpu["symbols"].items()))
     for mode, verdict in data["modes"].items():
         state = "available" if verdict["available"] else f"NOT available: {verdict['reason']}"
         click.echo(f"{mode}: {state}")
@@ -128,11 +167,13 @@ def _print_info(data: dict[str, Any]) -> None:
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the sections as JSON here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON on stdout.")
 def ebpf_attach_command(pid_text: str, duration: str, output: str | None, as_json: bool,
-                        ebpf_trace: bool = False, ebpf_memory_trace: bool = False) -> None:
+                        ebpf_trace: bool = False, ebpf_memory_trace: bool = False,
+                        ebpf_gpu_runtime: bool = False) -> None:
     """Trace a running process (threads and child processes) for a while; print and save."""
     from aorta.ebpf import engine
     from aorta.ebpf.probes.base import TraceTarget
     from aorta.ebpf.program import ProgramError
+    from aorta.ebpf.runtime_libs import runtime_libraries, with_descendants
     from aorta.ebpf.session import SessionError
     from aorta.hw_queue_eval.report.console import make_console
     from aorta.hw_queue_eval.report.ebpf_blocks import render_queue_block
@@ -147,13 +188,16 @@ def ebpf_attach_command(pid_text: str, duration: str, output: str | None, as_jso
     seconds = parse_duration(duration)
     if output:
         check_output_path(output)
-    queue = ebpf_trace or not ebpf_memory_trace
+    queue = ebpf_trace or ebpf_gpu_runtime or not ebpf_memory_trace
+    # the GPU runtime family joins by itself when the process (or a child) mapped a runtime library
+    gpu_runtime = queue and (ebpf_gpu_runtime or bool(runtime_libraries(with_descendants((pid,)))))
     ready = engine.check_readiness()
     if not ready.ok or ready.tracefs is None:
         raise UsageError(f"eBPF tracing unavailable: {ready.reason}")
     target = TraceTarget(pids=(pid,), follow_children=True)
     try:
-        program = engine.make_program(queue, ebpf_memory_trace, target, ready.tracefs, ready.version)
+        program = engine.make_program(queue, ebpf_memory_trace, target, ready.tracefs, ready.version,
+                                      gpu_runtime=gpu_runtime)
         session = engine.start_session(program, ready)
     except (ProgramError, SessionError) as exc:
         raise UsageError(f"could not start tracing: {exc}") from None

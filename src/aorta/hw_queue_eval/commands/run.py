@@ -175,6 +175,10 @@ TRACING_FLAGS: list[tuple[str, str, str]] = [
      "Trace memory pressure with eBPF during the measurement window: GPU buffer moves, maps and "
      "evictions (amdgpu/amdkfd) and host page faults, reclaim and migrations. With --ebpf-trace "
      "both share one bpftrace process."),
+    ("--ebpf-gpu-runtime", "ebpf_gpu_runtime",
+     "Also put uprobes on the GPU runtime the process loaded (HIP/HSA or CUDA): kernel launches per "
+     "stream, doorbell rings per hardware queue, launch and host-sync latency. Implies "
+     "--ebpf-trace. Opt-in: a uprobe costs microseconds per launch (see docs/ebpf.md)."),
 ]
 
 
@@ -185,13 +189,13 @@ def tracing_options(func: Any) -> Any:
     return func
 
 
-def build_tracer(queue: bool, memory: bool) -> Any:
+def build_tracer(queue: bool, memory: bool, gpu_runtime: bool = False) -> Any:
     """The tracer for these flags (None without tracing); tells on stderr when tracing is off."""
-    if not (queue or memory):
+    if not (queue or memory or gpu_runtime):
         return None
     from aorta.hw_queue_eval.ebpf_tracer import make_tracer
 
-    tracer = make_tracer(queue, memory)
+    tracer = make_tracer(queue, memory, gpu_runtime)
     if tracer is not None and not tracer.ready.ok:
         click.echo(f"warning: eBPF tracing is off: {tracer.ready.reason}", err=True)
     return tracer
@@ -247,7 +251,8 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
                 size: str | None, sync_mode: str, seed: int, threads_per_queue: str,
                 lock_clocks: str | None, power_limit: str | None,
                 output: str | None, as_json: bool, trace_out: str | None, force: bool = False,
-                ebpf_trace: bool = False, ebpf_memory_trace: bool = False) -> None:
+                ebpf_trace: bool = False, ebpf_memory_trace: bool = False,
+                ebpf_gpu_runtime: bool = False) -> None:
     """Run WORKLOAD on N streams and measure throughput, latency and queue behaviour."""
     import dataclasses
     import json
@@ -267,7 +272,7 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
     if trace_out:
         check_output_path(trace_out, "trace file")
         check_replaceable(trace_out, ("trace",), force, "trace file")
-    tracer = build_tracer(ebpf_trace, ebpf_memory_trace)
+    tracer = build_tracer(ebpf_trace, ebpf_memory_trace, ebpf_gpu_runtime)
     config = dataclasses.replace(config, device=resolve_device(config.device))  # imports torch
     control = gpu_control_context(config.device, request)
     with control as gpu_report:  # clocks/power (if asked) applied and verified before the run

@@ -22,7 +22,7 @@ from aorta.hw_queue_eval.commands.run import (
 from aorta.hw_queue_eval.config import parse_stream_list
 
 #: `run` flags a sweep passes through to every point when `run` has them (added by other modules).
-PASSTHROUGH_FLAGS = ("ebpf_trace", "ebpf_memory_trace")
+PASSTHROUGH_FLAGS = ("ebpf_trace", "ebpf_memory_trace", "ebpf_gpu_runtime")
 
 
 def register(group: click.Group) -> None:

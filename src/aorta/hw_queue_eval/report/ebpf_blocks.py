@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from aorta.hw_queue_eval.report.console import fmt
+from aorta.hw_queue_eval.report.ebpf_gpu_runtime import render_gpu_runtime_comparison, render_gpu_runtime_rows
 
 
 def labelled(console: Any, label: str, value: str, width: int = 22) -> None:
@@ -65,6 +66,7 @@ def render_queue_block(section: dict[str, Any] | None, console: Any) -> None:
                           f"{fmt(row['kernel_run_delay_ms'], '.1f', 'ms'):>8} "
                           f"{fmt(row['switches'], 'd'):>6} "
                           f"{fmt(row['involuntary'], 'd'):>7} {row['cpus']}")
+    render_gpu_runtime_rows(section, console)
     for line in section.get("interpretation") or []:
         console.print(f"  • {line}")
     absent = []
@@ -99,6 +101,11 @@ def render_comparison_block(section: dict[str, Any] | None, console: Any) -> Non
     if "measurement_accuracy_pct" in section:  # written before the doorbell design (v1 layout)
         _render_v1_comparison(section, console)
         return
+    if section.get("kernel_source") == "gpu_runtime":  # launches seen by uprobes vs ops issued
+        labelled(console, "Measurement accuracy", fmt(section.get("coverage_pct"), ".1f", "%"))
+        render_gpu_runtime_comparison(section, console)
+        _notes(section, console, ("coverage_meaning", "ebpf_meaning", "harness_meaning", "reason"))
+        return
     n = section.get("compared")
     counted = f"  (n={n})" if isinstance(n, int) else ""
     harness_label = section.get("harness_label") or "CUDA switch overhead"
@@ -116,7 +123,12 @@ def render_comparison_block(section: dict[str, Any] | None, console: Any) -> Non
                      f"{section['harness_submissions']}; lost events {section.get('lost_events')})")
     labelled(console, "Measurement accuracy", coverage)
     labelled(console, "Kernel-visible share", fmt(section.get("kernel_visible_share_pct"), ".1f", "%"))
-    for key in ("kernel_meaning", "harness_meaning", "coverage_meaning", "reason"):
+    _notes(section, console, ("kernel_meaning", "harness_meaning", "coverage_meaning", "reason"))
+
+
+def _notes(section: dict[str, Any], console: Any, keys: tuple[str, ...]) -> None:
+    """The dim lines under the comparison block: what each figure means, then the formula."""
+    for key in keys:
         if section.get(key):
             console.print(f"  [dim]{section[key]}[/dim]")
     console.print(f"  [dim]{section.get('formula')}[/dim]")

@@ -1,0 +1,187 @@
+"""GPU runtime uprobes: kernel launches per stream, doorbell rings per hardware queue, host syncs.
+
+HIP and CUDA submit work from user space (packets into user-mode queues, a doorbell write): the
+kernel never sees a launch. A uprobe on the runtime's exported entry points does. This family
+probes, in the exact library files the traced processes mapped (/proc/PID/maps):
+
+* launches (HIP, CUDA runtime, CUDA driver) with their stream argument: count per stream at entry,
+  call latency entry → return (the host's launch cost) per stream;
+* HSA `hsa_queue_create` (return path: the queue and its doorbell signal) and the doorbell stores
+  `hsa_signal_store_screlease/_relaxed`: rings per hardware queue, and which stream's launch rang
+  which doorbell (a store made on the launching thread while inside the launch call);
+* stream creation (handle → API) and host synchronisation calls (how long the host blocked).
+
+Only outermost launch calls count (a launch API calling another exported one is counted once, as
+`nested`). Every symbol is checked in the file's ELF symbol table before it is rendered; absent
+symbols are listed as not attached with the reason. Signatures: see docs/ebpf.md (sources).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aorta.ebpf import hist
+from aorta.ebpf.elfsyms import ElfError, defined_functions
+from aorta.ebpf.probes import gpu_runtime_metrics as m
+from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext
+from aorta.ebpf.probes.common import both
+from aorta.ebpf.probes.gpu_runtime_apis import APIS, QUEUE_DOORBELL_OFF, QUEUE_ID_OFF, Api, P
+from aorta.ebpf.runtime_libs import MappedLibrary, runtime_libraries, with_descendants
+from aorta.ebpf.uprobes import hit_cost_ns
+
+
+class GpuRuntimeFamily(ProbeFamily):
+    """uprobes on HIP / HSA / CUDA runtime entry points in the libraries the process mapped."""
+
+    name = "gpu_runtime"
+    section = "queue"
+    description = ("uprobes on HIP/HSA/CUDA runtime libraries: launches per stream, doorbells per "
+                   "hardware queue, stream→queue mapping, launch and host-sync latency")
+    uses_uprobes = True
+
+    def __init__(self, libraries: list[MappedLibrary] | None = None) -> None:
+        """`libraries`: probe these instead of the ones the traced pids mapped (ebpf-info)."""
+        self.libraries = libraries
+        self.attached: list[dict[str, Any]] = []
+        self.not_attached: list[dict[str, Any]] = []
+        self._hit_ns: dict[str, float] | None = None
+
+    def wanted_events(self) -> list[str]:
+        return [f"uprobe:{a.lib}:{a.name}" for a in APIS]
+
+    # -- render --------------------------------------------------------------------------------
+    def render(self, ctx: RenderContext) -> ProbeCode:
+        code = ProbeCode()
+        libs = (self.libraries if self.libraries is not None
+                else runtime_libraries(with_descendants(ctx.target.pids)))
+        self.attached, self.not_attached = [], []
+        if not libs:
+            code.missing["uprobe:*"] = ("no HIP/HSA/CUDA runtime library is mapped by the traced "
+                                        "processes (see /proc/PID/maps)")
+            return code
+        pf, gate = ctx.pid_filter, ctx.gate
+        for lib in libs:
+            if lib.problem:
+                code.missing[f"uprobe:{lib.mapped_as}"] = lib.problem
+                continue
+            try:
+                present = defined_functions(lib.path)
+            except ElfError as exc:
+                code.missing[f"uprobe:{lib.mapped_as}"] = str(exc)
+                continue
+            for api in (a for a in APIS if a.lib == lib.kind):
+                symbol = next((s for s in api.symbols if s in present), None)
+                event = f"uprobe:{lib.kind}:{api.name}"
+                if symbol is None:
+                    reason = f"symbol not in {lib.mapped_as} (ELF .dynsym/.symtab)"
+                    code.missing[event] = reason
+                    self.not_attached.append({"api": api.name, "library": lib.mapped_as,
+                                              "reason": reason})
+                    continue
+                code.probes.extend(_blocks(api, f"{lib.path}:{symbol}", pf, gate))
+                code.used_events.append(event)
+                self.attached.append({"api": api.name, "symbol": symbol, "library": lib.mapped_as,
+                                      "probed_path": lib.path, "pid": lib.pid})
+        return code
+
+    def snapshot(self, target: Any) -> Any:
+        """What one uprobe hit costs here (uprobes.hit_cost_ns), measured once, before the window."""
+        if not self.attached:
+            return None
+        if self._hit_ns is None:
+            self._hit_ns = hit_cost_ns()
+        return dict(self._hit_ns)
+
+    # -- collect -------------------------------------------------------------------------------
+    def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
+        syncs = {k: hist.stats(v) for k, v in hist.keyed(maps.get(f"{P}sync_ns")).items()}
+        per_stream = m.stream_rows(maps, syncs)
+        queue_rows = m.queue_rows(maps, per_stream)
+        handles = m.join_streams(per_stream, context.get("stream_handles") or [])
+        total_launches = sum(r["launches"] for r in per_stream.values())
+        hsa_probed = any(a["api"].startswith("hsa_signal_store") for a in self.attached)
+        rings_used = (sorted(m.hex_handle(s) for s, r in queue_rows.items() if r["doorbell_rings"] > 0)
+                      if hsa_probed else None)
+        created = m.pair_map(maps.get(f"{P}streams"))  # (api, handle) → count
+        metrics = {
+            "summary": m.family_summary(per_stream, rings_used) if self.attached else None,
+            "streams": sorted(per_stream.values(), key=lambda r: (r["stream_index"] is None,
+                                                                  r["stream_index"], r["handle"])),
+            "queues": sorted(queue_rows.values(), key=lambda r: r["doorbell_signal"]),
+            "streams_created": [{"api": m.api_name(a), "handle": m.hex_handle(h), "calls": n}
+                                for (a, h), n in created.items()],
+            "device_and_event_syncs": m.other_syncs(syncs),
+            "nested_launch_calls": {m.api_name(int(k)): int(v) for k, v in
+                                    hist.keyed(maps.get(f"{P}nested")).items() if k},
+            "stream_handles_joined": handles,
+            "launches_total": total_launches if self.attached else None,
+            "hw_queues_used": len(rings_used) if self.attached and rings_used is not None else None,
+            "streams_launching": len([r for r in per_stream.values() if r["launches"]]),
+            "probes": {"attached": self.attached, "not_attached": self.not_attached},
+            "probe_cost": (m.probe_cost(context, total_launches,
+                                 sum(r["doorbell_rings"] for r in queue_rows.values()),
+                                 sum(v[0] for v in syncs.values() if v)) if self.attached else None),
+        }
+        coverage = {
+            "statement": (f"uprobes on {len(self.attached)} runtime entry points"
+                          if self.attached else "no GPU runtime entry point attached"),
+            "covered": ("launch calls through the exported HIP/CUDA entry points; doorbell stores "
+                        "through hsa_signal_store_*; HSA queues created after attach"),
+            "not_covered": ("kernels the runtime submits internally without an exported launch "
+                            "call (blit kernels for copies/memset), CUDA channel/doorbell writes "
+                            "(inside the closed driver), GPU-side dispatch and execution"),
+        }
+        return FamilyResult(self.name, self.section, metrics, coverage)
+
+
+def _blocks(api: Api, where: str, pf: str, gate: str) -> list[str]:
+    """bpftrace blocks for one entry point (arguments read once, at the top of each probe)."""
+    i = api.ident
+    if api.role == "launch":
+        return [
+            f"uprobe:{where}\n/{pf}/\n{{\n  $s = {api.stream};\n  $d = {P}depth[tid];\n"
+            f"  {P}depth[tid] = $d + 1;\n"
+            f"  if ($d == 0 && {gate}) {{\n    {P}launches[{i}, $s] = count();\n"
+            f"    {P}t0[tid] = nsecs;\n    {P}cur[tid] = $s;\n    {P}api[tid] = {i};\n  }}\n"
+            f"  if ($d > 0 && {gate}) {{ {P}nested[{i}] = count(); }}\n}}",
+            f"uretprobe:{where}\n/{pf}/\n{{\n  $d = {P}depth[tid];\n"
+            f"  if ($d > 1) {{ {P}depth[tid] = $d - 1; }}\n"
+            f"  if ($d == 1) {{\n    delete({P}depth[tid]);\n    $t = {P}t0[tid];\n"
+            f"    if ($t != 0) {{\n      {P}launch_ns[{P}api[tid], {P}cur[tid]] = stats(nsecs - $t);\n"
+            f"      delete({P}t0[tid]);\n      delete({P}cur[tid]);\n      delete({P}api[tid]);\n"
+            f"    }}\n  }}\n}}",
+        ]
+    if api.role == "stream_create":
+        return [
+            f"uprobe:{where}\n/{pf}/\n{{\n  {P}sout[tid] = arg0;\n}}",
+            f"uretprobe:{where}\n/{pf}/\n{{\n  $o = {P}sout[tid];\n  delete({P}sout[tid]);\n"
+            f"  if ((retval & 0xffffffff) == 0 && $o != 0) {{\n"
+            f"    {P}streams[{i}, *(uint64*)$o] = count();\n  }}\n}}",
+        ]
+    if api.role.startswith("sync_"):
+        key = api.stream or "0"
+        return [
+            f"uprobe:{where}\n/{both(pf, gate)}/\n{{\n  $s = {key};\n"
+            f"  if ({P}s0[tid] == 0) {{\n    {P}s0[tid] = nsecs;\n    {P}skey[tid] = $s;\n"
+            f"    {P}sapi[tid] = {i};\n  }}\n}}",
+            f"uretprobe:{where}\n/{pf}/\n{{\n  $t = {P}s0[tid];\n"
+            f"  if ($t != 0 && {P}sapi[tid] == {i}) {{\n"
+            f"    {P}sync_ns[{i}, {P}skey[tid]] = stats(nsecs - $t);\n"
+            f"    delete({P}s0[tid]);\n    delete({P}skey[tid]);\n    delete({P}sapi[tid]);\n  }}\n}}",
+        ]
+    if api.role == "queue_create":
+        return [
+            f"uprobe:{where}\n/{pf}/\n{{\n  {P}qout[tid] = {api.stream};\n}}",
+            f"uretprobe:{where}\n/{pf}/\n{{\n  $o = {P}qout[tid];\n  delete({P}qout[tid]);\n"
+            f"  if ((retval & 0xffffffff) == 0 && $o != 0) {{\n    $q = *(uint64*)$o;\n"
+            f"    $sig = *(uint64*)($q + {QUEUE_DOORBELL_OFF});\n"
+            f"    {P}doorbell[$sig] = $q;\n"
+            f"    {P}queues[$q, $sig] = *(uint64*)($q + {QUEUE_ID_OFF});\n  }}\n}}",
+        ]
+    if api.role == "doorbell":
+        return [
+            f"uprobe:{where}\n/{both(pf, gate)}/\n{{\n  $sig = arg0;\n"
+            f"  if ({P}doorbell[$sig] != 0) {{ {P}rings[$sig] = count(); }}\n"
+            f"  if ({P}t0[tid] != 0) {{ {P}launch_rings[{P}cur[tid], $sig] = count(); }}\n}}",
+        ]
+    raise ValueError(f"unknown role {api.role}")
