@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from aorta.hw_queue_eval import metrics
+from aorta.hw_queue_eval import metrics, oncpu
 from aorta.hw_queue_eval.backends import Backend, OpRecord, create_backend, resolve_device
 from aorta.hw_queue_eval.config import RunConfig
 from aorta.hw_queue_eval.results import RunResult, collect_environment
@@ -117,6 +117,8 @@ def _run_on_backend(config: RunConfig, backend: Backend, workload_cls: type[Work
 
     per_iteration = config.sync_mode == "per_iteration"
     host_times: list[float] = []
+    worker_tids = [w.tid for w in backend.workers() if w.tid]
+    cpu_start = oncpu.snapshot(worker_tids)
     backend.start_window()
     if tracer is not None:
         tracer.window_start()
@@ -132,18 +134,20 @@ def _run_on_backend(config: RunConfig, backend: Backend, workload_cls: type[Work
         progress("measure", i + 1, config.iterations)
     backend.synchronize()
     window_ns = time.perf_counter_ns() - window_start
+    cpu_stop = oncpu.snapshot(worker_tids) if cpu_start is not None else None
     if tracer is not None:
         tracer.window_stop()
     ops = backend.stop_window() if config.record_ops else []
     device_times = backend.iteration_times_ms()
+    on_cpu = oncpu.on_cpu_concurrency(cpu_start, cpu_stop, window_ns / 1e6)
     return _assemble(config, backend, workload, size, ops, window_ns, per_iteration,
-                     host_times, device_times, verification, tracer)
+                     host_times, device_times, verification, tracer, on_cpu)
 
 
 def _assemble(config: RunConfig, backend: Backend, workload: Workload, size: str,
               ops: list[OpRecord], window_ns: int, per_iteration: bool,
               host_times: list[float], device_times: list[float] | None, verification: Any,
-              tracer: WindowTracer | None) -> RunResult:
+              tracer: WindowTracer | None, on_cpu: dict[str, Any]) -> RunResult:
     info = workload.INFO
     window_ms = window_ns / 1e6
     warnings: list[str] = []
@@ -176,7 +180,7 @@ def _assemble(config: RunConfig, backend: Backend, workload: Workload, size: str
     if idle_streams:
         warnings.append(f"streams without work in the window: {idle_streams}")
     if not verification.passed:
-        warnings.append(f"verification FAILED: max relative error {verification.max_abs_error:.3g}"
+        warnings.append(f"verification FAILED: max relative error {verification.max_rel_error:.3g}"
                         f" > {verification.tolerance:g}")
 
     config_dict = config.to_dict()
@@ -195,7 +199,9 @@ def _assemble(config: RunConfig, backend: Backend, workload: Workload, size: str
         total_time_ms=window_ms,
         switch_latency=metrics.switch_analysis(ops),
         concurrency={"achieved": concurrency_value, "window_ms": window_ms,
-                     "definition": "sum of per-stream busy time / window time"},
+                     "definition": ("streams with an op in flight (wall clock): sum of per-stream "
+                                    "busy time / window time"),
+                     **on_cpu},
         per_stream_times_ms=busy,
         per_stream_op_counts=counts,
         ops={"count": len(ops), "per_label": metrics.per_label_summary(ops),

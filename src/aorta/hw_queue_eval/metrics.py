@@ -3,25 +3,26 @@
 Definitions (also in docs/metrics.md):
 - percentiles use linear interpolation between closest ranks (numpy's default);
 - a run is flagged unstable when IQR / median > 0.10;
-- intra-stream gap: start of an op minus the end of the previous op on the same stream, same
-  iteration; inter-stream gap: start of an op minus the end of the op its lane finished most
-  recently before it started, when that op belongs to a
-  different stream (lane = CPU: the hardware queue; GPU: the device);
-- switch overhead = median(inter-stream gaps) − median(intra-stream gaps);
+- lane gap: start of an op minus the end of the op its lane finished most recently before it
+  started, same iteration (lane = CPU: the hardware queue; GPU: the device); a switch when that
+  op belongs to another stream;
+- switch overhead (like for like): per (lane, previous op kind, next op kind) with both kinds of
+  gap, median(switch gaps) − median(no-switch gaps), averaged weighted by switch gaps;
 - achieved concurrency = Σ over streams of busy time (union of its op intervals) / window time.
 """
 
 from __future__ import annotations
 
 import bisect
-import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 INSTABILITY_IQR_RATIO = 0.10
+MAX_REPORTED_PAIRS = 20
 
 
 def summarize(samples: Sequence[float]) -> dict[str, float | int] | None:
@@ -101,53 +102,113 @@ def achieved_concurrency(busy_ms: Sequence[float], window_ms: float) -> float | 
     return float(sum(busy_ms) / window_ms)
 
 
-def stream_gaps(ops: Sequence[Any]) -> tuple[list[float], list[float]]:
-    """(intra-stream gaps, inter-stream gaps) in ms; see the module docstring."""
-    intra: list[float] = []
-    by_stream: dict[tuple[int, int], list[Any]] = defaultdict(list)
-    for op in ops:
-        by_stream[(op.stream, op.iteration)].append(op)
-    for seq in by_stream.values():
-        seq.sort(key=lambda o: o.start_ns)
-        intra.extend((b.start_ns - a.end_ns) / 1e6 for a, b in itertools.pairwise(seq))
+@dataclass(frozen=True)
+class LaneGap:
+    """One gap on a lane: `after` finished, then `before` started; a switch when their streams differ."""
 
-    inter: list[float] = []
+    lane: Any
+    after: str
+    before: str
+    switch: bool
+    gap_ms: float
+
+
+def lane_gaps(ops: Sequence[Any]) -> list[LaneGap]:
+    """Per op: the gap after the op its lane finished most recently before it (same iteration)."""
     by_lane: dict[Any, list[Any]] = defaultdict(list)
     for op in ops:
         by_lane[op.queue].append(op)
-    for lane_ops in by_lane.values():
+    gaps: list[LaneGap] = []
+    for lane, lane_ops in by_lane.items():
         ends = sorted(lane_ops, key=lambda o: o.end_ns)
         end_times = [o.end_ns for o in ends]
         for op in lane_ops:
-            # the op this lane finished most recently before `op` started; a switch if it
-            # belongs to another stream (same iteration: no gaps across iteration boundaries)
             i = bisect.bisect_right(end_times, op.start_ns) - 1
-            if i >= 0 and ends[i].stream != op.stream and ends[i].iteration == op.iteration:
-                inter.append((op.start_ns - ends[i].end_ns) / 1e6)
-    return intra, inter
+            if i >= 0 and ends[i].iteration == op.iteration:
+                prev = ends[i]
+                gaps.append(LaneGap(lane, prev.label, op.label, prev.stream != op.stream,
+                                    (op.start_ns - prev.end_ns) / 1e6))
+    return gaps
+
+
+def _matched_groups(gaps: Sequence[LaneGap]) -> dict[tuple[Any, str, str], tuple[list[float],
+                                                                                  list[float]]]:
+    """(lane, after, before) → (switch gaps, no-switch gaps): the like-for-like groups."""
+    groups: dict[tuple[Any, str, str], tuple[list[float], list[float]]] = {}
+    for g in gaps:
+        switch, same = groups.setdefault((g.lane, g.after, g.before), ([], []))
+        (switch if g.switch else same).append(g.gap_ms)
+    return groups
+
+
+def _like_for_like(groups: dict[tuple[Any, str, str], tuple[list[float], list[float]]]
+                   ) -> tuple[float | None, float | None, int]:
+    """(switch-weighted mean of median differences, spread, matched switches) over groups."""
+    weighted = 0.0
+    matched = 0
+    residuals: list[float] = []
+    for switch, same in groups.values():
+        if not switch or not same:
+            continue
+        s_med, n_med = float(np.median(switch)), float(np.median(same))
+        weighted += len(switch) * (s_med - n_med)
+        matched += len(switch)
+        residuals.extend(v - s_med for v in switch)
+        residuals.extend(v - n_med for v in same)
+    if not matched:
+        return None, None, 0
+    q1, q3 = np.percentile(residuals, [25, 75])
+    return weighted / matched, float(q3 - q1), matched
 
 
 def switch_analysis(ops: Sequence[Any]) -> dict[str, Any]:
-    """Switch overhead from measured gaps, or null with the reason when not measurable."""
-    intra, inter = stream_gaps(ops)
+    """Like-for-like switch overhead (see docs/metrics.md), or null with the reason."""
+    gaps = lane_gaps(ops)
+    groups = _matched_groups(gaps)
+    overhead, spread, matched = _like_for_like(groups)
+    switches = sum(g.switch for g in gaps)
+    per_lane: dict[str, Any] = {}
+    for lane in sorted({g.lane for g in gaps}, key=str):
+        lane_groups = {k: v for k, v in groups.items() if k[0] == lane}
+        lane_overhead, _, lane_matched = _like_for_like(lane_groups)
+        lane_switches = sum(len(v[0]) for v in lane_groups.values())
+        per_lane[str(lane)] = {
+            "switches": lane_switches, "matched_switches": lane_matched,
+            "switch_overhead_ms": lane_overhead,
+            "reason": (None if lane_overhead is not None else _null_reason(lane_switches))}
+    pairs = sorted(((k, v) for k, v in groups.items() if v[0] and v[1]),
+                   key=lambda kv: -len(kv[1][0]))
     result: dict[str, Any] = {
-        "definition": "median(inter-stream gap) - median(intra-stream gap) on one lane",
-        "intra_gap_count": len(intra),
-        "inter_gap_count": len(inter),
-        "intra_gap_median_ms": float(np.median(intra)) if intra else None,
-        "inter_gap_median_ms": float(np.median(inter)) if inter else None,
-        "switch_overhead_ms": None,
+        "definition": ("switch-weighted mean over (lane, previous op kind, next op kind) of "
+                       "median(gap after another stream's op) - median(gap after the same "
+                       "stream's op)"),
+        "switch_count": switches,
+        "no_switch_count": len(gaps) - switches,
+        "matched_switch_count": matched,
+        "switch_overhead_ms": overhead,
+        "spread_ms": spread,
+        "spread_definition": "IQR of every matched gap minus the median of its group",
+        "outside_spread": None if overhead is None else abs(overhead) > (spread or 0.0),
+        "per_lane": per_lane,
+        "pairs": [{"lane": None if k[0] is None else str(k[0]), "after": k[1], "before": k[2],
+                   "switch_gaps": len(s), "no_switch_gaps": len(n),
+                   "switch_gap_median_ms": float(np.median(s)),
+                   "no_switch_gap_median_ms": float(np.median(n))}
+                  for k, (s, n) in pairs[:MAX_REPORTED_PAIRS]],
         "reason": None,
     }
     if not ops:
         result["reason"] = "no ops recorded"
-    elif not intra:
-        result["reason"] = "no stream ran two ops in a row: no intra-stream baseline"
-    elif not inter:
-        result["reason"] = "no stream switches on a shared lane were observed"
-    else:
-        result["switch_overhead_ms"] = result["inter_gap_median_ms"] - result["intra_gap_median_ms"]
+    elif overhead is None:
+        result["reason"] = _null_reason(switches)
     return result
+
+
+def _null_reason(switches: int) -> str:
+    if not switches:
+        return "no stream switches on a shared lane were observed"
+    return ("no like-for-like pairs: no switch gap has a same-stream gap between the same op "
+            "kinds on the same lane")
 
 
 def ready_to_start_delays_ms(ops: Sequence[Any]) -> list[float]:
