@@ -102,12 +102,34 @@ def synthetic_lane(switch_cost_us: float, rounds: int = 40, queue: int = 0) -> l
 def test_like_for_like_switch_cost_recovers_the_injected_cost(cost_us):
     result = metrics.switch_analysis(synthetic_lane(cost_us))
     assert result["switch_overhead_ms"] == pytest.approx(cost_us / 1000, abs=1e-6)
-    # only gemm→tiny occurs both with and without a switch (one switch per odd round)
-    # switches: 1 inside each even round, 4 in each odd round, 1 entering even rounds 2..38
-    assert result["matched_switch_count"] == 20 and result["switch_count"] == 20 + 80 + 19
+    # switches: 1 inside each even round, 4 in each odd round, 1 entering even rounds 2..38;
+    # gemm→tiny occurs with and without a switch (20 switches, odd rounds); gemm→gemm switches
+    # (20) face the no-switch gaps after a gemm; switches after a tiny op have no baseline
+    assert result["switch_count"] == 20 + 80 + 19
+    assert result["matched_on_both_kinds"] == 20 and result["matched_on_previous_kind"] == 20
+    assert result["matched_switch_count"] == 40
     assert result["reason"] is None
     assert result["outside_spread"] is (cost_us > 0)
     assert result["per_lane"]["0"]["switch_overhead_ms"] == pytest.approx(cost_us / 1000, abs=1e-6)
+
+
+@pytest.mark.parametrize("cost_us", [0.0, 2.0])
+def test_one_kind_per_stream_falls_back_to_the_previous_kind(cost_us):
+    # hetero-like: stream 0 runs only A (gap after A: 5 µs), stream 1 only B (gap after B:
+    # 1 µs), AABB AABB … on one lane: A→B and B→A never occur without a switch
+    ops, t, prev = [], 0.0, None
+    for i in range(60):
+        stream, label = (0, "A") if (i // 2) % 2 == 0 else (1, "B")
+        if prev is not None:
+            t += (5.0 if prev[1] == "A" else 1.0) + (cost_us if prev[0] != stream else 0.0)
+        ops.append(op(stream, t, t + 20, label=label))
+        t += 20
+        prev = (stream, label)
+    result = metrics.switch_analysis(ops)
+    assert result["switch_overhead_ms"] == pytest.approx(cost_us / 1000, abs=1e-6)
+    assert result["matched_on_both_kinds"] == 0
+    assert result["matched_on_previous_kind"] == result["switch_count"] == 29
+    assert result["pairs"][0]["matched_on"] == "previous op kind"
 
 
 def test_unmatched_formula_is_fooled_but_like_for_like_is_not():
@@ -160,3 +182,19 @@ def test_per_label_summary():
                                          op(1, 0, 5, label="b")])
     assert summary["a"]["count"] == 2 and summary["a"]["mean"] == pytest.approx(0.015)
     assert summary["b"]["max"] == pytest.approx(0.005)
+
+
+def test_console_prints_no_switch_overhead_without_switches():
+    from aorta.hw_queue_eval.report.console import switch_line, switch_rows
+
+    none = metrics.switch_analysis([op(0, 0, 10), op(0, 12, 20)])
+    rows = switch_rows(none)
+    assert rows == [("Stream switches", "0 (no stream switches on a shared lane were observed)")]
+    assert switch_line(none) is None
+    zero = metrics.switch_analysis(synthetic_lane(0.0))
+    assert switch_line(zero).startswith("No switch cost measurable")
+    costly = metrics.switch_analysis(synthetic_lane(3.0))
+    assert "costs 3.00 µs more" in switch_line(costly)
+    assert rows[0][0] != "Switch overhead (like for like)"
+    assert switch_rows(costly)[0] == ("Switch overhead (like for like)",
+                                      "+3.00 µs (gap spread 0.00 µs)")

@@ -6,8 +6,9 @@ Definitions (also in docs/metrics.md):
 - lane gap: start of an op minus the end of the op its lane finished most recently before it
   started, same iteration (lane = CPU: the hardware queue; GPU: the device); a switch when that
   op belongs to another stream;
-- switch overhead (like for like): per (lane, previous op kind, next op kind) with both kinds of
-  gap, median(switch gaps) − median(no-switch gaps), averaged weighted by switch gaps;
+- switch overhead (like for like): per (lane, previous op kind, next op kind) with switch gaps,
+  median(switch gaps) − median(no-switch gaps between the same kinds, else after the same
+  previous kind), averaged weighted by switch gaps;
 - achieved concurrency = Σ over streams of busy time (union of its op intervals) / window time.
 """
 
@@ -131,30 +132,59 @@ def lane_gaps(ops: Sequence[Any]) -> list[LaneGap]:
     return gaps
 
 
-def _matched_groups(gaps: Sequence[LaneGap]) -> dict[tuple[Any, str, str], tuple[list[float],
-                                                                                  list[float]]]:
-    """(lane, after, before) → (switch gaps, no-switch gaps): the like-for-like groups."""
-    groups: dict[tuple[Any, str, str], tuple[list[float], list[float]]] = {}
+@dataclass
+class MatchedGroup:
+    """Switch gaps of one (lane, previous kind, next kind) and the no-switch gaps they face."""
+
+    lane: Any
+    after: str
+    before: str
+    switch: list[float]
+    baseline: list[float]
+    matched_on: str  # "previous and next op kind" or "previous op kind"
+
+
+def match_gaps(gaps: Sequence[LaneGap]) -> tuple[list[MatchedGroup], int]:
+    """Like-for-like groups, and the number of switch gaps left without a baseline.
+
+    A switch gap is compared with the no-switch gaps on its lane between the same previous and
+    next op kinds; where there are none, with the no-switch gaps after the same previous op kind
+    (gaps are mostly set by what just finished). Otherwise it stays unmatched.
+    """
+    switch: dict[tuple[Any, str, str], list[float]] = defaultdict(list)
+    same_pair: dict[tuple[Any, str, str], list[float]] = defaultdict(list)
+    same_after: dict[tuple[Any, str], list[float]] = defaultdict(list)
     for g in gaps:
-        switch, same = groups.setdefault((g.lane, g.after, g.before), ([], []))
-        (switch if g.switch else same).append(g.gap_ms)
-    return groups
+        if g.switch:
+            switch[(g.lane, g.after, g.before)].append(g.gap_ms)
+        else:
+            same_pair[(g.lane, g.after, g.before)].append(g.gap_ms)
+            same_after[(g.lane, g.after)].append(g.gap_ms)
+    groups: list[MatchedGroup] = []
+    unmatched = 0
+    for (lane, after, before), values in switch.items():
+        if same_pair.get((lane, after, before)):
+            groups.append(MatchedGroup(lane, after, before, values, same_pair[(lane, after, before)],
+                                       "previous and next op kind"))
+        elif same_after.get((lane, after)):
+            groups.append(MatchedGroup(lane, after, before, values, same_after[(lane, after)],
+                                       "previous op kind"))
+        else:
+            unmatched += len(values)
+    return groups, unmatched
 
 
-def _like_for_like(groups: dict[tuple[Any, str, str], tuple[list[float], list[float]]]
-                   ) -> tuple[float | None, float | None, int]:
+def _like_for_like(groups: Sequence[MatchedGroup]) -> tuple[float | None, float | None, int]:
     """(switch-weighted mean of median differences, spread, matched switches) over groups."""
     weighted = 0.0
     matched = 0
     residuals: list[float] = []
-    for switch, same in groups.values():
-        if not switch or not same:
-            continue
-        s_med, n_med = float(np.median(switch)), float(np.median(same))
-        weighted += len(switch) * (s_med - n_med)
-        matched += len(switch)
-        residuals.extend(v - s_med for v in switch)
-        residuals.extend(v - n_med for v in same)
+    for group in groups:
+        s_med, n_med = float(np.median(group.switch)), float(np.median(group.baseline))
+        weighted += len(group.switch) * (s_med - n_med)
+        matched += len(group.switch)
+        residuals.extend(v - s_med for v in group.switch)
+        residuals.extend(v - n_med for v in group.baseline)
     if not matched:
         return None, None, 0
     q1, q3 = np.percentile(residuals, [25, 75])
@@ -164,37 +194,38 @@ def _like_for_like(groups: dict[tuple[Any, str, str], tuple[list[float], list[fl
 def switch_analysis(ops: Sequence[Any]) -> dict[str, Any]:
     """Like-for-like switch overhead (see docs/metrics.md), or null with the reason."""
     gaps = lane_gaps(ops)
-    groups = _matched_groups(gaps)
+    groups, _ = match_gaps(gaps)
     overhead, spread, matched = _like_for_like(groups)
     switches = sum(g.switch for g in gaps)
     per_lane: dict[str, Any] = {}
     for lane in sorted({g.lane for g in gaps}, key=str):
-        lane_groups = {k: v for k, v in groups.items() if k[0] == lane}
-        lane_overhead, _, lane_matched = _like_for_like(lane_groups)
-        lane_switches = sum(len(v[0]) for v in lane_groups.values())
+        lane_overhead, _, lane_matched = _like_for_like([g for g in groups if g.lane == lane])
+        lane_switches = sum(g.switch for g in gaps if g.lane == lane)
         per_lane[str(lane)] = {
             "switches": lane_switches, "matched_switches": lane_matched,
             "switch_overhead_ms": lane_overhead,
             "reason": (None if lane_overhead is not None else _null_reason(lane_switches))}
-    pairs = sorted(((k, v) for k, v in groups.items() if v[0] and v[1]),
-                   key=lambda kv: -len(kv[1][0]))
+    both = sum(len(g.switch) for g in groups if g.matched_on == "previous and next op kind")
     result: dict[str, Any] = {
         "definition": ("switch-weighted mean over (lane, previous op kind, next op kind) of "
                        "median(gap after another stream's op) - median(gap after the same "
-                       "stream's op)"),
+                       "stream's op between the same kinds, else after the same previous kind)"),
         "switch_count": switches,
         "no_switch_count": len(gaps) - switches,
         "matched_switch_count": matched,
+        "matched_on_both_kinds": both,
+        "matched_on_previous_kind": matched - both,
         "switch_overhead_ms": overhead,
         "spread_ms": spread,
         "spread_definition": "IQR of every matched gap minus the median of its group",
         "outside_spread": None if overhead is None else abs(overhead) > (spread or 0.0),
         "per_lane": per_lane,
-        "pairs": [{"lane": None if k[0] is None else str(k[0]), "after": k[1], "before": k[2],
-                   "switch_gaps": len(s), "no_switch_gaps": len(n),
-                   "switch_gap_median_ms": float(np.median(s)),
-                   "no_switch_gap_median_ms": float(np.median(n))}
-                  for k, (s, n) in pairs[:MAX_REPORTED_PAIRS]],
+        "pairs": [{"lane": None if g.lane is None else str(g.lane), "after": g.after,
+                   "before": g.before, "matched_on": g.matched_on,
+                   "switch_gaps": len(g.switch), "no_switch_gaps": len(g.baseline),
+                   "switch_gap_median_ms": float(np.median(g.switch)),
+                   "no_switch_gap_median_ms": float(np.median(g.baseline))}
+                  for g in sorted(groups, key=lambda g: -len(g.switch))[:MAX_REPORTED_PAIRS]],
         "reason": None,
     }
     if not ops:
@@ -207,8 +238,8 @@ def switch_analysis(ops: Sequence[Any]) -> dict[str, Any]:
 def _null_reason(switches: int) -> str:
     if not switches:
         return "no stream switches on a shared lane were observed"
-    return ("no like-for-like pairs: no switch gap has a same-stream gap between the same op "
-            "kinds on the same lane")
+    return ("no like-for-like pairs: no switch gap has a same-stream gap after the same op kind "
+            "on the same lane")
 
 
 def ready_to_start_delays_ms(ops: Sequence[Any]) -> list[float]:

@@ -50,6 +50,7 @@ def _upgrade_run(run: dict[str, Any]) -> None:
     else:
         switch = metrics.switch_analysis([])
         switch.update(switch_count=None, no_switch_count=None, matched_switch_count=None,
+                      matched_on_both_kinds=None, matched_on_previous_kind=None,
                       reason="v1 file without op intervals: its switch overhead compared unlike "
                              "gaps and cannot be recomputed")
     switch["v1"] = old

@@ -106,7 +106,10 @@ def switch_rows(sw: dict[str, Any]) -> list[tuple[str, str]]:
              if overhead is not None else f"n/a ({sw.get('reason')})")
     rows = [("Switch overhead (like for like)", value),
              ("Switches matched / all", f"{sw.get('matched_switch_count')} / {switches} "
-                                        f"({sw.get('no_switch_count')} same-stream gaps)")]
+                                        f"(same kinds before and after: "
+                                        f"{sw.get('matched_on_both_kinds')}, same previous kind: "
+                                        f"{sw.get('matched_on_previous_kind')}; "
+                                        f"{sw.get('no_switch_count')} same-stream gaps)")]
     lanes = [f"{lane}: {info.get('reason')}" for lane, info in (sw.get("per_lane") or {}).items()
              if info.get("switch_overhead_ms") is None and info.get("switches")]
     if lanes:
