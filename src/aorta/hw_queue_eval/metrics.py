@@ -235,6 +235,14 @@ def switch_analysis(ops: Sequence[Any]) -> dict[str, Any]:
     return result
 
 
+def unmeasured_switch_analysis(reason: str) -> dict[str, Any]:
+    """The switch_latency layout with every figure null and the reason (nothing was measured)."""
+    result = switch_analysis([])
+    result.update(switch_count=None, no_switch_count=None, matched_switch_count=None,
+                  matched_on_both_kinds=None, matched_on_previous_kind=None, reason=reason)
+    return result
+
+
 def _null_reason(switches: int) -> str:
     if not switches:
         return "no stream switches on a shared lane were observed"

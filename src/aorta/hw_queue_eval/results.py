@@ -65,6 +65,7 @@ class RunResult:
     warnings: list[str] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
     op_intervals: dict[str, Any] | None = None
+    instrumentation: dict[str, Any] | None = None
     ebpf_queue_metrics: dict[str, Any] | None = None
     ebpf_memory_metrics: dict[str, Any] | None = None
     ebpf_vs_cuda_comparison: dict[str, Any] | None = None

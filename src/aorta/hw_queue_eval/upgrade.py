@@ -48,11 +48,9 @@ def _upgrade_run(run: dict[str, Any]) -> None:
         switch = metrics.switch_analysis(ops)
         switch["upgrade_note"] = "recomputed like for like from this v1 file's op_intervals"
     else:
-        switch = metrics.switch_analysis([])
-        switch.update(switch_count=None, no_switch_count=None, matched_switch_count=None,
-                      matched_on_both_kinds=None, matched_on_previous_kind=None,
-                      reason="v1 file without op intervals: its switch overhead compared unlike "
-                             "gaps and cannot be recomputed")
+        switch = metrics.unmeasured_switch_analysis(
+            "v1 file without op intervals: its switch overhead compared unlike gaps and cannot "
+            "be recomputed")
     switch["v1"] = old
     run["switch_latency"] = switch
     conc = run.get("concurrency")

@@ -199,11 +199,14 @@ def build_tracer(queue: bool, memory: bool) -> Any:
 @click.option("--json", "as_json", is_flag=True, help="Print the result JSON on stdout.")
 @click.option("--trace-out", type=click.Path(dir_okay=False),
               help="Write a Chrome/Perfetto trace of every measured op here (ui.perfetto.dev).")
+@click.option("--op-timing/--no-op-timing", default=True, show_default=True,
+              help="Time every op (GPU: a start/end event pair per op). Off: no per-op rows, "
+                   "no switch analysis, less instrumentation in the window.")
 @tracing_options
 def run_command(workload: str, streams: str, iterations: str, warmup: str, device: str,
                 size: str | None, sync_mode: str, seed: int, threads_per_queue: str,
                 lock_clocks: str | None, power_limit: str | None,
-                output: str | None, as_json: bool, trace_out: str | None,
+                output: str | None, as_json: bool, trace_out: str | None, op_timing: bool = True,
                 ebpf_trace: bool = False, ebpf_memory_trace: bool = False) -> None:
     """Run WORKLOAD on N streams and measure throughput, latency and queue behaviour."""
     import dataclasses
@@ -217,9 +220,12 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
 
     config = build_config(workload, streams, iterations, warmup, device, size, sync_mode, seed,
                           threads_per_queue)
+    config = dataclasses.replace(config, op_timing=op_timing)
     request = gpu_request(lock_clocks, power_limit)
     if output:
         check_output_path(output)
+    if trace_out and not op_timing:
+        raise UsageError("--trace-out needs per-op timing: drop --no-op-timing")
     if trace_out:
         check_output_path(trace_out, "trace file")
     tracer = build_tracer(ebpf_trace, ebpf_memory_trace)

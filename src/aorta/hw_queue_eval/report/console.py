@@ -77,6 +77,12 @@ def render_run(result: dict[str, Any], console: Any) -> None:
     counts = result.get("per_stream_op_counts") or []
     mem = result.get("memory") or {}
     rows = [("Window", fmt(result.get("total_time_ms"), ".2f", " ms"))]
+    inst = result.get("instrumentation") or {}
+    if inst.get("cost_ratio") is not None:
+        rows.append(("Instrumentation cost", f"{inst['cost_ratio']:+.1%} window time vs an "
+                     f"uninstrumented window ({inst['plain_window_ms']:.2f} ms; op timing "
+                     f"{'on' if inst.get('op_timing') else 'off'}, per-iteration sync "
+                     f"{'on' if inst.get('per_iteration_sync') else 'off'})"))
     if per_stream:
         rows.append(("Per-stream busy (min/max)",
                      f"{min(per_stream):.2f} / {max(per_stream):.2f} ms"))
