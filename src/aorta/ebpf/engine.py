@@ -160,6 +160,8 @@ def _section(program: Program, output: SessionOutput, results: list[FamilyResult
         "coverage": [f"{r.family}: {r.coverage.get('statement') or r.coverage.get('covered')}"
                      for r in results if r.coverage],
     }
+    if isinstance(body.get("submit_to_dispatch_p99_us"), (int, float)):
+        body["submit_to_dispatch_p99_method"] = p99_bounds_us(body, body["submit_to_dispatch_p99_us"])[2]
     if section == "queue" and not summary:
         body.update({"total_submissions": None, "total_dispatches": None, "hw_rings_used": None,
                      "submit_to_dispatch_avg_us": None, "submit_to_dispatch_p99_us": None,
