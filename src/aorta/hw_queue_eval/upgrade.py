@@ -13,7 +13,6 @@ Files without `schema_version` (the upstream tool's layout) are left as they are
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from aorta.hw_queue_eval import metrics
@@ -27,21 +26,23 @@ def upgrade(data: dict[str, Any]) -> dict[str, Any]:
     """A v2 view of `data` (a run, sweep or policy sweep); v2 and foreign files come back as is."""
     if data.get("schema_version") != V1:
         return data
-    out = copy.deepcopy(data)
-    out["schema_version"] = V2
-    out["upgraded_from"] = V1
+    # copies only what changes: op tables and samples are shared with `data`, never modified
+    out = {**data, "schema_version": V2, "upgraded_from": V1}
     if out.get("kind") == "run":
         _upgrade_run(out)
-    for point in out.get("points") or []:
-        if isinstance(point, dict) and isinstance(point.get("result"), dict):
-            point["result"] = upgrade(point["result"])
+    if isinstance(out.get("points"), list):
+        out["points"] = [{**p, "result": upgrade(p["result"])}
+                         if isinstance(p, dict) and isinstance(p.get("result"), dict) else p
+                         for p in out["points"]]
     return out
 
 
 def _upgrade_run(run: dict[str, Any]) -> None:
     ver = run.get("verification")
     if isinstance(ver, dict) and "max_abs_error" in ver:
+        ver = dict(ver)
         ver["max_rel_error"] = ver.pop("max_abs_error")
+        run["verification"] = ver
     old = run.get("switch_latency") or {}
     ops = ops_from_intervals(run.get("op_intervals"))
     if ops:
@@ -55,8 +56,8 @@ def _upgrade_run(run: dict[str, Any]) -> None:
     run["switch_latency"] = switch
     conc = run.get("concurrency")
     if isinstance(conc, dict):
-        conc.setdefault("on_cpu_queues", None)
-        conc.setdefault("on_cpu_reason", "not measured by schema v1")
+        run["concurrency"] = {"on_cpu_queues": None, "on_cpu_reason": "not measured by schema v1",
+                              **conc}
     comparison = run.get("ebpf_vs_cuda_comparison")
     if isinstance(comparison, dict):
         run["ebpf_vs_cuda_comparison"] = {
