@@ -9,7 +9,8 @@ Definitions (also in docs/metrics.md):
 - switch overhead (like for like): per (lane, previous op kind, next op kind) with switch gaps,
   median(switch gaps) − median(no-switch gaps between the same kinds, else after the same
   previous kind), averaged weighted by switch gaps;
-- achieved concurrency = Σ over streams of busy time (union of its op intervals) / window time.
+- streams with an op in flight (achieved concurrency, wall clock) = Σ over streams of busy time
+  (union of its op intervals) / window time.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ def per_stream_op_counts(ops: Sequence[Any], stream_count: int) -> list[int]:
 
 
 def achieved_concurrency(busy_ms: Sequence[float], window_ms: float) -> float | None:
-    """Average number of busy streams over the window."""
+    """Average number of streams with an op in flight over the window (wall clock)."""
     if window_ms <= 0:
         return None
     return float(sum(busy_ms) / window_ms)
