@@ -29,7 +29,7 @@ def test_on_cpu_concurrency_is_null_with_reason_without_counters():
 
 
 def _spinner(seconds_cpu: float, measured: list[float], started: threading.Event,
-             go: threading.Event, name: str) -> None:
+             go: threading.Event, done: threading.Event, name: str) -> None:
     _set_thread_name(name)
     measured.append(threading.get_native_id())
     started.set()
@@ -38,12 +38,14 @@ def _spinner(seconds_cpu: float, measured: list[float], started: threading.Event
     while time.thread_time() - t0 < seconds_cpu:
         pass
     measured.append(time.thread_time() - t0)
+    done.wait()  # stay alive until the stop snapshot: an exited thread leaves /proc
 
 
 def test_snapshot_matches_each_threads_own_cpu_clock():
     # a busy queue thread (known CPU time by its own CLOCK_THREAD_CPUTIME_ID) and a sleeping one
-    busy, started, go = [], threading.Event(), threading.Event()
-    spinner = threading.Thread(target=_spinner, args=(0.05, busy, started, go, "aorta-hwq90"))
+    busy, started, go, done = [], threading.Event(), threading.Event(), threading.Event()
+    spinner = threading.Thread(target=_spinner,
+                               args=(0.05, busy, started, go, done, "aorta-hwq90"))
     spinner.start()
     started.wait()
     sleeper_tid: list[int] = []
@@ -61,9 +63,12 @@ def test_snapshot_matches_each_threads_own_cpu_clock():
     tids = [busy[0], sleeper_tid[0]]
     before = oncpu.snapshot(tids)
     go.set()
-    spinner.join()
+    while len(busy) < 2:  # spun its CPU time, still alive
+        time.sleep(0.005)
     after = oncpu.snapshot(tids)
+    done.set()
     release.set()
+    spinner.join()
     helper.join()
     assert before is not None and after is not None
     spun_ns = after[busy[0]] - before[busy[0]]
