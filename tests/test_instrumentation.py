@@ -130,3 +130,18 @@ def test_no_op_timing_drops_op_rows_and_says_why_switches_are_null():
     assert result["switch_latency"]["switch_overhead_ms"] is None
     assert "--no-op-timing" in result["switch_latency"]["reason"]
     assert result["throughput"] > 0
+
+
+def test_cli_no_op_timing_runs_and_refuses_a_trace_it_cannot_write(cli, tmp_path):
+    out = tmp_path / "r.json"
+    proc = cli("run", "moe", "--streams", "4", "-i", "2", "-w", "1", "-d", "cpu",
+               "--no-op-timing", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    data = json.loads(out.read_text())
+    assert data["config"]["op_timing"] is False and data["op_intervals"] is None
+    bad = cli("run", "moe", "--streams", "4", "-d", "cpu", "--no-op-timing",
+              "--trace-out", str(tmp_path / "t.json"))
+    assert bad.returncode == 2 and "--trace-out needs per-op timing" in bad.stderr
+    assert "Traceback" not in bad.stderr and not (tmp_path / "t.json").exists()
