@@ -24,6 +24,7 @@ from typing import Any
 from aorta.common.atomicio import atomic_write_json, check_output_path
 from aorta.ebpf import engine
 from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext, TraceTarget
+from aorta.ebpf.program import CLOSED_TEXT
 from aorta.ebpf.session import TraceSession
 
 EVENT = ("syscalls", "sys_enter_getppid")
@@ -64,7 +65,7 @@ class _CountingSession(TraceSession):
     parsed = 0
 
     def _printf(self, text: str) -> None:
-        if text.startswith("aorta_ready"):
+        if text.startswith(("aorta_ready", CLOSED_TEXT)):  # the engine's own lines
             super()._printf(text)
         else:
             self.parsed += 1

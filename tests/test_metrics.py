@@ -63,32 +63,113 @@ def test_per_stream_busy_counts_and_concurrency():
     assert metrics.achieved_concurrency(busy, 0.0) is None
 
 
-def test_gaps_on_a_shared_queue():
+def test_lane_gaps_on_a_shared_queue():
     # One queue serving streams 0 and 1 alternately: s0 [0,10] s1 [13,20] s0 [22,30] s0 [31,40]
     ops = [op(0, 0, 10), op(1, 13, 20), op(0, 22, 30), op(0, 31, 40)]
-    intra, inter = metrics.stream_gaps(ops)
-    assert sorted(intra) == pytest.approx([0.001, 0.012])  # 22-10, 31-30 (µs → ms)
-    assert sorted(inter) == pytest.approx([0.002, 0.003])  # 13-10, 22-20
-    result = metrics.switch_analysis(ops)
-    assert result["switch_overhead_ms"] == pytest.approx(0.0025 - 0.0065)
-    assert result["reason"] is None
+    gaps = metrics.lane_gaps(ops)
+    assert sorted((g.switch, round(g.gap_ms * 1000, 3)) for g in gaps) == [
+        (False, 1.0), (True, 2.0), (True, 3.0)]  # 31-30 same stream; 22-20, 13-10 switches
 
 
-def test_gaps_do_not_cross_iterations_or_lanes():
+def test_lane_gaps_do_not_cross_iterations_or_lanes():
     ops = [op(0, 0, 10, queue=0, iteration=0), op(1, 12, 20, queue=0, iteration=1),
            op(2, 11, 20, queue=1, iteration=0)]
-    intra, inter = metrics.stream_gaps(ops)
-    assert intra == [] and inter == []
+    assert metrics.lane_gaps(ops) == []
+
+
+def synthetic_lane(switch_cost_us: float, rounds: int = 40, queue: int = 0) -> list[OpRecord]:
+    """Two streams on one lane, each running a long GEMM then a tiny op; the gap after a GEMM is
+    10 µs, after a tiny op 1 µs, plus `switch_cost_us` when the lane changes stream. Ops of one
+    stream run back to back (no switch) on even rounds; the streams alternate on odd rounds."""
+    ops: list[OpRecord] = []
+    t = 0.0
+    prev_label, prev_stream = None, None
+    base_gap = {"gemm": 10.0, "tiny": 1.0}
+    for r in range(rounds):
+        order = [(0, "gemm"), (0, "tiny"), (1, "gemm"), (1, "tiny")] if r % 2 == 0 else \
+                [(0, "gemm"), (1, "gemm"), (0, "tiny"), (1, "tiny")]
+        for stream, label in order:
+            if prev_label is not None:
+                t += base_gap[prev_label] + (switch_cost_us if stream != prev_stream else 0.0)
+            length = 100.0 if label == "gemm" else 2.0
+            ops.append(op(stream, t, t + length, queue=queue, label=label))
+            t += length
+            prev_label, prev_stream = label, stream
+    return ops
+
+
+@pytest.mark.parametrize("cost_us", [0.0, 3.0])
+def test_like_for_like_switch_cost_recovers_the_injected_cost(cost_us):
+    result = metrics.switch_analysis(synthetic_lane(cost_us))
+    assert result["switch_overhead_ms"] == pytest.approx(cost_us / 1000, abs=1e-6)
+    # switches: 1 inside each even round, 4 in each odd round, 1 entering even rounds 2..38;
+    # gemm→tiny occurs with and without a switch (20 switches, odd rounds); gemm→gemm switches
+    # (20) face the no-switch gaps after a gemm; switches after a tiny op have no baseline
+    assert result["switch_count"] == 20 + 80 + 19
+    assert result["matched_on_both_kinds"] == 20 and result["matched_on_previous_kind"] == 20
+    assert result["matched_switch_count"] == 40
+    assert result["reason"] is None
+    assert result["outside_spread"] is (cost_us > 0)
+    assert result["per_lane"]["0"]["switch_overhead_ms"] == pytest.approx(cost_us / 1000, abs=1e-6)
+
+
+@pytest.mark.parametrize("cost_us", [0.0, 2.0])
+def test_one_kind_per_stream_falls_back_to_the_previous_kind(cost_us):
+    # hetero-like: stream 0 runs only A (gap after A: 5 µs), stream 1 only B (gap after B:
+    # 1 µs), AABB AABB … on one lane: A→B and B→A never occur without a switch
+    ops, t, prev = [], 0.0, None
+    for i in range(60):
+        stream, label = (0, "A") if (i // 2) % 2 == 0 else (1, "B")
+        if prev is not None:
+            t += (5.0 if prev[1] == "A" else 1.0) + (cost_us if prev[0] != stream else 0.0)
+        ops.append(op(stream, t, t + 20, label=label))
+        t += 20
+        prev = (stream, label)
+    result = metrics.switch_analysis(ops)
+    assert result["switch_overhead_ms"] == pytest.approx(cost_us / 1000, abs=1e-6)
+    assert result["matched_on_both_kinds"] == 0
+    assert result["matched_on_previous_kind"] == result["switch_count"] == 29
+    assert result["pairs"][0]["matched_on"] == "previous op kind"
+
+
+def test_unmatched_formula_is_fooled_but_like_for_like_is_not():
+    # true cost 0, but same-stream gaps mostly follow GEMMs (10 µs gaps) and switch gaps mostly
+    # tiny ops (1 µs): the old unmatched median difference reports −9 µs
+    ops = synthetic_lane(0.0)
+    gaps = metrics.lane_gaps(ops)
+    import numpy as np
+    naive = (np.median([g.gap_ms for g in gaps if g.switch])
+             - np.median([g.gap_ms for g in gaps if not g.switch]))
+    assert naive == pytest.approx(-0.009)
+    assert metrics.switch_analysis(ops)["switch_overhead_ms"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_switch_weighting_across_lanes():
+    lane0 = synthetic_lane(2.0, queue=0)
+    lane1 = [o for o in synthetic_lane(6.0, rounds=20, queue=1)]
+    lane1 = [OpRecord(o.iteration, o.stream + 2, o.queue, o.label, o.ready_ns, o.start_ns,
+                      o.end_ns) for o in lane1]
+    result = metrics.switch_analysis(lane0 + lane1)
+    n0 = result["per_lane"]["0"]["matched_switches"]
+    n1 = result["per_lane"]["1"]["matched_switches"]
+    assert n0 > n1 > 0
+    assert result["switch_overhead_ms"] == pytest.approx((2.0 * n0 + 6.0 * n1) / (n0 + n1) / 1000)
 
 
 def test_switch_analysis_reports_why_it_is_null():
     assert metrics.switch_analysis([])["reason"] == "no ops recorded"
     one_stream = [op(0, 0, 10), op(0, 12, 20)]
     result = metrics.switch_analysis(one_stream)
-    assert result["switch_overhead_ms"] is None
+    assert result["switch_overhead_ms"] is None and result["switch_count"] == 0
     assert "no stream switches" in result["reason"]
-    no_intra = [op(0, 0, 10), op(1, 12, 20)]
-    assert "no intra-stream baseline" in metrics.switch_analysis(no_intra)["reason"]
+    assert result["outside_spread"] is None
+    # a switch exists but never between the same op kinds as a same-stream gap
+    unmatched = [op(0, 0, 10, label="a"), op(1, 12, 20, label="b"), op(1, 21, 30, label="b")]
+    result = metrics.switch_analysis(unmatched)
+    assert result["switch_count"] == 1 and result["matched_switch_count"] == 0
+    assert result["switch_overhead_ms"] is None
+    assert "no like-for-like pairs" in result["reason"]
+    assert "no like-for-like" in result["per_lane"]["0"]["reason"]
 
 
 def test_ready_to_start_delays_only_where_known():
@@ -101,3 +182,19 @@ def test_per_label_summary():
                                          op(1, 0, 5, label="b")])
     assert summary["a"]["count"] == 2 and summary["a"]["mean"] == pytest.approx(0.015)
     assert summary["b"]["max"] == pytest.approx(0.005)
+
+
+def test_console_prints_no_switch_overhead_without_switches():
+    from aorta.hw_queue_eval.report.console import switch_line, switch_rows
+
+    none = metrics.switch_analysis([op(0, 0, 10), op(0, 12, 20)])
+    rows = switch_rows(none)
+    assert rows == [("Stream switches", "0 (no stream switches on a shared lane were observed)")]
+    assert switch_line(none) is None
+    zero = metrics.switch_analysis(synthetic_lane(0.0))
+    assert switch_line(zero).startswith("No switch cost measurable")
+    costly = metrics.switch_analysis(synthetic_lane(3.0))
+    assert "costs 3.00 µs more" in switch_line(costly)
+    assert rows[0][0] != "Switch overhead (like for like)"
+    assert switch_rows(costly)[0] == ("Switch overhead (like for like)",
+                                      "+3.00 µs (gap spread 0.00 µs)")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from aorta.ebpf import marker
+from aorta.ebpf import mapcap, marker
 from aorta.ebpf.probes.base import BpftraceDialect, FamilyResult, ProbeFamily, TraceTarget
 from aorta.ebpf.probes.registry import families_for
 from aorta.ebpf.program import Program, build_program
@@ -73,10 +73,12 @@ def make_program(queue: bool, memory: bool, target: TraceTarget, tracefs: Tracef
                          token if token is not None else marker.new_token())
 
 
-def start_session(program: Program, ready: Readiness, attach_timeout_s: float = 60.0) -> TraceSession:
+def start_session(program: Program, ready: Readiness, attach_timeout_s: float = 60.0,
+                  map_keys_max: int = mapcap.MAP_KEYS_MAX) -> TraceSession:
     """Spawn bpftrace for `program` and wait for the handshake (raises SessionError)."""
     assert ready.bpftrace is not None and ready.prefix is not None
-    session = TraceSession(program, ready.bpftrace, ready.prefix)
+    session = TraceSession(program, ready.bpftrace, ready.prefix, map_keys_max=map_keys_max,
+                           flags=tuple(mapcap.bpftrace_flags(ready.version)))
     session.start(attach_timeout_s)
     return session
 
@@ -136,12 +138,17 @@ def _section(program: Program, output: SessionOutput, results: list[FamilyResult
                 summary = dict(fam_summary)
     lost = output.lost_events
     problem = exit_problem(output)
+    # one program: a map that dropped updates is reported in every section it feeds
+    capacity = mapcap.capacity_report(program.text, output.helper_errors, output.maps,
+                                      output.map_keys_max)
     body: dict[str, Any] = {
         "status": "error" if problem else "ok",
         "error": problem,
         **summary,
         "lost_events": lost,
         "lost_event_records": output.lost_records,
+        "dropped_updates": capacity["dropped_updates_total"],
+        "map_capacity": capacity,
         "families": families,
         "probes_attached": output.attached_probes,
         "events_attached": sorted({e for r in results for e in program.used_events.get(r.family, [])}),
@@ -154,13 +161,23 @@ def _section(program: Program, output: SessionOutput, results: list[FamilyResult
         "coverage": [f"{r.family}: {r.coverage.get('statement') or r.coverage.get('covered')}"
                      for r in results if r.coverage],
     }
+    if isinstance(body.get("submit_to_dispatch_p99_us"), (int, float)):
+        body["submit_to_dispatch_p99_method"] = p99_bounds_us(body, body["submit_to_dispatch_p99_us"])[2]
     if section == "queue" and not summary:
         body.update({"total_submissions": None, "total_dispatches": None, "hw_rings_used": None,
                      "submit_to_dispatch_avg_us": None, "submit_to_dispatch_p99_us": None,
                      "summary_reason": "no queue family saw submissions of the traced processes "
                                        "(see families.*.coverage)"})
+    warnings = []
     if lost:
-        body["warning"] = f"{lost} events lost: aggregates are incomplete"
+        warnings.append(f"{lost} events lost")
+    if capacity["dropped_updates_total"] or capacity["full_maps"]:
+        maps = ", ".join(f"{name} ({capacity['dropped_updates'].get(name, 'full')})"
+                         for name in sorted({*capacity["dropped_updates"], *capacity["full_maps"]}))
+        warnings.append(f"{capacity['dropped_updates_total']} map updates dropped by full maps "
+                        f"[{maps}] (limit {capacity['keys_max']} keys per map)")
+    if warnings:
+        body["warning"] = "; ".join(warnings) + ": aggregates are incomplete"
     return body
 
 
@@ -172,9 +189,7 @@ def interpret_queue(section: dict[str, Any], streams: int | None) -> list[str]:
         band = "good (< 20 us)" if avg < 20 else "contention (> 100 us)" if avg > 100 else "moderate"
         lines.append(f"submit→dispatch avg {avg:.1f} us: {band}")
         if isinstance(p99, (int, float)) and avg > 0:
-            ratio = p99 / avg
-            tail = "good (< 3x avg)" if ratio < 3 else "stalls (> 10x avg)" if ratio > 10 else "uneven"
-            lines.append(f"P99 is {ratio:.1f}x the average: {tail}")
+            lines.append(tail_line(section, p99, avg))
     rings = section.get("hw_rings_used")
     if isinstance(rings, list) and streams:
         if len(rings) < streams:
@@ -183,6 +198,32 @@ def interpret_queue(section: dict[str, Any], streams: int | None) -> list[str]:
         else:
             lines.append(f"{len(rings)} hardware rings/queues for {streams} streams: no multiplexing")
     return lines
+
+
+def _tail_band(ratio: float) -> str:
+    return "good (< 3x avg)" if ratio < 3 else "stalls (> 10x avg)" if ratio > 10 else "uneven"
+
+
+def p99_bounds_us(section: dict[str, Any], p99: float) -> tuple[float, float, str]:
+    """Where the P99 lies for sure (µs) and how it was obtained: exact, log-linear or log2."""
+    rec = section.get("submit_to_dispatch_p99")
+    if isinstance(rec, dict) and rec.get("method"):
+        return rec["bucket_min"] / 1e3, rec["bucket_max"] / 1e3, str(rec["method"])
+    bucket = section.get("submit_to_dispatch_p99_bucket_us")
+    if isinstance(bucket, list) and len(bucket) == 2:
+        return float(bucket[0]), float(bucket[1]), "log2 bucket"
+    return p99, p99, "unknown precision"
+
+
+def tail_line(section: dict[str, Any], p99: float, avg: float) -> str:
+    """The guide's "P99 is N× avg" band, decided only when the P99's whole bucket is in one band."""
+    low, high, method = p99_bounds_us(section, p99)
+    band_low, band_high = _tail_band(low / avg), _tail_band(high / avg)
+    if band_low == band_high:
+        where = "exact" if method == "exact" else f"{method} {low:.1f}–{high:.1f} us"
+        return f"P99 is {p99 / avg:.1f}x the average ({where}): {band_low}"
+    return (f"P99 is {low / avg:.1f}–{high / avg:.1f}x the average (its {method} spans "
+            f"{low:.1f}–{high:.1f} us): between {band_low} and {band_high}, not decidable")
 
 
 def exit_problem(output: SessionOutput) -> str | None:

@@ -74,3 +74,120 @@ def keyed(value: Any) -> dict[str, Any]:
 def as_records(hist: list[tuple[int, int, int]]) -> list[dict[str, int]]:
     """A histogram in bpftrace's own JSON bucket form ({min, max, count}), for results/reports."""
     return [{"min": low, "max": high, "count": count} for low, high, count in hist]
+
+
+# -- trustworthy percentiles: an exact bounded store, else a log-linear histogram ----------------
+# A log2 histogram cannot place a P99 closer than a factor of 2 (with < 100 samples the P99 is
+# essentially the maximum's bucket). A recorder keeps, in the kernel, (a) the first values of
+# each CPU exactly (a bounded per-event store) and (b) a log-linear histogram with 4 sub-buckets
+# per power of two (bucket width ≤ 25 % of its lower edge). `distribution` reports exact
+# percentiles when the store holds every event, otherwise the histogram's with the bucket bounds
+# and the error bound, and says which.
+
+SUB_BUCKETS = 4  # per power of two
+EXACT_STORE_KEYS = 16384  # all CPUs together: stays far below the map key limit
+
+
+def exact_cap_per_cpu(cpus: int | None = None) -> int:
+    """Per-CPU slots of the exact store, so the store never holds more than EXACT_STORE_KEYS."""
+    import os
+
+    return max(64, EXACT_STORE_KEYS // max(1, cpus or os.cpu_count() or 1))
+
+
+def record_code(name: str, value: str, cap_per_cpu: int | None = None) -> str:
+    """bpftrace statements recording `value` (ns, ≥ 0) into @<name>_ll (log-linear bucket
+    counts), @<name>_ev[cpu, i] (the first `cap_per_cpu` values of each CPU) and @<name>_seq[cpu]
+    (events per CPU). `name` must be a validated map name; `value` a bpftrace expression."""
+    if not name.replace("_", "").isalnum():
+        raise ValueError(f"invalid recorder name {name!r}")
+    cap = cap_per_cpu or exact_cap_per_cpu()
+    v = f"${name}_v"
+    x = f"${name}_x"
+    e = f"${name}_e"
+    i = f"${name}_i"
+    n = f"${name}_n"
+    lines = [f"{v} = (uint64)({value});", f"{x} = {v};", f"{e} = (uint64)0;"]
+    for shift in (32, 16, 8, 4, 2, 1):  # e = floor(log2 v) by binary search
+        lines.append(f"if ({x} >> {shift}) {{ {x} = {x} >> {shift}; {e} = {e} + {shift}; }}")
+    lines += [f"{i} = {v};",
+              f"if ({e} >= 2) {{ {i} = (uint64)(4 * ({e} - 1) + (({v} >> ({e} - 2)) & 3)); }}",
+              f"@{name}_ll[{i}] = count();",
+              f"{n} = @{name}_seq[cpu];",
+              f"if ({n} < {cap}) {{ @{name}_ev[cpu, {n}] = {v}; }}",
+              f"@{name}_seq[cpu] = {n} + 1;"]
+    return "\n".join(lines)
+
+
+def loglinear_bounds(index: int) -> tuple[int, int]:
+    """[low, high) of log-linear bucket `index` (values < 4 have a bucket each)."""
+    if index < SUB_BUCKETS:
+        return index, index + 1
+    exp = index // SUB_BUCKETS + 1
+    sub = index % SUB_BUCKETS
+    step = 1 << (exp - 2)
+    return (SUB_BUCKETS + sub) * step, (SUB_BUCKETS + sub + 1) * step
+
+
+def loglinear_index(value: int) -> int:
+    """The bucket index the bpftrace code computes for `value` (for tests and checks)."""
+    if value < SUB_BUCKETS:
+        return value
+    exp = value.bit_length() - 1
+    return SUB_BUCKETS * (exp - 1) + ((value >> (exp - 2)) & 3)
+
+
+def loglinear_hist(value: Any) -> list[tuple[int, int, int]]:
+    """A printed @<name>_ll map as (min, max inclusive, count) triples, like `buckets`."""
+    out = []
+    for key, count in keyed(value).items():
+        low, high = loglinear_bounds(int(key))
+        out.append((low, high - 1, int(count)))
+    return sorted(out)
+
+
+def exact_values(events: Any, seq: Any) -> list[int] | None:
+    """Every recorded value when the store kept all events (no CPU overflowed), else None."""
+    stored = [int(v) for v in keyed(events).values()]
+    total = sum(int(v) for v in keyed(seq).values())
+    return stored if len(stored) == total else None
+
+
+def distribution(maps: dict[str, Any], name: str) -> dict[str, Any]:
+    """Count, and the inputs of `quantile`, from a recorder's printed maps."""
+    ll = loglinear_hist(maps.get(f"@{name}_ll"))
+    exact = exact_values(maps.get(f"@{name}_ev"), maps.get(f"@{name}_seq"))
+    return {"count": total(ll), "exact": exact, "hist": ll}
+
+
+def quantile(dist: dict[str, Any], q: float) -> dict[str, Any] | None:
+    """The q-quantile with its method: exact (linear interpolation, numpy's default) when the
+    store held every event, else log-linear: the bucket holding it, an interpolated estimate and
+    the error bound (bucket width / lower edge). None without samples."""
+    exact = dist.get("exact")
+    if exact:
+        import numpy as np
+
+        value = float(np.percentile(np.asarray(exact, dtype=float), q * 100))
+        return {"value": value, "method": "exact", "count": len(exact),
+                "bucket_min": value, "bucket_max": value, "error_bound_pct": 0.0}
+    p = percentile(dist.get("hist") or [], q)
+    if p is None:
+        return None
+    low, high = p["bucket_min"], p["bucket_max"]
+    return {"value": p["estimate"], "method": "log-linear", "count": total(dist["hist"]),
+            "bucket_min": low, "bucket_max": high,
+            "error_bound_pct": 100.0 * (high - low) / low if low > 0 else None}
+
+
+def describe(p: dict[str, Any] | None, scale: float = 1e3, unit: str = "us") -> str:
+    """"12.3 us (exact, 83 events)" or "12.3 us (log-linear, in 11.0–13.0 us, ±18 %)"."""
+    if p is None:
+        return "n/a"
+    value = f"{p['value'] / scale:.1f} {unit}"
+    if p["method"] == "exact":
+        return f"{value} (exact, {p['count']} events)"
+    bound = p.get("error_bound_pct")
+    return (f"{value} ({p['method']}, in {p['bucket_min'] / scale:.1f}–"
+            f"{p['bucket_max'] / scale:.1f} {unit}"
+            + (f", ±{bound:.0f} %" if bound is not None else "") + ")")

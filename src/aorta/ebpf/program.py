@@ -25,6 +25,7 @@ WINDOW_START_MAP = "@aorta_window_start_ns"
 WINDOW_STOP_MAP = "@aorta_window_stop_ns"
 PIDS_MAP = "@aorta_pids"
 READY_TEXT = "aorta_ready"
+CLOSED_TEXT = "aorta_closed"  # printed when the gate closes: everything before it was delivered
 HANDSHAKE_IDS = (1, 2)
 UPROBE_HANDSHAKE_IDS = (3, 4)
 ENGINE_PREFIX = "aorta_"
@@ -87,7 +88,8 @@ def _gate_block(probe: marker.MarkerProbe) -> str:
     return (f"{probe.attach}\n/{probe.match_expr}/\n{{\n"
             f"  if ({cmd} == {marker.WINDOW_START}) {{ $t = nsecs; {WINDOW_START_MAP} = $t; "
             f"{GATE_MAP} = $t; }}\n"
-            f"  if ({cmd} == {marker.WINDOW_STOP}) {{ {GATE_MAP} = 0; {WINDOW_STOP_MAP} = nsecs; }}\n}}")
+            f"  if ({cmd} == {marker.WINDOW_STOP}) {{ {GATE_MAP} = 0; {WINDOW_STOP_MAP} = nsecs; "
+            f"printf(\"{CLOSED_TEXT}\\n\"); }}\n}}")
 
 
 def _follow_children_block(ctx: RenderContext) -> str | None:

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from aorta.ebpf import marker, uprobes
-from aorta.ebpf.program import HANDSHAKE_IDS, READY_TEXT, Program
+from aorta.ebpf.mapcap import MAP_KEYS_MAX
+from aorta.ebpf.program import CLOSED_TEXT, HANDSHAKE_IDS, READY_TEXT, Program
 
-MAP_KEYS_MAX = 65536  # bpftrace's default (4096) could silently drop per-tid/per-job keys
 HARMLESS_STDERR = (re.compile(r"RLIMIT_MEMLOCK"), re.compile(r"^\s*$"))
 _LOST_TEXT = re.compile(r"Lost (\d+) events")
 _VERSION_RE = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
@@ -104,24 +104,35 @@ class SessionOutput:
     stop_s: float | None = None
     probe_cost: dict[str, Any] | None = None
     snapshots: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # (helper, retcode, line, col) → count of bpftrace `helper_error` records (failed updates)
+    helper_errors: dict[tuple[str, int, int, int], int] = field(default_factory=dict)
+    map_keys_max: int = MAP_KEYS_MAX
 
 
 class TraceSession:
     """One bpftrace process carrying one assembled Program."""
 
     def __init__(self, program: Program, bpftrace: str, prefix: list[str],
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, map_keys_max: int = MAP_KEYS_MAX,
+                 flags: tuple[str, ...] = ("-k",)) -> None:
+        if isinstance(map_keys_max, bool) or not isinstance(map_keys_max, int) or map_keys_max < 1:
+            raise SessionError(f"map_keys_max {map_keys_max!r}: must be a positive integer")
+        if any(f not in ("-k",) for f in flags):
+            raise SessionError(f"unsupported bpftrace flags {flags!r}")
         self.program = program
         self.bpftrace = bpftrace
         self.prefix = list(prefix)
         self.env = env or {}
-        self.output = SessionOutput()
+        self.map_keys_max = map_keys_max
+        self.flags = list(flags)
+        self.output = SessionOutput(map_keys_max=map_keys_max)
         self._proc: subprocess.Popen[str] | None = None
         self._tmpdir: str | None = None
         self._readers: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._ready: set[int] = set()
         self._ready_event = threading.Event()
+        self._closed_event = threading.Event()
         self._window_open = False
 
     # -- start -------------------------------------------------------------------------------
@@ -135,8 +146,8 @@ class TraceSession:
             fh.write(self.program.text)
         env = {**os.environ, **self.env}
         # `env` carries the setting through `sudo -n`, which resets the environment
-        cmd = [*self.prefix, "env", f"BPFTRACE_MAP_KEYS_MAX={MAP_KEYS_MAX}", self.bpftrace,
-               "-f", "json", str(script)]
+        cmd = [*self.prefix, "env", f"BPFTRACE_MAP_KEYS_MAX={self.map_keys_max}", self.bpftrace,
+               *self.flags, "-f", "json", str(script)]
         try:
             self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, text=True, bufsize=1, env=env,
@@ -178,12 +189,15 @@ class TraceSession:
         marker.send(marker.WINDOW_START, self.program.token)
         self._window_open = True
 
-    def window_stop(self) -> None:
-        """Close the gate (snapshots taken just after)."""
+    def window_stop(self, drain_timeout_s: float = 2.0) -> None:
+        """Close the gate (snapshots taken just after), then wait until bpftrace has delivered
+        the gate's closing line: records emitted in the window (failed map updates, printf) come
+        through the event buffers asynchronously and would be cut off by an early SIGINT."""
         if self._window_open:
             marker.send(marker.WINDOW_STOP, self.program.token)
             self._window_open = False
             self._snapshot("stop")
+            self._closed_event.wait(drain_timeout_s)
 
     def _snapshot(self, edge: str) -> None:
         target = self.program.target
@@ -269,6 +283,9 @@ class TraceSession:
         if not isinstance(record, dict):
             return
         kind, data = record.get("type"), record.get("data")
+        if kind == "helper_error":
+            self._helper_error(record)
+            return
         with self._lock:
             if kind in ("map", "hist", "stats") and isinstance(data, dict):
                 self.output.maps.update(data)
@@ -279,6 +296,16 @@ class TraceSession:
                 self.output.attached_probes = data.get("probes")
             elif kind == "printf" and isinstance(data, str):
                 self._printf(data)
+
+    def _helper_error(self, record: dict[str, Any]) -> None:
+        """Count a failed helper call (a full map refusing an update) by statement position."""
+        try:
+            key = (str(record.get("helper")), int(record.get("retcode", 0)),
+                   int(record.get("line", 0)), int(record.get("col", 0)))
+        except (TypeError, ValueError):
+            return
+        with self._lock:
+            self.output.helper_errors[key] = self.output.helper_errors.get(key, 0) + 1
 
     def _text_line(self, line: str) -> None:
         match = _LOST_TEXT.search(line)
@@ -292,7 +319,9 @@ class TraceSession:
     def _printf(self, text: str) -> None:
         for part in text.splitlines():
             words = part.split()
-            if len(words) == 2 and words[0] == READY_TEXT and words[1].isdigit():
+            if part.strip() == CLOSED_TEXT:
+                self._closed_event.set()
+            elif len(words) == 2 and words[0] == READY_TEXT and words[1].isdigit():
                 self._ready.add(int(words[1]))
                 if self._ready >= set(self.program.handshake_ids or HANDSHAKE_IDS):
                     self._ready_event.set()

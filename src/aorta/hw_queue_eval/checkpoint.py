@@ -60,7 +60,9 @@ class CheckpointFile:
                              "iterations …); use the same options or another -o")
         file = cls(path, kind, header)
         file.created = data.get("created", file.created)
-        file.points = [p for p in data.get("points", []) if isinstance(p, dict)]
+        from aorta.hw_queue_eval.upgrade import upgrade
+
+        file.points = [p for p in upgrade(data).get("points", []) if isinstance(p, dict)]
         return file
 
     def done(self, key: dict[str, Any]) -> bool:

@@ -31,6 +31,10 @@ class RunConfig:
     seed: int = DEFAULT_SEED
     threads_per_queue: int = 1  # CPU backend: intra-op threads of each worker
     record_ops: bool = True
+    op_timing: bool = True  # GPU: a start/end event pair per op (--op-timing/--no-op-timing)
+    # run a second, uninstrumented window to measure what the instrumentation costs;
+    # None: on GPU only (the CPU backend's per-op clock reads are not switchable)
+    instrumentation_cost: bool | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:

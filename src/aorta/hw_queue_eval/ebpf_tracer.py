@@ -123,8 +123,8 @@ def _warn(result: Any, sections: dict[str, Any]) -> None:
             continue
         if section.get("status") != "ok":
             warnings.append(f"{key}: tracing {section.get('status')}: {section.get('error')}")
-        elif section.get("lost_events"):
-            warnings.append(f"{key}: {section['lost_events']} events lost, aggregates incomplete")
+        elif section.get("warning"):  # lost events, updates dropped by full maps
+            warnings.append(f"{key}: {section['warning']}")
 
 
 def make_tracer(queue: bool, memory: bool, gpu_runtime: bool = False) -> EbpfTracer | None:

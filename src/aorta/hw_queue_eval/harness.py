@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from aorta.hw_queue_eval import metrics
+from aorta.hw_queue_eval import metrics, oncpu
 from aorta.hw_queue_eval.backends import Backend, OpRecord, create_backend, resolve_device
 from aorta.hw_queue_eval.backends.base import SubmissionRecord
 from aorta.hw_queue_eval.config import RunConfig
@@ -130,7 +130,10 @@ def _run_on_backend(config: RunConfig, backend: Backend, workload_cls: type[Work
     verification = workload.verify()
 
     per_iteration = config.sync_mode == "per_iteration"
+    backend.set_instrumentation(op_timing=config.op_timing, iteration_joins=per_iteration)
     host_times: list[float] = []
+    worker_tids = [w.tid for w in backend.workers() if w.tid]
+    cpu_start = oncpu.snapshot(worker_tids)
     backend.start_window()
     if tracer is not None:
         tracer.window_start()
@@ -146,18 +149,72 @@ def _run_on_backend(config: RunConfig, backend: Backend, workload_cls: type[Work
         progress("measure", i + 1, config.iterations)
     backend.synchronize()
     window_ns = time.perf_counter_ns() - window_start
+    cpu_stop = oncpu.snapshot(worker_tids) if cpu_start is not None else None
     if tracer is not None:
         tracer.window_stop()
-    ops = backend.stop_window() if config.record_ops else []
+    ops = backend.stop_window() if config.record_ops and config.op_timing else []
     device_times = backend.iteration_times_ms()
+    on_cpu = oncpu.on_cpu_concurrency(cpu_start, cpu_stop, window_ns / 1e6)
+    instrumentation = _instrumentation(config, backend, workload, window_ns, per_iteration,
+                                       progress)
     return _assemble(config, backend, workload, size, ops, window_ns, per_iteration,
-                     host_times, device_times, verification, tracer, backend.submissions())
+                     host_times, device_times, verification, tracer, backend.submissions(), on_cpu,
+                     instrumentation)
+
+
+def measure_instrumentation(config: RunConfig, backend: Backend) -> bool:
+    """Whether to run the uninstrumented window: asked for, or by default on GPU only."""
+    if config.instrumentation_cost is not None:
+        return config.instrumentation_cost
+    return backend.name == "gpu"
+
+
+def plain_window_ns(config: RunConfig, backend: Backend, workload: Workload,
+                    progress: ProgressFn) -> int:
+    """Wall time of the same iterations with no op timing, no per-iteration joins or host
+    waits: one host wait at the end (the instrumentation-free baseline of this run)."""
+    backend.set_instrumentation(op_timing=False, iteration_joins=False)
+    streams = backend.streams
+    start = time.perf_counter_ns()
+    for i in range(config.iterations):
+        backend.begin_iteration(config.iterations + i)
+        workload.run_iteration(streams)
+        backend.end_iteration()
+        progress("uninstrumented", i + 1, config.iterations)
+    backend.synchronize()
+    return time.perf_counter_ns() - start
+
+
+def _instrumentation(config: RunConfig, backend: Backend, workload: Workload, window_ns: int,
+                     per_iteration: bool, progress: ProgressFn) -> dict[str, Any]:
+    """What the measured window carried, and its cost against an uninstrumented window."""
+    info: dict[str, Any] = {
+        "op_timing": config.op_timing,
+        "per_iteration_sync": per_iteration,
+        "instrumented_window_ms": window_ns / 1e6,
+        "plain_window_ms": None, "cost_ratio": None, "plain_throughput": None,
+        "definition": ("cost_ratio = instrumented window / uninstrumented window - 1, same "
+                       "iterations, same process, the uninstrumented window right after"),
+    }
+    if not measure_instrumentation(config, backend):
+        info["reason"] = ("not measured on the CPU backend by default (its per-op clock reads "
+                          "cannot be switched off); on GPU it is")
+        return info
+    plain_ns = plain_window_ns(config, backend, workload, progress)
+    work = workload.work_per_iteration() * config.iterations
+    info.update({"plain_window_ms": plain_ns / 1e6,
+                 "cost_ratio": window_ns / plain_ns - 1 if plain_ns > 0 else None,
+                 "plain_throughput": metrics.throughput(
+                     work, plain_ns / 1e9, UNIT_SCALE[workload.INFO.throughput_unit]),
+                 "reason": None})
+    return info
 
 
 def _assemble(config: RunConfig, backend: Backend, workload: Workload, size: str,
               ops: list[OpRecord], window_ns: int, per_iteration: bool,
               host_times: list[float], device_times: list[float] | None, verification: Any,
-              tracer: WindowTracer | None, submissions: list[SubmissionRecord] | None) -> RunResult:
+              tracer: WindowTracer | None, submissions: list[SubmissionRecord] | None,
+              on_cpu: dict[str, Any], instrumentation: dict[str, Any]) -> RunResult:
     info = workload.INFO
     window_ms = window_ns / 1e6
     warnings: list[str] = []
@@ -190,7 +247,7 @@ def _assemble(config: RunConfig, backend: Backend, workload: Workload, size: str
     if idle_streams:
         warnings.append(f"streams without work in the window: {idle_streams}")
     if not verification.passed:
-        warnings.append(f"verification FAILED: max relative error {verification.max_abs_error:.3g}"
+        warnings.append(f"verification FAILED: max relative error {verification.max_rel_error:.3g}"
                         f" > {verification.tolerance:g}")
 
     config_dict = config.to_dict()
@@ -207,15 +264,20 @@ def _assemble(config: RunConfig, backend: Backend, workload: Workload, size: str
         iteration_times_ms=iteration_times,
         iteration_times_note=iteration_note,
         total_time_ms=window_ms,
-        switch_latency=metrics.switch_analysis(ops),
+        switch_latency=(metrics.switch_analysis(ops) if config.op_timing else
+                        metrics.unmeasured_switch_analysis("per-op timing off (--no-op-timing)")),
+        instrumentation=instrumentation,
         concurrency={"achieved": concurrency_value, "window_ms": window_ms,
-                     "definition": "sum of per-stream busy time / window time"},
+                     "definition": ("streams with an op in flight (wall clock): sum of per-stream "
+                                    "busy time / window time"),
+                     **on_cpu},
         per_stream_times_ms=busy,
         per_stream_op_counts=counts,
         ops={"count": len(ops), "per_label": metrics.per_label_summary(ops),
              "ready_to_start_ms": metrics.summarize(delays),
              "ready_to_start_note": (None if delays else
-                                     "the backend cannot observe when an op became ready"),
+                                     "per-op timing off (--no-op-timing)" if not config.op_timing
+                                     else "the backend cannot observe when an op became ready"),
              "handoffs": _handoffs(submissions)},
         queue_mapping=backend.queue_mapping(),
         memory=backend.memory_stats(),

@@ -3,25 +3,28 @@
 Definitions (also in docs/metrics.md):
 - percentiles use linear interpolation between closest ranks (numpy's default);
 - a run is flagged unstable when IQR / median > 0.10;
-- intra-stream gap: start of an op minus the end of the previous op on the same stream, same
-  iteration; inter-stream gap: start of an op minus the end of the op its lane finished most
-  recently before it started, when that op belongs to a
-  different stream (lane = CPU: the hardware queue; GPU: the device);
-- switch overhead = median(inter-stream gaps) − median(intra-stream gaps);
-- achieved concurrency = Σ over streams of busy time (union of its op intervals) / window time.
+- lane gap: start of an op minus the end of the op its lane finished most recently before it
+  started, same iteration (lane = CPU: the hardware queue; GPU: the device); a switch when that
+  op belongs to another stream;
+- switch overhead (like for like): per (lane, previous op kind, next op kind) with switch gaps,
+  median(switch gaps) − median(no-switch gaps between the same kinds, else after the same
+  previous kind), averaged weighted by switch gaps;
+- streams with an op in flight (achieved concurrency, wall clock) = Σ over streams of busy time
+  (union of its op intervals) / window time.
 """
 
 from __future__ import annotations
 
 import bisect
-import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 INSTABILITY_IQR_RATIO = 0.10
+MAX_REPORTED_PAIRS = 20
 
 
 def summarize(samples: Sequence[float]) -> dict[str, float | int] | None:
@@ -95,59 +98,157 @@ def per_stream_op_counts(ops: Sequence[Any], stream_count: int) -> list[int]:
 
 
 def achieved_concurrency(busy_ms: Sequence[float], window_ms: float) -> float | None:
-    """Average number of busy streams over the window."""
+    """Average number of streams with an op in flight over the window (wall clock)."""
     if window_ms <= 0:
         return None
     return float(sum(busy_ms) / window_ms)
 
 
-def stream_gaps(ops: Sequence[Any]) -> tuple[list[float], list[float]]:
-    """(intra-stream gaps, inter-stream gaps) in ms; see the module docstring."""
-    intra: list[float] = []
-    by_stream: dict[tuple[int, int], list[Any]] = defaultdict(list)
-    for op in ops:
-        by_stream[(op.stream, op.iteration)].append(op)
-    for seq in by_stream.values():
-        seq.sort(key=lambda o: o.start_ns)
-        intra.extend((b.start_ns - a.end_ns) / 1e6 for a, b in itertools.pairwise(seq))
+@dataclass(frozen=True)
+class LaneGap:
+    """One gap on a lane: `after` finished, then `before` started; a switch when their streams differ."""
 
-    inter: list[float] = []
+    lane: Any
+    after: str
+    before: str
+    switch: bool
+    gap_ms: float
+
+
+def lane_gaps(ops: Sequence[Any]) -> list[LaneGap]:
+    """Per op: the gap after the op its lane finished most recently before it (same iteration)."""
     by_lane: dict[Any, list[Any]] = defaultdict(list)
     for op in ops:
         by_lane[op.queue].append(op)
-    for lane_ops in by_lane.values():
+    gaps: list[LaneGap] = []
+    for lane, lane_ops in by_lane.items():
         ends = sorted(lane_ops, key=lambda o: o.end_ns)
         end_times = [o.end_ns for o in ends]
         for op in lane_ops:
-            # the op this lane finished most recently before `op` started; a switch if it
-            # belongs to another stream (same iteration: no gaps across iteration boundaries)
             i = bisect.bisect_right(end_times, op.start_ns) - 1
-            if i >= 0 and ends[i].stream != op.stream and ends[i].iteration == op.iteration:
-                inter.append((op.start_ns - ends[i].end_ns) / 1e6)
-    return intra, inter
+            if i >= 0 and ends[i].iteration == op.iteration:
+                prev = ends[i]
+                gaps.append(LaneGap(lane, prev.label, op.label, prev.stream != op.stream,
+                                    (op.start_ns - prev.end_ns) / 1e6))
+    return gaps
+
+
+@dataclass
+class MatchedGroup:
+    """Switch gaps of one (lane, previous kind, next kind) and the no-switch gaps they face."""
+
+    lane: Any
+    after: str
+    before: str
+    switch: list[float]
+    baseline: list[float]
+    matched_on: str  # "previous and next op kind" or "previous op kind"
+
+
+def match_gaps(gaps: Sequence[LaneGap]) -> tuple[list[MatchedGroup], int]:
+    """Like-for-like groups, and the number of switch gaps left without a baseline.
+
+    A switch gap is compared with the no-switch gaps on its lane between the same previous and
+    next op kinds; where there are none, with the no-switch gaps after the same previous op kind
+    (gaps are mostly set by what just finished). Otherwise it stays unmatched.
+    """
+    switch: dict[tuple[Any, str, str], list[float]] = defaultdict(list)
+    same_pair: dict[tuple[Any, str, str], list[float]] = defaultdict(list)
+    same_after: dict[tuple[Any, str], list[float]] = defaultdict(list)
+    for g in gaps:
+        if g.switch:
+            switch[(g.lane, g.after, g.before)].append(g.gap_ms)
+        else:
+            same_pair[(g.lane, g.after, g.before)].append(g.gap_ms)
+            same_after[(g.lane, g.after)].append(g.gap_ms)
+    groups: list[MatchedGroup] = []
+    unmatched = 0
+    for (lane, after, before), values in switch.items():
+        if same_pair.get((lane, after, before)):
+            groups.append(MatchedGroup(lane, after, before, values, same_pair[(lane, after, before)],
+                                       "previous and next op kind"))
+        elif same_after.get((lane, after)):
+            groups.append(MatchedGroup(lane, after, before, values, same_after[(lane, after)],
+                                       "previous op kind"))
+        else:
+            unmatched += len(values)
+    return groups, unmatched
+
+
+def _like_for_like(groups: Sequence[MatchedGroup]) -> tuple[float | None, float | None, int]:
+    """(switch-weighted mean of median differences, spread, matched switches) over groups."""
+    weighted = 0.0
+    matched = 0
+    residuals: list[float] = []
+    for group in groups:
+        s_med, n_med = float(np.median(group.switch)), float(np.median(group.baseline))
+        weighted += len(group.switch) * (s_med - n_med)
+        matched += len(group.switch)
+        residuals.extend(v - s_med for v in group.switch)
+        residuals.extend(v - n_med for v in group.baseline)
+    if not matched:
+        return None, None, 0
+    q1, q3 = np.percentile(residuals, [25, 75])
+    return weighted / matched, float(q3 - q1), matched
 
 
 def switch_analysis(ops: Sequence[Any]) -> dict[str, Any]:
-    """Switch overhead from measured gaps, or null with the reason when not measurable."""
-    intra, inter = stream_gaps(ops)
+    """Like-for-like switch overhead (see docs/metrics.md), or null with the reason."""
+    gaps = lane_gaps(ops)
+    groups, _ = match_gaps(gaps)
+    overhead, spread, matched = _like_for_like(groups)
+    switches = sum(g.switch for g in gaps)
+    per_lane: dict[str, Any] = {}
+    for lane in sorted({g.lane for g in gaps}, key=str):
+        lane_overhead, _, lane_matched = _like_for_like([g for g in groups if g.lane == lane])
+        lane_switches = sum(g.switch for g in gaps if g.lane == lane)
+        per_lane[str(lane)] = {
+            "switches": lane_switches, "matched_switches": lane_matched,
+            "switch_overhead_ms": lane_overhead,
+            "reason": (None if lane_overhead is not None else _null_reason(lane_switches))}
+    both = sum(len(g.switch) for g in groups if g.matched_on == "previous and next op kind")
     result: dict[str, Any] = {
-        "definition": "median(inter-stream gap) - median(intra-stream gap) on one lane",
-        "intra_gap_count": len(intra),
-        "inter_gap_count": len(inter),
-        "intra_gap_median_ms": float(np.median(intra)) if intra else None,
-        "inter_gap_median_ms": float(np.median(inter)) if inter else None,
-        "switch_overhead_ms": None,
+        "definition": ("switch-weighted mean over (lane, previous op kind, next op kind) of "
+                       "median(gap after another stream's op) - median(gap after the same "
+                       "stream's op between the same kinds, else after the same previous kind)"),
+        "switch_count": switches,
+        "no_switch_count": len(gaps) - switches,
+        "matched_switch_count": matched,
+        "matched_on_both_kinds": both,
+        "matched_on_previous_kind": matched - both,
+        "switch_overhead_ms": overhead,
+        "spread_ms": spread,
+        "spread_definition": "IQR of every matched gap minus the median of its group",
+        "outside_spread": None if overhead is None else abs(overhead) > (spread or 0.0),
+        "per_lane": per_lane,
+        "pairs": [{"lane": None if g.lane is None else str(g.lane), "after": g.after,
+                   "before": g.before, "matched_on": g.matched_on,
+                   "switch_gaps": len(g.switch), "no_switch_gaps": len(g.baseline),
+                   "switch_gap_median_ms": float(np.median(g.switch)),
+                   "no_switch_gap_median_ms": float(np.median(g.baseline))}
+                  for g in sorted(groups, key=lambda g: -len(g.switch))[:MAX_REPORTED_PAIRS]],
         "reason": None,
     }
     if not ops:
         result["reason"] = "no ops recorded"
-    elif not intra:
-        result["reason"] = "no stream ran two ops in a row: no intra-stream baseline"
-    elif not inter:
-        result["reason"] = "no stream switches on a shared lane were observed"
-    else:
-        result["switch_overhead_ms"] = result["inter_gap_median_ms"] - result["intra_gap_median_ms"]
+    elif overhead is None:
+        result["reason"] = _null_reason(switches)
     return result
+
+
+def unmeasured_switch_analysis(reason: str) -> dict[str, Any]:
+    """The switch_latency layout with every figure null and the reason (nothing was measured)."""
+    result = switch_analysis([])
+    result.update(switch_count=None, no_switch_count=None, matched_switch_count=None,
+                  matched_on_both_kinds=None, matched_on_previous_kind=None, reason=reason)
+    return result
+
+
+def _null_reason(switches: int) -> str:
+    if not switches:
+        return "no stream switches on a shared lane were observed"
+    return ("no like-for-like pairs: no switch gap has a same-stream gap after the same op kind "
+            "on the same lane")
 
 
 def ready_to_start_delays_ms(ops: Sequence[Any]) -> list[float]:

@@ -1,4 +1,4 @@
-"""Result schema v1: one run's measurements, saved as JSON (docs/results-schema.md).
+"""Result schema v2: one run's measurements, saved as JSON (docs/results-schema.md).
 
 Every number says where it came from; what was not measured is null with a reason, never 0.
 No torch import here: `compare` and `report` load results without it.
@@ -19,10 +19,10 @@ from aorta import __version__
 from aorta.common.atomicio import atomic_write_json, read_json_file
 from aorta.common.errors import UsageError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # v1 files are upgraded on load (upgrade.py)
 RESULT_KIND = "run"
 
-SCHEMA_FILE = Path(__file__).parent / "schema" / "run_result.v1.json"
+SCHEMA_FILE = Path(__file__).parent / "schema" / "run_result.v2.json"
 
 
 def run_result_schema() -> dict[str, Any]:
@@ -41,7 +41,7 @@ def utc_timestamp() -> str:
 
 @dataclass
 class RunResult:
-    """A run's measurements. `to_dict` gives the JSON layout of schema v1."""
+    """A run's measurements. `to_dict` gives the JSON layout of schema v2."""
 
     workload_name: str
     stream_count: int
@@ -65,6 +65,7 @@ class RunResult:
     warnings: list[str] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
     op_intervals: dict[str, Any] | None = None
+    instrumentation: dict[str, Any] | None = None
     ebpf_queue_metrics: dict[str, Any] | None = None
     ebpf_memory_metrics: dict[str, Any] | None = None
     ebpf_vs_cuda_comparison: dict[str, Any] | None = None
@@ -74,7 +75,7 @@ class RunResult:
     timestamp: str = field(default_factory=utc_timestamp)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON object of schema v1 (header keys first)."""
+        """The JSON object of schema v2 (header keys first)."""
         body = asdict(self)
         header = {"schema_version": SCHEMA_VERSION, "kind": RESULT_KIND,
                   "tool": {"name": "aorta", "version": __version__}}
@@ -113,7 +114,7 @@ def save_result(path: str | os.PathLike[str], result: dict[str, Any]) -> None:
 
 
 def validate_run_dict(data: Any) -> list[str]:
-    """Problems that make `data` not a schema-v1 run result (empty list: valid)."""
+    """Problems that make `data` not a schema-v2 run result (empty list: valid)."""
     if not isinstance(data, dict):
         return ["top level is not a JSON object"]
     problems = [f"missing key {k!r}" for k in REQUIRED_KEYS if k not in data]
@@ -140,13 +141,20 @@ def validate_run_dict(data: Any) -> list[str]:
 def load_result(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a JSON result file of any kind aorta writes (or the upstream tool's layout).
 
-    Raises UsageError (one line) if unreadable or not a result at all.
+    Schema-v1 files come back upgraded to v2 (upgrade.py). Raises UsageError (one line) if
+    unreadable or not a result at all.
     """
+    from aorta.hw_queue_eval.upgrade import upgrade
+
     data = read_json_file(path, "result file")
     if not isinstance(data, dict):
         raise UsageError(f"{path} is not an aorta result: top level is not a JSON object")
     if "schema_version" in data or "workload_name" in data or "results" in data \
             or "points" in data or "policies" in data:
-        return data
+        version = data.get("schema_version")
+        if isinstance(version, int) and version > SCHEMA_VERSION:
+            raise UsageError(f"{path} has schema_version {version}, newer than this aorta reads "
+                             f"({SCHEMA_VERSION}): upgrade aorta")
+        return upgrade(data)
     raise UsageError(f"{path} is not an aorta result (no schema_version/workload_name): "
                      "was it written by `run`, `sweep` or `policy-sweep`?")

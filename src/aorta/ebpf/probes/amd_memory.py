@@ -86,7 +86,9 @@ def bo_move_probe(attach: str, arg: Callable[[str], str], gate: str, pid_filter:
         f"      {P}twohop_bytes[$first, $new, $traced] = sum($size);",
         "    }",
         "  }",
-        f"  delete({P}pend[$bo]); delete({P}pend_tid[$bo]); delete({P}pend_ts[$bo]);",
+        # deletes only of existing keys: bpftrace -k reports every failed delete (mapcap.py)
+        f"  if ({P}pend[$bo] != 0) {{ delete({P}pend[$bo]); delete({P}pend_tid[$bo]); "
+        f"delete({P}pend_ts[$bo]); }}",
         "  if ($new == 1 && ($old == 0 || $old == 2)) {",
         f"    {P}pend[$bo] = $old + 1; {P}pend_tid[$bo] = tid; {P}pend_ts[$bo] = nsecs;",
         "  }",

@@ -56,7 +56,7 @@ class AmdgpuFamily(ProbeFamily):
             f"tracepoint:amdgpu:amdgpu_sched_run_job\n/{ctx.gate}/\n{{\n"
             f"  $t = @amdgpu_submit_ts[{key_run}];\n"
             "  if ($t) {\n"
-            "    @amdgpu_s2d_hist = hist(nsecs - $t);\n"
+            f"{hist.record_code('amdgpu_s2d_d', 'nsecs - $t')}\n"
             "    @amdgpu_s2d = stats(nsecs - $t);\n"
             f"    @amdgpu_dispatches[{ring_run}] = count();\n"
             f"    delete(@amdgpu_submit_ts[{key_run}]);\n{remember}"
@@ -85,9 +85,9 @@ class AmdgpuFamily(ProbeFamily):
         dispatches = jobs.counts(maps, "@amdgpu_dispatches")
         internal = jobs.counts(maps, "@amdgpu_internal_jobs")
         d2c = hist.stats(maps.get("@amdgpu_d2c"))
-        s2d_hist = hist.buckets(maps.get("@amdgpu_s2d_hist"))
+        s2d = hist.distribution(maps, "amdgpu_s2d_d")
         summary = jobs.job_summary(
-            "amdgpu", submits, dispatches, hist.stats(maps.get("@amdgpu_s2d")), s2d_hist,
+            "amdgpu", submits, dispatches, hist.stats(maps.get("@amdgpu_s2d")), s2d,
             submissions_meaning="amdgpu_cs_ioctl of the traced processes (DRM command submission)",
             dispatches_meaning="amdgpu_sched_run_job joined to a traced submission by fence",
             hw_rings_meaning="ring names of dispatched traced jobs",
@@ -95,7 +95,8 @@ class AmdgpuFamily(ProbeFamily):
         metrics = {
             "summary": summary, "submissions_per_ring": submits, "dispatches_per_ring": dispatches,
             "jobs_without_traced_submission": internal,
-            "submit_to_dispatch_hist_ns": hist.as_records(s2d_hist),
+            "submit_to_dispatch_hist_ns": hist.as_records(s2d["hist"]),
+            "histogram_kind": "log-linear buckets of ns (4 per power of two)",
             "dispatch_to_done_avg_us": jobs.avg_us(d2c),
             "dispatch_to_done_count": d2c[0] if d2c else 0,
         }

@@ -73,7 +73,7 @@ class GpuSchedulerFamily(ProbeFamily):
             f"tracepoint:gpu_scheduler:{names[1]}\n/{ctx.gate}/\n{{\n"
             f"  $t = @gpu_scheduler_queue_ts[{key_r}];\n"
             "  if ($t) {\n"
-            "    @gpu_scheduler_q2r_hist = hist(nsecs - $t);\n"
+            f"{hist.record_code('gpu_scheduler_q2r_d', 'nsecs - $t')}\n"
             "    @gpu_scheduler_q2r = stats(nsecs - $t);\n"
             f"    @gpu_scheduler_run[{ring_r}] = count();\n"
             f"    delete(@gpu_scheduler_queue_ts[{key_r}]);\n{remember}"
@@ -96,16 +96,17 @@ class GpuSchedulerFamily(ProbeFamily):
         run = jobs.counts(maps, "@gpu_scheduler_run")
         untraced = jobs.counts(maps, "@gpu_scheduler_untraced_jobs")
         r2d = hist.stats(maps.get("@gpu_scheduler_r2d"))
-        q2r_hist = hist.buckets(maps.get("@gpu_scheduler_q2r_hist"))
+        q2r = hist.distribution(maps, "gpu_scheduler_q2r_d")
         summary = jobs.job_summary(
-            "gpu_scheduler", queued, run, hist.stats(maps.get("@gpu_scheduler_q2r")), q2r_hist,
+            "gpu_scheduler", queued, run, hist.stats(maps.get("@gpu_scheduler_q2r")), q2r,
             submissions_meaning="drm_sched jobs queued by the traced processes",
             dispatches_meaning="those jobs handed to the hardware ring (run)",
             hw_rings_meaning="scheduler (ring) names of dispatched traced jobs",
             submit_to_dispatch_meaning="job queued → job run, same job identity")
         metrics = {"summary": summary, "queued_per_ring": queued, "run_per_ring": run,
                    "jobs_without_traced_submission": untraced,
-                   "submit_to_dispatch_hist_ns": hist.as_records(q2r_hist),
+                   "submit_to_dispatch_hist_ns": hist.as_records(q2r["hist"]),
+                   "histogram_kind": "log-linear buckets of ns (4 per power of two)",
                    "run_to_done_avg_us": jobs.avg_us(r2d)}
         coverage = {"source": "gpu_scheduler tracepoints",
                     "covered": "drm_sched jobs of the traced processes (any DRM driver)",

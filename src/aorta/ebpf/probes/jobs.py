@@ -18,11 +18,11 @@ def avg_us(st: tuple[int, int] | None) -> float | None:
 
 
 def job_summary(source: str, submits: dict[str, int], dispatches: dict[str, int],
-                s2d: tuple[int, int] | None, s2d_hist: list[tuple[int, int, int]], *,
+                s2d: tuple[int, int] | None, s2d_dist: dict[str, Any], *,
                 submissions_meaning: str, dispatches_meaning: str, hw_rings_meaning: str,
                 submit_to_dispatch_meaning: str) -> dict[str, Any]:
     """The summary dict (same keys, same order) that every driver-job family reports."""
-    p99 = hist.percentile(s2d_hist, 0.99)
+    p99 = hist.quantile(s2d_dist, 0.99)
     return {
         "source": source,
         "total_submissions": sum(submits.values()),
@@ -32,6 +32,7 @@ def job_summary(source: str, submits: dict[str, int], dispatches: dict[str, int]
         "hw_rings_used": sorted(dispatches),
         "hw_rings_meaning": hw_rings_meaning,
         "submit_to_dispatch_avg_us": avg_us(s2d),
-        "submit_to_dispatch_p99_us": p99["estimate"] / 1e3 if p99 else None,
+        "submit_to_dispatch_p99_us": p99["value"] / 1e3 if p99 else None,
+        "submit_to_dispatch_p99": p99,
         "submit_to_dispatch_meaning": submit_to_dispatch_meaning,
     }

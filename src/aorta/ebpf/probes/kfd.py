@@ -106,7 +106,8 @@ class KfdFamily(ProbeFamily):
             f"  $ph = {phase};\n"
             "  @kfd_calls[$nr, $ph] = count();\n"
             "  @kfd_lat[$nr, $ph] = stats(nsecs - @kfd_ts[tid]);\n"
-            f"  if ($nr == 0x0C && $ph == 1) {{ @kfd_wait_hist = hist(nsecs - @kfd_ts[tid]); }}\n"
+            "  if ($nr == 0x0C && $ph == 1) {\n"
+            f"{hist.record_code('kfd_wait_d', 'nsecs - @kfd_ts[tid]')}\n  }}\n"
             "  if ($nr == 0x02 && $ret == 0) {\n"
             "    $p = @kfd_arg[tid];\n"
             f"    @kfd_created[*(uint32*)uptr($p + {CQ_TYPE_OFF}), *(uint32*)uptr($p + {CQ_PRIO_OFF}), $ph]"
@@ -137,13 +138,14 @@ class KfdFamily(ProbeFamily):
                 qtype, prio, ph = (int(p) for p in parts)
                 created.append({"queue_type": QUEUE_TYPES.get(qtype, str(qtype)), "priority": prio,
                                 "in_window": ph == 1, "count": int(value)})
-        wait_hist = hist.buckets(maps.get("@kfd_wait_hist"))
-        wait_p99 = hist.percentile(wait_hist, 0.99)
+        wait = hist.distribution(maps, "kfd_wait_d")
+        wait_p99 = hist.quantile(wait, 0.99)
         inventory = queue_inventory(context.get("pids", []))
         metrics = {
             "summary": None, "ioctls": calls, "queues_created": created,
-            "wait_events_p99_us": wait_p99["estimate"] / 1e3 if wait_p99 else None,
-            "wait_events_hist_ns": hist.as_records(wait_hist),
+            "wait_events_p99_us": wait_p99["value"] / 1e3 if wait_p99 else None,
+            "wait_events_p99": wait_p99,
+            "wait_events_hist_ns": hist.as_records(wait["hist"]),
             "sysfs_inventory": inventory,
             "multiplexing": multiplexing_verdict(created, inventory, context.get("streams")),
         }

@@ -115,6 +115,10 @@ class Backend(ABC):
         return {"pool_size": None, "stream_to_queue": None,
                 "reason": "the runtime assigns hardware queues; see eBPF/KFD tracing"}
 
+    def set_instrumentation(self, op_timing: bool, iteration_joins: bool) -> None:
+        """Per-op device timing and per-iteration joins on or off (GPU); CPU: nothing to switch."""
+        return None
+
     def workers(self) -> list[WorkerInfo]:
         """Host threads that execute queue work (empty for GPU backends)."""
         return []

@@ -1,8 +1,11 @@
 """GPU backend: N distinct torch.cuda streams on ONE device (ROCm HIP or CUDA).
 
-Every op is bracketed by timing events on its own stream. Iteration time is measured by events on
-a separate timer stream that every worker stream waits for at the start and that waits for every
-worker stream at the end, so the measured span covers all streams without a host sync per stream.
+With op timing on, every op is bracketed by timing events on its own stream. In per_iteration
+mode, iteration time is measured by events on a separate timer stream that every worker stream
+waits for at the start and that waits for every worker stream at the end, so the measured span
+covers all streams without a host sync per stream. In end_only mode there are no per-iteration
+joins, so iterations may overlap. `set_instrumentation` switches both (the harness measures what
+they cost against an uninstrumented window).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ class GpuStream(Stream):
 
         backend = self._backend
         with torch.cuda.stream(self.cuda_stream):
-            if backend.recording:
+            if backend.recording and backend.op_timing:
                 start = torch.cuda.Event(enable_timing=True)
                 end = torch.cuda.Event(enable_timing=True)
                 start.record(self.cuda_stream)
@@ -72,6 +75,8 @@ class GpuBackend(Backend):
         self._streams = [GpuStream(i, s, self) for i, s in enumerate(created)]
         self._timer = torch.cuda.Stream(device=self._torch_device)
         self.recording = False
+        self.op_timing = True
+        self.iteration_joins = True
         self.iteration = -1
         self.pending: list[tuple[int, int, str, Any, Any]] = []
         self._iteration_events: list[tuple[Any, Any]] = []
@@ -101,11 +106,15 @@ class GpuBackend(Backend):
             stream.cuda_stream.wait_stream(self._timer)
         self.recording = True
 
+    def set_instrumentation(self, op_timing: bool, iteration_joins: bool) -> None:
+        self.op_timing = op_timing
+        self.iteration_joins = iteration_joins
+
     def begin_iteration(self, iteration: int) -> None:
         import torch
 
         self.iteration = iteration
-        if not self.recording:
+        if not self.recording or not self.iteration_joins:
             return
         start = torch.cuda.Event(enable_timing=True)
         start.record(self._timer)

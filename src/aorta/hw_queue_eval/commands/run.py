@@ -246,12 +246,15 @@ def _write_outputs(result: dict[str, Any], output: str | None,
               help="Write a Chrome/Perfetto trace of every measured op here (ui.perfetto.dev).")
 @click.option("--force", is_flag=True,
               help="Replace an -o file that is not a run result (e.g. a sweep checkpoint).")
+@click.option("--op-timing/--no-op-timing", default=True, show_default=True,
+              help="Time every op (GPU: a start/end event pair per op). Off: no per-op rows, "
+                   "no switch analysis, less instrumentation in the window.")
 @tracing_options
 def run_command(workload: str, streams: str, iterations: str, warmup: str, device: str,
                 size: str | None, sync_mode: str, seed: int, threads_per_queue: str,
                 lock_clocks: str | None, power_limit: str | None,
                 output: str | None, as_json: bool, trace_out: str | None, force: bool = False,
-                ebpf_trace: bool = False, ebpf_memory_trace: bool = False,
+                op_timing: bool = True, ebpf_trace: bool = False, ebpf_memory_trace: bool = False,
                 ebpf_gpu_runtime: bool = False) -> None:
     """Run WORKLOAD on N streams and measure throughput, latency and queue behaviour."""
     import dataclasses
@@ -264,11 +267,14 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
 
     config = build_config(workload, streams, iterations, warmup, device, size, sync_mode, seed,
                           threads_per_queue)
+    config = dataclasses.replace(config, op_timing=op_timing)
     request = gpu_request(lock_clocks, power_limit)
     check_distinct_outputs({"-o": output, "--trace-out": trace_out})
     if output:
         check_output_path(output)
         check_replaceable(output, ("run",), force)
+    if trace_out and not op_timing:
+        raise UsageError("--trace-out needs per-op timing: drop --no-op-timing")
     if trace_out:
         check_output_path(trace_out, "trace file")
         check_replaceable(trace_out, ("trace",), force, "trace file")

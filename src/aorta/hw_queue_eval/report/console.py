@@ -63,14 +63,12 @@ def render_run(result: dict[str, Any], console: Any) -> None:
 
     sw = result.get("switch_latency") or {}
     conc = result.get("concurrency") or {}
-    rows = [
-        ("Switch overhead", fmt(sw.get("switch_overhead_ms"), ".4f", " ms",
-                                none=f"n/a ({sw.get('reason')})")),
-        ("Intra-stream gap (median)", fmt(sw.get("intra_gap_median_ms"), ".4f", " ms")),
-        ("Inter-stream gap (median)", fmt(sw.get("inter_gap_median_ms"), ".4f", " ms")),
-        ("Gaps measured (intra/inter)", f"{sw.get('intra_gap_count')} / {sw.get('inter_gap_count')}"),
-        ("Achieved concurrency", fmt(conc.get("achieved"), ".2f", " busy streams (avg)")),
-    ]
+    rows = switch_rows(sw)
+    rows.append(("Streams with an op in flight", fmt(conc.get("achieved"), ".2f",
+                                                     " (avg, wall clock)")))
+    if conc.get("on_cpu_queues") is not None:
+        rows.append(("Queues running on a CPU", fmt(conc.get("on_cpu_queues"), ".2f",
+                                                    " (avg, kernel on-CPU time)")))
     if qmap.get("stream_to_queue") is not None:
         rows.append(("Streams → queues", _mapping_text(qmap["stream_to_queue"])))
     _block(console, "QUEUE SWITCH ANALYSIS", rows)
@@ -79,6 +77,12 @@ def render_run(result: dict[str, Any], console: Any) -> None:
     counts = result.get("per_stream_op_counts") or []
     mem = result.get("memory") or {}
     rows = [("Window", fmt(result.get("total_time_ms"), ".2f", " ms"))]
+    inst = result.get("instrumentation") or {}
+    if inst.get("cost_ratio") is not None:
+        rows.append(("Instrumentation cost", f"{inst['cost_ratio']:+.1%} window time vs an "
+                     f"uninstrumented window ({inst['plain_window_ms']:.2f} ms; op timing "
+                     f"{'on' if inst.get('op_timing') else 'off'}, per-iteration sync "
+                     f"{'on' if inst.get('per_iteration_sync') else 'off'})"))
     if per_stream:
         rows.append(("Per-stream busy (min/max)",
                      f"{min(per_stream):.2f} / {max(per_stream):.2f} ms"))
@@ -94,6 +98,29 @@ def render_run(result: dict[str, Any], console: Any) -> None:
         console.print("\n[bold]INTERPRETATION[/bold]")
         for line in lines:
             console.print(f"  • {line}")
+
+
+def switch_rows(sw: dict[str, Any]) -> list[tuple[str, str]]:
+    """Switch overhead rows; none of them shows an overhead when no switch happened."""
+    switches = sw.get("switch_count")
+    if switches is None:  # not measured (e.g. a v1 file without op intervals)
+        return [("Switch overhead", f"n/a ({sw.get('reason')})")]
+    if not switches:
+        return [("Stream switches", f"0 ({sw.get('reason') or 'none observed'})")]
+    overhead = sw.get("switch_overhead_ms")
+    value = (f"{overhead * 1000:+.2f} µs (gap spread {(sw.get('spread_ms') or 0) * 1000:.2f} µs)"
+             if overhead is not None else f"n/a ({sw.get('reason')})")
+    rows = [("Switch overhead (like for like)", value),
+             ("Switches matched / all", f"{sw.get('matched_switch_count')} / {switches} "
+                                        f"(same kinds before and after: "
+                                        f"{sw.get('matched_on_both_kinds')}, same previous kind: "
+                                        f"{sw.get('matched_on_previous_kind')}; "
+                                        f"{sw.get('no_switch_count')} same-stream gaps)")]
+    lanes = [f"{lane}: {info.get('reason')}" for lane, info in (sw.get("per_lane") or {}).items()
+             if info.get("switch_overhead_ms") is None and info.get("switches")]
+    if lanes:
+        rows.append(("Lanes without a like-for-like pair", "; ".join(lanes)))
+    return rows
 
 
 def _mapping_text(mapping: list[int]) -> str:
@@ -112,14 +139,42 @@ def interpret(result: dict[str, Any]) -> list[str]:
     if pool is not None and streams > pool:
         lines.append(f"{streams} streams share {pool} hardware queues: streams on one queue "
                      "run one after another (head-of-line blocking).")
-    conc = (result.get("concurrency") or {}).get("achieved")
-    if conc is not None:
-        lines.append(f"On average {conc:.2f} of {streams} streams were busy at once.")
-    sw = (result.get("switch_latency") or {}).get("switch_overhead_ms")
-    if sw is not None:
-        lines.append(f"Switching between streams on a lane costs {sw * 1000:.1f} µs more than "
-                     "continuing on the same stream (median gaps).")
+    line = concurrency_line(result.get("concurrency") or {}, streams)
+    if line:
+        lines.append(line)
+    line = switch_line(result.get("switch_latency") or {})
+    if line:
+        lines.append(line)
     lat = result.get("latency_ms")
     if lat and lat["p50"] > 0 and lat["p99"] > 3 * lat["p50"]:
         lines.append("P99 is over 3× the median: occasional stalls dominate the tail.")
     return lines
+
+
+def concurrency_line(conc: dict[str, Any], streams: int) -> str | None:
+    """Parallelism: on-CPU queues where the kernel counted them, else streams in flight; says which."""
+    wall, on_cpu = conc.get("achieved"), conc.get("on_cpu_queues")
+    if on_cpu is not None:
+        text = (f"Queue threads ran on {on_cpu:.2f} CPUs at once on average (kernel on-CPU time); "
+                f"{fmt(wall, '.2f')} of {streams} streams had an op in flight (wall clock)")
+        if wall is not None and wall > on_cpu * 1.1:
+            text += ": the difference is time ops waited for a CPU"
+        return text + "."
+    if wall is not None:
+        return (f"On average {wall:.2f} of {streams} streams had an op in flight (wall clock; "
+                "time on the device is not visible per stream).")
+    return None
+
+
+def switch_line(sw: dict[str, Any]) -> str | None:
+    """The switch sentence, only when the like-for-like difference is outside the measured spread."""
+    overhead, spread = sw.get("switch_overhead_ms"), sw.get("spread_ms")
+    if overhead is None or not sw.get("outside_spread"):
+        if overhead is not None and spread is not None:
+            return (f"No switch cost measurable: the like-for-like difference "
+                    f"{overhead * 1000:+.2f} µs is inside the gaps' spread ({spread * 1000:.2f} µs).")
+        return None
+    more = "more" if overhead > 0 else "less"
+    return (f"Switching between streams on a lane costs {abs(overhead) * 1000:.2f} µs {more} than "
+            f"continuing on the same stream between the same op kinds (spread "
+            f"{(spread or 0) * 1000:.2f} µs; {sw.get('matched_switch_count')} switches matched).")

@@ -40,8 +40,9 @@ def render_queue_block(section: dict[str, Any] | None, console: Any) -> None:
     labelled(console, "Total dispatches", fmt(section.get("total_dispatches"), "d"))
     labelled(console, "HW rings used", fmt(section.get("hw_rings_used")))
     labelled(console, "Submit→dispatch avg", fmt(section.get("submit_to_dispatch_avg_us"), ".1f", " us"))
-    labelled(console, "Submit→dispatch P99", fmt(section.get("submit_to_dispatch_p99_us"), ".1f", " us"))
+    labelled(console, "Submit→dispatch P99", p99_text(section))
     labelled(console, "Lost events", str(section.get("lost_events")))
+    render_dropped(section, console)
     if section.get("summary_reason"):
         console.print(f"  [dim]{section['summary_reason']}[/dim]")
     for key in ("submissions_meaning", "dispatches_meaning", "submit_to_dispatch_meaning"):
@@ -80,6 +81,43 @@ def render_queue_block(section: dict[str, Any] | None, console: Any) -> None:
             console.print(f"  [dim]{family}: {statement}[/dim]")
     if absent:
         console.print(f"  [dim]not attached on this machine: {'; '.join(absent)}[/dim]")
+
+
+def p99_text(section: dict[str, Any]) -> str:
+    """The P99 with how it was obtained: exact, or the bucket it lies in and the error bound."""
+    from aorta.ebpf.engine import p99_bounds_us
+
+    p99 = section.get("submit_to_dispatch_p99_us")
+    if not isinstance(p99, (int, float)):
+        return fmt(p99)
+    rec = section.get("submit_to_dispatch_p99")
+    if isinstance(rec, dict) and rec.get("method") == "exact":
+        return f"{p99:.1f} us (exact, {rec.get('count')} events)"
+    low, high, method = p99_bounds_us(section, p99)
+    if method == "unknown precision":
+        return f"{p99:.1f} us"
+    bound = f", ±{100 * (high - low) / low:.0f} %" if low > 0 else ""
+    return f"{p99:.1f} us ({method}: in {low:.1f}–{high:.1f} us{bound})"
+
+
+def dropped_text(section: dict[str, Any]) -> str | None:
+    """"N (map count, …)": updates full maps refused; None for results without the field."""
+    cap = section.get("map_capacity")
+    if not isinstance(cap, dict):
+        return None
+    dropped = cap.get("dropped_updates") or {}
+    per_map = ", ".join(f"{name} {count}" for name, count in sorted(dropped.items()))
+    return f"{cap.get('dropped_updates_total', 0)}" + (f" ({per_map})" if per_map else "")
+
+
+def render_dropped(section: dict[str, Any], console: Any) -> None:
+    """`Dropped updates` beside lost events (full maps), and a warning line when any."""
+    text = dropped_text(section)
+    if text is None:
+        return
+    labelled(console, "Dropped updates", text)
+    if section.get("warning"):
+        console.print(f"  [yellow]warning:[/yellow] {section['warning']}")
 
 
 def _role(row: dict[str, Any]) -> str:

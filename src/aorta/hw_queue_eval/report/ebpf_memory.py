@@ -49,6 +49,9 @@ def render_memory_block(section: dict[str, Any] | None, console: Any) -> None:
     _line(console, "Page migrations", fmt(section.get("host_page_migrations"), "d"))
     _line(console, "kswapd wake-ups", fmt(section.get("host_kswapd_wakeups"), "d"))
     _line(console, "Lost events", str(section.get("lost_events")))
+    dropped = ebpf_blocks.dropped_text(section)
+    if dropped is not None:
+        _line(console, "Dropped updates", dropped)
     window = (section.get("window") or {}).get("duration_ms")
     _line(console, "Window", fmt(window, ".1f", " ms (rates are over this window)"))
     delay = section.get("restore_delay")

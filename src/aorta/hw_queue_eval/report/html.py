@@ -15,7 +15,7 @@ from typing import Any
 from aorta.common.atomicio import OutputFolder
 from aorta.common.errors import UsageError
 from aorta.hw_queue_eval.report import plots
-from aorta.hw_queue_eval.report.console import fmt, interpret
+from aorta.hw_queue_eval.report.console import fmt, interpret, switch_rows
 from aorta.hw_queue_eval.report.tables import sweep_table
 from aorta.hw_queue_eval.scaling import flatten_numbers
 
@@ -129,9 +129,11 @@ def run_page(result: dict[str, Any]) -> tuple[str, list[Plot], list[str]]:
     key_rows = [
         ["throughput", f"{fmt(result.get('throughput'), '.2f')} {result.get('throughput_unit')}"],
         *[[f"latency {k}", fmt(lat.get(k), ".3f", " ms")] for k in ("p50", "p95", "p99", "mean")],
-        ["switch overhead", fmt(sw.get("switch_overhead_ms"), ".4f", " ms",
-                                none=f"n/a ({sw.get('reason')})")],
-        ["achieved concurrency", fmt((result.get("concurrency") or {}).get("achieved"), ".2f")],
+        *[[label.lower(), value] for label, value in switch_rows(sw)],
+        ["streams with an op in flight (wall)",
+         fmt((result.get("concurrency") or {}).get("achieved"), ".2f")],
+        ["queues running on a CPU (on-CPU)",
+         fmt((result.get("concurrency") or {}).get("on_cpu_queues"), ".2f")],
         ["hardware queues", f"{qmap.get('queues_created')} of pool {qmap.get('pool_size')}"],
         ["stream → queue", str(qmap.get("stream_to_queue"))],
     ]

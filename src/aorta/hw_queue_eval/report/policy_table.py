@@ -54,7 +54,7 @@ def render_policy_table(data: dict[str, Any], console: Any) -> None:
                         f"({data['backend']} backend, {data['repeats']} repeat(s))")
     for name, justify in (("Policy", "left"), (f"Tput {unit}", "right"), ("Δ tput", "right"),
                           ("P50 ms", "right"), ("P95 ms", "right"), ("P99 ms", "right"),
-                          ("Δ latency", "right"), ("Switch µs", "right"), ("Conc.", "right"),
+                          ("Δ latency", "right"), ("Switch µs", "right"), ("In flight", "right"),
                           ("Pool", "right")):
         table.add_column(name, justify=justify, no_wrap=True)
     for row in rows:

@@ -16,7 +16,7 @@ def sweep_table(sweep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     points = sorted(sweep.get("points", []), key=lambda p: p.get("key", {}).get("streams", 0))
     traced = any(p.get("result") and p["result"].get("ebpf_queue_metrics") for p in points)
     headers = ["Streams", "Status", f"Throughput ({unit})", "Efficiency", "P50 ms", "P95 ms",
-               "P99 ms", "Switch ovh µs", "Concurrency", "Queues"]
+               "P99 ms", "Switch ovh µs", "In flight (wall)", "Queues"]
     if traced:
         headers += ["eBPF dispatch avg µs", "eBPF dispatch P99 µs"]
     rows = []

@@ -42,12 +42,12 @@ class VerifyResult:
     """Outcome of the once-per-run correctness check."""
 
     passed: bool
-    max_abs_error: float
+    max_rel_error: float  # max |actual − expected| / max |expected| (was max_abs_error in v1)
     tolerance: float
     checked: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"passed": self.passed, "max_abs_error": self.max_abs_error,
+        return {"passed": self.passed, "max_rel_error": self.max_rel_error,
                 "tolerance": self.tolerance, "checked": self.checked}
 
 
@@ -101,10 +101,10 @@ class Workload(ABC):
 
 
 def compare_tensors(pairs: list[tuple[Any, Any]], tolerance: float, checked: str) -> VerifyResult:
-    """Max abs error over (actual, expected) pairs, relative to the expected magnitude."""
+    """Max abs difference over (actual, expected) pairs, relative to the expected magnitude."""
     worst = 0.0
     for actual, expected in pairs:
         scale = float(expected.abs().max().item()) or 1.0
         worst = max(worst, float((actual.float() - expected.float()).abs().max().item()) / scale)
-    return VerifyResult(passed=worst <= tolerance, max_abs_error=worst, tolerance=tolerance,
+    return VerifyResult(passed=worst <= tolerance, max_rel_error=worst, tolerance=tolerance,
                         checked=checked)

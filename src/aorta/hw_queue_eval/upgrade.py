@@ -1,0 +1,83 @@
+"""The v1 reader: upgrade a schema-v1 run (or a sweep of them) to the v2 layout on load.
+
+v2 renamed or redefined three things (docs/results-schema.md, "Reading older files"):
+- `verification.max_abs_error` held a relative error: it is `max_rel_error` now;
+- `switch_latency` compared unlike gaps (median(inter) − median(intra)); v2 compares like for
+  like. A v1 file with `op_intervals` gets the v2 figure recomputed from its own ops; without
+  them the switch overhead is null with the reason (the v1 number is kept under `v1`);
+- `concurrency` gained the on-CPU figure, which a v1 file never measured (null with the reason);
+- `ebpf_vs_cuda_comparison` compared different populations: a v1 block is kept under `v1` and
+  shown as not available.
+Files without `schema_version` (the upstream tool's layout) are left as they are.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aorta.hw_queue_eval import metrics
+from aorta.hw_queue_eval.backends.base import OpRecord
+
+V1 = 1
+V2 = 2
+
+
+def upgrade(data: dict[str, Any]) -> dict[str, Any]:
+    """A v2 view of `data` (a run, sweep or policy sweep); v2 and foreign files come back as is."""
+    if data.get("schema_version") != V1:
+        return data
+    # copies only what changes: op tables and samples are shared with `data`, never modified
+    out = {**data, "schema_version": V2, "upgraded_from": V1}
+    if out.get("kind") == "run":
+        _upgrade_run(out)
+    if isinstance(out.get("points"), list):
+        out["points"] = [{**p, "result": upgrade(p["result"])}
+                         if isinstance(p, dict) and isinstance(p.get("result"), dict) else p
+                         for p in out["points"]]
+    return out
+
+
+def _upgrade_run(run: dict[str, Any]) -> None:
+    ver = run.get("verification")
+    if isinstance(ver, dict) and "max_abs_error" in ver:
+        ver = dict(ver)
+        ver["max_rel_error"] = ver.pop("max_abs_error")
+        run["verification"] = ver
+    old = run.get("switch_latency") or {}
+    ops = ops_from_intervals(run.get("op_intervals"))
+    if ops:
+        switch = metrics.switch_analysis(ops)
+        switch["upgrade_note"] = "recomputed like for like from this v1 file's op_intervals"
+    else:
+        switch = metrics.unmeasured_switch_analysis(
+            "v1 file without op intervals: its switch overhead compared unlike gaps and cannot "
+            "be recomputed")
+    switch["v1"] = old
+    run["switch_latency"] = switch
+    conc = run.get("concurrency")
+    if isinstance(conc, dict):
+        run["concurrency"] = {"on_cpu_queues": None, "on_cpu_reason": "not measured by schema v1",
+                              **conc}
+    comparison = run.get("ebpf_vs_cuda_comparison")
+    if isinstance(comparison, dict):
+        run["ebpf_vs_cuda_comparison"] = {
+            "status": "v1", "v1": comparison,
+            "error": "written by schema v1, whose comparison mixed populations; re-run to compare"}
+
+
+def ops_from_intervals(table: Any) -> list[OpRecord]:
+    """OpRecords (ns from the window start) from a result's `op_intervals` table."""
+    if not isinstance(table, dict):
+        return []
+    columns, labels = table.get("columns") or [], table.get("labels") or []
+    wanted = ("iteration", "stream", "queue", "label", "ready_us", "start_us", "end_us")
+    if any(c not in columns for c in wanted):
+        return []
+    idx = [columns.index(c) for c in wanted]
+    ops = []
+    for row in table.get("rows") or []:
+        it, stream, queue, label, ready, start, end = (row[i] for i in idx)
+        ops.append(OpRecord(int(it), int(stream), queue, str(labels[label]),
+                            None if ready is None else round(ready * 1e3),
+                            round(start * 1e3), round(end * 1e3)))
+    return ops
