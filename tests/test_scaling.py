@@ -59,7 +59,8 @@ def test_still_scaling_and_unknown_pool():
     a = analyze(results, "per_stream")
     assert a.knee_streams is None
     assert a.pool_size is None
-    assert a.verdict == "throughput still scales up to 2 streams (the largest measured)"
+    assert a.verdict.startswith("throughput still scales up to 2 streams (the largest measured)")
+    assert a.confidence == "unknown" and "--repeats" in a.verdict
 
 
 def test_dispatch_jump_from_ebpf_section():
