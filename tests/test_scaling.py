@@ -179,7 +179,8 @@ def test_verdict_never_contradicts_the_table(seed):
 
     for n in counts:
         pn = type("P", (), {"streams": n, "work_per_iteration": 100 * n})
-        p0 = type("P", (), {"streams": counts[0], "work_per_iteration": first["metadata"]["work_per_iteration"]})
+        p0 = type("P", (), {"streams": counts[0],
+                            "work_per_iteration": first["metadata"]["work_per_iteration"]})
         assert a.efficiency[points[n]] == pytest.approx(
             medians[n] / medians[counts[0]] / ideal_growth(p0, pn, scaling))
     knee = a.knee_streams
