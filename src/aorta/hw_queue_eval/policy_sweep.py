@@ -18,7 +18,7 @@ from aorta.hw_queue_eval.childrun import run_point
 from aorta.hw_queue_eval.config import RunConfig
 from aorta.hw_queue_eval.gpu_control import CPU_NOT_APPLICABLE, GpuControl, GpuRequest, GpuTarget
 from aorta.hw_queue_eval.policies import Policy, cpu_ignored_env, not_applicable_reason
-from aorta.hw_queue_eval.repeats import interleaved_schedule, run_summary
+from aorta.hw_queue_eval.repeats import conditions, interleaved_schedule, run_summary
 from aorta.hw_queue_eval.stats import MIN_RUNS, compare_runs, median_ci
 
 KIND = "policy-sweep"
@@ -100,6 +100,7 @@ def run_policy_point(policy: Policy, repeat: int, config: RunConfig, base: GpuRe
     if not request.empty:
         assert target is not None
         control = GpuControl(target, request)
+    point["conditions"] = conditions()
     with control as gpu_report:
         outcome = run_point(child_run_args(config, flags), env_overrides=dict(policy.env),
                             timeout_s=timeout_s)
