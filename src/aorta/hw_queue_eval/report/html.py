@@ -106,7 +106,9 @@ def sweep_page(sweep: dict[str, Any]) -> tuple[str, list[Plot], list[str]]:
     failed = [f"{p['key'].get('streams')} streams {p.get('status')}: {p.get('error')}"
               for p in sweep.get("points", []) if p.get("status") != "ok"]
     body = [f"<h1>Sweep: {html.escape(str(sweep.get('workload')))}</h1>",
-            f'<p class="verdict">{html.escape(analysis.get("verdict") or NO_ANALYSIS)}</p>']
+            f'<p class="verdict">{html.escape(analysis.get("verdict") or NO_ANALYSIS)}</p>',
+            *[f'<p class="note">warning: {html.escape(w)}</p>'
+              for w in analysis.get("warnings") or []]]
     if analysis:
         body.append(_table(["", ""], [
             ["peak", f"{fmt(analysis.get('peak_throughput'), '.2f')} {sweep.get('throughput_unit')} "
