@@ -265,3 +265,10 @@ def test_policy_sweeps_pair_by_policy(tmp_path):
     assert proc.returncode == 1
     verdicts = {p["policy"]: p["metrics"][0]["verdict"] for p in data["tests"][0]["pairs"]}
     assert verdicts == {"baseline": "regression", "high_queue": "unchanged"}
+
+
+def test_same_point_twice_without_repeat_numbers_is_exit_2(tmp_path):
+    twice = _write(tmp_path, "t.json", _sweep([_run(_noisy(10, 30, 1), streams=2),
+                                               _run(_noisy(10, 30, 2), streams=2)]))
+    proc = run_cli("compare", "-b", twice, "-t", twice)
+    assert proc.returncode == 2 and "appears twice" in proc.stderr

@@ -131,13 +131,18 @@ def load_points(path: str | os.PathLike[str]) -> tuple[str, list[Point], list[st
     points: list[Point] = []
     try:
         if kind in ("sweep", "policy_sweep", "policy-sweep") or isinstance(data.get("points"), list):
+            repeats = []
             for entry in data.get("points") or []:
                 key = entry.get("key") or {}
                 if entry.get("status") != "ok" or not entry.get("result"):
                     notes.append(f"{path}: skipped point {key} ({entry.get('status')})")
                     continue
                 points.append(point_from_result(entry["result"], key))
-            points = group_repeats(points)  # --repeats: one point per repeat in the file
+                repeats.append((points[-1].key, key.get("repeat")))
+            if len(set(repeats)) != len(repeats):
+                raise UsageError("the same (workload, streams, policy, repeat) appears twice: "
+                                 "points cannot be paired unambiguously")
+            points = group_repeats(points)  # --repeats: the repeats of a key are its runs
         elif isinstance(data.get("results"), list):  # upstream sweep
             points = [point_from_result(r) for r in data["results"] if isinstance(r, dict)]
         elif isinstance(data.get("policies"), dict):  # upstream policy evaluation
@@ -172,7 +177,6 @@ INFO_METRICS = (("latency_p99_ms", "iteration time P99", "ms", False),)
 EBPF_SKIP = re.compile(r"(^|\.)(window|bpftrace|coverage|stderr|probe_cost|attach_s|stop_s|"
                        r"events_attached|events_missing|probes_attached|lost_event_records|"
                        r"status|error)(\.|$)|monotonic|timestamp|_ns$|(^|\.)(pid|tid)s?(\.|$)")
-EBPF_DEFAULT_LINES = 10
 
 
 def run_values(point: Point, name: str) -> list[float]:
