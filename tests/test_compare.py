@@ -191,10 +191,12 @@ def _traced(p99_us, families=None, **extra):
 
 def test_ebpf_diff_shows_only_measured_comparable_values(tmp_path):
     fams = {"cpu_sched": {"events_attached": ["sched:sched_wakeup"],
-                          "metrics": {"wakeups": 100, "runq_p99_us": 8.0}},
+                          "metrics": {"wakeups": 100, "runq_p99_us": 8.0,  # summary: shown once
+                                      "summary": {"submit_to_dispatch": {"p99_us": 40}}}},
             "amdgpu": {"events_attached": [], "metrics": {"submits": 0, "jobs": 0}}}
     fams_t = {"cpu_sched": {"events_attached": ["sched:sched_wakeup"],
-                            "metrics": {"wakeups": 120, "runq_p99_us": 9.0}},
+                            "metrics": {"wakeups": 120, "runq_p99_us": 9.0,
+                                        "summary": {"submit_to_dispatch": {"p99_us": 50}}}},
               "amdgpu": {"events_attached": [], "metrics": {"submits": 0, "jobs": 0}}}
     base = _write(tmp_path, "b.json", _run(_noisy(10, 30, 1), ebpf=_traced(40, fams)))
     test = _write(tmp_path, "t.json", _run(_noisy(10, 30, 2), ebpf=_traced(50, fams_t)))

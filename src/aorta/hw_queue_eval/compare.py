@@ -231,13 +231,18 @@ def _comparable_leaves(section: Any) -> dict[str, float]:
     if not isinstance(section, dict) or section.get("status", "ok") != "ok":
         return {}
     attached = _attached_families(section)
+    flat = flatten_numbers(section)
     out = {}
-    for key, value in flatten_numbers(section).items():
+    for key, value in flat.items():
         if EBPF_SKIP.search(key):
             continue
         if key.startswith("families."):
-            family = key.split(".", 2)[1]
-            if family not in attached:
+            parts = key.split(".", 2)
+            if len(parts) < 3 or parts[1] not in attached:
+                continue
+            # the engine copies a family's summary to the section's top level: show it once
+            prefix = "metrics.summary."
+            if parts[2].startswith(prefix) and parts[2][len(prefix):] in flat:
                 continue
         out[key] = value
     return out
