@@ -277,6 +277,7 @@ def ebpf_diff(base: Point, test: Point) -> dict[str, Any]:
 
 
 def _is_traced(section: Any) -> bool:
+    """True when an eBPF section exists and traced ok."""
     return isinstance(section, dict) and section.get("status", "ok") == "ok" and bool(section)
 
 
@@ -303,6 +304,7 @@ def tracing_note(diff: dict[str, Any], metrics: list[dict[str, Any]]) -> str | N
 
 
 def fmt_pct(value: float | None) -> str:
+    """'+12.3%' or 'n/a'."""
     return "n/a" if value is None else f"{value:+.1f}%"
 
 
