@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pytest
 
+from aorta.hw_queue_eval.results import run_result_schema
 from conftest import load_json, run_cli
 
 SMALL = ("-d", "cpu", "--size", "small", "-i", "6", "-w", "1")
@@ -24,6 +26,7 @@ def test_two_identical_repeated_runs_compare_without_regression(tmp_path: Path) 
         assert proc.returncode == 0, proc.stderr
         files.append(str(out))
         data = load_json(out)
+        jsonschema.validate(data, run_result_schema())  # still a schema-v1 run, plus `repeats`
         block = data["repeats"]
         assert block["requested"] == 3 and block["ok"] == 3 and len(block["per_repeat"]) == 3
         tputs = [r["throughput"] for r in block["per_repeat"]]
