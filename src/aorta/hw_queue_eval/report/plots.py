@@ -291,6 +291,7 @@ def policy_figure(data: dict[str, Any], metric: str = "throughput") -> Any:
         ax.plot([i] * len(runs), runs, ".", color="black", alpha=0.6)
     ax.set_xticks(range(len(names)))
     ax.set_xticklabels(names, rotation=30, ha="right")
+    ax.set_xlim(-0.6, len(names) - 0.4)  # room for the labels of a last policy without a bar
     ax.set_xlabel("policy")
     if metric == "throughput":
         ax.set_ylabel(f"throughput ({unit}), median over repeats")
