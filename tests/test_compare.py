@@ -30,6 +30,20 @@ def _noisy(median, n, seed):
     return np.random.default_rng(seed).normal(median, median * 0.02, n)
 
 
+def _repeated(medians, streams=4, workload="hetero_kernels", seed=0, **kw):
+    """A `run --repeats` file: one run per median (iteration times around it), built with the
+    same helper the CLI uses."""
+    from aorta.hw_queue_eval.repeats import repeats_block, representative
+
+    results = [_run(_noisy(m, 20, seed + i), streams=streams, workload=workload, **kw)
+               for i, m in enumerate(medians)]
+    outcomes = [{"repeat": i + 1, "status": "ok", "result": r, "error": None}
+                for i, r in enumerate(results)]
+    combined = dict(results[representative(results)])
+    combined["repeats"] = repeats_block(results, outcomes, len(results))
+    return combined
+
+
 def _write(tmp_path: Path, name: str, data) -> str:
     path = tmp_path / name
     path.write_text(json.dumps(data))
@@ -46,57 +60,101 @@ def _verdicts(data, test=0):
     return {m["metric"]: m["verdict"] for p in data["tests"][test]["pairs"] for m in p["metrics"]}
 
 
-def test_clear_regression_exits_1(tmp_path):
-    base = _write(tmp_path, "b.json", _run(_noisy(10, 30, 1)))
-    test = _write(tmp_path, "t.json", _run(_noisy(12, 30, 2)))
+BASE5 = [10.0, 10.3, 9.8, 10.1, 9.9]  # iteration-time medians of five runs (ms)
+
+
+def test_clear_regression_over_runs_exits_1(tmp_path):
+    base = _write(tmp_path, "b.json", _repeated(BASE5, seed=1))
+    test = _write(tmp_path, "t.json", _repeated([m * 1.3 for m in BASE5], seed=10))
     proc, data = _compare("-b", base, "-t", test)
     assert proc.returncode == 1
-    assert _verdicts(data) == {"iteration time": "regression",
-                               "throughput (per iteration)": "regression"}
-    m = data["tests"][0]["pairs"][0]["metrics"][1]
-    assert m["higher_is_better"] is True and m["change_pct"] < -10
+    assert _verdicts(data) == {"throughput": "regression", "iteration time P50": "regression"}
+    pair = data["tests"][0]["pairs"][0]
+    assert pair["runs"] == [5, 5]
+    tput = pair["metrics"][0]
+    assert tput["higher_is_better"] is True and tput["base_n"] == 5 and tput["test_n"] == 5
+    assert tput["p_value"] < 0.05
+    low, high = tput["change_ci_pct"]
+    assert low <= tput["change_pct"] <= high < 0  # the CI of the change excludes 0
+    assert 0.9 < tput["change_ci_level"] <= 1.0
 
 
-def test_clear_improvement_exits_0(tmp_path):
-    base = _write(tmp_path, "b.json", _run(_noisy(10, 30, 1)))
-    test = _write(tmp_path, "t.json", _run(_noisy(8, 30, 2)))
+def test_clear_improvement_over_runs_exits_0(tmp_path):
+    base = _write(tmp_path, "b.json", _repeated(BASE5, seed=1))
+    test = _write(tmp_path, "t.json", _repeated([m * 0.75 for m in BASE5], seed=10))
     proc, data = _compare("-b", base, "-t", test)
     assert proc.returncode == 0
     assert set(_verdicts(data).values()) == {"improvement"}
 
 
-def test_noise_is_unchanged_and_n3_inconclusive(tmp_path):
-    base = _write(tmp_path, "b.json", _run(_noisy(10, 40, 3)))
-    noise = _write(tmp_path, "n.json", _run(_noisy(10, 40, 4)))
-    three = _write(tmp_path, "3.json", _run([20.0, 20.1, 20.2]))
-    proc, data = _compare("-b", base, "-t", noise, "-t", three)
+def test_one_run_per_side_is_inconclusive_whatever_the_change(tmp_path):
+    """Iterations of one process are not independent: 30 % apart with tight iterations is still
+    one run against one run."""
+    base = _write(tmp_path, "b.json", _run(_noisy(10, 40, 1)))
+    test = _write(tmp_path, "t.json", _run(_noisy(13, 40, 2)))
+    proc, data = _compare("-b", base, "-t", test)
+    assert proc.returncode == 0
+    assert set(_verdicts(data).values()) == {"inconclusive"}
+    m = data["tests"][0]["pairs"][0]["metrics"][0]
+    assert "one run per side" in m["reason"] and "--repeats" in m["reason"]
+    assert m["change_pct"] < -15  # the change is still reported
+    proc = run_cli("compare", "-b", base, "-t", test)
+    assert "RESULT: inconclusive" in proc.stdout and "--repeats" in proc.stdout
+
+
+def test_three_runs_unchanged_or_inconclusive_never_significant(tmp_path):
+    base = _write(tmp_path, "b.json", _repeated([10.0, 10.2, 9.9], seed=1))
+    same = _write(tmp_path, "s.json", _repeated([10.1, 9.95, 10.05], seed=5))
+    far = _write(tmp_path, "f.json", _repeated([20.0, 20.1, 20.2], seed=9))
+    proc, data = _compare("-b", base, "-t", same, "-t", far)
     assert proc.returncode == 0
     assert set(_verdicts(data, 0).values()) == {"unchanged"}
     assert set(_verdicts(data, 1).values()) == {"inconclusive"}
+    assert "use ≥ 4 per side" in data["tests"][1]["pairs"][0]["metrics"][0]["reason"]
+
+
+def test_measured_noise_floor_decides_a_single_run(tmp_path):
+    """A base with 5 runs carries its run-to-run spread; one test run beyond it is a verdict,
+    one inside it is not."""
+    base = _write(tmp_path, "b.json", _repeated(BASE5, seed=1))  # spread ≈ 5 %
+    slow = _write(tmp_path, "slow.json", _run(_noisy(14, 20, 3)))
+    near = _write(tmp_path, "near.json", _run(_noisy(10.2, 20, 4)))
+    proc, data = _compare("-b", base, "-t", slow, "-t", near)
+    assert proc.returncode == 1
+    slow_tput = data["tests"][0]["pairs"][0]["metrics"][0]
+    assert slow_tput["verdict"] == "regression" and "noise floor" in slow_tput["reason"]
+    assert 3 < slow_tput["noise_floor_pct"] < 10
+    assert _verdicts(data, 1)["throughput"] in ("inconclusive", "unchanged")
 
 
 def test_threshold_option_changes_the_verdict(tmp_path):
-    base = _write(tmp_path, "b.json", _run(_noisy(10, 30, 1)))
-    test = _write(tmp_path, "t.json", _run(_noisy(11, 30, 2)))
+    base = _write(tmp_path, "b.json", _repeated(BASE5, seed=1))
+    test = _write(tmp_path, "t.json", _repeated([m * 1.12 for m in BASE5], seed=10))
     assert _compare("-b", base, "-t", test, "--threshold", "5")[0].returncode == 1
     assert _compare("-b", base, "-t", test, "--threshold", "20")[0].returncode == 0
 
 
-def _sweep(runs):
+def _sweep(runs, repeats=False):
     return {"schema_version": 1, "kind": "sweep", "workload": "hetero_kernels",
-            "points": [{"key": {"workload": r["workload_name"], "streams": r["stream_count"]},
-                        "status": "ok", "result": r} for r in runs]}
+            "points": [{"key": {"workload": r["workload_name"], "streams": r["stream_count"],
+                                **({"repeat": i} if repeats else {})},
+                        "status": "ok", "result": r} for i, r in enumerate(runs)]}
 
 
-def test_sweeps_pair_by_stream_count_not_position(tmp_path):
-    base = _write(tmp_path, "b.json", _sweep([_run(_noisy(10, 30, 1), streams=1),
-                                              _run(_noisy(20, 30, 2), streams=2)]))
+def test_sweeps_pair_by_stream_count_not_position_and_group_repeats(tmp_path):
+    def runs(streams, medians, seed):
+        return [_run(_noisy(m, 20, seed + i), streams=streams) for i, m in enumerate(medians)]
+
+    base = _write(tmp_path, "b.json", _sweep(runs(1, BASE5, 1) + runs(2, [2 * m for m in BASE5], 20),
+                                             repeats=True))
     # reversed order; the 2-stream point regressed, the 1-stream point did not
-    test = _write(tmp_path, "t.json", _sweep([_run(_noisy(30, 30, 3), streams=2),
-                                              _run(_noisy(10, 30, 4), streams=1)]))
+    test = _write(tmp_path, "t.json", _sweep(runs(2, [3 * m for m in BASE5], 40)
+                                             + runs(1, BASE5[::-1], 60), repeats=True))
     proc, data = _compare("-b", base, "-t", test)
     assert proc.returncode == 1
-    by_streams = {p["streams"]: p["metrics"][0]["verdict"] for p in data["tests"][0]["pairs"]}
+    pairs = data["tests"][0]["pairs"]
+    assert [p["runs"] for p in pairs] == [[5, 5], [5, 5]]
+    by_streams = {p["streams"]: p["metrics"][0]["verdict"] for p in pairs}
     assert by_streams == {1: "unchanged", 2: "regression"}
 
 
@@ -113,22 +171,60 @@ def test_upstream_sweep_with_old_latency_layout(tmp_path):
     proc, data = _compare("-b", base, "-t", test)
     assert proc.returncode == 0, proc.stderr
     pair = data["tests"][0]["pairs"][0]
-    assert pair["streams"] == 2
-    assert pair["metrics"][0]["verdict"] == "unchanged"
-    assert (pair["info"][1]["metric"], pair["info"][1]["base"]) == ("latency p99", 2.0)
+    assert pair["streams"] == 2 and pair["runs"] == [1, 1]
+    p50 = next(m for m in pair["metrics"] if m["metric"] == "iteration time P50")
+    assert p50["verdict"] == "inconclusive"
+    assert p50["base_median"] == pytest.approx(float(np.median(old[1]["iteration_times_ms"])))
+    p99 = next(m for m in pair["info"] if m["metric"] == "iteration time P99")
+    assert p99["base_median"] == 2.0 and p99["verdict"] is None
     assert data["tests"][0]["only_in_base"] == ["hetero_kernels @ 1 streams"]
 
 
-def test_ebpf_sections_are_diffed(tmp_path):
-    base = _write(tmp_path, "b.json", _run(_noisy(10, 30, 1), ebpf={"dispatch": {"p99_us": 40}}))
-    test = _write(tmp_path, "t.json", _run(_noisy(10, 30, 2), ebpf={"dispatch": {"p99_us": 50}}))
+def _traced(p99_us, families=None, **extra):
+    """An ebpf_queue_metrics section as the engine writes it (summary, families, bookkeeping)."""
+    return {"status": "ok", "error": None, "submit_to_dispatch": {"p99_us": p99_us},
+            "lost_events": 0, "window": {"start_monotonic_ns": 123456789 + p99_us,
+                                         "stop_monotonic_ns": 223456789, "duration_ms": 100.0},
+            "attach_s": 0.4 + p99_us / 1000, "probe_cost": {"ns": p99_us},
+            "families": families or {}, **extra}
+
+
+def test_ebpf_diff_shows_only_measured_comparable_values(tmp_path):
+    fams = {"cpu_sched": {"events_attached": ["sched:sched_wakeup"],
+                          "metrics": {"wakeups": 100, "runq_p99_us": 8.0,  # summary: shown once
+                                      "summary": {"submit_to_dispatch": {"p99_us": 40}}}},
+            "amdgpu": {"events_attached": [], "metrics": {"submits": 0, "jobs": 0}}}
+    fams_t = {"cpu_sched": {"events_attached": ["sched:sched_wakeup"],
+                            "metrics": {"wakeups": 120, "runq_p99_us": 9.0,
+                                        "summary": {"submit_to_dispatch": {"p99_us": 50}}}},
+              "amdgpu": {"events_attached": [], "metrics": {"submits": 0, "jobs": 0}}}
+    base = _write(tmp_path, "b.json", _run(_noisy(10, 30, 1), ebpf=_traced(40, fams)))
+    test = _write(tmp_path, "t.json", _run(_noisy(10, 30, 2), ebpf=_traced(50, fams_t)))
     untraced = _write(tmp_path, "u.json", _run(_noisy(10, 30, 3)))
     _, data = _compare("-b", base, "-t", test)
     rows = data["tests"][0]["pairs"][0]["ebpf"]["rows"]
-    assert rows == [{"section": "ebpf_queue_metrics", "key": "dispatch.p99_us", "base": 40.0,
-                     "test": 50.0, "change_pct": 25.0}]
+    keys = [r["key"] for r in rows]
+    assert keys[0] == "submit_to_dispatch.p99_us"  # summary figures first
+    assert rows[0]["change_pct"] == 25.0
+    assert set(keys) == {"submit_to_dispatch.p99_us", "families.cpu_sched.metrics.wakeups",
+                         "families.cpu_sched.metrics.runq_p99_us"}  # no timestamps, no 0 → 0,
+    # nothing from the family that did not attach, no bookkeeping (attach_s, probe_cost, window)
     _, data = _compare("-b", untraced, "-t", test)
-    assert "tracing overhead" in data["tests"][0]["pairs"][0]["ebpf"]["note"]
+    note = data["tests"][0]["pairs"][0]["ebpf"]["note"]
+    assert "tracing overhead" in note and "NOT distinguishable" in note
+    assert "bench/ebpf_overhead.py" in note
+
+
+def test_ebpf_lines_capped_unless_verbose(tmp_path):
+    many = {f"m{i:02d}": float(i + 1) for i in range(25)}
+    many_t = {f"m{i:02d}": float(i + 2) for i in range(25)}
+    base = _write(tmp_path, "b.json", _run(_noisy(10, 30, 1), ebpf={"status": "ok", **many}))
+    test = _write(tmp_path, "t.json", _run(_noisy(10, 30, 2), ebpf={"status": "ok", **many_t}))
+    short = run_cli("compare", "-b", base, "-t", test).stdout
+    full = run_cli("compare", "-b", base, "-t", test, "--verbose").stdout
+    assert sum("ebpf_queue_metrics.m" in line for line in short.splitlines()) == 10
+    assert "15 more eBPF values (--verbose shows all)" in short
+    assert sum("ebpf_queue_metrics.m" in line for line in full.splitlines()) == 25
 
 
 @pytest.mark.parametrize(("test_data", "message"), [
@@ -148,24 +244,33 @@ def test_bad_or_mismatched_files_exit_2(tmp_path, test_data, message):
 
 
 def test_markdown_output(tmp_path):
-    base = _write(tmp_path, "b.json", _run(_noisy(10, 30, 1)))
-    test = _write(tmp_path, "t.json", _run(_noisy(12, 30, 2)))
+    base = _write(tmp_path, "b.json", _repeated(BASE5, seed=1))
+    test = _write(tmp_path, "t.json", _repeated([m * 1.3 for m in BASE5], seed=10))
     proc = run_cli("compare", "-b", base, "-t", test, "--markdown")
     assert proc.returncode == 1
     assert "| Point | Metric |" in proc.stdout and "**regression**" in proc.stdout
-    assert proc.stdout.rstrip().endswith("(p < 0.05)")
+    assert proc.stdout.rstrip().endswith("runs per point: 5)")
 
 
 def test_policy_sweeps_pair_by_policy(tmp_path):
     def policy_file(values):
         return {"schema_version": 1, "kind": "policy_sweep",
-                "points": [{"key": {"workload": "moe", "streams": 16, "policy": name},
-                            "status": "ok", "result": _run(_noisy(med, 30, i), streams=16,
-                                                           workload="moe")}
-                           for i, (name, med) in enumerate(values)]}
+                "points": [{"key": {"workload": "moe", "streams": 16, "policy": name,
+                                    "repeat": r + 1},
+                            "status": "ok", "result": _run(_noisy(med * f, 30, 10 * i + r),
+                                                           streams=16, workload="moe")}
+                           for i, (name, med) in enumerate(values)
+                           for r, f in enumerate((1.0, 1.02, 0.99, 1.01, 0.98))]}
     base = _write(tmp_path, "b.json", policy_file([("baseline", 10), ("high_queue", 20)]))
     test = _write(tmp_path, "t.json", policy_file([("high_queue", 20), ("baseline", 13)]))
     proc, data = _compare("-b", base, "-t", test)
     assert proc.returncode == 1
     verdicts = {p["policy"]: p["metrics"][0]["verdict"] for p in data["tests"][0]["pairs"]}
     assert verdicts == {"baseline": "regression", "high_queue": "unchanged"}
+
+
+def test_same_point_twice_without_repeat_numbers_is_exit_2(tmp_path):
+    twice = _write(tmp_path, "t.json", _sweep([_run(_noisy(10, 30, 1), streams=2),
+                                               _run(_noisy(10, 30, 2), streams=2)]))
+    proc = run_cli("compare", "-b", twice, "-t", twice)
+    assert proc.returncode == 2 and "appears twice" in proc.stderr

@@ -89,14 +89,14 @@ def test_run_report_with_ebpf_histogram(tmp_path):
     proc = run_cli("report", str(path), "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     html = _check_html(out, ["latency_distribution.png", "op_timeline.png",
-                             "ebpf_ebpf_queue_metrics_submit_to_dispatch_hist_us.png"])
+                             "ebpf_queue_submit_to_dispatch_hist.png"])
     assert "all 3 measured iterations" in html
 
 
 @pytest.mark.parametrize(("setup", "message"), [
     ("file_as_dir", "is a file"),
     ("missing_parent", "does not exist"),
-    ("policy", "report draws run and sweep files"),
+    ("policy", "policy-sweep file has no summary"),
 ])
 def test_report_bad_input_exit_2_nothing_written(tmp_path, setup, message):
     result = _sweep(tmp_path)
@@ -155,3 +155,79 @@ def test_report_folder_that_cannot_be_created_is_exit_2(tmp_path):
     proc = run_cli("report", str(_sweep(tmp_path)), "-o", "/proc/aorta-report")
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("error: cannot write report folder") and "Traceback" not in proc.stderr
+
+
+def test_ebpf_histogram_bounds_in_readable_units_and_short_names():
+    from aorta.hw_queue_eval.report.html import histogram_filename
+    from aorta.hw_queue_eval.report.plots import bucket_labels
+
+    buckets = [{"max": 511, "count": 1}, {"min": 512, "max": 1023, "count": 3},
+               {"min": 4096, "count": 2}, {"min": 2_097_152, "count": 1}]
+    assert bucket_labels("submit_to_dispatch_hist_ns", buckets) == [
+        "≤511 ns", "512 ns", "4.1 µs", "2.1 ms"]
+    assert bucket_labels("queue_depth", [{"min": 4, "count": 1}]) == ["4"]
+    assert histogram_filename("ebpf_queue_metrics",
+                              "families.amdgpu.metrics.submit_to_dispatch_hist_ns") == \
+        "ebpf_queue_amdgpu_submit_to_dispatch_hist.png"
+
+
+def _policy_sweep_file(tmp_path, repeats=3):
+    from aorta.hw_queue_eval.policies import BUILTIN_POLICIES
+    from aorta.hw_queue_eval.policy_sweep import summarize
+
+    names = ["baseline", "high_queue", "multi_tenant_fair", "xnack_off", "priority_be"]
+    points = []
+    for i, name in enumerate(names):
+        for r in range(1, repeats + 1):
+            applicable = name not in ("xnack_off", "priority_be")
+            result = _run(8, 10.0 + i + 0.3 * r, 2.0 + 0.1 * r) if applicable else None
+            points.append({"key": {"workload": "hetero_kernels", "streams": 8, "policy": name,
+                                   "repeat": r},
+                           "status": "ok" if applicable else "not_applicable",
+                           "error": None if applicable else "not applicable on the CPU backend",
+                           "result": result, "in_effect": {"queue_pool_size": 4}})
+    data = {"schema_version": 1, "kind": "policy-sweep", "workload": "hetero_kernels",
+            "streams": 8, "backend": "cpu", "repeats": repeats, "points": points,
+            "summary": summarize(points, [BUILTIN_POLICIES[n] for n in names])}
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps(data))
+    return path, data, names
+
+
+def test_policy_sweep_report_names_every_policy_with_cis(tmp_path):
+    from aorta.hw_queue_eval.report.plots import policy_figure
+
+    path, data, names = _policy_sweep_file(tmp_path)
+    out = tmp_path / "rep"
+    proc = run_cli("report", str(path), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    html = _check_html(out, ["policy_throughput.png", "policy_p99.png"])
+    for name in names:
+        assert f"<td>{name}</td>" in html
+    assert "fewer than two points" not in html
+    fig = policy_figure(data, "throughput")
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == names  # one bar per policy, named
+    assert ax.get_ylabel() == "throughput (GFLOPS), median over repeats"
+    assert len(ax.patches) == 3  # bars only for the three applicable policies
+    assert len(ax.lines) >= 3  # CI whiskers and runs
+    assert {t.get_text() for t in ax.texts} == {"not applicable"}
+
+
+def test_sweep_report_with_repeats_draws_a_ci_band(tmp_path):
+    from aorta.hw_queue_eval.report.plots import sweep_throughput
+    from aorta.hw_queue_eval.sweep import analysis_of
+
+    points = [{"key": {"workload": "hetero_kernels", "streams": n, "repeat": r}, "status": "ok",
+               "result": _run(n, t * f, 1.0)}
+              for n, t in ((1, 10), (2, 20), (4, 22)) for r, f in ((1, 1.0), (2, 1.05), (3, 0.95))]
+    sweep = {"kind": "sweep", "workload": "hetero_kernels", "throughput_unit": "GFLOPS",
+             "points": points, "analysis": analysis_of(points, "per_stream")}
+    assert sweep["analysis"]["runs_per_point"] == [3, 3, 3]
+    assert sweep_throughput(sweep, [p["result"] for p in points]).startswith(PNG_MAGIC)
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(sweep))
+    proc = run_cli("report", str(path), "-o", str(tmp_path / "rep"))
+    assert proc.returncode == 0, proc.stderr
+    html = (tmp_path / "rep" / "index.html").read_text()
+    assert "20.00 [19.00, 21.00]" in html and "confidence" in html

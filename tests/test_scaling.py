@@ -59,7 +59,8 @@ def test_still_scaling_and_unknown_pool():
     a = analyze(results, "per_stream")
     assert a.knee_streams is None
     assert a.pool_size is None
-    assert a.verdict == "throughput still scales up to 2 streams (the largest measured)"
+    assert a.verdict.startswith("throughput still scales up to 2 streams (the largest measured)")
+    assert a.confidence == "unknown" and "--repeats" in a.verdict
 
 
 def test_dispatch_jump_from_ebpf_section():
@@ -79,3 +80,120 @@ def test_flat_step_followed_by_scaling_is_not_the_knee():
                _result(16, 205, 2.0, 1600)]
     a = analyze(results, "per_stream")
     assert a.knee_streams == 8
+
+
+# --- repeats: medians with CIs, confidence, unstable points, property test ----------------------
+
+import random  # noqa: E402
+
+from aorta.hw_queue_eval.report.tables import sweep_table  # noqa: E402
+from aorta.hw_queue_eval.scaling import KNEE_GAIN_FRACTION, ideal_growth  # noqa: E402
+from aorta.hw_queue_eval.stats import median_ci  # noqa: E402
+
+
+def _runs(streams, tputs, work, iqr=0.02, **kw):
+    out = []
+    for t in tputs:
+        r = _result(streams, t, 1.0, work, **kw)
+        r["latency_ms"].update({"p50": 1.0, "iqr": iqr})
+        out.append(r)
+    return out
+
+
+def test_repeats_with_separated_cis_give_high_confidence():
+    results = (_runs(1, [10, 10.2, 9.9, 10.1, 9.8], 100) + _runs(2, [20, 19.5, 20.3, 19.9, 20.1], 200)
+               + _runs(4, [21, 20.6, 21.2, 20.8, 21.1], 400))
+    a = analyze(results, "per_stream")
+    assert a.knee_streams == 2 and a.runs_per_point == [5, 5, 5]
+    assert a.confidence == "high" and "[confidence high" in a.verdict
+    assert a.throughput_ci[0] == [9.8, 10.2] and a.ci_level == pytest.approx(0.9375)
+    assert [s["trend"] for s in a.steps] == ["rising", "rising"]  # 20→21: CIs [19.5,20.3] [20.6,21.2]
+
+
+def test_overlapping_cis_give_low_confidence_and_uncertain_steps():
+    results = (_runs(1, [10, 14, 6], 100) + _runs(2, [16, 9, 12], 200)
+               + _runs(4, [12, 15, 9], 400))
+    a = analyze(results, "per_stream")
+    assert a.confidence == "low"
+    assert {s["trend"] for s in a.steps} == {"uncertain"}
+
+
+def test_unstable_points_are_flagged_and_weaken_the_verdict():
+    results = (_runs(1, [10, 10.1, 9.9], 100, iqr=0.5) + _runs(2, [20, 20.1, 19.9], 200)
+               + _runs(4, [20.5, 20.4, 20.6], 400))
+    a = analyze(results, "per_stream")
+    assert a.unstable_points == [{"streams": 1, "iqr_over_median": 0.5}]
+    assert a.confidence == "low" and "weakened by unstable points" in a.confidence_reason
+    assert "unstable points at 1 streams" in a.verdict and a.warnings
+
+
+def test_resume_under_other_load_is_flagged():
+    from aorta.hw_queue_eval.sweep import analysis_of
+
+    def point(streams, tput, pid, load):
+        return {"key": {"workload": "w", "streams": streams}, "status": "ok",
+                "result": _result(streams, tput, 1.0, 100 * streams),
+                "conditions": {"loadavg_1m": load, "cpu_count": 2, "session_pid": pid}}
+
+    one_go = analysis_of([point(1, 10, 7, 0.2), point(2, 20, 7, 0.3)], "per_stream")
+    assert not one_go.get("mixed_conditions")
+    mixed = analysis_of([point(1, 10, 7, 0.2), point(2, 20, 8, 3.5)], "per_stream")
+    assert mixed["mixed_conditions"] is True
+    assert any("2 sessions (--resume)" in w and "load differed" in w for w in mixed["warnings"])
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_verdict_never_contradicts_the_table(seed):
+    """Random sweeps (1, 3 or 5 runs per point): knee, peak, efficiency and the verdict agree
+    with the medians the table shows."""
+    rng = random.Random(seed)
+    counts = sorted(rng.sample([1, 2, 4, 8, 16, 32], rng.randint(2, 6)))
+    repeats = rng.choice([1, 3, 5])
+    scaling = rng.choice(["per_stream", "fixed"])
+    results = []
+    for n in counts:
+        level = rng.uniform(5, 100)
+        results += [_result(n, level * rng.uniform(0.7, 1.3), 1.0, 100 * n) for _ in range(repeats)]
+    rng.shuffle(results)
+    a = analyze(results, scaling)
+    sweep = {"throughput_unit": "GFLOPS", "analysis": a.to_dict(),
+             "points": [{"key": {"workload": "w", "streams": r["stream_count"],
+                                 **({"repeat": i} if repeats > 1 else {})},
+                         "status": "ok", "result": r} for i, r in enumerate(results)]}
+    _, rows = sweep_table(sweep)
+    medians = {n: median_ci([r["throughput"] for r in results if r["stream_count"] == n]).median
+               for n in counts}
+    col = 3 if repeats > 1 else 2
+    for row in rows:  # the table shows the medians the analysis used
+        assert row[col].split(" ")[0] == f"{medians[int(row[0])]:.2f}"
+    assert a.peak_streams == max(counts, key=lambda n: medians[n])
+    assert a.peak_throughput == medians[a.peak_streams]
+    points = {p: a.stream_counts.index(p) for p in counts}
+    first = _result(counts[0], 1, 1, 100 * counts[0])
+
+    def gain(k, b):
+        pk = type("P", (), {"streams": k, "work_per_iteration": 100 * k})
+        pb = type("P", (), {"streams": b, "work_per_iteration": 100 * b})
+        ideal = ideal_growth(pk, pb, scaling)
+        return None if ideal <= 1 else (medians[b] / medians[k] - 1) / (ideal - 1)
+
+    for n in counts:
+        pn = type("P", (), {"streams": n, "work_per_iteration": 100 * n})
+        p0 = type("P", (), {"streams": counts[0],
+                            "work_per_iteration": first["metadata"]["work_per_iteration"]})
+        assert a.efficiency[points[n]] == pytest.approx(
+            medians[n] / medians[counts[0]] / ideal_growth(p0, pn, scaling))
+    knee = a.knee_streams
+    if knee is None:
+        assert a.verdict.startswith("throughput still scales")
+        for k in counts[:-1]:  # from every point scaling resumes somewhere later
+            assert any((g := gain(k, b)) is not None and g >= KNEE_GAIN_FRACTION
+                       for b in counts if b > k)
+    else:
+        assert f"stops scaling at {knee} streams" in a.verdict
+        later = [gain(knee, b) for b in counts if b > knee]
+        assert all(g is None or g < KNEE_GAIN_FRACTION for g in later)  # never resumes
+        for k in counts[:counts.index(knee)]:  # and it is the first such point
+            assert any((g := gain(k, b)) is not None and g >= KNEE_GAIN_FRACTION
+                       for b in counts if b > k)
+    assert ("confidence unknown" in a.verdict) == (repeats == 1)

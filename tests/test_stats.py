@@ -78,3 +78,73 @@ def test_large_but_noisy_change_is_inconclusive():
     c = compare_samples([1, 10, 2, 9, 3, 8], [2, 11, 3, 10, 4, 9], threshold_pct=5)
     assert c.verdict == "inconclusive"
     assert "not significant" in c.reason
+
+
+# --- run-level statistics (one value per run) ---------------------------------------------------
+
+from aorta.hw_queue_eval.stats import compare_runs, median_ci, shift_ci  # noqa: E402
+
+
+def test_median_ci_levels_are_the_binomial_coverages():
+    assert median_ci([3.0, 1.0, 2.0]).level == pytest.approx(0.75)  # [min, max] of 3
+    ci5 = median_ci([5, 1, 4, 2, 3])
+    assert (ci5.low, ci5.high, ci5.median) == (1, 5, 3) and ci5.level == pytest.approx(0.9375)
+    ci10 = median_ci(range(1, 11))  # k = 2: 1 − 2·P(Bin(10, ½) ≤ 1) = 1 − 22/1024
+    assert (ci10.low, ci10.high) == (2, 9) and ci10.level == pytest.approx(1 - 22 / 1024)
+    one = median_ci([7.0])
+    assert one.low is None and one.level is None and one.spread_pct is None
+
+
+def test_shift_ci_recovers_a_known_ratio():
+    base = [10.0, 10.5, 9.7, 10.2, 9.9]
+    low, high, level = shift_ci(base, [v * 1.2 for v in base])
+    assert low <= 20.0 <= high and low > 0 and level == pytest.approx(1 - 8 / 252)  # k = 3
+    assert shift_ci([1.0], [2.0]) is None
+
+
+def _lognormal_runs(rng, median, n, sigma):
+    return list(median * np.exp(rng.normal(0.0, sigma, n)))
+
+
+def _heavy_runs(rng, median, n):
+    """Student t (1 degree of freedom: Cauchy tails) multiplicative noise, kept positive."""
+    return list(median * np.exp(np.clip(0.05 * rng.standard_t(1, n), -3, 3)))
+
+
+@pytest.mark.parametrize("noise", ["lognormal", "heavy"])
+def test_false_positive_rate_of_identical_run_sets_at_most_5_percent(noise):
+    rng = np.random.default_rng(11)
+    pairs = 300
+    regressions = 0
+    for _ in range(pairs):
+        if noise == "lognormal":
+            b, t = _lognormal_runs(rng, 100, 5, 0.15), _lognormal_runs(rng, 100, 5, 0.15)
+        else:
+            b, t = _heavy_runs(rng, 100, 5), _heavy_runs(rng, 100, 5)
+        verdict = compare_runs(b, t, 5.0, higher_is_better=True).verdict
+        regressions += verdict == "regression"
+    assert regressions / pairs <= 0.05
+
+
+def test_identical_single_runs_never_give_a_verdict():
+    rng = np.random.default_rng(5)
+    verdicts = {compare_runs(_lognormal_runs(rng, 100, 1, 0.2), _lognormal_runs(rng, 100, 1, 0.2),
+                             5.0, higher_is_better=True).verdict for _ in range(200)}
+    assert verdicts == {"inconclusive"}
+
+
+def test_real_difference_is_detected_with_five_runs():
+    rng = np.random.default_rng(7)
+    found = sum(compare_runs(_lognormal_runs(rng, 100, 5, 0.1), _lognormal_runs(rng, 160, 5, 0.1),
+                             5.0, higher_is_better=True).verdict == "improvement"
+                for _ in range(100))
+    assert found >= 90  # 1.6× with 10 % run-to-run noise: power close to 1
+    c = compare_runs([100.0, 101, 99, 100.5, 99.5], [60.0, 61, 59, 60.5, 59.5], 5.0,
+                     higher_is_better=True)
+    assert c.verdict == "regression" and c.change_ci_pct[1] < -30
+
+
+def test_heavy_tailed_outlier_does_not_flip_the_verdict():
+    base = [100.0, 101, 99, 100.5, 99.5]
+    test = [100.2, 99.8, 100.4, 99.6, 400.0]  # one wild run
+    assert compare_runs(base, test, 5.0).verdict == "unchanged"  # the medians agree

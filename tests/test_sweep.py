@@ -140,3 +140,31 @@ def test_point_folders_of_a_killed_parent_are_removed_by_the_next_point(tmp_path
     removed = childrun.remove_stale_point_dirs(str(tmp_path))
     assert removed == [str(stale)]
     assert not stale.exists() and alive.exists() and unrelated.exists()
+
+
+@pytest.mark.slow
+def test_sweep_repeats_interleave_and_analyse_over_runs(tmp_path):
+    out = tmp_path / "s.json"
+    proc = run_cli("sweep", "hetero_kernels", "--streams", "1,2", *TINY, "--repeats", "2",
+                   "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    data = load_json(out)
+    assert data["repeats"] == 2 and len(data["schedule"]) == 2
+    assert all(sorted(r) == [1, 2] for r in data["schedule"])
+    assert sorted((p["key"]["streams"], p["key"]["repeat"]) for p in data["points"]) == [
+        (1, 1), (1, 2), (2, 1), (2, 2)]
+    pids = {p["result"]["environment"]["pid"] for p in data["points"]}
+    assert len(pids) == 4, "every run in a fresh process"
+    assert all(p["conditions"]["cpu_count"] for p in data["points"])
+    analysis = data["analysis"]
+    assert analysis["runs_per_point"] == [2, 2]
+    assert analysis["confidence"] == "unknown"  # 2 runs: noise not measured well enough
+    ones = sorted(p["result"]["throughput"] for p in data["points"] if p["key"]["streams"] == 1)
+    assert analysis["throughput_ci"][0] == pytest.approx(ones)  # [min, max] of two runs
+    assert "Runs" in proc.stdout and "confidence unknown" in proc.stdout
+    cmp = run_cli("compare", "-b", str(out), "-t", str(out), "--json")
+    assert cmp.returncode == 0
+    assert [p["runs"] for p in json.loads(cmp.stdout)["tests"][0]["pairs"]] == [[2, 2], [2, 2]]
+    again = run_cli("sweep", "hetero_kernels", "--streams", "1,2", *TINY, "--repeats", "2",
+                    "-o", str(out), "--resume")
+    assert again.returncode == 0 and again.stderr.count("already done (resumed)") == 4

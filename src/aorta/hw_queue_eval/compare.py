@@ -1,25 +1,24 @@
-"""Compare result files: pair points by (workload, streams, policy), test each metric, diff eBPF.
+"""Compare result files: pair points by (workload, streams, policy), test runs, diff eBPF.
 
-Reads aorta run / sweep / policy-sweep files and the upstream tool's layouts (a run, or
-`{"results": [...]}`, latency under `latency_ms.p50` or `latency.p50_ms`). Never pairs by position.
-No torch import: this runs in CI on machines without it.
+Runs are the samples (benchstat/asv style): a point's evidence is one summary per run — the
+repeats of `run --repeats`, or the repeat points of a sweep / policy sweep — never the iterations
+inside one process. Reads aorta run / sweep / policy-sweep files and the upstream tool's layouts
+(a run, or `{"results": [...]}`, latency under `latency_ms.p50` or `latency.p50_ms`). Never pairs
+by position. No torch import: this runs in CI on machines without it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
-import statistics
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from aorta.common.errors import UsageError
+from aorta.hw_queue_eval.repeats import run_summary
 from aorta.hw_queue_eval.results import load_result
 from aorta.hw_queue_eval.scaling import flatten_numbers
-from aorta.hw_queue_eval.stats import ALPHA, compare_samples
-from aorta.hw_queue_eval.workloads.base import UNIT_SCALE
+from aorta.hw_queue_eval.stats import ALPHA, MIN_RUNS, compare_runs, median_iqr
 
 EBPF_SECTIONS = ("ebpf_queue_metrics", "ebpf_memory_metrics", "ebpf_vs_cuda_comparison")
 #: upstream name of a section → ours
@@ -46,6 +45,7 @@ class Point:
     settings: dict[str, Any]
     single: dict[str, float | None]
     ebpf: dict[str, dict[str, Any]] = field(default_factory=dict)
+    runs: list[dict[str, Any]] = field(default_factory=list)  # one run_summary per run
 
     @property
     def key(self) -> Key:
@@ -92,6 +92,9 @@ def point_from_result(result: dict[str, Any], point_key: dict[str, Any] | None =
         if isinstance(result.get(name), dict):
             ebpf[EBPF_ALIASES.get(name, name)] = result[name]
     switch = (result.get("switch_latency") or {})
+    block = result.get("repeats") or {}
+    runs = [r for r in block.get("per_repeat") or [] if r.get("status") == "ok"] \
+        if isinstance(block, dict) else []
     return Point(
         workload=workload, streams=streams,
         policy=policy if policy is not None else _policy_of(result, point_key),
@@ -102,38 +105,22 @@ def point_from_result(result: dict[str, Any], point_key: dict[str, Any] | None =
         settings={k: config.get(k) for k in MUST_MATCH if config.get(k) is not None},
         single={"switch_overhead_ms": switch.get("switch_overhead_ms"),
                 "concurrency": (result.get("concurrency") or {}).get("achieved")},
-        ebpf=ebpf)
+        ebpf=ebpf, runs=runs or [run_summary(result)])
 
 
-def pool_repeats(points: list[Point]) -> list[Point]:
-    """Repeats of one policy-sweep point (same key) pooled into one Point.
-
-    Iteration samples are concatenated, latency statistics recomputed from them; throughput and
-    single values are the median over the repeats.
-    """
-    from aorta.hw_queue_eval.metrics import summarize
+def group_repeats(points: list[Point]) -> list[Point]:
+    """Repeats of one point (same key, e.g. sweep/policy-sweep `--repeats`) as one Point whose
+    `runs` holds every repeat; the other fields are those of the median-throughput repeat."""
+    from aorta.hw_queue_eval.repeats import representative
 
     groups: dict[Key, list[Point]] = {}
     for point in points:
         groups.setdefault(point.key, []).append(point)
-    pooled = []
+    grouped = []
     for group in groups.values():
-        if len(group) == 1:
-            pooled.append(group[0])
-            continue
-        samples = [t for p in group for t in p.iteration_ms]
-        stats = summarize(samples) or {}
-
-        def median(values: list[float | None]) -> float | None:
-            clean = [v for v in values if v is not None]
-            return statistics.median(clean) if clean else None
-
-        pooled.append(dataclasses.replace(
-            group[0], iteration_ms=samples,
-            throughput=median([p.throughput for p in group]),
-            latency={k: float(stats[k]) for k in LATENCY_KEYS if k in stats} or group[0].latency,
-            single={k: median([p.single.get(k) for p in group]) for k in group[0].single}))
-    return pooled
+        rep = group[representative([{"throughput": p.throughput} for p in group])]
+        grouped.append(Point(**{**rep.__dict__, "runs": [r for p in group for r in p.runs]}))
+    return grouped
 
 
 def load_points(path: str | os.PathLike[str]) -> tuple[str, list[Point], list[str]]:
@@ -144,14 +131,18 @@ def load_points(path: str | os.PathLike[str]) -> tuple[str, list[Point], list[st
     points: list[Point] = []
     try:
         if kind in ("sweep", "policy_sweep", "policy-sweep") or isinstance(data.get("points"), list):
+            repeats = []
             for entry in data.get("points") or []:
                 key = entry.get("key") or {}
                 if entry.get("status") != "ok" or not entry.get("result"):
                     notes.append(f"{path}: skipped point {key} ({entry.get('status')})")
                     continue
                 points.append(point_from_result(entry["result"], key))
-            if kind in ("policy_sweep", "policy-sweep"):  # --repeats: one point per repeat
-                points = pool_repeats(points)
+                repeats.append((points[-1].key, key.get("repeat")))
+            if len(set(repeats)) != len(repeats):
+                raise UsageError("the same (workload, streams, policy, repeat) appears twice: "
+                                 "points cannot be paired unambiguously")
+            points = group_repeats(points)  # --repeats: the repeats of a key are its runs
         elif isinstance(data.get("results"), list):  # upstream sweep
             points = [point_from_result(r) for r in data["results"] if isinstance(r, dict)]
         elif isinstance(data.get("policies"), dict):  # upstream policy evaluation
@@ -176,13 +167,21 @@ def load_points(path: str | os.PathLike[str]) -> tuple[str, list[Point], list[st
     return str(kind or "run"), points, notes
 
 
-def throughput_samples(point: Point) -> list[float]:
-    """Per-iteration throughput (work / iteration time) in the point's unit; [] when unknown."""
-    if not point.iteration_ms or not point.work_per_iteration or point.throughput_unit not in UNIT_SCALE:
-        return []
-    times_s = np.asarray(point.iteration_ms, dtype=float) / 1e3
-    times_s = times_s[times_s > 0]
-    return list(point.work_per_iteration / times_s / UNIT_SCALE[point.throughput_unit])
+#: run-level metrics with a verdict: (summary key, label, unit or None for the point's unit,
+#: higher is better)
+VERDICT_METRICS = (("throughput", "throughput", None, True),
+                   ("latency_p50_ms", "iteration time P50", "ms", False))
+#: run-level metrics shown with their change and CI but no verdict (too noisy to gate on)
+INFO_METRICS = (("latency_p99_ms", "iteration time P99", "ms", False),)
+#: eBPF leaves that are bookkeeping, not measurements of the workload (never diffed)
+EBPF_SKIP = re.compile(r"(^|\.)(window|bpftrace|coverage|stderr|probe_cost|attach_s|stop_s|"
+                       r"events_attached|events_missing|probes_attached|lost_event_records|"
+                       r"status|error)(\.|$)|monotonic|timestamp|_ns$|(^|\.)(pid|tid)s?(\.|$)")
+
+
+def run_values(point: Point, name: str) -> list[float]:
+    """One value per run of `name` (a run_summary key), runs without it left out."""
+    return [float(r[name]) for r in point.runs if isinstance(r.get(name), (int, float))]
 
 
 def _change(base: float | None, test: float | None) -> float | None:
@@ -191,55 +190,122 @@ def _change(base: float | None, test: float | None) -> float | None:
     return (test - base) / abs(base) * 100.0
 
 
-def _metric_rows(base: Point, test: Point, threshold: float) -> list[dict[str, Any]]:
+def _iqr(values: list[float]) -> float | None:
+    return median_iqr(values)[1] if len(values) >= 2 else None
+
+
+def _run_rows(base: Point, test: Point, threshold: float,
+              metrics: tuple[tuple[str, str, str | None, bool], ...]) -> list[dict[str, Any]]:
     rows = []
-    lat = compare_samples(base.iteration_ms, test.iteration_ms, threshold, higher_is_better=False)
-    rows.append({"metric": "iteration time", "unit": "ms", "higher_is_better": False,
-                 **lat.to_dict()})
-    b_tp, t_tp = throughput_samples(base), throughput_samples(test)
-    if b_tp and t_tp:
-        tp = compare_samples(b_tp, t_tp, threshold, higher_is_better=True).to_dict()
-        rows.append({"metric": "throughput (per iteration)", "unit": base.throughput_unit,
-                     "higher_is_better": True, **tp})
-    else:
-        rows.append({"metric": "throughput", "unit": base.throughput_unit, "higher_is_better": True,
-                     "base_median": base.throughput, "test_median": test.throughput,
-                     "base_iqr": None, "test_iqr": None, "base_n": 1, "test_n": 1,
-                     "change_pct": _change(base.throughput, test.throughput), "p_value": None,
-                     "test_method": None, "verdict": "inconclusive",
-                     "reason": "one value per file (no per-iteration work recorded)"})
+    for name, label, unit, higher in metrics:
+        b, t = run_values(base, name), run_values(test, name)
+        if not b or not t:
+            continue
+        cmp = compare_runs(b, t, threshold, higher_is_better=higher).to_dict()
+        rows.append({"metric": label, "unit": unit or base.throughput_unit,
+                     "higher_is_better": higher, "statistic": f"{name}, one value per run",
+                     "base_iqr": _iqr(b), "test_iqr": _iqr(t), **cmp})
     return rows
 
 
-def _info_rows(base: Point, test: Point) -> list[dict[str, Any]]:
-    rows = []
-    for name in ("p95", "p99"):
-        rows.append({"metric": f"latency {name}", "unit": "ms", "base": base.latency.get(name),
-                     "test": test.latency.get(name),
-                     "change_pct": _change(base.latency.get(name), test.latency.get(name))})
+def _info_rows(base: Point, test: Point, threshold: float) -> list[dict[str, Any]]:
+    rows = [{**row, "verdict": None} for row in _run_rows(base, test, threshold, INFO_METRICS)]
     for name, value in base.single.items():
-        rows.append({"metric": name, "unit": "", "base": value, "test": test.single.get(name),
-                     "change_pct": _change(value, test.single.get(name))})
+        rows.append({"metric": name, "unit": "", "base_median": value,
+                     "test_median": test.single.get(name), "base_n": 1, "test_n": 1,
+                     "change_pct": _change(value, test.single.get(name)), "verdict": None,
+                     "statistic": "representative run"})
     return rows
+
+
+def _attached_families(section: dict[str, Any]) -> set[str]:
+    """Families of an eBPF section that attached at least one event."""
+    families = section.get("families") or {}
+    return {name for name, fam in families.items()
+            if isinstance(fam, dict) and fam.get("events_attached")}
+
+
+def _comparable_leaves(section: Any) -> dict[str, float]:
+    """Measured numeric leaves of a section that traced ok, bookkeeping and timestamps left out,
+    and of the families only those that attached."""
+    if not isinstance(section, dict) or section.get("status", "ok") != "ok":
+        return {}
+    attached = _attached_families(section)
+    flat = flatten_numbers(section)
+    out = {}
+    for key, value in flat.items():
+        if EBPF_SKIP.search(key):
+            continue
+        if key.startswith("families."):
+            parts = key.split(".", 2)
+            if len(parts) < 3 or parts[1] not in attached:
+                continue
+            # the engine copies a family's summary to the section's top level: show it once
+            prefix = "metrics.summary."
+            if parts[2].startswith(prefix) and parts[2][len(prefix):] in flat:
+                continue
+        out[key] = value
+    return out
 
 
 def ebpf_diff(base: Point, test: Point) -> dict[str, Any]:
-    """Numeric eBPF values present in both points with their change, and which side was traced."""
+    """Measured eBPF values present in both points (sections that traced ok, families that
+    attached, no timestamps or bookkeeping, not zero on both sides) with their change."""
     rows = []
+    skipped = []
     for section in EBPF_SECTIONS:
-        b = flatten_numbers(base.ebpf.get(section) or {})
-        t = flatten_numbers(test.ebpf.get(section) or {})
+        b_sec, t_sec = base.ebpf.get(section), test.ebpf.get(section)
+        if not b_sec or not t_sec:
+            continue
+        for side, sec in (("base", b_sec), ("test", t_sec)):
+            if isinstance(sec, dict) and sec.get("status", "ok") != "ok":
+                skipped.append(f"{section}: {side} traced {sec.get('status')} "
+                               f"({sec.get('error')}): not compared")
+        b, t = _comparable_leaves(b_sec), _comparable_leaves(t_sec)
         for key in sorted(set(b) & set(t)):
+            if b[key] == 0 and t[key] == 0:
+                continue
             rows.append({"section": section, "key": key, "base": b[key], "test": t[key],
-                         "change_pct": _change(b[key], t[key])})
-    b_traced, t_traced = bool(base.ebpf), bool(test.ebpf)
-    note = None
-    if t_traced and not b_traced:
-        note = ("test was traced with eBPF and base was not: the verdicts above measure the "
-                "tracing overhead")
-    elif b_traced and not t_traced:
-        note = "base was traced with eBPF and test was not"
-    return {"base_traced": b_traced, "test_traced": t_traced, "rows": rows, "note": note}
+                         "change_pct": _change(b[key], t[key]),
+                         "summary": not key.startswith("families.")})
+    # summary figures first, then by the size of the change
+    rows.sort(key=lambda r: (not r["summary"], -abs(r["change_pct"] or 0.0)))
+    b_traced = any(_is_traced(base.ebpf.get(s)) for s in EBPF_SECTIONS)
+    t_traced = any(_is_traced(test.ebpf.get(s)) for s in EBPF_SECTIONS)
+    return {"base_traced": b_traced, "test_traced": t_traced, "rows": rows, "skipped": skipped,
+            "note": None}
+
+
+def _is_traced(section: Any) -> bool:
+    """True when an eBPF section exists and traced ok."""
+    return isinstance(section, dict) and section.get("status", "ok") == "ok" and bool(section)
+
+
+def tracing_note(diff: dict[str, Any], metrics: list[dict[str, Any]]) -> str | None:
+    """When one side was traced and the other not: whether the difference is distinguishable
+    from the run-to-run noise compare measured (the guide's "does tracing perturb the run?")."""
+    if diff["base_traced"] == diff["test_traced"]:
+        return None
+    traced = "test" if diff["test_traced"] else "base"
+    head = (f"{traced} was traced with eBPF and the other side was not: the difference below is "
+            "the tracing overhead plus run-to-run noise")
+    tput = next((m for m in metrics if m["metric"] == "throughput"), None)
+    if tput is None:
+        return head
+    change = tput["change_pct"]
+    runs = f"{tput['base_n']} vs {tput['test_n']} runs"
+    if tput["verdict"] in ("regression", "improvement"):
+        return (f"{head}; throughput {change:+.1f}% is distinguishable from it ({tput['reason']})")
+    if tput["verdict"] == "unchanged":
+        return f"{head}; no overhead beyond the threshold was measured ({runs})"
+    return (f"{head}; throughput {fmt_pct(change)} is NOT distinguishable from run-to-run noise "
+            f"({tput['reason']}). Measure the overhead with interleaved repeats: "
+            "sudo PYTHONPATH=src python bench/ebpf_overhead.py --pairs 5")
+
+
+def fmt_pct(value: float | None) -> str:
+    """'+12.3%' or 'n/a'."""
+    return "n/a" if value is None else f"{value:+.1f}%"
 
 
 def _check_compatible(base: Point, test: Point) -> None:
@@ -269,10 +335,13 @@ def compare_files(base_path: str, test_paths: list[str], threshold: float = 5.0)
             if base is None:
                 continue
             _check_compatible(base, point)
-            metrics = _metric_rows(base, point, threshold)
+            metrics = _run_rows(base, point, threshold, VERDICT_METRICS)
+            diff = ebpf_diff(base, point)
+            diff["note"] = tracing_note(diff, metrics)
             pairs.append({"workload": point.workload, "streams": point.streams,
-                          "policy": point.policy, "metrics": metrics,
-                          "info": _info_rows(base, point), "ebpf": ebpf_diff(base, point)})
+                          "policy": point.policy, "runs": [len(base.runs), len(point.runs)],
+                          "metrics": metrics, "info": _info_rows(base, point, threshold),
+                          "ebpf": diff})
         if not pairs:
             raise UsageError(f"nothing to pair: base {base_path} has "
                              f"{sorted(key_text(k) for k in base_by_key)}, test {path} has "
@@ -285,5 +354,7 @@ def compare_files(base_path: str, test_paths: list[str], threshold: float = 5.0)
                       "only_in_base": [key_text(k) for k in base_by_key if k not in test_keys],
                       "only_in_test": [key_text(k) for k in test_keys if k not in base_by_key]})
     return {"kind": "comparison", "base": base_path, "base_kind": base_kind,
-            "threshold_pct": threshold, "alpha": ALPHA, "tests": tests, "notes": notes,
+            "threshold_pct": threshold, "alpha": ALPHA, "min_runs": MIN_RUNS,
+            "unit_of_evidence": "runs (one summary per fresh-process run), not iterations",
+            "tests": tests, "notes": notes,
             "regression": any(t["regressions"] for t in tests)}

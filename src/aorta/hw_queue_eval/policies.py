@@ -143,6 +143,35 @@ BUILTIN_POLICIES: dict[str, Policy] = {p.name: p for p in (
 )}
 
 
+#: env variables that change what the CPU backend does: its queue pool (GPU_MAX_HW_QUEUES, see
+#: backends/cpu.py) and the CPU math libraries torch uses; every other GPU-runtime variable
+#: (HSA_XNACK, HIP_*, ROCR_*, CUDA_*, ...) is read by a GPU runtime the CPU backend never loads.
+CPU_EFFECTIVE_ENV = ("GPU_MAX_HW_QUEUES",)
+CPU_EFFECTIVE_PREFIXES = ("OMP_", "MKL_", "TORCH_", "PYTORCH_")
+
+
+def cpu_ignored_env(policy: Policy) -> list[str]:
+    """The policy's env variables that have no effect on the CPU backend."""
+    return sorted(name for name in policy.env if name not in CPU_EFFECTIVE_ENV
+                  and not name.startswith(CPU_EFFECTIVE_PREFIXES))
+
+
+def not_applicable_reason(policy: Policy, backend: str) -> str | None:
+    """Why the policy changes nothing on `backend` (None when some setting acts there).
+
+    Clock/power settings on the CPU backend are handled by gpu_control (CPU_NOT_APPLICABLE).
+    """
+    if backend != "cpu" or not policy.env or policy.needs_gpu_control:
+        return None
+    ignored = cpu_ignored_env(policy)
+    if len(ignored) < len(policy.env):
+        return None
+    return (f"not applicable on the CPU backend: {', '.join(ignored)} "
+            f"{'is a GPU-runtime variable' if len(ignored) == 1 else 'are GPU-runtime variables'}"
+            " the CPU backend never reads (only GPU_MAX_HW_QUEUES and OMP_/MKL_/TORCH_ "
+            "variables change it); run on a GPU to measure it")
+
+
 def validate_clock_level(value: Any, what: str = "--lock-clocks") -> int:
     """A clock level 0..7 (0 lowest, 7 highest) or a UsageError naming `what`."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):

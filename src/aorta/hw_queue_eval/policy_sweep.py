@@ -10,18 +10,16 @@ No torch import here.
 from __future__ import annotations
 
 import contextlib
-import random
 import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from aorta.hw_queue_eval import metrics
 from aorta.hw_queue_eval.childrun import run_point
-from aorta.hw_queue_eval.compare import point_from_result, pool_repeats, throughput_samples
 from aorta.hw_queue_eval.config import RunConfig
 from aorta.hw_queue_eval.gpu_control import CPU_NOT_APPLICABLE, GpuControl, GpuRequest, GpuTarget
-from aorta.hw_queue_eval.policies import Policy
-from aorta.hw_queue_eval.stats import compare_samples
+from aorta.hw_queue_eval.policies import Policy, cpu_ignored_env, not_applicable_reason
+from aorta.hw_queue_eval.repeats import conditions, interleaved_schedule, run_summary
+from aorta.hw_queue_eval.stats import MIN_RUNS, compare_runs, median_ci
 
 KIND = "policy-sweep"
 BASELINE = "baseline"
@@ -30,16 +28,7 @@ THRESHOLD_PCT = 5.0  # compare's default
 
 def schedule(policies: Sequence[Policy], repeats: int, seed: int) -> list[list[str]]:
     """Policy order per repeat: as listed for one repeat, else shuffled (seeded) every repeat."""
-    names = [p.name for p in policies]
-    if repeats == 1:
-        return [names]
-    rng = random.Random(seed)
-    rounds = []
-    for _ in range(repeats):
-        order = list(names)
-        rng.shuffle(order)
-        rounds.append(order)
-    return rounds
+    return interleaved_schedule([p.name for p in policies], repeats, seed)
 
 
 def child_run_args(config: RunConfig, flags: Sequence[str] = ()) -> list[str]:
@@ -97,15 +86,21 @@ def run_policy_point(policy: Policy, repeat: int, config: RunConfig, base: GpuRe
            "repeat": repeat}
     request = point_request(policy, base)
     point: dict[str, Any] = {"key": key, "policy": policy.to_dict(), "request": request.to_dict()}
-    if not request.empty and target is None:
-        point.update({"status": "not_applicable", "error": CPU_NOT_APPLICABLE, "result": None,
+    backend = "cpu" if config.device == "cpu" else "gpu"
+    reason = CPU_NOT_APPLICABLE if not request.empty and target is None \
+        else not_applicable_reason(policy, backend)
+    if reason is not None:
+        point.update({"status": "not_applicable", "error": reason, "result": None,
                       "duration_s": 0.0, "returncode": None, "gpu_control": None,
                       "in_effect": None})
         return point
+    if backend == "cpu" and cpu_ignored_env(policy):
+        point["ignored_env"] = cpu_ignored_env(policy)
     control: Any = contextlib.nullcontext(None)
     if not request.empty:
         assert target is not None
         control = GpuControl(target, request)
+    point["conditions"] = conditions()
     with control as gpu_report:
         outcome = run_point(child_run_args(config, flags), env_overrides=dict(policy.env),
                             timeout_s=timeout_s)
@@ -118,6 +113,10 @@ def run_policy_point(policy: Policy, repeat: int, config: RunConfig, base: GpuRe
 def _median(values: Sequence[float | None]) -> float | None:
     clean = [v for v in values if v is not None]
     return statistics.median(clean) if clean else None
+
+
+def _ci(values: list[float]) -> dict[str, Any] | None:
+    return median_ci(values).to_dict() if values else None
 
 
 def _policy_row(name: str, points: list[dict[str, Any]]) -> dict[str, Any]:
@@ -133,73 +132,104 @@ def _policy_row(name: str, points: list[dict[str, Any]]) -> dict[str, Any]:
                     "reason": failed[0].get("error") if failed else "no point ran"})
         return row
     results = [p["result"] for p in ok]
-    latencies = [t for r in results for t in (r.get("iteration_times_ms") or [])]
+    runs = [run_summary(r) for r in results]
     pools = sorted({p["in_effect"]["queue_pool_size"] for p in ok
                     if p["in_effect"]["queue_pool_size"] is not None})
     effect = dict(ok[0]["in_effect"])
     if len(pools) > 1:
         effect["queue_pool_size"] = None
         effect["queue_pool_note"] = f"differed between repeats: {pools}"
+    tputs = [r["throughput"] for r in runs if r["throughput"] is not None]
     row.update({
         "status": "ok" if not failed else "partial",
         "reason": failed[0].get("error") if failed else None,
         "throughput_unit": results[0].get("throughput_unit"),
-        "throughput_per_repeat": [r.get("throughput") for r in results],
-        "throughput": _median([r.get("throughput") for r in results]),
-        "latency_ms": metrics.summarize(latencies),
+        "runs": runs,
+        "throughput_per_repeat": tputs,
+        "throughput": _median(tputs),
+        "throughput_ci": _ci(tputs),
+        "latency_ms": {k: _median([r[f"latency_{k}_ms"] for r in runs])
+                       for k in ("p50", "p95", "p99")},
+        "latency_statistic": "median over repeats of each repeat's percentile",
         "switch_overhead_ms": _median([(r.get("switch_latency") or {}).get("switch_overhead_ms")
                                        for r in results]),
         "concurrency": _median([(r.get("concurrency") or {}).get("achieved") for r in results]),
         "in_effect": effect,
+        "ignored_env": ok[0].get("ignored_env") or [],
     })
     return row
 
 
+def _values(row: dict[str, Any], name: str) -> list[float]:
+    return [r[name] for r in row.get("runs") or [] if r.get(name) is not None]
+
+
+def _best(rows: list[dict[str, Any]], metric: str, baseline: dict[str, Any] | None,
+          repeats: int) -> dict[str, Any]:
+    """The applicable policy that beats baseline beyond noise on `metric` (vs_baseline key),
+    or why none is named."""
+    if baseline is None:
+        return {"policy": None, "text": "no baseline policy ran ok: nothing to rank against"}
+    others = [r for r in rows if r["policy"] != BASELINE and r.get("vs_baseline")
+              and (r["vs_baseline"] or {}).get(metric)]
+    if not others:
+        return {"policy": None, "text": "no other applicable policy ran ok"}
+    if repeats < MIN_RUNS:
+        return {"policy": None,
+                "text": f"not ranked: {repeats} run(s) per policy, run-to-run noise unknown — "
+                        f"use --repeats {MIN_RUNS} (5 to detect a change at α = 0.05)"}
+    better = [r for r in others if r["vs_baseline"][metric]["verdict"] == "improvement"]
+    if better:
+        higher = metric == "throughput"
+        best = max(better, key=lambda r: r["vs_baseline"][metric]["change_pct"] * (1 if higher else -1))
+        cmp = best["vs_baseline"][metric]
+        ci = cmp.get("change_ci_pct")
+        ci_text = f" [{ci[0]:+.1f}, {ci[1]:+.1f}] at {cmp['change_ci_level']:.0%}" if ci else ""
+        return {"policy": best["policy"], "change_pct": cmp["change_pct"],
+                "change_ci_pct": ci, "p_value": cmp["p_value"],
+                "text": f"{best['policy']} ({cmp['change_pct']:+.1f}%{ci_text} vs baseline, "
+                        f"p={cmp['p_value']:.3g}, {cmp['base_n']} vs {cmp['test_n']} runs)"}
+    if all(r["vs_baseline"][metric]["verdict"] == "regression" for r in others):
+        return {"policy": BASELINE,
+                "text": "baseline (every other applicable policy is worse beyond noise)"}
+    return {"policy": None, "text": "no policy differs beyond noise from baseline"}
+
+
 def summarize(points: list[dict[str, Any]], policies: Sequence[Policy]) -> dict[str, Any]:
-    """Per-policy rows (aggregated over repeats), deltas vs baseline, best lines."""
+    """Per-policy rows (run-level statistics over repeats), deltas vs baseline from the same
+    per-repeat values, and best lines over applicable policies beyond noise."""
     rows = [_policy_row(p.name, [pt for pt in points if pt["key"]["policy"] == p.name])
             for p in policies]
-    # compare's own view of each policy: repeats pooled into one point (compare.pool_repeats)
-    pooled = {}
+    by_name = {r["policy"]: r for r in rows}
+    base = by_name.get(BASELINE) if by_name.get(BASELINE, {}).get("runs") else None
     for row in rows:
-        ok = [pt for pt in points if pt["key"]["policy"] == row["policy"]
-              and pt.get("status") == "ok" and pt.get("result")]
-        if ok:
-            pooled[row["policy"]] = pool_repeats([point_from_result(pt["result"], pt["key"])
-                                                  for pt in ok])[0]
-    base = pooled.get(BASELINE)
-    for row in rows:
-        test = pooled.get(row["policy"])
-        if test is None or row["policy"] == BASELINE:
+        if not row.get("runs") or row["policy"] == BASELINE:
             row["vs_baseline"] = None
             continue
         if base is None:
             row["vs_baseline"] = {"reason": "no baseline policy ran ok in this sweep"}
             continue
-        b_tp, t_tp = throughput_samples(base), throughput_samples(test)
-        row["vs_baseline"] = {
-            "latency": compare_samples(base.iteration_ms, test.iteration_ms, THRESHOLD_PCT,
-                                       higher_is_better=False).to_dict()
-            if base.iteration_ms and test.iteration_ms else None,
-            "throughput": compare_samples(b_tp, t_tp, THRESHOLD_PCT,
-                                          higher_is_better=True).to_dict()
-            if b_tp and t_tp else None,
-        }
+        vs: dict[str, Any] = {}
+        for label, name, higher in (("throughput", "throughput", True),
+                                    ("latency", "latency_p50_ms", False),
+                                    ("p99", "latency_p99_ms", False)):
+            b, t = _values(base, name), _values(row, name)
+            vs[label] = compare_runs(b, t, THRESHOLD_PCT, higher_is_better=higher).to_dict() \
+                if b and t else None
+        row["vs_baseline"] = vs
+    repeats = min((len(r.get("runs") or []) for r in rows if r.get("runs")), default=0)
     measured = [r for r in rows if r.get("throughput") is not None]
-    with_p99 = [r for r in measured if r.get("latency_ms")]
-    best_tput = max(measured, key=lambda r: r["throughput"], default=None)
-    best_p99 = min(with_p99, key=lambda r: r["latency_ms"]["p99"], default=None)
     pools = {r["policy"]: r["in_effect"]["queue_pool_size"] for r in measured}
     return {
         "rows": rows,
-        "best_throughput": None if best_tput is None else
-        {"policy": best_tput["policy"], "throughput": best_tput["throughput"],
-         "unit": best_tput["throughput_unit"]},
-        "best_p99": None if best_p99 is None else
-        {"policy": best_p99["policy"], "p99_ms": best_p99["latency_ms"]["p99"]},
+        "best_throughput": _best(rows, "throughput", base, repeats),
+        "best_p99": _best(rows, "p99", base, repeats),
+        "not_applicable": [r["policy"] for r in rows if r.get("status") == "not_applicable"],
         "queue_pools": pools,
         "queue_pool_changed": len({v for v in pools.values() if v is not None}) > 1,
-        "verdict_rule": (f"as `compare`: Mann–Whitney U on per-iteration times and per-iteration "
-                         f"throughput, all repeats pooled; |change| ≥ {THRESHOLD_PCT:g}% and "
-                         "p < 0.05 for better/worse"),
+        "verdict_rule": (f"as `compare`: runs are the samples — Mann–Whitney U over the "
+                         f"per-repeat values (window throughput; each repeat's P50 and P99), "
+                         f"|change of the medians| ≥ {THRESHOLD_PCT:g}% and p < 0.05 for "
+                         f"better/worse, ≥ {MIN_RUNS} repeats per policy; not-applicable "
+                         "policies are never ranked"),
     }

@@ -7,7 +7,13 @@ Definitions (docs/sweep-compare-report.md):
 - efficiency(n) = (T_n / T_1st) / ideal growth from the first point to n;
 - a step a→b *scales* when it captures at least KNEE_GAIN_FRACTION of the ideal extra throughput:
   (T_b / T_a − 1) / (ideal − 1) ≥ KNEE_GAIN_FRACTION; steps without extra ideal work are skipped;
-- knee = the stream count before the first step that does not scale;
+- knee = the smallest stream count K from which scaling never resumes: no later point b captures
+  KNEE_GAIN_FRACTION of the ideal extra throughput over K (so the knee never sits after the
+  peak's rise and never contradicts the table);
+- with repeats every throughput is the median over the point's runs and has an order-statistic
+  CI; a step is rising/falling/flat only when the CIs say so (else "uncertain"), and the verdict
+  names its confidence: "unknown" with fewer than MIN_RUNS runs per point, "high" when the CIs
+  separate the knee from its neighbours, else "low"; unstable points weaken it;
 - a latency (or kernel-measured dispatch P99) jump at b: value_b / value_a ≥ JUMP_RATIO. On an
   ideal machine neither grows with the streams (per-stream work: iteration time stays constant;
   fixed work: it falls), so a rise of JUMP_RATIO is contention, not extra work.
@@ -17,22 +23,32 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import asdict, dataclass
+import statistics
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 KNEE_GAIN_FRACTION = 0.2
 JUMP_RATIO = 1.5
+FLAT_TOLERANCE = 0.05  # a step is flat when its whole CI of the ratio lies within ±5 %
+MIN_RUNS = 3  # runs per point for a confidence other than "unknown"
+INSTABILITY_IQR_RATIO = 0.10  # metrics.INSTABILITY_IQR_RATIO (the per-run warning level)
 
 
 @dataclass(frozen=True)
 class ScalingPoint:
-    """What the analysis needs from one ok sweep point."""
+    """What the analysis needs from one sweep stream count (medians over its ok runs)."""
 
     streams: int
     throughput: float
     work_per_iteration: float | None
     latency_p99_ms: float | None
     dispatch_p99_us: float | None
+    runs: int = 1
+    throughput_low: float | None = None  # CI of the median throughput (None with one run)
+    throughput_high: float | None = None
+    ci_level: float | None = None
+    iqr_over_median: float | None = None  # worst run's iteration IQR/median
+    throughput_runs: list[float] = field(default_factory=list)
 
 
 _DISPATCH_P99 = re.compile(r"dispatch.*p99|p99.*dispatch")
@@ -88,6 +104,41 @@ def point_from_result(result: dict[str, Any]) -> ScalingPoint | None:
         dispatch_p99_us=dispatch_p99_us(result))
 
 
+def _median(values: list[float | None]) -> float | None:
+    clean = [v for v in values if v is not None]
+    return statistics.median(clean) if clean else None
+
+
+def group_points(results: list[dict[str, Any]]) -> list[ScalingPoint]:
+    """One ScalingPoint per stream count: medians over its runs, the CI of the throughput."""
+    from aorta.hw_queue_eval.stats import median_ci
+
+    by_streams: dict[int, list[ScalingPoint]] = {}
+    iqr: dict[int, list[float]] = {}
+    for result in results:
+        point = point_from_result(result)
+        if point is None:
+            continue
+        by_streams.setdefault(point.streams, []).append(point)
+        lat = result.get("latency_ms") or {}
+        if isinstance(lat.get("iqr"), (int, float)) and lat.get("p50"):
+            iqr.setdefault(point.streams, []).append(lat["iqr"] / lat["p50"])
+    points = []
+    for streams in sorted(by_streams):
+        group = by_streams[streams]
+        tputs = [p.throughput for p in group]
+        ci = median_ci(tputs)
+        points.append(ScalingPoint(
+            streams=streams, throughput=ci.median,
+            work_per_iteration=group[0].work_per_iteration,
+            latency_p99_ms=_median([p.latency_p99_ms for p in group]),
+            dispatch_p99_us=_median([p.dispatch_p99_us for p in group]),
+            runs=len(group), throughput_low=ci.low, throughput_high=ci.high, ci_level=ci.level,
+            iqr_over_median=max(iqr[streams]) if iqr.get(streams) else None,
+            throughput_runs=tputs))
+    return points
+
+
 def ideal_growth(a: ScalingPoint, b: ScalingPoint, work_scaling: str) -> float:
     """Throughput ratio b/a a perfectly parallel machine would show."""
     if work_scaling == "per_stream" and a.work_per_iteration and b.work_per_iteration:
@@ -103,27 +154,57 @@ def efficiencies(points: list[ScalingPoint], work_scaling: str) -> list[float | 
     return [p.throughput / first.throughput / ideal_growth(first, p, work_scaling) for p in points]
 
 
-def find_knee(points: list[ScalingPoint], work_scaling: str) -> tuple[int | None, list[dict]]:
-    """Stream count where throughput stops scaling (None: scales to the end) and each step's gain.
+def captured(a: ScalingPoint, b: ScalingPoint, work_scaling: str,
+             t_a: float | None = None, t_b: float | None = None) -> float | None:
+    """Fraction of the ideal extra throughput the step a→b captured (None: no extra ideal work).
 
-    The knee starts the final run of steps that do not scale: a flat step followed by one that
-    scales again (noise, or a second regime) is not where scaling stopped.
+    `t_a`/`t_b` replace the medians (CI bounds give the step's best and worst case).
+    """
+    ideal = ideal_growth(a, b, work_scaling)
+    t_a = a.throughput if t_a is None else t_a
+    t_b = b.throughput if t_b is None else t_b
+    if ideal <= 1.0 or t_a <= 0:
+        return None
+    return (t_b / t_a - 1.0) / (ideal - 1.0)
+
+
+def step_trend(a: ScalingPoint, b: ScalingPoint) -> str:
+    """rising / falling / flat when the CIs say so; uncertain when they overlap; unknown
+    without CIs (one run per point)."""
+    if None in (a.throughput_low, a.throughput_high, b.throughput_low, b.throughput_high):
+        return "unknown"
+    assert a.throughput_low is not None and a.throughput_high is not None
+    assert b.throughput_low is not None and b.throughput_high is not None
+    if b.throughput_low > a.throughput_high:
+        return "rising"
+    if b.throughput_high < a.throughput_low:
+        return "falling"
+    if a.throughput_low > 0 and (b.throughput_low / a.throughput_high >= 1 - FLAT_TOLERANCE
+                                 and b.throughput_high / a.throughput_low <= 1 + FLAT_TOLERANCE):
+        return "flat"
+    return "uncertain"
+
+
+def find_knee(points: list[ScalingPoint], work_scaling: str) -> tuple[int | None, list[dict]]:
+    """Stream count where throughput stops scaling (None: scales to the end) and each step.
+
+    The knee is the smallest K (not the last point) such that no later point b captures
+    KNEE_GAIN_FRACTION of the ideal extra throughput over K: scaling never resumes after it.
     """
     steps = []
-    knee = None
     for a, b in itertools.pairwise(points):
-        ideal = ideal_growth(a, b, work_scaling)
-        if ideal <= 1.0 or a.throughput <= 0:
-            steps.append({"from": a.streams, "to": b.streams, "captured": None,
-                          "note": "no extra ideal throughput in this step"})
-            continue
-        captured = (b.throughput / a.throughput - 1.0) / (ideal - 1.0)
-        steps.append({"from": a.streams, "to": b.streams, "captured": captured})
-        if captured < KNEE_GAIN_FRACTION:
-            knee = a.streams if knee is None else knee
-        else:
-            knee = None
-    return knee, steps
+        gain = captured(a, b, work_scaling)
+        step: dict[str, Any] = {"from": a.streams, "to": b.streams, "captured": gain,
+                                "trend": step_trend(a, b)}
+        if gain is None:
+            step["note"] = "no extra ideal throughput in this step"
+        steps.append(step)
+    for index, k in enumerate(points[:-1]):
+        gains = [captured(k, b, work_scaling) for b in points[index + 1:]]
+        if any(g is not None for g in gains) and \
+                all(g is None or g < KNEE_GAIN_FRACTION for g in gains):
+            return k.streams, steps
+    return None, steps
 
 
 def find_jump(points: list[ScalingPoint], field: str) -> int | None:
@@ -152,6 +233,13 @@ class ScalingAnalysis:
     cpu_cores: int | None
     backend: str | None
     verdict: str
+    runs_per_point: list[int] = field(default_factory=list)
+    throughput_ci: list[list[float] | None] = field(default_factory=list)  # [low, high] each
+    ci_level: float | None = None  # the lowest CI level over the points
+    confidence: str = "unknown"  # high | low | unknown
+    confidence_reason: str = ""
+    unstable_points: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -191,14 +279,45 @@ def verdict_text(knee: int | None, last: int, pool: int | None, cores: int | Non
     return text
 
 
+def confidence_of(points: list[ScalingPoint], knee: int | None,
+                  work_scaling: str) -> tuple[str, str]:
+    """(high | low | unknown, why): whether the CIs separate the knee from its neighbours."""
+    fewest = min(p.runs for p in points)
+    if fewest < MIN_RUNS:
+        return "unknown", (f"{fewest} run(s) at some point: run-to-run noise not measured; "
+                           f"rerun with --repeats {MIN_RUNS} (or more)")
+    level = min(p.ci_level or 0.0 for p in points)
+    index = {p.streams: i for i, p in enumerate(points)}
+    doubts = []
+    if knee is not None:
+        k = points[index[knee]]
+        for b in points[index[knee] + 1:]:  # best case for b, worst for K: still below?
+            gain = captured(k, b, work_scaling, k.throughput_low, b.throughput_high)
+            if gain is not None and gain >= KNEE_GAIN_FRACTION:
+                doubts.append(f"{knee}→{b.streams} may still scale within the CIs")
+                break
+        rise_to = k
+    else:
+        rise_to = points[-1]
+    i = index[rise_to.streams]
+    if i > 0:  # the last rise before the knee (or to the end) must hold in the worst case
+        a = points[i - 1]
+        gain = captured(a, rise_to, work_scaling, a.throughput_high, rise_to.throughput_low)
+        if gain is not None and gain < KNEE_GAIN_FRACTION:
+            doubts.append(f"the rise {a.streams}→{rise_to.streams} is within the CIs")
+    if doubts:
+        return "low", "; ".join(doubts) + f" ({fewest}+ runs per point, {level:.0%} CIs)"
+    return "high", f"the {level:.0%} CIs of the medians separate it ({fewest}+ runs per point)"
+
+
 def analyze(results: list[dict[str, Any]], work_scaling: str) -> ScalingAnalysis | None:
-    """Scaling analysis of ok run results (any order); None with fewer than two usable points."""
-    pairs = [(point_from_result(r), r) for r in results]
-    usable = sorted(((p, r) for p, r in pairs if p is not None), key=lambda pr: pr[0].streams)
-    if len(usable) < 2:
+    """Scaling analysis of ok run results (any order, repeats of a stream count grouped);
+    None with fewer than two usable stream counts."""
+    points = group_points(results)
+    if len(points) < 2:
         return None
-    points = [p for p, _ in usable]
-    first_result = usable[0][1]
+    first_result = min((r for r in results if point_from_result(r) is not None),
+                       key=lambda r: int(r["stream_count"]))
     pool, pool_source = pool_size_of(first_result)
     env = first_result.get("environment") or {}
     backend = env.get("backend") or (first_result.get("config") or {}).get("backend")
@@ -207,9 +326,29 @@ def analyze(results: list[dict[str, Any]], work_scaling: str) -> ScalingAnalysis
     peak = max(points, key=lambda p: p.throughput)
     lat_jump = find_jump(points, "latency_p99_ms")
     disp_jump = find_jump(points, "dispatch_p99_us")
+    confidence, why = confidence_of(points, knee, work_scaling)
+    unstable = [{"streams": p.streams, "iqr_over_median": p.iqr_over_median} for p in points
+                if p.iqr_over_median is not None and p.iqr_over_median > INSTABILITY_IQR_RATIO]
+    warnings = []
+    if unstable:
+        worst = max(u["iqr_over_median"] for u in unstable)
+        warnings.append(f"unstable points (iteration IQR/median > {INSTABILITY_IQR_RATIO:.0%}, up "
+                        f"to {worst:.0%}): {', '.join(str(u['streams']) for u in unstable)} "
+                        "streams; the verdict is weakened by them")
+        if confidence == "high":
+            confidence, why = "low", why + "; weakened by unstable points"
+    verdict = verdict_text(knee, points[-1].streams, pool, cores, backend, lat_jump, disp_jump)
+    verdict += f" [confidence {confidence}: {why}]"
+    if unstable:
+        verdict += f"; unstable points at {', '.join(str(u['streams']) for u in unstable)} streams"
     return ScalingAnalysis(
         stream_counts=[p.streams for p in points], efficiency=efficiencies(points, work_scaling),
         peak_streams=peak.streams, peak_throughput=peak.throughput, knee_streams=knee,
         steps=steps, latency_jump_streams=lat_jump, dispatch_jump_streams=disp_jump,
         pool_size=pool, pool_source=pool_source, cpu_cores=cores, backend=backend,
-        verdict=verdict_text(knee, points[-1].streams, pool, cores, backend, lat_jump, disp_jump))
+        verdict=verdict, runs_per_point=[p.runs for p in points],
+        throughput_ci=[None if p.throughput_low is None else [p.throughput_low, p.throughput_high]
+                       for p in points],
+        ci_level=min((p.ci_level for p in points if p.ci_level is not None), default=None),
+        confidence=confidence, confidence_reason=why, unstable_points=unstable,
+        warnings=warnings)

@@ -148,3 +148,168 @@ def compare_samples(base: Sequence[float], test: Sequence[float], threshold_pct:
     verdict = "regression" if worse else "improvement"
     return result(verdict, f"change {change:+.1f}% ≥ threshold {threshold_pct:g}% and "
                            f"p={mw.p_value:.3g} < {alpha:g}", mw)
+
+
+# ---------------------------------------------------------------------------------------------
+# Run-level statistics: one value per run (a repeat in a fresh process) is one sample.
+# ---------------------------------------------------------------------------------------------
+
+MIN_RUNS = 3  # per side for a run-level test (3 vs 3 can only say unchanged / inconclusive)
+CI_TARGET = 0.95  # the confidence aimed at; small n reach less, and the achieved level is stated
+ONE_RUN_REASON = ("one run per side, run-to-run noise unknown — use --repeats "
+                  f"(≥ {MIN_RUNS}, 5 to detect a change at α = 0.05)")
+
+
+def _binom_cdf_half(k: int, n: int) -> float:
+    """P(Bin(n, 1/2) ≤ k)."""
+    return sum(math.comb(n, i) for i in range(0, k + 1)) / 2.0 ** n if k >= 0 else 0.0
+
+
+@dataclass(frozen=True)
+class MedianCI:
+    """Median of run-level values and a distribution-free CI of it (order statistics)."""
+
+    n: int
+    median: float
+    low: float | None
+    high: float | None
+    level: float | None  # achieved coverage of [low, high]; None with fewer than 2 values
+    cv_pct: float | None  # sample std / mean × 100 (run-to-run spread)
+    spread_pct: float | None  # (max − min) / median × 100: the measured noise floor
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def median_ci(values: Sequence[float], target: float = CI_TARGET) -> MedianCI:
+    """Median with the order-statistic CI [x_(k), x_(n−k+1)] of the largest k reaching `target`.
+
+    With n < 6 not even [min, max] reaches 95 % (n = 3: 75 %, n = 5: 93.75 %): the interval is
+    then [min, max] and `level` says what it covers. ValueError when `values` is empty.
+    """
+    x = np.sort(np.asarray([float(v) for v in values], dtype=float))
+    n = int(x.size)
+    if n == 0:
+        raise ValueError("median_ci needs at least one value")
+    med = float(np.median(x))
+    if n == 1:
+        return MedianCI(1, med, None, None, None, None, None)
+    best_k = 1
+    for k in range(1, n // 2 + 1):
+        if 1.0 - 2.0 * _binom_cdf_half(k - 1, n) >= target:
+            best_k = k
+    level = 1.0 - 2.0 * _binom_cdf_half(best_k - 1, n)
+    mean = float(x.mean())
+    cv = float(x.std(ddof=1) / mean * 100.0) if mean else None
+    spread = float((x[-1] - x[0]) / abs(med) * 100.0) if med else None
+    return MedianCI(n, med, float(x[best_k - 1]), float(x[n - best_k]), level, cv, spread)
+
+
+def shift_ci(base: Sequence[float], test: Sequence[float],
+             target: float = CI_TARGET) -> tuple[float, float, float] | None:
+    """CI of the relative change test/base − 1 in percent (Moses: order statistics of all
+    pairwise log ratios, critical value from the exact U distribution) and its achieved level.
+
+    None when a value is not positive or a side has fewer than 2 values.
+    """
+    if min(len(base), len(test)) < 2 or min(*base, *test) <= 0:
+        return None
+    logs = np.sort(np.log(np.asarray(test, float))[None, :]
+                   - np.log(np.asarray(base, float))[:, None], axis=None)
+    counts = _u_distribution(len(base), len(test))
+    total = float(sum(counts))
+    cdf = np.cumsum(counts) / total  # cdf[j] = P(U ≤ j)
+    k = 1
+    for j in range(1, len(logs) // 2 + 1):
+        if 1.0 - 2.0 * cdf[j - 1] >= target:
+            k = j
+    level = float(1.0 - 2.0 * cdf[k - 1])
+    low, high = logs[k - 1], logs[len(logs) - k]
+    return float(np.expm1(low) * 100.0), float(np.expm1(high) * 100.0), level
+
+
+@dataclass(frozen=True)
+class RunComparison:
+    """One metric compared over runs (one value per run): base vs test."""
+
+    base_runs: list[float]
+    test_runs: list[float]
+    base_median: float
+    test_median: float
+    base_n: int
+    test_n: int
+    change_pct: float | None  # median(test) / median(base) − 1, in percent
+    change_ci_pct: list[float] | None  # [low, high] of the change (Moses), percent
+    change_ci_level: float | None
+    p_value: float | None
+    test_method: str | None
+    noise_floor_pct: float | None  # run-to-run spread measured on a side with ≥ MIN_RUNS runs
+    verdict: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def compare_runs(base: Sequence[float], test: Sequence[float], threshold_pct: float = 5.0,
+                 higher_is_better: bool = False, alpha: float = ALPHA,
+                 noise_floor_pct: float | None = None) -> RunComparison:
+    """Compare run-level values (benchstat/asv style): runs, not iterations, are the samples.
+
+    ≥ MIN_RUNS per side: |change| < threshold → unchanged; Mann–Whitney p < alpha → regression or
+    improvement; else inconclusive. Fewer runs on a side: the change is reported, and the verdict
+    is inconclusive unless a measured noise floor (the run-to-run spread of a side that has
+    ≥ MIN_RUNS runs, or `noise_floor_pct`) is known and the change exceeds it and the threshold.
+    """
+    b = [float(v) for v in base]
+    t = [float(v) for v in test]
+    if not b or not t:
+        raise ValueError("compare_runs needs at least one run per side")
+    b_med, t_med = float(np.median(b)), float(np.median(t))
+    change = None if b_med == 0 else (t_med - b_med) / abs(b_med) * 100.0
+    ci = shift_ci(b, t)
+    floors = [median_ci(side).spread_pct for side in (b, t) if len(side) >= MIN_RUNS]
+    floors = [f for f in floors if f is not None]
+    floor = max([*floors, *([noise_floor_pct] if noise_floor_pct is not None else [])],
+                default=None)
+
+    def result(verdict: str, reason: str, mw: MannWhitney | None = None) -> RunComparison:
+        return RunComparison(b, t, b_med, t_med, len(b), len(t), change,
+                             None if ci is None else [ci[0], ci[1]],
+                             None if ci is None else ci[2],
+                             None if mw is None else mw.p_value,
+                             None if mw is None else mw.method, floor, verdict, reason)
+
+    if change is None:
+        return result("inconclusive", "base median is 0: relative change undefined")
+    worse = change < 0 if higher_is_better else change > 0
+    direction = "regression" if worse else "improvement"
+    if min(len(b), len(t)) >= MIN_RUNS:
+        mw = mann_whitney_u(b, t)
+        runs = f"{len(b)} vs {len(t)} runs"
+        if abs(change) < threshold_pct:
+            return result("unchanged", f"|change| {abs(change):.1f}% < threshold "
+                                       f"{threshold_pct:g}% ({runs})", mw)
+        if mw.p_value >= alpha:
+            hint = (f"; {len(b)} vs {len(t)} runs can never reach p < {alpha:g}, use ≥ 4 per side"
+                    if _min_p(len(b), len(t)) >= alpha else "")
+            return result("inconclusive", f"change {change:+.1f}% within run-to-run noise "
+                                          f"(p={mw.p_value:.3g} ≥ {alpha:g}, {runs}){hint}", mw)
+        return result(direction, f"change {change:+.1f}% ≥ threshold {threshold_pct:g}% and "
+                                 f"p={mw.p_value:.3g} < {alpha:g} over {runs}", mw)
+    if floor is None:
+        if len(b) == 1 and len(t) == 1:
+            return result("inconclusive", ONE_RUN_REASON)
+        return result("inconclusive", f"{len(b)} vs {len(t)} runs and no measured noise floor: "
+                                       f"use --repeats ≥ {MIN_RUNS} on both sides")
+    bar = max(floor, threshold_pct)
+    if abs(change) > bar:
+        return result(direction, f"change {change:+.1f}% exceeds the measured run-to-run noise "
+                                 f"floor {floor:.1f}% and the threshold {threshold_pct:g}%")
+    return result("inconclusive", f"change {change:+.1f}% within the measured run-to-run noise "
+                                   f"floor {floor:.1f}% ({len(b)} vs {len(t)} runs)")
+
+
+def _min_p(n1: int, n2: int) -> float:
+    """Smallest two-sided exact Mann–Whitney p-value n1 vs n2 runs can reach."""
+    return min(1.0, 2.0 / math.comb(n1 + n2, n1))

@@ -1,4 +1,7 @@
-"""Stream sweep: one child `run` per stream count, checkpointed after every point, resumable.
+"""Stream sweep: one child `run` per stream count (and repeat), checkpointed, resumable.
+
+With `--repeats N` every stream count runs N times, each in a fresh child, in rounds whose order
+is shuffled (seeded) so slow drift of the machine spreads over all points (as policy-sweep does).
 
 A crash, OOM kill or hang of a point costs that point only (`childrun.run_point`); the sweep file
 (`checkpoint.CheckpointFile`, kind "sweep") is rewritten atomically after every point, so a
@@ -18,6 +21,7 @@ from aorta.hw_queue_eval import scaling
 from aorta.hw_queue_eval.checkpoint import CheckpointFile, fingerprint, open_or_resume
 from aorta.hw_queue_eval.childrun import run_point
 from aorta.hw_queue_eval.config import env_knobs
+from aorta.hw_queue_eval.repeats import conditions, interleaved_schedule
 from aorta.hw_queue_eval.workloads.base import WorkloadInfo
 
 SWEEP_KIND = "sweep"
@@ -56,14 +60,29 @@ class SweepSpec:
     timeout_s: float | None = None
     trace_out: str | None = None
     flags: list[str] = field(default_factory=list)  # passthrough flags (e.g. --ebpf-trace)
+    repeats: int = 1
 
     def settings(self) -> dict[str, Any]:
         """What must match for a finished point to be reused by --resume."""
-        return {"workload": self.workload, "run_options": self.run_options,
-                "flags": sorted(self.flags), "env_knobs": env_knobs()}
+        settings = {"workload": self.workload, "run_options": self.run_options,
+                    "flags": sorted(self.flags), "env_knobs": env_knobs()}
+        if self.repeats > 1:  # one-repeat sweeps keep the fingerprint they always had
+            settings["repeats"] = self.repeats
+        return settings
+
+    def schedule(self) -> list[list[int]]:
+        """Stream counts per round: as given for one repeat, else shuffled every round."""
+        return interleaved_schedule(self.stream_counts, self.repeats,
+                                    int(self.run_options.get("seed") or 0))
+
+    def key(self, streams: int, repeat: int) -> dict[str, Any]:
+        """Checkpoint key: {workload, streams} (plus `repeat` when repeating)."""
+        key = point_key(self.workload, streams)
+        return {**key, "repeat": repeat} if self.repeats > 1 else key
 
     def header(self) -> dict[str, Any]:
         return {"workload": self.workload, "throughput_unit": self.info.throughput_unit,
+                "repeats": self.repeats, "schedule": self.schedule(),
                 "work_scaling": self.info.work_scaling, "stream_counts": self.stream_counts,
                 "dropped_stream_counts": self.dropped, "run_options": self.run_options,
                 "flags": self.flags, "timeout_s": self.timeout_s,
@@ -91,10 +110,34 @@ def ok_results(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [p["result"] for p in points if p.get("status") == "ok" and p.get("result")]
 
 
+def load_conditions_warning(points: list[dict[str, Any]]) -> str | None:
+    """A warning when ok points come from several sessions (--resume) under different load."""
+    conds = [p.get("conditions") or {} for p in points if p.get("status") == "ok"]
+    sessions = {c.get("session_pid") for c in conds if c.get("session_pid") is not None}
+    loads = [c["loadavg_1m"] for c in conds if isinstance(c.get("loadavg_1m"), (int, float))]
+    if len(sessions) < 2:
+        return None
+    cores = next((c.get("cpu_count") for c in conds if c.get("cpu_count")), None)
+    load_text = (f"; 1-min load {min(loads):.2f} … {max(loads):.2f}"
+                 + (f" on {cores} cores" if cores else "")) if loads else ""
+    differ = bool(loads) and max(loads) - min(loads) > 0.5 * (cores or 1)
+    return (f"points come from {len(sessions)} sessions (--resume){load_text}"
+            + (": the load differed, so throughput across these points may not be comparable; "
+               "rerun the sweep in one go (or with --repeats) for a clean comparison"
+               if differ else ""))
+
+
 def analysis_of(points: list[dict[str, Any]], work_scaling: str) -> dict[str, Any] | None:
-    """Scaling analysis of the ok points, as stored in the sweep file."""
+    """Scaling analysis of the ok points (repeats grouped), as stored in the sweep file."""
     result = scaling.analyze(ok_results(points), work_scaling)
-    return None if result is None else result.to_dict()
+    if result is None:
+        return None
+    analysis = result.to_dict()
+    mixed = load_conditions_warning(points)
+    if mixed:
+        analysis["warnings"] = [*analysis["warnings"], mixed]
+        analysis["mixed_conditions"] = True
+    return analysis
 
 
 def open_checkpoint(spec: SweepSpec, resume: bool) -> CheckpointFile:
@@ -112,15 +155,18 @@ def run_sweep(spec: SweepSpec, file: CheckpointFile,
     `on_point(streams, point_or_None_if_skipped, done, total)` reports progress. KeyboardInterrupt
     propagates after the child is stopped; every finished point is already on disk.
     """
-    total = len(spec.stream_counts)
+    plan = [(repeat, streams) for repeat, order in enumerate(spec.schedule(), start=1)
+            for streams in order]
+    total = len(plan)
     file.save(state="running", analysis=analysis_of(file.points, spec.info.work_scaling))
-    for done, streams in enumerate(spec.stream_counts, start=1):
-        key = point_key(spec.workload, streams)
+    for done, (repeat, streams) in enumerate(plan, start=1):
+        key = spec.key(streams, repeat)
         if file.done(key):
             on_point(streams, None, done, total)
             continue
+        cond = conditions()
         outcome = run_point(spec.child_args(streams), timeout_s=spec.timeout_s)
-        point = {"key": key, **outcome.to_dict(), "result": outcome.result,
+        point = {"key": key, **outcome.to_dict(), "result": outcome.result, "conditions": cond,
                  "trace_file": trace_path_for(spec.trace_out, spec.workload, streams)
                  if outcome.status == "ok" else None}
         others = [p for p in file.points if p.get("key") != key]

@@ -29,9 +29,15 @@ def register(group: click.Group) -> None:
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also write the JSON here.")
 @click.option("--force", is_flag=True,
               help="Replace an -o file that is not a comparison (e.g. a sweep checkpoint).")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Show every comparable eBPF value (default: at most 10 per point).")
 def compare_command(base: str, tests: tuple[str, ...], threshold: str, as_json: bool,
-                    markdown: bool, output: str | None, force: bool) -> None:
-    """Compare TEST results against BASE, point by point; exit 0 ok, 1 regression, 2 bad input."""
+                    markdown: bool, output: str | None, force: bool, verbose: bool = False) -> None:
+    """Compare TEST results against BASE, point by point; exit 0 ok, 1 regression, 2 bad input.
+
+    Runs are the samples: give files made with --repeats (≥ 3 runs per side for a verdict, 5 to
+    detect a change at α = 0.05); one run per side is reported as inconclusive.
+    """
     from aorta.hw_queue_eval.compare import compare_files
     from aorta.hw_queue_eval.report.compare_view import render_console, to_markdown
 
@@ -52,10 +58,10 @@ def compare_command(base: str, tests: tuple[str, ...], threshold: str, as_json: 
     if as_json:
         click.echo(json.dumps(cmp, indent=2))
     elif markdown:
-        click.echo(to_markdown(cmp), nl=False)
+        click.echo(to_markdown(cmp, verbose), nl=False)
     else:
         from aorta.hw_queue_eval.report.console import make_console
 
-        render_console(cmp, make_console())
+        render_console(cmp, make_console(), verbose)
     if cmp["regression"]:
         raise click.exceptions.Exit(1)

@@ -249,13 +249,17 @@ def _write_outputs(result: dict[str, Any], output: str | None,
 @click.option("--op-timing/--no-op-timing", default=True, show_default=True,
               help="Time every op (GPU: a start/end event pair per op). Off: no per-op rows, "
                    "no switch analysis, less instrumentation in the window.")
+@click.option("--repeats", default="1", show_default=True,
+              help="Run N times, each in a fresh process, and keep every run's summary with the "
+                   "median and its CI; compare needs ≥ 3 per side for a verdict (5 to detect a "
+                   "change at α = 0.05). 1 = one in-process run, as before.")
 @tracing_options
 def run_command(workload: str, streams: str, iterations: str, warmup: str, device: str,
                 size: str | None, sync_mode: str, seed: int, threads_per_queue: str,
                 lock_clocks: str | None, power_limit: str | None,
                 output: str | None, as_json: bool, trace_out: str | None, force: bool = False,
-                op_timing: bool = True, ebpf_trace: bool = False, ebpf_memory_trace: bool = False,
-                ebpf_gpu_runtime: bool = False) -> None:
+                op_timing: bool = True, repeats: str = "1", ebpf_trace: bool = False,
+                ebpf_memory_trace: bool = False, ebpf_gpu_runtime: bool = False) -> None:
     """Run WORKLOAD on N streams and measure throughput, latency and queue behaviour."""
     import dataclasses
     import json
@@ -278,6 +282,16 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
     if trace_out:
         check_output_path(trace_out, "trace file")
         check_replaceable(trace_out, ("trace",), force, "trace file")
+    runs = parse_positive_int(repeats, "--repeats")
+    if runs > 1:
+        if trace_out:
+            raise UsageError("--trace-out records the ops of one run: use it without --repeats")
+        flags = [flag for flag, on in (("--ebpf-trace", ebpf_trace),
+                                       ("--ebpf-memory-trace", ebpf_memory_trace),
+                                       ("--ebpf-gpu-runtime", ebpf_gpu_runtime),
+                                       ("--no-op-timing", not op_timing)) if on]
+        _run_repeats(config, request, runs, flags, output, as_json)
+        return
     tracer = build_tracer(ebpf_trace, ebpf_memory_trace, ebpf_gpu_runtime)
     config = dataclasses.replace(config, device=resolve_device(config.device))  # imports torch
     control = gpu_control_context(config.device, request)
@@ -303,4 +317,48 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
     if unsaved:
         raise UsageError(unsaved)
     if result["status"] != "ok":
+        raise click.exceptions.Exit(1)
+
+
+def _run_repeats(config: RunConfig, request: GpuRequest, runs: int, flags: list[str],
+                 output: str | None, as_json: bool) -> None:
+    """`run --repeats N`: N fresh child runs back to back, one result with every repeat."""
+    import json
+
+    from aorta.hw_queue_eval.policy_sweep import child_run_args
+    from aorta.hw_queue_eval.repeats import run_repeated
+    from aorta.hw_queue_eval.report.console import make_console, render_run
+    from aorta.hw_queue_eval.report.ebpf_blocks import render_ebpf
+    from aorta.hw_queue_eval.report.repeats_view import render_repeats
+    from aorta.hw_queue_eval.results import save_result
+
+    click.echo(f"Running {config.workload} on {config.streams} streams {runs} times, each in a "
+               f"fresh process ({config.iterations} iterations + {config.warmup} warm-up)…",
+               err=True)
+
+    def on_repeat(repeat: int, outcome: dict[str, Any]) -> None:
+        tput = (outcome.get("result") or {}).get("throughput")
+        text = f"{tput:.4g} {outcome['result'].get('throughput_unit')}" if tput is not None \
+            else f"{outcome['status']}: {outcome.get('error')}"
+        click.echo(f"  repeat {repeat}/{runs}: {text} ({outcome['duration_s']:.1f} s)", err=True)
+
+    with gpu_control_context(config.device, request) as gpu_report:
+        result, outcomes = run_repeated(child_run_args(config, flags), runs, on_repeat=on_repeat)
+    if result is None:
+        first = outcomes[0]
+        raise click.ClickException(f"every repeat failed (repeat 1 {first['status']}: "
+                                   f"{first['error']}); nothing written")
+    if gpu_report is not None:
+        result["gpu_control"] = gpu_report
+    if output:
+        save_result(output, result)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        render_run(result, make_console())
+        render_ebpf(result, make_console())
+        render_repeats(result, make_console())
+        if output:
+            click.echo(f"\nresult written to {output}")
+    if result["status"] != "ok" or result["repeats"]["ok"] < runs:
         raise click.exceptions.Exit(1)

@@ -19,7 +19,7 @@ from aorta.hw_queue_eval.commands.run import (
     run_command,
     run_options,
 )
-from aorta.hw_queue_eval.config import parse_stream_list
+from aorta.hw_queue_eval.config import parse_positive_int, parse_stream_list
 
 #: `run` flags a sweep passes through to every point when `run` has them (added by other modules).
 PASSTHROUGH_FLAGS = ("ebpf_trace", "ebpf_memory_trace", "ebpf_gpu_runtime")
@@ -49,6 +49,8 @@ def hold_output_lock(output: str, what: str) -> None:
 
 def _describe(point: dict[str, Any], unit: str) -> str:
     streams = point["key"]["streams"]
+    if "repeat" in point["key"]:
+        streams = f"{streams} (repeat {point['key']['repeat']})"
     if point["status"] == "ok":
         tput = point["result"].get("throughput")
         return (f"  {streams:>3} streams: ok  {tput:.2f} {unit}  ({point['duration_s']:.1f} s)"
@@ -67,11 +69,15 @@ def _describe(point: dict[str, Any], unit: str) -> str:
 @click.option("--timeout", default=None, help="Seconds one point may run before it is stopped.")
 @click.option("--trace-out", default=None,
               help="Perfetto trace per point: a folder, or a prefix (PREFIX-s<N>.trace.json).")
+@click.option("--repeats", default="1", show_default=True,
+              help="Run every stream count N times (fresh process each, rounds shuffled); the "
+                   "knee and peak then come from medians with CIs. 1 = one run per point: the "
+                   "verdict's confidence is 'unknown'.")
 def sweep_command(workload: str, streams: str, iterations: str, warmup: str, device: str,
                   size: str | None, sync_mode: str, seed: int, threads_per_queue: str,
                   lock_clocks: str | None, power_limit: str | None,
                   output: str | None, resume: bool, timeout: str | None, trace_out: str | None,
-                  **passthrough: Any) -> None:
+                  repeats: str = "1", **passthrough: Any) -> None:
     """Run WORKLOAD at each stream count in its own process; checkpoint after every point."""
     from aorta.hw_queue_eval.report.console import make_console
     from aorta.hw_queue_eval.report.tables import render_sweep
@@ -99,15 +105,20 @@ def sweep_command(workload: str, streams: str, iterations: str, warmup: str, dev
         run_options={"iterations": config.iterations, "warmup": config.warmup,
                      "device": config.device, "size": config.size, "sync_mode": config.sync_mode,
                      "seed": config.seed, "threads_per_queue": config.threads_per_queue},
-        output=output, timeout_s=_parse_timeout(timeout), trace_out=trace_out, flags=flags)
+        output=output, timeout_s=_parse_timeout(timeout), trace_out=trace_out, flags=flags,
+        repeats=parse_positive_int(repeats, "--repeats"))
+    if trace_out and spec.repeats > 1:
+        raise UsageError("--trace-out writes one trace per stream count: use it without --repeats")
     if trace_out:
         check_output_path(trace_path_for(trace_out, workload, counts[0]) or "", "trace file")
     file = open_checkpoint(spec, resume)
     if dropped:
         click.echo(f"note: dropped stream counts {dropped}: {workload} runs on "
                    f"{info.min_streams}..{info.max_streams} streams", err=True)
+    runs = f", {spec.repeats} repeats in shuffled rounds" if spec.repeats > 1 else ""
     click.echo(f"Sweeping {workload} over {counts} streams ({config.iterations} iterations + "
-               f"{config.warmup} warm-up each, one child process per point) → {output}", err=True)
+               f"{config.warmup} warm-up each, one child process per point{runs}) → {output}",
+               err=True)
     # clocks/power held for the whole sweep by this process, restored on every exit path
     with gpu_control_context(config.device, request) as gpu_report, _Progress() as progress:
         if gpu_report is not None:

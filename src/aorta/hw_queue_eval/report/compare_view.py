@@ -23,13 +23,25 @@ def _plain(value: Any) -> str:
 
 VERDICT_STYLE = {"regression": "bold red", "improvement": "green", "unchanged": "dim",
                  "inconclusive": "yellow"}
-HEADERS = ["Point", "Metric", "Base median (IQR)", "Test median (IQR)", "Change", "p", "Verdict"]
+HEADERS = ["Point", "Metric", "Base median (runs)", "Test median (runs)", "Change [CI]", "p",
+           "Verdict"]
+EBPF_DEFAULT_LINES = 10
 
 
 def _median_iqr(median: Any, iqr: Any, n: Any) -> str:
     if median is None:
         return "n/a"
-    return f"{median:.4g}" + (f" (IQR {iqr:.2g}, n={n})" if iqr is not None else "")
+    runs = f"{n} run" + ("s" if n != 1 else "")
+    return f"{median:.4g} ({runs}" + (f", IQR {iqr:.2g})" if iqr is not None else ")")
+
+
+def change_text(m: dict[str, Any]) -> str:
+    """'+12.3% [+4.0, +20.1] 97%' (change, CI of the change, its level) or just the change."""
+    text = fmt(m.get("change_pct"), "+.1f", "%")
+    ci = m.get("change_ci_pct")
+    if ci:
+        text += f" [{ci[0]:+.1f}, {ci[1]:+.1f}] {m['change_ci_level']:.0%}"
+    return text
 
 
 def _point_name(pair: dict[str, Any]) -> str:
@@ -42,38 +54,58 @@ def metric_rows(test: dict[str, Any], esc: Callable[[Any], str] = _plain) -> lis
     rows = []
     for pair in test["pairs"]:
         point = esc(_point_name(pair))
-        for m in pair["metrics"]:
+        for m in [*pair["metrics"], *[i for i in pair.get("info", []) if i.get("base_n", 1) > 1
+                                      or i.get("test_n", 1) > 1 or "base_runs" in i]]:
             unit = f" {m['unit']}" if m.get("unit") else ""
             rows.append([point, esc(m["metric"] + unit),
                          _median_iqr(m["base_median"], m["base_iqr"], m["base_n"]),
                          _median_iqr(m["test_median"], m["test_iqr"], m["test_n"]),
-                         fmt(m["change_pct"], "+.1f", "%"), fmt(m["p_value"], ".3g", none="—"),
-                         m["verdict"]])
+                         change_text(m), fmt(m["p_value"], ".3g", none="—"),
+                         m["verdict"] or "info"])
     return rows
 
 
-def _ebpf_lines(test: dict[str, Any], esc: Callable[[Any], str] = _plain) -> list[str]:
+def _ebpf_lines(test: dict[str, Any], verbose: bool = False,
+                esc: Callable[[Any], str] = _plain) -> list[str]:
+    """Per pair: the tracing note, skipped sections, then at most EBPF_DEFAULT_LINES measured
+    values (summary figures first, then the largest changes); all of them with verbose.
+    `esc` quotes input-file text."""
     lines = []
     for pair in test["pairs"]:
         ebpf = pair["ebpf"]
-        where = esc(f"{pair['workload']} @ {pair['streams']}")
+        where = esc(_point_name(pair))
         if ebpf.get("note"):
             lines.append(f"{where}: {esc(ebpf['note'])}")
-        for row in ebpf["rows"]:
+        lines += [f"{where}: {esc(text)}" for text in ebpf.get("skipped", [])]
+        rows = ebpf["rows"] if verbose else ebpf["rows"][:EBPF_DEFAULT_LINES]
+        for row in rows:
             lines.append(f"{where}: {esc(row['section'] + '.' + row['key'])}: "
                          f"{row['base']:.4g} → {row['test']:.4g} ({fmt(row['change_pct'], '+.1f', '%')})")
+        hidden = len(ebpf["rows"]) - len(rows)
+        if hidden:
+            lines.append(f"{where}: … {hidden} more eBPF values (--verbose shows all)")
     return lines
 
 
 def overall_line(cmp: dict[str, Any]) -> str:
     """The one-line outcome, matching the exit code."""
+    metrics = [m for t in cmp["tests"] for p in t["pairs"] for m in p["metrics"]]
+    runs = sorted({n for t in cmp["tests"] for p in t["pairs"] for n in p.get("runs", [])})
+    counted = f"runs per point: {', '.join(map(str, runs))}" if runs else ""
     if cmp["regression"]:
         n = sum(t["regressions"] for t in cmp["tests"])
-        return f"RESULT: {n} regressed metric(s) beyond {cmp['threshold_pct']:g}% (p < {cmp['alpha']:g})"
-    return f"RESULT: no regression beyond {cmp['threshold_pct']:g}% (p < {cmp['alpha']:g})"
+        return (f"RESULT: {n} regressed metric(s) beyond {cmp['threshold_pct']:g}% and the "
+                f"run-to-run noise ({counted})")
+    unsure = sum(1 for m in metrics if m["verdict"] == "inconclusive")
+    if unsure and unsure == len(metrics):
+        return (f"RESULT: inconclusive — no metric could be told apart from run-to-run noise "
+                f"({counted}); rerun both sides with --repeats 5")
+    tail = f"; {unsure} metric(s) inconclusive" if unsure else ""
+    return (f"RESULT: no regression beyond {cmp['threshold_pct']:g}% (p < {cmp['alpha']:g}, "
+            f"{counted}){tail}")
 
 
-def render_console(cmp: dict[str, Any], console: Any) -> None:
+def render_console(cmp: dict[str, Any], console: Any, verbose: bool = False) -> None:
     """One table per test file, eBPF diffs, unpaired points and the outcome line."""
     from rich.table import Table
 
@@ -91,8 +123,8 @@ def render_console(cmp: dict[str, Any], console: Any) -> None:
             for m in pair["metrics"]:
                 if m["verdict"] != "unchanged":
                     console.print(f"  {pair['workload']} @ {pair['streams']} {m['metric']}: "
-                                  f"{m['reason']}", markup=False)
-        lines = _ebpf_lines(test)
+                                  f"{m['verdict']}: {m['reason']}", markup=False)
+        lines = _ebpf_lines(test, verbose)
         if lines:
             console.print("\n[bold]eBPF[/bold]")
             for line in lines:
@@ -106,7 +138,7 @@ def render_console(cmp: dict[str, Any], console: Any) -> None:
     console.print(f"\n{overall_line(cmp)}")
 
 
-def to_markdown(cmp: dict[str, Any]) -> str:
+def to_markdown(cmp: dict[str, Any], verbose: bool = False) -> str:
     """A Markdown summary for CI comments; every string from the input files is escaped."""
     out = [f"### aorta compare (threshold {cmp['threshold_pct']:g}%, α = {cmp['alpha']:g})", ""]
     for test in cmp["tests"]:
@@ -116,7 +148,7 @@ def to_markdown(cmp: dict[str, Any]) -> str:
             if row[-1] == "regression":
                 row[-1] = "**regression**"
             out.append("| " + " | ".join(row) + " |")
-        lines = _ebpf_lines(test, md_escape)
+        lines = _ebpf_lines(test, verbose, md_escape)
         if lines:
             out += ["", "eBPF:", *[f"- {line}" for line in lines]]
         for label, keys in (("only in base", test["only_in_base"]),

@@ -53,12 +53,28 @@ def _figure(plot: Plot) -> str:
             f'(<a href="{plot.filename}">{plot.filename}</a>)</figcaption></figure>')
 
 
+_SECTION_SHORT = {"ebpf_queue_metrics": "queue", "ebpf_memory_metrics": "memory",
+                  "ebpf_vs_cuda_comparison": "vs_cuda"}
+
+
+def histogram_filename(section: str, name: str, prefix: str = "") -> str:
+    """'ebpf_queue_cpu_sched_submit_to_dispatch_hist.png': section, family and histogram name,
+    without the 'families'/'metrics' nesting or the unit suffix."""
+    parts = [p for p in name.split(".") if p not in ("families", "metrics")]
+    stem = "_".join(parts)
+    for suffix in ("_ns", "_us", "_ms"):
+        stem = stem.removesuffix(suffix)
+    slug = "".join(c if c.isalnum() else "_" for c in stem).strip("_")
+    while "__" in slug:
+        slug = slug.replace("__", "_")
+    return f"{prefix}ebpf_{_SECTION_SHORT.get(section, section)}_{slug}.png"
+
+
 def _ebpf_plots(result: dict[str, Any], prefix: str = "") -> list[Plot]:
     out = []
     for section in EBPF_SECTIONS:
         for name, buckets in plots.find_histograms(result.get(section) or {}):
-            slug = "".join(c if c.isalnum() else "_" for c in f"{section}_{name}").strip("_")
-            out.append(Plot(f"{prefix}ebpf_{slug}.png", f"eBPF {section}: {name}",
+            out.append(Plot(histogram_filename(section, name, prefix), f"eBPF {section}: {name}",
                             plots.ebpf_histogram(name, buckets)))
     return out
 
@@ -90,7 +106,9 @@ def sweep_page(sweep: dict[str, Any]) -> tuple[str, list[Plot], list[str]]:
     failed = [f"{p['key'].get('streams')} streams {p.get('status')}: {p.get('error')}"
               for p in sweep.get("points", []) if p.get("status") != "ok"]
     body = [f"<h1>Sweep: {html.escape(str(sweep.get('workload')))}</h1>",
-            f'<p class="verdict">{html.escape(analysis.get("verdict") or NO_ANALYSIS)}</p>']
+            f'<p class="verdict">{html.escape(analysis.get("verdict") or NO_ANALYSIS)}</p>',
+            *[f'<p class="note">warning: {html.escape(w)}</p>'
+              for w in analysis.get("warnings") or []]]
     if analysis:
         body.append(_table(["", ""], [
             ["peak", f"{fmt(analysis.get('peak_throughput'), '.2f')} {sweep.get('throughput_unit')} "
@@ -151,14 +169,55 @@ def run_page(result: dict[str, Any]) -> tuple[str, list[Plot], list[str]]:
     return "\n".join(body), figures, notes
 
 
+def policy_page(data: dict[str, Any]) -> tuple[str, list[Plot], list[str]]:
+    """(HTML body, plots, notes) for a policy-sweep file: one bar per policy with CIs."""
+    from aorta.hw_queue_eval.report.policy_table import effect_text
+
+    summary = data.get("summary")
+    if not isinstance(summary, dict) or not summary.get("rows"):
+        raise UsageError("report: this policy-sweep file has no summary (interrupted before the "
+                         "end?): finish it with `policy-sweep … --resume` first")
+    notes, figures = [], []
+    for filename, title, metric in (("policy_throughput.png", "Throughput per policy", "throughput"),
+                                    ("policy_p99.png", "P99 latency per policy", "p99")):
+        png = plots.policy_plot(data, metric)
+        if png is None:
+            notes.append(f"{title}: no policy has a measurement")
+        else:
+            figures.append(Plot(filename, title, png))
+    rows = []
+    for row in summary["rows"]:
+        ci = row.get("throughput_ci") or {}
+        vs = (row.get("vs_baseline") or {}).get("throughput") or {}
+        tput = fmt(row.get("throughput"), ".4g") + (
+            f" [{ci['low']:.4g}, {ci['high']:.4g}]" if ci.get("low") is not None else "")
+        rows.append([row["policy"], row.get("status"), tput,
+                     fmt(vs.get("change_pct"), "+.1f", "%") + (f" {vs['verdict']}" if vs else ""),
+                     fmt((row.get("latency_ms") or {}).get("p99"), ".3f"), effect_text(row)])
+    unit = next((r.get("throughput_unit") for r in summary["rows"] if r.get("throughput_unit")), "")
+    best = [f"Best throughput: {(summary.get('best_throughput') or {}).get('text')}",
+            f"Best P99: {(summary.get('best_p99') or {}).get('text')}"]
+    body = [f"<h1>Policy sweep: {html.escape(str(data.get('workload')))} on "
+            f"{data.get('streams')} streams ({html.escape(str(data.get('backend')))} backend, "
+            f"{data.get('repeats')} repeat(s))</h1>",
+            *[f'<p class="verdict">{html.escape(line)}</p>' for line in best],
+            _table(["policy", "status", f"throughput ({unit}) median [CI]", "Δ vs baseline",
+                    "P99 ms", "in effect / reason"], rows),
+            f'<p class="note">{html.escape(summary.get("verdict_rule") or "")}</p>',
+            "<h2>Plots</h2>" + "".join(_figure(p) for p in figures)]
+    return "\n".join(body), figures, notes
+
+
 def page_for(data: dict[str, Any]) -> tuple[str, list[Plot], list[str]]:
     """Dispatch on the file kind; UsageError for kinds the report does not draw."""
-    if data.get("kind") == "sweep" or (isinstance(data.get("points"), list)
-                                       and data.get("kind") != "policy_sweep"):
+    if data.get("kind") in ("policy-sweep", "policy_sweep"):
+        return policy_page(data)
+    if data.get("kind") == "sweep" or isinstance(data.get("points"), list):
         return sweep_page(data)
     if data.get("kind") in (None, "run") and "stream_count" in data:
         return run_page(data)
-    raise UsageError(f"report draws run and sweep files, not kind {data.get('kind')!r}")
+    raise UsageError(f"report draws run, sweep and policy-sweep files, not kind "
+                     f"{data.get('kind')!r}")
 
 
 def write_report(data: dict[str, Any], out_dir: Path, source: str) -> list[Path]:

@@ -54,16 +54,31 @@ def _stream_axis(ax: Any, streams: Sequence[int]) -> None:
 
 
 def sweep_throughput(sweep: dict[str, Any], results: list[dict[str, Any]]) -> bytes | None:
-    """Throughput vs streams with the ideal line, the knee and the queue-pool size marked."""
-    points = sorted((r["stream_count"], r["throughput"]) for r in results
-                    if r.get("throughput") is not None)
-    if len(points) < 1:
+    """Throughput vs streams (median over repeats, CI band and every run when repeated) with the
+    ideal line, the knee and the queue-pool size marked."""
+    from aorta.hw_queue_eval.scaling import group_points
+
+    grouped = group_points(results)
+    if not grouped:
         return None
+    points = [(p.streams, p.throughput) for p in grouped]
     analysis = sweep.get("analysis") or {}
     streams, tput = zip(*points, strict=True)
     fig = _figure()
     ax = fig.add_subplot()
-    ax.plot(streams, tput, "o-", color="tab:blue", label="measured")
+    repeated = any(p.runs > 1 for p in grouped)
+    ax.plot(streams, tput, "o-", color="tab:blue",
+            label="median over runs" if repeated else "measured (one run per point)")
+    if repeated:
+        with_ci = [p for p in grouped if p.throughput_low is not None]
+        if with_ci:
+            level = min(p.ci_level or 0.0 for p in with_ci)
+            ax.fill_between([p.streams for p in with_ci], [p.throughput_low for p in with_ci],
+                            [p.throughput_high for p in with_ci], color="tab:blue", alpha=0.2,
+                            label=f"{level:.0%} CI of the median")
+        xs = [p.streams for p in grouped for _ in p.throughput_runs]
+        ys = [t for p in grouped for t in p.throughput_runs]
+        ax.plot(xs, ys, ".", color="tab:blue", alpha=0.45, label="each run")
     eff = dict(zip(analysis.get("stream_counts") or [], analysis.get("efficiency") or [],
                    strict=False))
     ideal = [t / eff[s] for s, t in points if eff.get(s)]
@@ -79,10 +94,22 @@ def sweep_throughput(sweep: dict[str, Any], results: list[dict[str, Any]]) -> by
 
 def sweep_latency(sweep: dict[str, Any], results: list[dict[str, Any]]) -> bytes | None:
     """P50/P99 iteration latency vs streams (and kernel dispatch P99 when traced)."""
+    import statistics
+
     from aorta.hw_queue_eval.scaling import dispatch_p99_us
 
-    rows = sorted((r["stream_count"], r["latency_ms"]["p50"], r["latency_ms"]["p99"],
-                   dispatch_p99_us(r)) for r in results if r.get("latency_ms"))
+    per: dict[int, list[tuple[float, float, float | None]]] = {}
+    for r in results:
+        if r.get("latency_ms"):
+            per.setdefault(r["stream_count"], []).append(
+                (r["latency_ms"]["p50"], r["latency_ms"]["p99"], dispatch_p99_us(r)))
+
+    def med(values: list[Any]) -> Any:
+        clean = [v for v in values if v is not None]
+        return statistics.median(clean) if clean else None
+
+    rows = [(n, med([v[0] for v in per[n]]), med([v[1] for v in per[n]]),
+             med([v[2] for v in per[n]])) for n in sorted(per)]  # medians over repeats
     if not rows:
         return None
     streams = [r[0] for r in rows]
@@ -184,15 +211,102 @@ def find_histograms(section: Any, path: str = "") -> list[tuple[str, list[dict[s
     return found
 
 
+_TIME_UNITS = (("ns", 1.0), ("µs", 1e3), ("ms", 1e6), ("s", 1e9))
+
+
+def time_unit_of(name: str) -> float | None:
+    """Nanoseconds per unit of a histogram named …_ns / …_us / …_ms / …_s (None: not a time)."""
+    lowered = name.lower()
+    for suffix, scale in (("_ns", 1.0), ("_us", 1e3), ("_ms", 1e6), ("_s", 1e9)):
+        if lowered.endswith(suffix):
+            return scale
+    return None
+
+
+def readable_time(ns: float) -> str:
+    """'750 ns', '4 µs', '1.5 ms', '2 s'."""
+    unit, scale = _TIME_UNITS[0]
+    for candidate, candidate_scale in _TIME_UNITS:
+        if abs(ns) >= candidate_scale:
+            unit, scale = candidate, candidate_scale
+    return f"{ns / scale:.3g} {unit}"
+
+
+def bucket_labels(name: str, buckets: list[dict[str, Any]]) -> list[str]:
+    """Lower bounds of the buckets, in µs/ms when the histogram holds times."""
+    scale = time_unit_of(name)
+    labels = []
+    for b in buckets:
+        low = b.get("min", b.get("low"))
+        if low is None:
+            high = b.get("max", b.get("high"))
+            labels.append(f"≤{readable_time(high * scale) if scale and high is not None else high}")
+        else:
+            labels.append(readable_time(low * scale) if scale else str(low))
+    return labels
+
+
 def ebpf_histogram(name: str, buckets: list[dict[str, Any]]) -> bytes:
-    """Bar chart of one kernel-side histogram."""
+    """Bar chart of one kernel-side histogram, bucket bounds in readable time units."""
     fig = _figure(8.0, 3.5)
     ax = fig.add_subplot()
-    lows = [b.get("min", b.get("low", f"≤{b.get('max', b.get('high'))}")) for b in buckets]
     ax.bar(range(len(buckets)), [b["count"] for b in buckets], color="tab:purple")
     ax.set_xticks(range(len(buckets)))
-    ax.set_xticklabels([str(low) for low in lows], rotation=45, fontsize="x-small")
-    ax.set_xlabel("bucket lower bound")
+    ax.set_xticklabels(bucket_labels(name, buckets), rotation=45, fontsize="x-small")
+    timed = time_unit_of(name) is not None
+    ax.set_xlabel("bucket lower bound" + (" (time)" if timed else ""))
     ax.set_ylabel("events")
     ax.set_title(f"eBPF: {name}")
     return _png(fig)
+
+
+def policy_figure(data: dict[str, Any], metric: str = "throughput") -> Any:
+    """Figure of a policy sweep: one bar per policy (median over repeats) with the CI of the
+    median as error bar and each repeat as a dot; not-applicable / failed policies labelled."""
+    rows = (data.get("summary") or {}).get("rows") or []
+    names = [r["policy"] for r in rows]
+    unit = next((r.get("throughput_unit") for r in rows if r.get("throughput_unit")), "")
+    fig = _figure(max(6.0, 1.1 * len(rows) + 2.0), 4.5)
+    ax = fig.add_subplot()
+    for i, row in enumerate(rows):
+        if metric == "throughput":
+            runs = [r["throughput"] for r in row.get("runs") or [] if r.get("throughput") is not None]
+        else:
+            runs = [r["latency_p99_ms"] for r in row.get("runs") or []
+                    if r.get("latency_p99_ms") is not None]
+        if not runs:
+            ax.text(i, 0.03, (row.get("status") or "n/a").replace("_", " "), rotation=90,
+                    ha="center", va="bottom", fontsize="small", color="tab:gray",
+                    transform=ax.get_xaxis_transform())
+            continue
+        median = float(np.median(runs))
+        color = "tab:gray" if row["policy"] == "baseline" else "tab:blue"
+        ax.bar(i, median, color=color, alpha=0.7)
+        if len(runs) > 1:
+            from aorta.hw_queue_eval.stats import median_ci
+
+            ci = median_ci(runs)
+            ax.errorbar(i, median, yerr=[[median - ci.low], [ci.high - median]], color="black",
+                        capsize=5)
+        ax.plot([i] * len(runs), runs, ".", color="black", alpha=0.6)
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names, rotation=30, ha="right")
+    ax.set_xlim(-0.6, len(names) - 0.4)  # room for the labels of a last policy without a bar
+    ax.set_xlabel("policy")
+    if metric == "throughput":
+        ax.set_ylabel(f"throughput ({unit}), median over repeats")
+    else:
+        ax.set_ylabel("P99 iteration latency (ms), median over repeats")
+    repeats = data.get("repeats")
+    ax.set_title(f"{data.get('workload')} @ {data.get('streams')} streams, {repeats} repeat(s)\n"
+                 "bar: median; whisker: CI of the median; dots: runs", fontsize="medium")
+    ax.grid(True, axis="y", alpha=0.3)
+    return fig
+
+
+def policy_plot(data: dict[str, Any], metric: str = "throughput") -> bytes | None:
+    """PNG of `policy_figure`, None when no policy has a measurement."""
+    rows = (data.get("summary") or {}).get("rows") or []
+    if not any(r.get("runs") for r in rows):
+        return None
+    return _png(policy_figure(data, metric))

@@ -14,7 +14,17 @@ def _delta(cmp: dict[str, Any] | None) -> str:
     if not cmp:
         return "—"
     word = _VERDICT_WORD.get(cmp.get("verdict") or "", cmp.get("verdict"))
-    return f"{fmt(cmp.get('change_pct'), '+.1f', '%')} {word}"
+    ci = cmp.get("change_ci_pct")
+    ci_text = f" [{ci[0]:+.0f}, {ci[1]:+.0f}] {cmp['change_ci_level']:.0%}" if ci else ""
+    return f"{fmt(cmp.get('change_pct'), '+.1f', '%')}{ci_text} {word}"
+
+
+def _num(value: float | None) -> str:
+    """A throughput with as many decimals as its size needs (25876, 38.04, 0.002462)."""
+    if value is None:
+        return "n/a"
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.2f}" if abs(value) >= 1 \
+        else f"{value:.4g}"
 
 
 def effect_text(row: dict[str, Any]) -> str:
@@ -57,28 +67,35 @@ def render_policy_table(data: dict[str, Any], console: Any) -> None:
                           ("Δ latency", "right"), ("Switch µs", "right"), ("In flight", "right"),
                           ("Pool", "right")):
         table.add_column(name, justify=justify, no_wrap=True)
+    ci_note = "" if data["repeats"] < 2 else " [CI of the change, %]"
     for row in rows:
         lat = row.get("latency_ms") or {}
         vs = row.get("vs_baseline") or {}
         switch = row.get("switch_overhead_ms")
         pool = (row.get("in_effect") or {}).get("queue_pool_size")
+        ci = row.get("throughput_ci") or {}
+        tput = _num(row.get("throughput")) if ci.get("low") is None else \
+            f"{_num(ci['median'])} [{_num(ci['low'])}, {_num(ci['high'])}]"
         table.add_row(
-            row["policy"], fmt(row.get("throughput"), ".2f"), _delta(vs.get("throughput")),
+            row["policy"], tput, _delta(vs.get("throughput")),
             fmt(lat.get("p50"), ".3f"), fmt(lat.get("p95"), ".3f"), fmt(lat.get("p99"), ".3f"),
             _delta(vs.get("latency")), fmt(None if switch is None else switch * 1000, ".1f"),
             fmt(row.get("concurrency"), ".2f"), fmt(pool, "d", none="—"))
     if not console.is_terminal:  # files and pipes: no 80-column squeeze
-        console.width = max(console.width, 128)
+        console.width = max(console.width, 200)
     console.print(table)
     console.print("Settings in effect (read back from the child run and the device):")
     for row in rows:
-        console.print(f"  {row['policy']}: {effect_text(row)}")
-    best = summary.get("best_throughput")
-    if best:
-        console.print(f"Best throughput: {best['policy']} ({best['throughput']:.2f} {best['unit']})")
-    best = summary.get("best_p99")
-    if best:
-        console.print(f"Best P99:        {best['policy']} ({best['p99_ms']:.3f} ms)")
+        ignored = row.get("ignored_env")
+        extra = f" (no effect on this backend: {', '.join(ignored)})" if ignored else ""
+        console.print(f"  {row['policy']}: {effect_text(row)}{extra}", markup=False)
+    for label, key in (("Best throughput:", "best_throughput"), ("Best P99:       ", "best_p99")):
+        best = summary.get(key)
+        if best and best.get("text"):
+            console.print(f"{label} {best['text']}", markup=False)
+    if summary.get("not_applicable"):
+        console.print(f"Not ranked (not applicable here): {', '.join(summary['not_applicable'])}",
+                      markup=False)
     if summary.get("queue_pool_changed"):
         pools = ", ".join(f"{k} {v}" for k, v in summary["queue_pools"].items())
         console.print(f"Queue pool differs between policies ({pools}): GPU_MAX_HW_QUEUES sets the "
@@ -88,7 +105,8 @@ def render_policy_table(data: dict[str, Any], console: Any) -> None:
     if "simulated" in target and data.get("backend") == "cpu":
         console.print(f"Clock/power acted on {target}, not on the device that ran the workload "
                       "(CPU backend): their rows measure nothing about clocks or power.")
-    console.print("[dim]Tput = median over repeats of the window throughput. Δ = change of the "
-                  "per-iteration median vs baseline with a verdict (better / worse / same / "
-                  f"n.s. = not significant) from compare's statistics, {summary['verdict_rule']}."
-                  "[/dim]")
+    console.print("Tput = median over repeats of the window throughput [CI of the median with "
+                  "≥ 2 repeats]; P50/P95/P99 = median over repeats of each repeat's percentile. "
+                  f"Δ = change of those medians vs baseline{ci_note} with a verdict (better / worse / same "
+                  f"/ n.s. = not significant) from compare's statistics, {summary['verdict_rule']}.",
+                  markup=False, style="dim")

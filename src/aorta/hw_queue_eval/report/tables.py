@@ -2,42 +2,78 @@
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from aorta.hw_queue_eval.report.console import fmt
 from aorta.hw_queue_eval.scaling import dispatch_avg_us, dispatch_p99_us
+from aorta.hw_queue_eval.stats import median_ci
+
+
+def _median(values: list[Any]) -> float | None:
+    clean = [float(v) for v in values if isinstance(v, (int, float))]
+    return statistics.median(clean) if clean else None
+
+
+def throughput_cell(tputs: list[float], spec: str = ".2f") -> str:
+    """Median throughput of a stream count, with its CI when it has several runs."""
+    ci = median_ci(tputs)
+    if ci.low is None:
+        return fmt(ci.median, spec)
+    return f"{ci.median:{spec}} [{ci.low:{spec}}, {ci.high:{spec}}]"
 
 
 def sweep_table(sweep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """One row per point (by stream count): status, throughput, latency, switch, concurrency, eBPF."""
+    """One row per stream count: status, throughput (median over its runs, with the CI when
+    repeated), latency, switch, concurrency, eBPF. The numbers the scaling verdict uses."""
     unit = sweep.get("throughput_unit") or ""
     analysis = sweep.get("analysis") or {}
     eff = dict(zip(analysis.get("stream_counts") or [], analysis.get("efficiency") or [], strict=False))
-    points = sorted(sweep.get("points", []), key=lambda p: p.get("key", {}).get("streams", 0))
-    traced = any(p.get("result") and p["result"].get("ebpf_queue_metrics") for p in points)
-    headers = ["Streams", "Status", f"Throughput ({unit})", "Efficiency", "P50 ms", "P95 ms",
+    groups: dict[Any, list[dict[str, Any]]] = {}
+    for point in sweep.get("points", []):
+        groups.setdefault(point.get("key", {}).get("streams"), []).append(point)
+    repeated = any("repeat" in (p.get("key") or {}) for p in sweep.get("points", []))
+    traced = any(p.get("result") and p["result"].get("ebpf_queue_metrics")
+                 for p in sweep.get("points", []))
+    level = analysis.get("ci_level")
+    tput_head = f"Throughput ({unit})" + (
+        f" median [{level:.0%} CI]" if repeated and level else "")
+    headers = ["Streams", "Status", tput_head, "Efficiency", "P50 ms", "P95 ms",
                "P99 ms", "Switch ovh µs", "In flight (wall)", "Queues"]
+    if repeated:
+        headers.insert(2, "Runs")
     if traced:
         headers += ["eBPF dispatch avg µs", "eBPF dispatch P99 µs"]
     rows = []
-    for point in points:
-        streams = point.get("key", {}).get("streams")
-        result = point.get("result") or {}
-        if point.get("status") != "ok" or not result:
-            row = [str(streams), point.get("status", "?")]
+    for streams in sorted(groups, key=lambda s: s if isinstance(s, int) else 0):
+        points = groups[streams]
+        results = [p["result"] for p in points if p.get("status") == "ok" and p.get("result")]
+        usable = [r for r in results if r.get("throughput") is not None]
+        status = ("ok" if len(results) == len(points) else
+                  ", ".join(sorted({p.get("status", "?") for p in points if p.get("status") != "ok"})))
+        if repeated:
+            status = f"{status} ({len(results)}/{len(points)})" if results else status
+        if not usable:
+            row = [str(streams), status] + ([str(len(results))] if repeated else [])
             rows.append(row + ["—"] * (len(headers) - len(row)))
             continue
-        lat = result.get("latency_ms") or {}
-        sw = (result.get("switch_latency") or {}).get("switch_overhead_ms")
-        qmap = result.get("queue_mapping") or {}
+        lats = [r.get("latency_ms") or {} for r in usable]
+        sw = _median([(r.get("switch_latency") or {}).get("switch_overhead_ms") for r in usable])
+        qmap = usable[0].get("queue_mapping") or {}
         queues = (f"{qmap.get('queues_created')}/{qmap.get('pool_size')}"
                   if qmap.get("pool_size") is not None else fmt(qmap.get("queues_created"), "d"))
-        row = [str(streams), "ok", fmt(result.get("throughput"), ".2f"),
-               fmt(eff.get(streams), ".0%"), fmt(lat.get("p50"), ".3f"), fmt(lat.get("p95"), ".3f"),
-               fmt(lat.get("p99"), ".3f"), fmt(None if sw is None else sw * 1000, ".1f"),
-               fmt((result.get("concurrency") or {}).get("achieved"), ".2f"), queues]
+        row = [str(streams), status]
+        if repeated:
+            row.append(str(len(usable)))
+        row += [throughput_cell([r["throughput"] for r in usable]),
+                fmt(eff.get(streams), ".0%"),
+                *[fmt(_median([lat.get(k) for lat in lats]), ".3f") for k in ("p50", "p95", "p99")],
+                fmt(None if sw is None else sw * 1000, ".1f"),
+                fmt(_median([(r.get("concurrency") or {}).get("achieved") for r in usable]), ".2f"),
+                queues]
         if traced:
-            row += [fmt(dispatch_avg_us(result), ".1f"), fmt(dispatch_p99_us(result), ".1f")]
+            row += [fmt(_median([dispatch_avg_us(r) for r in usable]), ".1f"),
+                    fmt(_median([dispatch_p99_us(r) for r in usable]), ".1f")]
         rows.append(row)
     return headers, rows
 
@@ -61,11 +97,15 @@ def render_sweep(sweep: dict[str, Any], console: Any) -> None:
                           f"{point.get('error')}", markup=False)
     analysis = sweep.get("analysis")
     if analysis:
-        console.print(f"\n[bold]SCALING[/bold]\n  peak: {analysis['peak_throughput']:.2f} "
+        what = "median throughput" if max(analysis.get("runs_per_point") or [1]) > 1 \
+            else "throughput"
+        console.print(f"\n[bold]SCALING[/bold]\n  peak {what}: {analysis['peak_throughput']:.2f} "
                       f"{sweep.get('throughput_unit')} at {analysis['peak_streams']} streams")
         pool = analysis.get("pool_size")
         console.print(f"  hardware-queue pool: {pool if pool is not None else 'unknown'} "
                       f"({analysis.get('pool_source')})")
-        console.print(f"  verdict: {analysis['verdict']}")
+        console.print(f"  verdict: {analysis['verdict']}", markup=False)
+        for warning in analysis.get("warnings") or []:
+            console.print(f"  warning: {warning}", markup=False)
     else:
         console.print("\nscaling: fewer than two points finished ok; no analysis")
