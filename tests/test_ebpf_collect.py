@@ -49,9 +49,8 @@ def test_cpu_sched_attributes_doorbells_to_queues() -> None:
         "@cpu_sched_seq": {"0": 3, "1": 1},
         "@cpu_sched_s2d_s": {"0": {"count": 3, "average": 2000, "total": 6000},
                              "1": {"count": 1, "average": 2000, "total": 2000}},
-        "@cpu_sched_s2d": {"0": [{"min": 0, "max": 0, "count": 1}, {"min": 512, "max": 1023, "count": 1},
-                                 {"min": 4096, "max": 8191, "count": 1}],
-                           "1": [{"min": 1024, "max": 2047, "count": 1}]},
+        "@cpu_sched_s2d": {f"{q},{hist.loglinear_index(d)}": 1 for q, d in ((0, 1000), (0, 0),
+                                                                             (0, 5000), (1, 2000))},
         "@cpu_sched_ring": {"0,0": 100, "0,1": 200, "0,2": 300, "1,0": 150},
         "@cpu_sched_sub": {"0,0": 1000, "0,1": 0, "0,2": 5000, "1,0": 2000},
         "@cpu_sched_cpus": {"11,1": 1},
@@ -87,6 +86,13 @@ def test_cpu_sched_attributes_doorbells_to_queues() -> None:
     helper = next(t for t in r.metrics["threads"] if t["tid"] == 99)
     assert helper["queue"] is None and helper["helper_of_queue"] == 1 and helper["submissions"] == 0
     assert s["kernel_run_delay_total_ms"] == 0.5 + 0.1
+    # the per-submission store missed one: P99 from the log-linear histogram, its bucket holds 5 µs
+    partial = {**maps, "@cpu_sched_sub": {k: v for k, v in maps["@cpu_sched_sub"].items() if k != "1,0"}}
+    est = CpuSchedFamily().collect(partial, context).metrics["summary"]
+    assert est["submit_to_dispatch_p99_method"].startswith("log-linear")
+    rec = est["submit_to_dispatch_p99"]
+    low, high = rec["bucket_min"] / 1e3, rec["bucket_max"] / 1e3
+    assert low <= 5.0 < high and rec["error_bound_pct"] <= 25.0
     # the doorbell probes were not attached: no summary rather than zeros
     assert CpuSchedFamily().collect(maps, {**context, "attached": []}).metrics["summary"] is None
 

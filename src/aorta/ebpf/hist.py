@@ -103,20 +103,37 @@ def record_code(name: str, value: str, cap_per_cpu: int | None = None) -> str:
         raise ValueError(f"invalid recorder name {name!r}")
     cap = cap_per_cpu or exact_cap_per_cpu()
     v = f"${name}_v"
-    x = f"${name}_x"
-    e = f"${name}_e"
     i = f"${name}_i"
     n = f"${name}_n"
-    lines = [f"{v} = (uint64)({value});", f"{x} = {v};", f"{e} = (uint64)0;"]
-    for shift in (32, 16, 8, 4, 2, 1):  # e = floor(log2 v) by binary search
-        lines.append(f"if ({x} >> {shift}) {{ {x} = {x} >> {shift}; {e} = {e} + {shift}; }}")
-    lines += [f"{i} = {v};",
-              f"if ({e} >= 2) {{ {i} = (uint64)(4 * ({e} - 1) + (({v} >> ({e} - 2)) & 3)); }}",
+    lines = [*loglinear_index_code(name, value),
               f"@{name}_ll[{i}] = count();",
               f"{n} = @{name}_seq[cpu];",
               f"if ({n} < {cap}) {{ @{name}_ev[cpu, {n}] = {v}; }}",
               f"@{name}_seq[cpu] = {n} + 1;"]
     return "\n".join(lines)
+
+
+def loglinear_index_code(name: str, value: str) -> list[str]:
+    """bpftrace statements setting $<name>_v = value and $<name>_i = its log-linear bucket index
+    (the same index as `loglinear_index`); `name` must be a validated identifier."""
+    if not name.replace("_", "").isalnum():
+        raise ValueError(f"invalid recorder name {name!r}")
+    v, x, e, i = (f"${name}_{s}" for s in "vxei")
+    lines = [f"{v} = (uint64)({value});", f"{x} = {v};", f"{e} = (uint64)0;"]
+    for shift in (32, 16, 8, 4, 2, 1):  # e = floor(log2 v) by binary search
+        lines.append(f"if ({x} >> {shift}) {{ {x} = {x} >> {shift}; {e} = {e} + {shift}; }}")
+    return [*lines, f"{i} = {v};",
+            f"if ({e} >= 2) {{ {i} = (uint64)(4 * ({e} - 1) + (({v} >> ({e} - 2)) & 3)); }}"]
+
+
+def loglinear_keyed(value: Any) -> dict[str, list[tuple[int, int, int]]]:
+    """A printed @map[key, bucket index] = count() as {key: (min, max inclusive, count) triples}."""
+    out: dict[str, list[tuple[int, int, int]]] = {}
+    for key, count in keyed(value).items():
+        head, _, index = key.rpartition(",")
+        low, high = loglinear_bounds(int(index))
+        out.setdefault(head, []).append((low, high - 1, int(count)))
+    return {k: sorted(v) for k, v in out.items()}
 
 
 def loglinear_bounds(index: int) -> tuple[int, int]:

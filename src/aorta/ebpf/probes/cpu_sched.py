@@ -128,7 +128,8 @@ class CpuSchedFamily(ProbeFamily):
             "  if ($b || $l) {\n"
             "    $d = 0;\n    if (!$b) { $d = $l - 1; }\n"
             "    $q = @cpu_sched_wq[$k] - 1;\n    $s = @cpu_sched_bseq[$k];\n"
-            "    @cpu_sched_s2d[$q] = hist($d);\n    @cpu_sched_s2d_s[$q] = stats($d);\n"
+            + "".join(f"    {line}\n" for line in hist.loglinear_index_code("s2d", "$d")) +
+            "    @cpu_sched_s2d[$q, $s2d_i] = count();\n    @cpu_sched_s2d_s[$q] = stats($d);\n"
             f"    if ($s < {cap}) {{ @cpu_sched_sub[$q, $s] = $d; }}\n"
             "    delete(@cpu_sched_bell[$k]);\n    delete(@cpu_sched_lat[$k]);\n  }\n}")
         code.end.extend(["clear(@cpu_sched_bellq);", "clear(@cpu_sched_wq);", "clear(@cpu_sched_qw);",
@@ -198,7 +199,8 @@ class CpuSchedFamily(ProbeFamily):
         metrics = {"summary": summary, "threads": rows,
                    "per_submission": per_submission,
                    "submit_to_dispatch_hist_ns": hist.as_records(merged),
-                   "histogram_kind": "log2 buckets of ns: doorbell write → worker on a CPU"}
+                   "histogram_kind": ("log-linear buckets of ns (4 per power of two): doorbell write → "
+                                      "worker on a CPU")}
         return FamilyResult(self.name, self.section, metrics, coverage)
 
 
@@ -216,8 +218,8 @@ def _queue_stats(maps: dict[str, Any]) -> dict[int, dict[str, Any]]:
         st = hist.stats(value)
         if st:
             queue(int(key))["dispatches"], queue(int(key))["total_ns"] = st
-    for key, value in hist.keyed(maps.get("@cpu_sched_s2d")).items():
-        queue(int(key))["hist"] = hist.buckets(value)
+    for key, buckets in hist.loglinear_keyed(maps.get("@cpu_sched_s2d")).items():
+        queue(int(key))["hist"] = buckets
     for key, value in hist.keyed(maps.get("@cpu_sched_unconsumed")).items():
         queue(int(key))["unconsumed"] = int(value)
     return queues
@@ -254,13 +256,7 @@ def _summary(queues: dict[int, dict[str, Any]], worker_rows: list[dict[str, Any]
     total = sum(q["total_ns"] for q in queues.values())
     merged = hist.merge(*(q["hist"] for q in queues.values()))
     samples = [r[3] for r in per_submission if r[3] is not None]
-    if n and len(samples) == n:
-        p99, method, bucket = exact_percentile(samples, 0.99), f"exact, nearest rank of all {n}", None
-    else:
-        est = hist.percentile(merged, 0.99)
-        p99 = est["estimate"] if est else None
-        bucket = [est["bucket_min"] / 1e3, est["bucket_max"] / 1e3] if est else None
-        method = "log2 histogram, interpolated inside its bucket (per-submission store capped)"
+    p99 = _p99_record(samples, merged, n)
     rings = sorted({r["queue"] for r in worker_rows if (r["on_cpu_ms"] or 0) > 0 or r["dispatches"]})
     return {
         "source": "cpu_sched",
@@ -275,9 +271,9 @@ def _summary(queues: dict[int, dict[str, Any]], worker_rows: list[dict[str, Any]
         "hw_rings_used": rings,
         "hw_rings_meaning": "CPU-backend queues whose worker thread ran in the window",
         "submit_to_dispatch_avg_us": total / n / 1e3 if n else None,
-        "submit_to_dispatch_p99_us": p99 / 1e3 if p99 is not None else None,
-        "submit_to_dispatch_p99_method": method if n else None,
-        "submit_to_dispatch_p99_bucket_us": bucket,
+        "submit_to_dispatch_p99_us": p99["value"] / 1e3 if p99 else None,
+        "submit_to_dispatch_p99_method": p99["method"] if p99 else None,
+        "submit_to_dispatch_p99": p99,
         "submit_to_dispatch_samples": n,
         "submit_to_dispatch_meaning": ("doorbell write → the worker's first switch onto a CPU after "
                                        "it (0 when it was already running); mean over "
@@ -288,6 +284,27 @@ def _summary(queues: dict[int, dict[str, Any]], worker_rows: list[dict[str, Any]
         "run_delay_source": ("schedstat run_delay of the queue worker threads over the window: all "
                              "their run-queue waits (after doorbells, GIL hand-offs, preemption)"),
     }
+
+
+def _p99_record(samples: list[int], merged: list[tuple[int, int, int]],
+                n: int) -> dict[str, Any] | None:
+    """The P99 in hist.quantile's shape (ns): exact nearest rank when the per-submission store
+    kept every dispatch, else the log-linear histogram's bucket with its error bound."""
+    if not n:
+        return None
+    if len(samples) == n:
+        value = exact_percentile(samples, 0.99)
+        return {"value": value, "method": "exact", "count": n, "bucket_min": value,
+                "bucket_max": value, "error_bound_pct": 0.0,
+                "detail": f"nearest rank of all {n} submissions"}
+    est = hist.percentile(merged, 0.99)
+    if est is None:
+        return None
+    low, high = est["bucket_min"], est["bucket_max"]
+    return {"value": est["estimate"], "method": "log-linear", "count": n, "bucket_min": low,
+            "bucket_max": high, "error_bound_pct": 100.0 * (high - low) / low if low > 0 else None,
+            "detail": ("4 buckets per power of two, interpolated inside the bucket; the "
+                       "per-submission store was capped")}
 
 
 def _sum_or_none(values: list[float | None]) -> float | None:
