@@ -53,8 +53,13 @@ def _noop_progress(phase: str, done: int, total: int) -> None:
     return None
 
 
-def compact_ops(ops: list[OpRecord]) -> dict[str, Any]:
-    """Op intervals as a compact table (µs from window start) for reports and trace export."""
+def compact_ops(ops: list[OpRecord],
+                waits: list[tuple[int, int, int, int]] | None = None) -> dict[str, Any]:
+    """Op intervals as a compact table (µs from window start) for reports and trace export.
+
+    `waits` (DependencyLog rows) are kept beside the table so the trace can draw each
+    cross-stream wait as an arrow from the op waited for to the op that waited.
+    """
     labels: list[str] = []
     index: dict[str, int] = {}
     rows = []
@@ -67,7 +72,10 @@ def compact_ops(ops: list[OpRecord]) -> dict[str, Any]:
                      round(op.start_ns / 1e3, 3), round(op.end_ns / 1e3, 3)])
     return {"columns": ["iteration", "stream", "queue", "label", "ready_us", "start_us", "end_us"],
             "labels": labels, "rows": rows, "truncated": len(ops) > MAX_STORED_OPS,
-            "total_ops": len(ops)}
+            "total_ops": len(ops),
+            "waits": {"columns": ["waiter_stream", "waiter_op", "target_stream", "target_op"],
+                      "note": "op = ordinal of the op among its stream's ops in the window",
+                      "rows": [list(w) for w in (waits or [])[:MAX_STORED_OPS]]}}
 
 
 def _test_crash_hook(streams: int) -> None:
@@ -212,7 +220,7 @@ def _assemble(config: RunConfig, backend: Backend, workload: Workload, size: str
                   "work_per_iteration": workload.work_per_iteration(),
                   "workers": [w.__dict__ for w in backend.workers()],
                   "window_start_monotonic_ns": getattr(backend, "window_start_ns", None)},
-        op_intervals=compact_ops(ops) if ops else None,
+        op_intervals=compact_ops(ops, backend.window_waits()) if ops else None,
         status="ok" if verification.passed else "failed",
         error=None if verification.passed else "verification failed",
     )

@@ -17,7 +17,13 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from aorta.hw_queue_eval.backends.base import Backend, OpRecord, Stream, WorkerInfo
+from aorta.hw_queue_eval.backends.base import (
+    Backend,
+    DependencyLog,
+    OpRecord,
+    Stream,
+    WorkerInfo,
+)
 from aorta.hw_queue_eval.config import hw_queue_pool_size
 
 _OP, _WAIT, _MARK, _STOP = 0, 1, 2, 3
@@ -154,6 +160,7 @@ class CpuStream(Stream):
 
     def launch(self, fn: Callable[[], Any], label: str) -> None:
         task = _Task(_OP, self.index, fn, label, self._backend.iteration)
+        self._backend.dependencies.launched(self.index)
         self._last = task
         self.queue.put(task)
 
@@ -164,6 +171,7 @@ class CpuStream(Stream):
         if target is None or other is self:
             return
         task = _Task(_WAIT, self.index, target=target)
+        self._backend.dependencies.waited(self.index, other.index)
         self._last = task
         self.queue.put(task)
 
@@ -203,6 +211,7 @@ class CpuBackend(Backend):
         self.recording = False
         self.iteration = -1
         self._window_start_ns = 0
+        self.dependencies = DependencyLog()
         self._mapping = assign_queues(stream_count, self.pool_size)
         self._queues = [_HardwareQueue(i, self) for i in range(max(self._mapping) + 1)]
         self._streams = []
@@ -232,6 +241,7 @@ class CpuBackend(Backend):
         for queue in self._queues:
             queue.records.clear()
         self._window_start_ns = time.monotonic_ns()
+        self.dependencies.start()
         self.recording = True
 
     def begin_iteration(self, iteration: int) -> None:
@@ -242,6 +252,7 @@ class CpuBackend(Backend):
 
     def stop_window(self) -> list[OpRecord]:
         self.recording = False
+        self.dependencies.stop()
         t0 = self._window_start_ns
         ops = []
         for queue in self._queues:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aorta.common.errors import UsageError
-from aorta.hw_queue_eval.backends.base import Backend, OpRecord, Stream
+from aorta.hw_queue_eval.backends.base import Backend, DependencyLog, OpRecord, Stream
 
 # PyTorch hands out streams from a pool of 32 per device and priority; asking for more aliases
 # silently, so two "streams" would be one. We refuse instead of measuring the wrong thing.
@@ -30,6 +30,7 @@ class GpuStream(Stream):
         import torch
 
         backend = self._backend
+        backend.dependencies.launched(self.index)
         with torch.cuda.stream(self.cuda_stream):
             if backend.recording:
                 start = torch.cuda.Event(enable_timing=True)
@@ -45,7 +46,8 @@ class GpuStream(Stream):
         if not isinstance(other, GpuStream):
             raise TypeError("a GPU stream can only wait on another GPU stream")
         if other is not self:
-            self.cuda_stream.wait_stream(other.cuda_stream)
+            self._backend.dependencies.waited(self.index, other.index)
+            self.cuda_stream.wait_stream(other.cuda_stream)  # an event recorded on `other`
 
 
 class GpuBackend(Backend):
@@ -72,6 +74,7 @@ class GpuBackend(Backend):
         self._streams = [GpuStream(i, s, self) for i, s in enumerate(created)]
         self._timer = torch.cuda.Stream(device=self._torch_device)
         self.recording = False
+        self.dependencies = DependencyLog()
         self.iteration = -1
         self.pending: list[tuple[int, int, str, Any, Any]] = []
         self._iteration_events: list[tuple[Any, Any]] = []
@@ -99,6 +102,7 @@ class GpuBackend(Backend):
         self._window_event.record(self._timer)
         for stream in self._streams:
             stream.cuda_stream.wait_stream(self._timer)
+        self.dependencies.start()
         self.recording = True
 
     def begin_iteration(self, iteration: int) -> None:
@@ -127,6 +131,7 @@ class GpuBackend(Backend):
 
     def stop_window(self) -> list[OpRecord]:
         self.recording = False
+        self.dependencies.stop()
         self.synchronize()
         base = self._window_event
         ops = []

@@ -25,6 +25,15 @@ class MixtureOfExperts(Workload):
         "large": {"tokens": 8192, "hidden": 4096, "ffn": 8192, "top_k": 2},
     }
 
+    MODELS = ("A mixture-of-experts layer: stream 0 computes the router (gate GEMM + softmax); "
+              "each other stream is one expert that waits for the router, picks its top tokens "
+              "(expert-choice, fixed capacity) and runs its FFN; stream 0 waits for every expert "
+              "and combines. Tokens are fixed: more streams mean more, smaller experts.")
+
+    @classmethod
+    def stream_roles(cls, streams: int) -> dict[str, list[int]]:
+        return {"gate+combine": [0], "expert": list(range(1, streams))}
+
     @property
     def experts(self) -> int:
         return self.stream_count - 1
