@@ -160,3 +160,30 @@ def test_each_queue_is_one_thread_no_hidden_intra_op_teams(backend_factory):
     # OpenMP helpers inherit the worker's name; one thread per queue means intra-op threads = 1
     assert sorted(c for c in comms if c.startswith("aorta-hwq")) == \
         ["aorta-hwq0", "aorta-hwq1", "aorta-hwq2"]
+
+
+def test_many_waiters_on_one_task_are_all_woken(monkeypatch):
+    """Every expert stream waits for the gate's task: no waiter may miss its wake-up."""
+    import threading
+    import time
+
+    from aorta.hw_queue_eval.backends import cpu
+
+    real_event = threading.Event
+
+    class SlowEvent(real_event):  # widens the window between "no Event yet" and publishing one
+        def __init__(self) -> None:
+            time.sleep(0.05)
+            super().__init__()
+
+    monkeypatch.setattr(cpu.threading, "Event", SlowEvent)
+    task = cpu._Task(cpu._MARK, -1)
+    waiters = [threading.Thread(target=cpu._wait_for, args=(task,), daemon=True)
+               for _ in range(4)]
+    for thread in waiters:
+        thread.start()
+    time.sleep(0.3)
+    task.finish(time.monotonic_ns())
+    for thread in waiters:
+        thread.join(timeout=5)
+    assert not any(thread.is_alive() for thread in waiters)

@@ -87,8 +87,13 @@ def _test_crash_hook(streams: int) -> None:
 
 
 def run_benchmark(config: RunConfig, tracer: WindowTracer | None = None,
-                  progress: ProgressFn = _noop_progress) -> RunResult:
-    """Run `config` once and return its RunResult (status ok, or failed verification noted)."""
+                  progress: ProgressFn = _noop_progress,
+                  barrier: Callable[[], None] | None = None) -> RunResult:
+    """Run `config` once and return its RunResult (status ok, or failed verification noted).
+
+    `barrier` (torchrun: a process-group barrier) is called before warm-up and right before the
+    window starts, so every rank warms up and measures at the same time.
+    """
     _test_crash_hook(config.streams)
     device = resolve_device(config.device)
     workload_cls = get_workload_class(config.workload)
@@ -96,7 +101,7 @@ def run_benchmark(config: RunConfig, tracer: WindowTracer | None = None,
     size = config.size or default_size(device)
     backend = create_backend(device, config.streams, threads_per_queue=config.threads_per_queue)
     try:
-        return _run_on_backend(config, backend, workload_cls, size, tracer, progress)
+        return _run_on_backend(config, backend, workload_cls, size, tracer, progress, barrier)
     except BaseException:
         if tracer is not None:
             tracer.abort()
@@ -106,7 +111,8 @@ def run_benchmark(config: RunConfig, tracer: WindowTracer | None = None,
 
 
 def _run_on_backend(config: RunConfig, backend: Backend, workload_cls: type[Workload], size: str,
-                    tracer: WindowTracer | None, progress: ProgressFn) -> RunResult:
+                    tracer: WindowTracer | None, progress: ProgressFn,
+                    barrier: Callable[[], None] | None = None) -> RunResult:
     workload = workload_cls(config.streams, size, backend.torch_device(), config.seed)
     workload.setup()
     streams = backend.streams
@@ -115,6 +121,8 @@ def _run_on_backend(config: RunConfig, backend: Backend, workload_cls: type[Work
         progress("attach tracer", 0, 1)
         tracer.prepare(backend, workload)
 
+    if barrier is not None:
+        barrier()
     for w in range(config.warmup):
         backend.begin_iteration(-1 - w)
         workload.run_iteration(streams)
@@ -125,6 +133,8 @@ def _run_on_backend(config: RunConfig, backend: Backend, workload_cls: type[Work
 
     per_iteration = config.sync_mode == "per_iteration"
     host_times: list[float] = []
+    if barrier is not None:
+        barrier()
     backend.start_window()
     if tracer is not None:
         tracer.window_start()

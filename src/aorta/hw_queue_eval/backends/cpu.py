@@ -56,17 +56,25 @@ class _Task:
             waiter.set()
 
 
+_WAITER_LOCK = threading.Lock()
+
+
 def _wait_for(task: _Task) -> int:
     """Block until `task` is done; return its completion time.
 
-    The host publishes `waiter` before re-reading `done_ns`, the worker publishes `done_ns` before
-    reading `waiter`; under the GIL one of the two sides always sees the other, so no lost wake-up.
+    The waiter publishes `waiter` before re-reading `done_ns`, the worker publishes `done_ns`
+    before reading `waiter`; under the GIL one of the two sides always sees the other, so no lost
+    wake-up. Several threads may wait for one task (every expert waits for the gate): the lock
+    makes them share one Event, else a second Event could replace the first and the first
+    waiter would never be woken.
     """
     if task.done_ns is None:
-        if task.waiter is None:
-            task.waiter = threading.Event()
+        with _WAITER_LOCK:
+            if task.waiter is None:
+                task.waiter = threading.Event()
+            waiter = task.waiter
         if task.done_ns is None:
-            task.waiter.wait()
+            waiter.wait()
     assert task.done_ns is not None
     return task.done_ns
 

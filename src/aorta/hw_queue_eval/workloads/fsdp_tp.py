@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from aorta.common.errors import UsageError
 from aorta.hw_queue_eval.workloads.base import (
     VerifyResult,
     Workload,
@@ -50,7 +51,8 @@ class FsdpTp(Workload):
         b, h, layers = p["batch"], p["hidden"], p["layers"]
         world = self.comm.world_size
         if h * h % world or h % world:
-            raise ValueError(f"fsdp_tp: hidden {h} is not divisible by the world size {world}")
+            raise UsageError(f"fsdp_tp: hidden size {h} is not divisible by the world size "
+                             f"{world}: use a world size that divides {h}")
         self.require_memory(4 * (layers * h * h * 2 + layers * b * h * 2 + b * h))
         gen, dev = self.generator(), self.device
         self.x = self.randn(gen, b, h)
