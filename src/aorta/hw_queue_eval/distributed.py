@@ -28,6 +28,7 @@ from aorta.hw_queue_eval.config import RunConfig
 
 ERROR_KEY = "aorta/error/"
 DEFAULT_TIMEOUT_S = 300
+TEST_FAIL_RANK_ENV = "AORTA_TEST_FAIL_RANK"  # tests: this rank raises right after joining
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,8 @@ def run_distributed(config: RunConfig, env: DistEnv, timeout_s: float = DEFAULT_
     dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
     try:
         try:
+            if os.environ.get(TEST_FAIL_RANK_ENV) == str(env.rank):
+                raise RuntimeError(f"injected failure ({TEST_FAIL_RANK_ENV})")
             result = run_benchmark(replace(config, device=device), tracer=tracer,
                                    barrier=make_barrier(backend, timeout_s)).to_dict()
         except Exception as exc:
@@ -200,8 +203,8 @@ def combine(results: list[dict[str, Any]]) -> dict[str, Any]:
         "ranks": rows,
         "aggregate": {
             "throughput_sum": sum(throughputs) if len(throughputs) == len(rows) else None,
-            "throughput_note": "sum over ranks of each rank's throughput (each rank runs the "
-                               "full workload on its own data)",
+            "throughput_note": "sum over ranks of each rank's throughput (every rank runs the "
+                               "full workload)",
             "unit": results[0].get("throughput_unit"),
             "window_ms_max": max(windows), "window_ms_median": statistics.median(windows),
             "straggler": {"rank": slowest["rank"], "window_ms": slowest["window_ms"],

@@ -200,12 +200,19 @@ def build_tracer(queue: bool, memory: bool) -> Any:
 @click.option("--trace-out", type=click.Path(dir_okay=False),
               help="Write a Chrome/Perfetto trace of every measured op here (ui.perfetto.dev).")
 @tracing_options
+@click.option("--dist-timeout", default="300", show_default=True, metavar="SECONDS",
+              help="Under torchrun: timeout of every collective and barrier, so a dead rank "
+                   "stops the others instead of hanging them.")
 def run_command(workload: str, streams: str, iterations: str, warmup: str, device: str,
                 size: str | None, sync_mode: str, seed: int, threads_per_queue: str,
                 lock_clocks: str | None, power_limit: str | None,
                 output: str | None, as_json: bool, trace_out: str | None,
-                ebpf_trace: bool = False, ebpf_memory_trace: bool = False) -> None:
-    """Run WORKLOAD on N streams and measure throughput, latency and queue behaviour."""
+                ebpf_trace: bool = False, ebpf_memory_trace: bool = False,
+                dist_timeout: str = "300") -> None:
+    """Run WORKLOAD on N streams and measure throughput, latency and queue behaviour.
+
+    Under torchrun every rank runs it; rank 0 prints the per-rank table and writes -o.
+    """
     import dataclasses
     import json
 
@@ -218,6 +225,17 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
     config = build_config(workload, streams, iterations, warmup, device, size, sync_mode, seed,
                           threads_per_queue)
     request = gpu_request(lock_clocks, power_limit)
+    from aorta.hw_queue_eval.distributed import torchrun_env
+
+    dist_env = torchrun_env()
+    if dist_env is not None:
+        if ebpf_trace or ebpf_memory_trace or not request.empty:
+            raise UsageError("under torchrun, --ebpf-trace/--ebpf-memory-trace and "
+                             "--lock-clocks/--power-limit are not supported yet: run them "
+                             "without torchrun (see docs/distributed.md)")
+        _run_under_torchrun(config, dist_env, parse_positive_int(dist_timeout, "--dist-timeout"),
+                            output, as_json, trace_out)
+        return
     if output:
         check_output_path(output)
     if trace_out:
@@ -251,4 +269,43 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
         if trace_out:
             click.echo(f"trace written to {trace_out} (open it in https://ui.perfetto.dev)")
     if result["status"] != "ok":
+        raise click.exceptions.Exit(1)
+
+
+def _run_under_torchrun(config: RunConfig, dist_env: Any, timeout_s: int, output: str | None,
+                        as_json: bool, trace_out: str | None) -> None:
+    """One rank of a torchrun job; rank 0 prints the table and alone writes -o/--trace-out."""
+    import json
+
+    from aorta.hw_queue_eval.distributed import format_rank_table, run_distributed
+    from aorta.hw_queue_eval.results import save_result
+
+    lead = dist_env.rank == 0
+    if lead and output:
+        check_output_path(output)
+    if lead and trace_out:
+        check_output_path(trace_out, "trace file")
+    if lead:
+        click.echo(f"Running {config.workload} on {config.streams} streams on each of "
+                   f"{dist_env.world_size} ranks ({config.iterations} iterations + "
+                   f"{config.warmup} warm-up)…", err=True)
+    combined = run_distributed(config, dist_env, timeout_s)
+    if combined is None:
+        return  # not rank 0: rank 0 reports for everyone
+    if output:
+        save_result(output, combined)
+    if trace_out:
+        from aorta.common.atomicio import atomic_write_json
+        from aorta.hw_queue_eval.report.trace import build_trace
+
+        atomic_write_json(trace_out, build_trace(combined))  # rank 0's ops
+    if as_json:
+        click.echo(json.dumps(combined, indent=2))
+    else:
+        for line in format_rank_table(combined):
+            click.echo(line)
+        if output:
+            click.echo(f"\nresult written to {output} (every rank's result under "
+                       "distributed.rank_results)")
+    if combined["status"] != "ok":
         raise click.exceptions.Exit(1)
