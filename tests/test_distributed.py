@@ -13,7 +13,7 @@ import pytest
 from aorta.common.errors import UsageError
 from aorta.hw_queue_eval.distributed import combine, format_rank_table, torchrun_env
 from aorta.hw_queue_eval.results import validate_run_dict
-from conftest import load_json
+from conftest import load_json, run_cli
 
 
 def test_not_under_torchrun_without_its_environment():
@@ -93,6 +93,17 @@ def test_single_node_two_ranks(tmp_path):
     assert proc.returncode == 0, stderr[-2000:]
     _check_ranks(load_json(out), world=2, nodes=1)
     assert "straggler" in stdout and "aggregate:" in stdout
+    compared = run_cli("compare", "-b", str(out), "-t", str(out), "--json")
+    assert compared.returncode == 0, compared.stderr
+
+
+def test_ebpf_under_torchrun_refused_before_anything_starts(tmp_path):
+    env = {"TORCHELASTIC_RUN_ID": "t", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+    proc = run_cli("run", "moe", "--streams", "4", "-d", "cpu", "--ebpf-trace",
+                   "-o", str(tmp_path / "r.json"), env=env)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "not supported yet" in proc.stderr
+    assert not list(tmp_path.iterdir())
 
 
 @pytest.mark.slow
