@@ -65,8 +65,12 @@ def _torchrun(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen
                             env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
 
 
-RUN = ["-m", "aorta.hw_queue_eval", "run", "comms_compute_overlap", "--streams", "3", "-d", "cpu",
-       "-i", "3", "-w", "1", "--dist-timeout", "60"]
+def _run_args(workload: str = "comms_compute_overlap", streams: int = 3) -> list[str]:
+    return ["-m", "aorta.hw_queue_eval", "run", workload, "--streams", str(streams), "-d", "cpu",
+            "-i", "3", "-w", "1", "--dist-timeout", "60"]
+
+
+RUN = _run_args()
 
 
 def _check_ranks(result, world, nodes):
@@ -85,13 +89,18 @@ def _check_ranks(result, world, nodes):
 
 
 @pytest.mark.slow
-def test_single_node_two_ranks(tmp_path):
+@pytest.mark.parametrize(("workload", "collectives"), [
+    ("moe", {"all_to_all"}), ("fsdp_tp", {"all_gather", "reduce_scatter"})])
+def test_single_node_two_ranks(tmp_path, workload, collectives):
     out = tmp_path / "r.json"
     proc = _torchrun("--nproc-per-node", "2", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}",
-                     *RUN, "-o", str(out))
+                     *_run_args(workload, 4), "-o", str(out))
     stdout, stderr = proc.communicate(timeout=240)
     assert proc.returncode == 0, stderr[-2000:]
-    _check_ranks(load_json(out), world=2, nodes=1)
+    result = load_json(out)
+    _check_ranks(result, world=2, nodes=1)
+    for rank in result["distributed"]["rank_results"]:
+        assert collectives <= set(rank["ops"]["per_label"])  # issued on the comms stream
     assert "straggler" in stdout and "aggregate:" in stdout
     compared = run_cli("compare", "-b", str(out), "-t", str(out), "--json")
     assert compared.returncode == 0, compared.stderr
