@@ -143,3 +143,19 @@ def test_a_failing_rank_stops_the_job_named_and_nothing_written(tmp_path):
     assert "rank 1" in stderr and "injected failure" in stderr
     assert not out.exists() and not list(tmp_path.iterdir())
     assert time.monotonic() - started < 200  # the others were stopped, not left to hang
+
+
+@pytest.mark.slow
+def test_sweep_runs_each_point_through_torchrun(tmp_path):
+    out = tmp_path / "s.json"
+    proc = run_cli("sweep", "grad_accum", "--streams", "3", "-d", "cpu", "-i", "3", "-w", "1",
+                   "--nproc-per-node", "2", "-o", str(out), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    sweep = load_json(out)
+    assert sweep["settings"]["nproc_per_node"] == 2 and sweep["nproc_per_node"] == 2
+    (point,) = sweep["points"]
+    assert point["status"] == "ok"
+    assert point["result"]["distributed"]["world_size"] == 2
+    assert [r["distributed"]["rank"] for r in point["result"]["distributed"]["rank_results"]] == \
+        [0, 1]
+    assert point["result"]["metadata"]["workload"]["collectives"]["mode"] == "torch.distributed"

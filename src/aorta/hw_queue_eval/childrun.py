@@ -101,17 +101,30 @@ def remove_stale_point_dirs(temp_root: str | None = None) -> list[str]:
     return removed
 
 
+def point_command(run_args: Sequence[str], out_path: str,
+                  nproc_per_node: int | None = None) -> list[str]:
+    """The child's argv: `run` directly, or through torchrun (--standalone: one node, a free
+    rendezvous port) with `nproc_per_node` ranks, whose rank 0 writes `out_path`."""
+    module = ["-m", "aorta.hw_queue_eval", "run", *run_args, "-o", out_path]
+    if nproc_per_node is None:
+        return [sys.executable, *module]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            "--nproc-per-node", str(nproc_per_node), *module]
+
+
 def run_point(run_args: Sequence[str], env_overrides: Mapping[str, str] | None = None,
-              timeout_s: float | None = None) -> PointOutcome:
+              timeout_s: float | None = None, nproc_per_node: int | None = None) -> PointOutcome:
     """Run `python -m aorta.hw_queue_eval run RUN_ARGS -o <tmp>` and return its outcome.
 
+    With `nproc_per_node` the point runs under torchrun (docs/distributed.md); torchrun stops
+    its ranks when it gets SIGTERM, which is how a timeout or Ctrl+C ends the point.
     Raises KeyboardInterrupt after stopping the child if the parent is interrupted.
     """
     env = {**os.environ, **(env_overrides or {})}
     remove_stale_point_dirs()
     tmpdir = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-")
     out_path = os.path.join(tmpdir, "point.json")
-    cmd = [sys.executable, "-m", "aorta.hw_queue_eval", "run", *run_args, "-o", out_path]
+    cmd = point_command(run_args, out_path, nproc_per_node)
     started = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, text=True, start_new_session=True,

@@ -56,17 +56,22 @@ class SweepSpec:
     timeout_s: float | None = None
     trace_out: str | None = None
     flags: list[str] = field(default_factory=list)  # passthrough flags (e.g. --ebpf-trace)
+    nproc_per_node: int | None = None  # run each point under torchrun with this many ranks
 
     def settings(self) -> dict[str, Any]:
         """What must match for a finished point to be reused by --resume."""
-        return {"workload": self.workload, "run_options": self.run_options,
-                "flags": sorted(self.flags), "env_knobs": env_knobs()}
+        settings = {"workload": self.workload, "run_options": self.run_options,
+                    "flags": sorted(self.flags), "env_knobs": env_knobs()}
+        if self.nproc_per_node is not None:  # absent otherwise: older sweep files still resume
+            settings["nproc_per_node"] = self.nproc_per_node
+        return settings
 
     def header(self) -> dict[str, Any]:
         return {"workload": self.workload, "throughput_unit": self.info.throughput_unit,
                 "work_scaling": self.info.work_scaling, "stream_counts": self.stream_counts,
                 "dropped_stream_counts": self.dropped, "run_options": self.run_options,
                 "flags": self.flags, "timeout_s": self.timeout_s,
+                "nproc_per_node": self.nproc_per_node,
                 "settings": self.settings(), "fingerprint": fingerprint(self.settings())}
 
     def child_args(self, streams: int) -> list[str]:
@@ -119,7 +124,8 @@ def run_sweep(spec: SweepSpec, file: CheckpointFile,
         if file.done(key):
             on_point(streams, None, done, total)
             continue
-        outcome = run_point(spec.child_args(streams), timeout_s=spec.timeout_s)
+        outcome = run_point(spec.child_args(streams), timeout_s=spec.timeout_s,
+                            nproc_per_node=spec.nproc_per_node)
         point = {"key": key, **outcome.to_dict(), "result": outcome.result,
                  "trace_file": trace_path_for(spec.trace_out, spec.workload, streams)
                  if outcome.status == "ok" else None}

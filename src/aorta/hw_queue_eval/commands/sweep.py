@@ -18,7 +18,7 @@ from aorta.hw_queue_eval.commands.run import (
     run_command,
     run_options,
 )
-from aorta.hw_queue_eval.config import parse_stream_list
+from aorta.hw_queue_eval.config import parse_positive_int, parse_stream_list
 
 #: `run` flags a sweep passes through to every point when `run` has them (added by other modules).
 PASSTHROUGH_FLAGS = ("ebpf_trace", "ebpf_memory_trace")
@@ -60,11 +60,14 @@ def _describe(point: dict[str, Any], unit: str) -> str:
 @click.option("--timeout", default=None, help="Seconds one point may run before it is stopped.")
 @click.option("--trace-out", default=None,
               help="Perfetto trace per point: a folder, or a prefix (PREFIX-s<N>.trace.json).")
+@click.option("--nproc-per-node", "nproc_per_node", default=None, metavar="N",
+              help="Run every point under torchrun with N ranks on this node "
+                   "(docs/distributed.md); the point keeps every rank's result.")
 def sweep_command(workload: str, streams: str, iterations: str, warmup: str, device: str,
                   size: str | None, sync_mode: str, seed: int, threads_per_queue: str,
                   lock_clocks: str | None, power_limit: str | None,
                   output: str | None, resume: bool, timeout: str | None, trace_out: str | None,
-                  **passthrough: Any) -> None:
+                  nproc_per_node: str | None = None, **passthrough: Any) -> None:
     """Run WORKLOAD at each stream count in its own process; checkpoint after every point."""
     from aorta.hw_queue_eval.report.console import make_console
     from aorta.hw_queue_eval.report.tables import render_sweep
@@ -91,7 +94,9 @@ def sweep_command(workload: str, streams: str, iterations: str, warmup: str, dev
         run_options={"iterations": config.iterations, "warmup": config.warmup,
                      "device": config.device, "size": config.size, "sync_mode": config.sync_mode,
                      "seed": config.seed, "threads_per_queue": config.threads_per_queue},
-        output=output, timeout_s=_parse_timeout(timeout), trace_out=trace_out, flags=flags)
+        output=output, timeout_s=_parse_timeout(timeout), trace_out=trace_out, flags=flags,
+        nproc_per_node=None if nproc_per_node is None
+        else parse_positive_int(nproc_per_node, "--nproc-per-node"))
     if trace_out:
         check_output_path(trace_path_for(trace_out, workload, counts[0]) or "", "trace file")
     file = open_checkpoint(spec, resume)
