@@ -159,3 +159,19 @@ def test_sweep_runs_each_point_through_torchrun(tmp_path):
     assert [r["distributed"]["rank"] for r in point["result"]["distributed"]["rank_results"]] == \
         [0, 1]
     assert point["result"]["metadata"]["workload"]["collectives"]["mode"] == "torch.distributed"
+
+
+@pytest.mark.slow
+def test_policy_sweep_runs_each_point_through_torchrun(tmp_path):
+    out = tmp_path / "p.json"
+    proc = run_cli("policy-sweep", "grad_accum", "--streams", "3", "--policies", "baseline",
+                   "-d", "cpu", "-i", "3", "-w", "1", "--nproc-per-node", "2", "-o", str(out),
+                   env={"GPU_MAX_HW_QUEUES": "3"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = load_json(out)
+    assert data["nproc_per_node"] == 2
+    (point,) = data["points"]
+    assert point["status"] == "ok"
+    ranks = point["result"]["distributed"]["rank_results"]
+    assert [r["distributed"]["rank"] for r in ranks] == [0, 1]
+    assert all(r["queue_mapping"]["pool_size"] == 3 for r in ranks)  # env reached every rank
