@@ -175,3 +175,29 @@ def test_policy_sweep_runs_each_point_through_torchrun(tmp_path):
     ranks = point["result"]["distributed"]["rank_results"]
     assert [r["distributed"]["rank"] for r in ranks] == [0, 1]
     assert all(r["queue_mapping"]["pool_size"] == 3 for r in ranks)  # env reached every rank
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_torchrun_stops_every_rank_and_writes_nothing(tmp_path):
+    import signal
+    import threading
+
+    out = tmp_path / "r.json"
+    proc = _torchrun("--nproc-per-node", "2", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}",
+                     *_run_args("hetero_kernels", 2)[:-6], "-i", "1000000", "-w", "1",
+                     "--dist-timeout", "60", "-o", str(out))
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 120
+    while not any("Running hetero_kernels" in line for line in lines):
+        assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)[-2000:]
+        time.sleep(0.2)
+    time.sleep(5.0)  # every rank is past start-up, inside warm-up or the window
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=120)
+    reader.join(timeout=10)
+    text = "".join(lines)
+    assert text.count("interrupted: nothing was written") == 2, text[-2000:]
+    assert not out.exists() and not list(tmp_path.iterdir())
+    assert proc.returncode != 0
