@@ -48,7 +48,7 @@ class ActivationCheckpoint(Workload):
         self.comm = Collectives()
         p = self.params
         b, h, layers = p["batch"], p["hidden"], p["layers"]
-        self.require_memory(4 * (layers * h * h * 3 + (2 * layers + 4) * b * h))
+        self.require_memory(4 * (layers * h * h * 3 + (2 * layers + 16) * b * h))
         self.segments: list[list[int]] = []
         start = 0
         for size in split_sizes(layers, self.stream_count - 2):
@@ -60,7 +60,10 @@ class ActivationCheckpoint(Workload):
         self.grad_out = self.randn(gen, b, h)
         self.fwd = [torch.empty(b, h, device=dev) for _ in range(2)]
         self.ckpt = [torch.empty(b, h, device=dev) for _ in self.segments]
-        self.recomputed = [torch.empty(b, h, device=dev) for _ in range(layers + 1)]
+        # one buffer set per segment: two segments must never write one boundary activation
+        # (a recompute writes pre-ReLU values first, and the next segment would read them)
+        self.recomputed = [[torch.empty(b, h, device=dev) for _ in range(len(seg) + 1)]
+                           for seg in self.segments]
         self.gy = [torch.empty(b, h, device=dev) for _ in range(2)]
         self.gw = [torch.empty(h, h, device=dev) for _ in range(layers)]
         self.gw_reduced = [torch.empty(h, h, device=dev) for _ in range(layers)]
@@ -84,10 +87,10 @@ class ActivationCheckpoint(Workload):
             stream.wait(main)  # checkpoints exist once the forward pass is done
         for k, seg in enumerate(self.segments):
             def redo(k: int = k, seg: list[int] = seg) -> None:
-                self.recomputed[seg[0]].copy_(self.ckpt[k])
-                for layer in seg:
-                    torch.mm(self.recomputed[layer], self.w[layer],
-                             out=self.recomputed[layer + 1]).relu_()
+                acts = self.recomputed[k]
+                acts[0].copy_(self.ckpt[k])
+                for i, layer in enumerate(seg):
+                    torch.mm(acts[i], self.w[layer], out=acts[i + 1]).relu_()
 
             recompute[k % len(recompute)].launch(redo, "recompute")
         gy = self.grad_out
@@ -95,12 +98,14 @@ class ActivationCheckpoint(Workload):
         for k in reversed(range(len(self.segments))):
             seg = self.segments[k]
             main.wait(recompute[k % len(recompute)])
-            for layer in reversed(seg):
+            for i, layer in reversed(list(enumerate(seg))):
                 dst = self.gy[step % 2]
+                acts = self.recomputed[k]
 
-                def backward(layer: int = layer, gy: Any = gy, dst: Any = dst) -> None:
-                    gz = gy * (self.recomputed[layer + 1] > 0)
-                    torch.mm(self.recomputed[layer].t(), gz, out=self.gw[layer])
+                def backward(layer: int = layer, gy: Any = gy, dst: Any = dst, a_in: Any = acts[i],
+                             a_out: Any = acts[i + 1]) -> None:
+                    gz = gy * (a_out > 0)
+                    torch.mm(a_in.t(), gz, out=self.gw[layer])
                     torch.mm(gz, self.w[layer].t(), out=dst)
 
                 main.launch(backward, "backward")
