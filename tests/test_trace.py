@@ -76,3 +76,22 @@ def test_gpu_like_result_without_queue_ids():
     assert not [e for e in trace["traceEvents"] if e["ph"] == "X" and e["pid"] == 2]
     names = [e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"]
     assert "hardware queues (not observed: the GPU runtime assigns hardware queues)" in names
+
+
+def test_cross_stream_waits_become_flow_arrows():
+    from aorta.hw_queue_eval.config import RunConfig
+    from aorta.hw_queue_eval.harness import run_benchmark
+
+    result = run_benchmark(RunConfig(workload="graph_subgraphs", streams=4, iterations=2, warmup=1,
+                                     device="cpu")).to_dict()
+    trace = build_trace(result)
+    assert validate_trace(trace) == []
+    starts = {e["id"]: e for e in trace["traceEvents"] if e["ph"] == "s"}
+    ends = {e["id"]: e for e in trace["traceEvents"] if e["ph"] == "f"}
+    # per iteration: 3 branches wait for the fork, the join waits for 3 branches
+    assert len(starts) == len(ends) == 2 * 6 == trace["otherData"]["waits_in_trace"]
+    for flow_id, start in starts.items():
+        end = ends[flow_id]
+        assert start["ts"] <= end["ts"] and start["tid"] != end["tid"]
+    fork_waits = [e for e in starts.values() if e["tid"] == 1]  # stream 0 = track 1
+    assert len(fork_waits) == 2 * 3

@@ -14,6 +14,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -100,11 +101,26 @@ def remove_stale_point_dirs(temp_root: str | None = None) -> list[str]:
     return removed
 
 
+def point_command(run_args: Sequence[str], out_path: str,
+                  nproc_per_node: int | None = None) -> list[str]:
+    """The child's argv: `run` directly, or through torchrun (--standalone: one node, a free
+    rendezvous port) with `nproc_per_node` ranks, whose rank 0 writes `out_path`."""
+    if nproc_per_node is None:
+        return python_module_command("aorta.hw_queue_eval", "run", *run_args, "-o", out_path)
+    return [sys.executable, "-I", "-m", "torch.distributed.run", "--standalone",
+            "--nproc-per-node", str(nproc_per_node),
+            "-m", "aorta.hw_queue_eval", "run", *run_args, "-o", out_path]
+
+
 def run_point(run_args: Sequence[str], env_overrides: Mapping[str, str] | None = None,
-              timeout_s: float | None = None) -> PointOutcome:
+              timeout_s: float | None = None, nproc_per_node: int | None = None) -> PointOutcome:
     """Run `python -m aorta.hw_queue_eval run RUN_ARGS -o <tmp>` and return its outcome.
 
     The child is isolated from the working directory and PYTHON* (`procs.python_module_command`).
+    With `nproc_per_node` the point runs under torchrun (docs/distributed.md); torchrun stops
+    its ranks when it gets SIGTERM, which is how a timeout or Ctrl+C ends the point.
+    torchrun's ranks start as `python -m` without isolation, so the point runs in its private
+    folder (mkdtemp, 0700): the folder `-m` puts first on their import path is root's own.
 
     Raises KeyboardInterrupt after stopping the child if the parent is interrupted.
     """
@@ -112,11 +128,11 @@ def run_point(run_args: Sequence[str], env_overrides: Mapping[str, str] | None =
     remove_stale_point_dirs()
     tmpdir = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-")
     out_path = os.path.join(tmpdir, "point.json")
-    cmd = python_module_command("aorta.hw_queue_eval", "run", *run_args, "-o", out_path)
+    cmd = point_command(run_args, out_path, nproc_per_node)
     started = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, text=True, start_new_session=True,
-                            preexec_fn=_die_with_parent)
+                            preexec_fn=_die_with_parent, cwd=tmpdir)
     try:
         try:
             _, stderr = proc.communicate(timeout=timeout_s)

@@ -54,8 +54,13 @@ def _noop_progress(phase: str, done: int, total: int) -> None:
     return None
 
 
-def compact_ops(ops: list[OpRecord]) -> dict[str, Any]:
-    """Op intervals as a compact table (µs from window start) for reports and trace export."""
+def compact_ops(ops: list[OpRecord],
+                waits: list[tuple[int, int, int, int]] | None = None) -> dict[str, Any]:
+    """Op intervals as a compact table (µs from window start) for reports and trace export.
+
+    `waits` (DependencyLog rows) are kept beside the table so the trace can draw each
+    cross-stream wait as an arrow from the op waited for to the op that waited.
+    """
     labels: list[str] = []
     index: dict[str, int] = {}
     rows = []
@@ -68,7 +73,10 @@ def compact_ops(ops: list[OpRecord]) -> dict[str, Any]:
                      round(op.start_ns / 1e3, 3), round(op.end_ns / 1e3, 3)])
     return {"columns": ["iteration", "stream", "queue", "label", "ready_us", "start_us", "end_us"],
             "labels": labels, "rows": rows, "truncated": len(ops) > MAX_STORED_OPS,
-            "total_ops": len(ops)}
+            "total_ops": len(ops),
+            "waits": {"columns": ["waiter_stream", "waiter_op", "target_stream", "target_op"],
+                      "note": "op = ordinal of the op among its stream's ops in the window",
+                      "rows": [list(w) for w in (waits or [])[:MAX_STORED_OPS]]}}
 
 
 def _handoffs(submissions: list[SubmissionRecord] | None) -> dict[str, Any]:
@@ -93,8 +101,13 @@ def _test_crash_hook(streams: int) -> None:
 
 
 def run_benchmark(config: RunConfig, tracer: WindowTracer | None = None,
-                  progress: ProgressFn = _noop_progress) -> RunResult:
-    """Run `config` once and return its RunResult (status ok, or failed verification noted)."""
+                  progress: ProgressFn = _noop_progress,
+                  barrier: Callable[[], None] | None = None) -> RunResult:
+    """Run `config` once and return its RunResult (status ok, or failed verification noted).
+
+    `barrier` (torchrun: a process-group barrier) is called before warm-up and right before the
+    window starts, so every rank warms up and measures at the same time.
+    """
     _test_crash_hook(config.streams)
     device = resolve_device(config.device)
     workload_cls = get_workload_class(config.workload)
@@ -102,7 +115,7 @@ def run_benchmark(config: RunConfig, tracer: WindowTracer | None = None,
     size = config.size or default_size(device)
     backend = create_backend(device, config.streams, threads_per_queue=config.threads_per_queue)
     try:
-        return _run_on_backend(config, backend, workload_cls, size, tracer, progress)
+        return _run_on_backend(config, backend, workload_cls, size, tracer, progress, barrier)
     except BaseException:
         if tracer is not None:
             tracer.abort()
@@ -112,7 +125,8 @@ def run_benchmark(config: RunConfig, tracer: WindowTracer | None = None,
 
 
 def _run_on_backend(config: RunConfig, backend: Backend, workload_cls: type[Workload], size: str,
-                    tracer: WindowTracer | None, progress: ProgressFn) -> RunResult:
+                    tracer: WindowTracer | None, progress: ProgressFn,
+                    barrier: Callable[[], None] | None = None) -> RunResult:
     workload = workload_cls(config.streams, size, backend.torch_device(), config.seed)
     workload.setup()
     streams = backend.streams
@@ -121,6 +135,8 @@ def _run_on_backend(config: RunConfig, backend: Backend, workload_cls: type[Work
         progress("attach tracer", 0, 1)
         tracer.prepare(backend, workload)
 
+    if barrier is not None:
+        barrier()
     for w in range(config.warmup):
         backend.begin_iteration(-1 - w)
         workload.run_iteration(streams)
@@ -132,6 +148,8 @@ def _run_on_backend(config: RunConfig, backend: Backend, workload_cls: type[Work
     per_iteration = config.sync_mode == "per_iteration"
     backend.set_instrumentation(op_timing=config.op_timing, iteration_joins=per_iteration)
     host_times: list[float] = []
+    if barrier is not None:
+        barrier()
     worker_tids = [w.tid for w in backend.workers() if w.tid]
     cpu_start = oncpu.snapshot(worker_tids)
     backend.start_window()
@@ -289,7 +307,7 @@ def _assemble(config: RunConfig, backend: Backend, workload: Workload, size: str
                   "work_per_iteration": workload.work_per_iteration(),
                   "workers": [w.__dict__ for w in backend.workers()],
                   "window_start_monotonic_ns": getattr(backend, "window_start_ns", None)},
-        op_intervals=compact_ops(ops) if ops else None,
+        op_intervals=compact_ops(ops, backend.window_waits()) if ops else None,
         status="ok" if verification.passed else "failed",
         error=None if verification.passed else "verification failed",
     )

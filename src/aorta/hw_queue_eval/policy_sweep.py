@@ -80,7 +80,8 @@ def in_effect(policy: Policy, result: dict[str, Any] | None,
 
 def run_policy_point(policy: Policy, repeat: int, config: RunConfig, base: GpuRequest,
                      target: GpuTarget | None, timeout_s: float | None,
-                     flags: Sequence[str] = ()) -> dict[str, Any]:
+                     flags: Sequence[str] = (),
+                     nproc_per_node: int | None = None) -> dict[str, Any]:
     """One policy once: apply clock/power (if any), run the child with the env, restore."""
     key = {"workload": config.workload, "streams": config.streams, "policy": policy.name,
            "repeat": repeat}
@@ -103,7 +104,7 @@ def run_policy_point(policy: Policy, repeat: int, config: RunConfig, base: GpuRe
     point["conditions"] = conditions()
     with control as gpu_report:
         outcome = run_point(child_run_args(config, flags), env_overrides=dict(policy.env),
-                            timeout_s=timeout_s)
+                            timeout_s=timeout_s, nproc_per_node=nproc_per_node)
     point.update(outcome.to_dict())
     point.update({"result": outcome.result, "gpu_control": gpu_report,
                   "in_effect": in_effect(policy, outcome.result, gpu_report)})

@@ -61,11 +61,14 @@ class SweepSpec:
     trace_out: str | None = None
     flags: list[str] = field(default_factory=list)  # passthrough flags (e.g. --ebpf-trace)
     repeats: int = 1
+    nproc_per_node: int | None = None  # run each point under torchrun with this many ranks
 
     def settings(self) -> dict[str, Any]:
         """What must match for a finished point to be reused by --resume."""
         settings = {"workload": self.workload, "run_options": self.run_options,
                     "flags": sorted(self.flags), "env_knobs": env_knobs()}
+        if self.nproc_per_node is not None:  # absent otherwise: older sweep files still resume
+            settings["nproc_per_node"] = self.nproc_per_node
         if self.repeats > 1:  # one-repeat sweeps keep the fingerprint they always had
             settings["repeats"] = self.repeats
         return settings
@@ -86,6 +89,7 @@ class SweepSpec:
                 "work_scaling": self.info.work_scaling, "stream_counts": self.stream_counts,
                 "dropped_stream_counts": self.dropped, "run_options": self.run_options,
                 "flags": self.flags, "timeout_s": self.timeout_s,
+                "nproc_per_node": self.nproc_per_node,
                 "settings": self.settings(), "fingerprint": fingerprint(self.settings())}
 
     def child_args(self, streams: int) -> list[str]:
@@ -165,7 +169,8 @@ def run_sweep(spec: SweepSpec, file: CheckpointFile,
             on_point(streams, None, done, total)
             continue
         cond = conditions()
-        outcome = run_point(spec.child_args(streams), timeout_s=spec.timeout_s)
+        outcome = run_point(spec.child_args(streams), timeout_s=spec.timeout_s,
+                            nproc_per_node=spec.nproc_per_node)
         point = {"key": key, **outcome.to_dict(), "result": outcome.result, "conditions": cond,
                  "trace_file": trace_path_for(spec.trace_out, spec.workload, streams)
                  if outcome.status == "ok" else None}

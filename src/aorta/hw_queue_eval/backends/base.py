@@ -57,6 +57,45 @@ class SubmissionRecord:
     first_kind: str
 
 
+class DependencyLog:
+    """Cross-stream waits enqueued during the window, named by per-stream op ordinals.
+
+    A row (waiter, waiter_op, target, target_op) says: the `waiter_op`-th op launched on stream
+    `waiter` in the window waits for the `target_op`-th op launched on stream `target` (and all
+    before it). Ordinals count launches from the window start, the order ops run in on a stream,
+    so the trace export can draw each wait as an arrow between two measured ops.
+    """
+
+    columns = ("waiter_stream", "waiter_op", "target_stream", "target_op")
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, int, int, int]] = []
+        self._launched: dict[int, int] = {}
+        self.active = False
+
+    def start(self) -> None:
+        """Begin a window: forget earlier launches and waits."""
+        self.rows.clear()
+        self._launched.clear()
+        self.active = True
+
+    def stop(self) -> list[tuple[int, int, int, int]]:
+        """End the window; the waits recorded in it."""
+        self.active = False
+        return list(self.rows)
+
+    def launched(self, stream: int) -> None:
+        """Count one op launched on `stream`."""
+        if self.active:
+            self._launched[stream] = self._launched.get(stream, 0) + 1
+
+    def waited(self, waiter: int, target: int) -> None:
+        """Record that `waiter`'s next op waits for `target`'s last launched op (if in the window)."""
+        done = self._launched.get(target, 0)
+        if self.active and done > 0 and waiter != target:
+            self.rows.append((waiter, self._launched.get(waiter, 0), target, done - 1))
+
+
 class Stream(ABC):
     """An ordered sequence of ops. Ops on one stream run in order; streams may run concurrently."""
 
@@ -109,6 +148,11 @@ class Backend(ABC):
     def submissions(self) -> list[SubmissionRecord] | None:
         """The window's hand-offs to idle queues (after stop_window); None where not observable."""
         return None
+
+    def window_waits(self) -> list[tuple[int, int, int, int]]:
+        """Cross-stream waits of the last window (DependencyLog rows); empty if not tracked."""
+        log = getattr(self, "dependencies", None)
+        return list(log.rows) if log is not None else []
 
     def queue_mapping(self) -> dict[str, Any]:
         """How streams map onto hardware queues, as far as this backend knows."""

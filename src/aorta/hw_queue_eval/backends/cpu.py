@@ -26,6 +26,7 @@ from typing import Any
 
 from aorta.hw_queue_eval.backends.base import (
     Backend,
+    DependencyLog,
     OpRecord,
     Stream,
     SubmissionRecord,
@@ -64,17 +65,25 @@ class _Task:
             waiter.set()
 
 
+_WAITER_LOCK = threading.Lock()
+
+
 def _wait_for(task: _Task) -> int:
     """Block until `task` is done; return its completion time.
 
-    The host publishes `waiter` before re-reading `done_ns`, the worker publishes `done_ns` before
-    reading `waiter`; under the GIL one of the two sides always sees the other, so no lost wake-up.
+    The waiter publishes `waiter` before re-reading `done_ns`, the worker publishes `done_ns`
+    before reading `waiter`; under the GIL one of the two sides always sees the other, so no lost
+    wake-up. Several threads may wait for one task (every expert waits for the gate): the lock
+    makes them share one Event, else a second Event could replace the first and the first
+    waiter would never be woken.
     """
     if task.done_ns is None:
-        if task.waiter is None:
-            task.waiter = threading.Event()
+        with _WAITER_LOCK:
+            if task.waiter is None:
+                task.waiter = threading.Event()
+            waiter = task.waiter
         if task.done_ns is None:
-            task.waiter.wait()
+            waiter.wait()
     assert task.done_ns is not None
     return task.done_ns
 
@@ -199,6 +208,7 @@ class CpuStream(Stream):
 
     def launch(self, fn: Callable[[], Any], label: str) -> None:
         task = _Task(_OP, self.index, fn, label, self._backend.iteration)
+        self._backend.dependencies.launched(self.index)
         self._last = task
         self.queue.put(task)
 
@@ -209,6 +219,7 @@ class CpuStream(Stream):
         if target is None or other is self:
             return
         task = _Task(_WAIT, self.index, target=target)
+        self._backend.dependencies.waited(self.index, other.index)
         self._last = task
         self.queue.put(task)
 
@@ -248,6 +259,7 @@ class CpuBackend(Backend):
         self.recording = False
         self.iteration = -1
         self._window_start_ns = 0
+        self.dependencies = DependencyLog()
         self._mapping = assign_queues(stream_count, self.pool_size)
         self._queues = [_HardwareQueue(i, self) for i in range(max(self._mapping) + 1)]
         self._streams = []
@@ -279,6 +291,7 @@ class CpuBackend(Backend):
             queue.rings.clear()
             queue.wakes.clear()
         self._window_start_ns = time.monotonic_ns()
+        self.dependencies.start()
         self.recording = True
 
     def begin_iteration(self, iteration: int) -> None:
@@ -289,6 +302,7 @@ class CpuBackend(Backend):
 
     def stop_window(self) -> list[OpRecord]:
         self.recording = False
+        self.dependencies.stop()
         t0 = self._window_start_ns
         ops = []
         for queue in self._queues:

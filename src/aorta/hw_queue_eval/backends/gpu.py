@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aorta.common.errors import UsageError
-from aorta.hw_queue_eval.backends.base import Backend, OpRecord, Stream
+from aorta.hw_queue_eval.backends.base import Backend, DependencyLog, OpRecord, Stream
 
 # PyTorch hands out streams from a pool of 32 per device and priority; asking for more aliases
 # silently, so two "streams" would be one. We refuse instead of measuring the wrong thing.
@@ -33,6 +33,7 @@ class GpuStream(Stream):
         import torch
 
         backend = self._backend
+        backend.dependencies.launched(self.index)
         with torch.cuda.stream(self.cuda_stream):
             if backend.recording and backend.op_timing:
                 start = torch.cuda.Event(enable_timing=True)
@@ -48,7 +49,8 @@ class GpuStream(Stream):
         if not isinstance(other, GpuStream):
             raise TypeError("a GPU stream can only wait on another GPU stream")
         if other is not self:
-            self.cuda_stream.wait_stream(other.cuda_stream)
+            self._backend.dependencies.waited(self.index, other.index)
+            self.cuda_stream.wait_stream(other.cuda_stream)  # an event recorded on `other`
 
 
 class GpuBackend(Backend):
@@ -77,6 +79,7 @@ class GpuBackend(Backend):
         self.recording = False
         self.op_timing = True
         self.iteration_joins = True
+        self.dependencies = DependencyLog()
         self.iteration = -1
         self.pending: list[tuple[int, int, str, Any, Any]] = []
         self._iteration_events: list[tuple[Any, Any]] = []
@@ -104,6 +107,7 @@ class GpuBackend(Backend):
         self._window_event.record(self._timer)
         for stream in self._streams:
             stream.cuda_stream.wait_stream(self._timer)
+        self.dependencies.start()
         self.recording = True
 
     def set_instrumentation(self, op_timing: bool, iteration_joins: bool) -> None:
@@ -136,6 +140,7 @@ class GpuBackend(Backend):
 
     def stop_window(self) -> list[OpRecord]:
         self.recording = False
+        self.dependencies.stop()
         self.synchronize()
         base = self._window_event
         ops = []

@@ -12,8 +12,13 @@ import click
 
 from aorta.common.atomicio import atomic_write_json, check_output_path
 from aorta.hw_queue_eval.commands._output import save_and_print_json
-from aorta.hw_queue_eval.config import env_knobs, hw_queue_pool_size
-from aorta.hw_queue_eval.workloads.registry import CATEGORIES, SENSITIVITIES, list_workloads
+from aorta.hw_queue_eval.config import env_knobs, hw_queue_pool_size, parse_positive_int
+from aorta.hw_queue_eval.workloads.registry import (
+    CATEGORIES,
+    SENSITIVITIES,
+    get_workload_class,
+    list_workloads,
+)
 
 
 def register(group: click.Group) -> None:
@@ -25,13 +30,17 @@ def register(group: click.Group) -> None:
 @click.option("-c", "--category", type=click.Choice(CATEGORIES), help="Only this category.")
 @click.option("--sensitivity", type=click.Choice(SENSITIVITIES),
               help="Only workloads with this switch sensitivity.")
-@click.option("-v", "--verbose", is_flag=True, help="Show descriptions and size scaling.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Show what each workload models and which stream plays which role.")
+@click.option("-s", "--streams", "streams", default=None,
+              help="With -v: show stream roles at this count (default: each one's recommended).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also write JSON here.")
 def list_command(category: str | None, sensitivity: str | None, verbose: bool,
-                 output: str | None) -> None:
+                 streams: str | None, output: str | None) -> None:
     """List workloads by category, with stream limits and throughput units."""
     if output:
         check_output_path(output)
+    count = None if streams is None else parse_positive_int(streams, "--streams")
     infos = list_workloads(category, sensitivity)
     current = None
     for info in infos:
@@ -42,10 +51,38 @@ def list_command(category: str | None, sensitivity: str | None, verbose: bool,
                    f"(rec. {info.recommended_streams:>2})  switch {info.switch_sensitivity:<8} "
                    f"{info.throughput_unit}")
         if verbose:
-            click.echo(f"      {info.description}; work grows: {info.work_scaling}")
+            for line in verbose_lines(info.name, count):
+                click.echo(f"      {line}")
     if output:
-        atomic_write_json(output, {"kind": "workload_list",
-                                   "workloads": [info.__dict__ for info in infos]})
+        atomic_write_json(output, {"kind": "workload_list", "workloads": [
+            {**info.__dict__, "models": get_workload_class(info.name).MODELS} for info in infos]})
+
+
+def format_streams(indices: list[int]) -> str:
+    """[0, 1, 2, 5] → '0-2, 5' (compact, for role lines)."""
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs) or "none"
+
+
+def verbose_lines(name: str, streams: int | None) -> list[str]:
+    """What `name` models and its stream roles at `streams` (its recommended count if None or
+    outside its range), wrapped for `list -v`."""
+    import textwrap
+
+    cls = get_workload_class(name)
+    info = cls.INFO
+    count = streams if streams is not None and \
+        info.min_streams <= streams <= info.max_streams else info.recommended_streams
+    roles = "; ".join(f"{role}: {format_streams(idx)}"
+                      for role, idx in cls.stream_roles(count).items() if idx)
+    note = "" if streams is None or count == streams else f" ({streams} is outside its range)"
+    text = (cls.MODELS or info.description) + f" Work per iteration: {info.work_scaling}."
+    return [*textwrap.wrap(text, 90), f"at {count} streams{note}: {roles}"]
 
 
 def _package_version(name: str) -> str | None:

@@ -40,12 +40,16 @@ def register(group: click.Group) -> None:
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Checkpointed JSON (default: policy_sweep_WORKLOAD_sN.json).")
 @click.option("--resume", is_flag=True, help="Reuse the ok points of an earlier -o file.")
+@click.option("--nproc-per-node", "nproc_per_node", default=None, metavar="N",
+              help="Run every point under torchrun with N ranks on this node "
+                   "(docs/distributed.md).")
 def policy_sweep_command(workload: str, streams: str, policies: str | None,
                          policy_file: str | None, repeats: str, timeout: str | None,
                          iterations: str, warmup: str, device: str, size: str | None,
                          sync_mode: str, seed: int, threads_per_queue: str,
                          lock_clocks: str | None, power_limit: str | None, output: str | None,
-                         resume: bool, **passthrough: Any) -> None:
+                         resume: bool, nproc_per_node: str | None = None,
+                         **passthrough: Any) -> None:
     """Run WORKLOAD under each queue policy and compare them against baseline."""
     import dataclasses
 
@@ -74,6 +78,8 @@ def policy_sweep_command(workload: str, streams: str, policies: str | None,
     chosen = resolve_policies(policies, policy_file)
     rounds = parse_positive_int(repeats, "--repeats")
     timeout_s = _parse_timeout(timeout)
+    nproc = None if nproc_per_node is None else parse_positive_int(nproc_per_node,
+                                                                   "--nproc-per-node")
     flags = [f"--{name.replace('_', '-')}" for name, on in passthrough.items() if on]
     base = gpu_request(lock_clocks, power_limit)
     output = output or f"policy_sweep_{config.workload}_s{config.streams}.json"
@@ -98,10 +104,13 @@ def policy_sweep_command(workload: str, streams: str, policies: str | None,
               "backend": "cpu" if config.device == "cpu" else "gpu", "repeats": rounds,
               "policies": [p.to_dict() for p in chosen], "gpu_control_request": base.to_dict(),
               "gpu_control_target": None if target is None else target.describe(),
-              "run_config": config.to_dict(), "run_flags": flags, "schedule": order}
-    header["fingerprint"] = fingerprint({k: header[k] for k in (
-        "workload", "streams", "device", "repeats", "policies", "gpu_control_request",
-        "run_config", "run_flags")})
+              "run_config": config.to_dict(), "run_flags": flags, "schedule": order,
+              "nproc_per_node": nproc}
+    fingerprinted = ["workload", "streams", "device", "repeats", "policies",
+                     "gpu_control_request", "run_config", "run_flags"]
+    if nproc is not None:  # absent otherwise: earlier files still resume
+        fingerprinted.append("nproc_per_node")
+    header["fingerprint"] = fingerprint({k: header[k] for k in fingerprinted})
     file = open_or_resume(output, KIND, header, resume)
     file.save(state="running")
     by_name = {p.name: p for p in chosen}
@@ -119,7 +128,7 @@ def policy_sweep_command(workload: str, streams: str, policies: str | None,
                     continue
                 click.echo(f"[{done}/{total}] {name} (repeat {repeat})…", err=True)
                 point = run_policy_point(by_name[name], repeat, config, base, target, timeout_s,
-                                         flags)
+                                         flags, nproc_per_node=nproc)
                 file.record(point, state="running")
                 if point["status"] != "ok":
                     click.echo(f"  {point['status']}: {point['error']}", err=True)

@@ -254,13 +254,20 @@ def _write_outputs(result: dict[str, Any], output: str | None,
                    "median and its CI; compare needs ≥ 3 per side for a verdict (5 to detect a "
                    "change at α = 0.05). 1 = one in-process run, as before.")
 @tracing_options
+@click.option("--dist-timeout", default="300", show_default=True, metavar="SECONDS",
+              help="Under torchrun: timeout of every collective and barrier, so a dead rank "
+                   "stops the others instead of hanging them.")
 def run_command(workload: str, streams: str, iterations: str, warmup: str, device: str,
                 size: str | None, sync_mode: str, seed: int, threads_per_queue: str,
                 lock_clocks: str | None, power_limit: str | None,
                 output: str | None, as_json: bool, trace_out: str | None, force: bool = False,
                 op_timing: bool = True, repeats: str = "1", ebpf_trace: bool = False,
-                ebpf_memory_trace: bool = False, ebpf_gpu_runtime: bool = False) -> None:
-    """Run WORKLOAD on N streams and measure throughput, latency and queue behaviour."""
+                ebpf_memory_trace: bool = False, ebpf_gpu_runtime: bool = False,
+                dist_timeout: str = "300") -> None:
+    """Run WORKLOAD on N streams and measure throughput, latency and queue behaviour.
+
+    Under torchrun every rank runs it; rank 0 prints the per-rank table and writes -o.
+    """
     import dataclasses
     import json
 
@@ -274,6 +281,20 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
     config = dataclasses.replace(config, op_timing=op_timing)
     request = gpu_request(lock_clocks, power_limit)
     check_distinct_outputs({"-o": output, "--trace-out": trace_out})
+    from aorta.hw_queue_eval.distributed import torchrun_env
+
+    dist_env = torchrun_env()
+    if dist_env is not None:
+        if ebpf_trace or ebpf_memory_trace or ebpf_gpu_runtime or not request.empty:
+            raise UsageError("under torchrun, --ebpf-trace/--ebpf-memory-trace/--ebpf-gpu-runtime "
+                             "and --lock-clocks/--power-limit are not supported yet: run them "
+                             "without torchrun (see docs/distributed.md)")
+        if parse_positive_int(repeats, "--repeats") > 1:
+            raise UsageError("under torchrun, --repeats is not supported: repeat the torchrun "
+                             "command, or use sweep --nproc-per-node N --repeats R")
+        _run_under_torchrun(config, dist_env, parse_positive_int(dist_timeout, "--dist-timeout"),
+                            output, as_json, trace_out)
+        return
     if output:
         check_output_path(output)
         check_replaceable(output, ("run",), force)
@@ -361,4 +382,43 @@ def _run_repeats(config: RunConfig, request: GpuRequest, runs: int, flags: list[
         if output:
             click.echo(f"\nresult written to {output}")
     if result["status"] != "ok" or result["repeats"]["ok"] < runs:
+        raise click.exceptions.Exit(1)
+
+
+def _run_under_torchrun(config: RunConfig, dist_env: Any, timeout_s: int, output: str | None,
+                        as_json: bool, trace_out: str | None) -> None:
+    """One rank of a torchrun job; rank 0 prints the table and alone writes -o/--trace-out."""
+    import json
+
+    from aorta.hw_queue_eval.distributed import format_rank_table, run_distributed
+    from aorta.hw_queue_eval.results import save_result
+
+    lead = dist_env.rank == 0
+    if lead and output:
+        check_output_path(output)
+    if lead and trace_out:
+        check_output_path(trace_out, "trace file")
+    if lead:
+        click.echo(f"Running {config.workload} on {config.streams} streams on each of "
+                   f"{dist_env.world_size} ranks ({config.iterations} iterations + "
+                   f"{config.warmup} warm-up)…", err=True)
+    combined = run_distributed(config, dist_env, timeout_s)
+    if combined is None:
+        return  # not rank 0: rank 0 reports for everyone
+    if output:
+        save_result(output, combined)
+    if trace_out:
+        from aorta.common.atomicio import atomic_write_json
+        from aorta.hw_queue_eval.report.trace import build_trace
+
+        atomic_write_json(trace_out, build_trace(combined))  # rank 0's ops
+    if as_json:
+        click.echo(json.dumps(combined, indent=2))
+    else:
+        for line in format_rank_table(combined):
+            click.echo(line)
+        if output:
+            click.echo(f"\nresult written to {output} (every rank's result under "
+                       "distributed.rank_results)")
+    if combined["status"] != "ok":
         raise click.exceptions.Exit(1)

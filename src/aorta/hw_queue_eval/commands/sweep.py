@@ -73,11 +73,15 @@ def _describe(point: dict[str, Any], unit: str) -> str:
               help="Run every stream count N times (fresh process each, rounds shuffled); the "
                    "knee and peak then come from medians with CIs. 1 = one run per point: the "
                    "verdict's confidence is 'unknown'.")
+@click.option("--nproc-per-node", "nproc_per_node", default=None, metavar="N",
+              help="Run every point under torchrun with N ranks on this node "
+                   "(docs/distributed.md); the point keeps every rank's result.")
 def sweep_command(workload: str, streams: str, iterations: str, warmup: str, device: str,
                   size: str | None, sync_mode: str, seed: int, threads_per_queue: str,
                   lock_clocks: str | None, power_limit: str | None,
                   output: str | None, resume: bool, timeout: str | None, trace_out: str | None,
-                  repeats: str = "1", **passthrough: Any) -> None:
+                  repeats: str = "1", nproc_per_node: str | None = None,
+                  **passthrough: Any) -> None:
     """Run WORKLOAD at each stream count in its own process; checkpoint after every point."""
     from aorta.hw_queue_eval.report.console import make_console
     from aorta.hw_queue_eval.report.tables import render_sweep
@@ -106,7 +110,9 @@ def sweep_command(workload: str, streams: str, iterations: str, warmup: str, dev
                      "device": config.device, "size": config.size, "sync_mode": config.sync_mode,
                      "seed": config.seed, "threads_per_queue": config.threads_per_queue},
         output=output, timeout_s=_parse_timeout(timeout), trace_out=trace_out, flags=flags,
-        repeats=parse_positive_int(repeats, "--repeats"))
+        repeats=parse_positive_int(repeats, "--repeats"),
+        nproc_per_node=None if nproc_per_node is None
+        else parse_positive_int(nproc_per_node, "--nproc-per-node"))
     if trace_out and spec.repeats > 1:
         raise UsageError("--trace-out writes one trace per stream count: use it without --repeats")
     if trace_out:

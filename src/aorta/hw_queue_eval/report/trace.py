@@ -3,8 +3,9 @@
 Layout: process 1 "streams" has one track per stream with every measured op (complete events)
 and a "busy streams" counter; process 2 "hardware queues" has one track per queue with the same
 ops named by stream; process 3 "eBPF" carries the kernel aggregates as counters over the window and
-one instant marker with every value. All timestamps are µs since the measurement-window start, the
-clock of `op_intervals` (CLOCK_MONOTONIC on the CPU backend, the one bpftrace uses).
+one instant marker with every value; cross-stream waits are flow arrows between stream tracks.
+All timestamps are µs since the measurement-window start, the clock of `op_intervals`
+(CLOCK_MONOTONIC on the CPU backend, the one bpftrace uses).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from aorta.hw_queue_eval.scaling import flatten_numbers
 
 PID_STREAMS, PID_QUEUES, PID_EBPF = 1, 2, 3
 MAX_EBPF_COUNTERS = 64
-PHASES = {"X", "C", "M", "i"}
+PHASES = {"X", "C", "M", "i", "s", "f"}
 
 
 def _meta(pid: int, tid: int | None, kind: str, name: str) -> dict[str, Any]:
@@ -60,6 +61,33 @@ def busy_stream_counter(ops: list[dict[str, Any]]) -> list[tuple[float, int]]:
             level += edges[ts]
             out.append((ts, level))
     return out
+
+
+def wait_flows(result: dict[str, Any], ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Flow arrows (ph s → f) from the op waited for to the op that waited, one per wait.
+
+    `op_intervals.waits` names ops by their ordinal on their stream in the window; ops run in
+    launch order on a stream, so the k-th op by start time is the k-th launched.
+    """
+    waits = ((result.get("op_intervals") or {}).get("waits") or {}).get("rows") or []
+    by_stream: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for op in ops:
+        by_stream[op["stream"]].append(op)
+    for stream_ops in by_stream.values():
+        stream_ops.sort(key=lambda op: op["start_us"])
+    events = []
+    for flow_id, (waiter, waiter_op, target, target_op) in enumerate(waits, start=1):
+        after, before = by_stream.get(waiter, []), by_stream.get(target, [])
+        if not (0 <= waiter_op < len(after) and 0 <= target_op < len(before)):
+            continue  # the waiting op was never launched in the window, or ops were truncated
+        src, dst = before[target_op], after[waiter_op]
+        name = f"s{waiter} waits s{target}"
+        events.append({"ph": "s", "id": flow_id, "name": name, "cat": "wait", "pid": PID_STREAMS,
+                       "tid": target + 1, "ts": src["end_us"]})
+        events.append({"ph": "f", "bp": "e", "id": flow_id, "name": name, "cat": "wait",
+                       "pid": PID_STREAMS, "tid": waiter + 1, "ts": max(dst["start_us"],
+                                                                        src["end_us"])})
+    return events
 
 
 def _ebpf_events(result: dict[str, Any], window_us: float) -> list[dict[str, Any]]:
@@ -116,6 +144,8 @@ def build_trace(result: dict[str, Any]) -> dict[str, Any]:
             events.append({"ph": "X", "name": f"s{op['stream']} {op['name']}", "cat": "op",
                            "pid": PID_QUEUES, "tid": op["queue"] + 1, "ts": op["start_us"],
                            "dur": dur, "args": args})
+    flows = wait_flows(result, ops)
+    events += flows
     for ts, level in busy_stream_counter(ops):
         events.append({"ph": "C", "name": "busy streams", "pid": PID_STREAMS, "ts": ts,
                        "args": {"busy": level}})
@@ -129,6 +159,7 @@ def build_trace(result: dict[str, Any]) -> dict[str, Any]:
                           "window_start_monotonic_ns":
                               (result.get("metadata") or {}).get("window_start_monotonic_ns"),
                           "ops_in_trace": len(ops), "ops_measured": table.get("total_ops"),
+                          "waits_in_trace": len(flows) // 2,
                           "truncated": bool(table.get("truncated")),
                           "note": None if ops else "the run recorded no op intervals"}}
 
@@ -149,7 +180,9 @@ def validate_trace(trace: Any) -> list[str]:
             problems.append(f"event {i}: needs a numeric ts")
         if ph == "X" and not (isinstance(event.get("dur"), (int, float)) and event["dur"] >= 0):
             problems.append(f"event {i}: complete event needs dur ≥ 0")
-        if ph in ("X", "i") and not isinstance(event.get("tid"), int):
+        if ph in ("s", "f") and not isinstance(event.get("id"), int):
+            problems.append(f"event {i}: flow event needs an integer id")
+        if ph in ("X", "i", "s", "f") and not isinstance(event.get("tid"), int):
             problems.append(f"event {i}: needs an integer tid")
         if ph == "C" and not all(isinstance(v, (int, float))
                                  for v in (event.get("args") or {None: None}).values()):

@@ -56,6 +56,8 @@ class Workload(ABC):
 
     INFO: ClassVar[WorkloadInfo]
     SIZES: ClassVar[dict[str, dict[str, int]]]
+    #: What it models and how streams are used, in prose (`list -v`).
+    MODELS: ClassVar[str] = ""
 
     def __init__(self, streams: int, size: str, device: Any, seed: int) -> None:
         self.INFO.check_streams(streams)
@@ -66,6 +68,12 @@ class Workload(ABC):
         self.params = dict(self.SIZES[size])
         self.device = device
         self.seed = seed
+
+    def require_memory(self, nbytes: int) -> None:
+        """UsageError, before anything is allocated, when `nbytes` cannot fit on the device."""
+        from aorta.hw_queue_eval.workloads.memory import check_fits
+
+        check_fits(self.INFO.name, self.size, self.device, nbytes)
 
     def generator(self) -> Any:
         """A seeded torch RNG on the CPU (inputs are made there, then moved to the device)."""
@@ -95,9 +103,35 @@ class Workload(ABC):
     def verify(self) -> VerifyResult:
         """Recompute the last iteration serially from the same inputs; compare with outputs."""
 
+    @classmethod
+    def stream_roles(cls, streams: int) -> dict[str, list[int]]:
+        """Which stream indices play which role at `streams` streams (no torch; for `list -v`)."""
+        return {"work": list(range(streams))}
+
     def describe(self) -> dict[str, Any]:
         """Size parameters and how the streams are used, for the result metadata."""
-        return {"size": self.size, "params": dict(self.params)}
+        return {"size": self.size, "params": dict(self.params),
+                "stream_roles": self.stream_roles(self.stream_count)}
+
+
+def split_groups(streams: int, groups: int) -> list[list[int]]:
+    """Streams 0..streams-1 cut into `groups` contiguous non-empty groups, sizes differing by ≤ 1.
+
+    The first groups get the extra streams. Needs streams ≥ groups.
+    """
+    base, extra = divmod(streams, groups)
+    out, start = [], 0
+    for g in range(groups):
+        size = base + (1 if g < extra else 0)
+        out.append(list(range(start, start + size)))
+        start += size
+    return out
+
+
+def split_sizes(total: int, parts: int) -> list[int]:
+    """`total` cut into `parts` integers differing by ≤ 1 (the first parts get the extra)."""
+    base, extra = divmod(total, parts)
+    return [base + (1 if p < extra else 0) for p in range(parts)]
 
 
 def compare_tensors(pairs: list[tuple[Any, Any]], tolerance: float, checked: str) -> VerifyResult:

@@ -23,6 +23,17 @@ class HeteroKernels(Workload):
         "large": {"gemm": 4096, "gemms": 2, "tiny": 65536, "tiny_ops": 32},
     }
 
+    MODELS = ("Large GEMM chains on the first half of the streams (rounded up) and chains of tiny "
+              "element-wise kernels on the rest; independent streams, no waits. On 1 stream that "
+              "stream carries both (the serial baseline).")
+
+    @classmethod
+    def stream_roles(cls, streams: int) -> dict[str, list[int]]:
+        if streams == 1:
+            return {"gemm+tiny": [0]}
+        large = (streams + 1) // 2
+        return {"gemm": list(range(large)), "tiny": list(range(large, streams))}
+
     def roles(self) -> list[tuple[bool, bool]]:
         """Per stream: (carries GEMMs, carries tiny kernels)."""
         if self.stream_count == 1:

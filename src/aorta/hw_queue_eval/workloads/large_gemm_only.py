@@ -15,6 +15,8 @@ class LargeGemmOnly(Workload):
         throughput_unit="TFLOPS", work_scaling="per_stream")
     SIZES = {"small": {"n": 384}, "medium": {"n": 1024}, "large": {"n": 8192}}
 
+    MODELS = "One GEMM per stream, independent streams, no waits: the compute-bound baseline."
+
     def setup(self) -> None:
         import torch
 

@@ -3,14 +3,17 @@
 Stream 0 computes the router and, at the end, the combine; streams 1..S-1 each hold one expert.
 Routing is expert-choice with a fixed capacity (each expert takes its top tokens by gate score),
 so every buffer has a static shape. The token count is fixed: more streams mean more, smaller
-experts, not more work.
+experts, not more work. Under torchrun stream 0 then sends the combined tokens back to their
+owner ranks with a real all-to-all (token exchange); alone, there is nothing to exchange.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from aorta.common.errors import UsageError
 from aorta.hw_queue_eval.workloads.base import VerifyResult, Workload, WorkloadInfo, compare_tensors
+from aorta.hw_queue_eval.workloads.collectives import Collectives
 
 
 class MixtureOfExperts(Workload):
@@ -24,6 +27,15 @@ class MixtureOfExperts(Workload):
         "medium": {"tokens": 1024, "hidden": 512, "ffn": 1024, "top_k": 2},
         "large": {"tokens": 8192, "hidden": 4096, "ffn": 8192, "top_k": 2},
     }
+
+    MODELS = ("A mixture-of-experts layer: stream 0 computes the router (gate GEMM + softmax); "
+              "each other stream is one expert that waits for the router, picks its top tokens "
+              "(expert-choice, fixed capacity) and runs its FFN; stream 0 waits for every expert "
+              "and combines. Tokens are fixed: more streams mean more, smaller experts.")
+
+    @classmethod
+    def stream_roles(cls, streams: int) -> dict[str, list[int]]:
+        return {"gate+combine": [0], "expert": list(range(1, streams))}
 
     @property
     def experts(self) -> int:
@@ -54,6 +66,11 @@ class MixtureOfExperts(Workload):
         self.out = [torch.empty(c, h, device=dev) for _ in range(e)]
         self.contrib = [torch.empty(t, h, device=dev) for _ in range(e)]
         self.y = torch.empty(t, h, device=dev)
+        self.comm = Collectives()
+        if self.comm.real and t % self.comm.world_size:
+            raise UsageError(f"moe: {t} tokens do not split over {self.comm.world_size} ranks: "
+                             "use a world size that divides the token count")
+        self.exchanged = torch.empty(t, h, device=dev) if self.comm.real else None
 
     def _expert_ops(self, e: int) -> list[tuple[Any, str]]:
         import torch
@@ -96,6 +113,8 @@ class MixtureOfExperts(Workload):
                 self.y.add_(self.contrib[e])
 
         gate.launch(combine, "combine")
+        if self.exchanged is not None:  # under torchrun: tokens go back to their owner ranks
+            gate.launch(lambda: self.comm.all_to_all(self.exchanged, self.y), "all_to_all")
 
     def work_per_iteration(self) -> float:
         return float(self.params["tokens"])
@@ -109,8 +128,15 @@ class MixtureOfExperts(Workload):
             vals, idx = torch.topk(probs[:, e], self.capacity)
             out = torch.relu(self.x[idx] @ self.w1[e]) @ self.w2[e] * vals.unsqueeze(1)
             y.index_add_(0, idx, out)
-        return compare_tensors([(self.y, y)], 1e-3, "combined output vs serial recomputation")
+        pairs = [(self.y, y)]
+        if self.exchanged is not None:  # every rank holds the same tokens: chunk r = my chunk
+            world, rank = self.comm.world_size, self.comm.rank
+            mine = y.chunk(world)[rank]
+            pairs += [(chunk, mine) for chunk in self.exchanged.chunk(world)]
+        return compare_tensors(pairs, 1e-3, "combined output (and exchanged tokens under "
+                                            "torchrun) vs serial recomputation")
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "experts": self.experts, "capacity": self.capacity,
+        return {**super().describe(), "collectives": self.comm.describe(),
+                "experts": self.experts, "capacity": self.capacity,
                 "gate_stream": 0, "expert_streams": list(range(1, self.stream_count))}

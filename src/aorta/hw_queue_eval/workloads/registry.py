@@ -3,14 +3,29 @@
 from __future__ import annotations
 
 from aorta.common.errors import UsageError
+from aorta.hw_queue_eval.workloads.activation_ckpt import ActivationCheckpoint
+from aorta.hw_queue_eval.workloads.async_dataload import AsyncDataload
 from aorta.hw_queue_eval.workloads.base import Workload, WorkloadInfo
+from aorta.hw_queue_eval.workloads.comms_compute_overlap import CommsComputeOverlap
+from aorta.hw_queue_eval.workloads.continuous_batch import ContinuousBatch
+from aorta.hw_queue_eval.workloads.fsdp_tp import FsdpTp
+from aorta.hw_queue_eval.workloads.grad_accum import GradAccum
+from aorta.hw_queue_eval.workloads.graph_subgraphs import GraphSubgraphs
 from aorta.hw_queue_eval.workloads.hetero_kernels import HeteroKernels
 from aorta.hw_queue_eval.workloads.large_gemm_only import LargeGemmOnly
 from aorta.hw_queue_eval.workloads.moe import MixtureOfExperts
+from aorta.hw_queue_eval.workloads.rag_pipeline import RagPipeline
+from aorta.hw_queue_eval.workloads.speculative_decode import SpeculativeDecode
 from aorta.hw_queue_eval.workloads.tiny_kernel_stress import TinyKernelStress
+from aorta.hw_queue_eval.workloads.torch_compile import TorchCompile
+from aorta.hw_queue_eval.workloads.zero_offload import ZeroOffload
 
 _WORKLOADS: dict[str, type[Workload]] = {
-    cls.INFO.name: cls for cls in (HeteroKernels, TinyKernelStress, LargeGemmOnly, MixtureOfExperts)
+    cls.INFO.name: cls for cls in (
+        HeteroKernels, TinyKernelStress, LargeGemmOnly, GraphSubgraphs,
+        CommsComputeOverlap, FsdpTp, MixtureOfExperts, ActivationCheckpoint, GradAccum,
+        SpeculativeDecode, ContinuousBatch, RagPipeline,
+        AsyncDataload, ZeroOffload, TorchCompile)
 }
 CATEGORIES = ("latency_sensitive", "distributed", "inference", "pipeline")
 SENSITIVITIES = ("critical", "high", "medium", "low")

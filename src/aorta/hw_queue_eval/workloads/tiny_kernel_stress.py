@@ -22,6 +22,9 @@ class TinyKernelStress(Workload):
         "large": {"numel": 4096, "ops": 128},
     }
 
+    MODELS = ("A chain of tiny element-wise kernels on every stream, independent streams, no waits: "
+              "launch, dispatch and switch overhead only.")
+
     def setup(self) -> None:
         import torch
 

@@ -1,0 +1,203 @@
+"""torchrun: rank environment, per-rank table, real collectives over gloo, two "nodes", failures."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from aorta.common.errors import UsageError
+from aorta.hw_queue_eval.distributed import combine, format_rank_table, torchrun_env
+from aorta.hw_queue_eval.results import validate_run_dict
+from conftest import load_json, run_cli
+
+
+def test_not_under_torchrun_without_its_environment():
+    assert torchrun_env({}) is None
+
+
+def test_torchrun_environment_parsed_and_checked():
+    env = torchrun_env({"TORCHELASTIC_RUN_ID": "x", "RANK": "3", "WORLD_SIZE": "4",
+                        "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1"})
+    assert (env.rank, env.world_size, env.local_rank, env.local_world_size, env.node_rank) == \
+        (3, 4, 1, 2, 1)
+    with pytest.raises(UsageError, match="RANK 4 is outside WORLD_SIZE 4"):
+        torchrun_env({"LOCAL_RANK": "0", "RANK": "4", "WORLD_SIZE": "4"})
+    with pytest.raises(UsageError, match="WORLD_SIZE='x' is not a number"):
+        torchrun_env({"LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "x"})
+
+
+def _fake(rank, node, window, status="ok"):
+    return {"status": status, "throughput": 100.0 + rank, "throughput_unit": "tokens/sec",
+            "latency_ms": {"p50": 1.0, "p99": 2.0}, "total_time_ms": window,
+            "verification": {"passed": status == "ok"},
+            "distributed": {"mode": "torchrun", "backend": "gloo", "rank": rank, "world_size": 3,
+                            "local_rank": rank % 2, "local_world_size": 2, "node_rank": node,
+                            "hostname": "h", "pid": 1000 + rank}}
+
+
+def test_combine_names_the_straggler_and_keeps_every_rank():
+    combined = combine([_fake(2, 1, 50.0), _fake(0, 0, 40.0), _fake(1, 0, 42.0)])
+    agg = combined["distributed"]["aggregate"]
+    assert agg["straggler"]["rank"] == 2 and agg["straggler"]["lag_ms"] == pytest.approx(10.0)
+    assert agg["throughput_sum"] == pytest.approx(303.0) and agg["window_ms_max"] == 50.0
+    assert [r["distributed"]["rank"] for r in combined["distributed"]["rank_results"]] == [0, 1, 2]
+    assert combined["distributed"]["nodes"] == 2 and combined["status"] == "ok"
+    table = format_rank_table(combined)
+    assert "straggler" in table[3] and table[3].split()[0] == "2"
+    failed = combine([_fake(0, 0, 1.0), _fake(1, 0, 1.0, status="failed")])
+    assert failed["status"] == "failed" and "rank(s) 1" in failed["error"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _torchrun(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+
+
+def _run_args(workload: str = "comms_compute_overlap", streams: int = 3) -> list[str]:
+    return ["-m", "aorta.hw_queue_eval", "run", workload, "--streams", str(streams), "-d", "cpu",
+            "-i", "3", "-w", "1", "--dist-timeout", "60"]
+
+
+RUN = _run_args()
+
+
+def _check_ranks(result, world, nodes):
+    assert validate_run_dict(result) == []
+    dist = result["distributed"]
+    assert dist["world_size"] == world and dist["nodes"] == nodes
+    ranks = dist["rank_results"]
+    assert [r["distributed"]["rank"] for r in ranks] == list(range(world))
+    assert len({r["distributed"]["pid"] for r in ranks}) == world
+    for rank in ranks:  # real all-reduce: the reduced buckets equal world × the local ones
+        collectives = rank["metadata"]["workload"]["collectives"]
+        assert collectives == {"mode": "torch.distributed", "backend": "gloo",
+                               "rank": rank["distributed"]["rank"], "world_size": world}
+        assert rank["verification"]["passed"] and rank["status"] == "ok"
+        assert min(rank["per_stream_op_counts"]) > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("workload", "collectives"), [
+    ("moe", {"all_to_all"}), ("fsdp_tp", {"all_gather", "reduce_scatter"})])
+def test_single_node_two_ranks(tmp_path, workload, collectives):
+    out = tmp_path / "r.json"
+    proc = _torchrun("--nproc-per-node", "2", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}",
+                     *_run_args(workload, 4), "-o", str(out))
+    stdout, stderr = proc.communicate(timeout=240)
+    assert proc.returncode == 0, stderr[-2000:]
+    result = load_json(out)
+    _check_ranks(result, world=2, nodes=1)
+    for rank in result["distributed"]["rank_results"]:
+        assert collectives <= set(rank["ops"]["per_label"])  # issued on the comms stream
+    assert "straggler" in stdout and "aggregate:" in stdout
+    compared = run_cli("compare", "-b", str(out), "-t", str(out), "--json")
+    assert compared.returncode == 0, compared.stderr
+
+
+def test_ebpf_under_torchrun_refused_before_anything_starts(tmp_path):
+    env = {"TORCHELASTIC_RUN_ID": "t", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+    proc = run_cli("run", "moe", "--streams", "4", "-d", "cpu", "--ebpf-trace",
+                   "-o", str(tmp_path / "r.json"), env=env)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "not supported yet" in proc.stderr
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_two_nodes_on_one_machine(tmp_path):
+    out, port = tmp_path / "r.json", _free_port()
+    common = ["--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+              "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"aorta-{port}"]
+    nodes = [_torchrun(*common, "--node-rank", str(n), *RUN, "-o", str(out)) for n in (0, 1)]
+    outputs = [node.communicate(timeout=300) for node in nodes]
+    for node, (_, stderr) in zip(nodes, outputs, strict=True):
+        assert node.returncode == 0, stderr[-2000:]
+    result = load_json(out)
+    _check_ranks(result, world=4, nodes=2)
+    by_node = {}
+    for row in result["distributed"]["ranks"]:
+        by_node.setdefault(row["node_rank"], []).append(row["local_rank"])
+    assert {k: sorted(v) for k, v in by_node.items()} == {0: [0, 1], 1: [0, 1]}
+
+
+@pytest.mark.slow
+def test_a_failing_rank_stops_the_job_named_and_nothing_written(tmp_path):
+    out = tmp_path / "r.json"
+    started = time.monotonic()
+    proc = _torchrun("--nproc-per-node", "2", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}",
+                     *RUN, "-o", str(out), env={"AORTA_TEST_FAIL_RANK": "1"})
+    _, stderr = proc.communicate(timeout=240)
+    assert proc.returncode != 0
+    assert "rank 1" in stderr and "injected failure" in stderr
+    assert not out.exists() and not list(tmp_path.iterdir())
+    assert time.monotonic() - started < 200  # the others were stopped, not left to hang
+
+
+@pytest.mark.slow
+def test_sweep_runs_each_point_through_torchrun(tmp_path):
+    out = tmp_path / "s.json"
+    proc = run_cli("sweep", "grad_accum", "--streams", "3", "-d", "cpu", "-i", "3", "-w", "1",
+                   "--nproc-per-node", "2", "-o", str(out), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    sweep = load_json(out)
+    assert sweep["settings"]["nproc_per_node"] == 2 and sweep["nproc_per_node"] == 2
+    (point,) = sweep["points"]
+    assert point["status"] == "ok"
+    assert point["result"]["distributed"]["world_size"] == 2
+    assert [r["distributed"]["rank"] for r in point["result"]["distributed"]["rank_results"]] == \
+        [0, 1]
+    assert point["result"]["metadata"]["workload"]["collectives"]["mode"] == "torch.distributed"
+
+
+@pytest.mark.slow
+def test_policy_sweep_runs_each_point_through_torchrun(tmp_path):
+    out = tmp_path / "p.json"
+    proc = run_cli("policy-sweep", "grad_accum", "--streams", "3", "--policies", "baseline",
+                   "-d", "cpu", "-i", "3", "-w", "1", "--nproc-per-node", "2", "-o", str(out),
+                   env={"GPU_MAX_HW_QUEUES": "3"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = load_json(out)
+    assert data["nproc_per_node"] == 2
+    (point,) = data["points"]
+    assert point["status"] == "ok"
+    ranks = point["result"]["distributed"]["rank_results"]
+    assert [r["distributed"]["rank"] for r in ranks] == [0, 1]
+    assert all(r["queue_mapping"]["pool_size"] == 3 for r in ranks)  # env reached every rank
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_torchrun_stops_every_rank_and_writes_nothing(tmp_path):
+    import signal
+    import threading
+
+    out = tmp_path / "r.json"
+    proc = _torchrun("--nproc-per-node", "2", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}",
+                     *_run_args("hetero_kernels", 2)[:-6], "-i", "1000000", "-w", "1",
+                     "--dist-timeout", "60", "-o", str(out))
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 120
+    while not any("Running hetero_kernels" in line for line in lines):
+        assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)[-2000:]
+        time.sleep(0.2)
+    time.sleep(5.0)  # every rank is past start-up, inside warm-up or the window
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=120)
+    reader.join(timeout=10)
+    text = "".join(lines)
+    assert text.count("interrupted: nothing was written") == 2, text[-2000:]
+    assert not out.exists() and not list(tmp_path.iterdir())
+    assert proc.returncode != 0
