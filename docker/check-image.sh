@@ -34,7 +34,7 @@ out=$(mktemp -d /var/tmp/aorta-check-image.XXXXXX)
 trap 'rm -rf --one-file-system "$out"' EXIT
 cmd=(aorta-hwq run hetero_kernels --streams 8 --ebpf-trace -o /results/results.json)
 say "running in the container: ${cmd[*]}"
-"${PODMAN[@]}" run --rm --privileged --network none "${PODMAN_LIMITS[@]}" -v "$out:/results" \
+"${PODMAN[@]}" run --rm --privileged --pid host --network none "${PODMAN_LIMITS[@]}" -v "$out:/results" \
   "$IMAGE" "${cmd[@]}" >"$out/run.log" 2>&1 || { cat "$out/run.log" >&2; die "the traced run failed in the container"; }
 echo "---- container output (entrypoint line and eBPF block)"
 grep -E '^aorta: |eBPF DRIVER-LEVEL|Total submissions|Total dispatches|Lost events|result written' "$out/run.log" || true

@@ -5,7 +5,8 @@
 #
 # The container is a debootstrap'd bookworm (docker/podman-base.sh, cached) with only python3,
 # python3-pip, python3-venv and git added, a fresh clone of this checkout's HEAD (commit first:
-# uncommitted changes are not tested), run --privileged so tracing works. pip inside sees what it
+# uncommitted changes are not tested), run --privileged --pid host so tracing works (bpftrace
+# reports the host's process ids, as in docker-compose.build.yaml). pip inside sees what it
 # sees on this kind of machine: the host's CA bundle (read-only) and, when present, the local
 # wheel folder /opt/wheels (read-only, PIP_FIND_LINKS) where the CPU torch wheel lies.
 # Settings (environment): KEEP=1 keeps the clone; WHEELS=DIR another wheel folder ('' for none).
@@ -74,7 +75,7 @@ say "running the README's commands in a fresh container (clone of $sha):"
 say "  1: ${COMMANDS[0]}"
 say "  2: ${COMMANDS[1]}"
 log="$work/container.log"
-"${PODMAN[@]}" run --rm --privileged --network host "${PODMAN_LIMITS[@]}" "${mounts[@]}" \
+"${PODMAN[@]}" run --rm --privileged --pid host --network host "${PODMAN_LIMITS[@]}" "${mounts[@]}" \
   -e CMD1="${COMMANDS[0]}" -e CMD2="${COMMANDS[1]}" "$IMAGE" bash -c "$runner" 2>&1 | tee "$log" \
   || true
 
