@@ -24,8 +24,9 @@ def _event_list(label: str, block: dict[str, Any]) -> None:
         _line(label, f"({block['note']})")
         return
     click.echo(f"  {label}:")
+    width = max((len(e) for e in block["events"]), default=0) + 2
     for event, state in block["events"].items():
-        click.echo(f"    {event:<44}{state}")
+        click.echo(f"    {event:<{width}}{state}")
 
 
 def render_summary(summary: dict[str, Any]) -> None:
