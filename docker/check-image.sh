@@ -8,7 +8,7 @@
 # Settings (environment): FRESH=1 rebuilds every layer (--no-cache); WHEELS=DIR ('' for none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SAY_PREFIX=check-image
+export SAY_PREFIX=check-image
 # shellcheck source=podman-base.sh
 source docker/podman-base.sh
 require_tools podman runc debootstrap

@@ -7,9 +7,11 @@
 # Settings (environment): BASE_IMAGE (default localhost/debian:bookworm), DEBIAN_MIRROR (default:
 # the first Debian mirror apt is configured with), HOST_CA (the CA bundle pip must trust).
 
+# shellcheck disable=SC2034  # used by the scripts that source this file
 BASE_IMAGE=${BASE_IMAGE:-localhost/debian:bookworm}
 HOST_CA=${HOST_CA:-/etc/ssl/certs/ca-certificates.crt}
 PODMAN=(podman --runtime runc)
+# shellcheck disable=SC2034  # used by the scripts that source this file
 PODMAN_LIMITS=(--ulimit nofile=20000:20000 --ulimit nproc=4096:4096)
 
 say() { echo "${SAY_PREFIX:-check}: $*" >&2; }

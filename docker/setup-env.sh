@@ -62,7 +62,7 @@ case "${option:-}" in
 esac
 
 [[ "$dockerfile" =~ ^[A-Za-z0-9._-]+$ ]] || die "--dockerfile must be a file name in docker/, got '$dockerfile'"
-[ -f "$dockerfile" ] || die "docker/$dockerfile not found (choose one of: $(ls Dockerfile.* | tr '\n' ' '))"
+[ -f "$dockerfile" ] || die "docker/$dockerfile not found (choose one of: $(printf '%s ' Dockerfile.*))"
 if [ -n "$base" ] && ! [[ "$base" =~ ^[A-Za-z0-9._/:@-]+$ ]]; then
   die "--base '$base' is not an image name"
 fi

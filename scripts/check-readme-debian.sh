@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
-SAY_PREFIX=check-readme
+export SAY_PREFIX=check-readme
 # shellcheck source=../docker/podman-base.sh
 source docker/podman-base.sh
 require_tools podman runc debootstrap git
