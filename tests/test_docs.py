@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 import pytest
+
 from doc_messages import collect
 
 REPO = Path(__file__).resolve().parents[1]
