@@ -1,9 +1,9 @@
 """The guide's four one-liners, corrected in docs/guide.md, and their scripts in ebpfaultline/bpftrace/
 compile with the real bpftrace against tracepoint formats recorded from real kernels.
 
-How: a copy of a recorded tracefs tree (tests/fixtures/tracefs/<generation>) is bind-mounted over
-/sys/kernel/tracing inside a private mount namespace (`unshare -m`), and bpftrace compiles the
-program without loading it (`--emit-elf`). The host's tracefs is untouched. The old KFD event name
+How (tests/test_ebpf_compile.py's helpers): a copy of a recorded tracefs tree is bind-mounted over
+/sys/kernel/tracing inside a private mount namespace, and `bpftrace -d` (dry run) type-checks and
+generates code without attaching anything. The host's tracefs is untouched. The old KFD event name
 must NOT compile where the driver has the worker names: the check can fail.
 """
 
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import fnmatch
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+
+from test_ebpf_compile import _compile, _tree
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures" / "tracefs"
@@ -56,32 +56,23 @@ def _supported(program: str, gen: str) -> bool:
     return all(f in fields for f in re.findall(r"args->(\w+)", program))
 
 
-@pytest.fixture(scope="module")
-def compiler(tmp_path_factory: pytest.TempPathFactory):
-    """compile(program_text, generation) → (ok, bpftrace's output), in a private mount namespace."""
-    if shutil.which("bpftrace") is None or shutil.which("unshare") is None:
-        pytest.skip("needs bpftrace and unshare")
+@pytest.fixture
+def compiler(ebpf_ready: None, tmp_path: Path):
+    """compile(program_text, generation) → (ok, errors): test_ebpf_compile's bind-mount dry run."""
     import os
+    import shutil
 
-    if os.geteuid() != 0:
-        pytest.skip("needs root (a private mount namespace)")
-    base = tmp_path_factory.mktemp("tracefs")
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) to bind a recorded tracefs privately")
+    trees: dict[str, Path] = {}
 
-    def compile_(program: str, gen: str) -> tuple[bool, str]:
-        tree = base / gen
-        if not tree.exists():
-            shutil.copytree(FIXTURES / gen, tree)
-            (tree / "available_events").write_text("\n".join(_events(gen)) + "\n")
-        src = base / "prog.bt"
+    def compile_(program: str, gen: str) -> tuple[bool, list[str]]:
+        if gen not in trees:
+            trees[gen] = _tree(gen, tmp_path)
+        src = tmp_path / "prog.bt"
         src.write_text(program + "\n")
-        out = base / "prog.elf"
-        out.unlink(missing_ok=True)
-        proc = subprocess.run(
-            ["unshare", "-m", "--propagation", "private", "sh", "-c",
-             'mount --bind "$1" /sys/kernel/tracing && exec bpftrace --emit-elf "$2" "$3"',
-             "sh", str(tree), str(out), str(src)],
-            capture_output=True, text=True, timeout=120, check=False)
-        return proc.returncode == 0 and out.is_file() and out.stat().st_size > 0, proc.stdout + proc.stderr
+        rc, errors = _compile(trees[gen], src)
+        return rc == 0 and not errors, errors
 
     return compile_
 
