@@ -14,6 +14,10 @@ from typing import Any
 from aorta.ebpf.tracefs import Tracefs, find_tracefs
 
 CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
+NO_SUBSYSTEM = {
+    "amdgpu": "none on this kernel: amdgpu driver not loaded",
+    "amdkfd": "none on this kernel: they ship only with AMD's DKMS amdgpu driver",
+}
 AMDKFD_EVENTS = ("kfd_evict_process_worker_start", "kfd_restore_process_worker_start",
                  "kfd_map_memory_to_gpu_start", "kfd_kgd2kfd_schedule_evict_and_restore_process",
                  "kfd_evict_process", "kfd_restore_process")
@@ -147,7 +151,7 @@ def _subsystem_list(tracefs: Tracefs | None, families: dict[str, Any], system: s
     if tracefs is None:
         note = "not accessible"
     elif not present_in_kernel:
-        note = f"none on this kernel: {system} driver not loaded"
+        note = NO_SUBSYSTEM.get(system, f"none on this kernel: {system} driver not loaded")
     else:
         note = None
     return {"events": {ev.split(":", 1)[1]: st for ev, st in states.items()}, "note": note}
