@@ -296,3 +296,23 @@ def test_thread_limit_in_run_is_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr and not out.exists()
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "ulimit -u" in errors[0] and "--streams" in errors[0]
+
+
+def test_ebpf_info_as_unprivileged_user_says_not_accessible(public_dir: Path) -> None:
+    _need("setpriv", SYSTEM_PYTHON)
+    tracefs_readable = subprocess.run(
+        ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "test", "-x",
+         "/sys/kernel/tracing/events"], check=False).returncode == 0
+    if tracefs_readable:
+        pytest.skip("tracefs is readable by everyone here")
+    code = ("import json\nfrom aorta.ebpf.capabilities import full_report\n"
+            "print(json.dumps(full_report()['summary']))\n")
+    proc = _as_nobody(public_dir, code)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    import json
+
+    summary = json.loads(proc.stdout)
+    assert summary["amdgpu_tracepoints"]["note"] == "not accessible"
+    assert summary["amdkfd_tracepoints"]["note"] == "not accessible"
+    assert set(summary["amdgpu_tracepoints"]["events"].values()) == {"not accessible"}
+    assert summary["root_or_cap_bpf"]["ok"] is False and summary["overall_available"] is False
