@@ -182,8 +182,18 @@ def test_entrypoint_says_what_is_missing_in_one_line_and_runs_the_command(tmp_pa
     if not Path("/dev/kfd").exists():
         assert "/dev/kfd" in lines[0] and "still work" in lines[0]
     if os.geteuid() == 0 and shutil.which("setpriv"):
-        proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash",
-                               str(DOCKER / "entrypoint.sh"), "true"], capture_output=True, text=True,
-                              timeout=60, check=False, env={**env, "AORTA_IMAGE_FLAVOR": "cpu"},
-                              cwd="/")
-        assert proc.returncode == 0 and "root (tracing needs root" in proc.stderr
+        import tempfile
+
+        public = Path(tempfile.mkdtemp(prefix="aorta-entry-", dir="/tmp"))  # readable by nobody
+        try:
+            public.chmod(0o755)
+            script = public / "entrypoint.sh"
+            shutil.copy(DOCKER / "entrypoint.sh", script)
+            script.chmod(0o755)
+            proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                   "bash", str(script), "true"], capture_output=True, text=True,
+                                  timeout=60, check=False, env={**env, "AORTA_IMAGE_FLAVOR": "cpu"},
+                                  cwd="/")
+        finally:
+            shutil.rmtree(public, ignore_errors=True)
+        assert proc.returncode == 0 and "root (tracing needs root" in proc.stderr, proc.stderr
