@@ -38,7 +38,7 @@ say "running in the container: ${cmd[*]}"
   "$IMAGE" "${cmd[@]}" >"$out/run.log" 2>&1 || { cat "$out/run.log" >&2; die "the traced run failed in the container"; }
 echo "---- container output (entrypoint line and eBPF block)"
 grep -E '^aorta: |eBPF DRIVER-LEVEL|Total submissions|Total dispatches|Lost events|result written' "$out/run.log" || true
-echo "---- versions in the image"
+echo "---- versions in the image (an unprivileged container: the entrypoint names what it lacks)"
 "${PODMAN[@]}" run --rm --network none "${PODMAN_LIMITS[@]}" "$IMAGE" bash -c \
   'echo "$(bpftrace --version); $(aorta-hwq --version); $(python3 --version); torch $(python -c "import torch; print(torch.__version__)")"; command -v perf opensnoop-bpfcc execsnoop-bpfcc | tr "\n" " "; echo' \
   || say "warning: could not list the versions in the image"
