@@ -83,7 +83,7 @@ rc1=$(cat "$work/aorta/.readme-check-rc1" 2>/dev/null || echo missing)
 rc2=$(cat "$work/aorta/.readme-check-rc2" 2>/dev/null || echo missing)
 traced=$(cat "$work/aorta/.readme-check-result" 2>/dev/null || echo missing)
 echo "---- summary (Debian 12 container, commit ${sha:0:12})"
-grep -E '^=== command [12] exit|^traced result|^[0-9]+ passed|passed|failed' "$log" | tail -n 6 || true
+grep -E '^=== command [12] exit|^traced result|^[0-9]+ (passed|failed)|^FAILED ' "$log" | tail -n 12 || true
 echo "command 1 exit: $rc1; command 2 exit: $rc2; traced result with 0 lost events: $([ "$traced" = 0 ] && echo yes || echo no)"
 if [ "$rc1" = 0 ] && [ "$rc2" = 0 ] && [ "$traced" = 0 ]; then
   echo "README check: PASS"
