@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -55,3 +56,14 @@ def test_cgroup_is_created_limited_and_removed():
         churn_file = mp.churn_file
     assert not folder.exists()
     assert churn_file is not None and not os.path.exists(churn_file)
+
+
+def test_cgroup_folder_under_a_container_mount_root() -> None:
+    # a container mounts only its own subtree: mountinfo root /libpod_parent/libpod-1 at
+    # /sys/fs/cgroup/memory, while /proc/self/cgroup names the full path
+    assert pressure._under("/sys/fs/cgroup/memory", "/libpod_parent/libpod-1",
+                           "/libpod_parent/libpod-1") == Path("/sys/fs/cgroup/memory")
+    assert pressure._under("/sys/fs/cgroup/memory", "/libpod_parent/libpod-1",
+                           "/libpod_parent/libpod-1/sub") == Path("/sys/fs/cgroup/memory/sub")
+    assert pressure._under("/sys/fs/cgroup", "/", "/a/b") == Path("/sys/fs/cgroup/a/b")
+    assert pressure._under("/m", "/x", "/xy") is None

@@ -14,6 +14,10 @@ from typing import Any
 from aorta.ebpf.tracefs import Tracefs, find_tracefs
 
 CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
+NO_SUBSYSTEM = {
+    "amdgpu": "none on this kernel: amdgpu driver not loaded",
+    "amdkfd": "none on this kernel: they ship only with AMD's DKMS amdgpu driver",
+}
 AMDKFD_EVENTS = ("kfd_evict_process_worker_start", "kfd_restore_process_worker_start",
                  "kfd_map_memory_to_gpu_start", "kfd_kgd2kfd_schedule_evict_and_restore_process",
                  "kfd_evict_process", "kfd_restore_process")
@@ -50,20 +54,58 @@ def _read(path: str) -> str | None:
     return None
 
 
-def family_events(tracefs: Tracefs | None) -> dict[str, Any]:
-    """Per probe family / subsystem: which of its tracepoints exist here."""
-    from aorta.ebpf.probes.registry import families_for
+def _split_event(event: str) -> tuple[str, str] | None:
+    """'system:event' → (system, event) for tracepoints; None for other probe kinds (uprobes …)."""
+    system, _, name = event.partition(":")
+    if not (system and name) or "/" in name or system in ("uprobe", "uretprobe", "usdt"):
+        return None
+    return system, name
 
-    def present(system: str, events: list[str] | tuple[str, ...]) -> dict[str, bool]:
-        return {e: bool(tracefs and tracefs.has_event(system, e)) for e in events}
+
+def event_states(tracefs: Tracefs | None, events: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """Each "system:event" → present / missing / not readable / not accessible (no tracefs)."""
+    out = {}
+    for event in events:
+        split = _split_event(event)
+        if tracefs is None:
+            out[event] = "not accessible"
+        elif split is None:
+            out[event] = "not a tracepoint"
+        else:
+            out[event] = tracefs.event_state(*split)
+    return out
+
+
+def _by_subsystem(states: dict[str, str]) -> dict[str, dict[str, int]]:
+    """Per tracepoint subsystem: how many of the family's events are present, out of how many."""
+    counts: dict[str, dict[str, int]] = {}
+    for event, state in states.items():
+        split = _split_event(event)
+        if split is None:
+            continue
+        entry = counts.setdefault(split[0], {"present": 0, "wanted": 0})
+        entry["wanted"] += 1
+        entry["present"] += state == "present"
+    return counts
+
+
+def family_events(tracefs: Tracefs | None, program: Any = None) -> dict[str, Any]:
+    """Per probe family / subsystem: which of its tracepoints exist here, and what would attach."""
+    from aorta.ebpf.probes.registry import families_for
 
     out: dict[str, Any] = {}
     for family in families_for(queue=True, memory=True):
-        wanted = family.wanted_events()
-        out[family.name] = {"section": family.section, "description": family.description,
-                            "events": {ev: bool(tracefs and tracefs.has_event(*ev.split(":", 1)))
-                                       for ev in wanted}}
-    kfd = present("amdkfd", AMDKFD_EVENTS)
+        states = event_states(tracefs, family.wanted_events())
+        entry: dict[str, Any] = {
+            "section": family.section, "description": family.description,
+            "events": {ev: state == "present" for ev, state in states.items()},
+            "states": states, "by_subsystem": _by_subsystem(states)}
+        if program is not None and family.name in program.used_events:
+            entry["attach"] = {"events": list(program.used_events.get(family.name, [])),
+                               "not_attached": dict(program.missing.get(family.name, {}))}
+        out[family.name] = entry
+    kfd_states = event_states(tracefs, [f"amdkfd:{e}" for e in AMDKFD_EVENTS])
+    kfd = {e.split(":", 1)[1]: st == "present" for e, st in kfd_states.items()}
     variant = None
     if tracefs is not None:
         for event, ok in kfd.items():
@@ -84,6 +126,69 @@ def family_events(tracefs: Tracefs | None) -> dict[str, Any]:
     return out
 
 
+def _render_program(ready: Any) -> Any:
+    """The program a run with both tracing flags would load here (None when it cannot be built)."""
+    from aorta.ebpf.engine import make_program
+    from aorta.ebpf.probes.base import TraceTarget
+
+    if ready.tracefs is None:
+        return None
+    try:
+        return make_program(True, True, TraceTarget(pids=(os.getpid(),), follow_children=True),
+                            ready.tracefs, ready.version)
+    except Exception:  # ebpf-info reports, it never fails (the modes below say why)
+        return None
+
+
+def _subsystem_list(tracefs: Tracefs | None, families: dict[str, Any], system: str,
+                    extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The guide's "<system> tracepoints:" list: every event aorta uses from `system`, with its state."""
+    wanted = {ev for fam in families.values() for ev in (fam.get("states") or {})
+              if ev.startswith(f"{system}:")}
+    wanted.update(f"{system}:{e}" for e in extra)
+    states = event_states(tracefs, sorted(wanted))
+    present_in_kernel = bool(tracefs and tracefs.events(system))
+    if tracefs is None:
+        note = "not accessible"
+    elif not present_in_kernel:
+        note = NO_SUBSYSTEM.get(system, f"none on this kernel: {system} driver not loaded")
+    else:
+        note = None
+    return {"events": {ev.split(":", 1)[1]: st for ev, st in states.items()}, "note": note}
+
+
+def guide_summary(ready: Any, families: dict[str, Any]) -> dict[str, Any]:
+    """The guide's "eBPF Capabilities" block as data: versions, privileges, verdict, AMD tracepoints."""
+    from aorta.ebpf.probes.kfd import KFD_DEVICE
+
+    caps = effective_caps()
+    root = os.geteuid() == 0
+    if root:
+        privilege = {"ok": True, "how": "root"}
+    elif caps["CAP_BPF"] and caps["CAP_PERFMON"]:
+        privilege = {"ok": True, "how": "CAP_BPF and CAP_PERFMON in this process"}
+    elif ready.prefix is not None:
+        privilege = {"ok": True, "how": ready.privilege}
+    else:
+        privilege = {"ok": False, "how": ready.privilege}
+    kfd = families.get("amdkfd (DKMS driver)", {}).get("events", {})
+    variant = ("kfd_evict_process_worker_*" if kfd.get("kfd_evict_process_worker_start")
+               else "kfd_evict_process" if kfd.get("kfd_evict_process") else None)
+    return {
+        "kernel_version": os.uname().release,
+        "bpftrace": ({"installed": True, "path": ready.bpftrace,
+                      "version": ".".join(map(str, ready.version)) if ready.version else None}
+                     if ready.bpftrace else {"installed": False}),
+        "root_or_cap_bpf": privilege,
+        "overall_available": ready.ok,
+        "reason": ready.reason,
+        "amdgpu_tracepoints": _subsystem_list(ready.tracefs, families, "amdgpu"),
+        "amdkfd_tracepoints": _subsystem_list(ready.tracefs, families, "amdkfd", AMDKFD_EVENTS),
+        "kfd_variant": variant,
+        "kfd_device": {"path": KFD_DEVICE, "exists": os.path.exists(KFD_DEVICE)},
+    }
+
+
 def full_report() -> dict[str, Any]:
     """Everything `ebpf-info` shows, as JSON-safe data; never raises."""
     from aorta.ebpf.engine import check_readiness
@@ -91,27 +196,32 @@ def full_report() -> dict[str, Any]:
 
     ready = check_readiness(mount_tracefs=True)
     sudo_ok, sudo_why = sudo_works() if os.geteuid() != 0 else (None, "not needed (root)")
-    families = family_events(ready.tracefs)
+    program = _render_program(ready)
+    families = family_events(ready.tracefs, program)
     modes: dict[str, Any] = {}
     for mode, section in (("--ebpf-trace", "queue"), ("--ebpf-memory-trace", "memory")):
         fams = {n: f for n, f in families.items() if f.get("section") == section}
-        usable = [n for n, f in fams.items() if any(f["events"].values())]
+        if program is not None:
+            usable = [n for n, f in fams.items() if (f.get("attach") or {}).get("events")]
+        else:
+            usable = [n for n, f in fams.items() if any(f["events"].values())]
         if not ready.ok:
             modes[mode] = {"available": False, "reason": ready.reason}
         elif not fams:
             modes[mode] = {"available": False, "reason": "no probe family of this kind is installed"}
         elif not usable:
             modes[mode] = {"available": False,
-                           "reason": "none of its tracepoints exist on this kernel"}
+                           "reason": "no probe of its families can attach on this machine"}
         else:
             modes[mode] = {"available": True, "families_with_events": usable,
                            "reason": None}
+    version = ".".join(map(str, ready.version)) if ready.version else None
     return {
+        "summary": guide_summary(ready, families),
         "kernel": os.uname().release,
-        "bpftrace": {"path": ready.bpftrace,
-                     "version": ".".join(map(str, ready.version)) if ready.version else None,
-                     "args_syntax": ("args." if ready.version and ready.version >= (0, 20, 0)
-                                     else "args->")},
+        "bpftrace": {"path": ready.bpftrace, "version": version,
+                     "args_syntax": (None if not ready.version else
+                                     "args." if ready.version >= (0, 20, 0) else "args->")},
         "privileges": {"euid": os.geteuid(), "effective_caps": effective_caps(),
                        "sudo_n": sudo_ok, "sudo_note": sudo_why, "launch": ready.privilege},
         "tracefs": {"root": str(ready.tracefs.root) if ready.tracefs else None,

@@ -13,7 +13,14 @@ from aorta.ebpf import mapcap, marker
 from aorta.ebpf.probes.base import BpftraceDialect, FamilyResult, ProbeFamily, TraceTarget
 from aorta.ebpf.probes.registry import families_for
 from aorta.ebpf.program import Program, build_program
-from aorta.ebpf.session import SessionOutput, TraceSession, bpftrace_path, bpftrace_version, launcher
+from aorta.ebpf.session import (
+    SessionOutput,
+    TraceSession,
+    bpftrace_path,
+    bpftrace_version,
+    launcher,
+    pid_namespace_problem,
+)
 from aorta.ebpf.tracefs import Tracefs, find_tracefs
 
 DEFAULT_DIALECT_VERSION = (0, 17, 0)
@@ -50,7 +57,10 @@ def check_readiness(mount_tracefs: bool = True) -> Readiness:
     if version is None:
         return Readiness(False, f"{path} --version failed: is bpftrace installed correctly?", path,
                          None, None, "n/a", tracefs, note)
-    prefix, privilege = launcher()
+    prefix, privilege = launcher(path)
+    namespace = pid_namespace_problem()
+    if namespace is not None:
+        return Readiness(False, namespace, path, version, prefix, privilege, tracefs, note)
     if prefix is None:
         return Readiness(False, privilege, path, version, None, privilege, tracefs, note)
     if tracefs is None:

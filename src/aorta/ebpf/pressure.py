@@ -55,15 +55,28 @@ class CgroupPlace:
     path: Path
 
 
-def _mounts() -> list[tuple[str, str, str]]:
-    """(mount point, fs type, super options) of every mount, from /proc/self/mountinfo."""
+def _mounts() -> list[tuple[str, str, str, str]]:
+    """(mount point, fs type, super options, root within the fs) of every mount (mountinfo)."""
     out = []
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         left, _, right = line.partition(" - ")
         fields, rfields = left.split(), right.split()
         if len(fields) >= 5 and len(rfields) >= 3:
-            out.append((fields[4].replace("\\040", " "), rfields[0], rfields[2]))
+            out.append((fields[4].replace("\\040", " "), rfields[0], rfields[2],
+                        fields[3].replace("\\040", " ")))
     return out
+
+
+def _under(point: str, root: str, path: str) -> Path | None:
+    """Where cgroup `path` lies under a mount of the hierarchy's `root` at `point` (None: not in it).
+
+    Containers mount only their own subtree (root = /…/libpod-<id>) while /proc/self/cgroup may
+    name the full path: the folder is the mount point plus the part below the mount's root.
+    """
+    root = root.rstrip("/")
+    if root and path != root and not path.startswith(root + "/"):
+        return None
+    return Path(point) / path[len(root):].lstrip("/")
 
 
 def find_memory_cgroup() -> CgroupPlace:
@@ -74,17 +87,19 @@ def find_memory_cgroup() -> CgroupPlace:
         memberships[controllers] = path
     mounts = _mounts()
     if "" in memberships:
-        for point, fstype, _ in mounts:
-            if fstype == "cgroup2":
-                folder = Path(point) / memberships[""].lstrip("/")
+        for point, fstype, _, root in mounts:
+            folder = _under(point, root, memberships[""]) if fstype == "cgroup2" else None
+            if folder is not None:
                 ctl = folder / "cgroup.controllers"
                 if ctl.is_file() and "memory" in ctl.read_text().split():
                     return CgroupPlace(2, folder)
     for controllers, path in memberships.items():
         if "memory" in controllers.split(","):
-            for point, fstype, opts in mounts:
+            for point, fstype, opts, root in mounts:
                 if fstype == "cgroup" and "memory" in opts.split(","):
-                    return CgroupPlace(1, Path(point) / path.lstrip("/"))
+                    folder = _under(point, root, path)
+                    if folder is not None:
+                        return CgroupPlace(1, folder)
     raise UsageError("no memory cgroup controller found (neither cgroup v2 with 'memory' nor a v1 "
                      "memory hierarchy): memory pressure needs one")
 
@@ -257,7 +272,7 @@ def _is_tmpfs(path: str) -> bool:
     """True when `path` is on tmpfs (its pages are unreclaimable without swap)."""
     best = ("", "")
     real = os.path.realpath(path)
-    for point, fstype, _ in _mounts():
+    for point, fstype, _, _ in _mounts():
         if (real == point or real.startswith(point.rstrip("/") + "/")) and len(point) > len(best[0]):
             best = (point, fstype)
     return best[1] == "tmpfs"

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from aorta.ebpf import marker, uprobes
+from aorta.ebpf.filecaps import FileCaps, file_caps
 from aorta.ebpf.mapcap import MAP_KEYS_MAX
 from aorta.ebpf.program import CLOSED_TEXT, HANDSHAKE_IDS, READY_TEXT, Program
 
@@ -77,15 +78,86 @@ def sudo_works() -> tuple[bool, str]:
     return True, "sudo -n works"
 
 
-def launcher() -> tuple[list[str] | None, str]:
-    """Command prefix to run bpftrace with the needed privileges, or None with the reason."""
+def launcher(bpftrace: str | None = None) -> tuple[list[str] | None, str]:
+    """Command prefix to run bpftrace with the needed privileges, or None with the reason.
+
+    Root runs it directly; otherwise `sudo -n`; otherwise a bpftrace carrying file capabilities
+    (setcap) runs without sudo when it can, else the reason names what stops it.
+    """
     if os.geteuid() == 0:
         setpriv = shutil.which("setpriv")
         return ([setpriv, "--pdeathsig", "TERM"] if setpriv else []), "root"
     ok, why = sudo_works()
     if ok:
         return [shutil.which("sudo") or "sudo", "-n"], "sudo -n"
+    if bpftrace:
+        caps = file_caps(bpftrace)
+        if caps is not None and caps.permitted:
+            return file_caps_launch(bpftrace, caps, why)
     return None, f"not root and {why}: run with sudo (eBPF needs root or CAP_BPF+CAP_PERFMON)"
+
+
+# The initial PID namespace's inode number (PROC_PID_INIT_INO in the kernel): a fixed value.
+INIT_PID_NS = "pid:[4026531836]"
+
+
+def pid_namespace_problem() -> str | None:
+    """Why per-process probes would see nothing here (a PID namespace), or None.
+
+    bpftrace's pid/tid are the kernel's (initial namespace) ids; inside a container with its own
+    PID namespace this process knows other numbers, so every per-process filter would match nothing.
+    """
+    try:
+        ns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+    if ns == INIT_PID_NS:
+        return None
+    return ("this process runs in its own PID namespace (a container without --pid=host): the "
+            "kernel's process ids differ from the ones seen here, so per-process probes would match "
+            "nothing; run the container with --pid=host (compose: pid: host)")
+
+
+ROOT_ONLY_TEXT = "only supports running as the root user"
+
+
+def file_caps_launch(bpftrace: str, caps: FileCaps, sudo_why: str) -> tuple[list[str] | None, str]:
+    """Use a setcap'd bpftrace without sudo if it works here; else name what stops it and the fix."""
+    from aorta.ebpf.tracefs import TRACEFS_CANDIDATES, find_tracefs
+
+    problems = []
+    fix = f"sudo setcap cap_bpf,cap_perfmon+ep {bpftrace}"
+    if not (caps.has("cap_bpf", "cap_perfmon") or caps.has("cap_sys_admin")):
+        lacking = ",".join(c for c in ("cap_bpf", "cap_perfmon") if not caps.has(c))
+        problems.append(f"it lacks {lacking} (fix: {fix})")
+    if not caps.effective:
+        problems.append(f"its capabilities are not effective, '+p' without 'e' (fix: {fix})")
+    if not problems:  # a test program shows what bpftrace itself says (no tracefs needed)
+        try:
+            proc = subprocess.run([bpftrace, "-e", "BEGIN { exit(); }"], capture_output=True,
+                                  text=True, timeout=30, check=False, stdin=subprocess.DEVNULL)
+            out, rc = (proc.stdout + proc.stderr).strip(), proc.returncode
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            out, rc = str(exc), -1
+        if ROOT_ONLY_TEXT in out:
+            problems.append(
+                "this bpftrace refuses every non-root user whatever its capabilities (bpftrace "
+                "replaced that uid check with capability checks only in late 2025, pull request "
+                "#4773): run as root or with sudo, or install a newer bpftrace")
+        elif rc != 0:
+            last = out.splitlines()[-1] if out else f"exit {rc}"
+            problems.append(f"a test program failed: {last}")
+    tracefs, _ = find_tracefs(mount_if_root=False)
+    if tracefs is None:
+        problems.append(
+            f"tracefs ({TRACEFS_CANDIDATES[0]}) is not readable by uid {os.geteuid()}, and aorta "
+            "reads tracepoint formats there too (fix: give a group access, e.g. sudo mount -o "
+            f"remount,gid=$(id -g),mode=0750 {TRACEFS_CANDIDATES[0]}; cap_dac_read_search on "
+            "bpftrace alone is not enough)")
+    if not problems:
+        return [], f"file capabilities ({caps.describe()}) on {bpftrace}"
+    return None, (f"not root and {sudo_why}; {bpftrace} has file capabilities {caps.describe()} "
+                  f"but {'; and '.join(problems)}")
 
 
 @dataclass

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 TRACEFS_CANDIDATES = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
+DEBUGFS = "/sys/kernel/debug"
 ENV_OVERRIDE = "AORTA_TRACEFS"
 _NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")
 _FIELD_RE = re.compile(
@@ -145,6 +146,23 @@ class Tracefs:
         except OSError:
             return []
 
+    def event_state(self, system: str, event: str) -> str:
+        """"present", "not readable" (exists, but this user cannot read its format) or "missing"."""
+        if self.read_format(system, event) is not None:
+            return "present"
+        if not (_NAME_RE.match(system) and _NAME_RE.match(event)):
+            return "missing"
+        for path in (self.events_dir / system / event / "format", self.events_dir / system / event,
+                     self.events_dir / system):
+            try:
+                os.stat(path)
+            except PermissionError:
+                return "not readable"
+            except OSError:
+                continue
+            return "not readable" if path.name == "format" else "missing"
+        return "missing"
+
     def has_event(self, system: str, event: str) -> bool:
         """True if `system:event` exists with a readable format file."""
         return self.read_format(system, event) is not None
@@ -177,8 +195,8 @@ def _is_tracefs(path: Path) -> bool:
 def find_tracefs(mount_if_root: bool = True) -> tuple[Tracefs | None, str]:
     """Locate tracefs: AORTA_TRACEFS, /sys/kernel/tracing, /sys/kernel/debug/tracing.
 
-    Mounts /sys/kernel/tracing when running as root and nothing is mounted. Returns the tree (or
-    None) and a one-line explanation of what was found or why nothing was.
+    As root with nothing mounted, mounts it where this kernel has it (see `mount_tracefs`).
+    Returns the tree (or None) and a one-line explanation of what was found or why nothing was.
     """
     override = os.environ.get(ENV_OVERRIDE)
     if override:
@@ -189,13 +207,50 @@ def find_tracefs(mount_if_root: bool = True) -> tuple[Tracefs | None, str]:
     for candidate in TRACEFS_CANDIDATES:
         if _is_tracefs(Path(candidate)):
             return Tracefs(candidate), candidate
-    if mount_if_root and os.geteuid() == 0 and os.path.isdir(TRACEFS_CANDIDATES[0]):
-        proc = subprocess.run(["mount", "-t", "tracefs", "nodev", TRACEFS_CANDIDATES[0]],
-                              capture_output=True, text=True, timeout=10, check=False)
-        if proc.returncode == 0 and _is_tracefs(Path(TRACEFS_CANDIDATES[0])):
-            return Tracefs(TRACEFS_CANDIDATES[0]), f"{TRACEFS_CANDIDATES[0]} (mounted now)"
-        return None, f"tracefs not mounted and mounting failed: {proc.stderr.strip()}"
+    if mount_if_root and os.geteuid() == 0:
+        return mount_tracefs()
     if os.geteuid() != 0:
         return None, ("tracefs not readable: run as root, or mount it: "
-                      "sudo mount -t tracefs nodev /sys/kernel/tracing")
+                      f"sudo mount -t tracefs nodev {TRACEFS_CANDIDATES[0]}")
     return None, "tracefs not found (kernel without CONFIG_TRACING?)"
+
+
+def _mount(fstype: str, target: str) -> str | None:
+    """`mount -t FSTYPE nodev TARGET`; None on success, else mount's message."""
+    try:
+        proc = subprocess.run(["mount", "-t", fstype, "nodev", target], capture_output=True,
+                              text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    return None if proc.returncode == 0 else (proc.stderr.strip() or f"exit {proc.returncode}")
+
+
+def mount_tracefs() -> tuple[Tracefs | None, str]:
+    """Mount tracefs where this kernel expects it and say which (root only).
+
+    /sys/kernel/tracing when that folder exists (kernels ≥ 4.1); otherwise debugfs at
+    /sys/kernel/debug, whose tracing/ folder then holds tracefs (older kernels, some containers);
+    when debugfs is mounted but its tracing/ is empty, tracefs is mounted there.
+    """
+    tracing, legacy = TRACEFS_CANDIDATES
+    tried = []
+    if os.path.isdir(tracing):
+        error = _mount("tracefs", tracing)
+        if error is None and _is_tracefs(Path(tracing)):
+            return Tracefs(tracing), f"{tracing} (tracefs mounted now)"
+        tried.append(f"mount -t tracefs nodev {tracing}: {error or 'mounted, but no events/'}")
+    if os.path.isdir(DEBUGFS):
+        if os.path.isdir(legacy):
+            fstype, target = "tracefs", legacy
+        else:
+            fstype, target = "debugfs", DEBUGFS
+        error = _mount(fstype, target)
+        if error is None and _is_tracefs(Path(legacy)):
+            how = "tracefs mounted now" if fstype == "tracefs" else "debugfs mounted now"
+            return Tracefs(legacy), f"{legacy} ({how})"
+        tried.append(f"mount -t {fstype} nodev {target}: {error or 'mounted, but no tracing/events/'}")
+    if not tried:
+        return None, (f"tracefs not found: neither {tracing} nor {DEBUGFS} exists "
+                      "(kernel without CONFIG_TRACING?)")
+    return None, ("tracefs not mounted and mounting failed (" + "; ".join(tried)
+                  + "): in a container, run it --privileged or mount /sys/kernel/tracing into it")

@@ -77,6 +77,13 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    except RuntimeError as exc:
+        if "can't start new thread" not in str(exc):
+            raise
+        click.echo("error: cannot start another thread (the process or memory limit is reached): "
+                   "use fewer --streams or --threads-per-queue, or raise the limit (ulimit -u; "
+                   "containers: --ulimit nproc=N / --pids-limit)", err=True)
+        sys.exit(2)
     except SystemExit:
         raise
     sys.exit(code if isinstance(code, int) else 0)

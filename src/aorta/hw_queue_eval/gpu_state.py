@@ -31,7 +31,11 @@ def state_dir() -> Path:
     if os.geteuid() == 0:
         return Path("/var/lib/aorta")
     xdg = os.environ.get("XDG_STATE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".local" / "state"
+    home = os.path.expanduser("~")
+    if not xdg and not os.path.isabs(home):  # no HOME and no passwd entry: never a relative path
+        raise UsageError("no home folder to keep GPU state files in: set HOME, XDG_STATE_HOME "
+                         "or AORTA_STATE_DIR")
+    base = Path(xdg) if xdg else Path(home) / ".local" / "state"
     return base / "aorta"
 
 
@@ -48,13 +52,13 @@ def _check_dir(path: Path) -> None:
 
 def ensure_state_dir() -> Path:
     """Create the state folder (mode 0700) if needed and check it is safe to write into."""
-    path = state_dir()
+    path = state_dir()  # UsageError when there is no home folder
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _check_dir(path)
     except OSError as exc:
         raise UsageError(f"cannot create state folder {path}: {exc.strerror}; "
                          "set AORTA_STATE_DIR to a writable folder") from None
-    _check_dir(path)
     return path
 
 
@@ -188,9 +192,17 @@ def remove_state(path: Path) -> None:
 
 
 def list_state_files() -> list[Path]:
-    """Every GPU state file in the state folder (empty if the folder does not exist)."""
-    folder = state_dir()
-    if not folder.is_dir():
+    """Every GPU state file in the state folder (empty if the folder does not exist).
+
+    Also empty when this user cannot even look at the folder (an unreadable $HOME, e.g. under
+    setpriv or sudo -u): this user can never have written state there, so there is nothing to
+    restore; a run that changes clocks/power still needs the folder (ensure_state_dir says so).
+    """
+    try:
+        folder = state_dir()
+        if not folder.is_dir():
+            return []
+        _check_dir(folder)
+        return sorted(p for p in folder.glob("gpu-*-*.json") if not p.is_symlink())
+    except (PermissionError, UsageError):
         return []
-    _check_dir(folder)
-    return sorted(p for p in folder.glob("gpu-*-*.json") if not p.is_symlink())

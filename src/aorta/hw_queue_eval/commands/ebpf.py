@@ -126,38 +126,9 @@ def gpu_runtime_report() -> dict[str, Any]:
 
 
 def _print_info(data: dict[str, Any]) -> None:
-    bt = data["bpftrace"]
-    priv = data["privileges"]
-    click.echo(f"kernel:     {data['kernel']}")
-    click.echo(f"bpftrace:   {bt['path'] or 'not found'} {bt['version'] or ''} "
-               f"(tracepoint args as {bt['args_syntax']})")
-    caps = ", ".join(k for k, v in priv["effective_caps"].items() if v) or "none"
-    click.echo(f"privileges: euid {priv['euid']}; effective caps: {caps}; sudo -n: "
-               f"{priv['sudo_note']}; launch: {priv['launch']}")
-    click.echo(f"tracefs:    {data['tracefs']['note']}")
-    click.echo(f"lockdown:   {data['lockdown']}")
-    click.echo(f"BTF:        {'yes' if data['btf'] else 'no'}")
-    click.echo("tracepoints per probe family:")
-    for name, fam in data["families"].items():
-        events = fam.get("events")
-        if isinstance(events, dict):
-            have = [e for e, ok in events.items() if ok]
-            lack = [e for e, ok in events.items() if not ok]
-            extra = (f" (naming {fam['naming']}; events carry {fam['identity_field']})"
-                     if fam.get("identity_field") else "")
-            click.echo(f"  {name}: {len(have)}/{len(events)} present{extra}"
-                       + (f"; missing: {', '.join(lack)}" if lack else ""))
-        else:
-            click.echo(f"  {name}: {', '.join(f'{k}={v}' for k, v in fam.items())}")
-    gpu = data.get("gpu_runtime")
-    if gpu:
-        click.echo(f"gpu_runtime (uprobes, {gpu['flag']}): "
-                   + ("available" if gpu["available"] else "NOT available (no C library for the "
-                      "uprobe handshake)") + "; probes "
-                   + ", ".join(f"{k}: {len(v)} symbols" for k, v in gpu["symbols"].items()))
-    for mode, verdict in data["modes"].items():
-        state = "available" if verdict["available"] else f"NOT available: {verdict['reason']}"
-        click.echo(f"{mode}: {state}")
+    from aorta.hw_queue_eval.report.ebpf_info import render_ebpf_info
+
+    render_ebpf_info(data)
 
 
 @click.command("ebpf-attach")
