@@ -15,8 +15,12 @@ from aorta.hw_queue_eval.commands.run import (
     run_command,
     run_options,
 )
-from aorta.hw_queue_eval.commands.sweep import PASSTHROUGH_FLAGS, _parse_timeout
-from aorta.hw_queue_eval.config import parse_positive_int
+from aorta.hw_queue_eval.commands.sweep import PASSTHROUGH_FLAGS
+from aorta.hw_queue_eval.config import parse_positive_int, parse_timeout
+
+#: Rounds of a policy sweep: each is one full run per policy, so more is a typo; checked before
+#: the schedule (repeats × policies names) is built.
+MAX_REPEATS = 10_000
 
 
 def register(group: click.Group) -> None:
@@ -73,7 +77,10 @@ def policy_sweep_command(workload: str, streams: str, policies: str | None,
                           threads_per_queue)
     chosen = resolve_policies(policies, policy_file)
     rounds = parse_positive_int(repeats, "--repeats")
-    timeout_s = _parse_timeout(timeout)
+    if rounds > MAX_REPEATS:
+        raise UsageError(f"--repeats {rounds} is more than {MAX_REPEATS} rounds (each runs every "
+                         "policy once): use fewer")
+    timeout_s = parse_timeout(timeout)
     flags = [f"--{name.replace('_', '-')}" for name, on in passthrough.items() if on]
     base = gpu_request(lock_clocks, power_limit)
     output = output or f"policy_sweep_{config.workload}_s{config.streams}.json"

@@ -8,7 +8,6 @@ from typing import Any
 import click
 
 from aorta.common.atomicio import check_output_path
-from aorta.common.errors import UsageError
 from aorta.hw_queue_eval.commands.run import (
     _Progress,
     build_config,
@@ -18,7 +17,7 @@ from aorta.hw_queue_eval.commands.run import (
     run_command,
     run_options,
 )
-from aorta.hw_queue_eval.config import parse_stream_list
+from aorta.hw_queue_eval.config import parse_stream_list, parse_timeout
 
 #: `run` flags a sweep passes through to every point when `run` has them (added by other modules).
 PASSTHROUGH_FLAGS = ("ebpf_trace", "ebpf_memory_trace")
@@ -26,18 +25,6 @@ PASSTHROUGH_FLAGS = ("ebpf_trace", "ebpf_memory_trace")
 
 def register(group: click.Group) -> None:
     group.add_command(sweep_command)
-
-
-def _parse_timeout(value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise UsageError(f"--timeout must be seconds, got {value!r}") from None
-    if not seconds > 0:
-        raise UsageError(f"--timeout must be > 0 seconds, got {value!r}")
-    return seconds
 
 
 def _describe(point: dict[str, Any], unit: str) -> str:
@@ -91,7 +78,7 @@ def sweep_command(workload: str, streams: str, iterations: str, warmup: str, dev
         run_options={"iterations": config.iterations, "warmup": config.warmup,
                      "device": config.device, "size": config.size, "sync_mode": config.sync_mode,
                      "seed": config.seed, "threads_per_queue": config.threads_per_queue},
-        output=output, timeout_s=_parse_timeout(timeout), trace_out=trace_out, flags=flags)
+        output=output, timeout_s=parse_timeout(timeout), trace_out=trace_out, flags=flags)
     if trace_out:
         check_output_path(trace_path_for(trace_out, workload, counts[0]) or "", "trace file")
     file = open_checkpoint(spec, resume)
