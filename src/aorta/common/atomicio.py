@@ -126,6 +126,15 @@ def read_json_file(path: str | os.PathLike[str], what: str = "JSON file") -> Any
     except UnicodeDecodeError:
         raise UsageError(f"{what} {p} is not UTF-8 text: is it a result JSON?") from None
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{what} {p} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except ValueError as exc:
+        raise UsageError(f"{what} {p} is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise UsageError(f"{what} {p} is nested too deeply to be a result file") from None
+
+
+def _refuse_constant(name: str) -> Any:
+    """NaN and Infinity are not JSON (aorta never writes them): refuse them on input."""
+    raise ValueError(f"{name} is not a number JSON allows")

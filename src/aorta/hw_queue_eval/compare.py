@@ -19,6 +19,7 @@ from aorta.common.errors import UsageError
 from aorta.hw_queue_eval.results import load_result
 from aorta.hw_queue_eval.scaling import flatten_numbers
 from aorta.hw_queue_eval.stats import ALPHA, compare_samples
+from aorta.hw_queue_eval.validation import check_input
 from aorta.hw_queue_eval.workloads.base import UNIT_SCALE
 
 EBPF_SECTIONS = ("ebpf_queue_metrics", "ebpf_memory_metrics", "ebpf_vs_cuda_comparison")
@@ -139,6 +140,7 @@ def pool_repeats(points: list[Point]) -> list[Point]:
 def load_points(path: str | os.PathLike[str]) -> tuple[str, list[Point], list[str]]:
     """(file kind, comparable points, notes on skipped points) of a result file."""
     data = load_result(path)
+    check_input(path, data)
     kind = data.get("kind")
     notes: list[str] = []
     points: list[Point] = []
