@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import time
+
 import pytest
 
+from aorta.common.procs import process_state
 from aorta.hw_queue_eval.cli import main
 
 BAD_ARGS = [
@@ -42,3 +48,58 @@ def test_bad_option_is_one_line_exit_2(args, words, tmp_path, capsys, monkeypatc
     assert words in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1, err
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def _exit(args: list[str], capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    captured = capsys.readouterr()
+    return info.value.code, captured.out, captured.err
+
+
+def test_ebpf_attach_to_a_thread_names_its_process(capsys):
+    code = ("import threading, time, sys\n"
+            "def work():\n    print(threading.get_native_id(), flush=True); time.sleep(30)\n"
+            "threading.Thread(target=work, daemon=True).start(); time.sleep(30)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        tid = int(proc.stdout.readline())
+        rc, _, err = _exit(["ebpf-attach", "--pid", str(tid), "--duration", "1s"], capsys)
+        assert rc == 2 and f"is a thread of process {proc.pid}" in err
+        assert len(err.strip().splitlines()) == 1
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_ebpf_attach_to_a_zombie_says_it_exited(capsys):
+    proc = subprocess.Popen(["true"])
+    deadline = time.monotonic() + 10
+    while process_state(proc.pid) != "Z" and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        rc, _, err = _exit(["ebpf-attach", "--pid", str(proc.pid), "--duration", "1s"], capsys)
+        assert rc == 2 and "has exited" in err
+    finally:
+        proc.wait()
+
+
+def test_state_dir_that_is_a_file_is_an_error(tmp_path, monkeypatch, capsys):
+    state = tmp_path / "state"
+    state.write_text("not a folder")
+    monkeypatch.setenv("AORTA_STATE_DIR", str(state))
+    rc, out, err = _exit(["restore"], capsys)
+    assert rc == 2 and "not a folder" in err and "nothing to restore" not in out
+    monkeypatch.setenv("AORTA_STATE_DIR", str(tmp_path / "absent"))
+    rc, out, _ = _exit(["restore"], capsys)
+    assert rc == 0 and "nothing to restore" in out
+
+
+def test_ebpf_info_show_script_honours_json_and_output(tmp_path, capsys):
+    out = tmp_path / "script.json"
+    rc, stdout, _ = _exit(["ebpf-info", "--show-script", "--json", "-o", str(out)], capsys)
+    assert rc == 0
+    printed, written = json.loads(stdout), json.loads(out.read_text())
+    assert printed == written and written["kind"] == "ebpf_script"
+    assert written["program"] is None or "BEGIN" in written["program"]
+    assert written["program"] is not None or written["error"]

@@ -54,6 +54,31 @@ def die_with_parent(sig: int = signal.SIGKILL) -> Callable[[], None]:
     return preexec
 
 
+def process_state(pid: int) -> str | None:
+    """The state letter of a process from /proc (R, S, D, Z …), None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+        return text[text.rindex(")") + 2:].split()[0]
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def process_running(pid: int) -> bool:
+    """True while the process exists and has not exited (a zombie has exited)."""
+    return process_state(pid) not in (None, "Z", "X")
+
+
+def thread_group_of(pid: int) -> int | None:
+    """The process (thread group) a thread id belongs to, from /proc/ID/status Tgid."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("Tgid:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def ppid_of(pid: int) -> int | None:
     """The parent pid of `pid` from /proc (None when it is gone)."""
     try:

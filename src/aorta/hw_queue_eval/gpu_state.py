@@ -111,7 +111,7 @@ def remove_state(path: Path) -> None:
 def list_state_files() -> list[Path]:
     """Every GPU state file in the state folder (empty if the folder does not exist)."""
     folder = state_dir()
-    if not folder.is_dir():
+    if not os.path.lexists(folder):
         return []
-    _check_dir(folder)
+    _check_dir(folder)  # a file or a link where the folder should be is an error, not "nothing"
     return sorted(p for p in folder.glob("gpu-*-*.json") if not p.is_symlink())

@@ -3,13 +3,14 @@
 One validator for every reader, run before any work: a file that does not match is a one-line
 UsageError naming the file, where in it the problem is and what was expected. Shapes:
 
-* our run result: schema/run_result.v1.json, as written by `run`;
+* a run result: the types of schema/run_result.v1.json (only workload_name and stream_count
+  required: older files and the upstream tool's runs lack the rest);
 * sweep / policy-sweep files: their header keys typed, every point `{key, status, result}` with
   `result` a run result (or null); a point with status "ok" must carry one;
-* the upstream tool's layouts (a run, `{"results": [...]}`, `{"policies": {name: run}}`): the
-  fields compare reads, typed.
+* the upstream tool's layouts (`{"results": [...]}`, `{"policies": {name: run}}`): runs as above.
 
-Every number must be finite (the JSON reader refuses NaN and Infinity), and nesting is bounded.
+Every number must be finite (the JSON reader refuses NaN and Infinity) and every integer fit in
+64 bits (numpy cannot hold more), and nesting is bounded.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 from aorta.common.errors import UsageError
 
+INT64_MIN = -(1 << 63)
 MAX_DEPTH = 64  # our files nest about 10 deep; deeper input only serves to exhaust recursion
 _NUM_OR_NULL = {"type": ["number", "null"]}
 _INT_OR_NULL = {"type": ["integer", "null"]}
@@ -30,12 +32,29 @@ _OBJ_OR_NULL = {"type": ["object", "null"]}
 
 @functools.cache
 def _run_schema() -> dict[str, Any]:
+    """The run schema as readers apply it: every type, const and enum of schema v1, but only
+    workload_name and stream_count required (older and upstream files lack the rest, and the
+    readers show what is missing as n/a)."""
     from aorta.hw_queue_eval.results import run_result_schema
 
-    schema = copy.deepcopy(run_result_schema())
+    schema = _drop_required(copy.deepcopy(run_result_schema()))
     schema.pop("$schema", None)
     schema.pop("$id", None)
+    schema["required"] = ["workload_name", "stream_count"]
+    schema["properties"]["latency"] = {"type": ["object", "null"],
+                                       "additionalProperties": _NUM_OR_NULL}
     return schema
+
+
+def _drop_required(node: Any) -> Any:
+    if isinstance(node, dict):
+        node.pop("required", None)
+        for value in node.values():
+            _drop_required(value)
+    elif isinstance(node, list):
+        for value in node:
+            _drop_required(value)
+    return node
 
 
 def _point_schema(key: dict[str, Any]) -> dict[str, Any]:
@@ -85,46 +104,27 @@ _CHECKPOINT_HEADER = {
     "stream_counts": {"type": "array", "items": {"type": "integer"}},
 }
 SWEEP_SCHEMA = {
-    "type": "object", "required": ["schema_version", "kind", "points"],
+    "type": "object", "required": ["kind"],
     "properties": {**_CHECKPOINT_HEADER, "kind": {"const": "sweep"},
                    "points": {"type": "array", "items": _point_schema(_SWEEP_KEY)},
                    "analysis": _ANALYSIS},
 }
 POLICY_SWEEP_SCHEMA = {
-    "type": "object", "required": ["schema_version", "kind", "points"],
+    "type": "object", "required": ["kind"],
     "properties": {**_CHECKPOINT_HEADER, "kind": {"enum": ["policy_sweep", "policy-sweep"]},
                    "streams": {"type": "integer", "minimum": 1},
                    "repeats": {"type": "integer", "minimum": 1},
-                   "policies": {"type": "array", "items": {"type": "object"}},
                    "summary": _OBJ_OR_NULL,
                    "points": {"type": "array", "items": _point_schema(_POLICY_KEY)}},
 }
-_UPSTREAM_RUN = {
-    "type": "object", "required": ["workload_name", "stream_count"],
-    "properties": {
-        "workload_name": {"type": "string"},
-        "stream_count": {"type": "integer", "minimum": 1},
-        "status": {"type": "string"}, "error": _STR_OR_NULL,
-        "iteration_times_ms": {"type": ["array", "null"], "items": {"type": "number"}},
-        "throughput": _NUM_OR_NULL, "throughput_unit": _STR_OR_NULL,
-        "latency_ms": {"type": ["object", "null"], "additionalProperties": _NUM_OR_NULL},
-        "latency": {"type": ["object", "null"], "additionalProperties": _NUM_OR_NULL},
-        "config": _OBJ_OR_NULL,
-        "metadata": {"type": ["object", "null"],
-                     "properties": {"work_per_iteration": _NUM_OR_NULL, "config": _OBJ_OR_NULL}},
-        "switch_latency": {"type": ["object", "null"],
-                           "properties": {"switch_overhead_ms": _NUM_OR_NULL}},
-        "concurrency": {"type": ["object", "null"], "properties": {"achieved": _NUM_OR_NULL}},
-        "policy": {"type": "string"}, "policy_name": {"type": "string"},
-        "ebpf_queue_metrics": _OBJ_OR_NULL, "ebpf_memory_metrics": _OBJ_OR_NULL,
-        "ebpf_vs_cuda_comparison": _OBJ_OR_NULL, "ebpf_vs_cuda": _OBJ_OR_NULL,
-    },
-}
-UPSTREAM_SWEEP_SCHEMA = {"type": "object", "required": ["results"],
-                         "properties": {"results": {"type": "array", "items": _UPSTREAM_RUN}}}
-UPSTREAM_POLICIES_SCHEMA = {"type": "object", "required": ["policies"],
-                            "properties": {"policies": {"type": "object",
-                                                        "additionalProperties": _UPSTREAM_RUN}}}
+
+def _upstream(kind: str) -> dict[str, Any]:
+    """The upstream tool's layouts: runs typed as ours (its field names are the same)."""
+    if kind == "results":
+        return {"type": "object", "required": ["results"],
+                "properties": {"results": {"type": "array", "items": _run_schema()}}}
+    return {"type": "object", "required": ["policies"],
+            "properties": {"policies": {"type": "object", "additionalProperties": _run_schema()}}}
 
 
 def schema_for(data: Any) -> tuple[str, dict[str, Any]]:
@@ -143,11 +143,11 @@ def schema_for(data: Any) -> tuple[str, dict[str, Any]]:
                          "files are read")
     if "schema_version" not in data:
         if "results" in data:
-            return "upstream sweep", UPSTREAM_SWEEP_SCHEMA
+            return "upstream sweep", _upstream("results")
         if "policies" in data:
-            return "upstream policy evaluation", UPSTREAM_POLICIES_SCHEMA
+            return "upstream policy evaluation", _upstream("policies")
         if "workload_name" in data:
-            return "upstream run result", _UPSTREAM_RUN
+            return "upstream run result", _run_schema()
     raise UsageError("not an aorta result (no kind, schema_version or workload_name): was it "
                      "written by `run`, `sweep` or `policy-sweep`?")
 
@@ -156,16 +156,30 @@ def problem(data: Any, schema: dict[str, Any]) -> str | None:
     """The most relevant schema violation of `data` as 'where: what', or None when valid."""
     import jsonschema
 
-    depth = nesting_depth(data)
+    depth, huge = _walk(data)
     if depth > MAX_DEPTH:
         return f"nested {depth} levels deep (at most {MAX_DEPTH})"
-    validator = jsonschema.Draft202012Validator(schema)
+    if huge is not None:
+        return f"integer {str(huge)[:24]}… does not fit in 64 bits"
+    validator = _strict_validator()(schema)
     error = jsonschema.exceptions.best_match(validator.iter_errors(data))
     if error is None:
         return None
     where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
     message = error.message if len(error.message) <= 160 else error.message[:157] + "..."
     return f"{where.lstrip('.') or 'top level'}: {message}"
+
+
+@functools.cache
+def _strict_validator() -> Any:
+    """Draft 2020-12, except that "integer" means a JSON integer: 1.0 and 1e308 are numbers
+    (the spec counts them as integers, but the readers index lists and count with them)."""
+    import jsonschema
+
+    base = jsonschema.Draft202012Validator
+    checker = base.TYPE_CHECKER.redefine(
+        "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool))
+    return jsonschema.validators.extend(base, type_checker=checker)
 
 
 def check_input(path: str | os.PathLike[str], data: Any) -> str:
@@ -189,17 +203,24 @@ def point_problem(point: Any, kind: str) -> str | None:
 
 def nesting_depth(data: Any) -> int:
     """Depth of nested lists/objects (iterative: deep input cannot exhaust the stack here)."""
+    return _walk(data)[0]
+
+
+def _walk(data: Any) -> tuple[int, int | None]:
+    """(nesting depth, first integer beyond 64 bits or None), without recursion."""
     deepest, stack = 0, [(data, 1)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, dict):
-            children = item.values()
+            children: Any = item.values()
         elif isinstance(item, list):
             children = item
         else:
+            if isinstance(item, int) and not isinstance(item, bool) and not INT64_MIN <= item < 1 << 64:
+                return deepest, item
             continue
         deepest = max(deepest, depth)
         if depth > MAX_DEPTH:
-            return depth
+            return depth, None
         stack.extend((child, depth + 1) for child in children)
-    return deepest
+    return deepest, None
