@@ -47,8 +47,10 @@ def _run_schema() -> dict[str, Any]:
 
 
 def _drop_required(node: Any) -> Any:
+    """Drop `required` except in statistics and op tables, which readers index directly."""
     if isinstance(node, dict):
-        node.pop("required", None)
+        if not {"p50", "rows"} & set(node.get("required") or ()):
+            node.pop("required", None)
         for value in node.values():
             _drop_required(value)
     elif isinstance(node, list):
