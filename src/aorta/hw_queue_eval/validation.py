@@ -41,15 +41,21 @@ def _run_schema() -> dict[str, Any]:
     schema.pop("$schema", None)
     schema.pop("$id", None)
     schema["required"] = ["workload_name", "stream_count"]
+    per_label = schema["properties"]["ops"]["properties"]["per_label"]["additionalProperties"]
+    per_label["oneOf"][1]["required"] = ["count", "p50", "p99"]
     schema["properties"]["latency"] = {"type": ["object", "null"],
                                        "additionalProperties": _NUM_OR_NULL}
     return schema
 
 
 def _drop_required(node: Any) -> Any:
-    """Drop `required` except in statistics and op tables, which readers index directly."""
+    """Drop `required`, except what readers index directly: p50/p99 of statistics (and count
+    of per-label ones), and the op table's columns."""
     if isinstance(node, dict):
-        if not {"p50", "rows"} & set(node.get("required") or ()):
+        required = node.get("required") or ()
+        if "p50" in required:
+            node["required"] = [k for k in ("p50", "p99") if k in required]
+        elif "rows" not in required:
             node.pop("required", None)
         for value in node.values():
             _drop_required(value)
