@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -45,12 +47,34 @@ def test_sudo_n_that_works_is_used(not_root: Path) -> None:
     assert prefix is not None and prefix[-1] == "-n" and why == "sudo -n"
 
 
-def test_root_uses_pdeathsig_guard(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_root_launches_directly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As root no wrapper: the parent-death guard is set in the child itself (die_with_parent)."""
     monkeypatch.setattr(session.os, "geteuid", lambda: 0)
     prefix, why = session.launcher()
-    assert why == "root"
-    if session.shutil.which("setpriv"):
-        assert prefix[1:] == ["--pdeathsig", "TERM"]
+    assert why == "root" and prefix == []
+
+
+def test_die_with_parent_kills_the_child_of_a_killed_parent() -> None:
+    """A middle process starts `sleep` with the guard and is SIGKILLed: the sleep dies too."""
+    code = ("import subprocess, sys, time; from aorta.common.procs import die_with_parent; "
+            "p = subprocess.Popen(['sleep', '60'], preexec_fn=die_with_parent()); "
+            "print(p.pid, flush=True); time.sleep(60)")
+    middle = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert middle.stdout is not None
+    child = int(middle.stdout.readline())
+    middle.kill()
+    middle.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            break
+        if state == "Z":
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the child outlived its SIGKILLed parent")
 
 
 def test_readiness_reports_missing_bpftrace(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -223,3 +223,40 @@ def test_attached_family_that_saw_nothing_reports_zeros(family_name: str) -> Non
     assert summary["total_submissions"] == 0 and summary["total_dispatches"] == 0
     assert summary["hw_rings_used"] == []
     assert summary["submit_to_dispatch_avg_us"] is None
+
+
+@pytest.mark.parametrize("gen", GENERATIONS)
+def test_program_exits_with_its_owner(gen: str, tmp_path) -> None:
+    """The owner guard sits between the two handshake probes (live before "ready") and a
+    watchdog ends a program whose handshake never completed (owner killed while attaching)."""
+    import os
+    import shutil
+
+    from aorta.ebpf.program import OWNER_WATCHDOG_S
+
+    text = _render(gen)
+    assert f"nsecs - @aorta_born_ns > {OWNER_WATCHDOG_S * 1_000_000_000}/" in text
+    assert "@aorta_born_ns = nsecs;" in text.split("\n}\n", 1)[0]  # set in BEGIN
+    assert "sched_process_exit" not in text  # the fixture kernel lacks it: no guard, no error
+    live = Path("/sys/kernel/tracing/events/sched/sched_process_exit/format")
+    if not live.is_file():
+        pytest.skip("no live sched_process_exit format to add to the fixture")
+    tree = tmp_path / "tracefs"
+    shutil.copytree(FIXTURES / gen, tree)
+    (tree / "events/sched/sched_process_exit").mkdir()
+    (tree / "events/sched/sched_process_exit/format").write_text(live.read_text())
+    text = engine.make_program(True, True, TraceTarget((4242,)), Tracefs(tree), (0, 17, 0),
+                               token=77).text
+    guard = f"tracepoint:sched:sched_process_exit\n/tid == {os.getpid()}/\n{{\n  exit();\n}}"
+    assert guard in text
+    first, last = text.index('printf("aorta_ready 1'), text.index('printf("aorta_ready 2')
+    assert first < text.index(guard) < last
+
+
+def test_owner_pid_is_validated() -> None:
+    from aorta.ebpf.probes.base import BpftraceDialect
+    from aorta.ebpf.program import ProgramError, build_program
+
+    with pytest.raises(ProgramError):
+        build_program([], TraceTarget((1,)), Tracefs(FIXTURES / GENERATIONS[0]),
+                      BpftraceDialect((0, 17, 0)), 5, owner_pid="1; system")  # type: ignore[arg-type]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,7 @@ def test_parse_size(text, value):
     assert pressure.parse_size(text) == value
 
 
-@pytest.mark.parametrize("text", ["", "abc", "-1M", "0", "5X"])
+@pytest.mark.parametrize("text", ["", "abc", "-1M", "0", "5X", "99999999999999999999T", "1e400"])
 def test_parse_size_rejects(text):
     with pytest.raises(UsageError):
         pressure.parse_size(text)
@@ -53,9 +55,10 @@ def test_cgroup_is_created_limited_and_removed():
                        "import sys; print(open('/proc/self/cgroup').read())"])
         assert code == 0
         assert mp.churner is not None and mp.churner.poll() is None
-        churn_file = mp.churn_file
+        churner = mp.churner
+        assert not list(Path(mp.churn_dir).glob(".aorta-churn-*"))  # unlinked at once
     assert not folder.exists()
-    assert churn_file is not None and not os.path.exists(churn_file)
+    assert churner.poll() is not None
 
 
 def test_cgroup_folder_under_a_container_mount_root() -> None:
@@ -67,3 +70,62 @@ def test_cgroup_folder_under_a_container_mount_root() -> None:
                            "/libpod_parent/libpod-1/sub") == Path("/sys/fs/cgroup/memory/sub")
     assert pressure._under("/sys/fs/cgroup", "/", "/a/b") == Path("/sys/fs/cgroup/a/b")
     assert pressure._under("/m", "/x", "/xy") is None
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--limit", "1", "--", "true"], "below 64M"),
+    (["--limit", "99999999999999999999T", "--", "true"], "too large"),
+    (["--limit", "999T", "--", "true"], "not below this machine's memory"),
+    (["--limit", "512M", "--churn-dir", "/nonexistent", "--", "true"], "not an existing folder"),
+    (["--limit", "512M", "--churn-dir", "", "--", "true"], "not an existing folder"),
+    (["--limit", "512M", "--", "/nonexistent/command"], "not found"),
+    (["--limit", "512M", "--", "no-such-command-aorta"], "not found"),
+])
+def test_cli_bad_input_is_one_line_before_any_work(args, words):
+    proc = subprocess.run([sys.executable, "-m", "aorta.ebpf.pressure", *args],
+                          capture_output=True, text=True, check=False, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert words in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="creating a cgroup needs root")
+def test_kill_9_of_the_helper_leaves_no_churner_and_no_file(tmp_path):
+    """The helper is SIGKILLed mid-run: its churner dies with it, no churn file exists, and the
+    next start removes the cgroup."""
+    helper = subprocess.Popen([sys.executable, "-m", "aorta.ebpf.pressure", "--limit", "256M",
+                               "--churn", "64M", "--churn-dir", str(tmp_path), "--", "sleep", "60"],
+                              stderr=subprocess.PIPE, text=True)
+    place = pressure.find_memory_cgroup()
+    folder = place.path / f"{pressure.PREFIX}{helper.pid}"
+    deadline = time.monotonic() + 30
+    churners: list[int] = []
+    while time.monotonic() < deadline and not churners:
+        with contextlib.suppress(OSError):
+            churners = [int(p) for p in (folder / "cgroup.procs").read_text().split()
+                        if pressure._is_churner(p)]
+        time.sleep(0.05)
+    assert churners, "the churner never started"
+    assert not list(tmp_path.iterdir())  # the sparse file is unlinked while in use
+    helper.kill()
+    helper.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(p) for p in churners):
+        time.sleep(0.05)
+    assert not any(_alive(p) for p in churners), "the churner outlived the helper"
+    sleeper = [int(p) for p in (folder / "cgroup.procs").read_text().split()]
+    try:
+        assert str(folder.name) in pressure.remove_stale(place.path)
+        assert not folder.exists()
+    finally:
+        for pid in sleeper:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -168,3 +170,47 @@ def test_sweep_repeats_interleave_and_analyse_over_runs(tmp_path):
     again = run_cli("sweep", "hetero_kernels", "--streams", "1,2", *TINY, "--repeats", "2",
                     "-o", str(out), "--resume")
     assert again.returncode == 0 and again.stderr.count("already done (resumed)") == 4
+
+
+SETPRIV_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="planting as user nobody needs root")
+def test_foreign_point_folders_in_shared_temp_cannot_break_a_sweep(tmp_path):
+    """Security item 4: user nobody plants aorta-point-<huge pid>-x and a folder with a dead pid
+    in the shared temp folder; the sweep runs, nobody's folders are never parsed nor removed."""
+
+    shared = Path(tempfile.mkdtemp(prefix="aorta-test-shared-"))  # nobody can reach it
+    shared.chmod(0o1777)
+    try:
+        _sweep_with_planted_folders(shared, tmp_path)
+    finally:
+        shutil.rmtree(shared)
+
+
+def _sweep_with_planted_folders(shared: Path, tmp_path: Path) -> None:
+    from aorta.hw_queue_eval import childrun
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    planted = [f"{childrun.TEMP_PREFIX}99999999999999999999-x", f"{childrun.TEMP_PREFIX}{dead.pid}-y",
+               f"{childrun.TEMP_PREFIX}-1-z", f"{childrun.TEMP_PREFIX}\u0663\u0663-w"]
+    for name in planted:
+        subprocess.run([*SETPRIV_NOBODY, "mkdir", str(shared / name)], check=True)
+    assert childrun.remove_stale_point_dirs(str(shared)) == []
+    assert all((shared / name).is_dir() for name in planted)
+    out = tmp_path / "s.json"
+    proc = run_cli("sweep", "hetero_kernels", "--streams", "1", *TINY, "-o", str(out),
+                   env={"TMPDIR": str(shared)})
+    assert proc.returncode == 0, proc.stderr[-600:]
+    assert "Traceback" not in proc.stderr
+    assert load_json(out)["points"][0]["status"] == "ok"
+    assert all((shared / name).is_dir() for name in planted)
+
+
+def test_pid_alive_survives_absurd_pids():
+    from aorta.common.procs import parse_pid, pid_alive
+
+    assert pid_alive(99999999999999999999) is False and pid_alive(-1) is False
+    assert parse_pid("99999999999999999999") is None and parse_pid("\u0663") is None
+    assert parse_pid(str(os.getpid())) == os.getpid()

@@ -251,10 +251,24 @@ def read_json_file(path: str | os.PathLike[str], what: str = "JSON file") -> Any
         raise UsageError(f"cannot read {what} {p}: permission denied") from None
     except UnicodeDecodeError:
         raise UsageError(f"{what} {p} is not UTF-8 text: is it a result JSON?") from None
+    return parse_json_text(text, what, p)
+
+
+def parse_json_text(text: str, what: str, path: str | os.PathLike[str]) -> Any:
+    """json.loads with NaN/Infinity and runaway nesting refused as one-line UsageErrors."""
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
-        raise UsageError(f"{what} {p} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        raise UsageError(f"{what} {path} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except ValueError as exc:
+        raise UsageError(f"{what} {path} is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise UsageError(f"{what} {path} is nested too deeply to be a result file") from None
+
+
+def _refuse_constant(name: str) -> Any:
+    """NaN and Infinity are not JSON (aorta never writes them): refuse them on input."""
+    raise ValueError(f"{name} is not a number JSON allows")
 
 
 def keep_unsaved(name: str, data: bytes) -> str | None:
@@ -345,12 +359,10 @@ def read_owned_json(path: str | os.PathLike[str], what: str) -> Any:
             _check_owner(st, path, what)
         raw = fh.read()
     try:
-        return json.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise UsageError(f"{what} {path} is not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{what} {path} is not valid JSON (line {exc.lineno}: {exc.msg})") \
-            from None
+    return parse_json_text(text, what, path)
 
 
 def _check_owner(st: os.stat_result, path: str | os.PathLike[str], what: str) -> None:

@@ -6,6 +6,7 @@ produce the same `ebpf_queue_metrics` / `ebpf_memory_metrics` layout.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,10 +78,13 @@ def dialect_for(version: tuple[int, int, int] | None) -> BpftraceDialect:
 def make_program(queue: bool, memory: bool, target: TraceTarget, tracefs: Tracefs,
                  version: tuple[int, int, int] | None, token: int | None = None,
                  families: list[ProbeFamily] | None = None, gpu_runtime: bool = False) -> Program:
-    """Render the one program a run with these flags loads (also what --show-script prints)."""
+    """Render the one program a run with these flags loads (also what --show-script prints).
+
+    This process is the program's owner: it starts bpftrace, and the program exits with it.
+    """
     chosen = families if families is not None else families_for(queue, memory, gpu_runtime)
     return build_program(chosen, target, tracefs, dialect_for(version),
-                         token if token is not None else marker.new_token())
+                         token if token is not None else marker.new_token(), owner_pid=os.getpid())
 
 
 def start_session(program: Program, ready: Readiness, attach_timeout_s: float = 60.0,

@@ -9,8 +9,11 @@ host already imposes still applies. The churner reads a sparse file (no disk spa
 the limit, so the cgroup's page cache always fills up to the limit; any memory the command then
 touches has to be reclaimed first, in the command's own context (memcg reclaim), with no swap and
 no OOM kill (page cache is always reclaimable). Everything is undone on every exit path: the
-churner is stopped, the file removed, the processes moved back and the cgroup removed; a cgroup
-left by a hard-killed run is removed by the next start.
+churner is stopped, the processes moved back and the cgroup removed. After a kill -9 of the
+helper nothing is left either: the churner gets SIGKILL when the helper dies (parent-death
+signal), the sparse file is unlinked as soon as it is created (the churner reads it through an
+inherited descriptor), and a cgroup left behind is removed by the next start, which also kills any
+churner still inside it.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,12 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from aorta.common.errors import UsageError
-from aorta.common.procs import child_environment, pid_alive, python_module_command
+from aorta.common.procs import child_environment, die_with_parent, parse_pid, pid_alive, python_module_command
 
 PREFIX = "aorta-pressure-"
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 TMPFS_MAGIC = 0x01021994
+MIN_LIMIT = 64 << 20  # below this the command itself (python, torch) cannot start: OOM kill
+CHURN_WORKER_FLAG = "--churn-worker"
 
 
 def parse_size(text: str, what: str = "size") -> int:
@@ -41,10 +47,24 @@ def parse_size(text: str, what: str = "size") -> int:
     match = _SIZE_RE.match(str(text))
     if not match:
         raise UsageError(f"bad {what} {text!r}: use a number with an optional K/M/G suffix, e.g. 768M")
-    value = int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+    number = float(match.group(1))
+    if number > 1 << 53:
+        raise UsageError(f"bad {what} {text!r}: too large")
+    value = int(number * _UNITS[match.group(2).upper()])
     if value <= 0:
         raise UsageError(f"bad {what} {text!r}: must be positive")
     return value
+
+
+def check_limit(limit: int, text: str) -> None:
+    """The cgroup limit must leave the command room to start and be below the machine's memory."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if limit < MIN_LIMIT:
+        raise UsageError(f"--limit {text} is below {MIN_LIMIT >> 20}M: the command would be "
+                         "OOM-killed before it starts; use e.g. --limit 1536M")
+    if limit >= total:
+        raise UsageError(f"--limit {text} is not below this machine's memory "
+                         f"({total >> 20}M): it would create no pressure; use a smaller limit")
 
 
 @dataclass(frozen=True)
@@ -128,12 +148,33 @@ def remove_stale(parent: Path) -> list[str]:
             continue
         with contextlib.suppress(OSError):
             for pid in (child / "cgroup.procs").read_text().split():
+                if _is_churner(pid):
+                    with contextlib.suppress(OSError):
+                        os.kill(int(pid), signal.SIGKILL)
+                    continue
                 with contextlib.suppress(OSError):
                     _write(parent / "cgroup.procs", pid)
+        for _ in range(50):  # a killed churner leaves the cgroup once it has exited
+            with contextlib.suppress(OSError):
+                if not (child / "cgroup.procs").read_text().split():
+                    break
+            time.sleep(0.02)
         with contextlib.suppress(OSError):
             child.rmdir()
             removed.append(child.name)
     return removed
+
+
+def _is_churner(pid_text: str) -> bool:
+    """True if the process is a churner of this helper (left running by an older version)."""
+    pid = parse_pid(pid_text)
+    if pid is None:
+        return False
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"aorta.ebpf.pressure" in argv and CHURN_WORKER_FLAG.encode() in argv
 
 
 class MemoryPressure:
@@ -144,10 +185,9 @@ class MemoryPressure:
         self.limit = limit_bytes
         self.churn_bytes = churn_bytes if churn_bytes is not None else 2 * limit_bytes
         self.rate = churn_rate_bytes_s
-        self.churn_dir = churn_dir or tempfile.gettempdir()
+        self.churn_dir = churn_dir if churn_dir is not None else tempfile.gettempdir()
         self.place: CgroupPlace | None = None
         self.folder: Path | None = None
-        self.churn_file: str | None = None
         self.churner: subprocess.Popen[bytes] | None = None
 
     # -- set up
@@ -177,18 +217,35 @@ class MemoryPressure:
         if _is_tmpfs(self.churn_dir):
             raise UsageError(f"{self.churn_dir} is tmpfs (its pages cannot be reclaimed "
                              "without swap): pass --churn-dir on a disk file system")
-        fd, path = tempfile.mkstemp(prefix=".aorta-churn-", dir=self.churn_dir)
-        self.churn_file = path
-        os.ftruncate(fd, self.churn_bytes)  # sparse: page cache without disk space
-        os.close(fd)
-        assert self.folder is not None and self.place is not None
-        usage = self.folder / ("memory.current" if self.place.version == 2 else "memory.usage_in_bytes")
-        self.churner = subprocess.Popen(  # isolated: nothing from the cwd runs as root
-            python_module_command("aorta.ebpf.pressure", "--churn-worker", path,
-                                  "--rate", str(self.rate), "--usage-file", str(usage),
-                                  "--limit", str(self.limit)),
-            env=child_environment(), preexec_fn=self.enter_preexec,
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        try:
+            fd, path = tempfile.mkstemp(prefix=".aorta-churn-", dir=self.churn_dir)
+        except OSError as exc:
+            raise UsageError(f"cannot create the churn file in {self.churn_dir}: {exc.strerror}; "
+                             "pass --churn-dir with a writable folder on a disk file system") from None
+        try:
+            os.unlink(path)  # nothing on disk to leave behind: the churner reads the open file
+            try:
+                os.ftruncate(fd, self.churn_bytes)  # sparse: page cache without disk space
+            except OSError as exc:
+                raise UsageError(f"cannot size the churn file to {self.churn_bytes} bytes in "
+                                 f"{self.churn_dir}: {exc.strerror}; use a smaller --churn") from None
+            assert self.folder is not None and self.place is not None
+            usage = self.folder / ("memory.current" if self.place.version == 2
+                                   else "memory.usage_in_bytes")
+            guard = die_with_parent()
+
+            def preexec() -> None:
+                self.enter_preexec()
+                guard()
+
+            self.churner = subprocess.Popen(  # isolated: nothing from the cwd runs as root
+                python_module_command("aorta.ebpf.pressure", CHURN_WORKER_FLAG, f"/dev/fd/{fd}",
+                                      "--rate", str(self.rate), "--usage-file", str(usage),
+                                      "--limit", str(self.limit)),
+                env=child_environment(), preexec_fn=preexec, pass_fds=(fd,),
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        finally:
+            os.close(fd)
 
     def enter_preexec(self) -> None:
         """For subprocess preexec_fn: move the new child into the cgroup before it execs."""
@@ -204,7 +261,10 @@ class MemoryPressure:
 
     def run(self, argv: list[str]) -> int:
         """Run a command inside the cgroup; SIGINT/SIGTERM are forwarded; returns its exit code."""
-        proc = subprocess.Popen(argv, preexec_fn=self.enter_preexec)
+        try:
+            proc = subprocess.Popen(argv, preexec_fn=self.enter_preexec)
+        except OSError as exc:
+            raise UsageError(f"cannot start {argv[0]!r}: {exc.strerror}; check the command") from None
 
         def forward(signum: int, frame: Any) -> None:
             with contextlib.suppress(ProcessLookupError):
@@ -234,7 +294,7 @@ class MemoryPressure:
     # -- tear down
 
     def close(self) -> None:
-        """Stop the churner, remove the file, move processes back, remove the cgroup."""
+        """Stop the churner (its unlinked file goes with it), move processes back, remove the cgroup."""
         if self.churner is not None:
             with contextlib.suppress(ProcessLookupError):
                 self.churner.terminate()
@@ -244,10 +304,6 @@ class MemoryPressure:
                 self.churner.kill()
                 self.churner.wait()
             self.churner = None
-        if self.churn_file is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.churn_file)
-            self.churn_file = None
         if self.folder is not None and self.place is not None:
             for _ in range(50):
                 try:
@@ -266,6 +322,19 @@ class MemoryPressure:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def check_inputs(churn_dir: str, command: list[str]) -> None:
+    """Before any cgroup exists: the churn folder is a real disk folder, the command exists."""
+    if not churn_dir or not os.path.isdir(churn_dir):
+        raise UsageError(f"--churn-dir {churn_dir!r} is not an existing folder: create it or "
+                         "name one on a disk file system")
+    if _is_tmpfs(churn_dir):
+        raise UsageError(f"{churn_dir} is tmpfs (its pages cannot be reclaimed without swap): "
+                         "pass --churn-dir on a disk file system")
+    if not command[0] or shutil.which(command[0]) is None:
+        raise UsageError(f"command {command[0]!r} not found or not executable: give a program "
+                         "on PATH or its path after --")
 
 
 def _is_tmpfs(path: str) -> bool:
@@ -331,9 +400,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not args.limit or not command:
             raise UsageError("give --limit SIZE and a command after --")
-        pressure = MemoryPressure(parse_size(args.limit, "--limit"),
-                                  parse_size(args.churn, "--churn") if args.churn else None,
+        limit = parse_size(args.limit, "--limit")
+        check_limit(limit, args.limit)
+        pressure = MemoryPressure(limit, parse_size(args.churn, "--churn") if args.churn else None,
                                   parse_size(args.rate, "--rate"), args.churn_dir)
+        check_inputs(pressure.churn_dir, command)
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         with pressure:
             code = pressure.run(command)

@@ -7,6 +7,12 @@ order in one direction (0.17: tracepoints forward, then uprobes backward), so wh
 handshake probes is attached last, once *both* have answered a PING every probe of their kind
 between them is live. That is the readiness handshake; BEGIN is not (bpftrace runs BEGIN before
 attaching the other probes). uprobes get their own pair (see `uprobes.py`).
+
+Owner guard: the program exits by itself when the process that started it exits (a
+`sched_process_exit` probe on its pid, inside the handshake, so it is live before the owner can
+see "ready"), and when no handshake completed within OWNER_WATCHDOG_S (the owner died while
+probes were attaching). So a hard-killed owner never leaves a tracer running, even under sudo,
+where the parent-death signal does not reach bpftrace.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ READY_TEXT = "aorta_ready"
 CLOSED_TEXT = "aorta_closed"  # printed when the gate closes: everything before it was delivered
 HANDSHAKE_IDS = (1, 2)
 UPROBE_HANDSHAKE_IDS = (3, 4)
+BORN_MAP = "@aorta_born_ns"
+OWNER_WATCHDOG_S = 180  # longer than any attach timeout the engine waits for
 ENGINE_PREFIX = "aorta_"
 
 
@@ -80,7 +88,19 @@ def render_context(tracefs: Tracefs, dialect: BpftraceDialect, target: TraceTarg
 
 def _handshake_block(probe: marker.MarkerProbe, ident: int) -> str:
     return (f"{probe.attach}\n/{probe.match_expr} && {probe.command_expr} == {marker.PING}/\n"
-            f"{{\n  printf(\"{READY_TEXT} {ident}\\n\");\n}}")
+            f"{{\n  printf(\"{READY_TEXT} {ident}\\n\");\n  @aorta_ready_{ident} = 1;\n}}")
+
+
+def _owner_guard_blocks(ctx: RenderContext, owner_pid: int) -> list[str]:
+    """exit() when the owner's main thread exits, or when no handshake completed in time."""
+    blocks = []
+    if ctx.event("sched", "sched_process_exit") is not None:
+        blocks.append(f"tracepoint:sched:sched_process_exit\n/tid == {int(owner_pid)}/\n"
+                      "{\n  exit();\n}")
+    unready = " || ".join(f"@aorta_ready_{i} == 0" for i in HANDSHAKE_IDS)
+    blocks.append(f"interval:s:5\n/({unready}) && nsecs - {BORN_MAP} > "
+                  f"{OWNER_WATCHDOG_S * 1_000_000_000}/\n{{\n  exit();\n}}")
+    return blocks
 
 
 def _gate_block(probe: marker.MarkerProbe) -> str:
@@ -103,9 +123,15 @@ def _follow_children_block(ctx: RenderContext) -> str | None:
 
 
 def build_program(families: list[ProbeFamily], target: TraceTarget, tracefs: Tracefs,
-                  dialect: BpftraceDialect, token: int) -> Program:
-    """Render every family against `tracefs` into one program; raise ProgramError if impossible."""
+                  dialect: BpftraceDialect, token: int, owner_pid: int | None = None) -> Program:
+    """Render every family against `tracefs` into one program; raise ProgramError if impossible.
+
+    `owner_pid`: the process that will start bpftrace; the program exits when it exits.
+    """
     validate_target(target)
+    if owner_pid is not None and (isinstance(owner_pid, bool) or not isinstance(owner_pid, int)
+                                  or owner_pid <= 0):
+        raise ProgramError(f"invalid owner pid {owner_pid!r}: must be a positive integer")
     probe = marker.marker_probe(tracefs, dialect, token)
     if probe is None:
         raise ProgramError("no syscall tracepoint for the window marker (syscalls:sys_enter_prctl "
@@ -115,6 +141,9 @@ def build_program(families: list[ProbeFamily], target: TraceTarget, tracefs: Tra
                       target=target)
     begin = [f"  {PIDS_MAP}[{p}] = 1;" for p in target.pids]
     blocks: list[str] = [_handshake_block(probe, HANDSHAKE_IDS[0]), _gate_block(probe)]
+    if owner_pid is not None:
+        begin.append(f"  {BORN_MAP} = nsecs;")
+        blocks.extend(_owner_guard_blocks(ctx, owner_pid))
     if target.pids and target.follow_children:
         follow = _follow_children_block(ctx)
         if follow:

@@ -1,14 +1,19 @@
 """Run one bpftrace program: spawn, readiness handshake, window gate, JSON stream, lost events, stop.
 
 * Spawn: `bpftrace -f json FILE` as root, or `sudo -n bpftrace …` otherwise (fails fast when sudo
-  would prompt). As root the command is wrapped in `setpriv --pdeathsig TERM` where available, so
-  a hard-killed parent never leaves a root bpftrace behind.
+  would prompt). As root bpftrace gets SIGKILL when its parent dies (PR_SET_PDEATHSIG, set before
+  exec and checked against a parent that died first), and reads its program from a memfd, so a
+  hard-killed parent leaves neither a root bpftrace nor a temp file behind. Under sudo the program
+  itself exits when its owner exits (see `program.py`), and a temp folder named after the owner
+  pid holds the file. Every start first kills bpftrace processes whose owner is gone and removes
+  their temp folders.
 * Ready: PING marker syscalls until both handshake probes answer (see `program.py`); no sleeps.
 * Parse: a reader thread decodes every JSON record while bpftrace runs (maps, histograms, stats,
   printf, `lost_events`); the text form "Lost N events" is counted too; the RLIMIT_MEMLOCK notice
   on stderr is harmless and dropped.
 * Stop: SIGINT (END runs, maps print), then SIGTERM, then SIGKILL after timeouts. The temp file
-  holding the program is removed as soon as bpftrace has loaded it, and again on every exit path.
+  holding the program (sudo only) is removed as soon as bpftrace has loaded it, and again on
+  every exit path.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aorta.common.procs import die_with_parent, is_ancestor, parse_pid, pid_alive, stale_owned_dirs
 from aorta.ebpf import marker, uprobes
 from aorta.ebpf.filecaps import FileCaps, file_caps
 from aorta.ebpf.mapcap import MAP_KEYS_MAX
@@ -36,6 +42,8 @@ from aorta.ebpf.program import CLOSED_TEXT, HANDSHAKE_IDS, READY_TEXT, Program
 HARMLESS_STDERR = (re.compile(r"RLIMIT_MEMLOCK"), re.compile(r"^\s*$"))
 _LOST_TEXT = re.compile(r"Lost (\d+) events")
 _VERSION_RE = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
+TEMP_PREFIX = "aorta-bpf-"
+OWNER_ENV = "AORTA_TRACE_OWNER"  # set in bpftrace's environment: the pid that must outlive it
 
 
 class SessionError(Exception):
@@ -85,8 +93,7 @@ def launcher(bpftrace: str | None = None) -> tuple[list[str] | None, str]:
     (setcap) runs without sudo when it can, else the reason names what stops it.
     """
     if os.geteuid() == 0:
-        setpriv = shutil.which("setpriv")
-        return ([setpriv, "--pdeathsig", "TERM"] if setpriv else []), "root"
+        return [], "root"
     ok, why = sudo_works()
     if ok:
         return [shutil.which("sudo") or "sudo", "-n"], "sudo -n"
@@ -211,22 +218,25 @@ class TraceSession:
     def start(self, timeout_s: float = 60.0) -> None:
         """Spawn bpftrace and block until every probe is attached (handshake) or raise."""
         t0 = time.monotonic()
-        self._tmpdir = tempfile.mkdtemp(prefix="aorta-bpf-")
-        script = Path(self._tmpdir) / "program.bt"
-        fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(self.program.text)
+        remove_stale_sessions()
+        sudo = bool(self.prefix)
+        program_fd, script = self._program_file(sudo)
         env = {**os.environ, **self.env}
-        # `env` carries the setting through `sudo -n`, which resets the environment
-        cmd = [*self.prefix, "env", f"BPFTRACE_MAP_KEYS_MAX={self.map_keys_max}", self.bpftrace,
-               *self.flags, "-f", "json", str(script)]
+        # `env` carries the settings through `sudo -n`, which resets the environment
+        cmd = [*self.prefix, "env", f"BPFTRACE_MAP_KEYS_MAX={self.map_keys_max}",
+               f"{OWNER_ENV}={os.getpid()}", self.bpftrace, *self.flags, "-f", "json", str(script)]
         try:
             self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, text=True, bufsize=1, env=env,
-                                          start_new_session=True)
+                                          start_new_session=True,
+                                          pass_fds=() if program_fd is None else (program_fd,),
+                                          preexec_fn=None if sudo else die_with_parent())
         except OSError as exc:
             self._cleanup_files()
             raise SessionError(f"cannot start bpftrace: {exc}") from None
+        finally:
+            if program_fd is not None:
+                os.close(program_fd)
         self._readers = [threading.Thread(target=self._read_stdout, daemon=True),
                          threading.Thread(target=self._read_stderr, daemon=True)]
         for reader in self._readers:
@@ -238,6 +248,21 @@ class TraceSession:
             raise
         self._cleanup_files()
         self.output.attach_s = time.monotonic() - t0
+
+    def _program_file(self, sudo: bool) -> tuple[int | None, str]:
+        """Where bpftrace reads the program: a memfd as root (nothing on disk to leave behind),
+        a private temp folder named after this pid under sudo (which closes inherited fds)."""
+        if not sudo:
+            fd = os.memfd_create("aorta-program", 0)
+            os.write(fd, self.program.text.encode())
+            os.lseek(fd, 0, os.SEEK_SET)
+            return fd, f"/dev/fd/{fd}"
+        self._tmpdir = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-")
+        script = Path(self._tmpdir) / "program.bt"
+        fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(self.program.text)
+        return None, str(script)
 
     def _handshake(self, deadline: float) -> None:
         assert self._proc is not None
@@ -424,6 +449,43 @@ class TraceSession:
         if self._tmpdir is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             self._tmpdir = None
+
+
+def remove_stale_sessions(temp_root: str | None = None) -> dict[str, list]:
+    """Kill bpftrace processes whose owner is gone and remove their temp folders (after kill -9).
+
+    A session's bpftrace carries its owner's pid in its environment (AORTA_TRACE_OWNER); it is
+    stale when that process is dead or no longer its ancestor (the pid was reused). Only
+    processes whose environment this user can read, and folders this user owns, are touched.
+    """
+    killed = []
+    for entry in Path("/proc").iterdir():
+        pid = parse_pid(entry.name)
+        if pid is None or _read(f"/proc/{pid}/comm") != "bpftrace":
+            continue
+        owner = _owner_of(pid)
+        if owner is None or (pid_alive(owner) and is_ancestor(owner, pid)):
+            continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+    folders = stale_owned_dirs(temp_root or tempfile.gettempdir(), TEMP_PREFIX)
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+    return {"killed": killed, "folders": folders}
+
+
+def _owner_of(pid: int) -> int | None:
+    """The AORTA_TRACE_OWNER pid in a process's environment (None if absent or unreadable)."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    key = f"{OWNER_ENV}=".encode()
+    for item in environ.split(b"\0"):
+        if item.startswith(key):
+            return parse_pid(item[len(key):].decode("ascii", "replace"))
+    return None
 
 
 def probe_cost(pid: int) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from typing import Any
 
 from aorta import __version__
@@ -21,6 +22,7 @@ from aorta.common.atomicio import (
 )
 from aorta.common.errors import UsageError
 from aorta.hw_queue_eval.results import SCHEMA_VERSION, utc_timestamp
+from aorta.hw_queue_eval.validation import point_problem
 
 
 def fingerprint(config: dict[str, Any]) -> str:
@@ -58,11 +60,25 @@ class CheckpointFile:
         if data.get("fingerprint") != header.get("fingerprint"):
             raise UsageError(f"--resume: {path} was made with other settings (workload, size, "
                              "iterations …); use the same options or another -o")
+        points = data.get("points")
+        if not isinstance(points, list):
+            raise UsageError(f"--resume: {path} has no list of points; use another -o")
         file = cls(path, kind, header)
-        file.created = data.get("created", file.created)
+        if isinstance(data.get("created"), str):
+            file.created = data["created"]
+        for point in points:
+            found = point_problem(point, kind)
+            if found is None:
+                file.points.append(point)
+            else:  # never trusted as done: the point is measured again
+                key = point.get("key") if isinstance(point, dict) else None
+                print(f"resume: point {json.dumps(key)[:80]} in {path} is invalid ({found}): "
+                      "it will be measured again", file=sys.stderr)
         from aorta.hw_queue_eval.upgrade import upgrade
 
-        file.points = [p for p in upgrade(data).get("points", []) if isinstance(p, dict)]
+        # valid points in the current layout (a v1 file's points are read through the v1 reader)
+        file.points = [p for p in upgrade({**data, "points": file.points}).get("points", [])
+                       if isinstance(p, dict)]
         return file
 
     def done(self, key: dict[str, Any]) -> bool:

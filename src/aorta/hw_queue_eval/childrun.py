@@ -12,7 +12,6 @@ import contextlib
 import os
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
@@ -23,11 +22,10 @@ from typing import Any
 
 from aorta.common.atomicio import read_json_file
 from aorta.common.errors import UsageError
-from aorta.common.procs import child_environment, pid_alive, python_module_command
+from aorta.common.procs import child_environment, die_with_parent, python_module_command, stale_owned_dirs
 
 TERM_GRACE_S = 5.0
 TEMP_PREFIX = "aorta-point-"
-_PR_SET_PDEATHSIG = 1
 
 
 @dataclass
@@ -57,15 +55,6 @@ def _stop_group(proc: subprocess.Popen[str]) -> None:
             continue
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: ask Linux to SIGKILL it if the parent dies (kill -9 of a sweep
-    must not leave an orphan point running). Best effort; other systems skip it."""
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
 def _last_error_line(stderr: str) -> str:
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     for line in reversed(lines):
@@ -80,24 +69,9 @@ def remove_stale_point_dirs(temp_root: str | None = None) -> list[str]:
     Only real folders owned by this user whose name carries a dead pid are touched; rmtree
     refuses symlinks, so nothing outside the folder can be reached.
     """
-    root = temp_root or tempfile.gettempdir()
-    removed = []
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return removed
-    for name in names:
-        pid_text = name[len(TEMP_PREFIX):].split("-", 1)[0] if name.startswith(TEMP_PREFIX) else ""
-        if not pid_text.isdigit() or pid_alive(int(pid_text)):
-            continue
-        path = os.path.join(root, name)
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue
-        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
+    removed = stale_owned_dirs(temp_root or tempfile.gettempdir(), TEMP_PREFIX)
+    for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
     return removed
 
 
@@ -132,7 +106,7 @@ def run_point(run_args: Sequence[str], env_overrides: Mapping[str, str] | None =
     started = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, text=True, start_new_session=True,
-                            preexec_fn=_die_with_parent, cwd=tmpdir)
+                            preexec_fn=die_with_parent(), cwd=tmpdir)
     try:
         try:
             _, stderr = proc.communicate(timeout=timeout_s)

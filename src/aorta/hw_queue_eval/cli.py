@@ -45,7 +45,29 @@ def _register_commands() -> None:
         importlib.import_module(name).register(cli)
 
 
+#: Options whose empty value would silently mean "the default" (or the current folder).
+NON_EMPTY_OPTIONS = ("output", "output_dir", "trace_out", "device", "policy_file", "baseline",
+                     "base", "tests", "pid", "duration")
+
+
+def _non_empty(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """Refuse `-o ''`, `-d ''`, `--trace-out ''` …: an empty string is never a usable value."""
+    values = value if isinstance(value, tuple) else (value,)
+    if any(isinstance(v, str) and not v.strip() for v in values):
+        raise click.BadParameter("is empty: give a value or leave the option out", ctx, param)
+    return value
+
+
+def _guard_empty_values() -> None:
+    for command in cli.commands.values():
+        for param in command.params:
+            if isinstance(param, click.Option) and param.name in NON_EMPTY_OPTIONS \
+                    and param.callback is None:
+                param.callback = _non_empty
+
+
 _register_commands()
+_guard_empty_values()
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:

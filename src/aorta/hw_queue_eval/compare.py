@@ -125,7 +125,7 @@ def group_repeats(points: list[Point]) -> list[Point]:
 
 def load_points(path: str | os.PathLike[str]) -> tuple[str, list[Point], list[str]]:
     """(file kind, comparable points, notes on skipped points) of a result file."""
-    data = load_result(path)
+    data = load_result(path)  # validated against the schema, then upgraded
     kind = data.get("kind")
     notes: list[str] = []
     points: list[Point] = []

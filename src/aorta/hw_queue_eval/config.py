@@ -15,6 +15,8 @@ DEFAULT_WARMUP = 3
 DEFAULT_SEED = 1234
 DEFAULT_HW_QUEUES = 4  # HIP's GPU_MAX_HW_QUEUES default; also the CPU backend's pool size
 MAX_HW_QUEUES = 64
+SEED_MIN, SEED_MAX = -(1 << 63), (1 << 64) - 1  # what torch.manual_seed accepts
+MAX_TIMEOUT_S = 30 * 24 * 3600.0  # a month: beyond it a "timeout" is a typo (or inf)
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,36 @@ def parse_positive_int(value: Any, name: str) -> int:
     if number < 1:
         raise UsageError(f"{name} must be ≥ 1, got {number}")
     return number
+
+
+def check_seed(seed: int) -> int:
+    """The seed must fit in 64 bits (torch.manual_seed's range)."""
+    if not SEED_MIN <= seed <= SEED_MAX:
+        raise UsageError(f"--seed {seed} does not fit in 64 bits: use {SEED_MIN}..{SEED_MAX}")
+    return seed
+
+
+def check_threads_per_queue(count: int) -> int:
+    """Intra-op threads per worker: at most this machine's CPU count (more cannot run at once)."""
+    cpus = os.cpu_count() or 1
+    if count > cpus:
+        raise UsageError(f"--threads-per-queue {count} exceeds this machine's {cpus} CPUs: "
+                         f"use 1..{cpus}")
+    return count
+
+
+def parse_timeout(value: str | None) -> float | None:
+    """Seconds one point may run: a finite number > 0 and at most a month; None when not given."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise UsageError(f"--timeout must be seconds, got {value!r}") from None
+    if not 0 < seconds <= MAX_TIMEOUT_S:  # also refuses nan, inf and 1e400 (= inf)
+        raise UsageError(f"--timeout must be > 0 and at most {MAX_TIMEOUT_S:g} seconds, "
+                         f"got {value!r}")
+    return seconds
 
 
 def parse_stream_list(text: str) -> list[int]:

@@ -194,15 +194,18 @@ def remove_state(path: Path) -> None:
 def list_state_files() -> list[Path]:
     """Every GPU state file in the state folder (empty if the folder does not exist).
 
-    Also empty when this user cannot even look at the folder (an unreadable $HOME, e.g. under
-    setpriv or sudo -u): this user can never have written state there, so there is nothing to
-    restore; a run that changes clocks/power still needs the folder (ensure_state_dir says so).
+    Also empty when this user cannot look at the folder or it is another user's (an unreadable
+    $HOME, e.g. under setpriv or sudo -u): this user can never have written state there. A file
+    or a link where the folder should be is an error, not "nothing to restore".
     """
     try:
         folder = state_dir()
-        if not folder.is_dir():
+        if not os.path.lexists(folder):
             return []
-        _check_dir(folder)
-        return sorted(p for p in folder.glob("gpu-*-*.json") if not p.is_symlink())
+        st = os.lstat(folder)
     except (PermissionError, UsageError):
         return []
+    if stat.S_ISDIR(st.st_mode) and st.st_uid != os.geteuid():
+        return []
+    _check_dir(folder)
+    return sorted(p for p in folder.glob("gpu-*-*.json") if not p.is_symlink())

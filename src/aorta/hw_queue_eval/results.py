@@ -141,10 +141,12 @@ def validate_run_dict(data: Any) -> list[str]:
 def load_result(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a JSON result file of any kind aorta writes (or the upstream tool's layout).
 
-    Schema-v1 files come back upgraded to v2 (upgrade.py). Raises UsageError (one line) if
-    unreadable or not a result at all.
+    The file is validated against the schema first (validation.py), then schema-v1 files come
+    back upgraded to v2 (upgrade.py). Raises UsageError (one line) if unreadable, not a result at
+    all, or invalid.
     """
     from aorta.hw_queue_eval.upgrade import upgrade
+    from aorta.hw_queue_eval.validation import check_input
 
     data = read_json_file(path, "result file")
     if not isinstance(data, dict):
@@ -155,6 +157,7 @@ def load_result(path: str | os.PathLike[str]) -> dict[str, Any]:
         if isinstance(version, int) and version > SCHEMA_VERSION:
             raise UsageError(f"{path} has schema_version {version}, newer than this aorta reads "
                              f"({SCHEMA_VERSION}): upgrade aorta")
+        check_input(path, data)
         return upgrade(data)
     raise UsageError(f"{path} is not an aorta result (no schema_version/workload_name): "
                      "was it written by `run`, `sweep` or `policy-sweep`?")

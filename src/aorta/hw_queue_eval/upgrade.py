@@ -75,9 +75,12 @@ def ops_from_intervals(table: Any) -> list[OpRecord]:
         return []
     idx = [columns.index(c) for c in wanted]
     ops = []
-    for row in table.get("rows") or []:
-        it, stream, queue, label, ready, start, end = (row[i] for i in idx)
-        ops.append(OpRecord(int(it), int(stream), queue, str(labels[label]),
-                            None if ready is None else round(ready * 1e3),
-                            round(start * 1e3), round(end * 1e3)))
+    try:
+        for row in table.get("rows") or []:
+            it, stream, queue, label, ready, start, end = (row[i] for i in idx)
+            ops.append(OpRecord(int(it), int(stream), queue, str(labels[label]),
+                                None if ready is None else round(ready * 1e3),
+                                round(start * 1e3), round(end * 1e3)))
+    except (TypeError, ValueError, IndexError, KeyError, OverflowError):
+        return []  # a malformed table: the figure cannot be recomputed (null with the reason)
     return ops

@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class OpRecord:
     """One measured op. Times are ns on one clock, relative to the window start.
+
+    Slotted: a run keeps every op of its window, so the per-op size sets the run's memory.
 
     ready_ns: when the op could have started (enqueued, its stream's previous op done, its waits
     satisfied); None where the backend cannot know it (GPU).

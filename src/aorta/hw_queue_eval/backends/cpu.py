@@ -306,7 +306,10 @@ class CpuBackend(Backend):
         t0 = self._window_start_ns
         ops = []
         for queue in self._queues:
-            for iteration, stream, label, ready, start, end in queue.records:
+            records, queue.records = queue.records, []  # freed as the ops are built
+            records.reverse()
+            while records:
+                iteration, stream, label, ready, start, end = records.pop()
                 ops.append(OpRecord(iteration, stream, queue.index, label,
                                     ready - t0, start - t0, end - t0))
         ops.sort(key=lambda op: (op.start_ns, op.stream))

@@ -45,6 +45,8 @@ def compare_command(base: str, tests: tuple[str, ...], threshold: str, as_json: 
         threshold_pct = float(threshold)
     except ValueError:
         raise UsageError(f"--threshold must be a percentage such as 5, got {threshold!r}") from None
+    if not 0 < threshold_pct <= 1000:  # also refuses nan and inf
+        raise UsageError(f"--threshold must be a percentage > 0 and at most 1000, got {threshold!r}")
     if as_json and markdown:
         raise UsageError("--json and --markdown both print on stdout: choose one")
     if output:

@@ -11,6 +11,7 @@ import click
 
 from aorta.common.atomicio import check_output_path
 from aorta.common.errors import UsageError
+from aorta.common.procs import parse_pid, process_running, process_state, thread_group_of
 from aorta.hw_queue_eval.commands._output import save_and_print_json
 from aorta.hw_queue_eval.commands.run import tracing_options
 
@@ -53,10 +54,17 @@ def ebpf_info_command(as_json: bool, show_script: bool, output: str | None, ebpf
     if show_script:
         pid = _pid(pid_text) if pid_text else None  # bad input: exit 2 (not a finding)
         try:
-            click.echo(_script(ebpf_trace or not ebpf_memory_trace, ebpf_memory_trace,
-                               ebpf_gpu_runtime, pid), nl=False)
+            script = _script(ebpf_trace or not ebpf_memory_trace, ebpf_memory_trace,
+                             ebpf_gpu_runtime, pid)
         except UsageError as exc:  # ebpf-info reports what it finds and exits 0 (issue 3)
+            script, problem = None, str(exc)
             click.echo(f"ebpf-info: {exc}", err=True)
+        else:
+            problem = None
+        data = {"kind": "ebpf_script", "queue": ebpf_trace or not ebpf_memory_trace,
+                "memory": ebpf_memory_trace, "program": script, "error": problem}
+        if not save_and_print_json(data, output, as_json) and script is not None:
+            click.echo(script, nl=False)
         return
     data = full_report()
     data["gpu_runtime"] = gpu_runtime_report()
@@ -154,8 +162,13 @@ def ebpf_attach_command(pid_text: str, duration: str, output: str | None, as_jso
         pid = int(pid_text)
     except ValueError:
         raise UsageError(f"--pid must be a process id (integer), got {pid_text!r}") from None
-    if pid <= 0 or not os.path.isdir(f"/proc/{pid}"):
-        raise UsageError(f"no process with pid {pid}: check `ps -p {pid}`")
+    if parse_pid(str(pid)) is None or not process_running(pid):
+        state = "has exited (a zombie)" if process_state(pid) == "Z" else "does not exist"
+        raise UsageError(f"process {pid} {state}: check `ps -p {pid}`")
+    group = thread_group_of(pid)
+    if group is not None and group != pid:
+        raise UsageError(f"{pid} is a thread of process {group}, not a process: use --pid {group} "
+                         "(its threads are traced with it)")
     seconds = parse_duration(duration)
     if output:
         check_output_path(output)
@@ -176,7 +189,7 @@ def ebpf_attach_command(pid_text: str, duration: str, output: str | None, as_jso
     try:
         session.window_start()
         deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline and os.path.isdir(f"/proc/{pid}"):
+        while time.monotonic() < deadline and process_running(pid):
             time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
         session.window_stop()
         out = session.stop()
@@ -190,7 +203,7 @@ def ebpf_attach_command(pid_text: str, duration: str, output: str | None, as_jso
         sections["ebpf_queue_metrics"]["interpretation"] = engine.interpret_queue(
             sections["ebpf_queue_metrics"], None)
     data = {"kind": "ebpf_attach", "pid": pid, "duration_s": seconds,
-            "process_exited_early": not os.path.isdir(f"/proc/{pid}"),
+            "process_exited_early": not process_running(pid),
             "traced_pids": sorted(int(k) for k in (out.maps.get("@aorta_pids") or {})), **sections}
     if not save_and_print_json(data, output, as_json):
         render_queue_block(sections.get("ebpf_queue_metrics"), make_console())

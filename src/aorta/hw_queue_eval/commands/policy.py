@@ -15,8 +15,12 @@ from aorta.hw_queue_eval.commands.run import (
     run_command,
     run_options,
 )
-from aorta.hw_queue_eval.commands.sweep import PASSTHROUGH_FLAGS, _parse_timeout, hold_output_lock
-from aorta.hw_queue_eval.config import parse_positive_int
+from aorta.hw_queue_eval.commands.sweep import PASSTHROUGH_FLAGS, hold_output_lock
+from aorta.hw_queue_eval.config import parse_positive_int, parse_timeout
+
+#: Rounds of a policy sweep: each is one full run per policy, so more is a typo; checked before
+#: the schedule (repeats × policies names) is built.
+MAX_REPEATS = 10_000
 
 
 def register(group: click.Group) -> None:
@@ -77,7 +81,10 @@ def policy_sweep_command(workload: str, streams: str, policies: str | None,
                           threads_per_queue)
     chosen = resolve_policies(policies, policy_file)
     rounds = parse_positive_int(repeats, "--repeats")
-    timeout_s = _parse_timeout(timeout)
+    if rounds > MAX_REPEATS:
+        raise UsageError(f"--repeats {rounds} is more than {MAX_REPEATS} rounds (each runs every "
+                         "policy once): use fewer")
+    timeout_s = parse_timeout(timeout)
     nproc = None if nproc_per_node is None else parse_positive_int(nproc_per_node,
                                                                    "--nproc-per-node")
     flags = [f"--{name.replace('_', '-')}" for name, on in passthrough.items() if on]

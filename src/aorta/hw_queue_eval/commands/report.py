@@ -24,7 +24,7 @@ def report_command(result_file: str, output_dir: str | None) -> None:
 
     out = check_output_dir(output_dir or f"{Path(result_file).with_suffix('')}_report",
                            "report folder")
-    data = load_result(result_file)
+    data = load_result(result_file)  # validated against the schema, then upgraded
     written = write_report(data, out, result_file)
     for path in written:
         click.echo(f"wrote {path} ({path.stat().st_size} bytes)")

@@ -24,6 +24,8 @@ from aorta.hw_queue_eval.config import (
     SIZES,
     SYNC_MODES,
     RunConfig,
+    check_seed,
+    check_threads_per_queue,
     parse_positive_int,
 )
 from aorta.hw_queue_eval.workloads.registry import get_info
@@ -49,9 +51,9 @@ def build_config(workload: str, streams: str, iterations: str, warmup: str, devi
     return RunConfig(workload=workload, streams=stream_count,
                      iterations=parse_positive_int(iterations, "--iterations"),
                      warmup=parse_positive_int(warmup, "--warmup"),
-                     device=device, size=size, sync_mode=sync_mode, seed=seed,
-                     threads_per_queue=parse_positive_int(threads_per_queue,
-                                                          "--threads-per-queue"))
+                     device=device, size=size, sync_mode=sync_mode, seed=check_seed(seed),
+                     threads_per_queue=check_threads_per_queue(
+                         parse_positive_int(threads_per_queue, "--threads-per-queue")))
 
 
 class _Progress:

@@ -19,7 +19,7 @@ from aorta.hw_queue_eval.commands.run import (
     run_command,
     run_options,
 )
-from aorta.hw_queue_eval.config import parse_positive_int, parse_stream_list
+from aorta.hw_queue_eval.config import parse_positive_int, parse_stream_list, parse_timeout
 
 #: `run` flags a sweep passes through to every point when `run` has them (added by other modules).
 PASSTHROUGH_FLAGS = ("ebpf_trace", "ebpf_memory_trace", "ebpf_gpu_runtime")
@@ -27,18 +27,6 @@ PASSTHROUGH_FLAGS = ("ebpf_trace", "ebpf_memory_trace", "ebpf_gpu_runtime")
 
 def register(group: click.Group) -> None:
     group.add_command(sweep_command)
-
-
-def _parse_timeout(value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise UsageError(f"--timeout must be seconds, got {value!r}") from None
-    if not seconds > 0:
-        raise UsageError(f"--timeout must be > 0 seconds, got {value!r}")
-    return seconds
 
 
 def hold_output_lock(output: str, what: str) -> None:
@@ -109,7 +97,7 @@ def sweep_command(workload: str, streams: str, iterations: str, warmup: str, dev
         run_options={"iterations": config.iterations, "warmup": config.warmup,
                      "device": config.device, "size": config.size, "sync_mode": config.sync_mode,
                      "seed": config.seed, "threads_per_queue": config.threads_per_queue},
-        output=output, timeout_s=_parse_timeout(timeout), trace_out=trace_out, flags=flags,
+        output=output, timeout_s=parse_timeout(timeout), trace_out=trace_out, flags=flags,
         repeats=parse_positive_int(repeats, "--repeats"),
         nproc_per_node=None if nproc_per_node is None
         else parse_positive_int(nproc_per_node, "--nproc-per-node"))

@@ -1,0 +1,105 @@
+"""Bad input on the command line: one line naming the problem, exit 2, no traceback, no work."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from aorta.common.procs import process_state
+from aorta.hw_queue_eval.cli import main
+
+BAD_ARGS = [
+    (["run", "hetero_kernels", "--streams", "1", "--seed", str(1 << 64)], "64 bits"),
+    (["run", "hetero_kernels", "--streams", "1", "--seed", str(-(1 << 63) - 1)], "64 bits"),
+    (["run", "hetero_kernels", "--streams", "1", "--threads-per-queue", "100000"], "CPUs"),
+    (["sweep", "hetero_kernels", "-s", "1", "--threads-per-queue", "100000"], "CPUs"),
+    (["sweep", "hetero_kernels", "-s", "1", "--timeout", "inf"], "--timeout"),
+    (["sweep", "hetero_kernels", "-s", "1", "--timeout", "1e400"], "--timeout"),
+    (["sweep", "hetero_kernels", "-s", "1", "--timeout", "nan"], "--timeout"),
+    (["policy-sweep", "hetero_kernels", "--streams", "1", "--timeout", "inf"], "--timeout"),
+    (["policy-sweep", "hetero_kernels", "--streams", "1", "--repeats", "100000000000"],
+     "--repeats"),
+    (["compare", "-b", "{base}", "-t", "{base}", "--threshold", "inf"], "--threshold"),
+    (["compare", "-b", "{base}", "-t", "{base}", "--threshold", "nan"], "--threshold"),
+    (["run", "hetero_kernels", "--streams", "1", "-o", ""], "empty"),
+    (["run", "hetero_kernels", "--streams", "1", "-d", ""], "empty"),
+    (["run", "hetero_kernels", "--streams", "1", "--trace-out", ""], "empty"),
+    (["sweep", "hetero_kernels", "-s", "1", "-o", ""], "empty"),
+    (["sweep", "hetero_kernels", "-s", "1", "--trace-out", ""], "empty"),
+    (["policy-sweep", "hetero_kernels", "--streams", "1", "-o", ""], "empty"),
+    (["compare", "-b", "{base}", "-t", "{base}", "-o", ""], "empty"),
+    (["report", "{base}", "-o", ""], "empty"),
+]
+
+
+@pytest.mark.parametrize(("args", "words"), BAD_ARGS, ids=lambda a: " ".join(a)[:60]
+                         if isinstance(a, list) else a)
+def test_bad_option_is_one_line_exit_2(args, words, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = [a.replace("{base}", "result.json") for a in args]  # the option is checked first
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2, err
+    assert words in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def _exit(args: list[str], capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    captured = capsys.readouterr()
+    return info.value.code, captured.out, captured.err
+
+
+def test_ebpf_attach_to_a_thread_names_its_process(capsys):
+    code = ("import threading, time, sys\n"
+            "def work():\n    print(threading.get_native_id(), flush=True); time.sleep(30)\n"
+            "threading.Thread(target=work, daemon=True).start(); time.sleep(30)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        tid = int(proc.stdout.readline())
+        rc, _, err = _exit(["ebpf-attach", "--pid", str(tid), "--duration", "1s"], capsys)
+        assert rc == 2 and f"is a thread of process {proc.pid}" in err
+        assert len(err.strip().splitlines()) == 1
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_ebpf_attach_to_a_zombie_says_it_exited(capsys):
+    proc = subprocess.Popen(["true"])
+    deadline = time.monotonic() + 10
+    while process_state(proc.pid) != "Z" and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        rc, _, err = _exit(["ebpf-attach", "--pid", str(proc.pid), "--duration", "1s"], capsys)
+        assert rc == 2 and "has exited" in err
+    finally:
+        proc.wait()
+
+
+def test_state_dir_that_is_a_file_is_an_error(tmp_path, monkeypatch, capsys):
+    state = tmp_path / "state"
+    state.write_text("not a folder")
+    monkeypatch.setenv("AORTA_STATE_DIR", str(state))
+    rc, out, err = _exit(["restore"], capsys)
+    assert rc == 2 and "not a folder" in err and "nothing to restore" not in out
+    monkeypatch.setenv("AORTA_STATE_DIR", str(tmp_path / "absent"))
+    rc, out, _ = _exit(["restore"], capsys)
+    assert rc == 0 and "nothing to restore" in out
+
+
+def test_ebpf_info_show_script_honours_json_and_output(tmp_path, capsys):
+    out = tmp_path / "script.json"
+    rc, stdout, _ = _exit(["ebpf-info", "--show-script", "--json", "-o", str(out)], capsys)
+    assert rc == 0
+    printed, written = json.loads(stdout), json.loads(out.read_text())
+    assert printed == written and written["kind"] == "ebpf_script"
+    assert written["program"] is None or "BEGIN" in written["program"]
+    assert written["program"] is not None or written["error"]

@@ -1,0 +1,214 @@
+"""Fuzz compare / report / --resume inputs: random JSON mutations of real result files.
+
+The seeds are real files (tests/fixtures/results: a `run`, a 2-point `sweep` and a `policy-sweep`
+of hetero_kernels on the CPU backend, checked below to still match the schema). Each case mutates
+one to a few nodes (type swaps, deletions, huge or empty values, NaN, deep nesting, junk lists)
+and feeds the file to the command in-process. Allowed outcomes: exit 0/1 with output, or exit 2
+with exactly one `error:` line. Any other exception (a traceback) fails the test and prints the
+mutation. AORTA_FUZZ_CASES scales the counts (default: 1500 compare, 1500 resume, 150 report).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aorta.common.errors import UsageError
+from aorta.hw_queue_eval.checkpoint import CheckpointFile
+from aorta.hw_queue_eval.cli import main
+from aorta.hw_queue_eval.validation import check_input
+
+SEEDS = Path(__file__).parent / "fixtures" / "results"
+SCALE = float(os.environ.get("AORTA_FUZZ_SCALE", "1"))
+DEEP = 5000
+
+JUNK: list[Any] = [None, True, False, 0, -1, 1, 2.5, -1e308, 1e308, 10 ** 30, -(10 ** 30), "",
+                   "x", "4", "1e400", "NaN", [], {}, [1, 2], ["a"], {"a": 1}, {"p50": "1"},
+                   [[[[]]]], "\u202e<script>"]
+
+
+def _seed(name: str) -> dict[str, Any]:
+    return json.loads((SEEDS / name).read_text())
+
+
+def _paths(node: Any, prefix: tuple = ()) -> list[tuple]:
+    out = [prefix]
+    if isinstance(node, dict):
+        for key, value in node.items():
+            out.extend(_paths(value, (*prefix, key)))
+    elif isinstance(node, list):
+        for index, value in enumerate(node[:6]):
+            out.extend(_paths(value, (*prefix, index)))
+    return out
+
+
+def _deep(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def _set(doc: Any, path: tuple, value: Any, delete: bool = False) -> Any:
+    if not path:
+        return value
+    parent = doc
+    for part in path[:-1]:
+        parent = parent[part]
+    if delete:
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = value
+    return doc
+
+
+def mutate(doc: Any, rng: random.Random) -> tuple[Any, str, str | None]:
+    """(mutated doc, description, raw JSON text override or None)."""
+    doc = copy.deepcopy(doc)
+    roll = rng.random()
+    if roll < 0.03:
+        return doc, "deeply nested text", "[" * 100_000 + "]" * 100_000
+    if roll < 0.06:
+        path = rng.choice(_paths(doc)[1:])
+        doc = _set(doc, path, _deep(200))
+        return doc, f"{path}: nested 200 deep", None
+    if roll < 0.10:
+        text = json.dumps(doc)
+        text = text.replace(": 1,", ": NaN,", 1) if ": 1," in text else text.replace("1", "Infinity", 1)
+        return doc, "NaN/Infinity token", text
+    steps = []
+    for _ in range(rng.choice((1, 1, 1, 2, 3))):
+        paths = _paths(doc)
+        path = rng.choice(paths[1:] if len(paths) > 1 else paths)
+        action = rng.random()
+        if action < 0.25 and path:
+            doc = _set(doc, path, None, delete=True)
+            steps.append(f"del {path}")
+        elif action < 0.40:
+            old = _get(doc, path)
+            value = str(old) if not isinstance(old, str) else (int(old) if old.isdigit() else [old])
+            doc = _set(doc, path, value)
+            steps.append(f"retype {path}")
+        else:
+            value = copy.deepcopy(rng.choice(JUNK))
+            doc = _set(doc, path, value)
+            steps.append(f"{path} = {str(value)[:30]}")
+    return doc, "; ".join(steps), None
+
+
+def _get(doc: Any, path: tuple) -> Any:
+    for part in path:
+        doc = doc[part]
+    return doc
+
+
+def _write(tmp: Path, name: str, doc: Any, raw: str | None) -> Path:
+    path = tmp / name
+    path.write_text(raw if raw is not None else json.dumps(doc))
+    return path
+
+
+def _cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    captured = capsys.readouterr()
+    code = info.value.code
+    return code if isinstance(code, int) else 0, captured.err
+
+
+def test_seeds_are_valid_results():
+    for name in ("run.json", "sweep.json", "policy_sweep.json"):
+        check_input(name, _seed(name))
+
+
+def _fuzz(family: str, cases: int, run_case, tmp_path: Path) -> Counter:
+    rng = random.Random(f"aorta-fuzz-{family}")
+    tally: Counter = Counter()
+    seeds = {n: _seed(n) for n in ("run.json", "sweep.json", "policy_sweep.json")}
+    for case in range(cases):
+        name = rng.choice(sorted(seeds)) if family != "resume" else \
+            rng.choice(("sweep.json", "policy_sweep.json"))
+        doc, how, raw = mutate(seeds[name], rng)
+        folder = tmp_path / f"c{case}"
+        folder.mkdir()
+        try:
+            outcome = run_case(folder, name, doc, raw)
+        except Exception as exc:  # a traceback: report the mutation that caused it
+            raise AssertionError(f"{family} case {case} ({name}: {how}) raised "
+                                 f"{type(exc).__name__}: {exc}") from exc
+        tally[outcome] += 1
+    print(f"{family}: {cases} cases, outcomes {dict(tally)}")
+    return tally
+
+
+def test_fuzz_compare(tmp_path, capsys):
+    def case(folder: Path, name: str, doc: Any, raw: str | None) -> str:
+        mutated = _write(folder, name, doc, raw)
+        original = SEEDS / name
+        code, err = _cli(["compare", "-b", str(mutated), "-t", str(original), "--json"], capsys)
+        assert code in (0, 1, 2), (code, err)
+        if code == 2:
+            lines = err.strip().splitlines()
+            assert len(lines) == 1 and lines[0].startswith("error:"), err
+        return f"exit {code}"
+
+    tally = _fuzz("compare", int(1500 * SCALE), case, tmp_path)
+    assert tally["exit 2"] > 0 and tally["exit 0"] + tally["exit 1"] > 0
+
+
+def test_fuzz_report(tmp_path, capsys):
+    def case(folder: Path, name: str, doc: Any, raw: str | None) -> str:
+        mutated = _write(folder, name, doc, raw)
+        out = folder / "report"
+        code, err = _cli(["report", str(mutated), "-o", str(out)], capsys)
+        assert code in (0, 2), (code, err)
+        if code == 2:
+            lines = err.strip().splitlines()
+            assert len(lines) == 1 and lines[0].startswith("error:"), err
+        else:
+            assert (out / "index.html").is_file()
+        return f"exit {code}"
+
+    tally = _fuzz("report", int(150 * SCALE), case, tmp_path)
+    assert tally["exit 2"] > 0 and tally["exit 0"] > 0
+
+
+def test_fuzz_resume(tmp_path, capsys):
+    def case(folder: Path, name: str, doc: Any, raw: str | None) -> str:
+        mutated = _write(folder, name, doc, raw)
+        seed = _seed(name)
+        kind = seed["kind"]
+        try:
+            file = CheckpointFile.resume(mutated, kind, {"fingerprint": seed["fingerprint"]})
+        except UsageError as exc:
+            assert "\n" not in str(exc)
+            return "refused"
+        err = capsys.readouterr().err
+        for point in seed["points"]:
+            file.done(point["key"])  # the question --resume asks of every point
+        file.to_dict()
+        kept = len(file.points)
+        assert all(p.get("status") != "ok" or isinstance(p.get("result"), dict)
+                   for p in file.points)
+        dropped = err.count("will be measured again")
+        return "all kept" if not dropped else f"redone {min(dropped, 3)}+" if kept else "all redone"
+
+    tally = _fuzz("resume", int(1500 * SCALE), case, tmp_path)
+    assert tally["refused"] > 0 and sum(v for k, v in tally.items() if k.startswith("redone")) > 0
+
+
+def test_resume_redoes_an_ok_point_without_result(tmp_path, capsys):
+    seed = _seed("sweep.json")
+    seed["points"][0]["result"] = None
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(seed))
+    file = CheckpointFile.resume(path, "sweep", {"fingerprint": seed["fingerprint"]})
+    assert not file.done(seed["points"][0]["key"]) and file.done(seed["points"][1]["key"])
+    assert "will be measured again" in capsys.readouterr().err
