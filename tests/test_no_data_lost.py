@@ -201,7 +201,7 @@ BAD_STATES = [
     ("nvidia", "prior", [], "prior is not an object"),
     ("nvidia", "prior.power_limit_w", "300", "not watts"),
     ("nvidia", "prior.power_limit_w", 1e9, "not watts"),
-    ("nvidia", "prior.power_limit_w", float("nan"), "not watts"),
+    ("nvidia", "prior.power_limit_w", float("nan"), "NaN is not a number JSON allows"),  # refused at parse
     ("nvidia", "prior.power_limit_w", 450.0, "outside what GPU 0 accepts"),
     ("nvidia", "prior.clock", "fast", "prior.clock"),
     ("nvidia", "applied", {"fan": {}}, "applied"),
