@@ -39,6 +39,7 @@ from aorta.hw_queue_eval import distributed
 from aorta.hw_queue_eval.ebpf_tracer import EbpfTracer, _warn, family_context, sections_for
 
 QUEUE_STRIDE = 1000  # rank slot k's queue q is k * QUEUE_STRIDE + q in the node's program
+_WAIT_SLICE_S = 0.2  # how often a waiting rank looks for another rank's failure report
 _OUTPUT_FIELDS = ("maps", "lost_events", "lost_records", "attached_probes", "stderr", "exit_code",
                   "stop_signal", "attach_s", "stop_s", "probe_cost", "map_keys_max")
 
@@ -181,9 +182,9 @@ class NodeTracer(EbpfTracer):
         while True:
             began = time.monotonic()
             try:
-                store.wait([key], timedelta(seconds=1))
+                store.wait([key], timedelta(seconds=_WAIT_SLICE_S))
                 return store.get(key).decode()
-            except Exception as exc:  # a timeout of this 1 s slice, or the store went away
+            except Exception as exc:  # a timeout of this slice, or the store went away
                 failed = distributed.failed_ranks(self.env)
                 if failed:
                     raise UsageError(f"rank {self.env.rank} stopped: {failed[0]}") from None
@@ -191,7 +192,7 @@ class NodeTracer(EbpfTracer):
                     raise UsageError(f"rank {self.env.rank}: waited {self.timeout_s:g} s for "
                                      f"{what} (eBPF hand-over): raise --dist-timeout or check "
                                      f"that rank") from exc
-                time.sleep(max(0.0, 1.0 - (time.monotonic() - began)))  # no busy loop
+                time.sleep(max(0.0, _WAIT_SLICE_S - (time.monotonic() - began)))  # no busy loop
 
 
 def node_target(ranks: list[dict[str, Any]]) -> TraceTarget:
