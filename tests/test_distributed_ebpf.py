@@ -84,6 +84,7 @@ class SessionWatch:
 
     def __init__(self, roots: list[int]) -> None:
         self.roots, self.seen = roots, set()
+        self.parents: set[int] = set()  # of every bpftrace process (also `bpftrace --version`)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._scan, daemon=True)
         self._thread.start()
@@ -91,7 +92,9 @@ class SessionWatch:
     def _scan(self) -> None:
         while not self._stop.is_set():
             for root in self.roots:
-                self.seen |= {p for p in _proc_tree(root) if p != root and _is_session(p)}
+                tree = _proc_tree(root) - {root}
+                self.seen |= {p for p in tree if _is_session(p)}
+                self.parents |= {q for p in tree if _comm(p) == "bpftrace" and (q := _parent(p))}
             self._stop.wait(0.02)
 
     def stop(self) -> set[int]:
@@ -146,10 +149,13 @@ def test_one_bpftrace_for_two_ranks_and_each_rank_its_own_numbers(tmp_path, work
     seen = watch.stop()
     assert proc.returncode == 0, stderr[-2000:]
     assert len(seen) == 1, seen  # one per node, started by local rank 0 only
+    assert len(watch.parents) == 1  # the other rank ran no bpftrace at all (not even --version)
     result = load_json(out)
     _check_rank_sections(result, seen)
-    assert len({r["ebpf_queue_metrics"]["node_tracer"]["bpftrace_pid"]
-                for r in result["distributed"]["rank_results"]}) == 1
+    ranks = result["distributed"]["rank_results"]
+    assert len({r["ebpf_queue_metrics"]["node_tracer"]["bpftrace_pid"] for r in ranks}) == 1
+    assert watch.parents == {r["distributed"]["pid"] for r in ranks
+                             if r["distributed"]["local_rank"] == 0}
     assert _gone(seen)
 
 
@@ -204,6 +210,13 @@ def test_a_rank_killed_mid_window_leaves_no_bpftrace_and_no_file(tmp_path):
     assert proc.returncode != 0
     assert _gone(seen), "bpftrace outlived its run"
     assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def _comm(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
 
 
 def _parent(pid: int) -> int | None:
