@@ -243,3 +243,95 @@ def test_a_failing_rank_during_the_hand_over_is_named_and_leaves_nothing(tmp_pat
     assert "injected failure" in stderr
     assert "rank 0 stopped: rank 1" in stderr or "local_rank: 1" in stderr
     assert _gone(seen) and not out.exists() and not list(tmp_path.iterdir())
+
+
+class FakeStore:
+    """The part of torchrun's store the hand-over uses (no torch.distributed needed)."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+
+    def set(self, key, value):
+        self.data[key] = value.encode() if isinstance(value, str) else value
+
+    def get(self, key):
+        return self.data[key]
+
+    def check(self, keys):
+        return all(k in self.data for k in keys)
+
+    def wait(self, keys, timeout):
+        if not self.check(keys):
+            raise RuntimeError(f"wait timeout after {timeout}")
+
+    def add(self, key, amount):
+        value = int(self.data.get(key, b"0")) + amount
+        self.data[key] = str(value).encode()
+        return value
+
+
+class _Backend:
+    def __init__(self, name):
+        self.name = name
+
+    def workers(self):
+        return []
+
+
+def _env(rank, local_rank, world=2):
+    from aorta.hw_queue_eval.distributed import DistEnv
+
+    return DistEnv(rank=rank, world_size=world, local_rank=local_rank, local_world_size=world,
+                   node_rank=0)
+
+
+@pytest.fixture
+def store(monkeypatch):
+    from aorta.hw_queue_eval import distributed, node_tracer
+
+    fake = FakeStore()
+    monkeypatch.setattr(node_tracer, "_store", lambda: fake)
+    monkeypatch.setattr(distributed, "_store", lambda: fake)
+    return fake
+
+
+def test_a_rank_waiting_on_the_hand_over_stops_naming_the_failed_rank(store):
+    from aorta.common.errors import UsageError
+    from aorta.hw_queue_eval.distributed import report_failure
+    from aorta.hw_queue_eval.node_tracer import NodeTracer
+
+    tracer = NodeTracer(_env(1, 1), timeout_s=30)
+    report_failure(_env(0, 0), "RuntimeError: boom")
+    started = time.monotonic()
+    with pytest.raises(UsageError, match="rank 1 stopped: rank 0: RuntimeError: boom"):
+        tracer.prepare(_Backend("cpu"), None)
+    assert time.monotonic() - started < 5  # not the 30 s timeout
+    assert "aorta/ebpf/node0/target/1" in store.data  # it did hand over its threads first
+
+
+def test_hand_over_times_out_with_one_line_naming_what_it_waited_for(store):
+    from aorta.common.errors import UsageError
+    from aorta.hw_queue_eval.node_tracer import NodeTracer
+
+    tracer = NodeTracer(_env(1, 1), timeout_s=0.5)
+    with pytest.raises(UsageError, match=r"waited 0\.5 s for local rank 0 to start"):
+        tracer.prepare(_Backend("cpu"), None)
+
+
+def test_gpu_backend_under_torchrun_starts_no_bpftrace_and_says_why(store, monkeypatch):
+    from aorta.ebpf import engine
+    from aorta.hw_queue_eval.node_tracer import GPU_NOT_SPLIT, NodeTracer
+
+    def no_session(*args, **kwargs):
+        raise AssertionError("no bpftrace may start")
+
+    monkeypatch.setattr(engine, "start_session", no_session)
+    lead, other = NodeTracer(_env(0, 0), timeout_s=5), NodeTracer(_env(1, 1), timeout_s=5)
+    other_thread = threading.Thread(target=other.prepare, args=(_Backend("gpu"), None))
+    other_thread.start()
+    lead.prepare(_Backend("gpu"), None)
+    other_thread.join(10)
+    for tracer in (lead, other):
+        assert tracer.token is None
+        section = tracer.finish({})["ebpf_queue_metrics"]
+        assert section["status"] == "unavailable" and section["error"] == GPU_NOT_SPLIT

@@ -39,6 +39,8 @@ from aorta.hw_queue_eval import distributed
 from aorta.hw_queue_eval.ebpf_tracer import EbpfTracer, _warn, family_context, sections_for
 
 QUEUE_STRIDE = 1000  # rank slot k's queue q is k * QUEUE_STRIDE + q in the node's program
+GPU_NOT_SPLIT = ("under torchrun, per-rank eBPF sections exist for the CPU backend only (the GPU "
+                 "queue families are not split per rank yet): trace one process without torchrun")
 _WAIT_SLICE_S = 0.2  # how often a waiting rank looks for another rank's failure report
 _OUTPUT_FIELDS = ("maps", "lost_events", "lost_records", "attached_probes", "stderr", "exit_code",
                   "stop_signal", "attach_s", "stop_s", "probe_cost", "map_keys_max")
@@ -76,7 +78,9 @@ class NodeTracer(EbpfTracer):
         ranks = [mine] + [json.loads(self._wait(f"target/{r}", f"local rank {r}'s threads"))
                           for r in range(1, self.env.local_world_size)]
         reply: dict[str, Any] = {"bpftrace": self.ready.describe() if self.ready else {}}
-        if self.ready.ok and self.ready.tracefs is not None:
+        if getattr(backend, "name", None) != "cpu":
+            self.status, self.error = "unavailable", GPU_NOT_SPLIT
+        elif self.ready.ok and self.ready.tracefs is not None:
             try:
                 self.program = engine.make_program(True, False, node_target(ranks),
                                                    self.ready.tracefs, self.ready.version)
