@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from aorta.ebpf.probes.cpu_sched import queue_slice
+from aorta.ebpf.probes.cpu_sched import per_queue_cap, queue_slice
 from aorta.hw_queue_eval.node_tracer import QUEUE_STRIDE, node_target
 from conftest import load_json
 from ebpf_support import require_ebpf
@@ -125,6 +125,15 @@ def _check_rank_sections(result: dict, bpftrace_pids: set[int]) -> None:
         assert rank["distributed"]["pid"] in {t["tid"] for t in threads}  # its own main thread
         assert not {t["tid"] for t in threads} & {r["distributed"]["pid"] for r in ranks
                                                  if r is not rank}
+    # the kernel's per-submission store is divided over every doorbell of the node's program
+    for node in {r["distributed"]["node_rank"] for r in ranks}:
+        members = [r for r in ranks if r["distributed"]["node_rank"] == node]
+        workers = sum(1 for r in members for t in
+                      r["ebpf_queue_metrics"]["families"]["cpu_sched"]["metrics"]["threads"]
+                      if t["queue"] is not None)
+        for rank in members:
+            assert rank["ebpf_queue_metrics"]["per_submission_cap_per_queue"] == \
+                per_queue_cap(workers)
 
 
 def _gone(pids: set[int], within_s: float = 10.0) -> bool:

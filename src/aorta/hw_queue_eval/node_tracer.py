@@ -158,6 +158,7 @@ class NodeTracer(EbpfTracer):
         mine = replace(output, maps=queue_slice(output.maps, slot * QUEUE_STRIDE, QUEUE_STRIDE))
         fam_context = family_context(context, os.getpid(), self.submitter_tid, output)
         fam_context["snapshots"] = self.snapshots
+        fam_context["doorbells_traced"] = shared["doorbells"]
         sections = sections_for(program, mine, self.ready, True, False, context, fam_context)
         queue = sections["ebpf_queue_metrics"]
         if isinstance(queue.get("window"), dict):
@@ -235,7 +236,8 @@ def _published(output: SessionOutput, program: Program, bpftrace_pid: int | None
     data.update({"text": program.text, "token": program.token, "used_events": program.used_events,
                  "missing": program.missing, "marker_event": program.marker_event,
                  "bpftrace_pid": bpftrace_pid,
-                 "pids": list(program.target.pids) if program.target else []})
+                 "pids": list(program.target.pids) if program.target else [],
+                 "doorbells": len(program.target.doorbells) if program.target else 0})
     return data
 
 

@@ -180,14 +180,18 @@ class CpuSchedFamily(ProbeFamily):
             if row["switches"] is None and tid in counted:  # not in both /proc snapshots
                 row["switches"] = counted[tid]
             rows.append(row)
-        return self._summarise(rows, queues, workers, maps, list(context.get("attached") or []))
+        # the kernel divides its record store over every doorbell of the program (a node's
+        # torchrun session holds every local rank's): the cap is the program's, not this rank's
+        bells = context.get("doorbells_traced") or len(workers)
+        return self._summarise(rows, queues, workers, maps, list(context.get("attached") or []),
+                               per_queue_cap(bells))
 
     def _summarise(self, rows: list[dict[str, Any]], queues: dict[int, dict[str, Any]],
                    workers: dict[int, dict[str, Any]], maps: dict[str, Any],
-                   attached: list[str]) -> FamilyResult:
+                   attached: list[str], cap: int) -> FamilyResult:
         worker_rows = [r for r in rows if r["queue"] is not None]
         per_submission = _per_submission(maps)
-        summary = (_summary(queues, worker_rows, per_submission, per_queue_cap(len(workers)))
+        summary = (_summary(queues, worker_rows, per_submission, cap)
                    if workers and set(_EVENTS) <= set(attached) else None)
         coverage = {
             "source": SOURCE,
