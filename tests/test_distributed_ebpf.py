@@ -315,7 +315,7 @@ def test_a_rank_waiting_on_the_hand_over_stops_naming_the_failed_rank(store):
     with pytest.raises(UsageError, match="rank 1 stopped: rank 0: RuntimeError: boom"):
         tracer.prepare(_Backend("cpu"), None)
     assert time.monotonic() - started < 5  # not the 30 s timeout
-    assert "aorta/ebpf/node0/target/1" in store.data  # it did hand over its threads first
+    assert "aorta/ebpf/0/node0/target/1" in store.data  # it did hand over its threads first
 
 
 def test_hand_over_times_out_with_one_line_naming_what_it_waited_for(store):
@@ -344,3 +344,26 @@ def test_gpu_backend_under_torchrun_starts_no_bpftrace_and_says_why(store, monke
         assert tracer.token is None
         section = tracer.finish({})["ebpf_queue_metrics"]
         assert section["status"] == "unavailable" and section["error"] == GPU_NOT_SPLIT
+
+
+def test_a_lead_whose_tracer_breaks_tells_the_other_ranks_instead_of_hanging_them(store):
+    from aorta.hw_queue_eval.node_tracer import NodeTracer
+
+    class BrokenSession:
+        pid = 4242
+
+        def stop(self):
+            raise OSError("bpftrace vanished")
+
+        def abort(self):
+            pass
+
+    lead, other = NodeTracer(_env(0, 0), timeout_s=30), NodeTracer(_env(1, 1), timeout_s=30)
+    lead.token = other.token = 7
+    lead.session, lead.program = BrokenSession(), object()
+    section = lead.finish({})["ebpf_queue_metrics"]
+    assert section["status"] == "error" and "bpftrace vanished" in section["error"]
+    started = time.monotonic()
+    section = other.finish({})["ebpf_queue_metrics"]
+    assert section["status"] == "error" and "local rank 0: tracer failed" in section["error"]
+    assert time.monotonic() - started < 5

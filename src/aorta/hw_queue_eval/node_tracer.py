@@ -53,13 +53,15 @@ class NodeTracer(EbpfTracer):
         self.env = env
         self.lead = env.local_rank == 0
         self.timeout_s = timeout_s
-        self.prefix = f"aorta/ebpf/node{env.node_rank}/"
+        # a torchrun restart keeps the store: its attempt number keeps the keys apart
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        self.prefix = f"aorta/ebpf/{attempt if attempt.isdigit() else 0}/node{env.node_rank}/"
         # only the lead checks readiness: `bpftrace --version` is a bpftrace process too
         ready = engine.check_readiness() if self.lead else _remote_readiness({})
         super().__init__(queue=True, memory=False, ready=ready)
         self.token: int | None = None
         self.snapshots: dict[str, dict[str, Any]] = {}
-        self.pids: list[int] = []
+        self._published = False
 
     # -- hand-over ----------------------------------------------------------------------------
     def prepare(self, backend: Any, workload: Any) -> None:
@@ -87,13 +89,12 @@ class NodeTracer(EbpfTracer):
                 self.session = engine.start_session(self.program, self.ready)
                 self.token = self.program.token
                 reply["token"] = self.token
-            except (ProgramError, SessionError, OSError, ValueError, KeyError) as exc:
+            except (ProgramError, SessionError, OSError, ValueError, KeyError, TypeError) as exc:
                 self.status, self.error = "error", str(exc)
                 self.session = None
         if self.token is None:
             reply.update({"status": self.status, "error": self.error})
         _store().set(self._key("token"), json.dumps(reply))
-        self.pids = [r["pid"] for r in ranks]
 
     def window_start(self) -> None:
         if self.token is None:
@@ -135,8 +136,11 @@ class NodeTracer(EbpfTracer):
             raise
         except Exception as exc:  # a tracer bug must not lose the benchmark's numbers
             self.abort()
-            sections = engine.unavailable_sections(f"tracer failed: {type(exc).__name__}: {exc}",
-                                                   True, False, "error", self.ready)
+            reason = f"tracer failed: {type(exc).__name__}: {exc}"
+            if self.lead and self.token is not None and not self._published:
+                # the other local ranks wait for the output: tell them instead of letting them hang
+                _store().set(self._key("output"), json.dumps({"error": reason}))
+            sections = engine.unavailable_sections(reason, True, False, "error", self.ready)
         _warn(context.get("result"), sections)
         return sections
 
@@ -150,8 +154,11 @@ class NodeTracer(EbpfTracer):
             self.session = None
             shared = _published(output, self.program, bpftrace_pid)
             _store().set(self._key("output"), json.dumps(shared))
+            self._published = True
         else:
             shared = json.loads(self._wait("output", "local rank 0's bpftrace output"))
+            if "error" in shared:
+                raise RuntimeError(f"local rank 0: {shared['error']}")
             output = _output_from(shared)
         program = _program_from(shared)
         slot = self.env.local_rank
