@@ -1,6 +1,7 @@
 """One bpftrace per node under torchrun: local rank 0 traces every local rank of its node.
 
-Hand-over through torchrun's store (keys under `aorta/ebpf/<restart attempt>/node<N>/`, JSON only, never pickle):
+Hand-over through torchrun's store (keys under `aorta/ebpf/<restart attempt>/node<N>/`; JSON only,
+never pickle):
 
 1. prepare: every other local rank publishes its pid, queue-worker tids, doorbell fds and its
    submitting thread; local rank 0 waits for all of them, starts ONE session for all the pids
