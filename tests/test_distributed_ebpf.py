@@ -367,3 +367,11 @@ def test_a_lead_whose_tracer_breaks_tells_the_other_ranks_instead_of_hanging_the
     section = other.finish({})["ebpf_queue_metrics"]
     assert section["status"] == "error" and "local rank 0: tracer failed" in section["error"]
     assert time.monotonic() - started < 5
+
+
+def test_only_siblings_started_by_the_same_agent_are_traced():
+    from aorta.hw_queue_eval.node_tracer import check_siblings
+
+    check_siblings([{"pid": os.getpid()}])  # this process is its own parent's child
+    with pytest.raises(ValueError, match="did not start: not traced"):
+        check_siblings([{"pid": os.getpid()}, {"pid": 1}])

@@ -27,6 +27,7 @@ import threading
 import time
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from aorta.common.errors import UsageError
@@ -85,6 +86,7 @@ class NodeTracer(EbpfTracer):
             self.status, self.error = "unavailable", GPU_NOT_SPLIT
         elif self.ready.ok and self.ready.tracefs is not None:
             try:
+                check_siblings(ranks)
                 self.program = engine.make_program(True, False, node_target(ranks),
                                                    self.ready.tracefs, self.ready.version)
                 self.session = engine.start_session(self.program, self.ready)
@@ -206,6 +208,22 @@ class NodeTracer(EbpfTracer):
                                      f"{what} (eBPF hand-over): raise --dist-timeout or check "
                                      f"that rank") from exc
                 time.sleep(max(0.0, _WAIT_SLICE_S - (time.monotonic() - began)))  # no busy loop
+
+
+def check_siblings(ranks: list[dict[str, Any]]) -> None:
+    """Trace only processes started by this rank's own torchrun agent: the store accepts writes
+    from any local user, so a published pid must be a sibling of this process (ValueError)."""
+    agent = os.getppid()
+    for slot, rank in enumerate(ranks):
+        pid = int(rank["pid"])
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            parent = int(stat.rpartition(")")[2].split()[1])
+        except (OSError, IndexError, ValueError):
+            parent = None
+        if parent != agent:
+            raise ValueError(f"local rank {slot} handed over pid {pid}, which torchrun's agent "
+                             f"(pid {agent}) did not start: not traced")
 
 
 def node_target(ranks: list[dict[str, Any]]) -> TraceTarget:
