@@ -99,9 +99,12 @@ def start_session(program: Program, ready: Readiness, attach_timeout_s: float = 
 
 def collect_results(program: Program, output: SessionOutput,
                     context: dict[str, Any]) -> list[FamilyResult]:
-    """Route printed maps to families by prefix; a family failing to collect reports an error."""
+    """Route printed maps to families by prefix; a family failing to collect reports an error.
+
+    `context["snapshots"]`, when given, replaces the session's (a torchrun rank's own /proc
+    counters taken at its own window edges)."""
     results = []
-    context = {**context, "snapshots": output.snapshots}
+    context = {"snapshots": output.snapshots, **context}
     for family in program.families:
         prefix = f"@{family.name}_"
         maps = {k: v for k, v in output.maps.items() if k.startswith(prefix)}

@@ -68,6 +68,9 @@ def validate_target(target: TraceTarget) -> None:
         if len(bell) != 4 or any(isinstance(v, bool) or not isinstance(v, int) for v in bell) \
                 or bell[0] <= 0 or bell[1] < 0 or bell[2] <= 0 or bell[3] < 0:
             raise ProgramError(f"invalid doorbell {bell!r}: (pid > 0, fd >= 0, tid > 0, queue >= 0)")
+    ranks = target.window_ranks
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise ProgramError(f"invalid window_ranks {ranks!r}: must be a positive integer")
 
 
 def validate_family(family: ProbeFamily) -> None:
@@ -103,11 +106,20 @@ def _owner_guard_blocks(ctx: RenderContext, owner_pid: int) -> list[str]:
     return blocks
 
 
-def _gate_block(probe: marker.MarkerProbe) -> str:
+def _gate_block(probe: marker.MarkerProbe, ranks: int = 1) -> str:
     cmd = probe.command_expr
+    if ranks == 1:
+        return (f"{probe.attach}\n/{probe.match_expr}/\n{{\n"
+                f"  if ({cmd} == {marker.WINDOW_START}) {{ $t = nsecs; {WINDOW_START_MAP} = $t; "
+                f"{GATE_MAP} = $t; }}\n"
+                f"  if ({cmd} == {marker.WINDOW_STOP}) {{ {GATE_MAP} = 0; {WINDOW_STOP_MAP} = nsecs; "
+                f"printf(\"{CLOSED_TEXT}\\n\"); }}\n}}")
+    # several processes (a node's torchrun ranks) share the gate: the first start opens it (later
+    # starts leave it alone); the one stop comes from the rank whose window ends last (user space
+    # counts the stops atomically in the torchrun store: a map counter here would race)
     return (f"{probe.attach}\n/{probe.match_expr}/\n{{\n"
-            f"  if ({cmd} == {marker.WINDOW_START}) {{ $t = nsecs; {WINDOW_START_MAP} = $t; "
-            f"{GATE_MAP} = $t; }}\n"
+            f"  if ({cmd} == {marker.WINDOW_START} && {WINDOW_START_MAP} == 0) {{ $t = nsecs; "
+            f"{WINDOW_START_MAP} = $t; {GATE_MAP} = $t; }}\n"
             f"  if ({cmd} == {marker.WINDOW_STOP}) {{ {GATE_MAP} = 0; {WINDOW_STOP_MAP} = nsecs; "
             f"printf(\"{CLOSED_TEXT}\\n\"); }}\n}}")
 
@@ -140,7 +152,8 @@ def build_program(families: list[ProbeFamily], target: TraceTarget, tracefs: Tra
     program = Program(text="", token=token, families=list(families), marker_event=probe.event,
                       target=target)
     begin = [f"  {PIDS_MAP}[{p}] = 1;" for p in target.pids]
-    blocks: list[str] = [_handshake_block(probe, HANDSHAKE_IDS[0]), _gate_block(probe)]
+    blocks: list[str] = [_handshake_block(probe, HANDSHAKE_IDS[0]),
+                         _gate_block(probe, target.window_ranks)]
     if owner_pid is not None:
         begin.append(f"  {BORN_MAP} = nsecs;")
         blocks.extend(_owner_guard_blocks(ctx, owner_pid))

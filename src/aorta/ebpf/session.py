@@ -296,6 +296,12 @@ class TraceSession:
             self._snapshot("stop")
             self._closed_event.wait(drain_timeout_s)
 
+    def closed_elsewhere(self, drain_timeout_s: float = 2.0) -> None:
+        """The markers were sent by the ranks themselves (a node's shared gate): never send a stop
+        from here; wait until bpftrace has delivered the gate's closing line (see window_stop)."""
+        self._window_open = False
+        self._closed_event.wait(drain_timeout_s)
+
     def _snapshot(self, edge: str) -> None:
         target = self.program.target
         if target is None:
@@ -310,6 +316,11 @@ class TraceSession:
                 value = {"error": f"{type(exc).__name__}: {exc}"}
             if value is not None:
                 self.output.snapshots.setdefault(family.name, {})[edge] = value
+
+    @property
+    def pid(self) -> int | None:
+        """The bpftrace (or sudo/setpriv wrapper) process id, None before start."""
+        return self._proc.pid if self._proc is not None else None
 
     @property
     def running(self) -> bool:

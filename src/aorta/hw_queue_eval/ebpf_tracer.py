@@ -84,33 +84,46 @@ class EbpfTracer:
             return sections
         output = self.session.stop()
         self.session = None
-        backend = context.get("backend")
-        workers = [w.__dict__ for w in backend.workers()] if backend is not None else []
-        result = context.get("result")
-        fam_context = {"workers": workers, "window": engine.window_info(output),
-                       "pids": [os.getpid()], "streams": getattr(result, "stream_count", None),
-                       "submitter_tids": [self.submitter_tid] if self.submitter_tid else [],
-                       "stream_handles": stream_handles(backend)}
-        results = engine.collect_results(self.program, output, fam_context)
-        sections = engine.build_sections(self.program, output, results, self.ready, self.queue,
-                                         self.memory)
-        if self.queue:
-            queue = sections["ebpf_queue_metrics"]
-            queue["interpretation"] = engine.interpret_queue(queue, fam_context["streams"])
-            family = (queue.get("families") or {}).get("cpu_sched") or {}
-            # per-submission kernel records feed the comparison; the JSON keeps counts and sums
-            records = (family.get("metrics") or {}).pop("per_submission", None)
-            sections["ebpf_vs_cuda_comparison"] = (
-                compare_gpu_runtime(queue, context.get("ops") or [], fam_context["streams"])
-                if queue.get("source") == "gpu_runtime"
-                else compare_with_harness(queue, context.get("submissions"), records))
-        return sections
+        fam_context = family_context(context, os.getpid(), self.submitter_tid, output)
+        return sections_for(self.program, output, self.ready, self.queue, self.memory, context,
+                            fam_context)
 
     def abort(self) -> None:
         """Stop bpftrace now (exceptions, Ctrl+C): no orphan, temp files removed."""
         if self.session is not None:
             self.session.abort()
             self.session = None
+
+
+def family_context(context: dict[str, Any], pid: int, submitter_tid: int | None,
+                   output: Any) -> dict[str, Any]:
+    """What the families' collect needs from one benchmark process (its workers, pid, streams)."""
+    backend = context.get("backend")
+    workers = [w.__dict__ for w in backend.workers()] if backend is not None else []
+    result = context.get("result")
+    return {"workers": workers, "window": engine.window_info(output), "pids": [pid],
+            "streams": getattr(result, "stream_count", None),
+            "submitter_tids": [submitter_tid] if submitter_tid else [],
+            "stream_handles": stream_handles(backend)}
+
+
+def sections_for(program: Program, output: Any, ready: engine.Readiness, queue: bool, memory: bool,
+                 context: dict[str, Any], fam_context: dict[str, Any]) -> dict[str, Any]:
+    """The result sections of one process from a stopped session's output."""
+    results = engine.collect_results(program, output, fam_context)
+    sections = engine.build_sections(program, output, results, ready, queue, memory)
+    if queue:
+        queue_section = sections["ebpf_queue_metrics"]
+        queue_section["interpretation"] = engine.interpret_queue(queue_section,
+                                                                 fam_context["streams"])
+        family = (queue_section.get("families") or {}).get("cpu_sched") or {}
+        # per-submission kernel records feed the comparison; the JSON keeps counts and sums
+        records = (family.get("metrics") or {}).pop("per_submission", None)
+        sections["ebpf_vs_cuda_comparison"] = (
+            compare_gpu_runtime(queue_section, context.get("ops") or [], fam_context["streams"])
+            if queue_section.get("source") == "gpu_runtime"
+            else compare_with_harness(queue_section, context.get("submissions"), records))
+    return sections
 
 
 def _warn(result: Any, sections: dict[str, Any]) -> None:

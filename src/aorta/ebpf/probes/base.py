@@ -32,7 +32,9 @@ class TraceTarget:
 
     pids: thread-group ids traced from the start; follow_children: also their descendants
     (torchrun ranks); thread_labels: tid → label (e.g. "q0" for a CPU-backend queue worker);
-    doorbells: (pid, fd, worker tid, queue) of each CPU-backend queue's submission doorbell.
+    doorbells: (pid, fd, worker tid, queue) of each CPU-backend queue's submission doorbell;
+    window_ranks: how many processes send window markers (torchrun: the node's local ranks); above
+    1 the first start opens the gate and later starts leave it open.
     """
 
     pids: tuple[int, ...]
@@ -40,6 +42,7 @@ class TraceTarget:
     thread_labels: dict[int, str] = field(default_factory=dict)
     exclude_pids: tuple[int, ...] = ()  # never counted (the tracer's own bpftrace child)
     doorbells: tuple[tuple[int, int, int, int], ...] = ()
+    window_ranks: int = 1
 
 
 @dataclass

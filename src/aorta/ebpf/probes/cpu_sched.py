@@ -92,8 +92,10 @@ class CpuSchedFamily(ProbeFamily):
         a, gate = ctx.dialect.arg, ctx.gate
         cap = per_queue_cap(len(bells))
         owners = " || ".join(f"pid == {p}" for p in sorted({b[0] for b in bells}))
-        for _, fd, tid, queue in bells:  # stored +1 so that 0 (absent) means "not a doorbell"
-            code.begin.extend([f"@cpu_sched_bellq[{fd}] = {queue + 1};",
+        # keyed by (owner pid, fd): a node's torchrun ranks share one program and their fd numbers
+        # overlap; their queue numbers are made disjoint by the tracer (see queue_slice)
+        for pid, fd, tid, queue in bells:  # stored +1 so that 0 (absent) means "not a doorbell"
+            code.begin.extend([f"@cpu_sched_bellq[{pid}, {fd}] = {queue + 1};",
                                f"@cpu_sched_wq[{tid}] = {queue + 1};",
                                f"@cpu_sched_qw[{queue}] = {tid};"])
         code.used_events.extend(_EVENTS)
@@ -101,7 +103,7 @@ class CpuSchedFamily(ProbeFamily):
         code.probes.append(
             f"tracepoint:syscalls:sys_enter_write\n/{owners}/\n{{\n"
             f"  $fd = (int64){a('fd')};\n"
-            "  $q = @cpu_sched_bellq[$fd];\n"
+            "  $q = @cpu_sched_bellq[pid, $fd];\n"
             f"  if ($q && {gate}) {{\n"
             "    $t = nsecs;\n    $q = $q - 1;\n"
             "    $w = @cpu_sched_qw[$q];\n"
@@ -178,14 +180,18 @@ class CpuSchedFamily(ProbeFamily):
             if row["switches"] is None and tid in counted:  # not in both /proc snapshots
                 row["switches"] = counted[tid]
             rows.append(row)
-        return self._summarise(rows, queues, workers, maps, list(context.get("attached") or []))
+        # the kernel divides its record store over every doorbell of the program (a node's
+        # torchrun session holds every local rank's): the cap is the program's, not this rank's
+        bells = context.get("doorbells_traced") or len(workers)
+        return self._summarise(rows, queues, workers, maps, list(context.get("attached") or []),
+                               per_queue_cap(bells))
 
     def _summarise(self, rows: list[dict[str, Any]], queues: dict[int, dict[str, Any]],
                    workers: dict[int, dict[str, Any]], maps: dict[str, Any],
-                   attached: list[str]) -> FamilyResult:
+                   attached: list[str], cap: int) -> FamilyResult:
         worker_rows = [r for r in rows if r["queue"] is not None]
         per_submission = _per_submission(maps)
-        summary = (_summary(queues, worker_rows, per_submission, per_queue_cap(len(workers)))
+        summary = (_summary(queues, worker_rows, per_submission, cap)
                    if workers and set(_EVENTS) <= set(attached) else None)
         coverage = {
             "source": SOURCE,
@@ -202,6 +208,27 @@ class CpuSchedFamily(ProbeFamily):
                    "histogram_kind": ("log-linear buckets of ns (4 per power of two): doorbell write → "
                                       "worker on a CPU")}
         return FamilyResult(self.name, self.section, metrics, coverage)
+
+
+QUEUE_KEYED_MAPS = ("@cpu_sched_seq", "@cpu_sched_s2d_s", "@cpu_sched_s2d", "@cpu_sched_unconsumed",
+                    "@cpu_sched_ring", "@cpu_sched_sub")
+
+
+def queue_slice(maps: dict[str, Any], first: int, count: int) -> dict[str, Any]:
+    """The maps of queues first..first+count-1 renumbered from 0 (one rank's share of a node's
+    program, whose ranks got disjoint queue ranges); maps not keyed by queue are kept as they are."""
+    out = dict(maps)
+    for name in QUEUE_KEYED_MAPS:
+        value = maps.get(name)
+        if value is None:
+            continue
+        kept: dict[str, Any] = {}
+        for key, item in hist.keyed(value).items():
+            head, sep, rest = key.partition(",")
+            if head.lstrip("-").isdigit() and first <= int(head) < first + count:
+                kept[f"{int(head) - first}{sep}{rest}"] = item
+        out[name] = kept or None
+    return out
 
 
 def _queue_stats(maps: dict[str, Any]) -> dict[int, dict[str, Any]]:

@@ -287,15 +287,15 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
 
     dist_env = torchrun_env()
     if dist_env is not None:
-        if ebpf_trace or ebpf_memory_trace or ebpf_gpu_runtime or not request.empty:
-            raise UsageError("under torchrun, --ebpf-trace/--ebpf-memory-trace/--ebpf-gpu-runtime "
-                             "and --lock-clocks/--power-limit are not supported yet: run them "
-                             "without torchrun (see docs/distributed.md)")
+        if ebpf_memory_trace or ebpf_gpu_runtime or not request.empty:
+            raise UsageError("under torchrun, --ebpf-memory-trace/--ebpf-gpu-runtime and "
+                             "--lock-clocks/--power-limit are not supported yet: run them "
+                             "without torchrun (--ebpf-trace works; see docs/distributed.md)")
         if parse_positive_int(repeats, "--repeats") > 1:
             raise UsageError("under torchrun, --repeats is not supported: repeat the torchrun "
                              "command, or use sweep --nproc-per-node N --repeats R")
         _run_under_torchrun(config, dist_env, parse_positive_int(dist_timeout, "--dist-timeout"),
-                            output, as_json, trace_out)
+                            output, as_json, trace_out, ebpf_trace)
         return
     if output:
         check_output_path(output)
@@ -388,8 +388,10 @@ def _run_repeats(config: RunConfig, request: GpuRequest, runs: int, flags: list[
 
 
 def _run_under_torchrun(config: RunConfig, dist_env: Any, timeout_s: int, output: str | None,
-                        as_json: bool, trace_out: str | None) -> None:
-    """One rank of a torchrun job; rank 0 prints the table and alone writes -o/--trace-out."""
+                        as_json: bool, trace_out: str | None, ebpf_trace: bool = False) -> None:
+    """One rank of a torchrun job; rank 0 prints the table and alone writes -o/--trace-out.
+
+    --ebpf-trace: local rank 0 of each node runs the node's one bpftrace (node_tracer.py)."""
     import json
 
     from aorta.hw_queue_eval.distributed import format_rank_table, run_distributed
@@ -404,7 +406,14 @@ def _run_under_torchrun(config: RunConfig, dist_env: Any, timeout_s: int, output
         click.echo(f"Running {config.workload} on {config.streams} streams on each of "
                    f"{dist_env.world_size} ranks ({config.iterations} iterations + "
                    f"{config.warmup} warm-up)…", err=True)
-    combined = run_distributed(config, dist_env, timeout_s)
+    tracer = None
+    if ebpf_trace:
+        from aorta.hw_queue_eval.node_tracer import NodeTracer
+
+        tracer = NodeTracer(dist_env, timeout_s)
+        if dist_env.local_rank == 0 and not tracer.ready.ok:
+            click.echo(f"warning: eBPF tracing is off: {tracer.ready.reason}", err=True)
+    combined = run_distributed(config, dist_env, timeout_s, tracer=tracer)
     if combined is None:
         return  # not rank 0: rank 0 reports for everyone
     if output:

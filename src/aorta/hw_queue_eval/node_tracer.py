@@ -1,0 +1,295 @@
+"""One bpftrace per node under torchrun: local rank 0 traces every local rank of its node.
+
+Hand-over through torchrun's store (keys under `aorta/ebpf/<restart attempt>/node<N>/`; JSON only,
+never pickle):
+
+1. prepare: every other local rank publishes its pid, queue-worker tids, doorbell fds and its
+   submitting thread; local rank 0 waits for all of them, starts ONE session for all the pids
+   (each rank's queues renumbered `local_rank * QUEUE_STRIDE + q` so they cannot collide; thread
+   labels carry the pid) and publishes the session's marker token (or why there is none).
+2. window: each rank sends its own START marker (the first opens the node's gate) and reads its
+   own /proc counters at its own window edges. At its stop, each rank adds 1 to a store counter;
+   the rank that completes the count sends the one STOP marker and releases the others. So the
+   gate spans first start → last stop, and a rank whose window ended sits in that wait doing no
+   queue work: the events attributed to its pid and queues are those of its own window.
+3. finish: local rank 0 stops bpftrace and publishes the printed maps; every rank builds its own
+   sections from its slice of the maps and its own harness records (hand-offs, workers).
+
+Every wait has the --dist-timeout and checks each second whether another rank reported a failure,
+so a dead rank stops the others with a one-line error; the session is aborted on every error path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from aorta.common.errors import UsageError
+from aorta.ebpf import engine, marker
+from aorta.ebpf.probes.base import TraceTarget
+from aorta.ebpf.probes.cpu_sched import SUBMITTER_LABEL, queue_slice
+from aorta.ebpf.probes.registry import families_for
+from aorta.ebpf.program import Program, ProgramError
+from aorta.ebpf.session import SessionError, SessionOutput
+from aorta.hw_queue_eval import distributed
+from aorta.hw_queue_eval.ebpf_tracer import EbpfTracer, _warn, family_context, sections_for
+
+QUEUE_STRIDE = 1000  # rank slot k's queue q is k * QUEUE_STRIDE + q in the node's program
+GPU_NOT_SPLIT = ("under torchrun, per-rank eBPF sections exist for the CPU backend only (the GPU "
+                 "queue families are not split per rank yet): trace one process without torchrun")
+_WAIT_SLICE_S = 0.2  # how often a waiting rank looks for another rank's failure report
+_OUTPUT_FIELDS = ("maps", "lost_events", "lost_records", "attached_probes", "stderr", "exit_code",
+                  "stop_signal", "attach_s", "stop_s", "probe_cost", "map_keys_max")
+
+
+class NodeTracer(EbpfTracer):
+    """harness.WindowTracer for one torchrun rank; only local rank 0 runs bpftrace."""
+
+    def __init__(self, env: distributed.DistEnv, timeout_s: float) -> None:
+        self.env = env
+        self.lead = env.local_rank == 0
+        self.timeout_s = timeout_s
+        # a torchrun restart keeps the store: its attempt number keeps the keys apart
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        self.prefix = f"aorta/ebpf/{attempt if attempt.isdigit() else 0}/node{env.node_rank}/"
+        # only the lead checks readiness: `bpftrace --version` is a bpftrace process too
+        ready = engine.check_readiness() if self.lead else _remote_readiness({})
+        super().__init__(queue=True, memory=False, ready=ready)
+        self.token: int | None = None
+        self.snapshots: dict[str, dict[str, Any]] = {}
+        self._published = False
+
+    # -- hand-over ----------------------------------------------------------------------------
+    def prepare(self, backend: Any, workload: Any) -> None:
+        """Publish this rank's threads (others) or start the node's session for all (lead)."""
+        mine = _own_threads(backend)
+        self.submitter_tid = mine["submitter_tid"]
+        if not self.lead:
+            _store().set(self._key(f"target/{self.env.local_rank}"), json.dumps(mine))
+            reply = json.loads(self._wait("token", "local rank 0 to start the node's bpftrace"))
+            self.ready = _remote_readiness(reply.get("bpftrace") or {})
+            if reply.get("token"):
+                self.token = int(reply["token"])
+            else:
+                self.status, self.error = reply.get("status", "error"), reply.get("error")
+            return
+        ranks = [mine] + [json.loads(self._wait(f"target/{r}", f"local rank {r}'s threads"))
+                          for r in range(1, self.env.local_world_size)]
+        reply: dict[str, Any] = {"bpftrace": self.ready.describe() if self.ready else {}}
+        if getattr(backend, "name", None) != "cpu":
+            self.status, self.error = "unavailable", GPU_NOT_SPLIT
+        elif self.ready.ok and self.ready.tracefs is not None:
+            try:
+                check_siblings(ranks)
+                self.program = engine.make_program(True, False, node_target(ranks),
+                                                   self.ready.tracefs, self.ready.version)
+                self.session = engine.start_session(self.program, self.ready)
+                self.token = self.program.token
+                reply["token"] = self.token
+            except (ProgramError, SessionError, OSError, ValueError, KeyError, TypeError) as exc:
+                self.status, self.error = "error", str(exc)
+                self.session = None
+        if self.token is None:
+            reply.update({"status": self.status, "error": self.error})
+        _store().set(self._key("token"), json.dumps(reply))
+
+    def window_start(self) -> None:
+        if self.token is None:
+            return
+        self._snapshot("start")
+        marker.send(marker.WINDOW_START, self.token)
+
+    def window_stop(self) -> None:
+        """Count this rank's stop; the last rank closes the node's gate; all wait for it."""
+        if self.token is None:
+            return
+        self._snapshot("stop")
+        if _store().add(self._key("stopped"), 1) == self.env.local_world_size:
+            marker.send(marker.WINDOW_STOP, self.token)
+            _store().set(self._key("closed"), "1")
+        self._wait("closed", "every local rank to end its window")
+        if self.session is not None:
+            self.session.closed_elsewhere()
+
+    def _snapshot(self, edge: str) -> None:
+        """This rank's own /proc counters at its own window edge (bpftrace excluded)."""
+        exclude = (self.session.pid,) if self.session is not None and self.session.pid else ()
+        target = TraceTarget(pids=(os.getpid(),), exclude_pids=exclude)
+        for family in families_for(True, False):
+            try:
+                value = family.snapshot(target)
+            except Exception as exc:  # a family's snapshot bug must not stop the window
+                value = {"error": f"{type(exc).__name__}: {exc}"}
+            if value is not None:
+                self.snapshots.setdefault(family.name, {})[edge] = value
+
+    # -- results ------------------------------------------------------------------------------
+    def finish(self, context: dict[str, Any]) -> dict[str, Any]:
+        """This rank's sections; a failed rank (UsageError) stops the run, other errors do not."""
+        try:
+            sections = self._finish(context)
+        except UsageError:
+            self.abort()
+            raise
+        except Exception as exc:  # a tracer bug must not lose the benchmark's numbers
+            self.abort()
+            reason = f"tracer failed: {type(exc).__name__}: {exc}"
+            if self.lead and self.token is not None and not self._published:
+                # the other local ranks wait for the output: tell them instead of letting them hang
+                _store().set(self._key("output"), json.dumps({"error": reason}))
+            sections = engine.unavailable_sections(reason, True, False, "error", self.ready)
+        _warn(context.get("result"), sections)
+        return sections
+
+    def _finish(self, context: dict[str, Any]) -> dict[str, Any]:
+        if self.token is None:
+            return super()._finish(context)  # the unavailable/error sections
+        if self.lead:
+            assert self.session is not None and self.program is not None
+            bpftrace_pid = self.session.pid
+            output = self.session.stop()
+            self.session = None
+            shared = _published(output, self.program, bpftrace_pid)
+            _store().set(self._key("output"), json.dumps(shared))
+            self._published = True
+        else:
+            shared = json.loads(self._wait("output", "local rank 0's bpftrace output"))
+            if "error" in shared:
+                raise RuntimeError(f"local rank 0: {shared['error']}")
+            output = _output_from(shared)
+        program = _program_from(shared)
+        slot = self.env.local_rank
+        mine = replace(output, maps=queue_slice(output.maps, slot * QUEUE_STRIDE, QUEUE_STRIDE))
+        fam_context = family_context(context, os.getpid(), self.submitter_tid, output)
+        fam_context["snapshots"] = self.snapshots
+        fam_context["doorbells_traced"] = shared["doorbells"]
+        sections = sections_for(program, mine, self.ready, True, False, context, fam_context)
+        queue = sections["ebpf_queue_metrics"]
+        if isinstance(queue.get("window"), dict):
+            queue["window"]["scope"] = ("node: from the first local rank's window start to the "
+                                        "last one's stop (this rank's own window is its "
+                                        "total_time_ms)")
+        queue["node_tracer"] = {
+            "node_rank": self.env.node_rank, "traced_by": "local rank 0",
+            "local_ranks_traced": self.env.local_world_size, "bpftrace_pid": shared["bpftrace_pid"],
+            "traced_pids": shared["pids"],
+            "scope": ("per rank: submissions, dispatches, latencies, threads (keyed by this rank's "
+                      "pid and queues); per node: window (first rank's start to last rank's "
+                      "stop), lost_events, dropped_updates, probe_cost, bpftrace"),
+        }
+        return sections
+
+    # -- store ---------------------------------------------------------------------------------
+    def _key(self, name: str) -> str:
+        return self.prefix + name
+
+    def _wait(self, name: str, what: str) -> str:
+        """The value of a store key, waiting for it; UsageError on another rank's failure or
+        after the timeout (never a hang)."""
+        store, key = _store(), self._key(name)
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            began = time.monotonic()
+            try:
+                store.wait([key], timedelta(seconds=_WAIT_SLICE_S))
+                return store.get(key).decode()
+            except Exception as exc:  # a timeout of this slice, or the store went away
+                failed = distributed.failed_ranks(self.env)
+                if failed:
+                    raise UsageError(f"rank {self.env.rank} stopped: {failed[0]}") from None
+                if time.monotonic() > deadline:
+                    raise UsageError(f"rank {self.env.rank}: waited {self.timeout_s:g} s for "
+                                     f"{what} (eBPF hand-over): raise --dist-timeout or check "
+                                     f"that rank") from exc
+                time.sleep(max(0.0, _WAIT_SLICE_S - (time.monotonic() - began)))  # no busy loop
+
+
+def check_siblings(ranks: list[dict[str, Any]]) -> None:
+    """Trace only processes started by this rank's own torchrun agent: the store accepts writes
+    from any local user, so a published pid must be a sibling of this process (ValueError)."""
+    agent = os.getppid()
+    for slot, rank in enumerate(ranks):
+        pid = int(rank["pid"])
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            parent = int(stat.rpartition(")")[2].split()[1])
+        except (OSError, IndexError, ValueError):
+            parent = None
+        if parent != agent:
+            raise ValueError(f"local rank {slot} handed over pid {pid}, which torchrun's agent "
+                             f"(pid {agent}) did not start: not traced")
+
+
+def node_target(ranks: list[dict[str, Any]]) -> TraceTarget:
+    """One target for a node's ranks (slot = position = local rank): their pids, thread labels
+    keyed by pid, doorbells with queue numbers moved to slot * QUEUE_STRIDE + queue."""
+    labels: dict[int, str] = {}
+    bells: list[tuple[int, int, int, int]] = []
+    for slot, rank in enumerate(ranks):
+        pid = int(rank["pid"])
+        for w in rank["workers"]:
+            queue = int(w["queue"])
+            if not 0 <= queue < QUEUE_STRIDE:
+                raise ValueError(f"queue {queue} of pid {pid} is outside 0..{QUEUE_STRIDE - 1}")
+            labels[int(w["tid"])] = f"p{pid}/q{queue}"
+            if w.get("doorbell_fd") is not None:
+                bells.append((pid, int(w["doorbell_fd"]), int(w["tid"]),
+                              slot * QUEUE_STRIDE + queue))
+        if rank.get("submitter_tid"):
+            labels[int(rank["submitter_tid"])] = f"p{pid}/{SUBMITTER_LABEL}"
+    return TraceTarget(pids=tuple(int(r["pid"]) for r in ranks), follow_children=True,
+                       thread_labels=labels, doorbells=tuple(bells), window_ranks=len(ranks))
+
+
+def _own_threads(backend: Any) -> dict[str, Any]:
+    """This rank's pid, queue workers (tid, queue, doorbell fd) and submitting thread."""
+    workers = [{"tid": w.tid, "queue": w.queue, "doorbell_fd": w.doorbell_fd}
+               for w in backend.workers() if w.tid]
+    return {"pid": os.getpid(), "workers": workers,
+            "submitter_tid": threading.get_native_id() if workers else None}
+
+
+def _published(output: SessionOutput, program: Program, bpftrace_pid: int | None) -> dict[str, Any]:
+    """What the other local ranks need to build their sections (JSON)."""
+    data = {name: getattr(output, name) for name in _OUTPUT_FIELDS}
+    data["helper_errors"] = [[*k, v] for k, v in output.helper_errors.items()]
+    data.update({"text": program.text, "token": program.token, "used_events": program.used_events,
+                 "missing": program.missing, "marker_event": program.marker_event,
+                 "bpftrace_pid": bpftrace_pid,
+                 "pids": list(program.target.pids) if program.target else [],
+                 "doorbells": len(program.target.doorbells) if program.target else 0})
+    return data
+
+
+def _output_from(data: dict[str, Any]) -> SessionOutput:
+    output = SessionOutput(**{name: data[name] for name in _OUTPUT_FIELDS})
+    output.helper_errors = {(str(h), int(r), int(line), int(col)): int(n)
+                            for h, r, line, col, n in data.get("helper_errors", [])}
+    return output
+
+
+def _program_from(data: dict[str, Any]) -> Program:
+    """The node's program as far as collecting needs it (families rebuilt by the same flags)."""
+    return Program(text=data["text"], token=int(data["token"]), families=families_for(True, False),
+                   used_events=data["used_events"], missing=data["missing"],
+                   marker_event=data["marker_event"])
+
+
+def _remote_readiness(described: dict[str, Any]) -> engine.Readiness:
+    """The lead's bpftrace as its sections describe it (this rank runs none)."""
+    version = described.get("version")
+    return engine.Readiness(
+        ok=True, reason=None, bpftrace=described.get("path"),
+        version=tuple(int(x) for x in version.split(".")) if version else None,  # type: ignore[arg-type]
+        prefix=None, privilege=described.get("privilege") or "n/a (local rank 0 traces)",
+        tracefs=None, tracefs_note=described.get("tracefs") or "n/a")
+
+
+def _store() -> Any:
+    return distributed._store()
