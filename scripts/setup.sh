@@ -40,9 +40,10 @@ if [ "$(id -u)" = "0" ]; then
     say "installing bpftrace (apt)"
     apt_install bpftrace
   fi
-  if [ -n "$extras" ] && ! command -v gcc >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
-    say "installing gcc (apt): the eBPF uprobe tests build stand-in GPU runtime libraries"
-    apt_install gcc libc6-dev
+  if ! command -v g++ >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    say "installing g++ (apt): torch_compile compiles with inductor on the CPU, and the uprobe" \
+        "tests build stand-in GPU runtime libraries"
+    apt_install g++ libc6-dev
   fi
   if [ ! -d /sys/kernel/tracing/events ] && [ -d /sys/kernel/tracing ]; then
     mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null \
