@@ -45,6 +45,12 @@ if [ "$(id -u)" = "0" ]; then
         "tests build stand-in GPU runtime libraries"
     apt_install g++ libc6-dev
   fi
+  # inductor's CPU code includes Python.h: the distribution's python3 ships it in python3-dev
+  if ! "$PYTHON" -c 'import os, sysconfig; raise SystemExit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+      && command -v apt-get >/dev/null 2>&1; then
+    say "installing python3-dev (apt): Python.h, which torch_compile's inductor code includes"
+    apt_install python3-dev
+  fi
   if [ ! -d /sys/kernel/tracing/events ] && [ -d /sys/kernel/tracing ]; then
     mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null \
       || say "could not mount tracefs at /sys/kernel/tracing (a container without privileges?)"
