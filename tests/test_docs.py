@@ -93,26 +93,16 @@ def test_documented_commands_run_help_cleanly() -> None:
         assert proc.returncode == 0 and name in group.commands, (name, proc.stderr)
 
 
-# Pages another branch adds (merged by the lead): a link to one of them is reported as a skip
-# while it is absent. Delete the entry once the page is on the branch.
-PENDING_PAGES = {"docs/distributed.md"}
-
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(REPO).as_posix())
 def test_relative_links_resolve(page: Path) -> None:
     text = page.read_text(encoding="utf-8")
     text = re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)  # links in code are not links
-    pending = []
     for target in LINK_RE.findall(text):
         if re.match(r"^[a-z]+:", target) or target.startswith("#"):
             continue
         path = (page.parent / target.split("#", 1)[0]).resolve()
-        if not path.exists() and path.relative_to(REPO).as_posix() in PENDING_PAGES:
-            pending.append(target)
-            continue
         assert path.exists(), f"{page.relative_to(REPO)}: link {target} does not resolve"
-    if pending:
-        pytest.skip(f"links to pages from another branch, not merged yet: {sorted(set(pending))}")
 
 
 def test_every_message_is_in_troubleshooting() -> None:
