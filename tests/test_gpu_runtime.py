@@ -431,7 +431,12 @@ def test_ebpf_attach_adds_the_family_when_a_runtime_is_mapped(standins: dict[str
         for r in rows.values():
             assert len(r["queues"]) == 1
             by_queue[r["queues"][0]] = by_queue.get(r["queues"][0], 0) + r["launches"]
-        assert {x["doorbell_signal"]: x["doorbell_rings"] for x in metrics["queues"]} == by_queue
+        rings = {x["doorbell_signal"]: x["doorbell_rings"] for x in metrics["queues"]}
+        assert set(rings) == set(by_queue)
+        # The child is one thread, so at most one launch straddles each edge of a window opened on a
+        # live process: its launch and its doorbell can fall on either side. A wrong stream→queue
+        # attribution would be off by hundreds.
+        assert sum(abs(rings[k] - by_queue[k]) for k in rings) <= 2, (rings, by_queue)
         assert len(by_queue) == 2 and metrics["hw_queues_used"] == 2
         assert q["lost_events"] == 0
         assert all(r["launch_avg_us"] >= 20 for r in rows.values())  # 20 µs busy-wait inside
