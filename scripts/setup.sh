@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install aorta into a virtual environment (.venv in this checkout) on Debian/Ubuntu (idempotent).
 #   bash scripts/setup.sh          # the tool (+ bpftrace and tracefs when run as root)
-#   bash scripts/setup.sh --test   # also the test tools (pytest, ruff)
+#   bash scripts/setup.sh --test   # also the test tools (pytest, the pinned ruff, linters)
 # Afterwards: .venv/bin/aorta-hwq …   and, for tracing, sudo .venv/bin/aorta-hwq …
 #
 # Why a virtual environment: Debian 12 and Ubuntu 24.04 refuse `pip install` into their python3
