@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 from typing import Any
 
 from aorta import __version__
@@ -44,6 +43,7 @@ class CheckpointFile:
         self.header = header
         self.points: list[dict[str, Any]] = []
         self.created = utc_timestamp()
+        self.notes: list[str] = []  # what --resume set aside, for the command to show
 
     @classmethod
     def resume(cls, path: str | os.PathLike[str], kind: str,
@@ -72,8 +72,8 @@ class CheckpointFile:
                 file.points.append(point)
             else:  # never trusted as done: the point is measured again
                 key = point.get("key") if isinstance(point, dict) else None
-                print(f"resume: point {json.dumps(key)[:80]} in {path} is invalid ({found}): "
-                      "it will be measured again", file=sys.stderr)
+                file.notes.append(f"resume: point {json.dumps(key)[:80]} in {path} is invalid "
+                                  f"({found}): it will be measured again")
         from aorta.hw_queue_eval.upgrade import upgrade
 
         # valid points in the current layout (a v1 file's points are read through the v1 reader)

@@ -1,8 +1,10 @@
 """Command line: parse, validate, call, render. No measurement logic, no torch import at start-up.
 
 Each command lives in `commands/` (one module per command family); this module only builds the
-group and maps errors to exit codes: UsageError and click usage errors → one line, exit 2;
-Ctrl+C → exit 130; SIGTERM → exit 143; nothing half-written in any case.
+group and maps errors to exit codes (aorta.common.errors.ExitCode, docs/troubleshooting.md): an
+AortaError → one line and its code (2 bad input, 3 a GPU may be left changed, 1 nothing measured);
+click usage errors → one line, exit 2; Ctrl+C → exit 130; SIGTERM → exit 143; nothing
+half-written in any case.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 import click
 
 from aorta import __version__
-from aorta.common.errors import Terminated, UsageError
+from aorta.common.errors import AortaError, ExitCode, Terminated
 
 COMMAND_MODULES = (
     "aorta.hw_queue_eval.commands.catalog",
@@ -81,31 +83,31 @@ def main(argv: list[str] | None = None) -> None:
         # standalone_mode=False returns the code of a `click.exceptions.Exit` instead of exiting
         code = cli.main(args=argv, prog_name="python -m aorta.hw_queue_eval",
                         standalone_mode=False)
-    except UsageError as exc:
+    except AortaError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)
     except click.UsageError as exc:
         if type(exc).__name__.startswith("NoArgsIsHelp"):  # click ≥ 8.2: bare command → help
             click.echo(exc.ctx.get_help() if exc.ctx else exc.format_message())
-            sys.exit(0)
+            sys.exit(ExitCode.OK)
         hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
         click.echo(f"error: {exc.format_message()}{hint}", err=True)
-        sys.exit(2)
+        sys.exit(ExitCode.USAGE)
     except click.ClickException as exc:
         click.echo(f"error: {exc.format_message()}", err=True)
         sys.exit(exc.exit_code)
     except (KeyboardInterrupt, click.exceptions.Abort):
         click.echo("\ninterrupted: nothing was written", err=True)
-        sys.exit(130)
+        sys.exit(ExitCode.INTERRUPTED)
     except BrokenPipeError:
-        sys.exit(0)
+        sys.exit(ExitCode.OK)
     except RuntimeError as exc:
         if "can't start new thread" not in str(exc):
             raise
         click.echo("error: cannot start another thread (the process or memory limit is reached): "
                    "use fewer --streams or --threads-per-queue, or raise the limit (ulimit -u; "
                    "containers: --ulimit nproc=N / --pids-limit)", err=True)
-        sys.exit(2)
+        sys.exit(ExitCode.USAGE)
     except SystemExit:
         raise
     sys.exit(code if isinstance(code, int) else 0)

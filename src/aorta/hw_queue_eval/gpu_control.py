@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aorta.common.errors import UsageError
+from aorta.common.errors import AortaError, DeviceLeftChanged, UsageError
 from aorta.hw_queue_eval import gpu_state
 from aorta.hw_queue_eval.gpu_drivers import (
     POWER_TOLERANCE_W,
@@ -165,8 +165,8 @@ def _signals_held() -> Iterator[None]:
 def _restore_device(driver: GpuDriver, record: dict[str, Any]) -> dict[str, Any]:
     """Undo what `record` says was (or was about to be) changed; verify; return what was read.
 
-    An undo that fails is an error unless the change itself had failed ("pending": the vendor
-    tool refused it) and the read-back shows the prior state.
+    An undo that fails is DeviceLeftChanged unless the change itself had failed ("pending": the
+    vendor tool refused it) and the read-back shows the prior state.
     """
     prior, applied = record["prior"], record.get("applied", {})
     errors: list[str] = []
@@ -181,7 +181,11 @@ def _restore_device(driver: GpuDriver, record: dict[str, Any]) -> dict[str, Any]
             action()
         except GpuControlError as exc:
             (soft if applied[name].get("pending") else errors).append(str(exc))
-    after = driver.snapshot()
+    try:
+        after = driver.snapshot()
+    except GpuControlError as exc:
+        raise DeviceLeftChanged(f"could not read GPU {record['index']} back after restoring it: "
+                                f"{exc}; run `python -m aorta.hw_queue_eval restore`") from None
     if "power_limit_w" in applied and prior.get("power_limit_w") is not None:
         now = after.get("power_limit_w")
         if now is None or abs(now - prior["power_limit_w"]) > POWER_TOLERANCE_W:
@@ -192,7 +196,7 @@ def _restore_device(driver: GpuDriver, record: dict[str, Any]) -> dict[str, Any]
         errors.append(f"performance level reads {after['clock'].get('perf_level')!r} after "
                       f"restore, expected {prior['clock']['perf_level']!r}")
     if errors:
-        raise GpuControlError(f"could not put GPU {record['index']} back as found: "
+        raise DeviceLeftChanged(f"could not put GPU {record['index']} back as found: "
                               f"{'; '.join(errors + soft)}; run `python -m aorta.hw_queue_eval "
                               "restore`")
     return after
@@ -243,7 +247,7 @@ def recover_stale_states(echo: Any = None) -> list[str]:
             if gpu_state.owner_alive(record):
                 continue
             messages.append(f"note: {restore_from_file(path)}")
-        except UsageError as exc:
+        except AortaError as exc:
             messages.append(f"warning: {path}: {exc}")
     if echo is not None:
         for message in messages:
@@ -299,8 +303,8 @@ class GpuControl:
         self.path = gpu_state.write_state(self.record)  # before anything changes
         try:
             self._apply(prior)
-        except BaseException:
-            self._restore(raising=False)
+        except BaseException as exc:
+            self._restore(stopping=exc)
             raise
         return self.report
 
@@ -346,24 +350,27 @@ class GpuControl:
         """Release the driver (amdsmi_shut_down for the library); a later use opens it again."""
         _close(self.driver)
 
-    def _restore(self, raising: bool) -> None:
+    def _restore(self, stopping: BaseException | None = None) -> None:
+        """Put the device back; DeviceLeftChanged if that fails, even while `stopping` (the
+        exception that ends the command) is in flight: a device left changed outranks it."""
         if self.record is None or self.driver is None or self.path is None:
             self.close()
             return
         with _signals_held():
             try:
                 after = _restore_device(self.driver, self.record)
-            except GpuControlError as exc:
+            except DeviceLeftChanged as exc:
                 self.close()
                 self.report.update({"status": "restore_failed", "restore_error": str(exc)})
-                if raising:
+                if stopping is None:
                     raise
-                print(f"error: {exc}", file=sys.stderr)
-                return
+                why = (f"exit {stopping.code}" if isinstance(stopping, SystemExit)
+                       else str(stopping).strip() or type(stopping).__name__)
+                raise DeviceLeftChanged(f"{exc} (while stopping after: {why})") from stopping
             gpu_state.remove_state(self.path)
             self.report.update({"status": "restored", "after_restore": self.driver.in_effect(after)})
             self.record = None
             self.close()
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        self._restore(raising=exc_type is None)
+        self._restore(stopping=exc)

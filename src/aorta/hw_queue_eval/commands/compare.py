@@ -11,7 +11,7 @@ from aorta.common.atomicio import (
     check_output_path,
     check_replaceable,
 )
-from aorta.common.errors import UsageError
+from aorta.common.errors import ExitCode, UsageError
 
 
 def register(group: click.Group) -> None:
@@ -66,4 +66,4 @@ def compare_command(base: str, tests: tuple[str, ...], threshold: str, as_json: 
 
         render_console(cmp, make_console(), verbose)
     if cmp["regression"]:
-        raise click.exceptions.Exit(1)
+        raise click.exceptions.Exit(ExitCode.FAILED)

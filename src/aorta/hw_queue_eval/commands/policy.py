@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from aorta.common.atomicio import check_output_path
-from aorta.common.errors import Terminated, UsageError
+from aorta.common.errors import AortaError, ExitCode, Interrupted, Terminated, UsageError
 from aorta.hw_queue_eval.commands.run import (
     build_config,
     gpu_control_options,
@@ -119,6 +119,8 @@ def policy_sweep_command(workload: str, streams: str, policies: str | None,
         fingerprinted.append("nproc_per_node")
     header["fingerprint"] = fingerprint({k: header[k] for k in fingerprinted})
     file = open_or_resume(output, KIND, header, resume)
+    for note in file.notes:
+        click.echo(note, err=True)
     file.save(state="running")
     by_name = {p.name: p for p in chosen}
     total = sum(len(r) for r in order)
@@ -144,13 +146,13 @@ def policy_sweep_command(workload: str, streams: str, policies: str | None,
         file.save(state=state)
         click.echo(f"\n{state}: {len(file.points)} point(s) saved in {output}; "
                    "--resume continues", err=True)
-        raise SystemExit(143 if state == "terminated" else 130) from None
+        raise (Terminated() if state == "terminated" else Interrupted()) from None
     summary = summarize(file.points, chosen)
     file.save(state="complete", summary=summary)
     render_policy_table(file.to_dict(state="complete", summary=summary), make_console())
     click.echo(f"\nresults written to {output}")
     if any(p.get("status") not in ("ok", "not_applicable") for p in file.points):
-        raise click.exceptions.Exit(1)
+        raise click.exceptions.Exit(ExitCode.FAILED)
 
 
 @click.command("restore")
@@ -163,7 +165,6 @@ def restore_command(output: str | None, as_json: bool) -> None:
     from aorta.hw_queue_eval import gpu_state
     from aorta.hw_queue_eval.commands._output import save_and_print_json
     from aorta.hw_queue_eval.gpu_control import restore_from_file
-    from aorta.hw_queue_eval.gpu_drivers import GpuControlError
 
     if output:
         check_output_path(output)
@@ -178,7 +179,7 @@ def restore_command(output: str | None, as_json: bool) -> None:
                 continue
             outcomes.append({"state_file": str(path), "status": "restored",
                              "message": restore_from_file(path)})
-        except (GpuControlError, UsageError) as exc:
+        except AortaError as exc:  # the state file stays: its device may still be changed
             outcomes.append({"state_file": str(path), "status": "error", "message": str(exc)})
     data = {"kind": "restore", "state_dir": str(gpu_state.state_dir()), "outcomes": outcomes}
     if not save_and_print_json(data, output, as_json):
@@ -192,7 +193,7 @@ def restore_command(output: str | None, as_json: bool) -> None:
             else:
                 click.echo(item["message"])
     if any(item["status"] == "error" for item in outcomes):
-        raise click.exceptions.Exit(1)
+        raise click.exceptions.Exit(ExitCode.DEVICE_LEFT_CHANGED)
 
 
 for _param in run_command.params:  # e.g. --ebpf-trace, when `run` has it: passed to every point

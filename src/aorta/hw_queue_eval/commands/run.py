@@ -16,7 +16,7 @@ from aorta.common.atomicio import (
     check_replaceable,
     keep_unsaved,
 )
-from aorta.common.errors import UsageError
+from aorta.common.errors import ExitCode, MeasurementFailed, UsageError
 from aorta.hw_queue_eval.config import (
     DEFAULT_ITERATIONS,
     DEFAULT_SEED,
@@ -340,7 +340,7 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
     if unsaved:
         raise UsageError(unsaved)
     if result["status"] != "ok":
-        raise click.exceptions.Exit(1)
+        raise click.exceptions.Exit(ExitCode.FAILED)
 
 
 def _run_repeats(config: RunConfig, request: GpuRequest, runs: int, flags: list[str],
@@ -369,7 +369,7 @@ def _run_repeats(config: RunConfig, request: GpuRequest, runs: int, flags: list[
         result, outcomes = run_repeated(child_run_args(config, flags), runs, on_repeat=on_repeat)
     if result is None:
         first = outcomes[0]
-        raise click.ClickException(f"every repeat failed (repeat 1 {first['status']}: "
+        raise MeasurementFailed(f"every repeat failed (repeat 1 {first['status']}: "
                                    f"{first['error']}); nothing written")
     if gpu_report is not None:
         result["gpu_control"] = gpu_report
@@ -384,7 +384,7 @@ def _run_repeats(config: RunConfig, request: GpuRequest, runs: int, flags: list[
         if output:
             click.echo(f"\nresult written to {output}")
     if result["status"] != "ok" or result["repeats"]["ok"] < runs:
-        raise click.exceptions.Exit(1)
+        raise click.exceptions.Exit(ExitCode.FAILED)
 
 
 def _run_under_torchrun(config: RunConfig, dist_env: Any, timeout_s: int, output: str | None,
@@ -432,4 +432,4 @@ def _run_under_torchrun(config: RunConfig, dist_env: Any, timeout_s: int, output
             click.echo(f"\nresult written to {output} (every rank's result under "
                        "distributed.rank_results)")
     if combined["status"] != "ok":
-        raise click.exceptions.Exit(1)
+        raise click.exceptions.Exit(ExitCode.FAILED)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
 
 from aorta.common.atomicio import check_output_path
-from aorta.common.errors import Terminated, UsageError
+from aorta.common.errors import ExitCode, Interrupted, Terminated, UsageError
 from aorta.common.outlock import OutputLock
 from aorta.hw_queue_eval.commands.run import (
     _Progress,
@@ -106,6 +105,8 @@ def sweep_command(workload: str, streams: str, iterations: str, warmup: str, dev
     if trace_out:
         check_output_path(trace_path_for(trace_out, workload, counts[0]) or "", "trace file")
     file = open_checkpoint(spec, resume)
+    for note in file.notes:
+        click.echo(note, err=True)
     if dropped:
         click.echo(f"note: dropped stream counts {dropped}: {workload} runs on "
                    f"{info.min_streams}..{info.max_streams} streams", err=True)
@@ -131,7 +132,7 @@ def sweep_command(workload: str, streams: str, iterations: str, warmup: str, dev
             finished = sum(1 for p in file.points if p.get("status") == "ok")
             click.echo(f"\n{state}: {finished} finished points kept in {output}; "
                        "continue with --resume", err=True)
-            sys.exit(143 if state == "terminated" else 130)
+            raise (Terminated() if state == "terminated" else Interrupted()) from None
     analysis = analysis_of(file.points, info.work_scaling)
     if gpu_report is not None:
         file.save(state="complete", analysis=analysis)  # records the GPU restore
@@ -139,7 +140,7 @@ def sweep_command(workload: str, streams: str, iterations: str, warmup: str, dev
     render_sweep(data, make_console())
     click.echo(f"\nsweep written to {output}")
     if any(p.get("status") != "ok" for p in data["points"]):
-        raise click.exceptions.Exit(1)
+        raise click.exceptions.Exit(ExitCode.FAILED)
 
 
 for _param in run_command.params:
