@@ -22,11 +22,26 @@ if str(SRC) not in sys.path:
     sys.path.insert(0, str(SRC))
 
 
+#: the CLI with replaced collaborators (a fake GPU, a crashing point, a failing rank)
+CLI_WITH_FAKES = Path(__file__).resolve().parent / "cli_with_fakes.py"
+
+
+def cli_command(*fakes: str) -> list[str]:
+    """argv of the CLI: `python -m aorta.hw_queue_eval`, or with `fakes` (cli_with_fakes.py
+    options such as "--fake-gpu", "nvidia:0") the test entry point that injects them."""
+    if not fakes:
+        return [sys.executable, "-m", "aorta.hw_queue_eval"]
+    return [sys.executable, str(CLI_WITH_FAKES), *fakes, "--"]
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300,
-            cwd: str | Path | None = None) -> subprocess.CompletedProcess[str]:
-    """`python -m aorta.hw_queue_eval ARGS` in a subprocess; returns the completed process."""
+            cwd: str | Path | None = None,
+            fakes: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """`python -m aorta.hw_queue_eval ARGS` in a subprocess; returns the completed process.
+
+    `fakes`: run it through cli_with_fakes.py with those options instead."""
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "aorta.hw_queue_eval", *args],
+    return subprocess.run([*cli_command(*fakes), *args],
                           capture_output=True, text=True, timeout=timeout, env=full_env,
                           cwd=cwd, check=False)
 

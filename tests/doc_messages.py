@@ -1,10 +1,11 @@
 """Collect every error and warning message aorta can print, from its source (for the docs test).
 
 A message is: the text given to a user-facing error (UsageError, SessionError, ProgramError,
-click's exceptions), a string literal that starts with "error:", "warning:" or "note:", the
-reason of a not-ready Readiness(False, …), a reason appended to `problems`/`warnings`, or a
-`return None, "…"` reason in the eBPF engine. f-string parts that vary are replaced by "{}"; the
-longest fixed fragment is the message's key, which docs/troubleshooting.md must contain verbatim.
+DeviceLeftChanged, MeasurementFailed, click's exceptions), a string literal that starts with
+"error:", "warning:" or "note:", the reason of a not-ready Readiness(False, …), a reason appended
+to `problems`/`warnings`, or a `return None, "…"` reason in the eBPF engine. f-string parts that
+vary are replaced by "{}"; the longest fixed fragment is the message's key, which
+docs/troubleshooting.md must contain verbatim.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "aorta"
-ERROR_CALLS = {"UsageError", "SessionError", "ProgramError", "ClickException", "BadParameter"}
+ERROR_CALLS = {"UsageError", "SessionError", "ProgramError", "ClickException", "BadParameter",
+               "DeviceLeftChanged", "MeasurementFailed"}
 PREFIXES = ("error:", "warning:", "note:")
 REASON_LISTS = {"problems", "warnings"}
 MIN_KEY = 12

@@ -164,13 +164,11 @@ def read_log(log_path: Path) -> list[tuple[str, list[str]]]:
     return [tuple(json.loads(line)) for line in log_path.read_text().splitlines() if line]
 
 
-def env_for(bin_dir: Path, state_path: Path, log_path: Path, state_dir: Path, vendor: str,
-            index: int = 0) -> dict[str, str]:
-    """Environment for a CLI subprocess that controls the fake `vendor` GPU `index`."""
+def env_for(bin_dir: Path, state_path: Path, log_path: Path, state_dir: Path) -> dict[str, str]:
+    """Environment for a CLI subprocess that finds the fakes first on PATH."""
     return {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
             "FAKE_SMI_STATE": str(state_path), "FAKE_SMI_LOG": str(log_path),
-            "AORTA_STATE_DIR": str(state_dir), "AORTA_GPU_CONTROL_VENDOR": vendor,
-            "AORTA_GPU_CONTROL_INDEX": str(index)}
+            "AORTA_STATE_DIR": str(state_dir)}
 
 
 class FakeGpus:
@@ -183,13 +181,14 @@ class FakeGpus:
         self.state_dir = root / "aorta-state"
         install(self.bin, self.state, self.log)
 
-    def env(self, vendor: str | None = None, index: int = 0, **extra: str) -> dict[str, str]:
-        """Env for the CLI: fakes first on PATH; simulated control of `vendor` GPU `index`."""
-        env = env_for(self.bin, self.state, self.log, self.state_dir, vendor or "", index)
-        if vendor is None:
-            env["AORTA_GPU_CONTROL_VENDOR"] = ""
-        env.update(extra)
-        return env
+    def env(self, **extra: str) -> dict[str, str]:
+        """Env for the CLI: the fakes first on PATH (what `restore` and state files use)."""
+        return {**env_for(self.bin, self.state, self.log, self.state_dir), **extra}
+
+    @staticmethod
+    def gpu(vendor: str, index: int = 0) -> tuple[str, ...]:
+        """cli_with_fakes.py options: clock/power control acts on fake `vendor` GPU `index`."""
+        return ("--fake-gpu", f"{vendor}:{index}")
 
     def devices(self) -> dict[str, Any]:
         """The simulated device state now."""

@@ -13,7 +13,7 @@ import pytest
 from aorta.common.errors import UsageError
 from aorta.hw_queue_eval.distributed import combine, format_rank_table, torchrun_env
 from aorta.hw_queue_eval.results import validate_run_dict
-from conftest import load_json, run_cli
+from conftest import CLI_WITH_FAKES, load_json, run_cli
 
 
 def test_not_under_torchrun_without_its_environment():
@@ -60,6 +60,8 @@ def _free_port() -> int:
 
 
 def _torchrun(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """torchrun ARGS; ARGS end with the script: `-m aorta.hw_queue_eval run …` (_run_args), or
+    cli_with_fakes.py with its options (_failing_rank_args)."""
     return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
@@ -71,6 +73,12 @@ def _run_args(workload: str = "comms_compute_overlap", streams: int = 3) -> list
 
 
 RUN = _run_args()
+
+
+def _failing_rank_args(rank: int, run_args: list[str]) -> list[str]:
+    """`_run_args` through the test entry point whose rank `rank` raises right after joining."""
+    assert run_args[:2] == ["-m", "aorta.hw_queue_eval"]
+    return [str(CLI_WITH_FAKES), "--fail-rank", str(rank), "--", *run_args[2:]]
 
 
 def _check_ranks(result, world, nodes):
@@ -137,7 +145,7 @@ def test_a_failing_rank_stops_the_job_named_and_nothing_written(tmp_path):
     out = tmp_path / "r.json"
     started = time.monotonic()
     proc = _torchrun("--nproc-per-node", "2", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}",
-                     *RUN, "-o", str(out), env={"AORTA_TEST_FAIL_RANK": "1"})
+                     *_failing_rank_args(1, RUN), "-o", str(out))
     _, stderr = proc.communicate(timeout=240)
     assert proc.returncode != 0
     assert "rank 1" in stderr and "injected failure" in stderr

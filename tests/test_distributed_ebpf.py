@@ -15,7 +15,7 @@ from aorta.ebpf.probes.cpu_sched import per_queue_cap, queue_slice
 from aorta.hw_queue_eval.node_tracer import QUEUE_STRIDE, node_target
 from conftest import load_json
 from ebpf_support import require_ebpf
-from test_distributed import _free_port, _run_args, _torchrun
+from test_distributed import _failing_rank_args, _free_port, _run_args, _torchrun
 
 
 def test_node_target_keeps_ranks_apart():
@@ -242,8 +242,7 @@ def test_a_failing_rank_during_the_hand_over_is_named_and_leaves_nothing(tmp_pat
     require_ebpf()
     out = tmp_path / "r.json"
     proc = _torchrun("--nproc-per-node", "2", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}",
-                     *_run_args("moe", 4), "--ebpf-trace", "-o", str(out),
-                     env={"AORTA_TEST_FAIL_RANK": "1"})
+                     *_failing_rank_args(1, _run_args("moe", 4)), "--ebpf-trace", "-o", str(out))
     watch = SessionWatch([proc.pid])
     _, stderr = proc.communicate(timeout=240)
     seen = watch.stop()

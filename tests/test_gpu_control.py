@@ -1,6 +1,7 @@
 """GPU clock/power control against fake nvidia-smi / rocm-smi executables (a real process boundary).
 
-The workload runs on the CPU backend; AORTA_GPU_CONTROL_VENDOR points the control at a fake GPU.
+The workload runs on the CPU backend; the CLI runs through tests/cli_with_fakes.py, whose GpuLocator
+points the control at a fake GPU (production has no such switch).
 Every exit path — normal, error, SIGTERM, kill -9 then `restore` or the next start — must leave
 the simulated device exactly as found, and only the target device may be touched.
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import load_json, run_cli
+from conftest import cli_command, load_json, run_cli
 from fake_smi import FakeGpus, initial_state
 
 FAST = ("-d", "cpu", "-i", "3", "-w", "1", "--size", "small")
@@ -43,8 +44,8 @@ def _verbs(calls: list[tuple[str, list[str]]]) -> list[str]:
     return verbs
 
 
-def _popen(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "aorta.hw_queue_eval", *args],
+def _popen(args: list[str], env: dict[str, str], fakes: tuple[str, ...]) -> subprocess.Popen[str]:
+    return subprocess.Popen([*cli_command(*fakes), *args],
                             env={**os.environ, **env}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -65,7 +66,7 @@ def _wait_for(check: Callable[[], bool], proc: subprocess.Popen[str], timeout: f
 def test_nvidia_apply_verify_restore_order_and_values(fake: FakeGpus, tmp_path: Path) -> None:
     out = tmp_path / "locked.json"
     proc = run_cli("run", "hetero_kernels", "--streams", "4", *FAST, "--lock-clocks", "7",
-                   "--power-limit", "150", "-o", str(out), env=fake.env("nvidia", 1))
+                   "--power-limit", "150", "-o", str(out), env=fake.env(), fakes=fake.gpu("nvidia", 1))
     assert proc.returncode == 0, proc.stderr
     calls = fake.calls()
     assert {argv[:2] == ["-i", "1"] for _tool, argv in calls} == {True}, "only GPU 1 touched"
@@ -87,7 +88,7 @@ def test_nvidia_apply_verify_restore_order_and_values(fake: FakeGpus, tmp_path: 
 
 def test_amd_apply_verify_restore(fake: FakeGpus, tmp_path: Path) -> None:
     proc = run_cli("run", "hetero_kernels", "--streams", "4", *FAST, "--lock-clocks", "2",
-                   "--power-limit", "150", env=fake.env("amd", 0))
+                   "--power-limit", "150", env=fake.env(), fakes=fake.gpu("amd", 0))
     assert proc.returncode == 0, proc.stderr
     assert {argv[:2] == ["-d", "0"] for _tool, argv in fake.calls()} == {True}
     assert _verbs(fake.calls()) == ["read", "--setperflevel manual", "--setsclk 1",
@@ -101,7 +102,7 @@ def test_setting_that_does_not_take_effect_is_an_error_and_restored(fake: FakeGp
                                                                      tmp_path: Path) -> None:
     out = tmp_path / "o.json"
     proc = run_cli("run", "hetero_kernels", "--streams", "4", *FAST, "--power-limit", "150",
-                   "-o", str(out), env=fake.env("nvidia", 0, FAKE_SMI_IGNORE_SETS="1"))
+                   "-o", str(out), env=fake.env(FAKE_SMI_IGNORE_SETS="1"), fakes=fake.gpu("nvidia", 0))
     assert proc.returncode == 2
     assert "did not take effect: power cap reads 300.0 W, expected 150 W" in proc.stderr
     assert not out.exists(), "no benchmark result may claim the setting"
@@ -111,7 +112,7 @@ def test_setting_that_does_not_take_effect_is_an_error_and_restored(fake: FakeGp
 
 def test_missing_privileges_is_a_clear_error(fake: FakeGpus) -> None:
     proc = run_cli("run", "hetero_kernels", "--streams", "4", *FAST, "--lock-clocks", "7",
-                   env=fake.env("nvidia", 0, FAKE_SMI_DENY="1"))
+                   env=fake.env(FAKE_SMI_DENY="1"), fakes=fake.gpu("nvidia", 0))
     assert proc.returncode == 2
     assert "Insufficient Permissions" in proc.stderr and "Traceback" not in proc.stderr
     assert fake.devices() == initial_state() and fake.state_files() == []
@@ -119,7 +120,7 @@ def test_missing_privileges_is_a_clear_error(fake: FakeGpus) -> None:
 
 def test_power_outside_device_limits_refused_before_any_change(fake: FakeGpus) -> None:
     proc = run_cli("run", "hetero_kernels", "--streams", "4", *FAST, "--power-limit", "500",
-                   env=fake.env("nvidia", 0))
+                   env=fake.env(), fakes=fake.gpu("nvidia", 0))
     assert proc.returncode == 2
     assert "outside what nvidia GPU 0" in proc.stderr and "(100..400 W)" in proc.stderr
     assert [v for v in _verbs(fake.calls()) if not v.startswith("read")] == []
@@ -127,7 +128,7 @@ def test_power_outside_device_limits_refused_before_any_change(fake: FakeGpus) -
 
 def test_cpu_backend_refuses_clock_and_power(fake: FakeGpus) -> None:
     proc = run_cli("run", "hetero_kernels", "--streams", "4", *FAST, "--power-limit", "200",
-                   env=fake.env(None))
+                   env=fake.env())
     assert proc.returncode == 2
     assert "not applicable on the CPU backend" in proc.stderr
     assert fake.calls() == []
@@ -140,7 +141,8 @@ def _changed(fake: FakeGpus) -> bool:
 
 def _kill9_mid_run(fake: FakeGpus) -> None:
     proc = _popen(["run", "hetero_kernels", "--streams", "4", "-d", "cpu", "-i", "1000000",
-                   "-w", "1", "--lock-clocks", "5", "--power-limit", "150"], fake.env("nvidia", 0))
+                   "-w", "1", "--lock-clocks", "5", "--power-limit", "150"], fake.env(),
+                  fake.gpu("nvidia", 0))
     _wait_for(lambda: _changed(fake), proc)
     proc.kill()
     proc.communicate()
@@ -153,18 +155,18 @@ def _kill9_mid_run(fake: FakeGpus) -> None:
 
 def test_kill9_then_restore_command(fake: FakeGpus) -> None:
     _kill9_mid_run(fake)
-    proc = run_cli("restore", env=fake.env(None))
+    proc = run_cli("restore", env=fake.env())
     assert proc.returncode == 0, proc.stderr
     assert "restored nvidia GPU 0 to its prior state" in proc.stdout
     assert fake.devices() == initial_state() and fake.state_files() == []
-    again = run_cli("restore", env=fake.env(None))
+    again = run_cli("restore", env=fake.env())
     assert again.returncode == 0 and "nothing to restore" in again.stdout
 
 
 def test_restore_reports_as_json_file(fake: FakeGpus, tmp_path: Path) -> None:
     _kill9_mid_run(fake)
     out = tmp_path / "restore.json"
-    proc = run_cli("restore", "--json", "-o", str(out), env=fake.env(None))
+    proc = run_cli("restore", "--json", "-o", str(out), env=fake.env())
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
     assert json.loads(proc.stdout) == data
@@ -176,7 +178,7 @@ def test_restore_reports_as_json_file(fake: FakeGpus, tmp_path: Path) -> None:
 
 def test_kill9_then_next_start_restores(fake: FakeGpus) -> None:
     _kill9_mid_run(fake)
-    proc = run_cli("run", "hetero_kernels", "--streams", "2", *FAST, env=fake.env(None))
+    proc = run_cli("run", "hetero_kernels", "--streams", "2", *FAST, env=fake.env())
     assert proc.returncode == 0, proc.stderr
     assert "note: restored nvidia GPU 0 to its prior state" in proc.stderr
     assert fake.devices() == initial_state() and fake.state_files() == []
@@ -186,7 +188,7 @@ def test_sigterm_mid_policy_sweep_restores(fake: FakeGpus, tmp_path: Path) -> No
     out = tmp_path / "p.json"
     proc = _popen(["policy-sweep", "hetero_kernels", "--streams", "4", "--policies",
                    "priority_be,baseline", "-d", "cpu", "-i", "1000000", "-w", "1",
-                   "-o", str(out)], fake.env("nvidia", 0))
+                   "-o", str(out)], fake.env(), fake.gpu("nvidia", 0))
     _wait_for(lambda: fake.devices()["nvidia"]["0"]["power_limit"] == 150.0, proc)
     time.sleep(1.0)  # the point's child run is under way
     proc.send_signal(signal.SIGTERM)
@@ -208,10 +210,10 @@ def test_device_held_by_a_live_process_is_refused(fake: FakeGpus) -> None:
               "prior": {"power_limit_w": 300.0, "clock": {}}, "applied": {}}
     (fake.state_dir / "gpu-nvidia-0.json").write_text(json.dumps(record))
     proc = run_cli("run", "hetero_kernels", "--streams", "2", *FAST, "--power-limit", "150",
-                   env=fake.env("nvidia", 0))
+                   env=fake.env(), fakes=fake.gpu("nvidia", 0))
     assert proc.returncode == 2
     assert f"being controlled by running pid {os.getpid()}" in proc.stderr
-    restore = run_cli("restore", env=fake.env(None))
+    restore = run_cli("restore", env=fake.env())
     assert restore.returncode == 0 and "still running" in restore.stdout
     assert fake.calls() == [] and len(fake.state_files()) == 1
 
@@ -219,7 +221,7 @@ def test_device_held_by_a_live_process_is_refused(fake: FakeGpus) -> None:
 def test_sweep_holds_clocks_for_every_point_and_restores(fake: FakeGpus, tmp_path: Path) -> None:
     out = tmp_path / "sweep.json"
     proc = run_cli("sweep", "hetero_kernels", "--streams", "1,2", *FAST, "--lock-clocks", "3",
-                   "-o", str(out), env=fake.env("nvidia", 0))
+                   "-o", str(out), env=fake.env(), fakes=fake.gpu("nvidia", 0))
     assert proc.returncode == 0, proc.stderr
     verbs = [v for v in _verbs(fake.calls()) if not v.startswith("read")]
     assert verbs == ["-lgc 1200,1200", "-rgc"], "applied once around the whole sweep"
@@ -232,7 +234,8 @@ def test_sweep_holds_clocks_for_every_point_and_restores(fake: FakeGpus, tmp_pat
 
 def test_ctrl_c_mid_run_restores(fake: FakeGpus) -> None:
     proc = _popen(["run", "hetero_kernels", "--streams", "4", "-d", "cpu", "-i", "1000000",
-                   "-w", "1", "--lock-clocks", "5", "--power-limit", "150"], fake.env("nvidia", 0))
+                   "-w", "1", "--lock-clocks", "5", "--power-limit", "150"], fake.env(),
+                  fake.gpu("nvidia", 0))
     _wait_for(lambda: _changed(fake), proc)
     time.sleep(0.5)  # inside the measurement
     proc.send_signal(signal.SIGINT)
@@ -247,7 +250,7 @@ def test_policy_power_out_of_range_stops_before_any_run(fake: FakeGpus, tmp_path
     policies.write_text("[policies.too_hot]\npower_limit_w = 450\n")
     out = tmp_path / "o.json"
     proc = run_cli("policy-sweep", "hetero_kernels", "--streams", "4", "--policy-file",
-                   str(policies), *FAST, "-o", str(out), env=fake.env("nvidia", 0))
+                   str(policies), *FAST, "-o", str(out), env=fake.env(), fakes=fake.gpu("nvidia", 0))
     assert proc.returncode == 2
     assert "power limit 450 W is outside what nvidia GPU 0" in proc.stderr
     assert "accepts (100..400 W)" in proc.stderr
@@ -260,7 +263,7 @@ def test_restore_does_not_need_torch(fake: FakeGpus) -> None:
             "try:\n    main(['restore'])\nexcept SystemExit:\n    pass\n"
             "assert 'torch' not in sys.modules, 'torch was imported'\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, check=False, env={**os.environ, **fake.env(None)})
+                          timeout=60, check=False, env={**os.environ, **fake.env()})
     assert proc.returncode == 0, proc.stderr
     assert "nothing to restore" in proc.stdout
 
@@ -269,7 +272,7 @@ def test_missing_vendor_tool_is_a_clear_error_before_the_benchmark(fake: FakeGpu
                                                                     tmp_path: Path) -> None:
     out = tmp_path / "o.json"
     proc = run_cli("run", "hetero_kernels", "--streams", "4", *FAST, "--lock-clocks", "7",
-                   "-o", str(out), env=fake.env("amd", 0, PATH="/usr/bin:/bin"))
+                   "-o", str(out), env=fake.env(PATH="/usr/bin:/bin"), fakes=fake.gpu("amd", 0))
     assert proc.returncode == 2
     assert "rocm-smi not found on PATH" in proc.stderr and "Traceback" not in proc.stderr
     assert "Running hetero_kernels" not in proc.stderr and not out.exists()
@@ -278,15 +281,15 @@ def test_missing_vendor_tool_is_a_clear_error_before_the_benchmark(fake: FakeGpu
 
 def test_unrestorable_state_file_warns_plain_runs_and_stops_control(fake: FakeGpus) -> None:
     _kill9_mid_run(fake)
-    denied = fake.env(None, FAKE_SMI_DENY="1")
+    denied = fake.env(FAKE_SMI_DENY="1")
     plain = run_cli("run", "hetero_kernels", "--streams", "2", *FAST, env=denied)
     assert plain.returncode == 0, plain.stderr
     assert "warning:" in plain.stderr and "could not put GPU 0 back as found" in plain.stderr
     assert len(fake.state_files()) == 1, "kept for a later restore"
     control = run_cli("run", "hetero_kernels", "--streams", "2", *FAST, "--power-limit", "200",
-                      env=fake.env("nvidia", 0, FAKE_SMI_DENY="1"))
+                      env=fake.env(FAKE_SMI_DENY="1"), fakes=fake.gpu("nvidia", 0))
     assert control.returncode == 3, control.stderr  # a device left changed, not a typo
     assert "could not put GPU 0 back" in control.stderr
-    restore = run_cli("restore", env=fake.env(None))
+    restore = run_cli("restore", env=fake.env())
     assert restore.returncode == 0, restore.stderr
     assert fake.devices() == initial_state() and fake.state_files() == []

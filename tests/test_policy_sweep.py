@@ -32,7 +32,7 @@ def test_env_policies_change_the_cpu_queue_pool(tmp_path: Path, fake: FakeGpus) 
     out = tmp_path / "p.json"
     proc = run_cli("policy-sweep", "hetero_kernels", "--streams", "8", "--policies",
                    "baseline,multi_tenant_fair,high_queue,priority_be,xnack_off", *FAST,
-                   "-o", str(out), env=fake.env(None))
+                   "-o", str(out), env=fake.env())
     assert proc.returncode == 0, proc.stderr
     data = load_json(out)
     assert data["kind"] == "policy-sweep" and data["backend"] == "cpu"
@@ -87,7 +87,7 @@ def test_env_policies_change_the_cpu_queue_pool(tmp_path: Path, fake: FakeGpus) 
 def test_gpu_policy_applied_around_the_child_and_restored(tmp_path: Path, fake: FakeGpus) -> None:
     out = tmp_path / "p.json"
     proc = run_cli("policy-sweep", "hetero_kernels", "--streams", "4", "--policies",
-                   "baseline,priority_be", *FAST, "-o", str(out), env=fake.env("amd", 1))
+                   "baseline,priority_be", *FAST, "-o", str(out), env=fake.env(), fakes=fake.gpu("amd", 1))
     assert proc.returncode == 0, proc.stderr
     points = _points(load_json(out))
     (be,) = points["priority_be"]
@@ -105,7 +105,7 @@ def test_repeats_shuffle_and_resume(tmp_path: Path, fake: FakeGpus) -> None:
     out = tmp_path / "p.json"
     args = ("policy-sweep", "hetero_kernels", "--streams", "4", "--policies",
             "baseline,multi_tenant_fair", "--repeats", "2", *FAST, "-o", str(out))
-    first = run_cli(*args, env=fake.env(None))
+    first = run_cli(*args, env=fake.env())
     assert first.returncode == 0, first.stderr
     data = load_json(out)
     assert len(data["schedule"]) == 2
@@ -121,13 +121,13 @@ def test_repeats_shuffle_and_resume(tmp_path: Path, fake: FakeGpus) -> None:
     pairs = json.loads(cmp.stdout)["tests"][0]["pairs"]
     assert sorted(p["policy"] for p in pairs) == ["baseline", "multi_tenant_fair"]
     assert {m["base_n"] for p in pairs for m in p["metrics"]} == {2}, "runs are the samples"
-    again = run_cli(*args, "--resume", env=fake.env(None))
+    again = run_cli(*args, "--resume", env=fake.env())
     assert again.returncode == 0, again.stderr
     assert again.stderr.count("kept from") == 4
-    fresh = run_cli(*args, env=fake.env(None))
+    fresh = run_cli(*args, env=fake.env())
     assert fresh.returncode == 2 and "already holds 4 finished policy-sweep points" in fresh.stderr
     other = run_cli("policy-sweep", "hetero_kernels", "--streams", "4", "--policies", "baseline",
-                    *FAST, "-o", str(out), "--resume", env=fake.env(None))
+                    *FAST, "-o", str(out), "--resume", env=fake.env())
     assert other.returncode == 2 and "made with other settings" in other.stderr
 
 
@@ -136,7 +136,7 @@ def test_file_policy_env_read_back_from_the_child(tmp_path: Path, fake: FakeGpus
     example = Path(__file__).resolve().parents[1] / "examples" / "policies.toml"
     proc = run_cli("policy-sweep", "hetero_kernels", "--streams", "4", "--policy-file",
                    str(example), "--policies", "single_queue,wide_queues_no_sdma", *FAST,
-                   "-o", str(out), env=fake.env(None))
+                   "-o", str(out), env=fake.env())
     assert proc.returncode == 0, proc.stderr
     data = load_json(out)
     points = _points(data)

@@ -35,7 +35,7 @@ def test_crashing_point_costs_that_point_only(tmp_path):
     traces = tmp_path / "traces"
     traces.mkdir()
     proc = run_cli("sweep", "hetero_kernels", "--streams", "1,2,4,100", *TINY, "-o", str(out),
-                   "--trace-out", f"{traces}/", env={"AORTA_TEST_CRASH_AT_STREAMS": "2"})
+                   "--trace-out", f"{traces}/", fakes=("--crash-at-streams", "2"))
     assert proc.returncode == 1, proc.stderr  # a point failed, the sweep finished
     assert "dropped stream counts [100]" in proc.stderr
     data = load_json(out)

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,8 +86,13 @@ def point_command(run_args: Sequence[str], out_path: str,
             "-m", "aorta.hw_queue_eval", "run", *run_args, "-o", out_path]
 
 
+#: builds a point's child argv from (run args, result path, ranks per node or None)
+PointCommand = Callable[[Sequence[str], str, int | None], list[str]]
+
+
 def run_point(run_args: Sequence[str], env_overrides: Mapping[str, str] | None = None,
-              timeout_s: float | None = None, nproc_per_node: int | None = None) -> PointOutcome:
+              timeout_s: float | None = None, nproc_per_node: int | None = None,
+              build_command: PointCommand = point_command) -> PointOutcome:
     """Run `python -m aorta.hw_queue_eval run RUN_ARGS -o <tmp>` and return its outcome.
 
     The child is isolated from the working directory and PYTHON* (`procs.python_module_command`).
@@ -96,13 +101,15 @@ def run_point(run_args: Sequence[str], env_overrides: Mapping[str, str] | None =
     torchrun's ranks start as `python -m` without isolation, so the point runs in its private
     folder (mkdtemp, 0700): the folder `-m` puts first on their import path is root's own.
 
-    Raises KeyboardInterrupt after stopping the child if the parent is interrupted.
+    `build_command` makes the child's argv (default `point_command`; a caller of the CLI may
+    pass another through commands/collaborators.py). Raises KeyboardInterrupt after stopping the
+    child if the parent is interrupted.
     """
     env = child_environment(env_overrides)
     remove_stale_point_dirs()
     tmpdir = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-")
     out_path = os.path.join(tmpdir, "point.json")
-    cmd = point_command(run_args, out_path, nproc_per_node)
+    cmd = build_command(run_args, out_path, nproc_per_node)
     started = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, text=True, start_new_session=True,

@@ -17,6 +17,7 @@ import click
 
 from aorta import __version__
 from aorta.common.errors import AortaError, ExitCode, Terminated
+from aorta.hw_queue_eval.commands.collaborators import Collaborators
 
 COMMAND_MODULES = (
     "aorta.hw_queue_eval.commands.catalog",
@@ -76,13 +77,17 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise Terminated()
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the click group and turn every failure into a clear exit code."""
+def main(argv: list[str] | None = None, collaborators: Collaborators | None = None) -> None:
+    """Entry point: run the click group and turn every failure into a clear exit code.
+
+    `collaborators` replaces what the commands talk to (a GPU, a sweep point's child, the
+    benchmark); None is production's own (commands/collaborators.py).
+    """
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         # standalone_mode=False returns the code of a `click.exceptions.Exit` instead of exiting
         code = cli.main(args=argv, prog_name="python -m aorta.hw_queue_eval",
-                        standalone_mode=False)
+                        standalone_mode=False, obj=collaborators or Collaborators())
     except AortaError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)

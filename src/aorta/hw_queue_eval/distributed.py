@@ -28,7 +28,6 @@ from aorta.hw_queue_eval.config import RunConfig
 
 ERROR_KEY = "aorta/error/"
 DEFAULT_TIMEOUT_S = 300
-TEST_FAIL_RANK_ENV = "AORTA_TEST_FAIL_RANK"  # tests: this rank raises right after joining
 
 
 @dataclass(frozen=True)
@@ -135,11 +134,17 @@ def make_barrier(backend: str, timeout_s: float) -> Callable[[], None]:
 
 
 def run_distributed(config: RunConfig, env: DistEnv, timeout_s: float = DEFAULT_TIMEOUT_S,
-                    tracer: Any = None) -> dict[str, Any] | None:
-    """Run `config` on this rank; rank 0 returns the combined result, the others None."""
+                    tracer: Any = None,
+                    benchmark: Callable[..., Any] | None = None) -> dict[str, Any] | None:
+    """Run `config` on this rank; rank 0 returns the combined result, the others None.
+
+    `benchmark` measures this rank's run (default harness.run_benchmark); whatever it raises is
+    reported to the other ranks before it propagates."""
     import torch.distributed as dist
 
     from aorta.hw_queue_eval.harness import run_benchmark
+
+    benchmark = benchmark or run_benchmark
 
     device = rank_device(config.device, env)
     backend = "gloo" if device == "cpu" else "nccl"
@@ -150,10 +155,8 @@ def run_distributed(config: RunConfig, env: DistEnv, timeout_s: float = DEFAULT_
     dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
     try:
         try:
-            if os.environ.get(TEST_FAIL_RANK_ENV) == str(env.rank):
-                raise RuntimeError(f"injected failure ({TEST_FAIL_RANK_ENV})")
-            result = run_benchmark(replace(config, device=device), tracer=tracer,
-                                   barrier=make_barrier(backend, timeout_s)).to_dict()
+            result = benchmark(replace(config, device=device), tracer=tracer,
+                               barrier=make_barrier(backend, timeout_s)).to_dict()
         except Exception as exc:
             others = failed_ranks(env)
             if others:  # our collective failed because another rank died first: name it

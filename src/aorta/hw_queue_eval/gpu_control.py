@@ -8,10 +8,10 @@ Order for every change (ARCHITECTURE decision 4):
 4. restore the prior state (power cap included) in `finally`, with SIGINT/SIGTERM held off until
    the device is back; verify the restore; only then delete the state file.
 
-Test/dry mode: AORTA_GPU_CONTROL_VENDOR=nvidia|amd (+ AORTA_GPU_CONTROL_INDEX=N) makes the tool
-control that device with the vendor's command-line tool found on PATH even when the workload runs
-on the CPU backend. It exists so the tests can drive fake `nvidia-smi`/`rocm-smi` executables; it
-never changes what happens when it is unset.
+Which device a --device means and which driver changes it is a GpuLocator: DeviceGpus in
+production (the GPU behind torch's device; none on the CPU backend). A caller of the CLI can pass
+another one (commands/collaborators.py) — the tests point it at fake vendor tools — and nothing in
+the environment or the input selects it.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from aorta.common.errors import AortaError, DeviceLeftChanged, UsageError
 from aorta.hw_queue_eval import gpu_state
@@ -39,8 +39,6 @@ from aorta.hw_queue_eval.gpu_drivers import (
 )
 from aorta.hw_queue_eval.results import utc_timestamp
 
-SIMULATE_VENDOR_ENV = "AORTA_GPU_CONTROL_VENDOR"
-SIMULATE_INDEX_ENV = "AORTA_GPU_CONTROL_INDEX"
 CPU_NOT_APPLICABLE = ("not applicable on the CPU backend: it has no GPU clocks or power cap to "
                       "set (run on a GPU, or drop the clock/power setting)")
 _VISIBLE_ENV = {"nvidia": ("CUDA_VISIBLE_DEVICES",),
@@ -64,34 +62,31 @@ class GpuRequest:
 
 @dataclass(frozen=True)
 class GpuTarget:
-    """The one device whose clocks/power are changed."""
+    """The one device whose clocks/power are changed.
+
+    `simulated`: a stand-in chosen by the caller, not the device the workload runs on (its
+    description says so, and so does the policy table).
+    """
 
     vendor: str
     index: int
-    simulated: bool
+    simulated: bool = False
 
     def describe(self) -> str:
-        mode = f" (simulated via {SIMULATE_VENDOR_ENV})" if self.simulated else ""
+        mode = " (simulated: not the device the workload runs on)" if self.simulated else ""
         return f"{self.vendor} GPU {self.index}{mode}"
 
 
-def _int_env(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    if not raw.isdigit():
-        raise UsageError(f"{name}={raw!r} is not a GPU index (0, 1, …)")
-    return int(raw)
+class GpuLocator(Protocol):
+    """Which GPU a resolved --device means, and the driver that reads and changes it."""
 
+    def target_for(self, resolved_device: str) -> GpuTarget | None:
+        """The device to control (None: nothing to control, e.g. the CPU backend)."""
+        ...
 
-def simulated_target() -> GpuTarget | None:
-    """The test/dry-mode target from AORTA_GPU_CONTROL_VENDOR, or None when unset."""
-    vendor = os.environ.get(SIMULATE_VENDOR_ENV, "").strip()
-    if not vendor:
-        return None
-    if vendor not in ("nvidia", "amd"):
-        raise UsageError(f"{SIMULATE_VENDOR_ENV}={vendor!r}: use nvidia or amd")
-    return GpuTarget(vendor, _int_env(SIMULATE_INDEX_ENV, 0), simulated=True)
+    def driver_for(self, target: GpuTarget) -> GpuDriver:
+        """A driver for `target` (its vendor library when importable, else its tool)."""
+        ...
 
 
 def _physical_index(vendor: str, logical: int) -> int:
@@ -110,9 +105,6 @@ def _physical_index(vendor: str, logical: int) -> int:
 
 def target_for_device(resolved_device: str) -> GpuTarget | None:
     """The device to control for a resolved --device (None on the CPU backend)."""
-    simulated = simulated_target()
-    if simulated is not None:
-        return simulated
     if resolved_device == "cpu":
         return None
     import torch
@@ -122,8 +114,15 @@ def target_for_device(resolved_device: str) -> GpuTarget | None:
     return GpuTarget(vendor, _physical_index(vendor, logical), simulated=False)
 
 
-def _driver_for(target: GpuTarget) -> GpuDriver:
-    return make_driver(target.vendor, target.index, allow_library=not target.simulated)
+class DeviceGpus:
+    """Production's GpuLocator: the GPU behind torch's device, driven by its vendor's library
+    (pynvml / amdsmi) when importable, else by its command-line tool."""
+
+    def target_for(self, resolved_device: str) -> GpuTarget | None:
+        return target_for_device(resolved_device)
+
+    def driver_for(self, target: GpuTarget) -> GpuDriver:
+        return make_driver(target.vendor, target.index)
 
 
 def _driver_for_record(record: dict[str, Any]) -> GpuDriver:
@@ -258,9 +257,11 @@ def recover_stale_states(echo: Any = None) -> list[str]:
 class GpuControl:
     """Context manager: snapshot → state file → apply → verify; restore on every exit path."""
 
-    def __init__(self, target: GpuTarget, request: GpuRequest) -> None:
+    def __init__(self, target: GpuTarget, request: GpuRequest,
+                 open_driver: Callable[[GpuTarget], GpuDriver] | None = None) -> None:
         self.target = target
         self.request = request
+        self.open_driver = open_driver or DeviceGpus().driver_for
         self.driver: GpuDriver | None = None
         self.record: dict[str, Any] | None = None
         self.path: Path | None = None
@@ -277,7 +278,7 @@ class GpuControl:
                                  f"{record.get('pid')} (state file {path}); wait for it to end")
             restore_from_file(path)
         gpu_state.ensure_state_dir()
-        self.driver = self.driver or _driver_for(self.target)
+        self.driver = self.driver or self.open_driver(self.target)
         snap = self.driver.snapshot()
         watts = self.request.power_limit_w
         low, high = snap.get("power_min_w"), snap.get("power_max_w")

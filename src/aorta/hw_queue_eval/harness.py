@@ -7,8 +7,6 @@ stream), and on GPU the iteration time comes from events that join every stream.
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -22,7 +20,6 @@ from aorta.hw_queue_eval.workloads.base import UNIT_SCALE, Workload
 from aorta.hw_queue_eval.workloads.registry import get_workload_class
 
 MAX_STORED_OPS = 200_000
-TEST_CRASH_ENV = "AORTA_TEST_CRASH_AT_STREAMS"
 ProgressFn = Callable[[str, int, int], None]
 
 
@@ -92,14 +89,6 @@ def _handoffs(submissions: list[SubmissionRecord] | None) -> dict[str, Any]:
             "source": "harness"}
 
 
-def _test_crash_hook(streams: int) -> None:
-    """Test-only: SIGKILL this process (as an OOM kill would) when AORTA_TEST_CRASH_AT_STREAMS
-    lists this stream count, so tests can prove a crashing sweep point costs that point only."""
-    listed = os.environ.get(TEST_CRASH_ENV, "")
-    if str(streams) in {item.strip() for item in listed.split(",")}:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 def run_benchmark(config: RunConfig, tracer: WindowTracer | None = None,
                   progress: ProgressFn = _noop_progress,
                   barrier: Callable[[], None] | None = None) -> RunResult:
@@ -108,7 +97,6 @@ def run_benchmark(config: RunConfig, tracer: WindowTracer | None = None,
     `barrier` (torchrun: a process-group barrier) is called before warm-up and right before the
     window starts, so every rank warms up and measures at the same time.
     """
-    _test_crash_hook(config.streams)
     device = resolve_device(config.device)
     workload_cls = get_workload_class(config.workload)
     workload_cls.INFO.check_streams(config.streams)

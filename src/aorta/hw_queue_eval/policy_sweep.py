@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aorta.hw_queue_eval.childrun import run_point
 from aorta.hw_queue_eval.config import RunConfig
 from aorta.hw_queue_eval.gpu_control import CPU_NOT_APPLICABLE, GpuControl, GpuRequest, GpuTarget
+from aorta.hw_queue_eval.gpu_drivers import GpuDriver
 from aorta.hw_queue_eval.policies import Policy, cpu_ignored_env, not_applicable_reason
 from aorta.hw_queue_eval.repeats import conditions, interleaved_schedule, run_summary
 from aorta.hw_queue_eval.stats import MIN_RUNS, compare_runs, median_ci
@@ -81,8 +82,11 @@ def in_effect(policy: Policy, result: dict[str, Any] | None,
 def run_policy_point(policy: Policy, repeat: int, config: RunConfig, base: GpuRequest,
                      target: GpuTarget | None, timeout_s: float | None,
                      flags: Sequence[str] = (),
-                     nproc_per_node: int | None = None) -> dict[str, Any]:
-    """One policy once: apply clock/power (if any), run the child with the env, restore."""
+                     nproc_per_node: int | None = None,
+                     open_driver: Callable[[GpuTarget], GpuDriver] | None = None) -> dict[str, Any]:
+    """One policy once: apply clock/power (if any), run the child with the env, restore.
+
+    `open_driver` opens the driver of `target` (default: its vendor library or tool)."""
     key = {"workload": config.workload, "streams": config.streams, "policy": policy.name,
            "repeat": repeat}
     request = point_request(policy, base)
@@ -100,7 +104,7 @@ def run_policy_point(policy: Policy, repeat: int, config: RunConfig, base: GpuRe
     control: Any = contextlib.nullcontext(None)
     if not request.empty:
         assert target is not None
-        control = GpuControl(target, request)
+        control = GpuControl(target, request, open_driver=open_driver)
     point["conditions"] = conditions()
     with control as gpu_report:
         outcome = run_point(child_run_args(config, flags), env_overrides=dict(policy.env),

@@ -19,7 +19,7 @@ from typing import Any
 from aorta.common.errors import UsageError
 from aorta.hw_queue_eval import scaling
 from aorta.hw_queue_eval.checkpoint import CheckpointFile, fingerprint, open_or_resume
-from aorta.hw_queue_eval.childrun import run_point
+from aorta.hw_queue_eval.childrun import PointCommand, point_command, run_point
 from aorta.hw_queue_eval.config import env_knobs
 from aorta.hw_queue_eval.repeats import conditions, interleaved_schedule
 from aorta.hw_queue_eval.workloads.base import WorkloadInfo
@@ -153,11 +153,13 @@ PointCallback = Callable[[int, dict[str, Any] | None, int, int], None]
 
 
 def run_sweep(spec: SweepSpec, file: CheckpointFile,
-              on_point: PointCallback = lambda n, point, done, total: None) -> CheckpointFile:
+              on_point: PointCallback = lambda n, point, done, total: None,
+              build_command: PointCommand = point_command) -> CheckpointFile:
     """Run every pending point, recording each one as it ends; returns the checkpoint file.
 
-    `on_point(streams, point_or_None_if_skipped, done, total)` reports progress. KeyboardInterrupt
-    propagates after the child is stopped; every finished point is already on disk.
+    `on_point(streams, point_or_None_if_skipped, done, total)` reports progress; `build_command`
+    makes each point's child argv. KeyboardInterrupt propagates after the child is stopped; every
+    finished point is already on disk.
     """
     plan = [(repeat, streams) for repeat, order in enumerate(spec.schedule(), start=1)
             for streams in order]
@@ -170,7 +172,7 @@ def run_sweep(spec: SweepSpec, file: CheckpointFile,
             continue
         cond = conditions()
         outcome = run_point(spec.child_args(streams), timeout_s=spec.timeout_s,
-                            nproc_per_node=spec.nproc_per_node)
+                            nproc_per_node=spec.nproc_per_node, build_command=build_command)
         point = {"key": key, **outcome.to_dict(), "result": outcome.result, "conditions": cond,
                  "trace_file": trace_path_for(spec.trace_out, spec.workload, streams)
                  if outcome.status == "ok" else None}

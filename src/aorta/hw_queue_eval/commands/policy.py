@@ -8,6 +8,7 @@ import click
 
 from aorta.common.atomicio import check_output_path
 from aorta.common.errors import AortaError, ExitCode, Interrupted, Terminated, UsageError
+from aorta.hw_queue_eval.commands import collaborators
 from aorta.hw_queue_eval.commands.run import (
     build_config,
     gpu_control_options,
@@ -64,7 +65,6 @@ def policy_sweep_command(workload: str, streams: str, policies: str | None,
         GpuControl,
         GpuRequest,
         recover_stale_states,
-        target_for_device,
     )
     from aorta.hw_queue_eval.policies import resolve_policies
     from aorta.hw_queue_eval.policy_sweep import (
@@ -94,13 +94,14 @@ def policy_sweep_command(workload: str, streams: str, policies: str | None,
     hold_output_lock(output, "policy-sweep file")
 
     config = dataclasses.replace(config, device=resolve_device(config.device))
-    target = target_for_device(config.device)
+    gpus = collaborators.current().gpu_locator()
+    target = gpus.target_for(config.device)
     if target is None and not base.empty:
         raise UsageError(f"--lock-clocks/--power-limit: {CPU_NOT_APPLICABLE}")
     recover_stale_states(echo=lambda m: click.echo(m, err=True))
     if target is not None:  # tools present, device readable, watts in range: before any run
         for request in {point_request(p, base) for p in chosen} - {GpuRequest()}:
-            control = GpuControl(target, request)
+            control = GpuControl(target, request, open_driver=gpus.driver_for)
             try:
                 control.preflight()
             finally:
@@ -137,7 +138,8 @@ def policy_sweep_command(workload: str, streams: str, policies: str | None,
                     continue
                 click.echo(f"[{done}/{total}] {name} (repeat {repeat})…", err=True)
                 point = run_policy_point(by_name[name], repeat, config, base, target, timeout_s,
-                                         flags, nproc_per_node=nproc)
+                                         flags, nproc_per_node=nproc,
+                                         open_driver=gpus.driver_for)
                 file.record(point, state="running")
                 if point["status"] != "ok":
                     click.echo(f"  {point['status']}: {point['error']}", err=True)

@@ -17,6 +17,7 @@ from aorta.common.atomicio import (
     keep_unsaved,
 )
 from aorta.common.errors import ExitCode, MeasurementFailed, UsageError
+from aorta.hw_queue_eval.commands import collaborators
 from aorta.hw_queue_eval.config import (
     DEFAULT_ITERATIONS,
     DEFAULT_SEED,
@@ -155,7 +156,6 @@ def gpu_control_context(device: str, request: GpuRequest) -> Any:
         CPU_NOT_APPLICABLE,
         GpuControl,
         recover_stale_states,
-        target_for_device,
     )
 
     recover_stale_states(echo=lambda m: click.echo(m, err=True))
@@ -163,10 +163,11 @@ def gpu_control_context(device: str, request: GpuRequest) -> Any:
         return contextlib.nullcontext(None)
     from aorta.hw_queue_eval.backends import resolve_device
 
-    target = target_for_device(resolve_device(device))
+    gpus = collaborators.current().gpu_locator()
+    target = gpus.target_for(resolve_device(device))
     if target is None:
         raise UsageError(f"--lock-clocks/--power-limit: {CPU_NOT_APPLICABLE}")
-    return GpuControl(target, request)
+    return GpuControl(target, request, open_driver=gpus.driver_for)
 
 
 TRACING_FLAGS: list[tuple[str, str, str]] = [
@@ -274,7 +275,6 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
     import json
 
     from aorta.hw_queue_eval.backends import resolve_device
-    from aorta.hw_queue_eval.harness import run_benchmark
     from aorta.hw_queue_eval.report.console import make_console, render_run
     from aorta.hw_queue_eval.report.ebpf_blocks import render_ebpf
 
@@ -322,6 +322,7 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
         click.echo(f"Running {config.workload} on {config.streams} streams ({config.iterations} "
                    f"iterations + {config.warmup} warm-up, device {config.device})…", err=True)
         with _Progress() as progress:
+            run_benchmark = collaborators.current().benchmark_runner()
             result = run_benchmark(config, tracer=tracer, progress=progress).to_dict()
     if gpu_report is not None:
         result["gpu_control"] = gpu_report
@@ -413,7 +414,8 @@ def _run_under_torchrun(config: RunConfig, dist_env: Any, timeout_s: int, output
         tracer = NodeTracer(dist_env, timeout_s)
         if dist_env.local_rank == 0 and not tracer.ready.ok:
             click.echo(f"warning: eBPF tracing is off: {tracer.ready.reason}", err=True)
-    combined = run_distributed(config, dist_env, timeout_s, tracer=tracer)
+    combined = run_distributed(config, dist_env, timeout_s, tracer=tracer,
+                               benchmark=collaborators.current().benchmark_runner())
     if combined is None:
         return  # not rank 0: rank 0 reports for everyone
     if output:

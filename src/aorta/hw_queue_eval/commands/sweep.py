@@ -9,6 +9,7 @@ import click
 from aorta.common.atomicio import check_output_path
 from aorta.common.errors import ExitCode, Interrupted, Terminated, UsageError
 from aorta.common.outlock import OutputLock
+from aorta.hw_queue_eval.commands import collaborators
 from aorta.hw_queue_eval.commands.run import (
     _Progress,
     build_config,
@@ -125,7 +126,8 @@ def sweep_command(workload: str, streams: str, iterations: str, warmup: str, dev
             progress("sweep", done, total)
 
         try:
-            run_sweep(spec, file, on_point)
+            run_sweep(spec, file, on_point,
+                      build_command=collaborators.current().point_command_builder())
         except (KeyboardInterrupt, Terminated) as exc:
             state = "terminated" if isinstance(exc, Terminated) else "interrupted"
             file.save(state=state, analysis=analysis_of(file.points, info.work_scaling))
