@@ -15,7 +15,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aorta import __version__
 from aorta.common.atomicio import atomic_write_json, read_json_file
 from aorta.common.errors import UsageError
 
@@ -76,15 +75,18 @@ class RunResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of schema v2 (header keys first)."""
+        from aorta.hw_queue_eval.provenance import tool_info
+
         body = asdict(self)
-        header = {"schema_version": SCHEMA_VERSION, "kind": RESULT_KIND,
-                  "tool": {"name": "aorta", "version": __version__}}
+        header = {"schema_version": SCHEMA_VERSION, "kind": RESULT_KIND, "tool": dict(tool_info())}
         return {**header, **body}
 
 
 def collect_environment(backend_env: dict[str, Any], backend: str, device: str) -> dict[str, Any]:
-    """Host, kernel, Python, torch, device and runtime versions, plus the queue env knobs."""
+    """Host, kernel, Python, torch, device, runtime and GPU driver versions, the GPU clocks in
+    effect, plus the queue env knobs."""
     from aorta.hw_queue_eval.config import env_knobs, runtime_env
+    from aorta.hw_queue_eval.provenance import gpu_facts
 
     env: dict[str, Any] = {
         "host": platform.node(),
@@ -105,6 +107,7 @@ def collect_environment(backend_env: dict[str, Any], backend: str, device: str) 
     if backend == "cpu":
         env["device_name"] = platform.processor() or platform.machine()
     env.update(backend_env)
+    env.update(gpu_facts(env))
     return env
 
 

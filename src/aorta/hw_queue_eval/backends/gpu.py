@@ -188,7 +188,10 @@ class GpuBackend(Backend):
                 "gpu_memory_bytes": int(props.total_memory),
                 "multiprocessors": int(props.multi_processor_count),
                 "gcn_arch": getattr(props, "gcnArchName", None),
-                "visible_gpus": torch.cuda.device_count()}
+                "visible_gpus": torch.cuda.device_count(),
+                # where this GPU sits on the PCI bus: provenance reads its driver and clocks there
+                **{key: getattr(props, key, None)
+                   for key in ("pci_bus_id", "pci_device_id", "pci_domain_id")}}
 
     def close(self) -> None:
         self.pending.clear()
