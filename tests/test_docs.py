@@ -17,7 +17,7 @@ from doc_messages import collect
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = sorted((REPO / "docs").glob("*.md"))
-PAGES = [REPO / "README.md", *DOCS]
+PAGES = [REPO / "README.md", REPO / "CONTRIBUTING.md", REPO / "CHANGELOG.md", *DOCS]
 PROGRAMS = ("python -m aorta.hw_queue_eval", "python3 -m aorta.hw_queue_eval", "aorta-hwq")
 FENCE_RE = re.compile(r"^```(bash|sh|shell|console)\s*\n(.*?)^```", re.M | re.S)
 LINK_RE = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
@@ -92,6 +92,19 @@ def test_documented_commands_run_help_cleanly() -> None:
                               capture_output=True, text=True, timeout=120, check=False)
         assert proc.returncode == 0 and name in group.commands, (name, proc.stderr)
 
+
+
+#: where a path named in CONTRIBUTING.md may be relative to (the repo, the package, the tool)
+PATH_ROOTS = (REPO, REPO / "src" / "aorta", REPO / "src" / "aorta" / "hw_queue_eval")
+PATH_RE = re.compile(r"`((?:[\w.-]+/)+[\w.-]+\.(?:py|md|json|toml|sh))`")
+
+
+def test_paths_named_in_contributing_exist() -> None:
+    text = (REPO / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    named = set(PATH_RE.findall(text))
+    assert len(named) >= 10, named
+    missing = sorted(p for p in named if not any((root / p).exists() for root in PATH_ROOTS))
+    assert not missing, f"CONTRIBUTING.md names paths that do not exist: {missing}"
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(REPO).as_posix())
