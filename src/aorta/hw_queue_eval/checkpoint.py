@@ -11,7 +11,6 @@ import json
 import os
 from typing import Any
 
-from aorta import __version__
 from aorta.common.atomicio import (
     WriteError,
     atomic_write_json,
@@ -20,6 +19,7 @@ from aorta.common.atomicio import (
     read_owned_json,
 )
 from aorta.common.errors import UsageError
+from aorta.hw_queue_eval.provenance import tool_info
 from aorta.hw_queue_eval.results import SCHEMA_VERSION, utc_timestamp
 from aorta.hw_queue_eval.validation import point_problem
 
@@ -99,7 +99,7 @@ class CheckpointFile:
 
     def to_dict(self, **extra: Any) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, "kind": self.kind,
-                "tool": {"name": "aorta", "version": __version__},
+                "tool": dict(tool_info()),
                 "created": self.created, "updated": utc_timestamp(), **self.header,
                 "points": self.points, **extra}
 
