@@ -328,23 +328,44 @@ def test_hand_over_times_out_with_one_line_naming_what_it_waited_for(store):
         tracer.prepare(_Backend("cpu"), None)
 
 
-def test_gpu_backend_under_torchrun_starts_no_bpftrace_and_says_why(store, monkeypatch):
+def test_gpu_backend_under_torchrun_gets_one_node_program_keyed_by_rank(store, monkeypatch):
+    """The GPU queue families are split per rank too: local rank 0 starts one program for
+    both ranks' pids, with the rank key as @aorta_pids' value and first in the per-rank maps."""
     from aorta.ebpf import engine
-    from aorta.hw_queue_eval.node_tracer import GPU_NOT_SPLIT, NodeTracer
+    from aorta.hw_queue_eval import node_tracer
+    from aorta.hw_queue_eval.node_tracer import NodeTracer
 
-    def no_session(*args, **kwargs):
-        raise AssertionError("no bpftrace may start")
+    started = []
 
-    monkeypatch.setattr(engine, "start_session", no_session)
-    lead, other = NodeTracer(_env(0, 0), timeout_s=5), NodeTracer(_env(1, 1), timeout_s=5)
+    class Session:
+        pid = 4242
+
+    def fake_session(program, ready):
+        started.append(program)
+        return Session()
+
+    monkeypatch.setattr(engine, "start_session", fake_session)
+    monkeypatch.setattr(node_tracer, "check_siblings", lambda ranks: None)
+    lead = NodeTracer(_env(0, 0), timeout_s=5, memory=True, gpu_runtime=True)
+    other = NodeTracer(_env(1, 1), timeout_s=5, memory=True, gpu_runtime=True)
+    if not lead.ready.ok:
+        pytest.skip(f"no bpftrace/tracefs here: {lead.ready.reason}")
     other_thread = threading.Thread(target=other.prepare, args=(_Backend("gpu"), None))
     other_thread.start()
     lead.prepare(_Backend("gpu"), None)
     other_thread.join(10)
-    for tracer in (lead, other):
-        assert tracer.token is None
-        section = tracer.finish({})["ebpf_queue_metrics"]
-        assert section["status"] == "unavailable" and section["error"] == GPU_NOT_SPLIT
+    assert len(started) == 1 and lead.error is None
+    assert lead.token == other.token == started[0].token
+    text = started[0].text
+    assert f"@aorta_pids[{os.getpid()}] = 1;" in text  # both "ranks" are this process here
+    assert "@aorta_pids[pid]" in text
+    names = [f.name for f in started[0].families]
+    assert names[0] == "gpu_runtime" and {"kfd", "amdgpu", "gpu_scheduler", "hostmem",
+                                          "amdmem"} <= set(names)
+    # the other rank collects with what rank 0 rendered (nothing mapped here: not attached)
+    gpu = next(f for f in other.families if f.name == "gpu_runtime")
+    lead_gpu = next(f for f in lead.families if f.name == "gpu_runtime")
+    assert gpu is not lead_gpu and gpu.attached == lead_gpu.attached
 
 
 def test_a_lead_whose_tracer_breaks_tells_the_other_ranks_instead_of_hanging_them(store):
