@@ -13,6 +13,7 @@ import pytest
 
 from aorta.ebpf import engine
 from aorta.ebpf.probes.base import TraceTarget
+from aorta.ebpf.probes.cpu_sched import CpuSchedFamily
 from aorta.ebpf.probes.gpu_runtime import GpuRuntimeFamily
 from aorta.ebpf.probes.host_memory import HostMemoryFamily
 from aorta.ebpf.probes.ranks import rank_key, rank_keyed, rank_slice
@@ -86,7 +87,8 @@ def test_one_program_for_two_ranks_gives_each_its_own_launches_doorbells_and_mma
         ready = engine.check_readiness()
         target = TraceTarget(tuple(r.pid for r in ranks), rank_keys=True)
         program = engine.make_program(False, False, target, ready.tracefs, ready.version,
-                                      families=[GpuRuntimeFamily(), HostMemoryFamily()])
+                                      families=[GpuRuntimeFamily(), HostMemoryFamily(),
+                                                CpuSchedFamily()])
         session = engine.start_session(program, ready)
         session.window_start()
         streams = []
@@ -96,6 +98,7 @@ def test_one_program_for_two_ranks_gives_each_its_own_launches_doorbells_and_mma
             rank.stdin.flush()
         for rank in ranks:
             streams.append({int(s) for s in rank.stdout.readline().split()})
+        tasks = [{int(t) for t in os.listdir(f"/proc/{rank.pid}/task")} for rank in ranks]
         session.window_stop()
         out = session.stop()
         session = None
@@ -109,10 +112,11 @@ def test_one_program_for_two_ranks_gives_each_its_own_launches_doorbells_and_mma
     assert len(program.used_events["gpu_runtime"]) > 0, program.missing["gpu_runtime"]
     for slot, ((launches, mmaps), rank) in enumerate(zip(PLAN, ranks, strict=True)):
         mine = replace(out, maps=rank_slice(out.maps, rank_keyed(program.families), rank_key(slot)))
-        context = {"window": engine.window_info(out), "rank_key": rank_key(slot),
+        # no /proc snapshots: the threads are what the rank-keyed switch counts saw (GPU backend)
+        context = {"window": engine.window_info(out), "rank_key": rank_key(slot), "snapshots": {},
                    "pids": [rank.pid], "stream_handles": [
                        {"stream": i, "handle": h} for i, h in enumerate(sorted(streams[slot]))]}
-        gpu, host = (r.metrics for r in engine.collect_results(program, mine, context))
+        gpu, host, cpu = (r.metrics for r in engine.collect_results(program, mine, context))
         # ground truth: what this rank did itself, none of the other rank's calls
         assert gpu["launches_total"] == launches
         assert {int(r["handle"], 16) for r in gpu["streams"] if r["launches"]} == streams[slot]
@@ -123,6 +127,8 @@ def test_one_program_for_two_ranks_gives_each_its_own_launches_doorbells_and_mma
         assert host["mmap"]["bytes"] >= sum(4096 * (5 + k) for k in range(mmaps))
         assert set(host["page_faults"]["per_process"]) == {str(rank.pid)}
         assert host["page_faults"]["count"] >= mmaps
+        switched = {t["tid"] for t in cpu["threads"] if t["switches"]}
+        assert rank.pid in switched and switched <= tasks[slot]  # its own threads only
     # the node-wide totals are exactly the two ranks' shares (nothing lost, nothing doubled)
     keyed = out.maps["@gpu_runtime_launches"]
     assert {k.split(",")[0] for k in keyed} == {"1", "2"}
