@@ -114,12 +114,13 @@ def test_single_node_two_ranks(tmp_path, workload, collectives):
     assert compared.returncode == 0, compared.stderr
 
 
-def test_ebpf_memory_trace_under_torchrun_refused_before_anything_starts(tmp_path):
+def test_clock_control_under_torchrun_refused_before_anything_starts(tmp_path):
     env = {"TORCHELASTIC_RUN_ID": "t", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
     proc = run_cli("run", "moe", "--streams", "4", "-d", "cpu", "--ebpf-memory-trace",
-                   "-o", str(tmp_path / "r.json"), env=env)
+                   "--lock-clocks", "7", "-o", str(tmp_path / "r.json"), env=env)
     assert proc.returncode == 2
-    assert proc.stderr.strip().count("\n") == 0 and "not supported yet" in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "--lock-clocks/--power-limit are not " \
+        "supported yet" in proc.stderr
     assert not list(tmp_path.iterdir())
 
 

@@ -137,6 +137,26 @@ def _check_rank_sections(result: dict, bpftrace_pids: set[int]) -> None:
                 per_queue_cap(workers)
 
 
+def _check_memory_and_runtime_per_rank(result: dict) -> None:
+    """--ebpf-memory-trace / --ebpf-gpu-runtime under torchrun: each rank its own memory section
+    (its own pid's faults), and on the CPU backend the runtime family not attached, with why."""
+    ranks = result["distributed"]["rank_results"]
+    pids = {r["distributed"]["pid"] for r in ranks}
+    for rank in ranks:
+        memory = rank["ebpf_memory_metrics"]
+        assert memory["status"] == "ok", memory.get("error")
+        assert memory["lost_events"] == 0
+        assert memory["node_tracer"]["rank_key"] == rank["distributed"]["local_rank"] + 1
+        faults = memory["families"]["hostmem"]["metrics"]["page_faults"]
+        own = rank["distributed"]["pid"]
+        assert faults["count"] > 0 and str(own) in faults["per_process"]
+        assert not {str(p) for p in pids - {own}} & set(faults["per_process"])
+        assert memory["host_page_faults"] == faults["count"]
+        runtime = rank["ebpf_queue_metrics"]["families"]["gpu_runtime"]
+        assert runtime["events_attached"] == [] and runtime["metrics"]["summary"] is None
+        assert "no HIP/HSA/CUDA runtime library is mapped" in runtime["events_missing"]["uprobe:*"]
+
+
 def _gone(pids: set[int], within_s: float = 10.0) -> bool:
     deadline = time.monotonic() + within_s
     while any(Path(f"/proc/{p}").exists() and _is_session(p) for p in pids):
@@ -153,7 +173,8 @@ def test_one_bpftrace_for_two_ranks_and_each_rank_its_own_numbers(tmp_path, work
     require_ebpf()
     out = tmp_path / "r.json"
     proc = _torchrun("--nproc-per-node", "2", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}",
-                     *_run_args(workload, streams), "--ebpf-trace", "-o", str(out))
+                     *_run_args(workload, streams), "--ebpf-trace", "--ebpf-memory-trace",
+                     "--ebpf-gpu-runtime", "-o", str(out))
     watch = SessionWatch([proc.pid])
     _, stderr = proc.communicate(timeout=240)
     seen = watch.stop()
@@ -162,6 +183,7 @@ def test_one_bpftrace_for_two_ranks_and_each_rank_its_own_numbers(tmp_path, work
     assert len(watch.parents) == 1  # the other rank ran no bpftrace at all (not even --version)
     result = load_json(out)
     _check_rank_sections(result, seen)
+    _check_memory_and_runtime_per_rank(result)
     ranks = result["distributed"]["rank_results"]
     assert len({r["ebpf_queue_metrics"]["node_tracer"]["bpftrace_pid"] for r in ranks}) == 1
     assert watch.parents == {r["distributed"]["pid"] for r in ranks
@@ -327,23 +349,44 @@ def test_hand_over_times_out_with_one_line_naming_what_it_waited_for(store):
         tracer.prepare(_Backend("cpu"), None)
 
 
-def test_gpu_backend_under_torchrun_starts_no_bpftrace_and_says_why(store, monkeypatch):
+def test_gpu_backend_under_torchrun_gets_one_node_program_keyed_by_rank(store, monkeypatch):
+    """The GPU queue families are split per rank too: local rank 0 starts one program for
+    both ranks' pids, with the rank key as @aorta_pids' value and first in the per-rank maps."""
     from aorta.ebpf import engine
-    from aorta.hw_queue_eval.node_tracer import GPU_NOT_SPLIT, NodeTracer
+    from aorta.hw_queue_eval import node_tracer
+    from aorta.hw_queue_eval.node_tracer import NodeTracer
 
-    def no_session(*args, **kwargs):
-        raise AssertionError("no bpftrace may start")
+    started = []
 
-    monkeypatch.setattr(engine, "start_session", no_session)
-    lead, other = NodeTracer(_env(0, 0), timeout_s=5), NodeTracer(_env(1, 1), timeout_s=5)
+    class Session:
+        pid = 4242
+
+    def fake_session(program, ready):
+        started.append(program)
+        return Session()
+
+    monkeypatch.setattr(engine, "start_session", fake_session)
+    monkeypatch.setattr(node_tracer, "check_siblings", lambda ranks: None)
+    lead = NodeTracer(_env(0, 0), timeout_s=5, memory=True, gpu_runtime=True)
+    other = NodeTracer(_env(1, 1), timeout_s=5, memory=True, gpu_runtime=True)
+    if not lead.ready.ok:
+        pytest.skip(f"no bpftrace/tracefs here: {lead.ready.reason}")
     other_thread = threading.Thread(target=other.prepare, args=(_Backend("gpu"), None))
     other_thread.start()
     lead.prepare(_Backend("gpu"), None)
     other_thread.join(10)
-    for tracer in (lead, other):
-        assert tracer.token is None
-        section = tracer.finish({})["ebpf_queue_metrics"]
-        assert section["status"] == "unavailable" and section["error"] == GPU_NOT_SPLIT
+    assert len(started) == 1 and lead.error is None
+    assert lead.token == other.token == started[0].token
+    text = started[0].text
+    assert f"@aorta_pids[{os.getpid()}] = 1;" in text  # both "ranks" are this process here
+    assert "@aorta_pids[pid]" in text
+    names = [f.name for f in started[0].families]
+    assert names[0] == "gpu_runtime" and {"kfd", "amdgpu", "gpu_scheduler", "hostmem",
+                                          "amdmem"} <= set(names)
+    # the other rank collects with what rank 0 rendered (nothing mapped here: not attached)
+    gpu = next(f for f in other.families if f.name == "gpu_runtime")
+    lead_gpu = next(f for f in lead.families if f.name == "gpu_runtime")
+    assert gpu is not lead_gpu and gpu.attached == lead_gpu.attached
 
 
 def test_a_lead_whose_tracer_breaks_tells_the_other_ranks_instead_of_hanging_them(store):
@@ -375,3 +418,47 @@ def test_only_siblings_started_by_the_same_agent_are_traced():
     check_siblings([{"pid": os.getpid()}])  # this process is its own parent's child
     with pytest.raises(ValueError, match="did not start: not traced"):
         check_siblings([{"pid": os.getpid()}, {"pid": 1}])
+
+
+@pytest.mark.ebpf
+@pytest.mark.slow
+def test_ebpf_attach_to_the_torchrun_launcher_follows_every_rank(tmp_path):
+    """ebpf-attach --pid <torchrun>: the ranks it already started are traced from the start."""
+    import json
+    import subprocess
+    import sys
+
+    require_ebpf()
+    proc = _torchrun("--nproc-per-node", "2", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}",
+                     *_run_args("moe", 4)[:-6], "-i", "1000000", "-w", "1", "--dist-timeout",
+                     "60", "--ebpf-memory-trace")
+    try:
+        deadline = time.monotonic() + 120
+        ranks: list[int] = []
+        while len(ranks) < 2:  # the launcher's own children running `run`
+            assert time.monotonic() < deadline and proc.poll() is None, "the ranks did not start"
+            ranks = [p for p in _proc_tree(proc.pid) - {proc.pid} if _parent(p) == proc.pid
+                     and b"aorta.hw_queue_eval" in Path(f"/proc/{p}/cmdline").read_bytes()]
+            time.sleep(0.2)
+        out = tmp_path / "a.json"
+        attach = subprocess.run([sys.executable, "-m", "aorta.hw_queue_eval", "ebpf-attach",
+                                 "--pid", str(proc.pid), "--duration", "4s", "--ebpf-trace",
+                                 "--ebpf-memory-trace", "-o", str(out)],
+                                capture_output=True, text=True, timeout=180, check=False)
+        assert proc.poll() is None, "the ranks ended before the attach did: not a live test"
+        tasks = {rank: {int(t) for t in os.listdir(f"/proc/{rank}/task")} for rank in ranks}
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=120)
+    assert attach.returncode == 0, attach.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert {proc.pid, *ranks} <= set(data["traced_pids"])
+    for key in ("ebpf_queue_metrics", "ebpf_memory_metrics"):
+        assert data[key]["status"] == "ok" and data[key]["lost_events"] == 0, data[key]
+    # events from both ranks: each rank's threads were switched onto a CPU in the window
+    threads = data["ebpf_queue_metrics"]["families"]["cpu_sched"]["metrics"]["threads"]
+    switches = {row["tid"]: row["switches"] or 0 for row in threads}
+    for rank in ranks:
+        assert sum(switches.get(tid, 0) for tid in tasks[rank]) > 0, (rank, switches)
+    memory = data["ebpf_memory_metrics"]["families"]["hostmem"]["metrics"]
+    assert set(memory["page_faults"]["per_process"]) <= {str(p) for p in data["traced_pids"]}

@@ -49,16 +49,27 @@ def can_unshare(ebpf_ready: None) -> None:
         pytest.skip("needs root and unshare(1) to bind a recorded tracefs privately")
 
 
+@pytest.mark.parametrize("node", [False, True], ids=["process", "torchrun-node"])
 @pytest.mark.parametrize("gen", ["linux-5.4", "linux-6.8", "linux-6.17"])
-def test_engine_program_compiles_against_recorded_formats(can_unshare: None, gen: str,
+def test_engine_program_compiles_against_recorded_formats(can_unshare: None, gen: str, node: bool,
                                                           tmp_path: Path) -> None:
     tree = _tree(gen, tmp_path)
     pid = os.getpid()  # a CPU-backend-like target: one queue worker with its doorbell fd 5
-    target = TraceTarget((pid,), thread_labels={pid: "q0"}, doorbells=((pid, 5, pid, 0),))
+    if node:  # a node program for two ranks: every per-process map keyed by rank first
+        other = os.getppid()
+        target = TraceTarget((pid, other), thread_labels={pid: "p/q0"},
+                             doorbells=((pid, 5, pid, 0),), window_ranks=2, rank_keys=True)
+    else:
+        target = TraceTarget((pid,), thread_labels={pid: "q0"}, doorbells=((pid, 5, pid, 0),))
     program = engine.make_program(True, True, target, Tracefs(tree),
                                   engine.check_readiness().version, token=9)
     assert "tracepoint:amdgpu:amdgpu_sched_run_job" in program.text
     assert "tracepoint:syscalls:sys_enter_write" in program.text  # the doorbell probes too
+    keyed = ("@amdgpu_submit_rank[", "@amdgpu_dispatches[$rk, ", "@gpu_scheduler_q2r[$rk]",
+             "@kfd_calls[@aorta_pids[pid], $nr, $ph]", "$traced = @aorta_pids[pid];",
+             f"@aorta_pids[{other if node else pid}] = 2;")
+    for text in keyed:
+        assert (text in program.text) == node, text
     script = tmp_path / "program.bt"
     script.write_text(program.text)
     rc, errors = _compile(tree, script)

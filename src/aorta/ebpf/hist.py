@@ -95,10 +95,11 @@ def exact_cap_per_cpu(cpus: int | None = None) -> int:
     return max(64, EXACT_STORE_KEYS // max(1, cpus or os.cpu_count() or 1))
 
 
-def record_code(name: str, value: str, cap_per_cpu: int | None = None) -> str:
+def record_code(name: str, value: str, cap_per_cpu: int | None = None, prefix: str = "") -> str:
     """bpftrace statements recording `value` (ns, ≥ 0) into @<name>_ll (log-linear bucket
     counts), @<name>_ev[cpu, i] (the first `cap_per_cpu` values of each CPU) and @<name>_seq[cpu]
-    (events per CPU). `name` must be a validated map name; `value` a bpftrace expression."""
+    (events per CPU). `name` must be a validated map name; `value` a bpftrace expression;
+    `prefix` ("r, " or "") leads every key: a node program's rank key (probes/ranks.py)."""
     if not name.replace("_", "").isalnum():
         raise ValueError(f"invalid recorder name {name!r}")
     cap = cap_per_cpu or exact_cap_per_cpu()
@@ -106,11 +107,16 @@ def record_code(name: str, value: str, cap_per_cpu: int | None = None) -> str:
     i = f"${name}_i"
     n = f"${name}_n"
     lines = [*loglinear_index_code(name, value),
-              f"@{name}_ll[{i}] = count();",
-              f"{n} = @{name}_seq[cpu];",
-              f"if ({n} < {cap}) {{ @{name}_ev[cpu, {n}] = {v}; }}",
-              f"@{name}_seq[cpu] = {n} + 1;"]
+              f"@{name}_ll[{prefix}{i}] = count();",
+              f"{n} = @{name}_seq[{prefix}cpu];",
+              f"if ({n} < {cap}) {{ @{name}_ev[{prefix}cpu, {n}] = {v}; }}",
+              f"@{name}_seq[{prefix}cpu] = {n} + 1;"]
     return "\n".join(lines)
+
+
+def recorder_maps(name: str) -> tuple[str, str, str]:
+    """The maps `record_code(name, ...)` writes."""
+    return (f"@{name}_ll", f"@{name}_ev", f"@{name}_seq")
 
 
 def loglinear_index_code(name: str, value: str) -> list[str]:

@@ -85,7 +85,8 @@ def per_second(count: float | None, window_s: float | None) -> float | None:
 
 def derive_bo_moves(hops: Mapping[tuple[int, ...], int], hop_bytes: Mapping[tuple[int, ...], int],
                     twohop: Mapping[tuple[int, ...], int],
-                    twohop_bytes: Mapping[tuple[int, ...], int]) -> dict[str, Any]:
+                    twohop_bytes: Mapping[tuple[int, ...], int],
+                    own: int | None = None) -> dict[str, Any]:
     """BO moves from the kernel's per-hop counts and its paired two-hop counts.
 
     hops / hop_bytes: (old, new, traced) → count / bytes, one entry per amdgpu_bo_move event.
@@ -93,10 +94,13 @@ def derive_bo_moves(hops: Mapping[tuple[int, ...], int], hop_bytes: Mapping[tupl
     VRAM→TT→SYSTEM pairs the kernel program recognised (same BO, same thread, next move of that
     BO, within the pairing interval). Each pair is ONE logical move whose volume is counted once:
     its two hops are taken out of their routes and the pair is added as a direct route.
-    `traced` is 1 for moves in a traced process's context, 0 for kernel workers/other processes.
+    `traced` is 1 for moves in a traced process's context, 0 for kernel workers/other processes;
+    in a node program (torchrun) it is the rank key: `own` is this rank's, and the other local
+    ranks' moves are reported apart (`in_other_local_ranks`).
     """
     routes: dict[tuple[int, int], list[int]] = {}
-    by_context = {0: [0, 0], 1: [0, 0]}
+    mine = 1 if own is None else own
+    by_context = {0: [0, 0], mine: [0, 0]}
 
     def add(old: int, new: int, traced: int, count: int, size: int) -> None:
         cell = routes.setdefault((old, new), [0, 0])
@@ -128,8 +132,12 @@ def derive_bo_moves(hops: Mapping[tuple[int, ...], int], hop_bytes: Mapping[tupl
         "hops_seen": total(hops),
         "two_hop_moves": pairs,
         "routes": route_list,
-        "in_traced_processes": {"moves": by_context[1][0], "bytes": by_context[1][1]},
+        "in_traced_processes": {"moves": by_context.get(mine, [0, 0])[0],
+                                "bytes": by_context.get(mine, [0, 0])[1]},
         "in_other_contexts": {"moves": by_context[0][0], "bytes": by_context[0][1]},
+        **({} if own is None else {"in_other_local_ranks": {
+            "moves": sum(c for t, (c, _) in by_context.items() if t not in (0, own)),
+            "bytes": sum(b for t, (_, b) in by_context.items() if t not in (0, own))}}),
         "consistent": not inconsistent,
     }
 

@@ -68,6 +68,8 @@ def validate_target(target: TraceTarget) -> None:
         if len(bell) != 4 or any(isinstance(v, bool) or not isinstance(v, int) for v in bell) \
                 or bell[0] <= 0 or bell[1] < 0 or bell[2] <= 0 or bell[3] < 0:
             raise ProgramError(f"invalid doorbell {bell!r}: (pid > 0, fd >= 0, tid > 0, queue >= 0)")
+    if not isinstance(target.rank_keys, bool):
+        raise ProgramError(f"invalid rank_keys {target.rank_keys!r}: must be a bool")
     ranks = target.window_ranks
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise ProgramError(f"invalid window_ranks {ranks!r}: must be a positive integer")
@@ -85,8 +87,10 @@ def validate_family(family: ProbeFamily) -> None:
 def render_context(tracefs: Tracefs, dialect: BpftraceDialect, target: TraceTarget) -> RenderContext:
     """The context families render with: pid filter over @aorta_pids, gate over @aorta_gate."""
     pid_filter = f"{PIDS_MAP}[pid]" if target.pids else "1"
+    # a node program's @aorta_pids holds each traced process's rank key (slot + 1), else 1
+    rank = f"{PIDS_MAP}[pid]" if target.rank_keys and target.pids else None
     return RenderContext(tracefs=tracefs, dialect=dialect, target=target, pid_filter=pid_filter,
-                         gate=GATE)
+                         gate=GATE, rank=rank)
 
 
 def _handshake_block(probe: marker.MarkerProbe, ident: int) -> str:
@@ -129,9 +133,10 @@ def _follow_children_block(ctx: RenderContext) -> str | None:
     if fmt is None or not fmt.has("child_pid"):
         return None
     # Runs in the parent: `pid` is the parent's tgid. A new thread's tid lands in the map too,
-    # which is harmless (it is never a tgid of another process).
+    # which is harmless (it is never a tgid of another process). The child inherits the
+    # parent's value: its rank key in a node program, 1 otherwise.
     return (f"tracepoint:sched:sched_process_fork\n/{PIDS_MAP}[pid]/\n{{\n"
-            f"  {PIDS_MAP}[{ctx.dialect.arg('child_pid')}] = 1;\n}}")
+            f"  {PIDS_MAP}[{ctx.dialect.arg('child_pid')}] = {PIDS_MAP}[pid];\n}}")
 
 
 def build_program(families: list[ProbeFamily], target: TraceTarget, tracefs: Tracefs,
@@ -151,7 +156,8 @@ def build_program(families: list[ProbeFamily], target: TraceTarget, tracefs: Tra
     ctx = render_context(tracefs, dialect, target)
     program = Program(text="", token=token, families=list(families), marker_event=probe.event,
                       target=target)
-    begin = [f"  {PIDS_MAP}[{p}] = 1;" for p in target.pids]
+    begin = [f"  {PIDS_MAP}[{p}] = {slot + 1 if target.rank_keys else 1};"
+             for slot, p in enumerate(target.pids)]
     blocks: list[str] = [_handshake_block(probe, HANDSHAKE_IDS[0]),
                          _gate_block(probe, target.window_ranks)]
     if owner_pid is not None:

@@ -6,14 +6,19 @@ never pickle):
 1. prepare: every other local rank publishes its pid, queue-worker tids, doorbell fds and its
    submitting thread; local rank 0 waits for all of them, starts ONE session for all the pids
    (each rank's queues renumbered `local_rank * QUEUE_STRIDE + q` so they cannot collide; thread
-   labels carry the pid) and publishes the session's marker token (or why there is none).
+   labels carry the pid) and publishes the session's marker token (or why there is none), with
+   what each family kept from rendering (attached probes) so every rank collects alike. The
+   program is a node program (TraceTarget.rank_keys): pid k is rank slot k, its children inherit
+   the slot, and every per-process map is keyed by the rank first (probes/ranks.py).
 2. window: each rank sends its own START marker (the first opens the node's gate) and reads its
    own /proc counters at its own window edges. At its stop, each rank adds 1 to a store counter;
    the rank that completes the count sends the one STOP marker and releases the others. So the
    gate spans first start → last stop, and a rank whose window ended sits in that wait doing no
    queue work: the events attributed to its pid and queues are those of its own window.
 3. finish: local rank 0 stops bpftrace and publishes the printed maps; every rank builds its own
-   sections from its slice of the maps and its own harness records (hand-offs, workers).
+   sections from its slice of the maps (its queues, its rank key) and its own harness records
+   (hand-offs, workers, stream handles). Maps no process owns (kernel-wide reclaim, kswapd,
+   jobs without a traced submission) stay node-wide and say so.
 
 Every wait has the --dist-timeout and checks each second whether another rank reported a failure,
 so a dead rank stops the others with a one-line error; the session is aborted on every error path.
@@ -32,8 +37,9 @@ from typing import Any
 
 from aorta.common.errors import UsageError
 from aorta.ebpf import engine, marker
-from aorta.ebpf.probes.base import TraceTarget
+from aorta.ebpf.probes.base import ProbeFamily, TraceTarget
 from aorta.ebpf.probes.cpu_sched import SUBMITTER_LABEL, queue_slice
+from aorta.ebpf.probes.ranks import rank_key, rank_keyed, rank_slice
 from aorta.ebpf.probes.registry import families_for
 from aorta.ebpf.program import Program, ProgramError
 from aorta.ebpf.session import SessionError, SessionOutput
@@ -41,8 +47,6 @@ from aorta.hw_queue_eval import distributed
 from aorta.hw_queue_eval.ebpf_tracer import EbpfTracer, _warn, family_context, sections_for
 
 QUEUE_STRIDE = 1000  # rank slot k's queue q is k * QUEUE_STRIDE + q in the node's program
-GPU_NOT_SPLIT = ("under torchrun, per-rank eBPF sections exist for the CPU backend only (the GPU "
-                 "queue families are not split per rank yet): trace one process without torchrun")
 _WAIT_SLICE_S = 0.2  # how often a waiting rank looks for another rank's failure report
 _OUTPUT_FIELDS = ("maps", "lost_events", "lost_records", "attached_probes", "stderr", "exit_code",
                   "stop_signal", "attach_s", "stop_s", "probe_cost", "map_keys_max")
@@ -51,7 +55,8 @@ _OUTPUT_FIELDS = ("maps", "lost_events", "lost_records", "attached_probes", "std
 class NodeTracer(EbpfTracer):
     """harness.WindowTracer for one torchrun rank; only local rank 0 runs bpftrace."""
 
-    def __init__(self, env: distributed.DistEnv, timeout_s: float) -> None:
+    def __init__(self, env: distributed.DistEnv, timeout_s: float, queue: bool = True,
+                 memory: bool = False, gpu_runtime: bool = False) -> None:
         self.env = env
         self.lead = env.local_rank == 0
         self.timeout_s = timeout_s
@@ -60,7 +65,8 @@ class NodeTracer(EbpfTracer):
         self.prefix = f"aorta/ebpf/{attempt if attempt.isdigit() else 0}/node{env.node_rank}/"
         # only the lead checks readiness: `bpftrace --version` is a bpftrace process too
         ready = engine.check_readiness() if self.lead else _remote_readiness({})
-        super().__init__(queue=True, memory=False, ready=ready)
+        super().__init__(queue=queue, memory=memory, ready=ready, gpu_runtime=gpu_runtime)
+        self.families: list[ProbeFamily] = families_for(self.queue, memory, gpu_runtime)
         self.token: int | None = None
         self.snapshots: dict[str, dict[str, Any]] = {}
         self._published = False
@@ -76,22 +82,23 @@ class NodeTracer(EbpfTracer):
             self.ready = _remote_readiness(reply.get("bpftrace") or {})
             if reply.get("token"):
                 self.token = int(reply["token"])
+                restore_families(self.families, reply.get("families") or {})
             else:
                 self.status, self.error = reply.get("status", "error"), reply.get("error")
             return
         ranks = [mine] + [json.loads(self._wait(f"target/{r}", f"local rank {r}'s threads"))
                           for r in range(1, self.env.local_world_size)]
         reply: dict[str, Any] = {"bpftrace": self.ready.describe() if self.ready else {}}
-        if getattr(backend, "name", None) != "cpu":
-            self.status, self.error = "unavailable", GPU_NOT_SPLIT
-        elif self.ready.ok and self.ready.tracefs is not None:
+        if self.ready.ok and self.ready.tracefs is not None:
             try:
                 check_siblings(ranks)
-                self.program = engine.make_program(True, False, node_target(ranks),
-                                                   self.ready.tracefs, self.ready.version)
+                self.program = engine.make_program(self.queue, self.memory, node_target(ranks),
+                                                   self.ready.tracefs, self.ready.version,
+                                                   families=self.families)
                 self.session = engine.start_session(self.program, self.ready)
                 self.token = self.program.token
                 reply["token"] = self.token
+                reply["families"] = {f.name: f.render_state() for f in self.families}
             except (ProgramError, SessionError, OSError, ValueError, KeyError, TypeError) as exc:
                 self.status, self.error = "error", str(exc)
                 self.session = None
@@ -121,7 +128,7 @@ class NodeTracer(EbpfTracer):
         """This rank's own /proc counters at its own window edge (bpftrace excluded)."""
         exclude = (self.session.pid,) if self.session is not None and self.session.pid else ()
         target = TraceTarget(pids=(os.getpid(),), exclude_pids=exclude)
-        for family in families_for(True, False):
+        for family in self.families:
             try:
                 value = family.snapshot(target)
             except Exception as exc:  # a family's snapshot bug must not stop the window
@@ -143,7 +150,8 @@ class NodeTracer(EbpfTracer):
             if self.lead and self.token is not None and not self._published:
                 # the other local ranks wait for the output: tell them instead of letting them hang
                 _store().set(self._key("output"), json.dumps({"error": reason}))
-            sections = engine.unavailable_sections(reason, True, False, "error", self.ready)
+            sections = engine.unavailable_sections(reason, self.queue, self.memory, "error",
+                                                   self.ready)
         _warn(context.get("result"), sections)
         return sections
 
@@ -163,26 +171,26 @@ class NodeTracer(EbpfTracer):
             if "error" in shared:
                 raise RuntimeError(f"local rank 0: {shared['error']}")
             output = _output_from(shared)
-        program = _program_from(shared)
+        program = _program_from(shared, self.families)
         slot = self.env.local_rank
-        mine = replace(output, maps=queue_slice(output.maps, slot * QUEUE_STRIDE, QUEUE_STRIDE))
+        maps = queue_slice(output.maps, slot * QUEUE_STRIDE, QUEUE_STRIDE)
+        maps = rank_slice(maps, rank_keyed(program.families), rank_key(slot))
+        mine = replace(output, maps=maps)
         fam_context = family_context(context, os.getpid(), self.submitter_tid, output)
         fam_context["snapshots"] = self.snapshots
         fam_context["doorbells_traced"] = shared["doorbells"]
-        sections = sections_for(program, mine, self.ready, True, False, context, fam_context)
-        queue = sections["ebpf_queue_metrics"]
-        if isinstance(queue.get("window"), dict):
-            queue["window"]["scope"] = ("node: from the first local rank's window start to the "
-                                        "last one's stop (this rank's own window is its "
-                                        "total_time_ms)")
-        queue["node_tracer"] = {
-            "node_rank": self.env.node_rank, "traced_by": "local rank 0",
-            "local_ranks_traced": self.env.local_world_size, "bpftrace_pid": shared["bpftrace_pid"],
-            "traced_pids": shared["pids"],
-            "scope": ("per rank: submissions, dispatches, latencies, threads (keyed by this rank's "
-                      "pid and queues); per node: window (first rank's start to last rank's "
-                      "stop), lost_events, dropped_updates, probe_cost, bpftrace"),
-        }
+        fam_context["rank_key"] = rank_key(slot)
+        sections = sections_for(program, mine, self.ready, self.queue, self.memory, context,
+                                fam_context)
+        for key in ("ebpf_queue_metrics", "ebpf_memory_metrics"):
+            section = sections.get(key)
+            if not isinstance(section, dict):
+                continue
+            if isinstance(section.get("window"), dict):
+                section["window"]["scope"] = ("node: from the first local rank's window start to "
+                                              "the last one's stop (this rank's own window is its "
+                                              "total_time_ms)")
+            section["node_tracer"] = node_info(self.env, shared)
         return sections
 
     # -- store ---------------------------------------------------------------------------------
@@ -226,6 +234,30 @@ def check_siblings(ranks: list[dict[str, Any]]) -> None:
                              f"(pid {agent}) did not start: not traced")
 
 
+def node_info(env: distributed.DistEnv, shared: dict[str, Any]) -> dict[str, Any]:
+    """Who traced this rank and which numbers are its own (`node_tracer` in each section)."""
+    return {
+        "node_rank": env.node_rank, "traced_by": "local rank 0",
+        "local_ranks_traced": env.local_world_size, "bpftrace_pid": shared["bpftrace_pid"],
+        "traced_pids": shared["pids"], "rank_key": rank_key(env.local_rank),
+        "scope": ("per rank: submissions, dispatches, latencies, threads, GPU runtime launches "
+                  "and queues, KFD ioctls, DRM jobs, page faults, mmap, reclaim, BO traffic in "
+                  "its processes (keyed by this rank's pid, queues and rank key); per node: "
+                  "window (first rank's start to last rank's stop), lost_events, "
+                  "dropped_updates, probe_cost, bpftrace, machine-wide counts (reclaim "
+                  "episodes_machine_wide, kswapd wake-ups, page migrations' totals, BO traffic "
+                  "in other contexts, jobs without a traced submission)"),
+    }
+
+
+def restore_families(families: list[ProbeFamily], states: dict[str, Any]) -> None:
+    """Give a rank's own family instances what local rank 0's kept from rendering."""
+    for family in families:
+        state = states.get(family.name)
+        if isinstance(state, dict):
+            family.restore_state(state)
+
+
 def node_target(ranks: list[dict[str, Any]]) -> TraceTarget:
     """One target for a node's ranks (slot = position = local rank): their pids, thread labels
     keyed by pid, doorbells with queue numbers moved to slot * QUEUE_STRIDE + queue."""
@@ -244,7 +276,8 @@ def node_target(ranks: list[dict[str, Any]]) -> TraceTarget:
         if rank.get("submitter_tid"):
             labels[int(rank["submitter_tid"])] = f"p{pid}/{SUBMITTER_LABEL}"
     return TraceTarget(pids=tuple(int(r["pid"]) for r in ranks), follow_children=True,
-                       thread_labels=labels, doorbells=tuple(bells), window_ranks=len(ranks))
+                       thread_labels=labels, doorbells=tuple(bells), window_ranks=len(ranks),
+                       rank_keys=True)
 
 
 def _own_threads(backend: Any) -> dict[str, Any]:
@@ -274,9 +307,9 @@ def _output_from(data: dict[str, Any]) -> SessionOutput:
     return output
 
 
-def _program_from(data: dict[str, Any]) -> Program:
-    """The node's program as far as collecting needs it (families rebuilt by the same flags)."""
-    return Program(text=data["text"], token=int(data["token"]), families=families_for(True, False),
+def _program_from(data: dict[str, Any], families: list[ProbeFamily]) -> Program:
+    """The node's program as far as collecting needs it (this rank's families, restored)."""
+    return Program(text=data["text"], token=int(data["token"]), families=families,
                    used_events=data["used_events"], missing=data["missing"],
                    marker_event=data["marker_event"])
 

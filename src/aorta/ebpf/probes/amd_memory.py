@@ -58,12 +58,14 @@ def kfd_id_field(fmt: EventFormat) -> str | None:
     return field.name if field is not None and field.is_integer else None
 
 
-def traced_flag(pid_filter: str) -> str:
-    """Statements setting $traced to 1 when the current task belongs to a traced process."""
-    return f"$traced = 0; if ({pid_filter}) {{ $traced = 1; }}"
+def traced_flag(pid_filter: str, rank: str | None = None) -> str:
+    """Statements setting $traced to 1 when the current task belongs to a traced process (to
+    its rank key in a node program: `rank` is RenderContext.rank), else 0."""
+    return f"$traced = 0; if ({pid_filter}) {{ $traced = {rank or 1}; }}"
 
 
-def bo_move_probe(attach: str, arg: Callable[[str], str], gate: str, pid_filter: str) -> str:
+def bo_move_probe(attach: str, arg: Callable[[str], str], gate: str, pid_filter: str,
+                  rank: str | None = None) -> str:
     """Count every hop by route and context; pair SYSTEM→TT→VRAM and VRAM→TT→SYSTEM hops.
 
     Pairing rule (the kernel's multihop does the two hops back to back in one thread): a move
@@ -75,7 +77,7 @@ def bo_move_probe(attach: str, arg: Callable[[str], str], gate: str, pid_filter:
         f"{attach}\n/{gate}/\n{{",
         f"  $bo = (uint64){arg('bo')}; $old = (uint64){arg('old_placement')};",
         f"  $new = (uint64){arg('new_placement')}; $size = (uint64){arg('bo_size')};",
-        f"  {traced_flag(pid_filter)}",
+        f"  {traced_flag(pid_filter, rank)}",
         f"  {P}hops[$old, $new, $traced] = count();",
         f"  {P}hop_bytes[$old, $new, $traced] = sum($size);",
         f"  if ($old == 1 && {P}pend[$bo] != 0 && {P}pend_tid[$bo] == tid &&",
@@ -117,6 +119,9 @@ class AmdMemoryFamily(ProbeFamily):
     description = ("AMD GPU memory: BO moves between VRAM/GTT/system (two-hop moves counted once), "
                    "BO creation, GPU VM map/unmap, KFD process evict/restore and map-to-GPU")
 
+    # BO/VM maps carry $traced (0, or the rank key in a node program) and are sliced in collect
+    rank_keyed_maps = (f"{P}kfdmap_n", f"{P}kfdmap_ns", f"{P}kfdmap_max_ns")
+
     def wanted_events(self) -> list[str]:
         """Every event this family can use; alternatives are listed too."""
         return [*BO_MOVE_EVENTS, "amdgpu:amdgpu_bo_create", "amdgpu:amdgpu_vm_bo_map",
@@ -124,6 +129,13 @@ class AmdMemoryFamily(ProbeFamily):
 
     def __init__(self) -> None:
         self.attached: set[str] | None = None  # set by render(): collect reports only these
+
+    def render_state(self) -> dict[str, Any]:
+        return {"attached": None if self.attached is None else sorted(self.attached)}
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        attached = state.get("attached")
+        self.attached = None if attached is None else set(attached)
 
     def render(self, ctx: RenderContext) -> ProbeCode:
         """Probe blocks for the events this kernel has; missing ones are listed with the reason."""
@@ -151,7 +163,7 @@ class AmdMemoryFamily(ProbeFamily):
                 reasons.append(f"{event}: {why}")
                 continue
             code.probes.append(bo_move_probe(f"tracepoint:{event}", ctx.dialect.arg, ctx.gate,
-                                             ctx.pid_filter))
+                                             ctx.pid_filter, ctx.rank))
             code.used_events.append(event)
             code.end.extend([f"clear({P}pend);", f"clear({P}pend_tid);", f"clear({P}pend_ts);"])
             return
@@ -182,7 +194,7 @@ class AmdMemoryFamily(ProbeFamily):
             return
         code.probes.append("\n".join([
             f"tracepoint:{event}\n/{ctx.gate}/\n{{",
-            f"  {traced_flag(ctx.pid_filter)}",
+            f"  {traced_flag(ctx.pid_filter, ctx.rank)}",
             *body,
             "}"]))
         code.used_events.append(event)
@@ -228,11 +240,12 @@ class AmdMemoryFamily(ProbeFamily):
                                        "its start/end partner is missing")
             return
         filt = f"({ctx.pid_filter}) && ({ctx.gate})"
+        k = ctx.key()  # "" or [rank] in a node program (the end fires in the mapping thread)
         code.probes.append(f"tracepoint:{start}\n/{filt}/\n{{\n  {P}kfdmap_ts[tid] = nsecs;\n}}")
         code.probes.append("\n".join([
             f"tracepoint:{end}\n/{P}kfdmap_ts[tid] != 0/\n{{",
             f"  $d = nsecs - {P}kfdmap_ts[tid];",
-            f"  {P}kfdmap_n = count(); {P}kfdmap_ns = sum($d); {P}kfdmap_max_ns = max($d);",
+            f"  {P}kfdmap_n{k} = count(); {P}kfdmap_ns{k} = sum($d); {P}kfdmap_max_ns{k} = max($d);",
             f"  delete({P}kfdmap_ts[tid]);",
             "}"]))
         code.used_events.extend(KFD_MAP_EVENTS)
@@ -244,6 +257,8 @@ class AmdMemoryFamily(ProbeFamily):
         """Guide numbers (moves, volume, maps, evictions) plus the evidence behind them."""
         window_s = mm.window_seconds(context)
         have = self.attached
+        node_key = context.get("rank_key")  # a node program's rank key (torchrun), else None
+        own = int(node_key or 1)  # the $traced value of this process
 
         def seen(*events: str) -> bool:
             return have is None or any(e in have for e in events)
@@ -252,21 +267,25 @@ class AmdMemoryFamily(ProbeFamily):
         notes: dict[str, str] = {}
         if seen(*BO_MOVE_EVENTS):
             bo = mm.derive_bo_moves(mm.keyed(maps, f"{P}hops"), mm.keyed(maps, f"{P}hop_bytes"),
-                                    mm.keyed(maps, f"{P}twohop"), mm.keyed(maps, f"{P}twohop_bytes"))
+                                    mm.keyed(maps, f"{P}twohop"), mm.keyed(maps, f"{P}twohop_bytes"),
+                                    node_key)
             bo["moves_per_sec"] = mm.per_second(bo["moves"], window_s)
             metrics["bo_moves"] = bo
         else:
             metrics["bo_moves"] = None
             notes["bo_moves"] = "amdgpu_bo_move not attached (no amdgpu driver on this machine?)"
-        metrics["bo_creates"] = self._creates(maps) if seen("amdgpu:amdgpu_bo_create") else None
+        metrics["bo_creates"] = self._creates(maps, own) if seen("amdgpu:amdgpu_bo_create") else None
         for key, event in (("map", "amdgpu:amdgpu_vm_bo_map"), ("unmap", "amdgpu:amdgpu_vm_bo_unmap")):
             if seen(event):
                 table = mm.keyed(maps, f"{P}vm_{key}s")
                 pages = mm.keyed(maps, f"{P}vm_{key}_pages")
                 metrics[f"vm_{key}s"] = {
                     "count": mm.total(table), "bytes": mm.total(pages) * mm.AMDGPU_GPU_PAGE,
-                    "in_traced_processes": table.get((1,), 0),
+                    "in_traced_processes": table.get((own,), 0),
                     "in_other_contexts": table.get((0,), 0)}
+                if node_key is not None:
+                    metrics[f"vm_{key}s"]["in_other_local_ranks"] = sum(
+                        n for (t,), n in table.items() if t not in (0, own))
             else:
                 metrics[f"vm_{key}s"] = None
                 notes[f"vm_{key}s"] = f"{event.split(':')[1]} not attached"
@@ -292,7 +311,7 @@ class AmdMemoryFamily(ProbeFamily):
         return FamilyResult(self.name, self.section, metrics, coverage)
 
     @staticmethod
-    def _creates(maps: dict[str, Any]) -> dict[str, Any]:
+    def _creates(maps: dict[str, Any], own: int = 1) -> dict[str, Any]:
         counts = mm.keyed(maps, f"{P}creates")
         pages = mm.keyed(maps, f"{P}create_pages")
         page = os.sysconf("SC_PAGE_SIZE")
@@ -302,7 +321,7 @@ class AmdMemoryFamily(ProbeFamily):
             cell["count"] += n
             cell["bytes"] += pages.get((ttype, _traced), 0) * page
         return {"count": mm.total(counts), "bytes": mm.total(pages) * page, "by_placement": by_type,
-                "in_traced_processes": sum(n for (_, t), n in counts.items() if t == 1)}
+                "in_traced_processes": sum(n for (_, t), n in counts.items() if t == own)}
 
     @staticmethod
     def _evictions(maps: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:

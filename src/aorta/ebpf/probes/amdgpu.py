@@ -23,6 +23,8 @@ class AmdgpuFamily(ProbeFamily):
     name = "amdgpu"
     section = "queue"
     description = "amdgpu DRM jobs: cs_ioctl → sched_run_job → dma_fence_signaled"
+    rank_keyed_maps = ("@amdgpu_submits", "@amdgpu_s2d", "@amdgpu_dispatches", "@amdgpu_d2c_hist",
+                       "@amdgpu_d2c", *hist.recorder_maps("amdgpu_s2d_d"))
 
     def wanted_events(self) -> list[str]:
         return ["amdgpu:amdgpu_cs_ioctl", "amdgpu:amdgpu_sched_run_job",
@@ -46,19 +48,27 @@ class AmdgpuFamily(ProbeFamily):
             return code
         ring_cs, ring_run = text(ctx, cs, "ring", "ring_name"), text(ctx, run, "ring", "ring_name")
         code.used_events += ["amdgpu:amdgpu_cs_ioctl", "amdgpu:amdgpu_sched_run_job"]
+        # a node program (torchrun) keys by rank: the submitter's, carried to the worker events
+        node = ctx.rank is not None
+        k = ctx.key
         code.probes.append(
             f"tracepoint:amdgpu:amdgpu_cs_ioctl\n/{both(ctx.pid_filter, ctx.gate)}/\n{{\n"
             f"  @amdgpu_submit_ts[{key_cs}] = nsecs;\n"
-            f"  @amdgpu_submits[{ring_cs}] = count();\n}}")
+            + (f"  @amdgpu_submit_rank[{key_cs}] = {ctx.rank};\n" if node else "")
+            + f"  @amdgpu_submits{k(ring_cs)} = count();\n}}")
         run_done_key = int_key(ctx, run, "context", "seqno")
         remember = f"    @amdgpu_run_ts[{run_done_key}] = nsecs;\n" if run_done_key else ""
+        if node and run_done_key:
+            remember += f"    @amdgpu_run_rank[{run_done_key}] = $rk;\n"
         code.probes.append(
             f"tracepoint:amdgpu:amdgpu_sched_run_job\n/{ctx.gate}/\n{{\n"
             f"  $t = @amdgpu_submit_ts[{key_run}];\n"
             "  if ($t) {\n"
-            f"{hist.record_code('amdgpu_s2d_d', 'nsecs - $t')}\n"
-            "    @amdgpu_s2d = stats(nsecs - $t);\n"
-            f"    @amdgpu_dispatches[{ring_run}] = count();\n"
+            + (f"    $rk = @amdgpu_submit_rank[{key_run}];\n"
+               f"    delete(@amdgpu_submit_rank[{key_run}]);\n" if node else "")
+            + f"{hist.record_code('amdgpu_s2d_d', 'nsecs - $t', prefix=ctx.prefix('$rk'))}\n"
+            f"    @amdgpu_s2d{k(rank='$rk')} = stats(nsecs - $t);\n"
+            f"    @amdgpu_dispatches{k(ring_run, rank='$rk')} = count();\n"
             f"    delete(@amdgpu_submit_ts[{key_run}]);\n{remember}"
             "  } else {\n"
             f"    @amdgpu_internal_jobs[{ring_run}] = count();\n"
@@ -71,13 +81,17 @@ class AmdgpuFamily(ProbeFamily):
                 f"tracepoint:dma_fence:dma_fence_signaled\n/{ctx.gate}/\n{{\n"
                 f"  $r = @amdgpu_run_ts[{fence_key}];\n"
                 "  if ($r) {\n"
-                "    @amdgpu_d2c_hist = hist(nsecs - $r);\n"
-                "    @amdgpu_d2c = stats(nsecs - $r);\n"
+                + (f"    $rk = @amdgpu_run_rank[{fence_key}];\n"
+                   f"    delete(@amdgpu_run_rank[{fence_key}]);\n" if node else "")
+                + f"    @amdgpu_d2c_hist{k(rank='$rk')} = hist(nsecs - $r);\n"
+                f"    @amdgpu_d2c{k(rank='$rk')} = stats(nsecs - $r);\n"
                 f"    delete(@amdgpu_run_ts[{fence_key}]);\n  }}\n}}")
         else:
             code.missing["dma_fence:dma_fence_signaled"] = (
                 "tracepoint absent" if fence is None else "no (context, seqno) to join completions")
         code.end += ["clear(@amdgpu_submit_ts);", "clear(@amdgpu_run_ts);"]
+        if node:
+            code.end += ["clear(@amdgpu_submit_rank);", "clear(@amdgpu_run_rank);"]
         return code
 
     def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:

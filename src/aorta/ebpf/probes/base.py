@@ -35,6 +35,9 @@ class TraceTarget:
     doorbells: (pid, fd, worker tid, queue) of each CPU-backend queue's submission doorbell;
     window_ranks: how many processes send window markers (torchrun: the node's local ranks); above
     1 the first start opens the gate and later starts leave it open.
+    rank_keys: a node's program (torchrun): pids[k] is local rank slot k, its children inherit the
+    slot, and families key their per-process maps by the rank key (slot + 1) first, so each
+    rank's numbers are sliced out of the one program's maps (probes.ranks.rank_slice).
     """
 
     pids: tuple[int, ...]
@@ -43,6 +46,7 @@ class TraceTarget:
     exclude_pids: tuple[int, ...] = ()  # never counted (the tracer's own bpftrace child)
     doorbells: tuple[tuple[int, int, int, int], ...] = ()
     window_ranks: int = 1
+    rank_keys: bool = False
 
 
 @dataclass
@@ -60,6 +64,19 @@ class RenderContext:
     target: TraceTarget
     pid_filter: str
     gate: str
+    rank: str | None = None  # node program: the current task's rank key (slot + 1); else None
+
+    def prefix(self, rank: str | None = None) -> str:
+        """`r, ` to put first in a per-rank map key in a node program ("" otherwise); `rank` is
+        the key's expression where the event fires outside the rank's own process."""
+        if self.rank is None:
+            return ""
+        return f"{rank or self.rank}, "
+
+    def key(self, *parts: str, rank: str | None = None) -> str:
+        """A map subscript led by the rank key in a node program: `[r, a]`, `[a]`, `[r]` or ""."""
+        inner = self.prefix(rank) + ", ".join(parts)
+        return f"[{inner.rstrip(', ')}]" if inner else ""
 
     def event(self, system: str, name: str) -> EventFormat | None:
         """The live format of `system:name`, or None when this kernel lacks it."""
@@ -93,6 +110,8 @@ class ProbeFamily(ABC):
     name: str  # also the map-name prefix: @<name>_...
     section: str  # "queue" or "memory"
     description: str
+    # maps keyed by the rank key first in a node program (recorder names expand to their maps)
+    rank_keyed_maps: tuple[str, ...] = ()
 
     @abstractmethod
     def wanted_events(self) -> list[str]:
@@ -108,6 +127,14 @@ class ProbeFamily(ABC):
 
         `context` carries run facts: window seconds, worker tid → queue/stream registry, etc.
         """
+
+    def render_state(self) -> dict[str, Any]:
+        """What `collect` keeps from `render` (JSON-safe), for processes that did not render: a
+        node's other torchrun ranks collect from local rank 0's program."""
+        return {}
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        """Take over another process's `render_state()`."""
 
     def snapshot(self, target: TraceTarget) -> Any:
         """User-space counters read at each window edge (e.g. /proc), for `collect`; None: none.

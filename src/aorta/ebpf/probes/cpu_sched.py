@@ -45,6 +45,7 @@ class CpuSchedFamily(ProbeFamily):
     name = "cpu_sched"
     section = "queue"
     description = "CPU-backend queue doorbells (submit→dispatch) and CPU scheduling of its threads"
+    rank_keyed_maps = ("@cpu_sched_switches",)  # queue-keyed maps: see queue_slice
 
     def wanted_events(self) -> list[str]:
         return [*_EVENTS, "sched:sched_migrate_task"]
@@ -147,7 +148,7 @@ class CpuSchedFamily(ProbeFamily):
             return
         code.used_events.append("sched:sched_switch")
         code.probes.append(f"tracepoint:sched:sched_switch\n/{ctx.pid_filter} && {ctx.gate}/\n{{\n"
-                           "  @cpu_sched_switches[tid] = count();\n}")
+                           f"  @cpu_sched_switches{ctx.key('tid')} = count();\n}}")
 
     def snapshot(self, target: TraceTarget) -> Any:
         """Per-thread kernel counters of the traced processes (on-CPU, run delay, switches)."""

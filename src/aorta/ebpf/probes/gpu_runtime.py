@@ -38,6 +38,11 @@ class GpuRuntimeFamily(ProbeFamily):
     description = ("uprobes on HIP/HSA/CUDA runtime libraries: launches per stream, doorbells per "
                    "hardware queue, stream→queue mapping, launch and host-sync latency")
     uses_uprobes = True
+    # every map that outlives a call: stream handles and signals are per-process addresses, so a
+    # node program (torchrun) keys them by rank first (two ranks may use the same address)
+    rank_keyed_maps = tuple(f"{P}{n}" for n in ("launches", "nested", "launch_ns", "streams",
+                                                "sync_ns", "queues", "doorbell", "rings",
+                                                "launch_rings"))
 
     def __init__(self, libraries: list[MappedLibrary] | None = None) -> None:
         """`libraries`: probe these instead of the ones the traced pids mapped (ebpf-info)."""
@@ -78,11 +83,18 @@ class GpuRuntimeFamily(ProbeFamily):
                     self.not_attached.append({"api": api.name, "library": lib.mapped_as,
                                               "reason": reason})
                     continue
-                code.probes.extend(_blocks(api, f"{lib.path}:{symbol}", pf, gate))
+                code.probes.extend(_blocks(api, f"{lib.path}:{symbol}", pf, gate, ctx.prefix()))
                 code.used_events.append(event)
                 self.attached.append({"api": api.name, "symbol": symbol, "library": lib.mapped_as,
                                       "probed_path": lib.path, "pid": lib.pid})
         return code
+
+    def render_state(self) -> dict[str, Any]:
+        return {"attached": self.attached, "not_attached": self.not_attached}
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        self.attached = list(state.get("attached") or [])
+        self.not_attached = list(state.get("not_attached") or [])
 
     def snapshot(self, target: Any) -> Any:
         """What one uprobe hit costs here (uprobes.hit_cost_ns), measured once, before the window."""
@@ -134,20 +146,21 @@ class GpuRuntimeFamily(ProbeFamily):
         return FamilyResult(self.name, self.section, metrics, coverage)
 
 
-def _blocks(api: Api, where: str, pf: str, gate: str) -> list[str]:
-    """bpftrace blocks for one entry point (arguments read once, at the top of each probe)."""
+def _blocks(api: Api, where: str, pf: str, gate: str, r: str = "") -> list[str]:
+    """bpftrace blocks for one entry point (arguments read once, at the top of each probe);
+    `r` ("rank, " or "") leads the key of every lasting map in a node program."""
     i = api.ident
     if api.role == "launch":
         return [
             f"uprobe:{where}\n/{pf}/\n{{\n  $s = {api.stream};\n  $d = {P}depth[tid];\n"
             f"  {P}depth[tid] = $d + 1;\n"
-            f"  if ($d == 0 && {gate}) {{\n    {P}launches[{i}, $s] = count();\n"
+            f"  if ($d == 0 && {gate}) {{\n    {P}launches[{r}{i}, $s] = count();\n"
             f"    {P}t0[tid] = nsecs;\n    {P}cur[tid] = $s;\n    {P}api[tid] = {i};\n  }}\n"
-            f"  if ($d > 0 && {gate}) {{ {P}nested[{i}] = count(); }}\n}}",
+            f"  if ($d > 0 && {gate}) {{ {P}nested[{r}{i}] = count(); }}\n}}",
             f"uretprobe:{where}\n/{pf}/\n{{\n  $d = {P}depth[tid];\n"
             f"  if ($d > 1) {{ {P}depth[tid] = $d - 1; }}\n"
             f"  if ($d == 1) {{\n    delete({P}depth[tid]);\n    $t = {P}t0[tid];\n"
-            f"    if ($t != 0) {{\n      {P}launch_ns[{P}api[tid], {P}cur[tid]] = stats(nsecs - $t);\n"
+            f"    if ($t != 0) {{\n      {P}launch_ns[{r}{P}api[tid], {P}cur[tid]] = stats(nsecs - $t);\n"
             f"      delete({P}t0[tid]);\n      delete({P}cur[tid]);\n      delete({P}api[tid]);\n"
             f"    }}\n  }}\n}}",
         ]
@@ -156,7 +169,7 @@ def _blocks(api: Api, where: str, pf: str, gate: str) -> list[str]:
             f"uprobe:{where}\n/{pf}/\n{{\n  {P}sout[tid] = arg0;\n}}",
             f"uretprobe:{where}\n/{pf}/\n{{\n  $o = {P}sout[tid];\n  delete({P}sout[tid]);\n"
             f"  if ((retval & 0xffffffff) == 0 && $o != 0) {{\n"
-            f"    {P}streams[{i}, *(uint64*)$o] = count();\n  }}\n}}",
+            f"    {P}streams[{r}{i}, *(uint64*)$o] = count();\n  }}\n}}",
         ]
     if api.role.startswith("sync_"):
         key = api.stream or "0"
@@ -166,7 +179,7 @@ def _blocks(api: Api, where: str, pf: str, gate: str) -> list[str]:
             f"    {P}sapi[tid] = {i};\n  }}\n}}",
             f"uretprobe:{where}\n/{pf}/\n{{\n  $t = {P}s0[tid];\n"
             f"  if ($t != 0 && {P}sapi[tid] == {i}) {{\n"
-            f"    {P}sync_ns[{i}, {P}skey[tid]] = stats(nsecs - $t);\n"
+            f"    {P}sync_ns[{r}{i}, {P}skey[tid]] = stats(nsecs - $t);\n"
             f"    delete({P}s0[tid]);\n    delete({P}skey[tid]);\n    delete({P}sapi[tid]);\n  }}\n}}",
         ]
     if api.role == "queue_create":
@@ -175,13 +188,13 @@ def _blocks(api: Api, where: str, pf: str, gate: str) -> list[str]:
             f"uretprobe:{where}\n/{pf}/\n{{\n  $o = {P}qout[tid];\n  delete({P}qout[tid]);\n"
             f"  if ((retval & 0xffffffff) == 0 && $o != 0) {{\n    $q = *(uint64*)$o;\n"
             f"    $sig = *(uint64*)($q + {QUEUE_DOORBELL_OFF});\n"
-            f"    {P}doorbell[$sig] = $q;\n"
-            f"    {P}queues[$q, $sig] = *(uint64*)($q + {QUEUE_ID_OFF});\n  }}\n}}",
+            f"    {P}doorbell[{r}$sig] = $q;\n"
+            f"    {P}queues[{r}$q, $sig] = *(uint64*)($q + {QUEUE_ID_OFF});\n  }}\n}}",
         ]
     if api.role == "doorbell":
         return [
             f"uprobe:{where}\n/{both(pf, gate)}/\n{{\n  $sig = arg0;\n"
-            f"  if ({P}doorbell[$sig] != 0) {{ {P}rings[$sig] = count(); }}\n"
-            f"  if ({P}t0[tid] != 0) {{ {P}launch_rings[{P}cur[tid], $sig] = count(); }}\n}}",
+            f"  if ({P}doorbell[{r}$sig] != 0) {{ {P}rings[{r}$sig] = count(); }}\n"
+            f"  if ({P}t0[tid] != 0) {{ {P}launch_rings[{r}{P}cur[tid], $sig] = count(); }}\n}}",
         ]
     raise ValueError(f"unknown role {api.role}")

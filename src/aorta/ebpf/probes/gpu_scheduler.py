@@ -26,6 +26,8 @@ class GpuSchedulerFamily(ProbeFamily):
     name = "gpu_scheduler"
     section = "queue"
     description = "generic DRM scheduler jobs (old and new tracepoint names)"
+    rank_keyed_maps = ("@gpu_scheduler_queued", "@gpu_scheduler_q2r", "@gpu_scheduler_run",
+                       "@gpu_scheduler_r2d", *hist.recorder_maps("gpu_scheduler_q2r_d"))
 
     def wanted_events(self) -> list[str]:
         return [f"gpu_scheduler:{e}" for e in (*NEW, *OLD)]
@@ -63,19 +65,26 @@ class GpuSchedulerFamily(ProbeFamily):
             return
         ring_q, ring_r = text(ctx, queue_fmt, "name"), text(ctx, run_fmt, "name")
         code.used_events += [f"gpu_scheduler:{names[0]}", f"gpu_scheduler:{names[1]}"]
+        # a node program (torchrun) keys by rank: the submitter's, carried to the worker events
+        node, k = ctx.rank is not None, ctx.key
         code.probes.append(
             f"tracepoint:gpu_scheduler:{names[0]}\n/{both(ctx.pid_filter, ctx.gate)}/\n{{\n"
             f"  @gpu_scheduler_queue_ts[{key_q}] = nsecs;\n"
-            f"  @gpu_scheduler_queued[{ring_q}] = count();\n}}")
+            + (f"  @gpu_scheduler_queue_rank[{key_q}] = {ctx.rank};\n" if node else "")
+            + f"  @gpu_scheduler_queued{k(ring_q)} = count();\n}}")
         remember = (f"    @gpu_scheduler_run_ts[{done_key_r}] = nsecs;\n"
                     if done_key_r and done_key else "")
+        if node and remember:
+            remember += f"    @gpu_scheduler_run_rank[{done_key_r}] = $rk;\n"
         code.probes.append(
             f"tracepoint:gpu_scheduler:{names[1]}\n/{ctx.gate}/\n{{\n"
             f"  $t = @gpu_scheduler_queue_ts[{key_r}];\n"
             "  if ($t) {\n"
-            f"{hist.record_code('gpu_scheduler_q2r_d', 'nsecs - $t')}\n"
-            "    @gpu_scheduler_q2r = stats(nsecs - $t);\n"
-            f"    @gpu_scheduler_run[{ring_r}] = count();\n"
+            + (f"    $rk = @gpu_scheduler_queue_rank[{key_r}];\n"
+               f"    delete(@gpu_scheduler_queue_rank[{key_r}]);\n" if node else "")
+            + f"{hist.record_code('gpu_scheduler_q2r_d', 'nsecs - $t', prefix=ctx.prefix('$rk'))}\n"
+            f"    @gpu_scheduler_q2r{k(rank='$rk')} = stats(nsecs - $t);\n"
+            f"    @gpu_scheduler_run{k(ring_r, rank='$rk')} = count();\n"
             f"    delete(@gpu_scheduler_queue_ts[{key_r}]);\n{remember}"
             "  } else {\n"
             f"    @gpu_scheduler_untraced_jobs[{ring_r}] = count();\n  }}\n}}")
@@ -85,11 +94,15 @@ class GpuSchedulerFamily(ProbeFamily):
                 f"tracepoint:gpu_scheduler:{names[2]}\n/{ctx.gate}/\n{{\n"
                 f"  $r = @gpu_scheduler_run_ts[{done_key}];\n"
                 "  if ($r) {\n"
-                "    @gpu_scheduler_r2d = stats(nsecs - $r);\n"
+                + (f"    $rk = @gpu_scheduler_run_rank[{done_key}];\n"
+                   f"    delete(@gpu_scheduler_run_rank[{done_key}]);\n" if node else "")
+                + f"    @gpu_scheduler_r2d{k(rank='$rk')} = stats(nsecs - $r);\n"
                 f"    delete(@gpu_scheduler_run_ts[{done_key}]);\n  }}\n}}")
         else:
             code.missing[f"gpu_scheduler:{names[2]}"] = "absent or no fence identity to join"
         code.end += ["clear(@gpu_scheduler_queue_ts);", "clear(@gpu_scheduler_run_ts);"]
+        if node:
+            code.end += ["clear(@gpu_scheduler_queue_rank);", "clear(@gpu_scheduler_run_rank);"]
 
     def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
         queued = jobs.counts(maps, "@gpu_scheduler_queued")

@@ -27,6 +27,11 @@ class HostMemoryFamily(ProbeFamily):
     description = ("host memory pressure: user page faults, mmap/munmap, direct and cgroup reclaim "
                    "episodes of the traced processes; page migrations and kswapd wake-ups")
 
+    # per-process maps: keyed [rank, pid] in a node program (torchrun)
+    rank_keyed_maps = tuple(f"{P}{n}" for n in (
+        "faults", "faults_write", "mmap", "mmap_bytes", "munmap", "munmap_bytes", "kswapd_woken_by",
+        *(f"{kind}{end}" for kind in RECLAIM_KINDS for end in ("", "_ns", "_max_ns", "_pages"))))
+
     def wanted_events(self) -> list[str]:
         """Every event this family can use."""
         events = ["exceptions:page_fault_user", "syscalls:sys_enter_mmap", "syscalls:sys_enter_munmap"]
@@ -38,11 +43,19 @@ class HostMemoryFamily(ProbeFamily):
     def __init__(self) -> None:
         self.attached: set[str] | None = None  # set by render(): collect reports only these
 
+    def render_state(self) -> dict[str, Any]:
+        return {"attached": None if self.attached is None else sorted(self.attached)}
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        attached = state.get("attached")
+        self.attached = None if attached is None else set(attached)
+
     def render(self, ctx: RenderContext) -> ProbeCode:
         """Probe blocks for the events present; missing ones listed with the reason."""
         code = ProbeCode()
         a = ctx.dialect.arg
         both = f"({ctx.pid_filter}) && ({ctx.gate})"
+        k = ctx.key("pid")  # [pid], or [rank, pid] in a node program
 
         def need(system: str, event: str, *fields: str) -> bool:
             fmt = ctx.event(system, event)
@@ -59,14 +72,14 @@ class HostMemoryFamily(ProbeFamily):
         if need("exceptions", "page_fault_user", "error_code"):
             code.probes.append("\n".join([
                 f"tracepoint:exceptions:page_fault_user\n/{both}/\n{{",
-                f"  {P}faults[pid] = count();",
-                f"  if ({a('error_code')} & 2) {{ {P}faults_write[pid] = count(); }}",
+                f"  {P}faults{k} = count();",
+                f"  if ({a('error_code')} & 2) {{ {P}faults_write{k} = count(); }}",
                 "}"]))
         for call in ("mmap", "munmap"):
             if need("syscalls", f"sys_enter_{call}", "len"):
                 code.probes.append("\n".join([
                     f"tracepoint:syscalls:sys_enter_{call}\n/{both}/\n{{",
-                    f"  {P}{call}[pid] = count(); {P}{call}_bytes[pid] = sum({a('len')});",
+                    f"  {P}{call}{k} = count(); {P}{call}_bytes{k} = sum({a('len')});",
                     "}"]))
         for code_no, (kind, (system, begin, end)) in enumerate(RECLAIM_KINDS.items(), start=1):
             begin_fmt, end_fmt = ctx.event(system, begin), ctx.event(system, end)
@@ -86,16 +99,16 @@ class HostMemoryFamily(ProbeFamily):
             code.probes.append("\n".join([
                 f"tracepoint:{system}:{end}\n/{P}{kind}_ts[tid] != 0/\n{{",
                 f"  $d = nsecs - {P}{kind}_ts[tid];",
-                f"  {P}{kind}[pid] = count(); {P}{kind}_ns[pid] = sum($d);",
-                f"  {P}{kind}_max_ns[pid] = max($d);",
-                *([f"  {P}{kind}_pages[pid] = sum({a('nr_reclaimed')});"] if has_pages else []),
+                f"  {P}{kind}{k} = count(); {P}{kind}_ns{k} = sum($d);",
+                f"  {P}{kind}_max_ns{k} = max($d);",
+                *([f"  {P}{kind}_pages{k} = sum({a('nr_reclaimed')});"] if has_pages else []),
                 f"  delete({P}{kind}_ts[tid]);",
                 "}"]))
             code.end.append(f"clear({P}{kind}_ts);")
         if need("migrate", "mm_migrate_pages", "succeeded", "failed"):
             code.probes.append("\n".join([
                 f"tracepoint:migrate:mm_migrate_pages\n/{ctx.gate}/\n{{",
-                f"  {traced_flag(ctx.pid_filter)}",
+                f"  {traced_flag(ctx.pid_filter, ctx.rank)}",
                 f"  {P}migrated[$traced] = sum({a('succeeded')});",
                 f"  {P}migrate_failed[$traced] = sum({a('failed')});",
                 "}"]))
@@ -104,7 +117,7 @@ class HostMemoryFamily(ProbeFamily):
                                f"  {P}kswapd_wakes = count();\n}}")
         if need("vmscan", "mm_vmscan_wakeup_kswapd"):
             code.probes.append(f"tracepoint:vmscan:mm_vmscan_wakeup_kswapd\n/{both}/\n{{\n"
-                               f"  {P}kswapd_woken_by[pid] = count();\n}}")
+                               f"  {P}kswapd_woken_by{k} = count();\n}}")
         self.attached = set(code.used_events)
         return code
 
@@ -151,8 +164,9 @@ class HostMemoryFamily(ProbeFamily):
         if seen("migrate:mm_migrate_pages"):
             mig = mm.keyed(maps, f"{P}migrated")
             failed = mm.keyed(maps, f"{P}migrate_failed")
+            own = int(context.get("rank_key") or 1)  # $traced: 1, or the rank key (node)
             metrics["page_migrations"] = {"pages": mm.total(mig), "failed": mm.total(failed),
-                                          "by_traced_processes": mig.get((1,), 0)}
+                                          "by_traced_processes": mig.get((own,), 0)}
         else:
             metrics["page_migrations"] = None
         metrics["kswapd_wakeups"] = mm.scalar(maps, f"{P}kswapd_wakes") \

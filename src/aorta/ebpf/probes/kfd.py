@@ -49,6 +49,8 @@ class KfdFamily(ProbeFamily):
     name = "kfd"
     section = "queue"
     description = "AMD KFD ioctls (CREATE/DESTROY_QUEUE, WAIT_EVENTS) and sysfs queue inventory"
+    rank_keyed_maps = ("@kfd_calls", "@kfd_lat", "@kfd_created", "@kfd_errors",
+                       *hist.recorder_maps("kfd_wait_d"))
 
     def __init__(self, device: str = KFD_DEVICE, force: bool = False) -> None:
         """`device`/`force` exist for tests: exercise the probes on a machine without a GPU."""
@@ -90,6 +92,9 @@ class KfdFamily(ProbeFamily):
         else:
             code.missing["syscalls:sys_enter_openat"] = "absent: only fds open at start are known"
         phase = f"({ctx.gate} ? 1 : 0)"
+        k = ctx.key
+        created = k(f"*(uint32*)uptr($p + {CQ_TYPE_OFF})", f"*(uint32*)uptr($p + {CQ_PRIO_OFF})",
+                    "$ph")
         code.used_events += ["syscalls:sys_enter_ioctl", "syscalls:sys_exit_ioctl"]
         code.probes.append(
             f"tracepoint:syscalls:sys_enter_ioctl\n/{ctx.pid_filter} && @kfd_fd[pid, {a('fd')}]/\n{{\n"
@@ -104,15 +109,15 @@ class KfdFamily(ProbeFamily):
             f"  $ret = {a('ret')};\n"
             "  $nr = @kfd_nr[tid];\n"
             f"  $ph = {phase};\n"
-            "  @kfd_calls[$nr, $ph] = count();\n"
-            "  @kfd_lat[$nr, $ph] = stats(nsecs - @kfd_ts[tid]);\n"
+            # a node program (torchrun) keys by the calling rank (ctx.key)
+            f"  @kfd_calls{k('$nr', '$ph')} = count();\n"
+            f"  @kfd_lat{k('$nr', '$ph')} = stats(nsecs - @kfd_ts[tid]);\n"
             "  if ($nr == 0x0C && $ph == 1) {\n"
-            f"{hist.record_code('kfd_wait_d', 'nsecs - @kfd_ts[tid]')}\n  }}\n"
+            f"{hist.record_code('kfd_wait_d', 'nsecs - @kfd_ts[tid]', prefix=ctx.prefix())}\n  }}\n"
             "  if ($nr == 0x02 && $ret == 0) {\n"
             "    $p = @kfd_arg[tid];\n"
-            f"    @kfd_created[*(uint32*)uptr($p + {CQ_TYPE_OFF}), *(uint32*)uptr($p + {CQ_PRIO_OFF}), $ph]"
-            " = count();\n  }\n"
-            "  if ($ret != 0) { @kfd_errors[$nr] = count(); }\n"
+            f"    @kfd_created{created} = count();\n  }}\n"
+            f"  if ($ret != 0) {{ @kfd_errors{k('$nr')} = count(); }}\n"
             "  delete(@kfd_ts[tid]); delete(@kfd_nr[tid]); delete(@kfd_arg[tid]);\n}")
         code.end += ["clear(@kfd_ts);", "clear(@kfd_nr);", "clear(@kfd_arg);", "clear(@kfd_fd);",
                      "clear(@kfd_opening);"]

@@ -178,7 +178,9 @@ def ebpf_attach_command(pid_text: str, duration: str, output: str | None, as_jso
     ready = engine.check_readiness()
     if not ready.ok or ready.tracefs is None:
         raise UsageError(f"eBPF tracing unavailable: {ready.reason}")
-    target = TraceTarget(pids=(pid,), follow_children=True)
+    # processes it already started count from the start (torchrun's launcher: its ranks), the
+    # ones it starts later are followed by the program
+    target = TraceTarget(pids=tuple(with_descendants((pid,))), follow_children=True)
     try:
         program = engine.make_program(queue, ebpf_memory_trace, target, ready.tracefs, ready.version,
                                       gpu_runtime=gpu_runtime)
@@ -196,7 +198,8 @@ def ebpf_attach_command(pid_text: str, duration: str, output: str | None, as_jso
     except BaseException:
         session.abort()
         raise
-    context = {"workers": [], "window": engine.window_info(out), "pids": [pid], "streams": None}
+    context = {"workers": [], "window": engine.window_info(out), "pids": list(target.pids),
+               "streams": None}
     results = engine.collect_results(program, out, context)
     sections = engine.build_sections(program, out, results, ready, queue, ebpf_memory_trace)
     if "ebpf_queue_metrics" in sections:

@@ -287,15 +287,16 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
 
     dist_env = torchrun_env()
     if dist_env is not None:
-        if ebpf_memory_trace or ebpf_gpu_runtime or not request.empty:
-            raise UsageError("under torchrun, --ebpf-memory-trace/--ebpf-gpu-runtime and "
-                             "--lock-clocks/--power-limit are not supported yet: run them "
-                             "without torchrun (--ebpf-trace works; see docs/distributed.md)")
+        if not request.empty:
+            raise UsageError("under torchrun, --lock-clocks/--power-limit are not supported yet "
+                             "(the ranks would race on one GPU setting): set them without "
+                             "torchrun first (see docs/distributed.md)")
         if parse_positive_int(repeats, "--repeats") > 1:
             raise UsageError("under torchrun, --repeats is not supported: repeat the torchrun "
                              "command, or use sweep --nproc-per-node N --repeats R")
         _run_under_torchrun(config, dist_env, parse_positive_int(dist_timeout, "--dist-timeout"),
-                            output, as_json, trace_out, ebpf_trace)
+                            output, as_json, trace_out, ebpf_trace, ebpf_memory_trace,
+                            ebpf_gpu_runtime)
         return
     if output:
         check_output_path(output)
@@ -389,10 +390,12 @@ def _run_repeats(config: RunConfig, request: GpuRequest, runs: int, flags: list[
 
 
 def _run_under_torchrun(config: RunConfig, dist_env: Any, timeout_s: int, output: str | None,
-                        as_json: bool, trace_out: str | None, ebpf_trace: bool = False) -> None:
+                        as_json: bool, trace_out: str | None, ebpf_trace: bool = False,
+                        ebpf_memory_trace: bool = False, ebpf_gpu_runtime: bool = False) -> None:
     """One rank of a torchrun job; rank 0 prints the table and alone writes -o/--trace-out.
 
-    --ebpf-trace: local rank 0 of each node runs the node's one bpftrace (node_tracer.py)."""
+    --ebpf-trace / --ebpf-memory-trace / --ebpf-gpu-runtime: local rank 0 of each node runs the
+    node's one bpftrace for every local rank (node_tracer.py); each rank gets its own sections."""
     import json
 
     from aorta.hw_queue_eval.distributed import format_rank_table, run_distributed
@@ -408,10 +411,11 @@ def _run_under_torchrun(config: RunConfig, dist_env: Any, timeout_s: int, output
                    f"{dist_env.world_size} ranks ({config.iterations} iterations + "
                    f"{config.warmup} warm-up)…", err=True)
     tracer = None
-    if ebpf_trace:
+    if ebpf_trace or ebpf_memory_trace or ebpf_gpu_runtime:
         from aorta.hw_queue_eval.node_tracer import NodeTracer
 
-        tracer = NodeTracer(dist_env, timeout_s)
+        tracer = NodeTracer(dist_env, timeout_s, queue=ebpf_trace, memory=ebpf_memory_trace,
+                            gpu_runtime=ebpf_gpu_runtime)
         if dist_env.local_rank == 0 and not tracer.ready.ok:
             click.echo(f"warning: eBPF tracing is off: {tracer.ready.reason}", err=True)
     combined = run_distributed(config, dist_env, timeout_s, tracer=tracer,
