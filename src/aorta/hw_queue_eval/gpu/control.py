@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from aorta.common.errors import UsageError
-from aorta.hw_queue_eval import gpu_state
-from aorta.hw_queue_eval.gpu_drivers import (
+from aorta.hw_queue_eval.gpu import state as gpu_state
+from aorta.hw_queue_eval.gpu.drivers.base import (
     POWER_TOLERANCE_W,
     AmdSmi,
     GpuControlError,
@@ -37,7 +37,7 @@ from aorta.hw_queue_eval.gpu_drivers import (
     RocmSmi,
     make_driver,
 )
-from aorta.hw_queue_eval.results import utc_timestamp
+from aorta.hw_queue_eval.results.run_result import utc_timestamp
 
 SIMULATE_VENDOR_ENV = "AORTA_GPU_CONTROL_VENDOR"
 SIMULATE_INDEX_ENV = "AORTA_GPU_CONTROL_INDEX"

@@ -37,8 +37,8 @@ from aorta.ebpf.probes.cpu_sched import SUBMITTER_LABEL, queue_slice
 from aorta.ebpf.probes.registry import families_for
 from aorta.ebpf.program import Program, ProgramError
 from aorta.ebpf.session import SessionError, SessionOutput
-from aorta.hw_queue_eval import distributed
-from aorta.hw_queue_eval.ebpf_tracer import EbpfTracer, _warn, family_context, sections_for
+from aorta.hw_queue_eval.distributed import torchrun as distributed
+from aorta.hw_queue_eval.tracing.window_tracer import EbpfTracer, _warn, family_context, sections_for
 
 QUEUE_STRIDE = 1000  # rank slot k's queue q is k * QUEUE_STRIDE + q in the node's program
 GPU_NOT_SPLIT = ("under torchrun, per-rank eBPF sections exist for the CPU backend only (the GPU "

@@ -24,7 +24,7 @@ from datetime import timedelta
 from typing import Any
 
 from aorta.common.errors import UsageError
-from aorta.hw_queue_eval.config import RunConfig
+from aorta.hw_queue_eval.run.config import RunConfig
 
 ERROR_KEY = "aorta/error/"
 DEFAULT_TIMEOUT_S = 300
@@ -139,7 +139,7 @@ def run_distributed(config: RunConfig, env: DistEnv, timeout_s: float = DEFAULT_
     """Run `config` on this rank; rank 0 returns the combined result, the others None."""
     import torch.distributed as dist
 
-    from aorta.hw_queue_eval.harness import run_benchmark
+    from aorta.hw_queue_eval.run.harness import run_benchmark
 
     device = rank_device(config.device, env)
     backend = "gloo" if device == "cpu" else "nccl"
