@@ -61,7 +61,7 @@ def synthetic_run(streams: int, samples: int, ops: int, seed: int, shift: float)
 
 def synthetic_sweep(samples: int, seed: int, shift: float) -> dict:
     sys.path.insert(0, str(REPO / "src"))
-    from aorta.hw_queue_eval.sweep import analysis_of
+    from aorta.hw_queue_eval.sweeps.stream_sweep import analysis_of
 
     points = [{"key": {"workload": "hetero_kernels", "streams": n}, "status": "ok",
                "result": synthetic_run(n, samples, 0, seed + n, shift)} for n in STREAMS]

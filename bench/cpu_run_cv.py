@@ -29,8 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="also write the numbers here")
     args = parser.parse_args(argv)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
-    from aorta.hw_queue_eval.childrun import run_point
-    from aorta.hw_queue_eval.stats import median_ci
+    from aorta.hw_queue_eval.analysis.stats import median_ci
+    from aorta.hw_queue_eval.sweeps.childrun import run_point
 
     runs: dict[str, list[float]] = {f"{w} @ {s}": [] for w, s in CONFIGS}
     loads: dict[str, list[float]] = {k: [] for k in runs}

@@ -21,11 +21,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from aorta.hw_queue_eval.childrun import point_command
+from aorta.hw_queue_eval.sweeps.childrun import point_command
 from aorta.hw_queue_eval.cli import main
 from aorta.hw_queue_eval.commands.collaborators import Collaborators
-from aorta.hw_queue_eval.gpu_control import GpuTarget
-from aorta.hw_queue_eval.gpu_drivers import GpuDriver, make_driver
+from aorta.hw_queue_eval.gpu.control import GpuTarget
+from aorta.hw_queue_eval.gpu.drivers.base import GpuDriver, make_driver
 
 ENTRY = os.path.abspath(__file__)
 SELF_KILL = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
@@ -58,7 +58,7 @@ def crashing_points(streams: set[str]) -> Any:
 
 def failing_rank(rank: str) -> Any:
     """A benchmark that raises on torchrun rank `rank` (after the process group is joined)."""
-    from aorta.hw_queue_eval.harness import run_benchmark
+    from aorta.hw_queue_eval.run.harness import run_benchmark
 
     def benchmark(*args: Any, **kwargs: Any) -> Any:
         if os.environ.get("RANK") == rank:

@@ -10,7 +10,7 @@ from importlib.metadata import version
 
 import pytest
 
-from aorta.hw_queue_eval.results import REQUIRED_KEYS, validate_run_dict
+from aorta.hw_queue_eval.results.run_result import REQUIRED_KEYS, validate_run_dict
 from conftest import load_json, run_cli
 
 

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from aorta.common.errors import UsageError
-from aorta.hw_queue_eval.distributed import combine, format_rank_table, torchrun_env
-from aorta.hw_queue_eval.results import validate_run_dict
+from aorta.hw_queue_eval.distributed.torchrun import combine, format_rank_table, torchrun_env
+from aorta.hw_queue_eval.results.run_result import validate_run_dict
 from conftest import CLI_WITH_FAKES, load_json, run_cli
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from aorta.ebpf.probes.cpu_sched import per_queue_cap, queue_slice
-from aorta.hw_queue_eval.node_tracer import QUEUE_STRIDE, node_target
+from aorta.hw_queue_eval.distributed.node_tracer import QUEUE_STRIDE, node_target
 from conftest import load_json
 from ebpf_support import require_ebpf
 from test_distributed import _failing_rank_args, _free_port, _run_args, _torchrun
@@ -310,7 +310,7 @@ class _Backend:
 
 
 def _env(rank, local_rank, world=2):
-    from aorta.hw_queue_eval.distributed import DistEnv
+    from aorta.hw_queue_eval.distributed.torchrun import DistEnv
 
     return DistEnv(rank=rank, world_size=world, local_rank=local_rank, local_world_size=world,
                    node_rank=0)
@@ -318,8 +318,8 @@ def _env(rank, local_rank, world=2):
 
 @pytest.fixture
 def store(monkeypatch):
-    from aorta.hw_queue_eval import distributed, node_tracer
-
+    from aorta.hw_queue_eval.distributed.torchrun import node_tracer
+    from aorta.hw_queue_eval.distributed.torchrun import torchrun as distributed
     fake = FakeStore()
     monkeypatch.setattr(node_tracer, "_store", lambda: fake)
     monkeypatch.setattr(distributed, "_store", lambda: fake)
@@ -328,8 +328,8 @@ def store(monkeypatch):
 
 def test_a_rank_waiting_on_the_hand_over_stops_naming_the_failed_rank(store):
     from aorta.common.errors import UsageError
-    from aorta.hw_queue_eval.distributed import report_failure
-    from aorta.hw_queue_eval.node_tracer import NodeTracer
+    from aorta.hw_queue_eval.distributed.node_tracer import NodeTracer
+    from aorta.hw_queue_eval.distributed.torchrun import report_failure
 
     tracer = NodeTracer(_env(1, 1), timeout_s=30)
     report_failure(_env(0, 0), "RuntimeError: boom")
@@ -342,7 +342,7 @@ def test_a_rank_waiting_on_the_hand_over_stops_naming_the_failed_rank(store):
 
 def test_hand_over_times_out_with_one_line_naming_what_it_waited_for(store):
     from aorta.common.errors import UsageError
-    from aorta.hw_queue_eval.node_tracer import NodeTracer
+    from aorta.hw_queue_eval.distributed.node_tracer import NodeTracer
 
     tracer = NodeTracer(_env(1, 1), timeout_s=0.5)
     with pytest.raises(UsageError, match=r"waited 0\.5 s for local rank 0 to start"):
@@ -353,8 +353,8 @@ def test_gpu_backend_under_torchrun_gets_one_node_program_keyed_by_rank(store, m
     """The GPU queue families are split per rank too: local rank 0 starts one program for
     both ranks' pids, with the rank key as @aorta_pids' value and first in the per-rank maps."""
     from aorta.ebpf import engine
-    from aorta.hw_queue_eval import node_tracer
-    from aorta.hw_queue_eval.node_tracer import NodeTracer
+    from aorta.hw_queue_eval.distributed.torchrun import node_tracer
+    from aorta.hw_queue_eval.distributed.node_tracer import NodeTracer
 
     started = []
 
@@ -390,7 +390,7 @@ def test_gpu_backend_under_torchrun_gets_one_node_program_keyed_by_rank(store, m
 
 
 def test_a_lead_whose_tracer_breaks_tells_the_other_ranks_instead_of_hanging_them(store):
-    from aorta.hw_queue_eval.node_tracer import NodeTracer
+    from aorta.hw_queue_eval.distributed.node_tracer import NodeTracer
 
     class BrokenSession:
         pid = 4242
@@ -413,7 +413,7 @@ def test_a_lead_whose_tracer_breaks_tells_the_other_ranks_instead_of_hanging_the
 
 
 def test_only_siblings_started_by_the_same_agent_are_traced():
-    from aorta.hw_queue_eval.node_tracer import check_siblings
+    from aorta.hw_queue_eval.distributed.node_tracer import check_siblings
 
     check_siblings([{"pid": os.getpid()}])  # this process is its own parent's child
     with pytest.raises(ValueError, match="did not start: not traced"):

@@ -112,7 +112,7 @@ def _subs(*rows: tuple) -> list:
 
 
 def test_comparison_matches_the_same_submissions() -> None:
-    from aorta.hw_queue_eval.ebpf_comparison import compare_with_harness
+    from aorta.hw_queue_eval.tracing.harness_comparison import compare_with_harness
 
     section = {"status": "ok", "source": "cpu_sched", "total_submissions": 3, "lost_events": 0}
     # (queue, seq, ring, rung, start, kind): harness delays 3000, 5000, 10000 ns
@@ -141,7 +141,7 @@ def test_comparison_matches_the_same_submissions() -> None:
 
 
 def test_comparison_without_handoffs_is_null_with_reason() -> None:
-    from aorta.hw_queue_eval.ebpf_comparison import compare_with_harness
+    from aorta.hw_queue_eval.tracing.harness_comparison import compare_with_harness
 
     c = compare_with_harness({"status": "ok", "source": "amdgpu", "submit_to_dispatch_avg_us": 12.0},
                              None, None)
@@ -215,8 +215,8 @@ def test_comparison_block_prints_counts_and_reads_old_files() -> None:
 
     from rich.console import Console
 
-    from aorta.hw_queue_eval.ebpf_comparison import compare_with_harness
     from aorta.hw_queue_eval.report.ebpf_blocks import render_comparison_block
+    from aorta.hw_queue_eval.tracing.harness_comparison import compare_with_harness
 
     section = {"status": "ok", "source": "cpu_sched", "total_submissions": 1, "lost_events": 0}
     c = compare_with_harness(section, _subs((0, 0, 1000, 1100, 5000, "op")), [[0, 0, 1050, 3000]])

@@ -146,7 +146,7 @@ def test_run_ebpf_trace_end_to_end(ebpf_ready: None, cli, tmp_path: Path) -> Non
     import json
 
     data = json.loads(out.read_text())
-    from aorta.hw_queue_eval.results import validate_run_dict
+    from aorta.hw_queue_eval.results.run_result import validate_run_dict
 
     assert validate_run_dict(data) == []
     q = data["ebpf_queue_metrics"]

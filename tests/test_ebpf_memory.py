@@ -175,7 +175,7 @@ def test_amd_probe_code_pairs_two_hop_moves_and_evictions_in_the_kernel(ebpf_rea
 
 
 def _cgroups_left() -> list[str]:
-    from aorta.ebpf.pressure import PREFIX, find_memory_cgroup
+    from aorta.tools.memory_pressure import PREFIX, find_memory_cgroup
 
     parent = find_memory_cgroup().path
     return [p.name for p in parent.iterdir() if p.name.startswith(PREFIX)]
@@ -190,7 +190,7 @@ def test_run_under_memory_pressure_records_reclaim_of_the_benchmark(ebpf_ready: 
 
     out = tmp_path / "pressure.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "aorta.ebpf.pressure", "--limit", "512M", "--",
+        [sys.executable, "-m", "aorta.tools.memory_pressure", "--limit", "512M", "--",
          sys.executable, "-m", "aorta.hw_queue_eval", "run", "hetero_kernels", "--streams", "8",
          "-d", "cpu", "-i", "300", "--ebpf-memory-trace", "-o", str(out)],
         capture_output=True, text=True, timeout=300, check=False)

@@ -24,8 +24,8 @@ from aorta.common.errors import (
 )
 from aorta.hw_queue_eval.cli import main
 from aorta.hw_queue_eval.commands.collaborators import Collaborators
-from aorta.hw_queue_eval.gpu_control import GpuTarget
-from aorta.hw_queue_eval.gpu_drivers import GpuControlError, GpuDriver
+from aorta.hw_queue_eval.gpu.control import GpuTarget
+from aorta.hw_queue_eval.gpu.drivers.base import GpuControlError, GpuDriver
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "troubleshooting.md"
 RUN = ["run", "hetero_kernels", "--streams", "2", "-d", "cpu", "-i", "2", "-w", "1",
@@ -143,7 +143,7 @@ def test_bad_input_exits_2(capsys) -> None:
 
 
 def test_verification_failure_exits_1(tmp_path: Path, capsys) -> None:
-    from aorta.hw_queue_eval.harness import run_benchmark
+    from aorta.hw_queue_eval.run.harness import run_benchmark
 
     def failing_verification(*args: Any, **kwargs: Any) -> Any:
         result = run_benchmark(*args, **kwargs)

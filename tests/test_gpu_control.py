@@ -201,8 +201,7 @@ def test_sigterm_mid_policy_sweep_restores(fake: FakeGpus, tmp_path: Path) -> No
 
 
 def test_device_held_by_a_live_process_is_refused(fake: FakeGpus) -> None:
-    from aorta.hw_queue_eval import gpu_state
-
+    from aorta.hw_queue_eval.gpu import state as gpu_state
     fake.state_dir.mkdir(mode=0o700)
     record = {"state_version": 1, "vendor": "nvidia", "index": 0, "tool": "nvidia-smi",
               "pid": os.getpid(),

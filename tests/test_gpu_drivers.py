@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from aorta.common.errors import UsageError
-from aorta.hw_queue_eval.gpu_control import GpuControl, GpuRequest, GpuTarget
-from aorta.hw_queue_eval.gpu_drivers import GpuControlError, level_index
+from aorta.hw_queue_eval.gpu.control import GpuControl, GpuRequest, GpuTarget
+from aorta.hw_queue_eval.gpu.drivers.base import GpuControlError, level_index
 
 
 class _NvmlError(Exception):

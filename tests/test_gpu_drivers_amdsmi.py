@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 
 from aorta.common.errors import UsageError
-from aorta.hw_queue_eval import gpu_state
-from aorta.hw_queue_eval.gpu_control import (
+from aorta.hw_queue_eval.gpu import state as gpu_state
+from aorta.hw_queue_eval.gpu.control import (
     GpuControl,
     GpuRequest,
     GpuTarget,
     recover_stale_states,
 )
-from aorta.hw_queue_eval.gpu_drivers import (
+from aorta.hw_queue_eval.gpu.drivers.base import (
     AmdSmi,
     GpuControlError,
     RocmSmi,

@@ -448,7 +448,7 @@ def test_ebpf_attach_adds_the_family_when_a_runtime_is_mapped(standins: dict[str
 def test_collect_and_gpu_comparison_recomputed_by_hand() -> None:
     """Maps as bpftrace 0.17 prints them → per-stream/per-queue rows → the GPU comparison block."""
     from aorta.hw_queue_eval.backends.base import OpRecord
-    from aorta.hw_queue_eval.gpu_runtime_comparison import compare_gpu_runtime
+    from aorta.hw_queue_eval.tracing.gpu_runtime_comparison import compare_gpu_runtime
 
     family = GpuRuntimeFamily(libraries=[])
     family.attached = [{"api": "hipLaunchKernel"}, {"api": "hsa_signal_store_screlease"}]
@@ -592,7 +592,7 @@ def test_tracer_joins_launches_to_harness_ops(cuda: tuple[ctypes.CDLL, ctypes.CD
     """The benchmark's tracer with --ebpf-gpu-runtime: one launch per harness op on 3 streams →
     accuracy 100 %, per-stream launches = per-stream ops, the comparison from gpu_runtime."""
     from aorta.hw_queue_eval.backends.base import OpRecord
-    from aorta.hw_queue_eval.ebpf_tracer import EbpfTracer
+    from aorta.hw_queue_eval.tracing.window_tracer import EbpfTracer
     from ebpf_support import require_ebpf
 
     require_ebpf()

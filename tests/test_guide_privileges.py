@@ -270,7 +270,7 @@ def test_unreadable_home_does_not_break_a_plain_run(tmp_path: Path) -> None:
         assert "Traceback" not in run.stderr and "PermissionError" not in run.stderr
         state = _run_as_root_without_dac(
             "from aorta.common.errors import UsageError\n"
-            "from aorta.hw_queue_eval.gpu_state import ensure_state_dir, list_state_files\n"
+            "from aorta.hw_queue_eval.gpu.state import ensure_state_dir, list_state_files\n"
             "print(list_state_files())\n"
             "try:\n    ensure_state_dir()\nexcept UsageError as exc:\n    print('usage:', exc)\n",
             home)

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from aorta.common.errors import UsageError
-from aorta.hw_queue_eval.checkpoint import CheckpointFile
 from aorta.hw_queue_eval.cli import main
-from aorta.hw_queue_eval.validation import check_input
+from aorta.hw_queue_eval.results.validation import check_input
+from aorta.hw_queue_eval.sweeps.checkpoint import CheckpointFile
 
 SEEDS = Path(__file__).parent / "fixtures" / "results"
 SCALE = float(os.environ.get("AORTA_FUZZ_SCALE", "1"))

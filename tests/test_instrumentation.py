@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from aorta.hw_queue_eval.config import RunConfig
-from aorta.hw_queue_eval.harness import run_benchmark
+from aorta.hw_queue_eval.run.config import RunConfig
+from aorta.hw_queue_eval.run.harness import run_benchmark
 
 
 class FakeEvent:

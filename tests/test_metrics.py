@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from aorta.hw_queue_eval import metrics
 from aorta.hw_queue_eval.backends.base import OpRecord
+from aorta.hw_queue_eval.run import metrics
 
 
 def op(stream: int, start_us: float, end_us: float, queue: int | None = 0, iteration: int = 0,

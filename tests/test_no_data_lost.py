@@ -282,7 +282,7 @@ def test_disk_full_mid_sweep_keeps_the_checkpoint(full_disk, tmp_path, monkeypat
     import tempfile
 
     from aorta.common.errors import UsageError
-    from aorta.hw_queue_eval.checkpoint import CheckpointFile
+    from aorta.hw_queue_eval.sweeps.checkpoint import CheckpointFile
 
     spare = tmp_path / "spare"
     spare.mkdir()

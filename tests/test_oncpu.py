@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from aorta.hw_queue_eval import oncpu
 from aorta.hw_queue_eval.backends.cpu import _set_thread_name
 from aorta.hw_queue_eval.report.console import concurrency_line
+from aorta.hw_queue_eval.run import oncpu
 
 
 def test_on_cpu_concurrency_from_known_counters():

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from aorta.common.errors import UsageError
-from aorta.hw_queue_eval.policies import (
+from aorta.hw_queue_eval.gpu.policies import (
     BUILTIN_POLICIES,
     load_policy_file,
     resolve_policies,
@@ -120,7 +120,7 @@ def test_typed_env_values_are_normalised(tmp_path: Path) -> None:
 
 
 def test_every_allowed_env_variable_is_documented() -> None:
-    from aorta.hw_queue_eval.policies import _LOADS_OR_WRITES, ALLOWED_ENV
+    from aorta.hw_queue_eval.gpu.policies import _LOADS_OR_WRITES, ALLOWED_ENV
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "policies.md").read_text()
     for name in ALLOWED_ENV:

@@ -155,8 +155,8 @@ def test_file_policy_env_read_back_from_the_child(tmp_path: Path, fake: FakeGpus
 def test_best_policy_only_among_applicable_ones_beyond_noise() -> None:
     """summarize on synthetic repeats: a not-applicable policy is never best; a policy within
     noise is not named; a real gain is, with its CI."""
-    from aorta.hw_queue_eval.policies import BUILTIN_POLICIES
-    from aorta.hw_queue_eval.policy_sweep import summarize
+    from aorta.hw_queue_eval.gpu.policies import BUILTIN_POLICIES
+    from aorta.hw_queue_eval.sweeps.policy_sweep import summarize
 
     def point(name, repeat, tput, status="ok"):
         result = {"throughput": tput, "throughput_unit": "GFLOPS", "stream_count": 8,

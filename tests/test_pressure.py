@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from aorta.common.errors import UsageError
-from aorta.ebpf import pressure
+from aorta.tools import memory_pressure as pressure
 
 
 @pytest.mark.parametrize(("text", "value"), [("4096", 4096), ("768M", 768 << 20), ("1.5G", 3 << 29),
@@ -39,7 +39,7 @@ def test_remove_stale_keeps_live_owners_and_never_follows_links(tmp_path):
 
 
 def test_cli_needs_limit_and_command():
-    proc = subprocess.run([sys.executable, "-m", "aorta.ebpf.pressure", "--", "true"],
+    proc = subprocess.run([sys.executable, "-m", "aorta.tools.memory_pressure", "--", "true"],
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 2 and "--limit" in proc.stderr
 
@@ -82,7 +82,7 @@ def test_cgroup_folder_under_a_container_mount_root() -> None:
     (["--limit", "512M", "--", "no-such-command-aorta"], "not found"),
 ])
 def test_cli_bad_input_is_one_line_before_any_work(args, words):
-    proc = subprocess.run([sys.executable, "-m", "aorta.ebpf.pressure", *args],
+    proc = subprocess.run([sys.executable, "-m", "aorta.tools.memory_pressure", *args],
                           capture_output=True, text=True, check=False, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert words in proc.stderr and "Traceback" not in proc.stderr
@@ -93,7 +93,7 @@ def test_cli_bad_input_is_one_line_before_any_work(args, words):
 def test_kill_9_of_the_helper_leaves_no_churner_and_no_file(tmp_path):
     """The helper is SIGKILLed mid-run: its churner dies with it, no churn file exists, and the
     next start removes the cgroup."""
-    helper = subprocess.Popen([sys.executable, "-m", "aorta.ebpf.pressure", "--limit", "256M",
+    helper = subprocess.Popen([sys.executable, "-m", "aorta.tools.memory_pressure", "--limit", "256M",
                                "--churn", "64M", "--churn-dir", str(tmp_path), "--", "sleep", "60"],
                               stderr=subprocess.PIPE, text=True)
     place = pressure.find_memory_cgroup()

@@ -10,7 +10,7 @@ import jsonschema
 import numpy as np
 import pytest
 
-from aorta.hw_queue_eval.results import run_result_schema
+from aorta.hw_queue_eval.results.run_result import run_result_schema
 from conftest import load_json, run_cli
 
 SMALL = ("-d", "cpu", "--size", "small", "-i", "6", "-w", "1")

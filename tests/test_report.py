@@ -41,7 +41,7 @@ def _run(streams: int, throughput: float, p99: float, ebpf=None) -> dict:
 
 
 def _sweep(tmp_path):
-    from aorta.hw_queue_eval.sweep import analysis_of
+    from aorta.hw_queue_eval.sweeps.stream_sweep import analysis_of
 
     points = [{"key": {"workload": "hetero_kernels", "streams": n}, "status": "ok",
                "result": _run(n, t, p)}
@@ -172,8 +172,8 @@ def test_ebpf_histogram_bounds_in_readable_units_and_short_names():
 
 
 def _policy_sweep_file(tmp_path, repeats=3):
-    from aorta.hw_queue_eval.policies import BUILTIN_POLICIES
-    from aorta.hw_queue_eval.policy_sweep import summarize
+    from aorta.hw_queue_eval.gpu.policies import BUILTIN_POLICIES
+    from aorta.hw_queue_eval.sweeps.policy_sweep import summarize
 
     names = ["baseline", "high_queue", "multi_tenant_fair", "xnack_off", "priority_be"]
     points = []
@@ -216,7 +216,7 @@ def test_policy_sweep_report_names_every_policy_with_cis(tmp_path):
 
 def test_sweep_report_with_repeats_draws_a_ci_band(tmp_path):
     from aorta.hw_queue_eval.report.plots import sweep_throughput
-    from aorta.hw_queue_eval.sweep import analysis_of
+    from aorta.hw_queue_eval.sweeps.stream_sweep import analysis_of
 
     points = [{"key": {"workload": "hetero_kernels", "streams": n, "repeat": r}, "status": "ok",
                "result": _run(n, t * f, 1.0)}

@@ -101,7 +101,7 @@ def aorta_isolated(*args: str, cwd: Path, env: dict[str, str] | None = None,
 @needs_root
 def test_control_plain_python_m_imports_the_planted_module(planted):
     cwd, markers = planted
-    for module in ("aorta.hw_queue_eval", "aorta.ebpf.pressure"):  # what children used to run
+    for module in ("aorta.hw_queue_eval", "aorta.tools.memory_pressure"):  # what children used to run
         subprocess.run([sys.executable, "-m", module, "--help"], cwd=cwd,
                        capture_output=True, text=True, timeout=60, check=False)
     assert os.listdir(markers), "the plant must work on the unsafe launch"
@@ -168,7 +168,7 @@ def test_pressure_churner_imports_nothing_from_cwd(planted, tmp_path):
     churn_dir = tmp_path / "churn"
     churn_dir.mkdir()
     proc = subprocess.run(
-        python_module_command("aorta.ebpf.pressure", "--limit", "256M", "--churn", "8M",
+        python_module_command("aorta.tools.memory_pressure", "--limit", "256M", "--churn", "8M",
                               "--churn-dir", str(churn_dir), "--", sys.executable, "-I", "-c",
                               CHURN_CHECK),
         cwd=cwd, env={**child_environment(), "PYTHONPATH": str(cwd)}, capture_output=True,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from aorta.hw_queue_eval.scaling import analyze
+from aorta.hw_queue_eval.analysis.scaling import analyze
 
 
 def _result(streams, throughput, p99, work, pool=4, backend="cpu", cores=64, dispatch=None):
@@ -86,9 +86,9 @@ def test_flat_step_followed_by_scaling_is_not_the_knee():
 
 import random  # noqa: E402
 
+from aorta.hw_queue_eval.analysis.scaling import KNEE_GAIN_FRACTION, ideal_growth  # noqa: E402
+from aorta.hw_queue_eval.analysis.stats import median_ci  # noqa: E402
 from aorta.hw_queue_eval.report.tables import sweep_table  # noqa: E402
-from aorta.hw_queue_eval.scaling import KNEE_GAIN_FRACTION, ideal_growth  # noqa: E402
-from aorta.hw_queue_eval.stats import median_ci  # noqa: E402
 
 
 def _runs(streams, tputs, work, iqr=0.02, **kw):
@@ -128,7 +128,7 @@ def test_unstable_points_are_flagged_and_weaken_the_verdict():
 
 
 def test_resume_under_other_load_is_flagged():
-    from aorta.hw_queue_eval.sweep import analysis_of
+    from aorta.hw_queue_eval.sweeps.stream_sweep import analysis_of
 
     def point(streams, tput, pid, load):
         return {"key": {"workload": "w", "streams": streams}, "status": "ok",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aorta.hw_queue_eval.stats import compare_samples, mann_whitney_u
+from aorta.hw_queue_eval.analysis.stats import compare_samples, mann_whitney_u
 
 
 @pytest.mark.parametrize(("a", "b", "u", "p", "method"), [
@@ -82,7 +82,7 @@ def test_large_but_noisy_change_is_inconclusive():
 
 # --- run-level statistics (one value per run) ---------------------------------------------------
 
-from aorta.hw_queue_eval.stats import compare_runs, median_ci, shift_ci  # noqa: E402
+from aorta.hw_queue_eval.analysis.stats import compare_runs, median_ci, shift_ci  # noqa: E402
 
 
 def test_median_ci_levels_are_the_binomial_coverages():

@@ -128,8 +128,7 @@ def test_hung_point_times_out(tmp_path):
 
 
 def test_point_folders_of_a_killed_parent_are_removed_by_the_next_point(tmp_path):
-    from aorta.hw_queue_eval import childrun
-
+    from aorta.hw_queue_eval.sweeps import childrun
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     stale = tmp_path / f"{childrun.TEMP_PREFIX}{dead.pid}-abc"
@@ -189,8 +188,7 @@ def test_foreign_point_folders_in_shared_temp_cannot_break_a_sweep(tmp_path):
 
 
 def _sweep_with_planted_folders(shared: Path, tmp_path: Path) -> None:
-    from aorta.hw_queue_eval import childrun
-
+    from aorta.hw_queue_eval.sweeps import childrun
     dead = subprocess.Popen(["true"])
     dead.wait()
     planted = [f"{childrun.TEMP_PREFIX}99999999999999999999-x", f"{childrun.TEMP_PREFIX}{dead.pid}-y",

@@ -79,8 +79,8 @@ def test_gpu_like_result_without_queue_ids():
 
 
 def test_cross_stream_waits_become_flow_arrows():
-    from aorta.hw_queue_eval.config import RunConfig
-    from aorta.hw_queue_eval.harness import run_benchmark
+    from aorta.hw_queue_eval.run.config import RunConfig
+    from aorta.hw_queue_eval.run.harness import run_benchmark
 
     result = run_benchmark(RunConfig(workload="graph_subgraphs", streams=4, iterations=2, warmup=1,
                                      device="cpu")).to_dict()

@@ -32,7 +32,7 @@ from aorta.hw_queue_eval.backends.base import (
     SubmissionRecord,
     WorkerInfo,
 )
-from aorta.hw_queue_eval.config import hw_queue_pool_size
+from aorta.hw_queue_eval.run.config import hw_queue_pool_size
 
 _OP, _WAIT, _MARK, _STOP = 0, 1, 2, 3
 _KIND_NAMES = ("op", "wait", "marker", "stop")

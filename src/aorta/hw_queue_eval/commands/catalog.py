@@ -12,7 +12,7 @@ import click
 
 from aorta.common.atomicio import atomic_write_json, check_output_path
 from aorta.hw_queue_eval.commands._output import save_and_print_json
-from aorta.hw_queue_eval.config import env_knobs, hw_queue_pool_size, parse_positive_int
+from aorta.hw_queue_eval.run.config import env_knobs, hw_queue_pool_size, parse_positive_int
 from aorta.hw_queue_eval.workloads.registry import (
     CATEGORIES,
     SENSITIVITIES,

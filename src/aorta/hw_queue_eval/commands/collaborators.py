@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
-    from aorta.hw_queue_eval.childrun import PointCommand
-    from aorta.hw_queue_eval.gpu_control import GpuLocator
+    from aorta.hw_queue_eval.sweeps.childrun import PointCommand
+    from aorta.hw_queue_eval.gpu.control import GpuLocator
 
 #: runs one measurement, with harness.run_benchmark's signature
 Benchmark = Callable[..., Any]
@@ -36,7 +36,7 @@ class Collaborators:
         """Which GPU a --device means and how to drive it (imports no torch by itself)."""
         if self.gpus is not None:
             return self.gpus
-        from aorta.hw_queue_eval.gpu_control import DeviceGpus
+        from aorta.hw_queue_eval.gpu.control import DeviceGpus
 
         return DeviceGpus()
 
@@ -44,7 +44,7 @@ class Collaborators:
         """How a sweep starts one point's child process."""
         if self.point_command is not None:
             return self.point_command
-        from aorta.hw_queue_eval.childrun import point_command
+        from aorta.hw_queue_eval.sweeps.childrun import point_command
 
         return point_command
 
@@ -52,7 +52,7 @@ class Collaborators:
         """What measures one run (in this process, or on one torchrun rank)."""
         if self.benchmark is not None:
             return self.benchmark
-        from aorta.hw_queue_eval.harness import run_benchmark
+        from aorta.hw_queue_eval.run.harness import run_benchmark
 
         return run_benchmark
 

@@ -38,7 +38,7 @@ def compare_command(base: str, tests: tuple[str, ...], threshold: str, as_json: 
     Runs are the samples: give files made with --repeats (≥ 3 runs per side for a verdict, 5 to
     detect a change at α = 0.05); one run per side is reported as inconclusive.
     """
-    from aorta.hw_queue_eval.compare import compare_files
+    from aorta.hw_queue_eval.analysis.compare import compare_files
     from aorta.hw_queue_eval.report.compare_view import render_console, to_markdown
 
     try:

@@ -17,7 +17,7 @@ from aorta.hw_queue_eval.commands.run import (
     run_options,
 )
 from aorta.hw_queue_eval.commands.sweep import PASSTHROUGH_FLAGS, hold_output_lock
-from aorta.hw_queue_eval.config import parse_positive_int, parse_timeout
+from aorta.hw_queue_eval.run.config import parse_positive_int, parse_timeout
 
 #: Rounds of a policy sweep: each is one full run per policy, so more is a typo; checked before
 #: the schedule (repeats × policies names) is built.
@@ -59,23 +59,23 @@ def policy_sweep_command(workload: str, streams: str, policies: str | None,
     import dataclasses
 
     from aorta.hw_queue_eval.backends import resolve_device
-    from aorta.hw_queue_eval.checkpoint import fingerprint, open_or_resume
-    from aorta.hw_queue_eval.gpu_control import (
+    from aorta.hw_queue_eval.gpu.control import (
         CPU_NOT_APPLICABLE,
         GpuControl,
         GpuRequest,
         recover_stale_states,
     )
-    from aorta.hw_queue_eval.policies import resolve_policies
-    from aorta.hw_queue_eval.policy_sweep import (
+    from aorta.hw_queue_eval.gpu.policies import resolve_policies
+    from aorta.hw_queue_eval.report.console import make_console
+    from aorta.hw_queue_eval.report.policy_table import render_policy_table
+    from aorta.hw_queue_eval.sweeps.checkpoint import fingerprint, open_or_resume
+    from aorta.hw_queue_eval.sweeps.policy_sweep import (
         KIND,
         point_request,
         run_policy_point,
         schedule,
         summarize,
     )
-    from aorta.hw_queue_eval.report.console import make_console
-    from aorta.hw_queue_eval.report.policy_table import render_policy_table
 
     config = build_config(workload, streams, iterations, warmup, device, size, sync_mode, seed,
                           threads_per_queue)
@@ -164,9 +164,9 @@ def policy_sweep_command(workload: str, streams: str, policies: str | None,
 def restore_command(output: str | None, as_json: bool) -> None:
     """Put GPU clocks/power back from state files left by a process that was killed hard."""
     from aorta.common.atomicio import check_output_path
-    from aorta.hw_queue_eval import gpu_state
     from aorta.hw_queue_eval.commands._output import save_and_print_json
-    from aorta.hw_queue_eval.gpu_control import restore_from_file
+    from aorta.hw_queue_eval.gpu import state as gpu_state
+    from aorta.hw_queue_eval.gpu.control import restore_from_file
 
     if output:
         check_output_path(output)

@@ -18,7 +18,7 @@ from aorta.common.atomicio import (
 )
 from aorta.common.errors import ExitCode, MeasurementFailed, UsageError
 from aorta.hw_queue_eval.commands import collaborators
-from aorta.hw_queue_eval.config import (
+from aorta.hw_queue_eval.run.config import (
     DEFAULT_ITERATIONS,
     DEFAULT_SEED,
     DEFAULT_WARMUP,
@@ -32,7 +32,7 @@ from aorta.hw_queue_eval.config import (
 from aorta.hw_queue_eval.workloads.registry import get_info
 
 if TYPE_CHECKING:
-    from aorta.hw_queue_eval.gpu_control import GpuRequest
+    from aorta.hw_queue_eval.gpu.control import GpuRequest
 
 
 def register(group: click.Group) -> None:
@@ -138,8 +138,8 @@ def gpu_control_options(func: Any) -> Any:
 
 def gpu_request(lock_clocks: str | None, power_limit: str | None) -> GpuRequest:
     """Validate --lock-clocks/--power-limit (no torch, nothing touched)."""
-    from aorta.hw_queue_eval.gpu_control import GpuRequest
-    from aorta.hw_queue_eval.policies import validate_clock_level, validate_power_limit
+    from aorta.hw_queue_eval.gpu.control import GpuRequest
+    from aorta.hw_queue_eval.gpu.policies import validate_clock_level, validate_power_limit
 
     return GpuRequest(
         clock_level=None if lock_clocks is None else validate_clock_level(lock_clocks),
@@ -152,7 +152,7 @@ def gpu_control_context(device: str, request: GpuRequest) -> Any:
     First restores devices left changed by hard-killed processes. UsageError on the CPU backend.
     Imports torch only when a clock/power change is requested (to find the GPU's vendor).
     """
-    from aorta.hw_queue_eval.gpu_control import (
+    from aorta.hw_queue_eval.gpu.control import (
         CPU_NOT_APPLICABLE,
         GpuControl,
         recover_stale_states,
@@ -196,7 +196,7 @@ def build_tracer(queue: bool, memory: bool, gpu_runtime: bool = False) -> Any:
     """The tracer for these flags (None without tracing); tells on stderr when tracing is off."""
     if not (queue or memory or gpu_runtime):
         return None
-    from aorta.hw_queue_eval.ebpf_tracer import make_tracer
+    from aorta.hw_queue_eval.tracing.window_tracer import make_tracer
 
     tracer = make_tracer(queue, memory, gpu_runtime)
     if tracer is not None and not tracer.ready.ok:
@@ -277,13 +277,14 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
     from aorta.hw_queue_eval.backends import resolve_device
     from aorta.hw_queue_eval.report.console import make_console, render_run
     from aorta.hw_queue_eval.report.ebpf_blocks import render_ebpf
+    from aorta.hw_queue_eval.run.harness import run_benchmark
 
     config = build_config(workload, streams, iterations, warmup, device, size, sync_mode, seed,
                           threads_per_queue)
     config = dataclasses.replace(config, op_timing=op_timing)
     request = gpu_request(lock_clocks, power_limit)
     check_distinct_outputs({"-o": output, "--trace-out": trace_out})
-    from aorta.hw_queue_eval.distributed import torchrun_env
+    from aorta.hw_queue_eval.distributed.torchrun import torchrun_env
 
     dist_env = torchrun_env()
     if dist_env is not None:
@@ -350,12 +351,12 @@ def _run_repeats(config: RunConfig, request: GpuRequest, runs: int, flags: list[
     """`run --repeats N`: N fresh child runs back to back, one result with every repeat."""
     import json
 
-    from aorta.hw_queue_eval.policy_sweep import child_run_args
-    from aorta.hw_queue_eval.repeats import run_repeated
     from aorta.hw_queue_eval.report.console import make_console, render_run
     from aorta.hw_queue_eval.report.ebpf_blocks import render_ebpf
     from aorta.hw_queue_eval.report.repeats_view import render_repeats
-    from aorta.hw_queue_eval.results import save_result
+    from aorta.hw_queue_eval.results.run_result import save_result
+    from aorta.hw_queue_eval.sweeps.policy_sweep import child_run_args
+    from aorta.hw_queue_eval.sweeps.repeats import run_repeated
 
     click.echo(f"Running {config.workload} on {config.streams} streams {runs} times, each in a "
                f"fresh process ({config.iterations} iterations + {config.warmup} warm-up)…",
@@ -398,8 +399,8 @@ def _run_under_torchrun(config: RunConfig, dist_env: Any, timeout_s: int, output
     node's one bpftrace for every local rank (node_tracer.py); each rank gets its own sections."""
     import json
 
-    from aorta.hw_queue_eval.distributed import format_rank_table, run_distributed
-    from aorta.hw_queue_eval.results import save_result
+    from aorta.hw_queue_eval.distributed.torchrun import format_rank_table, run_distributed
+    from aorta.hw_queue_eval.results.run_result import save_result
 
     lead = dist_env.rank == 0
     if lead and output:
@@ -412,7 +413,7 @@ def _run_under_torchrun(config: RunConfig, dist_env: Any, timeout_s: int, output
                    f"{config.warmup} warm-up)…", err=True)
     tracer = None
     if ebpf_trace or ebpf_memory_trace or ebpf_gpu_runtime:
-        from aorta.hw_queue_eval.node_tracer import NodeTracer
+        from aorta.hw_queue_eval.distributed.node_tracer import NodeTracer
 
         tracer = NodeTracer(dist_env, timeout_s, queue=ebpf_trace, memory=ebpf_memory_trace,
                             gpu_runtime=ebpf_gpu_runtime)

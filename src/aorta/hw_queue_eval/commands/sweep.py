@@ -19,7 +19,7 @@ from aorta.hw_queue_eval.commands.run import (
     run_command,
     run_options,
 )
-from aorta.hw_queue_eval.config import parse_positive_int, parse_stream_list, parse_timeout
+from aorta.hw_queue_eval.run.config import parse_positive_int, parse_stream_list, parse_timeout
 
 #: `run` flags a sweep passes through to every point when `run` has them (added by other modules).
 PASSTHROUGH_FLAGS = ("ebpf_trace", "ebpf_memory_trace", "ebpf_gpu_runtime")
@@ -73,7 +73,7 @@ def sweep_command(workload: str, streams: str, iterations: str, warmup: str, dev
     """Run WORKLOAD at each stream count in its own process; checkpoint after every point."""
     from aorta.hw_queue_eval.report.console import make_console
     from aorta.hw_queue_eval.report.tables import render_sweep
-    from aorta.hw_queue_eval.sweep import (
+    from aorta.hw_queue_eval.sweeps.stream_sweep import (
         SweepSpec,
         analysis_of,
         open_checkpoint,

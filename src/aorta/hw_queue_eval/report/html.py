@@ -14,10 +14,10 @@ from typing import Any
 
 from aorta.common.atomicio import OutputFolder
 from aorta.common.errors import UsageError
+from aorta.hw_queue_eval.analysis.scaling import flatten_numbers
 from aorta.hw_queue_eval.report import plots
 from aorta.hw_queue_eval.report.console import fmt, interpret, switch_rows
 from aorta.hw_queue_eval.report.tables import sweep_table
-from aorta.hw_queue_eval.scaling import flatten_numbers
 
 NO_ANALYSIS = "no scaling analysis: fewer than two points finished ok"
 EBPF_SECTIONS = ("ebpf_queue_metrics", "ebpf_memory_metrics", "ebpf_vs_cuda_comparison")

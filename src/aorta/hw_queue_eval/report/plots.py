@@ -56,7 +56,7 @@ def _stream_axis(ax: Any, streams: Sequence[int]) -> None:
 def sweep_throughput(sweep: dict[str, Any], results: list[dict[str, Any]]) -> bytes | None:
     """Throughput vs streams (median over repeats, CI band and every run when repeated) with the
     ideal line, the knee and the queue-pool size marked."""
-    from aorta.hw_queue_eval.scaling import group_points
+    from aorta.hw_queue_eval.analysis.scaling import group_points
 
     grouped = group_points(results)
     if not grouped:
@@ -96,7 +96,7 @@ def sweep_latency(sweep: dict[str, Any], results: list[dict[str, Any]]) -> bytes
     """P50/P99 iteration latency vs streams (and kernel dispatch P99 when traced)."""
     import statistics
 
-    from aorta.hw_queue_eval.scaling import dispatch_p99_us
+    from aorta.hw_queue_eval.analysis.scaling import dispatch_p99_us
 
     per: dict[int, list[tuple[float, float, float | None]]] = {}
     for r in results:
@@ -283,7 +283,7 @@ def policy_figure(data: dict[str, Any], metric: str = "throughput") -> Any:
         color = "tab:gray" if row["policy"] == "baseline" else "tab:blue"
         ax.bar(i, median, color=color, alpha=0.7)
         if len(runs) > 1:
-            from aorta.hw_queue_eval.stats import median_ci
+            from aorta.hw_queue_eval.analysis.stats import median_ci
 
             ci = median_ci(runs)
             ax.errorbar(i, median, yerr=[[median - ci.low], [ci.high - median]], color="black",

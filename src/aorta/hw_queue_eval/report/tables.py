@@ -5,9 +5,9 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from aorta.hw_queue_eval.analysis.scaling import dispatch_avg_us, dispatch_p99_us
+from aorta.hw_queue_eval.analysis.stats import median_ci
 from aorta.hw_queue_eval.report.console import fmt
-from aorta.hw_queue_eval.scaling import dispatch_avg_us, dispatch_p99_us
-from aorta.hw_queue_eval.stats import median_ci
 
 
 def _median(values: list[Any]) -> float | None:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from aorta.hw_queue_eval import metrics
 from aorta.hw_queue_eval.backends.base import OpRecord
+from aorta.hw_queue_eval.run import metrics
 
 V1 = 1
 V2 = 2

@@ -111,7 +111,7 @@ def _median(values: list[float | None]) -> float | None:
 
 def group_points(results: list[dict[str, Any]]) -> list[ScalingPoint]:
     """One ScalingPoint per stream count: medians over its runs, the CI of the throughput."""
-    from aorta.hw_queue_eval.stats import median_ci
+    from aorta.hw_queue_eval.analysis.stats import median_ci
 
     by_streams: dict[int, list[ScalingPoint]] = {}
     iqr: dict[int, list[float]] = {}

@@ -14,13 +14,13 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from aorta.hw_queue_eval.childrun import run_point
-from aorta.hw_queue_eval.config import RunConfig
-from aorta.hw_queue_eval.gpu_control import CPU_NOT_APPLICABLE, GpuControl, GpuRequest, GpuTarget
-from aorta.hw_queue_eval.gpu_drivers import GpuDriver
-from aorta.hw_queue_eval.policies import Policy, cpu_ignored_env, not_applicable_reason
-from aorta.hw_queue_eval.repeats import conditions, interleaved_schedule, run_summary
-from aorta.hw_queue_eval.stats import MIN_RUNS, compare_runs, median_ci
+from aorta.hw_queue_eval.analysis.stats import MIN_RUNS, compare_runs, median_ci
+from aorta.hw_queue_eval.gpu.control import CPU_NOT_APPLICABLE, GpuControl, GpuRequest, GpuTarget
+from aorta.hw_queue_eval.gpu.drivers.base import GpuDriver
+from aorta.hw_queue_eval.gpu.policies import Policy, cpu_ignored_env, not_applicable_reason
+from aorta.hw_queue_eval.run.config import RunConfig
+from aorta.hw_queue_eval.sweeps.childrun import run_point
+from aorta.hw_queue_eval.sweeps.repeats import conditions, interleaved_schedule, run_summary
 
 KIND = "policy-sweep"
 BASELINE = "baseline"

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from aorta.common.errors import AortaError, DeviceLeftChanged, UsageError
-from aorta.hw_queue_eval import gpu_state
-from aorta.hw_queue_eval.gpu_drivers import (
+from aorta.hw_queue_eval.gpu import state as gpu_state
+from aorta.hw_queue_eval.gpu.drivers.base import (
     POWER_TOLERANCE_W,
     AmdSmi,
     GpuControlError,
@@ -37,7 +37,7 @@ from aorta.hw_queue_eval.gpu_drivers import (
     RocmSmi,
     make_driver,
 )
-from aorta.hw_queue_eval.results import utc_timestamp
+from aorta.hw_queue_eval.results.run_result import utc_timestamp
 
 CPU_NOT_APPLICABLE = ("not applicable on the CPU backend: it has no GPU clocks or power cap to "
                       "set (run on a GPU, or drop the clock/power setting)")

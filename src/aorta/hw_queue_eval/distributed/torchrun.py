@@ -24,7 +24,7 @@ from datetime import timedelta
 from typing import Any
 
 from aorta.common.errors import UsageError
-from aorta.hw_queue_eval.config import RunConfig
+from aorta.hw_queue_eval.run.config import RunConfig
 
 ERROR_KEY = "aorta/error/"
 DEFAULT_TIMEOUT_S = 300
@@ -142,7 +142,7 @@ def run_distributed(config: RunConfig, env: DistEnv, timeout_s: float = DEFAULT_
     reported to the other ranks before it propagates."""
     import torch.distributed as dist
 
-    from aorta.hw_queue_eval.harness import run_benchmark
+    from aorta.hw_queue_eval.run.harness import run_benchmark
 
     benchmark = benchmark or run_benchmark
 

@@ -11,11 +11,11 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from aorta.hw_queue_eval import metrics, oncpu
 from aorta.hw_queue_eval.backends import Backend, OpRecord, create_backend, resolve_device
 from aorta.hw_queue_eval.backends.base import SubmissionRecord
-from aorta.hw_queue_eval.config import RunConfig
-from aorta.hw_queue_eval.results import RunResult, collect_environment
+from aorta.hw_queue_eval.results.run_result import RunResult, collect_environment
+from aorta.hw_queue_eval.run import metrics, oncpu
+from aorta.hw_queue_eval.run.config import RunConfig
 from aorta.hw_queue_eval.workloads.base import UNIT_SCALE, Workload
 from aorta.hw_queue_eval.workloads.registry import get_workload_class
 

@@ -15,8 +15,8 @@ from aorta.ebpf.probes.base import TraceTarget
 from aorta.ebpf.probes.cpu_sched import SUBMITTER_LABEL
 from aorta.ebpf.program import Program, ProgramError
 from aorta.ebpf.session import SessionError, TraceSession
-from aorta.hw_queue_eval.ebpf_comparison import compare_with_harness
-from aorta.hw_queue_eval.gpu_runtime_comparison import compare_gpu_runtime
+from aorta.hw_queue_eval.tracing.gpu_runtime_comparison import compare_gpu_runtime
+from aorta.hw_queue_eval.tracing.harness_comparison import compare_with_harness
 
 
 class EbpfTracer:

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aorta.common.errors import UsageError
-from aorta.hw_queue_eval.repeats import run_summary
-from aorta.hw_queue_eval.results import load_result
-from aorta.hw_queue_eval.scaling import flatten_numbers
-from aorta.hw_queue_eval.stats import ALPHA, MIN_RUNS, compare_runs, median_iqr
+from aorta.hw_queue_eval.analysis.scaling import flatten_numbers
+from aorta.hw_queue_eval.analysis.stats import ALPHA, MIN_RUNS, compare_runs, median_iqr
+from aorta.hw_queue_eval.results.run_result import load_result
+from aorta.hw_queue_eval.sweeps.repeats import run_summary
 
 EBPF_SECTIONS = ("ebpf_queue_metrics", "ebpf_memory_metrics", "ebpf_vs_cuda_comparison")
 #: upstream name of a section → ours
@@ -111,7 +111,7 @@ def point_from_result(result: dict[str, Any], point_key: dict[str, Any] | None =
 def group_repeats(points: list[Point]) -> list[Point]:
     """Repeats of one point (same key, e.g. sweep/policy-sweep `--repeats`) as one Point whose
     `runs` holds every repeat; the other fields are those of the median-throughput repeat."""
-    from aorta.hw_queue_eval.repeats import representative
+    from aorta.hw_queue_eval.sweeps.repeats import representative
 
     groups: dict[Key, list[Point]] = {}
     for point in points:

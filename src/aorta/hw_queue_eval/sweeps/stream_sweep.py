@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from aorta.common.errors import UsageError
-from aorta.hw_queue_eval import scaling
-from aorta.hw_queue_eval.checkpoint import CheckpointFile, fingerprint, open_or_resume
-from aorta.hw_queue_eval.childrun import PointCommand, point_command, run_point
-from aorta.hw_queue_eval.config import env_knobs
-from aorta.hw_queue_eval.repeats import conditions, interleaved_schedule
+from aorta.hw_queue_eval.analysis import scaling
+from aorta.hw_queue_eval.run.config import env_knobs
+from aorta.hw_queue_eval.sweeps.checkpoint import CheckpointFile, fingerprint, open_or_resume
+from aorta.hw_queue_eval.sweeps.childrun import PointCommand, point_command, run_point
+from aorta.hw_queue_eval.sweeps.repeats import conditions, interleaved_schedule
 from aorta.hw_queue_eval.workloads.base import WorkloadInfo
 
 SWEEP_KIND = "sweep"

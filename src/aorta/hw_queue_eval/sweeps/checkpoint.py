@@ -19,9 +19,9 @@ from aorta.common.atomicio import (
     read_owned_json,
 )
 from aorta.common.errors import UsageError
-from aorta.hw_queue_eval.provenance import tool_info
-from aorta.hw_queue_eval.results import SCHEMA_VERSION, utc_timestamp
-from aorta.hw_queue_eval.validation import point_problem
+from aorta.hw_queue_eval.results.provenance import tool_info
+from aorta.hw_queue_eval.results.run_result import SCHEMA_VERSION, utc_timestamp
+from aorta.hw_queue_eval.results.validation import point_problem
 
 
 def fingerprint(config: dict[str, Any]) -> str:
@@ -74,7 +74,7 @@ class CheckpointFile:
                 key = point.get("key") if isinstance(point, dict) else None
                 file.notes.append(f"resume: point {json.dumps(key)[:80]} in {path} is invalid "
                                   f"({found}): it will be measured again")
-        from aorta.hw_queue_eval.upgrade import upgrade
+        from aorta.hw_queue_eval.results.upgrade import upgrade
 
         # valid points in the current layout (a v1 file's points are read through the v1 reader)
         file.points = [p for p in upgrade({**data, "points": file.points}).get("points", [])

@@ -14,7 +14,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from aorta.hw_queue_eval.stats import median_ci
+from aorta.hw_queue_eval.analysis.stats import median_ci
 
 #: run-level values kept per repeat, with the direction that is better
 RUN_METRICS: dict[str, bool] = {"throughput": True, "latency_p50_ms": False,
@@ -28,7 +28,7 @@ def _number(value: Any) -> float | None:
 
 def run_summary(result: dict[str, Any]) -> dict[str, Any]:
     """The numbers of one run that decisions use: throughput, latency percentiles, key eBPF."""
-    from aorta.hw_queue_eval.scaling import dispatch_avg_us, dispatch_p99_us
+    from aorta.hw_queue_eval.analysis.scaling import dispatch_avg_us, dispatch_p99_us
 
     lat = result.get("latency_ms") or {}
     old = result.get("latency") or {}
@@ -123,7 +123,7 @@ def run_repeated(run_args: Sequence[str], repeats: int, timeout_s: float | None 
     The top level is the representative repeat's result (median throughput).
     `on_repeat(i, outcome_dict)` reports progress.
     """
-    from aorta.hw_queue_eval.childrun import run_point
+    from aorta.hw_queue_eval.sweeps.childrun import run_point
 
     outcomes: list[dict[str, Any]] = []
     for repeat in range(1, repeats + 1):

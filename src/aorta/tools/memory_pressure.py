@@ -1,6 +1,6 @@
 """Create host-memory pressure around a command: a memory cgroup limit plus a page-cache churner.
 
-    sudo .venv/bin/python -I -m aorta.ebpf.pressure --limit 1536M -- \\
+    sudo .venv/bin/python -I -m aorta.tools.memory_pressure --limit 1536M -- \\
         .venv/bin/aorta-hwq run hetero_kernels --streams 8 --ebpf-memory-trace -o r.json
 
 The command and a small churner run in a child memory cgroup (cgroup v2 `memory.max`, or v1
@@ -174,7 +174,7 @@ def _is_churner(pid_text: str) -> bool:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return b"aorta.ebpf.pressure" in argv and CHURN_WORKER_FLAG.encode() in argv
+    return b"aorta.tools.memory_pressure" in argv and CHURN_WORKER_FLAG.encode() in argv
 
 
 class MemoryPressure:
@@ -239,7 +239,7 @@ class MemoryPressure:
                 guard()
 
             self.churner = subprocess.Popen(  # isolated: nothing from the cwd runs as root
-                python_module_command("aorta.ebpf.pressure", CHURN_WORKER_FLAG, f"/dev/fd/{fd}",
+                python_module_command("aorta.tools.memory_pressure", CHURN_WORKER_FLAG, f"/dev/fd/{fd}",
                                       "--rate", str(self.rate), "--usage-file", str(usage),
                                       "--limit", str(self.limit)),
                 env=child_environment(), preexec_fn=preexec, pass_fds=(fd,),
@@ -380,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(
-        prog="python -m aorta.ebpf.pressure",
+        prog="python -m aorta.tools.memory_pressure",
         description="Run COMMAND in a memory cgroup whose page cache is kept full, so the "
                     "command's own allocations go through memcg reclaim.")
     parser.add_argument("--limit", help="memory limit of the cgroup, e.g. 1536M")

@@ -75,7 +75,7 @@ class RunResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of schema v2 (header keys first)."""
-        from aorta.hw_queue_eval.provenance import tool_info
+        from aorta.hw_queue_eval.results.provenance import tool_info
 
         body = asdict(self)
         header = {"schema_version": SCHEMA_VERSION, "kind": RESULT_KIND, "tool": dict(tool_info())}
@@ -85,8 +85,8 @@ class RunResult:
 def collect_environment(backend_env: dict[str, Any], backend: str, device: str) -> dict[str, Any]:
     """Host, kernel, Python, torch, device, runtime and GPU driver versions, the GPU clocks in
     effect, plus the queue env knobs."""
-    from aorta.hw_queue_eval.config import env_knobs, runtime_env
-    from aorta.hw_queue_eval.provenance import gpu_facts
+    from aorta.hw_queue_eval.results.provenance import gpu_facts
+    from aorta.hw_queue_eval.run.config import env_knobs, runtime_env
 
     env: dict[str, Any] = {
         "host": platform.node(),
@@ -148,8 +148,8 @@ def load_result(path: str | os.PathLike[str]) -> dict[str, Any]:
     back upgraded to v2 (upgrade.py). Raises UsageError (one line) if unreadable, not a result at
     all, or invalid.
     """
-    from aorta.hw_queue_eval.upgrade import upgrade
-    from aorta.hw_queue_eval.validation import check_input
+    from aorta.hw_queue_eval.results.upgrade import upgrade
+    from aorta.hw_queue_eval.results.validation import check_input
 
     data = read_json_file(path, "result file")
     if not isinstance(data, dict):

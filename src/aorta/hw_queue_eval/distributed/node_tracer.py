@@ -43,8 +43,8 @@ from aorta.ebpf.probes.ranks import rank_key, rank_keyed, rank_slice
 from aorta.ebpf.probes.registry import families_for
 from aorta.ebpf.program import Program, ProgramError
 from aorta.ebpf.session import SessionError, SessionOutput
-from aorta.hw_queue_eval import distributed
-from aorta.hw_queue_eval.ebpf_tracer import EbpfTracer, _warn, family_context, sections_for
+from aorta.hw_queue_eval.distributed import torchrun as distributed
+from aorta.hw_queue_eval.tracing.window_tracer import EbpfTracer, _warn, family_context, sections_for
 
 QUEUE_STRIDE = 1000  # rank slot k's queue q is k * QUEUE_STRIDE + q in the node's program
 _WAIT_SLICE_S = 0.2  # how often a waiting rank looks for another rank's failure report

@@ -1,0 +1,1 @@
+"""Pure analysis of results: statistics, scaling verdicts, run-to-run comparison."""

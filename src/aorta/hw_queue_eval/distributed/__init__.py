@@ -1,0 +1,1 @@
+"""Runs under torchrun: rank environment, gather, one tracer per node."""

@@ -1,0 +1,1 @@
+"""One measured run: its configuration, the harness around the window, and its metrics."""

@@ -1,0 +1,1 @@
+"""Runs in child processes: stream sweeps, policy sweeps, repeats, checkpoints."""

@@ -1,0 +1,1 @@
+"""The harness side of eBPF: the window tracer and its comparison with harness figures."""

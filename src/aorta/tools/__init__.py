@@ -1,0 +1,1 @@
+"""Stand-alone helpers run beside a benchmark (e.g. the memory-pressure load generator)."""
