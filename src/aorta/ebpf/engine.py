@@ -1,6 +1,6 @@
 """The engine's front door: check readiness, build the program, run a session, make sections.
 
-Used by the benchmark's tracer (hw_queue_eval/ebpf_tracer.py) and by `ebpf-attach`, so both
+Used by the benchmark's tracer (hw_queue_eval/tracing/window_tracer.py) and by `ebpf-attach`, so both
 produce the same `ebpf_queue_metrics` / `ebpf_memory_metrics` layout.
 """
 

@@ -391,7 +391,7 @@ def _run_under_torchrun(config: RunConfig, dist_env: Any, timeout_s: int, output
                         as_json: bool, trace_out: str | None, ebpf_trace: bool = False) -> None:
     """One rank of a torchrun job; rank 0 prints the table and alone writes -o/--trace-out.
 
-    --ebpf-trace: local rank 0 of each node runs the node's one bpftrace (node_tracer.py)."""
+    --ebpf-trace: local rank 0 of each node runs the node's one bpftrace (distributed/node_tracer.py)."""
     import json
 
     from aorta.hw_queue_eval.distributed.torchrun import format_rank_table, run_distributed
