@@ -38,7 +38,7 @@ from aorta.ebpf.probes.registry import families_for
 from aorta.ebpf.program import Program, ProgramError
 from aorta.ebpf.session import SessionError, SessionOutput
 from aorta.hw_queue_eval.distributed import torchrun as distributed
-from aorta.hw_queue_eval.tracing.window_tracer import EbpfTracer, _warn, family_context, sections_for
+from aorta.hw_queue_eval.tracing.window_tracer import EbpfTracer, family_context, sections_for, warn_in_result
 
 QUEUE_STRIDE = 1000  # rank slot k's queue q is k * QUEUE_STRIDE + q in the node's program
 GPU_NOT_SPLIT = ("under torchrun, per-rank eBPF sections exist for the CPU backend only (the GPU "
@@ -144,7 +144,7 @@ class NodeTracer(EbpfTracer):
                 # the other local ranks wait for the output: tell them instead of letting them hang
                 _store().set(self._key("output"), json.dumps({"error": reason}))
             sections = engine.unavailable_sections(reason, True, False, "error", self.ready)
-        _warn(context.get("result"), sections)
+        warn_in_result(context.get("result"), sections)
         return sections
 
     def _finish(self, context: dict[str, Any]) -> dict[str, Any]:
@@ -292,4 +292,4 @@ def _remote_readiness(described: dict[str, Any]) -> engine.Readiness:
 
 
 def _store() -> Any:
-    return distributed._store()
+    return distributed.default_store()
