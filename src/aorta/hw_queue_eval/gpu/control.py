@@ -27,16 +27,12 @@ from typing import Any
 
 from aorta.common.errors import UsageError
 from aorta.hw_queue_eval.gpu import state as gpu_state
-from aorta.hw_queue_eval.gpu.drivers.base import (
-    POWER_TOLERANCE_W,
-    AmdSmi,
-    GpuControlError,
-    GpuDriver,
-    NvidiaSmi,
-    Pynvml,
-    RocmSmi,
-    make_driver,
-)
+from aorta.hw_queue_eval.gpu.drivers import make_driver
+from aorta.hw_queue_eval.gpu.drivers.amd_smi import AmdSmi
+from aorta.hw_queue_eval.gpu.drivers.base import POWER_TOLERANCE_W, GpuControlError, GpuDriver
+from aorta.hw_queue_eval.gpu.drivers.nvidia_smi import NvidiaSmi
+from aorta.hw_queue_eval.gpu.drivers.nvml import Pynvml
+from aorta.hw_queue_eval.gpu.drivers.rocm_smi import RocmSmi
 from aorta.hw_queue_eval.results.run_result import utc_timestamp
 
 SIMULATE_VENDOR_ENV = "AORTA_GPU_CONTROL_VENDOR"
