@@ -21,7 +21,8 @@ from aorta.common.atomicio import (
     read_owned_json,
 )
 from aorta.common.errors import UsageError
-from aorta.hw_queue_eval.results.run_result import SCHEMA_VERSION, utc_timestamp
+from aorta.hw_queue_eval.results.run_result import utc_timestamp
+from aorta.hw_queue_eval.results.schema import SCHEMA_VERSION
 from aorta.hw_queue_eval.results.validation import point_problem
 
 
