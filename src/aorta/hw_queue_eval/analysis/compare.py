@@ -283,7 +283,7 @@ def _is_traced(section: Any) -> bool:
 
 def tracing_note(diff: dict[str, Any], metrics: list[dict[str, Any]]) -> str | None:
     """When one side was traced and the other not: whether the difference is distinguishable
-    from the run-to-run noise compare measured (the guide's "does tracing perturb the run?")."""
+    from the run-to-run noise compare measured (answers "does tracing perturb the run?")."""
     if diff["base_traced"] == diff["test_traced"]:
         return None
     traced = "test" if diff["test_traced"] else "base"

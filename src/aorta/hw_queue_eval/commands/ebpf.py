@@ -56,7 +56,7 @@ def ebpf_info_command(as_json: bool, show_script: bool, output: str | None, ebpf
         try:
             script = _script(ebpf_trace or not ebpf_memory_trace, ebpf_memory_trace,
                              ebpf_gpu_runtime, pid)
-        except UsageError as exc:  # ebpf-info reports what it finds and exits 0 (issue 3)
+        except UsageError as exc:  # ebpf-info reports what it finds and exits 0
             script, problem = None, str(exc)
             click.echo(f"ebpf-info: {exc}", err=True)
         else:

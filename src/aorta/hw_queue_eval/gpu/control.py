@@ -1,6 +1,6 @@
 """`--lock-clocks` / `--power-limit`: change one GPU, verify, and always put it back as found.
 
-Order for every change (ARCHITECTURE decision 4):
+Order for every change (side effects are reversible and crash-safe, docs/architecture.md):
 1. put back any device left changed by a process that was killed hard (its state file);
 2. snapshot the prior state and write it to the state file — before touching anything;
 3. note each change in the state file, then make it; read back and verify (failure is an error,

@@ -1,6 +1,6 @@
 """Console blocks for eBPF sections: "eBPF DRIVER-LEVEL QUEUE METRICS" and "eBPF vs CUDA COMPARISON".
 
-Labels are the ones the guide promised (compat.md); every value says its source below it.
+Labels are the ones docs/guide.md shows (users read them); every value says its source below it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Console block "eBPF MEMORY METRICS:" (the guide's labels) with the host-side lines beside it."""
+"""Console block "eBPF MEMORY METRICS:" (labels as in docs/guide.md) with the host-side lines beside it."""
 
 from __future__ import annotations
 

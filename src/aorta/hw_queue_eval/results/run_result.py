@@ -21,7 +21,7 @@ from aorta.hw_queue_eval.results.schema import SCHEMA_VERSION, run_result_schema
 RESULT_KIND = "run"
 
 
-#: Keys every run result carries (compat.md lists the ones users already read).
+#: Keys every run result carries (docs/results-schema.md): users' scripts read them, so they stay.
 REQUIRED_KEYS: tuple[str, ...] = tuple(run_result_schema()["required"])
 
 
