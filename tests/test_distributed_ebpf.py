@@ -301,7 +301,7 @@ def store(monkeypatch):
     from aorta.hw_queue_eval.distributed import torchrun as distributed
     fake = FakeStore()
     monkeypatch.setattr(node_tracer, "_store", lambda: fake)
-    monkeypatch.setattr(distributed, "_store", lambda: fake)
+    monkeypatch.setattr(distributed, "default_store", lambda: fake)
     return fake
 
 
