@@ -21,11 +21,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from aorta.hw_queue_eval.sweeps.childrun import point_command
 from aorta.hw_queue_eval.cli import main
 from aorta.hw_queue_eval.commands.collaborators import Collaborators
 from aorta.hw_queue_eval.gpu.control import GpuTarget
-from aorta.hw_queue_eval.gpu.drivers.base import GpuDriver, make_driver
+from aorta.hw_queue_eval.gpu.drivers import make_driver
+from aorta.hw_queue_eval.gpu.drivers.base import GpuDriver
+from aorta.hw_queue_eval.sweeps.childrun import point_command
 
 ENTRY = os.path.abspath(__file__)
 SELF_KILL = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"

@@ -322,7 +322,7 @@ def store(monkeypatch):
     from aorta.hw_queue_eval.distributed.torchrun import torchrun as distributed
     fake = FakeStore()
     monkeypatch.setattr(node_tracer, "_store", lambda: fake)
-    monkeypatch.setattr(distributed, "_store", lambda: fake)
+    monkeypatch.setattr(distributed, "default_store", lambda: fake)
     return fake
 
 
@@ -353,8 +353,8 @@ def test_gpu_backend_under_torchrun_gets_one_node_program_keyed_by_rank(store, m
     """The GPU queue families are split per rank too: local rank 0 starts one program for
     both ranks' pids, with the rank key as @aorta_pids' value and first in the per-rank maps."""
     from aorta.ebpf import engine
-    from aorta.hw_queue_eval.distributed.torchrun import node_tracer
     from aorta.hw_queue_eval.distributed.node_tracer import NodeTracer
+    from aorta.hw_queue_eval.distributed.torchrun import node_tracer
 
     started = []
 

@@ -26,14 +26,10 @@ from aorta.hw_queue_eval.gpu.control import (
     GpuTarget,
     recover_stale_states,
 )
-from aorta.hw_queue_eval.gpu.drivers.base import (
-    AmdSmi,
-    GpuControlError,
-    RocmSmi,
-    _amdsmi_power,
-    _amdsmi_sclk,
-    make_driver,
-)
+from aorta.hw_queue_eval.gpu.drivers import make_driver
+from aorta.hw_queue_eval.gpu.drivers.amd_smi import AmdSmi, amdsmi_power, amdsmi_sclk
+from aorta.hw_queue_eval.gpu.drivers.base import GpuControlError
+from aorta.hw_queue_eval.gpu.drivers.rocm_smi import RocmSmi
 
 MHZ = [500, 800, 1100, 1400, 1700, 2100]
 
@@ -280,34 +276,34 @@ def test_make_driver_falls_back_to_rocm_smi(tmp_path: Path,
 
 def test_sclk_shapes_across_amdsmi_versions() -> None:
     hz = {"num_supported": 3, "current": 2, "frequency": [500_000_000, 900_000_000, 2_100_000_000]}
-    assert _amdsmi_sclk(hz, 0) == ([500, 900, 2100], 2)
+    assert amdsmi_sclk(hz, 0) == ([500, 900, 2100], 2)
     mhz = {"num_supported": 3, "current": 0, "frequency": [500, 900, 2100]}
-    assert _amdsmi_sclk(mhz, 0) == ([500, 900, 2100], 0)
+    assert amdsmi_sclk(mhz, 0) == ([500, 900, 2100], 0)
     no_current = {**mhz, "current": 9}
-    assert _amdsmi_sclk(no_current, 0) == ([500, 900, 2100], None)
+    assert amdsmi_sclk(no_current, 0) == ([500, 900, 2100], None)
     with pytest.raises(GpuControlError, match=r"lists 2 sclk frequencies for num_supported=3"):
-        _amdsmi_sclk({**mhz, "frequency": [500, 900]}, 0)
+        amdsmi_sclk({**mhz, "frequency": [500, 900]}, 0)
     with pytest.raises(GpuControlError, match=r"unknown shape \['clk', 'max_clk'\]"):
-        _amdsmi_sclk({"clk": 900, "max_clk": 2100}, 0)
+        amdsmi_sclk({"clk": 900, "max_clk": 2100}, 0)
     with pytest.raises(GpuControlError, match="no usable sclk frequencies"):
-        _amdsmi_sclk({"num_supported": 0, "current": 0, "frequency": []}, 0)
+        amdsmi_sclk({"num_supported": 0, "current": 0, "frequency": []}, 0)
 
 
 def test_power_shapes_across_amdsmi_versions() -> None:
     new = {"power_cap": 300_000_000, "default_power_cap": 550_000_000, "dpm_cap": 1,
            "min_power_cap": 0, "max_power_cap": 550_000_000}
-    assert _amdsmi_power(new, 0) == {"power_limit_w": 300.0, "power_default_w": 550.0,
+    assert amdsmi_power(new, 0) == {"power_limit_w": 300.0, "power_default_w": 550.0,
                                      "power_min_w": None, "power_max_w": None}
     older = {"power_cap": 300_000_000, "power_cap_default": 550_000_000,
              "min_power_cap": 100_000_000, "max_power_cap": 550_000_000}
-    assert _amdsmi_power(older, 0) == {"power_limit_w": 300.0, "power_default_w": 550.0,
+    assert amdsmi_power(older, 0) == {"power_limit_w": 300.0, "power_default_w": 550.0,
                                        "power_min_w": 100.0, "power_max_w": 550.0}
     oldest = {"power_cap": 300_000_000, "dpm_cap": 1}
-    assert _amdsmi_power(oldest, 0)["power_limit_w"] == 300.0
+    assert amdsmi_power(oldest, 0)["power_limit_w"] == 300.0
     with pytest.raises(GpuControlError, match=r"power_cap=300, not a microwatt value"):
-        _amdsmi_power({"power_cap": 300}, 0)
+        amdsmi_power({"power_cap": 300}, 0)
     with pytest.raises(GpuControlError, match=r"unknown shape \['cap'\]"):
-        _amdsmi_power({"cap": 300_000_000}, 0)
+        amdsmi_power({"cap": 300_000_000}, 0)
 
 
 def test_amdsmi_truncated_clock_list_changes_nothing(amd: tuple[dict, list, dict]) -> None:

@@ -16,10 +16,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from aorta.hw_queue_eval.results.run_result import provenance
+from aorta.hw_queue_eval.results import provenance
+from aorta.hw_queue_eval.results.run_result import load_result, run_result_schema
 from aorta.hw_queue_eval.run.config import RunConfig
 from aorta.hw_queue_eval.run.harness import run_benchmark
-from aorta.hw_queue_eval.results.run_result import load_result, run_result_schema
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "results"

@@ -142,7 +142,7 @@ def _render_program(ready: Any) -> Any:
 
 def _subsystem_list(tracefs: Tracefs | None, families: dict[str, Any], system: str,
                     extra: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The guide's "<system> tracepoints:" list: every event aorta uses from `system`, with its state."""
+    """docs/guide.md's "<system> tracepoints:" list: every event aorta uses from `system`, with its state."""
     wanted = {ev for fam in families.values() for ev in (fam.get("states") or {})
               if ev.startswith(f"{system}:")}
     wanted.update(f"{system}:{e}" for e in extra)
@@ -158,7 +158,7 @@ def _subsystem_list(tracefs: Tracefs | None, families: dict[str, Any], system: s
 
 
 def guide_summary(ready: Any, families: dict[str, Any]) -> dict[str, Any]:
-    """The guide's "eBPF Capabilities" block as data: versions, privileges, verdict, AMD tracepoints."""
+    """docs/guide.md's "eBPF Capabilities" block as data: versions, privileges, verdict, AMD tracepoints."""
     from aorta.ebpf.probes.kfd import KFD_DEVICE
 
     caps = effective_caps()

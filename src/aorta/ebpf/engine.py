@@ -1,6 +1,6 @@
 """The engine's front door: check readiness, build the program, run a session, make sections.
 
-Used by the benchmark's tracer (hw_queue_eval/ebpf_tracer.py) and by `ebpf-attach`, so both
+Used by the benchmark's tracer (hw_queue_eval/tracing/window_tracer.py) and by `ebpf-attach`, so both
 produce the same `ebpf_queue_metrics` / `ebpf_memory_metrics` layout.
 """
 
@@ -199,7 +199,7 @@ def _section(program: Program, output: SessionOutput, results: list[FamilyResult
 
 
 def interpret_queue(section: dict[str, Any], streams: int | None) -> list[str]:
-    """The guide's interpretation bands applied to the queue summary (only what the data supports)."""
+    """docs/guide.md's interpretation bands applied to the queue summary (only what the data supports)."""
     lines: list[str] = []
     avg, p99 = section.get("submit_to_dispatch_avg_us"), section.get("submit_to_dispatch_p99_us")
     if isinstance(avg, (int, float)):
@@ -233,7 +233,7 @@ def p99_bounds_us(section: dict[str, Any], p99: float) -> tuple[float, float, st
 
 
 def tail_line(section: dict[str, Any], p99: float, avg: float) -> str:
-    """The guide's "P99 is N× avg" band, decided only when the P99's whole bucket is in one band."""
+    """The "P99 is N× avg" band of docs/guide.md, decided only when the P99's whole bucket is in one band."""
     low, high, method = p99_bounds_us(section, p99)
     band_low, band_high = _tail_band(low / avg), _tail_band(high / avg)
     if band_low == band_high:

@@ -258,7 +258,7 @@ def restore_delay_note(delays_jiffies: Mapping[int, int], hz: int | None) -> dic
 
 def legacy_aliases(pairs: int | None, eviction_rate: float | None,
                    avg_evict_to_restore_us: float | None) -> dict[str, Any]:
-    """The upstream keys, with the guide's documented meaning (NOT GPU page faults)."""
+    """The upstream keys, with the meaning docs/guide.md documents (NOT GPU page faults)."""
     return {"total_faults": pairs, "fault_rate_per_sec": eviction_rate,
             "avg_fault_latency_us": avg_evict_to_restore_us}
 

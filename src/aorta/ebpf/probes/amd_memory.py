@@ -359,7 +359,7 @@ def _traced_kfd_ids(variant: str | None, pids: list[int]) -> tuple[set[int], dic
 
 
 def guide_summary(metrics: dict[str, Any], window_s: float | None) -> dict[str, Any]:
-    """The guide's memory numbers and its legacy aliases; null with a reason when unmeasured."""
+    """The memory numbers of docs/guide.md and their legacy aliases; null with a reason when unmeasured."""
     bo, ev = metrics.get("bo_moves"), metrics.get("evictions")
     maps, unmaps = metrics.get("vm_maps"), metrics.get("vm_unmaps")
     out: dict[str, Any] = {

@@ -180,7 +180,7 @@ class HostMemoryFamily(ProbeFamily):
 
 
 def host_summary(metrics: dict[str, Any]) -> dict[str, Any]:
-    """The CPU-side lines shown beside the guide's GPU numbers (null when not attached)."""
+    """The CPU-side lines shown beside the GPU numbers of docs/guide.md (null when not attached)."""
     def pick(name: str, key: str) -> Any:
         value = metrics.get(name)
         return value.get(key) if isinstance(value, dict) else None

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aorta.common.errors import UsageError
-from aorta.hw_queue_eval.analysis.scaling import flatten_numbers
+from aorta.common.flatten import flatten_numbers
 from aorta.hw_queue_eval.analysis.stats import ALPHA, MIN_RUNS, compare_runs, median_iqr
 from aorta.hw_queue_eval.results.run_result import load_result
 from aorta.hw_queue_eval.sweeps.repeats import run_summary
@@ -78,7 +78,7 @@ def _policy_of(result: dict[str, Any], point_key: dict[str, Any] | None) -> str 
     return None
 
 
-def point_from_result(result: dict[str, Any], point_key: dict[str, Any] | None = None,
+def compare_point(result: dict[str, Any], point_key: dict[str, Any] | None = None,
                       policy: str | None = None) -> Point:
     """A Point from one run-like dict (ours or upstream); UsageError when it lacks the basics."""
     workload = result.get("workload_name") or (point_key or {}).get("workload")
@@ -137,22 +137,22 @@ def load_points(path: str | os.PathLike[str]) -> tuple[str, list[Point], list[st
                 if entry.get("status") != "ok" or not entry.get("result"):
                     notes.append(f"{path}: skipped point {key} ({entry.get('status')})")
                     continue
-                points.append(point_from_result(entry["result"], key))
+                points.append(compare_point(entry["result"], key))
                 repeats.append((points[-1].key, key.get("repeat")))
             if len(set(repeats)) != len(repeats):
                 raise UsageError("the same (workload, streams, policy, repeat) appears twice: "
                                  "points cannot be paired unambiguously")
             points = group_repeats(points)  # --repeats: the repeats of a key are its runs
         elif isinstance(data.get("results"), list):  # upstream sweep
-            points = [point_from_result(r) for r in data["results"] if isinstance(r, dict)]
+            points = [compare_point(r) for r in data["results"] if isinstance(r, dict)]
         elif isinstance(data.get("policies"), dict):  # upstream policy evaluation
-            points = [point_from_result(r, policy=name) for name, r in data["policies"].items()
+            points = [compare_point(r, policy=name) for name, r in data["policies"].items()
                       if isinstance(r, dict)]
         elif kind in (None, "run"):
             if data.get("status", "ok") != "ok":
                 raise UsageError(f"{path}: run status is {data.get('status')!r} "
                                  f"({data.get('error')}); compare needs an ok run")
-            points = [point_from_result(data)]
+            points = [compare_point(data)]
         else:
             raise UsageError(f"{path}: unknown result kind {kind!r}: compare reads run, sweep "
                              "and policy-sweep files")
@@ -283,7 +283,7 @@ def _is_traced(section: Any) -> bool:
 
 def tracing_note(diff: dict[str, Any], metrics: list[dict[str, Any]]) -> str | None:
     """When one side was traced and the other not: whether the difference is distinguishable
-    from the run-to-run noise compare measured (the guide's "does tracing perturb the run?")."""
+    from the run-to-run noise compare measured (answers "does tracing perturb the run?")."""
     if diff["base_traced"] == diff["test_traced"]:
         return None
     traced = "test" if diff["test_traced"] else "base"

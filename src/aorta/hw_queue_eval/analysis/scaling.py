@@ -27,6 +27,8 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from aorta.common.flatten import flatten_numbers
+
 KNEE_GAIN_FRACTION = 0.2
 JUMP_RATIO = 1.5
 FLAT_TOLERANCE = 0.05  # a step is flat when its whole CI of the ratio lies within ±5 %
@@ -55,26 +57,10 @@ _DISPATCH_P99 = re.compile(r"dispatch.*p99|p99.*dispatch")
 _DISPATCH_AVG = re.compile(r"dispatch.*(avg|mean)|(avg|mean).*dispatch")
 
 
-def _flatten(section: Any, prefix: str = "") -> dict[str, float]:
-    """Numeric leaves of a nested dict as {'a.b.c': value} (bools excluded)."""
-    out: dict[str, float] = {}
-    if isinstance(section, dict):
-        for key, value in section.items():
-            out.update(_flatten(value, f"{prefix}{key}."))
-    elif isinstance(section, (int, float)) and not isinstance(section, bool):
-        out[prefix[:-1]] = float(section)
-    return out
-
-
-def flatten_numbers(section: Any) -> dict[str, float]:
-    """Public form of `_flatten`, used by compare's eBPF diff and the report tables."""
-    return _flatten(section)
-
-
 def _ebpf_dispatch_us(result: dict[str, Any], pattern: re.Pattern[str]) -> float | None:
     """First numeric `ebpf_queue_metrics` leaf whose key matches `pattern`, in µs (keys ending _ms
     are converted); None when the run was not traced or has no such value."""
-    flat = _flatten(result.get("ebpf_queue_metrics") or {})
+    flat = flatten_numbers(result.get("ebpf_queue_metrics") or {})
     for key in sorted(flat):
         if pattern.search(key.lower()):
             return flat[key] * 1000.0 if key.lower().endswith("_ms") else flat[key]
@@ -91,7 +77,7 @@ def dispatch_avg_us(result: dict[str, Any]) -> float | None:
     return _ebpf_dispatch_us(result, _DISPATCH_AVG)
 
 
-def point_from_result(result: dict[str, Any]) -> ScalingPoint | None:
+def scaling_point(result: dict[str, Any]) -> ScalingPoint | None:
     """A ScalingPoint from a run result, or None when it has no throughput."""
     if result.get("throughput") is None:
         return None
@@ -116,7 +102,7 @@ def group_points(results: list[dict[str, Any]]) -> list[ScalingPoint]:
     by_streams: dict[int, list[ScalingPoint]] = {}
     iqr: dict[int, list[float]] = {}
     for result in results:
-        point = point_from_result(result)
+        point = scaling_point(result)
         if point is None:
             continue
         by_streams.setdefault(point.streams, []).append(point)
@@ -316,7 +302,7 @@ def analyze(results: list[dict[str, Any]], work_scaling: str) -> ScalingAnalysis
     points = group_points(results)
     if len(points) < 2:
         return None
-    first_result = min((r for r in results if point_from_result(r) is not None),
+    first_result = min((r for r in results if scaling_point(r) is not None),
                        key=lambda r: int(r["stream_count"]))
     pool, pool_source = pool_size_of(first_result)
     env = first_result.get("environment") or {}

@@ -1,4 +1,4 @@
-"""The one stream API every backend offers (ARCHITECTURE.md decision 1) and the op record."""
+"""The one stream API every backend offers (docs/architecture.md, "One stream API") and the op record."""
 
 from __future__ import annotations
 

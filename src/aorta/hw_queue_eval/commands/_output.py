@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from aorta.common.atomicio import atomic_write_json
+from aorta.common.outlock import OutputLock
 
 
 def save_and_print_json(data: Any, output: str | None, as_json: bool) -> bool:
@@ -22,3 +23,9 @@ def save_and_print_json(data: Any, output: str | None, as_json: bool) -> bool:
         click.echo(json.dumps(data, indent=2))
         return True
     return False
+
+
+def hold_output_lock(output: str, what: str) -> None:
+    """Lock `output` for this command (exit 2 naming the holder if taken); released at exit."""
+    lock = OutputLock(output, what)
+    click.get_current_context().call_on_close(lock.release)

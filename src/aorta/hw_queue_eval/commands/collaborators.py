@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
-    from aorta.hw_queue_eval.sweeps.childrun import PointCommand
     from aorta.hw_queue_eval.gpu.control import GpuLocator
+    from aorta.hw_queue_eval.sweeps.childrun import PointCommand
 
 #: runs one measurement, with harness.run_benchmark's signature
 Benchmark = Callable[..., Any]

@@ -12,8 +12,8 @@ import click
 from aorta.common.atomicio import check_output_path
 from aorta.common.errors import UsageError
 from aorta.common.procs import parse_pid, process_running, process_state, thread_group_of
+from aorta.hw_queue_eval.commands._options import tracing_options
 from aorta.hw_queue_eval.commands._output import save_and_print_json
-from aorta.hw_queue_eval.commands.run import tracing_options
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
 
@@ -56,7 +56,7 @@ def ebpf_info_command(as_json: bool, show_script: bool, output: str | None, ebpf
         try:
             script = _script(ebpf_trace or not ebpf_memory_trace, ebpf_memory_trace,
                              ebpf_gpu_runtime, pid)
-        except UsageError as exc:  # ebpf-info reports what it finds and exits 0 (issue 3)
+        except UsageError as exc:  # ebpf-info reports what it finds and exits 0
             script, problem = None, str(exc)
             click.echo(f"ebpf-info: {exc}", err=True)
         else:

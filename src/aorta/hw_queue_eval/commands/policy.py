@@ -9,14 +9,15 @@ import click
 from aorta.common.atomicio import check_output_path
 from aorta.common.errors import AortaError, ExitCode, Interrupted, Terminated, UsageError
 from aorta.hw_queue_eval.commands import collaborators
-from aorta.hw_queue_eval.commands.run import (
+from aorta.hw_queue_eval.commands._options import (
+    PASSTHROUGH_FLAGS,
     build_config,
     gpu_control_options,
     gpu_request,
-    run_command,
     run_options,
 )
-from aorta.hw_queue_eval.commands.sweep import PASSTHROUGH_FLAGS, hold_output_lock
+from aorta.hw_queue_eval.commands._output import hold_output_lock
+from aorta.hw_queue_eval.commands.run import run_command
 from aorta.hw_queue_eval.run.config import parse_positive_int, parse_timeout
 
 #: Rounds of a policy sweep: each is one full run per policy, so more is a typo; checked before

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import sys
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -18,18 +16,17 @@ from aorta.common.atomicio import (
 )
 from aorta.common.errors import ExitCode, MeasurementFailed, UsageError
 from aorta.hw_queue_eval.commands import collaborators
-from aorta.hw_queue_eval.run.config import (
-    DEFAULT_ITERATIONS,
-    DEFAULT_SEED,
-    DEFAULT_WARMUP,
-    SIZES,
-    SYNC_MODES,
-    RunConfig,
-    check_seed,
-    check_threads_per_queue,
-    parse_positive_int,
+from aorta.hw_queue_eval.commands._options import (
+    Progress,
+    build_config,
+    build_tracer,
+    gpu_control_context,
+    gpu_control_options,
+    gpu_request,
+    run_options,
+    tracing_options,
 )
-from aorta.hw_queue_eval.workloads.registry import get_info
+from aorta.hw_queue_eval.run.config import RunConfig, parse_positive_int
 
 if TYPE_CHECKING:
     from aorta.hw_queue_eval.gpu.control import GpuRequest
@@ -39,169 +36,6 @@ def register(group: click.Group) -> None:
     group.add_command(run_command)
 
 
-def build_config(workload: str, streams: str, iterations: str, warmup: str, device: str,
-                 size: str | None, sync_mode: str, seed: int, threads_per_queue: str) -> RunConfig:
-    """Validate the run options (no torch) into a RunConfig; UsageError names the bad option."""
-    info = get_info(workload)
-    stream_count = parse_positive_int(streams, "--streams")
-    info.check_streams(stream_count)
-    if size is not None and size not in SIZES:
-        raise UsageError(f"unknown --size {size!r}: use one of {', '.join(SIZES)}")
-    if sync_mode not in SYNC_MODES:
-        raise UsageError(f"unknown --sync-mode {sync_mode!r}: use one of {', '.join(SYNC_MODES)}")
-    return RunConfig(workload=workload, streams=stream_count,
-                     iterations=parse_positive_int(iterations, "--iterations"),
-                     warmup=parse_positive_int(warmup, "--warmup"),
-                     device=device, size=size, sync_mode=sync_mode, seed=check_seed(seed),
-                     threads_per_queue=check_threads_per_queue(
-                         parse_positive_int(threads_per_queue, "--threads-per-queue")))
-
-
-class _Progress:
-    """A rich progress bar on stderr, only when stderr is a terminal."""
-
-    def __init__(self) -> None:
-        self._bar: Any = None
-        self._tasks: dict[str, Any] = {}
-        if sys.stderr.isatty():
-            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-            from aorta.hw_queue_eval.report.console import make_console
-
-            self._bar = Progress(TextColumn("{task.description:<14}"), BarColumn(),
-                                 TextColumn("{task.completed}/{task.total}"),
-                                 TimeRemainingColumn(), console=make_console(stderr=True),
-                                 transient=True)
-
-    def __enter__(self) -> _Progress:
-        if self._bar is not None:
-            self._bar.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._bar is not None:
-            self._bar.__exit__(*exc)
-
-    def log(self, message: str) -> None:
-        """A line on stderr above the bar (plain click output when there is no bar)."""
-        if self._bar is None:
-            click.echo(message, err=True)
-        else:
-            self._bar.console.print(message, markup=False, highlight=False)
-
-    def __call__(self, phase: str, done: int, total: int) -> None:
-        if self._bar is None:
-            return
-        if phase not in self._tasks:
-            self._tasks[phase] = self._bar.add_task(phase, total=total)
-        self._bar.update(self._tasks[phase], completed=done)
-
-
-def run_options(func: Any) -> Any:
-    """Options shared by run-like commands (run; sweep and policy-sweep reuse them)."""
-    options = [
-        click.option("-i", "--iterations", default=str(DEFAULT_ITERATIONS), show_default=True,
-                     help="Measured iterations."),
-        click.option("-w", "--warmup", default=str(DEFAULT_WARMUP), show_default=True,
-                     help="Warm-up iterations (not measured)."),
-        click.option("-d", "--device", default="auto", show_default=True,
-                     help="auto (GPU if torch sees one, else CPU), cpu, cuda or cuda:N."),
-        click.option("--size", default=None,
-                     help="Size preset: small, medium or large (default: small on CPU, large on GPU)."),
-        click.option("--sync-mode", default="per_iteration", show_default=True,
-                     help="per_iteration: one host wait per iteration (latency samples); "
-                          "end_only: one wait at the end (window time only)."),
-        click.option("--seed", default=DEFAULT_SEED, show_default=True, type=int,
-                     help="Seed for the workload's inputs."),
-        click.option("--threads-per-queue", default="1", show_default=True,
-                     help="CPU backend: intra-op threads per worker queue."),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
-
-
-def gpu_control_options(func: Any) -> Any:
-    """--lock-clocks / --power-limit for commands that run measurements (run, policy-sweep)."""
-    options = [
-        click.option("--lock-clocks", "lock_clocks", default=None, metavar="LEVEL",
-                     help="Lock the target GPU's clocks at LEVEL 0 (lowest) … 7 (highest) for the "
-                          "run; the prior state is restored afterwards (needs root)."),
-        click.option("--power-limit", "power_limit", default=None, metavar="WATTS",
-                     help="Cap the target GPU's power at WATTS for the run; the prior cap is "
-                          "restored afterwards (needs root)."),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
-
-
-def gpu_request(lock_clocks: str | None, power_limit: str | None) -> GpuRequest:
-    """Validate --lock-clocks/--power-limit (no torch, nothing touched)."""
-    from aorta.hw_queue_eval.gpu.control import GpuRequest
-    from aorta.hw_queue_eval.gpu.policies import validate_clock_level, validate_power_limit
-
-    return GpuRequest(
-        clock_level=None if lock_clocks is None else validate_clock_level(lock_clocks),
-        power_limit_w=None if power_limit is None else validate_power_limit(power_limit))
-
-
-def gpu_control_context(device: str, request: GpuRequest) -> Any:
-    """A context manager holding `request` on the GPU behind `device` (no-op when empty).
-
-    First restores devices left changed by hard-killed processes. UsageError on the CPU backend.
-    Imports torch only when a clock/power change is requested (to find the GPU's vendor).
-    """
-    from aorta.hw_queue_eval.gpu.control import (
-        CPU_NOT_APPLICABLE,
-        GpuControl,
-        recover_stale_states,
-    )
-
-    recover_stale_states(echo=lambda m: click.echo(m, err=True))
-    if request.empty:
-        return contextlib.nullcontext(None)
-    from aorta.hw_queue_eval.backends import resolve_device
-
-    gpus = collaborators.current().gpu_locator()
-    target = gpus.target_for(resolve_device(device))
-    if target is None:
-        raise UsageError(f"--lock-clocks/--power-limit: {CPU_NOT_APPLICABLE}")
-    return GpuControl(target, request, open_driver=gpus.driver_for)
-
-
-TRACING_FLAGS: list[tuple[str, str, str]] = [
-    ("--ebpf-trace", "ebpf_trace",
-     "Trace driver/kernel queue activity with eBPF during the measurement window (needs root or "
-     "sudo -n; without them the run goes on and the result says why tracing is off)."),
-    ("--ebpf-memory-trace", "ebpf_memory_trace",
-     "Trace memory pressure with eBPF during the measurement window: GPU buffer moves, maps and "
-     "evictions (amdgpu/amdkfd) and host page faults, reclaim and migrations. With --ebpf-trace "
-     "both share one bpftrace process."),
-    ("--ebpf-gpu-runtime", "ebpf_gpu_runtime",
-     "Also put uprobes on the GPU runtime the process loaded (HIP/HSA or CUDA): kernel launches per "
-     "stream, doorbell rings per hardware queue, launch and host-sync latency. Implies "
-     "--ebpf-trace. Opt-in: a uprobe costs microseconds per launch (see docs/ebpf.md)."),
-]
-
-
-def tracing_options(func: Any) -> Any:
-    """The eBPF flags of run-like commands (one list: issue 4 appends --ebpf-memory-trace)."""
-    for flag, dest, text in reversed(TRACING_FLAGS):
-        func = click.option(flag, dest, is_flag=True, help=text)(func)
-    return func
-
-
-def build_tracer(queue: bool, memory: bool, gpu_runtime: bool = False) -> Any:
-    """The tracer for these flags (None without tracing); tells on stderr when tracing is off."""
-    if not (queue or memory or gpu_runtime):
-        return None
-    from aorta.hw_queue_eval.tracing.window_tracer import make_tracer
-
-    tracer = make_tracer(queue, memory, gpu_runtime)
-    if tracer is not None and not tracer.ready.ok:
-        click.echo(f"warning: eBPF tracing is off: {tracer.ready.reason}", err=True)
-    return tracer
 
 
 def _trace_of(result: dict[str, Any]) -> dict[str, Any]:
@@ -323,7 +157,7 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
     with control as gpu_report:  # clocks/power (if asked) applied and verified before the run
         click.echo(f"Running {config.workload} on {config.streams} streams ({config.iterations} "
                    f"iterations + {config.warmup} warm-up, device {config.device})…", err=True)
-        with _Progress() as progress:
+        with Progress() as progress:
             run_benchmark = collaborators.current().benchmark_runner()
             result = run_benchmark(config, tracer=tracer, progress=progress).to_dict()
     if gpu_report is not None:
@@ -396,7 +230,8 @@ def _run_under_torchrun(config: RunConfig, dist_env: Any, timeout_s: int, output
     """One rank of a torchrun job; rank 0 prints the table and alone writes -o/--trace-out.
 
     --ebpf-trace / --ebpf-memory-trace / --ebpf-gpu-runtime: local rank 0 of each node runs the
-    node's one bpftrace for every local rank (node_tracer.py); each rank gets its own sections."""
+    node's one bpftrace for every local rank (distributed/node_tracer.py); each rank gets its own
+    sections."""
     import json
 
     from aorta.hw_queue_eval.distributed.torchrun import format_rank_table, run_distributed

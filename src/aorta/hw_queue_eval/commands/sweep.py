@@ -8,31 +8,23 @@ import click
 
 from aorta.common.atomicio import check_output_path
 from aorta.common.errors import ExitCode, Interrupted, Terminated, UsageError
-from aorta.common.outlock import OutputLock
 from aorta.hw_queue_eval.commands import collaborators
-from aorta.hw_queue_eval.commands.run import (
-    _Progress,
+from aorta.hw_queue_eval.commands._options import (
+    PASSTHROUGH_FLAGS,
+    Progress,
     build_config,
     gpu_control_context,
     gpu_control_options,
     gpu_request,
-    run_command,
     run_options,
 )
+from aorta.hw_queue_eval.commands._output import hold_output_lock
+from aorta.hw_queue_eval.commands.run import run_command
 from aorta.hw_queue_eval.run.config import parse_positive_int, parse_stream_list, parse_timeout
-
-#: `run` flags a sweep passes through to every point when `run` has them (added by other modules).
-PASSTHROUGH_FLAGS = ("ebpf_trace", "ebpf_memory_trace", "ebpf_gpu_runtime")
 
 
 def register(group: click.Group) -> None:
     group.add_command(sweep_command)
-
-
-def hold_output_lock(output: str, what: str) -> None:
-    """Lock `output` for this command (exit 2 naming the holder if taken); released at exit."""
-    lock = OutputLock(output, what)
-    click.get_current_context().call_on_close(lock.release)
 
 
 def _describe(point: dict[str, Any], unit: str) -> str:
@@ -116,7 +108,7 @@ def sweep_command(workload: str, streams: str, iterations: str, warmup: str, dev
                f"{config.warmup} warm-up each, one child process per point{runs}) → {output}",
                err=True)
     # clocks/power held for the whole sweep by this process, restored on every exit path
-    with gpu_control_context(config.device, request) as gpu_report, _Progress() as progress:
+    with gpu_control_context(config.device, request) as gpu_report, Progress() as progress:
         if gpu_report is not None:
             file.header["gpu_control"] = gpu_report  # the same dict ends as "restored"
 

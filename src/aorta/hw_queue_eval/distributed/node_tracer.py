@@ -44,7 +44,7 @@ from aorta.ebpf.probes.registry import families_for
 from aorta.ebpf.program import Program, ProgramError
 from aorta.ebpf.session import SessionError, SessionOutput
 from aorta.hw_queue_eval.distributed import torchrun as distributed
-from aorta.hw_queue_eval.tracing.window_tracer import EbpfTracer, _warn, family_context, sections_for
+from aorta.hw_queue_eval.tracing.window_tracer import EbpfTracer, family_context, sections_for, warn_in_result
 
 QUEUE_STRIDE = 1000  # rank slot k's queue q is k * QUEUE_STRIDE + q in the node's program
 _WAIT_SLICE_S = 0.2  # how often a waiting rank looks for another rank's failure report
@@ -152,7 +152,7 @@ class NodeTracer(EbpfTracer):
                 _store().set(self._key("output"), json.dumps({"error": reason}))
             sections = engine.unavailable_sections(reason, self.queue, self.memory, "error",
                                                    self.ready)
-        _warn(context.get("result"), sections)
+        warn_in_result(context.get("result"), sections)
         return sections
 
     def _finish(self, context: dict[str, Any]) -> dict[str, Any]:
@@ -325,4 +325,4 @@ def _remote_readiness(described: dict[str, Any]) -> engine.Readiness:
 
 
 def _store() -> Any:
-    return distributed._store()
+    return distributed.default_store()

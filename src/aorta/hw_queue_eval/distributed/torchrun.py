@@ -92,7 +92,8 @@ def rank_device(device: str, env: DistEnv) -> str:
     return f"cuda:{env.local_rank}"
 
 
-def _store() -> Any:
+def default_store() -> Any:
+    """torchrun's key-value store of the default process group (ranks hand data over through it)."""
     from torch.distributed import distributed_c10d
 
     return distributed_c10d._get_default_store()
@@ -103,14 +104,14 @@ def report_failure(env: DistEnv, message: str) -> None:
     import contextlib
 
     with contextlib.suppress(Exception):
-        _store().set(f"{ERROR_KEY}{env.rank}", f"rank {env.rank}: {message}"[:500])
+        default_store().set(f"{ERROR_KEY}{env.rank}", f"rank {env.rank}: {message}"[:500])
 
 
 def failed_ranks(env: DistEnv) -> list[str]:
     """The failure lines other ranks left in the store (empty when none or unreachable)."""
     found = []
     try:
-        store = _store()
+        store = default_store()
         for rank in range(env.world_size):
             key = f"{ERROR_KEY}{rank}"
             if rank != env.rank and store.check([key]):

@@ -1,6 +1,6 @@
 """`--lock-clocks` / `--power-limit`: change one GPU, verify, and always put it back as found.
 
-Order for every change (ARCHITECTURE decision 4):
+Order for every change (side effects are reversible and crash-safe, docs/architecture.md):
 1. put back any device left changed by a process that was killed hard (its state file);
 2. snapshot the prior state and write it to the state file — before touching anything;
 3. note each change in the state file, then make it; read back and verify (failure is an error,
@@ -27,16 +27,12 @@ from typing import Any, Protocol
 
 from aorta.common.errors import AortaError, DeviceLeftChanged, UsageError
 from aorta.hw_queue_eval.gpu import state as gpu_state
-from aorta.hw_queue_eval.gpu.drivers.base import (
-    POWER_TOLERANCE_W,
-    AmdSmi,
-    GpuControlError,
-    GpuDriver,
-    NvidiaSmi,
-    Pynvml,
-    RocmSmi,
-    make_driver,
-)
+from aorta.hw_queue_eval.gpu.drivers import make_driver
+from aorta.hw_queue_eval.gpu.drivers.amd_smi import AmdSmi
+from aorta.hw_queue_eval.gpu.drivers.base import POWER_TOLERANCE_W, GpuControlError, GpuDriver
+from aorta.hw_queue_eval.gpu.drivers.nvidia_smi import NvidiaSmi
+from aorta.hw_queue_eval.gpu.drivers.nvml import Pynvml
+from aorta.hw_queue_eval.gpu.drivers.rocm_smi import RocmSmi
 from aorta.hw_queue_eval.results.run_result import utc_timestamp
 
 CPU_NOT_APPLICABLE = ("not applicable on the CPU backend: it has no GPU clocks or power cap to "

@@ -1,6 +1,6 @@
 """Queue policies: a clock level, a power limit and GPU-runtime env variables, applied per point.
 
-Built-ins are the guide's table (docs/policies.md). User policies come from a TOML file whose
+Built-ins are the table in docs/policies.md. User policies come from a TOML file whose
 names, levels, watts and env variables are validated here, once, before anything runs: the env
 reaches a child process (possibly as root), so only the named variables of ALLOWED_ENV pass, each
 with a typed value (integer range, 0/1, or a fixed set); nothing that names a path or a library.

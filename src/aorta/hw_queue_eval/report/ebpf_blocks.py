@@ -1,6 +1,6 @@
 """Console blocks for eBPF sections: "eBPF DRIVER-LEVEL QUEUE METRICS" and "eBPF vs CUDA COMPARISON".
 
-Labels are the ones the guide promised (compat.md); every value says its source below it.
+Labels are the ones docs/guide.md shows (users read them); every value says its source below it.
 """
 
 from __future__ import annotations
@@ -9,27 +9,8 @@ from typing import Any
 
 from aorta.hw_queue_eval.report.console import fmt
 from aorta.hw_queue_eval.report.ebpf_gpu_runtime import render_gpu_runtime_comparison, render_gpu_runtime_rows
-
-
-def labelled(console: Any, label: str, value: str, width: int = 22) -> None:
-    """One "label: value" row, the label padded to width so each block's values line up."""
-    console.print(f"  {label + ':':<{width}}{value}")
-
-
-def open_block(section: dict[str, Any] | None, console: Any, title: str,
-               unavailable: str = "tracing {status}") -> bool:
-    """Print a block's title, or why its section is not ok; True when the body should follow.
-
-    Shared by every eBPF block so the header and the not-ok line read the same everywhere;
-    unavailable is formatted with the section's status.
-    """
-    if section is None:
-        return False
-    console.print(f"\n[bold]{title}:[/bold]")
-    if section.get("status") != "ok":
-        console.print(f"  {unavailable.format(status=section.get('status'))}: {section.get('error')}")
-        return False
-    return True
+from aorta.hw_queue_eval.report.ebpf_memory import render_memory_block
+from aorta.hw_queue_eval.report.ebpf_rows import dropped_text, labelled, open_block
 
 
 def render_queue_block(section: dict[str, Any] | None, console: Any) -> None:
@@ -98,16 +79,6 @@ def p99_text(section: dict[str, Any]) -> str:
         return f"{p99:.1f} us"
     bound = f", ±{100 * (high - low) / low:.0f} %" if low > 0 else ""
     return f"{p99:.1f} us ({method}: in {low:.1f}–{high:.1f} us{bound})"
-
-
-def dropped_text(section: dict[str, Any]) -> str | None:
-    """"N (map count, …)": updates full maps refused; None for results without the field."""
-    cap = section.get("map_capacity")
-    if not isinstance(cap, dict):
-        return None
-    dropped = cap.get("dropped_updates") or {}
-    per_map = ", ".join(f"{name} {count}" for name, count in sorted(dropped.items()))
-    return f"{cap.get('dropped_updates_total', 0)}" + (f" ({per_map})" if per_map else "")
 
 
 def render_dropped(section: dict[str, Any], console: Any) -> None:
@@ -183,8 +154,6 @@ def _render_v1_comparison(section: dict[str, Any], console: Any) -> None:
 
 def render_ebpf(result: dict[str, Any], console: Any) -> None:
     """Every eBPF block present in a result (memory blocks come from their own module)."""
-    from aorta.hw_queue_eval.report.ebpf_memory import render_memory_block
-
     render_queue_block(result.get("ebpf_queue_metrics"), console)
     render_comparison_block(result.get("ebpf_vs_cuda_comparison"), console)
     render_memory_block(result.get("ebpf_memory_metrics"), console)

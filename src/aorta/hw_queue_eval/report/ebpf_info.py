@@ -1,6 +1,6 @@
-"""Text of `ebpf-info`: the guide's "eBPF Capabilities" summary first, then the detailed view.
+"""Text of `ebpf-info`: the "eBPF Capabilities" summary of docs/guide.md first, then the detailed view.
 
-The summary uses the guide's labels (Kernel version, bpftrace, Root/CAP_BPF, Overall available,
+The summary uses those labels (Kernel version, bpftrace, Root/CAP_BPF, Overall available,
 amdgpu/amdkfd tracepoints, KFD variant); the details say per probe family what it traces, which of
 its tracepoints exist per subsystem, and what would attach on this machine (and why not).
 """
@@ -30,7 +30,7 @@ def _event_list(label: str, block: dict[str, Any]) -> None:
 
 
 def render_summary(summary: dict[str, Any]) -> None:
-    """The guide's block, with 'not installed' and '(not accessible)' where the guide uses them."""
+    """The docs/guide.md block, with 'not installed' and '(not accessible)' where it uses them."""
     click.echo("eBPF Capabilities")
     click.echo("=================")
     _line("Kernel version", summary["kernel_version"])

@@ -1,10 +1,10 @@
-"""Console block "eBPF MEMORY METRICS:" (the guide's labels) with the host-side lines beside it."""
+"""Console block "eBPF MEMORY METRICS:" (labels as in docs/guide.md) with the host-side lines beside it."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from aorta.hw_queue_eval.report import ebpf_blocks
+from aorta.hw_queue_eval.report import ebpf_rows
 from aorta.hw_queue_eval.report.console import fmt
 
 WIDTH = 23
@@ -12,7 +12,7 @@ WIDTH = 23
 
 def _line(console: Any, label: str, value: str) -> None:
     """A row of this block, at its own label width (one wider than the queue block's)."""
-    ebpf_blocks.labelled(console, label, value, WIDTH)
+    ebpf_rows.labelled(console, label, value, WIDTH)
 
 
 def _na(section: dict[str, Any]) -> str:
@@ -22,7 +22,7 @@ def _na(section: dict[str, Any]) -> str:
 
 def render_memory_block(section: dict[str, Any] | None, console: Any) -> None:
     """GPU memory numbers (guide), host memory lines, lost events, window and coverage."""
-    if not ebpf_blocks.open_block(section, console, "eBPF MEMORY METRICS"):
+    if not ebpf_rows.open_block(section, console, "eBPF MEMORY METRICS"):
         return
     na = _na(section)
     moves = section.get("bo_moves")
@@ -49,7 +49,7 @@ def render_memory_block(section: dict[str, Any] | None, console: Any) -> None:
     _line(console, "Page migrations", fmt(section.get("host_page_migrations"), "d"))
     _line(console, "kswapd wake-ups", fmt(section.get("host_kswapd_wakeups"), "d"))
     _line(console, "Lost events", str(section.get("lost_events")))
-    dropped = ebpf_blocks.dropped_text(section)
+    dropped = ebpf_rows.dropped_text(section)
     if dropped is not None:
         _line(console, "Dropped updates", dropped)
     window = (section.get("window") or {}).get("duration_ms")

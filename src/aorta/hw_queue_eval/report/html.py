@@ -14,7 +14,7 @@ from typing import Any
 
 from aorta.common.atomicio import OutputFolder
 from aorta.common.errors import UsageError
-from aorta.hw_queue_eval.analysis.scaling import flatten_numbers
+from aorta.common.flatten import flatten_numbers
 from aorta.hw_queue_eval.report import plots
 from aorta.hw_queue_eval.report.console import fmt, interpret, switch_rows
 from aorta.hw_queue_eval.report.tables import sweep_table

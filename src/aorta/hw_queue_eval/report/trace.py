@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from aorta.hw_queue_eval.analysis.scaling import flatten_numbers
+from aorta.common.flatten import flatten_numbers
 
 PID_STREAMS, PID_QUEUES, PID_EBPF = 1, 2, 3
 MAX_EBPF_COUNTERS = 64

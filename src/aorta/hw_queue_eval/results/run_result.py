@@ -7,29 +7,20 @@ No torch import here: `compare` and `report` load results without it.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 import platform
 import sys
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from aorta.common.atomicio import atomic_write_json, read_json_file
 from aorta.common.errors import UsageError
+from aorta.hw_queue_eval.results.schema import SCHEMA_VERSION, run_result_schema
 
-SCHEMA_VERSION = 2  # v1 files are upgraded on load (upgrade.py)
 RESULT_KIND = "run"
 
-SCHEMA_FILE = Path(__file__).parent / "schema" / "run_result.v2.json"
 
-
-def run_result_schema() -> dict[str, Any]:
-    """The JSON Schema of a run result (the documented contract, docs/results-schema.md)."""
-    return json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
-
-
-#: Keys every run result carries (compat.md lists the ones users already read).
+#: Keys every run result carries (docs/results-schema.md): users' scripts read them, so they stay.
 REQUIRED_KEYS: tuple[str, ...] = tuple(run_result_schema()["required"])
 
 

@@ -21,7 +21,7 @@ import os
 from typing import Any
 
 from aorta.common.errors import UsageError
-from aorta.hw_queue_eval.results.run_result import SCHEMA_VERSION
+from aorta.hw_queue_eval.results.schema import SCHEMA_VERSION, run_result_schema
 
 INT64_MIN = -(1 << 63)
 MAX_DEPTH = 64  # our files nest about 10 deep; deeper input only serves to exhaust recursion
@@ -36,8 +36,6 @@ def _run_schema() -> dict[str, Any]:
     """The run schema as readers apply it: every type, const and enum of the current schema, but
     only workload_name and stream_count required (older and upstream files lack the rest, and the
     readers show what is missing as n/a)."""
-    from aorta.hw_queue_eval.results.run_result import run_result_schema
-
     schema = _drop_required(copy.deepcopy(run_result_schema()))
     schema.pop("$schema", None)
     schema.pop("$id", None)

@@ -126,7 +126,7 @@ def hw_queue_pool_size(environ: dict[str, str] | None = None) -> int:
 ENV_KNOBS = ("GPU_MAX_HW_QUEUES", "HSA_XNACK", "CUDA_DEVICE_MAX_CONNECTIONS",
              "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "DEBUG_HIP_IGNORE_STREAM_PRIORITY")
 
-#: Prefixes of the GPU-runtime variables a policy may set (policies.py); a result records every
+#: Prefixes of the GPU-runtime variables a policy may set (gpu/policies.py); a result records every
 #: set variable with one of them (`runtime_env`), so a policy's variables can be read back.
 RUNTIME_ENV_PREFIXES = ("GPU_", "HSA_", "HIP_", "ROCR_", "AMD_", "HCC_", "DEBUG_HIP_", "CUDA_",
                         "NCCL_", "RCCL_", "PYTORCH_", "TORCH_", "OMP_", "MKL_")

@@ -20,7 +20,8 @@ from aorta.common.atomicio import (
 )
 from aorta.common.errors import UsageError
 from aorta.hw_queue_eval.results.provenance import tool_info
-from aorta.hw_queue_eval.results.run_result import SCHEMA_VERSION, utc_timestamp
+from aorta.hw_queue_eval.results.run_result import utc_timestamp
+from aorta.hw_queue_eval.results.schema import SCHEMA_VERSION
 from aorta.hw_queue_eval.results.validation import point_problem
 
 

@@ -5,7 +5,7 @@ Over the same window (the uprobes are gated like every probe):
 * `coverage_pct` (shown as Measurement accuracy) = 100 · launches the trace attributed to the
   harness's streams
   (joined by the torch stream handle, `cuda_stream`) / ops the harness issued in the window. The
-  guide's reading: < 50 % = events missed. One op may launch more than one kernel (and the
+  reading in docs/guide.md: < 50 % = events missed. One op may launch more than one kernel (and the
   runtime may add its own), so values above 100 % are possible and mean "more launches than ops";
 * host launch cost: mean entry→return time of the launch calls (eBPF, host clock) shown beside the
   harness's mean per-op device gap (next op start − previous op end on the same stream, GPU

@@ -10,7 +10,7 @@ work to that idle queue (backends/cpu.py). Both sides see every ring, so per sub
 * a kernel record matches harness submission i when it has the same queue and ring number and its
   write time lies inside the harness's before/after bracket of that write.
 
-`coverage_pct` (shown as the guide's "Measurement accuracy") = 100 · matched / harness submissions:
+`coverage_pct` (shown as "Measurement accuracy", docs/guide.md) = 100 · matched / harness submissions:
 the share of the harness's submissions that the kernel trace saw (over the first
 `per_submission_cap_per_queue` rings of each queue when a run has more; `beyond_record_cap` says
 how many were left out, and the total counts are still compared exactly). `kernel_visible_share_pct` =

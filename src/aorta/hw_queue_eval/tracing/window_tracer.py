@@ -72,7 +72,7 @@ class EbpfTracer:
             self.abort()
             sections = engine.unavailable_sections(f"tracer failed: {type(exc).__name__}: {exc}",
                                                    self.queue, self.memory, "error", self.ready)
-        _warn(context.get("result"), sections)
+        warn_in_result(context.get("result"), sections)
         return sections
 
     def _finish(self, context: dict[str, Any]) -> dict[str, Any]:
@@ -126,7 +126,7 @@ def sections_for(program: Program, output: Any, ready: engine.Readiness, queue: 
     return sections
 
 
-def _warn(result: Any, sections: dict[str, Any]) -> None:
+def warn_in_result(result: Any, sections: dict[str, Any]) -> None:
     """Surface tracing problems among the result's warnings (they are easy to miss otherwise)."""
     warnings = getattr(result, "warnings", None)
     if warnings is None:
