@@ -58,7 +58,8 @@ class RunningSummary:
             return
         total = int(values.sum())
         mean = total / n
-        m2 = float(((values - mean) ** 2).sum())
+        centred = values - mean
+        m2 = float((centred * centred).sum())  # not np.dot: BLAS threads would compete
         delta = mean - self.mean
         merged = self.count + n
         self.m2 += m2 + delta * delta * self.count * n / merged
@@ -131,20 +132,27 @@ class OpFold:
                                       duration[lab == label])
         self.delays.add(s - rdy)
         last = self._last.get(queue)
-        prev = c[:-1] if last is None else np.vstack((last[None, :], c[:-1]))
-        cur = c[1:] if last is None else c
         self._last[queue] = c[-1].copy()
-        same = prev[:, _IT] == cur[:, _IT]
-        prev, cur = prev[same], cur[same]
-        if not len(cur):
+        it = c[:, _IT]
+        if last is None:  # the lane's first op has no gap
+            p_it, p_st, p_lab, p_end = it[:-1], st[:-1], lab[:-1], e[:-1]
+            it, st, lab, s = it[1:], st[1:], lab[1:], s[1:]
+        else:
+            p_it, p_st, p_lab, p_end = (np.concatenate(([last[i]], col[:-1]))
+                                        for i, col in ((_IT, it), (_ST, st), (_LAB, lab), (_E, e)))
+        same = p_it == it  # a gap only between ops of one iteration
+        if not same.all():
+            p_st, p_lab, p_end, st, lab, s = (x[same] for x in (p_st, p_lab, p_end, st, lab, s))
+        if not len(s):
             return
-        switch = prev[:, _ST] != cur[:, _ST]
-        code = (prev[:, _LAB] * _LABEL_LIMIT + cur[:, _LAB]) * 2 + switch
-        keys = bucket_keys(cur[:, _S] - prev[:, _E])
-        for group in _distinct(code):
+        code = (p_lab * _LABEL_LIMIT + lab) * 2 + (p_st != st)
+        keys = bucket_keys(s - p_end)
+        groups = _distinct(code)
+        for group in groups:
             pair, sw = divmod(group, 2)
             after, before = divmod(pair, _LABEL_LIMIT)
-            self.gaps[(queue, after, before, bool(sw))].add_key_array(keys[code == group])
+            self.gaps[(queue, after, before, bool(sw))].add_key_array(
+                keys if len(groups) == 1 else keys[code == group])
 
     def _keep(self, queue: int, c: np.ndarray) -> None:
         """Keep the rows that start before the cut; move the cut earlier when over the cap."""

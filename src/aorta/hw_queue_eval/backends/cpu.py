@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import itertools
 import os
 import threading
 import time
-from array import array
 from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
@@ -115,9 +115,9 @@ class _HardwareQueue:
         self._lock = threading.Lock()
         self._idle = False  # set by the worker (under the lock) right before it waits on the doorbell
         self._ready = threading.Event()
-        # per op: WORDS int64 words (opfold); full chunks wait in `full` for the host's fold
-        self.records = array("q")
-        self.full: deque[array[int]] = deque()
+        # per op a tuple of WORDS ints (opfold); full chunks wait in `full` for the host's fold
+        self.records: list[tuple[int, ...]] = []
+        self.full: deque[list[tuple[int, ...]]] = deque()
         # per ring in the window (the first MAX_KEPT_RINGS): (ring_ns, rung_ns) by the host;
         # (start_ns, kind) by the worker; every ring and wake is counted
         self.rings: list[tuple[int, int]] = []
@@ -199,10 +199,10 @@ class _HardwareQueue:
             self._stream_ready_ns[task.stream] = end
             if backend.recording:
                 records = self.records
-                records.extend((task.iteration, task.stream, task.label, ready, start, end))
-                if len(records) >= CHUNK_OPS * WORDS:
+                records.append((task.iteration, task.stream, task.label, ready, start, end))
+                if len(records) >= CHUNK_OPS:
                     self.full.append(records)
-                    self.records = array("q")
+                    self.records = []
             task.finish(end)
             return start
         start = now()
@@ -213,7 +213,7 @@ class _HardwareQueue:
         task.finish(now())  # a wait (once satisfied) or a marker
         return start
 
-    def take_chunks(self) -> list[array[int]]:
+    def take_chunks(self) -> list[list[tuple[int, ...]]]:
         """The full chunks of op records waiting for the fold, oldest first."""
         chunks = []
         while self.full:
@@ -254,11 +254,12 @@ class CpuStream(Stream):
         self.queue.put(task)
 
 
-def _as_rows(chunk: array[int]) -> Any:
-    """A chunk of op records as an n × WORDS int64 view (no copy)."""
+def _as_rows(chunk: list[tuple[int, ...]]) -> Any:
+    """A chunk of op records as an n × WORDS int64 array."""
     import numpy as np
 
-    return np.frombuffer(chunk, dtype=np.int64).reshape(-1, WORDS)
+    flat = itertools.chain.from_iterable(chunk)
+    return np.fromiter(flat, dtype=np.int64, count=len(chunk) * WORDS).reshape(-1, WORDS)
 
 
 def assign_queues(stream_count: int, pool_size: int) -> list[int]:
@@ -339,7 +340,7 @@ class CpuBackend(Backend):
 
     def start_window(self) -> None:
         for queue in self._queues:
-            queue.records = array("q")
+            queue.records = []
             queue.full.clear()
             queue.rings.clear()
             queue.wakes.clear()
@@ -372,7 +373,7 @@ class CpuBackend(Backend):
         for queue in self._queues:  # the workers are idle (after synchronize)
             for chunk in queue.take_chunks():
                 self._fold.add(queue.index, _as_rows(chunk))
-            records, queue.records = queue.records, array("q")
+            records, queue.records = queue.records, []
             self._fold.add(queue.index, _as_rows(records))
         return self._fold.records(self._window_start_ns)
 
