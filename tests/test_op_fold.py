@@ -240,3 +240,49 @@ def test_peak_rss_stays_flat_with_iterations() -> None:
     grown_window = peaks[600]["peak"] - peaks[150]["peak"]
     bound = 12 * 2**20  # the old code grew by > 35 MiB here
     assert grown < bound and grown_window < bound, (grown, grown_window)
+
+
+def test_handoffs_beyond_the_kept_rings_are_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each op on an idle queue is one ring: 30 rings counted, 4 kept with their times, and the
+    eBPF comparison compares its totals over all 30 and its matches over the kept ones."""
+    from aorta.ebpf.probes.cpu_sched import per_queue_cap
+    from aorta.hw_queue_eval.backends import cpu
+    from aorta.hw_queue_eval.ebpf_comparison import compare_with_harness
+
+    assert per_queue_cap(1) <= cpu.MAX_KEPT_RINGS  # every record the kernel keeps has a partner
+    monkeypatch.setattr(cpu, "MAX_KEPT_RINGS", 4)
+    backend = cpu.CpuBackend(1, pool_size=1)
+    try:
+        backend.start_window()
+        for i in range(30):
+            backend.begin_iteration(i)
+            backend.streams[0].launch(lambda: None, "op")
+            backend.synchronize()  # the queue goes idle: the next launch rings again
+        backend.stop_window()
+        totals, subs = backend.handoff_totals(), backend.submissions()
+    finally:
+        backend.close()
+    assert len(subs) == 4 and [s.seq for s in subs] == [0, 1, 2, 3]
+    assert totals["kept"] == 4 and totals["count"] >= 30  # markers may ring too (timing)
+    assert totals["first_task_kinds"]["op"] == 30
+    section = {"status": "ok", "source": "cpu_sched", "total_submissions": totals["count"],
+               "lost_events": 0, "per_submission_cap_per_queue": 3}
+    kernel = [[0, s.seq, s.ring_ns, s.start_ns - s.ring_ns] for s in subs[:3]]
+    c = compare_with_harness(section, subs, kernel, totals)
+    assert c["harness_submissions"] == totals["count"] and c["submissions_equal"]
+    assert c["matched_submissions"] == 3 and c["coverage_pct"] == 100.0
+    assert c["beyond_record_cap"] == totals["count"] - 3
+    assert c["first_task_kinds"]["op"] == 30
+
+
+def test_waits_beyond_the_kept_rows_are_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    from aorta.hw_queue_eval.backends.base import DependencyLog
+
+    monkeypatch.setattr(DependencyLog, "max_rows", 3)
+    log = DependencyLog()
+    log.start()
+    for _ in range(5):
+        log.launched(0)
+        log.launched(1)
+        log.waited(1, 0)
+    assert log.stop() == [(1, 1, 0, 0), (1, 2, 0, 1), (1, 3, 0, 2)] and log.total == 5
