@@ -84,7 +84,6 @@ def bench_fold_only(ops: int) -> float:
     import numpy as np
 
     from aorta.hw_queue_eval.backends.cpu import CHUNK_OPS
-    from aorta.hw_queue_eval.backends.cpu import _as_rows as as_rows
     from aorta.hw_queue_eval.opfold import OpFold
 
     rng = np.random.default_rng(0)
@@ -96,7 +95,7 @@ def bench_fold_only(ops: int) -> float:
     fold = OpFold(4, ["empty"], 1_000)
     begin = time.process_time_ns()
     for chunk in chunks:
-        fold.add(0, as_rows(chunk))
+        fold.add(0, chunk)
     return (time.process_time_ns() - begin) / ops
 
 

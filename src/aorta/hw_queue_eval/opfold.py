@@ -1,11 +1,12 @@
 """Op records in bounded memory: every op counted, at most `row_cap` kept as rows.
 
-The CPU backend's workers append each op as six int64 words (iteration, stream, label id, ready,
-start, end; CLOCK_MONOTONIC ns) to a per-queue chunk, and hand full chunks over; the host folds
-them here between iterations. While the window holds no more ops than the row cap, chunks are only
-stored (no folding cost, and the metrics are computed exactly from every op, as before). Once it
-holds more, every op is folded into running figures and only the first `row_cap` ops by start
-time stay as rows (docs/metrics.md, "Runs with more ops than rows"):
+The CPU backend's workers append each op as a tuple of six ints (iteration, stream, label id,
+ready, start, end; CLOCK_MONOTONIC ns) to a per-queue chunk, and hand full chunks over; the host
+folds them here between iterations. While the window holds no more ops than the row cap, chunks
+are only stored as they are (no cost, and the metrics are computed exactly from every op, as
+before). Once it holds more, every op is converted to int64 columns and folded into running
+figures, and only the first `row_cap` ops by start time stay as rows (docs/metrics.md, "Runs
+with more ops than rows"):
 
 - exact: op counts and busy time per stream, and count, sum, mean, std, min, max of op durations
   per label and of ready→start delays; lane-gap counts per (lane, previous kind, next kind,
@@ -21,8 +22,10 @@ op (`metrics.lane_gaps`).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -92,7 +95,7 @@ class OpFold:
         self.row_cap = row_cap
         self.total = 0
         self.folding = False
-        self._stored: list[tuple[int, np.ndarray]] = []  # (queue, chunk) until the cap is passed
+        self._stored: list[tuple[int, Chunk]] = []  # (queue, chunk) until the cap is passed
         self._kept: list[np.ndarray] = []  # rows of 7 words: queue first, then the 6 above
         self._kept_n = 0
         self._t_cut: int | None = None  # rows kept: start < t_cut
@@ -103,8 +106,8 @@ class OpFold:
         self.gaps: dict[tuple[int, int, int, bool], LogHistogram] = defaultdict(LogHistogram)
         self._last: dict[int, np.ndarray] = {}  # queue -> its previous op record
 
-    def add(self, queue: int, chunk: np.ndarray) -> None:
-        """One queue's next ops, in the order it ran them (shape n × WORDS)."""
+    def add(self, queue: int, chunk: Chunk) -> None:
+        """One queue's next ops, in the order it ran them (WORDS-tuples, or an n × WORDS array)."""
         if not len(chunk):
             return
         self.total += len(chunk)
@@ -114,11 +117,13 @@ class OpFold:
                 self.folding = True
                 stored, self._stored = self._stored, []
                 for q, c in stored:
-                    self._fold(q, c)
-                    self._keep(q, c)
+                    rows = as_rows(c)
+                    self._fold(q, rows)
+                    self._keep(q, rows)
             return
-        self._fold(queue, chunk)
-        self._keep(queue, chunk)
+        rows = as_rows(chunk)
+        self._fold(queue, rows)
+        self._keep(queue, rows)
 
     def _fold(self, queue: int, c: np.ndarray) -> None:
         st, lab, rdy, s, e = (c[:, i] for i in range(1, WORDS))
@@ -172,7 +177,8 @@ class OpFold:
     def rows(self) -> np.ndarray:
         """The rows kept (queue + the 6 words), sorted by (start, stream)."""
         parts = self._kept if self.folding else [
-            np.hstack((np.full((len(c), 1), q, dtype=np.int64), c)) for q, c in self._stored]
+            np.hstack((np.full((len(c), 1), q, dtype=np.int64), as_rows(c)))
+            for q, c in self._stored]
         if not parts:
             return np.zeros((0, WORDS + 1), dtype=np.int64)
         return _sorted_rows(np.vstack(parts))
@@ -180,6 +186,11 @@ class OpFold:
     def records(self, t0: int) -> list[OpRecord]:
         """The kept rows as OpRecords, ns relative to `t0`."""
         labels = self.labels
+        if not self.folding:  # straight from the tuples, as before the fold existed
+            ops = [OpRecord(it, st, q, labels[lab], rdy - t0, s - t0, e - t0)
+                   for q, chunk in self._stored for it, st, lab, rdy, s, e in chunk]
+            ops.sort(key=lambda op: (op.start_ns, op.stream))
+            return ops
         rows = self.rows()
         rows[:, 1 + _RDY:] -= t0
         ops: list[OpRecord] = []
@@ -191,6 +202,17 @@ class OpFold:
     def statistics(self) -> FoldedOps | None:
         """The folded figures, or None when every op is a row (compute them exactly from those)."""
         return FoldedOps(self) if self.folding else None
+
+
+Chunk = Sequence[tuple[int, ...]] | np.ndarray
+
+
+def as_rows(chunk: Chunk) -> np.ndarray:
+    """A chunk of op records as an n × WORDS int64 array."""
+    if isinstance(chunk, np.ndarray):
+        return chunk
+    flat = itertools.chain.from_iterable(chunk)
+    return np.fromiter(flat, dtype=np.int64, count=len(chunk) * WORDS).reshape(-1, WORDS)
 
 
 def _distinct(values: np.ndarray) -> list[int]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import itertools
 import os
 import threading
 import time
@@ -34,7 +33,7 @@ from aorta.hw_queue_eval.backends.base import (
     WorkerInfo,
 )
 from aorta.hw_queue_eval.config import hw_queue_pool_size
-from aorta.hw_queue_eval.opfold import WORDS, FoldedOps, OpFold
+from aorta.hw_queue_eval.opfold import FoldedOps, OpFold
 
 _OP, _WAIT, _MARK, _STOP = 0, 1, 2, 3
 _KIND_NAMES = ("op", "wait", "marker", "stop")
@@ -254,14 +253,6 @@ class CpuStream(Stream):
         self.queue.put(task)
 
 
-def _as_rows(chunk: list[tuple[int, ...]]) -> Any:
-    """A chunk of op records as an n × WORDS int64 array."""
-    import numpy as np
-
-    flat = itertools.chain.from_iterable(chunk)
-    return np.fromiter(flat, dtype=np.int64, count=len(chunk) * WORDS).reshape(-1, WORDS)
-
-
 def assign_queues(stream_count: int, pool_size: int) -> list[int]:
     """HIP-like mapping: new queue per stream until the pool is full, then the least-used one.
 
@@ -360,11 +351,13 @@ class CpuBackend(Backend):
         """Nothing to join: the host measures iteration time around synchronize()."""
 
     def fold_pending(self) -> None:
-        """Fold the op chunks the workers handed over (host thread, between iterations)."""
+        """Fold the op chunks the workers handed over (host thread, between iterations).
+
+        Under the row cap this only stores them; past it, each is converted and folded."""
         begin = time.perf_counter_ns()
         for queue in self._queues:
             for chunk in queue.take_chunks():
-                self._fold.add(queue.index, _as_rows(chunk))
+                self._fold.add(queue.index, chunk)
         self.fold_ns += time.perf_counter_ns() - begin
 
     def stop_window(self) -> list[OpRecord]:
@@ -372,9 +365,9 @@ class CpuBackend(Backend):
         self.dependencies.stop()
         for queue in self._queues:  # the workers are idle (after synchronize)
             for chunk in queue.take_chunks():
-                self._fold.add(queue.index, _as_rows(chunk))
+                self._fold.add(queue.index, chunk)
             records, queue.records = queue.records, []
-            self._fold.add(queue.index, _as_rows(records))
+            self._fold.add(queue.index, records)
         return self._fold.records(self._window_start_ns)
 
     def folded_ops(self) -> FoldedOps | None:
