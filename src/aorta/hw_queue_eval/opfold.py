@@ -184,11 +184,17 @@ class OpFold:
         return _sorted_rows(np.vstack(parts))
 
     def records(self, t0: int) -> list[OpRecord]:
-        """The kept rows as OpRecords, ns relative to `t0`."""
+        """The kept rows as OpRecords, ns relative to `t0` (once, when the window is over:
+        under the cap the stored chunks are freed as their ops are built)."""
         labels = self.labels
         if not self.folding:  # straight from the tuples, as before the fold existed
-            ops = [OpRecord(it, st, q, labels[lab], rdy - t0, s - t0, e - t0)
-                   for q, chunk in self._stored for it, st, lab, rdy, s, e in chunk]
+            ops = []
+            self._stored.reverse()
+            while self._stored:
+                q, chunk = self._stored.pop()
+                ops.extend(OpRecord(it, st, q, labels[lab], rdy - t0, s - t0, e - t0)
+                           for it, st, lab, rdy, s, e in chunk)
+                del chunk
             ops.sort(key=lambda op: (op.start_ns, op.stream))
             return ops
         rows = self.rows()

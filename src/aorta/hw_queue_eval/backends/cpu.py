@@ -376,7 +376,7 @@ class CpuBackend(Backend):
     def handoff_totals(self) -> dict[str, Any]:
         """Every hand-off of the window counted, also those beyond the MAX_KEPT_RINGS kept."""
         per_queue = {q.index: min(q.ring_count, q.wake_count) for q in self._queues}
-        if all(c <= MAX_KEPT_RINGS for c in (q.ring_count for q in self._queues)):
+        if all(max(q.ring_count, q.wake_count) <= MAX_KEPT_RINGS for q in self._queues):
             kinds = Counter(s.first_kind for s in self.submissions())
         else:
             kinds = Counter({name: sum(q.wake_kinds[k] for q in self._queues)
