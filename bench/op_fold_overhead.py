@@ -9,6 +9,9 @@ Prints ratios measured in one run (the machine is shared and noisy; never compar
      capped at 1,000, chunks folded between iterations of 1,000 ops, as the harness does),
      interleaved in alternating order, median of N windows: per-op wall time, the ratio, and
      the worker's median gap between consecutive ops (what the switch analysis measures).
+Each window starts from the same heap (the previous window's rows dropped, gc.collect()): rows
+kept alive from one window into the next make Python's full collections rarer in the next one
+and would flatter the side that keeps every op.
 Target: the after/before ratio of per-op wall time within noise (≤ 1.05, median or best of N:
 on a loaded machine single windows stall for 100+ ms at random, so the best of N is the steadier).
 Usage: python bench/op_fold_overhead.py [--repeats 9] [--ops 50000]
@@ -17,6 +20,7 @@ Usage: python bench/op_fold_overhead.py [--repeats 9] [--ops 50000]
 from __future__ import annotations
 
 import argparse
+import gc
 import itertools
 import statistics
 import time
@@ -71,8 +75,10 @@ def bench_window(repeats: int, ops: int) -> dict[str, tuple[float, ...]]:
             order = (("off", None), ("on", 1_000))
             for side, cap in order if r % 2 else order[::-1]:  # interleaved, alternating
                 backend.row_cap = cap
+                gc.collect()  # the same heap on both sides: nothing of the last window alive
                 per_op, kept = _window(backend, stream, ops)
                 first = kept[:1_000]  # the same population on both sides: the first ops
+                del kept
                 gaps = [(b.start_ns - a.end_ns) / 1e3 for a, b in itertools.pairwise(first)]
                 samples[side].append((per_op, statistics.median(gaps), backend.fold_ns / ops))
     finally:
