@@ -12,7 +12,8 @@ from typing import Any
 class OpRecord:
     """One measured op. Times are ns on one clock, relative to the window start.
 
-    Slotted: a run keeps every op of its window, so the per-op size sets the run's memory.
+    Slotted. The CPU backend builds these only for the rows a result keeps (opfold); the GPU
+    backend for every op of its window.
 
     ready_ns: when the op could have started (enqueued, its stream's previous op done, its waits
     satisfied); None where the backend cannot know it (GPU).
@@ -69,15 +70,18 @@ class DependencyLog:
     """
 
     columns = ("waiter_stream", "waiter_op", "target_stream", "target_op")
+    max_rows = 200_000  # rows kept (the result keeps at most this many); `total` counts all
 
     def __init__(self) -> None:
         self.rows: list[tuple[int, int, int, int]] = []
+        self.total = 0
         self._launched: dict[int, int] = {}
         self.active = False
 
     def start(self) -> None:
         """Begin a window: forget earlier launches and waits."""
         self.rows.clear()
+        self.total = 0
         self._launched.clear()
         self.active = True
 
@@ -95,7 +99,9 @@ class DependencyLog:
         """Record that `waiter`'s next op waits for `target`'s last launched op (if in the window)."""
         done = self._launched.get(target, 0)
         if self.active and done > 0 and waiter != target:
-            self.rows.append((waiter, self._launched.get(waiter, 0), target, done - 1))
+            self.total += 1
+            if self.total <= self.max_rows:
+                self.rows.append((waiter, self._launched.get(waiter, 0), target, done - 1))
 
 
 class Stream(ABC):
@@ -117,6 +123,7 @@ class Backend(ABC):
 
     name: str
     device: str
+    row_cap: int | None = None  # ops kept as rows past which a backend may fold (None: keep all)
 
     @property
     @abstractmethod
@@ -147,6 +154,20 @@ class Backend(ABC):
     def iteration_times_ms(self) -> list[float] | None:
         """Device-side per-iteration times of the window, if measured; else None."""
 
+    def fold_pending(self) -> None:
+        """Fold op records handed over so far into running figures (between iterations)."""
+        return None
+
+    def folded_ops(self) -> Any:
+        """After stop_window: the window's op figures (opfold.FoldedOps) when it had more ops
+        than `row_cap` and stop_window returned only the first ones; None when it returned all."""
+        return None
+
+    def handoff_totals(self) -> dict[str, Any] | None:
+        """Every hand-off of the window counted (count, per_queue, first_task_kinds, kept);
+        None where hand-offs are not observable."""
+        return None
+
     def submissions(self) -> list[SubmissionRecord] | None:
         """The window's hand-offs to idle queues (after stop_window); None where not observable."""
         return None
@@ -155,6 +176,11 @@ class Backend(ABC):
         """Cross-stream waits of the last window (DependencyLog rows); empty if not tracked."""
         log = getattr(self, "dependencies", None)
         return list(log.rows) if log is not None else []
+
+    def window_wait_count(self) -> int:
+        """Every cross-stream wait of the last window, also those beyond the rows kept."""
+        log = getattr(self, "dependencies", None)
+        return log.total if log is not None else 0
 
     def queue_mapping(self) -> dict[str, Any]:
         """How streams map onto hardware queues, as far as this backend knows."""

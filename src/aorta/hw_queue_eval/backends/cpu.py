@@ -20,7 +20,7 @@ import ctypes
 import os
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -33,10 +33,16 @@ from aorta.hw_queue_eval.backends.base import (
     WorkerInfo,
 )
 from aorta.hw_queue_eval.run.config import hw_queue_pool_size
+from aorta.hw_queue_eval.run.opfold import FoldedOps, OpFold
 
 _OP, _WAIT, _MARK, _STOP = 0, 1, 2, 3
 _KIND_NAMES = ("op", "wait", "marker", "stop")
 _PR_SET_NAME = 15
+MAX_LABELS = 4096  # opfold packs label ids into 12 bits
+CHUNK_OPS = 16384  # a worker hands its op records to the host fold in chunks of this many ops
+# Rings kept per queue with their times: at least the eBPF per-queue record cap
+# (aorta.ebpf.probes.cpu_sched.per_queue_cap, ≤ PER_SUBMISSION_CAP), beyond it only counted.
+MAX_KEPT_RINGS = 16384
 
 
 class _Task:
@@ -46,7 +52,7 @@ class _Task:
                  "target", "waiter")
 
     def __init__(self, kind: int, stream: int, fn: Callable[[], Any] | None = None,
-                 label: str = "", iteration: int = -1, target: _Task | None = None) -> None:
+                 label: int = -1, iteration: int = -1, target: _Task | None = None) -> None:
         self.kind = kind
         self.stream = stream
         self.fn = fn
@@ -108,10 +114,16 @@ class _HardwareQueue:
         self._lock = threading.Lock()
         self._idle = False  # set by the worker (under the lock) right before it waits on the doorbell
         self._ready = threading.Event()
-        self.records: list[tuple[int, int, str, int, int, int]] = []
-        # per ring in the window: (ring_ns, rung_ns) by the host; (start_ns, kind) by the worker
+        # per op a tuple of WORDS ints (opfold); full chunks wait in `full` for the host's fold
+        self.records: list[tuple[int, ...]] = []
+        self.full: deque[list[tuple[int, ...]]] = deque()
+        # per ring in the window (the first MAX_KEPT_RINGS): (ring_ns, rung_ns) by the host;
+        # (start_ns, kind) by the worker; every ring and wake is counted
         self.rings: list[tuple[int, int]] = []
         self.wakes: list[tuple[int, int]] = []
+        self.ring_count = 0
+        self.wake_count = 0
+        self.wake_kinds = [0] * len(_KIND_NAMES)
         self._stream_ready_ns: dict[int, int] = {}
         self._thread = threading.Thread(target=self._run, name=f"aorta-hwq{index}", daemon=True)
         self._thread.start()
@@ -127,7 +139,10 @@ class _HardwareQueue:
             before = time.monotonic_ns()
             os.eventfd_write(self.doorbell, 1)
             if recording:
-                self.rings.append((before, time.monotonic_ns()))
+                rung = time.monotonic_ns()
+                self.ring_count += 1
+                if self.ring_count <= MAX_KEPT_RINGS:
+                    self.rings.append((before, rung))
 
     def stop(self) -> None:
         self.put(_Task(_STOP, -1))
@@ -162,7 +177,10 @@ class _HardwareQueue:
                 if woken:  # the first task of a hand-off: when the worker began it
                     woken = False
                     if self.backend.recording:
-                        self.wakes.append((start, task.kind))
+                        self.wake_count += 1
+                        self.wake_kinds[task.kind] += 1
+                        if self.wake_count <= MAX_KEPT_RINGS:
+                            self.wakes.append((start, task.kind))
 
     def _execute(self, task: _Task) -> int:
         """Run one task; return when it began (CLOCK_MONOTONIC ns)."""
@@ -179,7 +197,11 @@ class _HardwareQueue:
             end = now()
             self._stream_ready_ns[task.stream] = end
             if backend.recording:
-                self.records.append((task.iteration, task.stream, task.label, ready, start, end))
+                records = self.records
+                records.append((task.iteration, task.stream, task.label, ready, start, end))
+                if len(records) >= CHUNK_OPS:
+                    self.full.append(records)
+                    self.records = []
             task.finish(end)
             return start
         start = now()
@@ -190,8 +212,15 @@ class _HardwareQueue:
         task.finish(now())  # a wait (once satisfied) or a marker
         return start
 
+    def take_chunks(self) -> list[list[tuple[int, ...]]]:
+        """The full chunks of op records waiting for the fold, oldest first."""
+        chunks = []
+        while self.full:
+            chunks.append(self.full.popleft())
+        return chunks
+
     def submissions(self) -> list[SubmissionRecord]:
-        """The window's rings paired with the worker's wake-ups (one read per ring, in order)."""
+        """The window's kept rings paired with the worker's wake-ups (one read per ring, in order)."""
         return [SubmissionRecord(self.index, seq, ring, rung, start, _KIND_NAMES[kind])
                 for seq, ((ring, rung), (start, kind)) in enumerate(zip(self.rings, self.wakes,
                                                                          strict=False))]
@@ -207,7 +236,7 @@ class CpuStream(Stream):
         self._last: _Task | None = None
 
     def launch(self, fn: Callable[[], Any], label: str) -> None:
-        task = _Task(_OP, self.index, fn, label, self._backend.iteration)
+        task = _Task(_OP, self.index, fn, self._backend.label_id(label), self._backend.iteration)
         self._backend.dependencies.launched(self.index)
         self._last = task
         self.queue.put(task)
@@ -260,6 +289,11 @@ class CpuBackend(Backend):
         self.iteration = -1
         self._window_start_ns = 0
         self.dependencies = DependencyLog()
+        self.stream_count = stream_count
+        self.labels: list[str] = []  # op label by id: workers record the id, not the string
+        self._label_ids: dict[str, int] = {}
+        self._fold = OpFold(stream_count, self.labels, 0)
+        self.fold_ns = 0
         self._mapping = assign_queues(stream_count, self.pool_size)
         self._queues = [_HardwareQueue(i, self) for i in range(max(self._mapping) + 1)]
         self._streams = []
@@ -285,11 +319,27 @@ class CpuBackend(Backend):
             error, self.error = self.error, None
             raise error
 
+    def label_id(self, label: str) -> int:
+        """The id workers record for `label` (host thread only)."""
+        found = self._label_ids.get(label)
+        if found is None:
+            if len(self.labels) >= MAX_LABELS:
+                raise ValueError(f"a workload may use at most {MAX_LABELS} op labels")
+            found = self._label_ids[label] = len(self.labels)
+            self.labels.append(label)
+        return found
+
     def start_window(self) -> None:
         for queue in self._queues:
-            queue.records.clear()
+            queue.records = []
+            queue.full.clear()
             queue.rings.clear()
             queue.wakes.clear()
+            queue.ring_count = queue.wake_count = 0
+            queue.wake_kinds = [0] * len(_KIND_NAMES)
+        cap = self.row_cap if self.row_cap is not None else 2 ** 62
+        self._fold = OpFold(self.stream_count, self.labels, cap)
+        self.fold_ns = 0
         self._window_start_ns = time.monotonic_ns()
         self.dependencies.start()
         self.recording = True
@@ -300,20 +350,40 @@ class CpuBackend(Backend):
     def end_iteration(self) -> None:
         """Nothing to join: the host measures iteration time around synchronize()."""
 
+    def fold_pending(self) -> None:
+        """Fold the op chunks the workers handed over (host thread, between iterations).
+
+        Under the row cap this only stores them; past it, each is converted and folded."""
+        begin = time.perf_counter_ns()
+        for queue in self._queues:
+            for chunk in queue.take_chunks():
+                self._fold.add(queue.index, chunk)
+        self.fold_ns += time.perf_counter_ns() - begin
+
     def stop_window(self) -> list[OpRecord]:
         self.recording = False
         self.dependencies.stop()
-        t0 = self._window_start_ns
-        ops = []
-        for queue in self._queues:
-            records, queue.records = queue.records, []  # freed as the ops are built
-            records.reverse()
-            while records:
-                iteration, stream, label, ready, start, end = records.pop()
-                ops.append(OpRecord(iteration, stream, queue.index, label,
-                                    ready - t0, start - t0, end - t0))
-        ops.sort(key=lambda op: (op.start_ns, op.stream))
-        return ops
+        for queue in self._queues:  # the workers are idle (after synchronize)
+            for chunk in queue.take_chunks():
+                self._fold.add(queue.index, chunk)
+            records, queue.records = queue.records, []
+            self._fold.add(queue.index, records)
+        return self._fold.records(self._window_start_ns)
+
+    def folded_ops(self) -> FoldedOps | None:
+        return self._fold.statistics()
+
+    def handoff_totals(self) -> dict[str, Any]:
+        """Every hand-off of the window counted, also those beyond the MAX_KEPT_RINGS kept."""
+        per_queue = {q.index: min(q.ring_count, q.wake_count) for q in self._queues}
+        if all(max(q.ring_count, q.wake_count) <= MAX_KEPT_RINGS for q in self._queues):
+            kinds = Counter(s.first_kind for s in self.submissions())
+        else:
+            kinds = Counter({name: sum(q.wake_kinds[k] for q in self._queues)
+                             for k, name in enumerate(_KIND_NAMES)})
+        return {"count": sum(per_queue.values()), "per_queue": per_queue,
+                "first_task_kinds": {k: v for k, v in kinds.items() if v},
+                "kept": sum(min(len(q.rings), len(q.wakes)) for q in self._queues)}
 
     def submissions(self) -> list[SubmissionRecord]:
         """Every doorbell ring of the window (call after stop_window), per queue in ring order."""

@@ -16,6 +16,7 @@ from aorta.hw_queue_eval.backends.base import SubmissionRecord
 from aorta.hw_queue_eval.results.run_result import RunResult, collect_environment
 from aorta.hw_queue_eval.run import metrics, oncpu
 from aorta.hw_queue_eval.run.config import RunConfig
+from aorta.hw_queue_eval.run.opfold import ROW_SELECTION, OpWindow
 from aorta.hw_queue_eval.workloads.base import UNIT_SCALE, Workload
 from aorta.hw_queue_eval.workloads.registry import get_workload_class
 
@@ -52,12 +53,17 @@ def _noop_progress(phase: str, done: int, total: int) -> None:
 
 
 def compact_ops(ops: list[OpRecord],
-                waits: list[tuple[int, int, int, int]] | None = None) -> dict[str, Any]:
+                waits: list[tuple[int, int, int, int]] | None = None,
+                total_ops: int | None = None, total_waits: int | None = None) -> dict[str, Any]:
     """Op intervals as a compact table (µs from window start) for reports and trace export.
 
-    `waits` (DependencyLog rows) are kept beside the table so the trace can draw each
-    cross-stream wait as an arrow from the op waited for to the op that waited.
+    `ops` are sorted by start; the first MAX_STORED_OPS become rows. `total_ops` counts every op
+    of the window where `ops` holds only the first ones (a folded run). `waits` (DependencyLog
+    rows) are kept beside the table so the trace can draw each cross-stream wait as an arrow from
+    the op waited for to the op that waited.
     """
+    total = len(ops) if total_ops is None else total_ops
+    wait_rows = (waits or [])[:MAX_STORED_OPS]
     labels: list[str] = []
     index: dict[str, int] = {}
     rows = []
@@ -69,22 +75,21 @@ def compact_ops(ops: list[OpRecord],
                      None if op.ready_ns is None else round(op.ready_ns / 1e3, 3),
                      round(op.start_ns / 1e3, 3), round(op.end_ns / 1e3, 3)])
     return {"columns": ["iteration", "stream", "queue", "label", "ready_us", "start_us", "end_us"],
-            "labels": labels, "rows": rows, "truncated": len(ops) > MAX_STORED_OPS,
-            "total_ops": len(ops),
+            "labels": labels, "rows": rows, "truncated": total > len(rows),
+            "total_ops": total, "row_selection": ROW_SELECTION,
             "waits": {"columns": ["waiter_stream", "waiter_op", "target_stream", "target_op"],
                       "note": "op = ordinal of the op among its stream's ops in the window",
-                      "rows": [list(w) for w in (waits or [])[:MAX_STORED_OPS]]}}
+                      "rows": [list(w) for w in wait_rows],
+                      "total": len(waits or []) if total_waits is None else total_waits}}
 
 
-def _handoffs(submissions: list[SubmissionRecord] | None) -> dict[str, Any]:
+def _handoffs(totals: dict[str, Any] | None) -> dict[str, Any]:
     """The harness's own count of hand-offs to an idle queue (doorbell rings) in the window."""
-    if submissions is None:
+    if totals is None:
         return {"count": None, "per_queue": None,
                 "reason": "this backend's hand-offs are not visible to the host (user-mode queues)"}
-    per_queue: dict[str, int] = {}
-    for s in submissions:
-        per_queue[str(s.queue)] = per_queue.get(str(s.queue), 0) + 1
-    return {"count": len(submissions), "per_queue": per_queue,
+    per_queue = {str(q): n for q, n in totals["per_queue"].items() if n}
+    return {"count": totals["count"], "per_queue": per_queue,
             "meaning": "hand-offs of work to an idle queue: one doorbell (eventfd) write each",
             "source": "harness"}
 
@@ -140,6 +145,7 @@ def _run_on_backend(config: RunConfig, backend: Backend, workload_cls: type[Work
         barrier()
     worker_tids = [w.tid for w in backend.workers() if w.tid]
     cpu_start = oncpu.snapshot(worker_tids)
+    backend.row_cap = MAX_STORED_OPS
     backend.start_window()
     if tracer is not None:
         tracer.window_start()
@@ -152,6 +158,7 @@ def _run_on_backend(config: RunConfig, backend: Backend, workload_cls: type[Work
         if per_iteration:
             backend.synchronize()
             host_times.append((time.perf_counter_ns() - t0) / 1e6)
+        backend.fold_pending()  # bounded memory; outside the iteration's own time
         progress("measure", i + 1, config.iterations)
     backend.synchronize()
     window_ns = time.perf_counter_ns() - window_start
@@ -159,13 +166,14 @@ def _run_on_backend(config: RunConfig, backend: Backend, workload_cls: type[Work
     if tracer is not None:
         tracer.window_stop()
     ops = backend.stop_window() if config.record_ops and config.op_timing else []
+    folded = backend.folded_ops() if ops else None
     device_times = backend.iteration_times_ms()
     on_cpu = oncpu.on_cpu_concurrency(cpu_start, cpu_stop, window_ns / 1e6)
     instrumentation = _instrumentation(config, backend, workload, window_ns, per_iteration,
                                        progress)
-    return _assemble(config, backend, workload, size, ops, window_ns, per_iteration,
-                     host_times, device_times, verification, tracer, backend.submissions(), on_cpu,
-                     instrumentation)
+    return _assemble(config, backend, workload, size, OpWindow(ops, folded), window_ns,
+                     per_iteration, host_times, device_times, verification, tracer,
+                     backend.submissions(), on_cpu, instrumentation)
 
 
 def measure_instrumentation(config: RunConfig, backend: Backend) -> bool:
@@ -194,8 +202,10 @@ def plain_window_ns(config: RunConfig, backend: Backend, workload: Workload,
 def _instrumentation(config: RunConfig, backend: Backend, workload: Workload, window_ns: int,
                      per_iteration: bool, progress: ProgressFn) -> dict[str, Any]:
     """What the measured window carried, and its cost against an uninstrumented window."""
+    fold_ns = getattr(backend, "fold_ns", None)
     info: dict[str, Any] = {
         "op_timing": config.op_timing,
+        "op_fold_ms": None if fold_ns is None else fold_ns / 1e6,
         "per_iteration_sync": per_iteration,
         "instrumented_window_ms": window_ns / 1e6,
         "plain_window_ms": None, "cost_ratio": None, "plain_throughput": None,
@@ -217,12 +227,13 @@ def _instrumentation(config: RunConfig, backend: Backend, workload: Workload, wi
 
 
 def _assemble(config: RunConfig, backend: Backend, workload: Workload, size: str,
-              ops: list[OpRecord], window_ns: int, per_iteration: bool,
+              window: OpWindow, window_ns: int, per_iteration: bool,
               host_times: list[float], device_times: list[float] | None, verification: Any,
               tracer: WindowTracer | None, submissions: list[SubmissionRecord] | None,
               on_cpu: dict[str, Any], instrumentation: dict[str, Any]) -> RunResult:
     info = workload.INFO
     window_ms = window_ns / 1e6
+    handoffs = backend.handoff_totals() if submissions is not None else None
     warnings: list[str] = []
 
     if per_iteration:
@@ -245,10 +256,11 @@ def _assemble(config: RunConfig, backend: Backend, workload: Workload, size: str
     work = workload.work_per_iteration() * config.iterations
     tput = metrics.throughput(work, window_ns / 1e9, UNIT_SCALE[info.throughput_unit])
 
-    busy = metrics.per_stream_busy_ms(ops, config.streams) if ops else None
-    counts = metrics.per_stream_op_counts(ops, config.streams) if ops else None
+    ops = window.rows
+    busy = window.per_stream_busy_ms(config.streams)
+    counts = window.per_stream_op_counts(config.streams)
     concurrency_value = metrics.achieved_concurrency(busy, window_ms) if busy else None
-    delays = metrics.ready_to_start_delays_ms(ops)
+    delays = window.ready_to_start_ms()
     idle_streams = [s for s, c in enumerate(counts or []) if c == 0]
     if idle_streams:
         warnings.append(f"streams without work in the window: {idle_streams}")
@@ -270,7 +282,7 @@ def _assemble(config: RunConfig, backend: Backend, workload: Workload, size: str
         iteration_times_ms=iteration_times,
         iteration_times_note=iteration_note,
         total_time_ms=window_ms,
-        switch_latency=(metrics.switch_analysis(ops) if config.op_timing else
+        switch_latency=(window.switch_analysis() if config.op_timing else
                         metrics.unmeasured_switch_analysis("per-op timing off (--no-op-timing)")),
         instrumentation=instrumentation,
         concurrency={"achieved": concurrency_value, "window_ms": window_ms,
@@ -279,12 +291,13 @@ def _assemble(config: RunConfig, backend: Backend, workload: Workload, size: str
                      **on_cpu},
         per_stream_times_ms=busy,
         per_stream_op_counts=counts,
-        ops={"count": len(ops), "per_label": metrics.per_label_summary(ops),
-             "ready_to_start_ms": metrics.summarize(delays),
+        ops={"count": window.total, "per_label": window.per_label(),
+             "ready_to_start_ms": delays,
              "ready_to_start_note": (None if delays else
                                      "per-op timing off (--no-op-timing)" if not config.op_timing
                                      else "the backend cannot observe when an op became ready"),
-             "handoffs": _handoffs(submissions)},
+             "handoffs": _handoffs(handoffs),
+             "statistics": window.statistics_note() if ops else None},
         queue_mapping=backend.queue_mapping(),
         memory=backend.memory_stats(),
         verification=verification.to_dict(),
@@ -295,13 +308,14 @@ def _assemble(config: RunConfig, backend: Backend, workload: Workload, size: str
                   "work_per_iteration": workload.work_per_iteration(),
                   "workers": [w.__dict__ for w in backend.workers()],
                   "window_start_monotonic_ns": getattr(backend, "window_start_ns", None)},
-        op_intervals=compact_ops(ops, backend.window_waits()) if ops else None,
+        op_intervals=(compact_ops(ops, backend.window_waits(), window.total,
+                                  backend.window_wait_count()) if ops else None),
         status="ok" if verification.passed else "failed",
         error=None if verification.passed else "verification failed",
     )
     if tracer is not None:
         sections = tracer.finish({"result": result, "ops": ops, "backend": backend,
-                                  "submissions": submissions})
+                                  "submissions": submissions, "handoff_totals": handoffs})
         for key, value in sections.items():
             setattr(result, key, value)
     return result

@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from aorta.hw_queue_eval.run.loghist import LogHistogram, weighted_percentiles
+
 INSTABILITY_IQR_RATIO = 0.10
 MAX_REPORTED_PAIRS = 20
 
@@ -140,8 +142,8 @@ class MatchedGroup:
     lane: Any
     after: str
     before: str
-    switch: list[float]
-    baseline: list[float]
+    switch: Any  # gaps in ms (a list), or a LogHistogram of gaps in ns (a folded run)
+    baseline: Any
     matched_on: str  # "previous and next op kind" or "previous op kind"
 
 
@@ -175,33 +177,98 @@ def match_gaps(gaps: Sequence[LaneGap]) -> tuple[list[MatchedGroup], int]:
     return groups, unmatched
 
 
+def _median(sample: Any) -> float:
+    """Median of a list of gaps (ms), or of a histogram of gaps (ns) within its relative error."""
+    if isinstance(sample, LogHistogram):
+        return sample.percentiles([50])[0] / 1e6
+    return float(np.median(sample))
+
+
+def _residual_iqr(groups: Sequence[MatchedGroup], medians: list[tuple[float, float]]) -> float:
+    """IQR of every matched gap minus the median of its group (histograms: from representatives)."""
+    if not any(isinstance(g.switch, LogHistogram) for g in groups):
+        residuals: list[float] = []
+        for group, (s_med, n_med) in zip(groups, medians, strict=True):
+            residuals.extend(v - s_med for v in group.switch)
+            residuals.extend(v - n_med for v in group.baseline)
+        q1, q3 = np.percentile(residuals, [25, 75])
+        return float(q3 - q1)
+    values, counts = [], []
+    for group, (s_med, n_med) in zip(groups, medians, strict=True):
+        for hist, med in ((group.switch, s_med), (group.baseline, n_med)):
+            reps, n = hist.items()
+            values.append(reps / 1e6 - med)
+            counts.append(n)
+    q1, q3 = weighted_percentiles(np.concatenate(values), np.concatenate(counts), [25, 75])
+    return q3 - q1
+
+
 def _like_for_like(groups: Sequence[MatchedGroup]) -> tuple[float | None, float | None, int]:
     """(switch-weighted mean of median differences, spread, matched switches) over groups."""
     weighted = 0.0
     matched = 0
-    residuals: list[float] = []
-    for group in groups:
-        s_med, n_med = float(np.median(group.switch)), float(np.median(group.baseline))
+    medians = [(_median(g.switch), _median(g.baseline)) for g in groups]
+    for group, (s_med, n_med) in zip(groups, medians, strict=True):
         weighted += len(group.switch) * (s_med - n_med)
         matched += len(group.switch)
-        residuals.extend(v - s_med for v in group.switch)
-        residuals.extend(v - n_med for v in group.baseline)
     if not matched:
         return None, None, 0
-    q1, q3 = np.percentile(residuals, [25, 75])
-    return weighted / matched, float(q3 - q1), matched
+    return weighted / matched, _residual_iqr(groups, medians), matched
 
 
 def switch_analysis(ops: Sequence[Any]) -> dict[str, Any]:
     """Like-for-like switch overhead (see docs/metrics.md), or null with the reason."""
     gaps = lane_gaps(ops)
     groups, _ = match_gaps(gaps)
+    lane_counts: dict[Any, list[int]] = defaultdict(lambda: [0, 0])
+    for g in gaps:
+        lane_counts[g.lane][0 if g.switch else 1] += 1
+    return switch_summary(groups, lane_counts, bool(ops))
+
+
+def folded_switch_analysis(histograms: dict[tuple[Any, str, str, bool], LogHistogram]
+                           ) -> dict[str, Any]:
+    """The switch analysis from lane-gap histograms (opfold), same definitions and matching."""
+    switch: dict[tuple[Any, str, str], LogHistogram] = {}
+    same_pair: dict[tuple[Any, str, str], LogHistogram] = {}
+    same_after: dict[tuple[Any, str], LogHistogram] = defaultdict(LogHistogram)
+    lane_counts: dict[Any, list[int]] = defaultdict(lambda: [0, 0])
+    for (lane, after, before, is_switch), hist in histograms.items():
+        lane_counts[lane][0 if is_switch else 1] += len(hist)
+        if is_switch:
+            switch[(lane, after, before)] = hist
+        else:
+            same_pair[(lane, after, before)] = hist
+            same_after[(lane, after)].merge(hist)
+    groups = []
+    for (lane, after, before), hist in switch.items():
+        if (lane, after, before) in same_pair:
+            groups.append(MatchedGroup(lane, after, before, hist, same_pair[(lane, after, before)],
+                                       "previous and next op kind"))
+        elif (lane, after) in same_after:
+            groups.append(MatchedGroup(lane, after, before, hist, same_after[(lane, after)],
+                                       "previous op kind"))
+    return switch_summary(groups, lane_counts, bool(histograms) or None)
+
+
+def _pair_order(group: MatchedGroup) -> tuple[int, str, str, str]:
+    """Most switch gaps first; ties by lane and op kinds, so exact and folded runs agree."""
+    return -len(group.switch), str(group.lane), group.after, group.before
+
+
+def switch_summary(groups: Sequence[MatchedGroup], lane_counts: dict[Any, list[int]],
+                   recorded: bool | None) -> dict[str, Any]:
+    """The switch_latency section from matched groups and per-lane [switch, no-switch] counts.
+
+    `recorded`: whether any op was recorded (False gives the "no ops recorded" reason; None: ops
+    were recorded but no lane gap survived the fold).
+    """
     overhead, spread, matched = _like_for_like(groups)
-    switches = sum(g.switch for g in gaps)
+    switches = sum(c[0] for c in lane_counts.values())
     per_lane: dict[str, Any] = {}
-    for lane in sorted({g.lane for g in gaps}, key=str):
+    for lane in sorted(lane_counts, key=str):
         lane_overhead, _, lane_matched = _like_for_like([g for g in groups if g.lane == lane])
-        lane_switches = sum(g.switch for g in gaps if g.lane == lane)
+        lane_switches = lane_counts[lane][0]
         per_lane[str(lane)] = {
             "switches": lane_switches, "matched_switches": lane_matched,
             "switch_overhead_ms": lane_overhead,
@@ -212,7 +279,7 @@ def switch_analysis(ops: Sequence[Any]) -> dict[str, Any]:
                        "median(gap after another stream's op) - median(gap after the same "
                        "stream's op between the same kinds, else after the same previous kind)"),
         "switch_count": switches,
-        "no_switch_count": len(gaps) - switches,
+        "no_switch_count": sum(c[1] for c in lane_counts.values()),
         "matched_switch_count": matched,
         "matched_on_both_kinds": both,
         "matched_on_previous_kind": matched - both,
@@ -224,12 +291,12 @@ def switch_analysis(ops: Sequence[Any]) -> dict[str, Any]:
         "pairs": [{"lane": None if g.lane is None else str(g.lane), "after": g.after,
                    "before": g.before, "matched_on": g.matched_on,
                    "switch_gaps": len(g.switch), "no_switch_gaps": len(g.baseline),
-                   "switch_gap_median_ms": float(np.median(g.switch)),
-                   "no_switch_gap_median_ms": float(np.median(g.baseline))}
-                  for g in sorted(groups, key=lambda g: -len(g.switch))[:MAX_REPORTED_PAIRS]],
+                   "switch_gap_median_ms": _median(g.switch),
+                   "no_switch_gap_median_ms": _median(g.baseline)}
+                  for g in sorted(groups, key=_pair_order)[:MAX_REPORTED_PAIRS]],
         "reason": None,
     }
-    if not ops:
+    if recorded is False:
         result["reason"] = "no ops recorded"
     elif overhead is None:
         result["reason"] = _null_reason(switches)

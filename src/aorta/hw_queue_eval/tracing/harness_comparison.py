@@ -36,8 +36,13 @@ NO_HANDOFFS = ("the harness cannot see hand-offs on this backend (GPU launches g
 
 
 def compare_with_harness(queue_section: dict[str, Any], submissions: list[Any] | None,
-                         kernel_records: list[list[Any]] | None) -> dict[str, Any]:
-    """The comparison section; null values carry a reason."""
+                         kernel_records: list[list[Any]] | None,
+                         totals: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The comparison section; null values carry a reason.
+
+    `submissions` may hold only each queue's first rings (backends/cpu.py keeps at least the
+    kernel's per-queue record cap); `totals` (Backend.handoff_totals) then counts them all.
+    """
     if queue_section.get("status") != "ok":
         return {"status": queue_section.get("status"), "error": queue_section.get("error"),
                 "formula": FORMULA}
@@ -49,7 +54,7 @@ def compare_with_harness(queue_section: dict[str, Any], submissions: list[Any] |
                 "kernel_submit_to_dispatch_count": queue_section.get("total_dispatches"),
                 "harness_submit_to_start_ms": None, "coverage_pct": None,
                 "kernel_visible_share_pct": None, "reason": NO_HANDOFFS}
-    harness_n = len(submissions)
+    harness_n = totals["count"] if totals else len(submissions)
     kernel_n = queue_section.get("total_submissions")
     # the kernel keeps per-submission records for the first `cap` rings of each queue only
     cap = queue_section.get("per_submission_cap_per_queue")
@@ -66,7 +71,8 @@ def compare_with_harness(queue_section: dict[str, Any], submissions: list[Any] |
             "coverage_pct": 100.0 * len(pairs) / len(recordable) if recordable else None,
             "coverage_meaning": COVERAGE_MEANING,
             "harness_label": HARNESS_LABEL_CPU,
-            "first_task_kinds": dict(Counter(s.first_kind for s in submissions))}
+            "first_task_kinds": (dict(totals["first_task_kinds"]) if totals else
+                                 dict(Counter(s.first_kind for s in submissions)))}
     if not pairs:
         return {**body, "kernel_submit_to_dispatch_ms": None, "harness_submit_to_start_ms": None,
                 "kernel_visible_share_pct": None,

@@ -122,7 +122,8 @@ def sections_for(program: Program, output: Any, ready: engine.Readiness, queue: 
         sections["ebpf_vs_cuda_comparison"] = (
             compare_gpu_runtime(queue_section, context.get("ops") or [], fam_context["streams"])
             if queue_section.get("source") == "gpu_runtime"
-            else compare_with_harness(queue_section, context.get("submissions"), records))
+            else compare_with_harness(queue_section, context.get("submissions"), records,
+                                      context.get("handoff_totals")))
     return sections
 
 
