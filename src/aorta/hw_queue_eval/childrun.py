@@ -76,18 +76,22 @@ def remove_stale_point_dirs(temp_root: str | None = None) -> list[str]:
 
 
 def point_command(run_args: Sequence[str], out_path: str,
-                  nproc_per_node: int | None = None) -> list[str]:
+                  nproc_per_node: int | None = None, package_dir: str | None = None) -> list[str]:
     """The child's argv: `run` directly, or through torchrun (--standalone: one node, a free
     rendezvous port) with `nproc_per_node` ranks, whose rank 0 writes `out_path`."""
     if nproc_per_node is None:
-        return python_module_command("aorta.hw_queue_eval", "run", *run_args, "-o", out_path)
+        return python_module_command("aorta.hw_queue_eval", "run", *run_args, "-o", out_path,
+                                     package_dir=package_dir)
+    if package_dir is not None:
+        raise ValueError("another package folder is not supported under torchrun")
     return [sys.executable, "-I", "-m", "torch.distributed.run", "--standalone",
             "--nproc-per-node", str(nproc_per_node),
             "-m", "aorta.hw_queue_eval", "run", *run_args, "-o", out_path]
 
 
 def run_point(run_args: Sequence[str], env_overrides: Mapping[str, str] | None = None,
-              timeout_s: float | None = None, nproc_per_node: int | None = None) -> PointOutcome:
+              timeout_s: float | None = None, nproc_per_node: int | None = None,
+              package_dir: str | None = None) -> PointOutcome:
     """Run `python -m aorta.hw_queue_eval run RUN_ARGS -o <tmp>` and return its outcome.
 
     The child is isolated from the working directory and PYTHON* (`procs.python_module_command`).
@@ -95,6 +99,7 @@ def run_point(run_args: Sequence[str], env_overrides: Mapping[str, str] | None =
     its ranks when it gets SIGTERM, which is how a timeout or Ctrl+C ends the point.
     torchrun's ranks start as `python -m` without isolation, so the point runs in its private
     folder (mkdtemp, 0700): the folder `-m` puts first on their import path is root's own.
+    `package_dir`: run that aorta package instead of this one (bench/cpu_run_cv.py --against).
 
     Raises KeyboardInterrupt after stopping the child if the parent is interrupted.
     """
@@ -102,7 +107,7 @@ def run_point(run_args: Sequence[str], env_overrides: Mapping[str, str] | None =
     remove_stale_point_dirs()
     tmpdir = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-")
     out_path = os.path.join(tmpdir, "point.json")
-    cmd = point_command(run_args, out_path, nproc_per_node)
+    cmd = point_command(run_args, out_path, nproc_per_node, package_dir)
     started = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, text=True, start_new_session=True,

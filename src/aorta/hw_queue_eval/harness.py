@@ -17,6 +17,7 @@ from aorta.hw_queue_eval import metrics, oncpu
 from aorta.hw_queue_eval.backends import Backend, OpRecord, create_backend, resolve_device
 from aorta.hw_queue_eval.backends.base import SubmissionRecord
 from aorta.hw_queue_eval.config import RunConfig
+from aorta.hw_queue_eval.gcwindow import QuietGc
 from aorta.hw_queue_eval.results import RunResult, collect_environment
 from aorta.hw_queue_eval.workloads.base import UNIT_SCALE, Workload
 from aorta.hw_queue_eval.workloads.registry import get_workload_class
@@ -147,6 +148,20 @@ def _run_on_backend(config: RunConfig, backend: Backend, workload_cls: type[Work
 
     per_iteration = config.sync_mode == "per_iteration"
     backend.set_instrumentation(op_timing=config.op_timing, iteration_joins=per_iteration)
+    quiet_gc = QuietGc()
+    quiet_gc.start()  # before the barrier: the full collection must not delay one rank's window
+    try:
+        return _measure(config, backend, workload, per_iteration, verification, size, tracer,
+                        progress, barrier, quiet_gc)
+    finally:
+        quiet_gc.abort()  # no-op once stop() has reported
+
+
+def _measure(config: RunConfig, backend: Backend, workload: Workload, per_iteration: bool,
+             verification: Any, size: str, tracer: WindowTracer | None, progress: ProgressFn,
+             barrier: Callable[[], None] | None, quiet_gc: QuietGc) -> RunResult:
+    """The measured window (and the uninstrumented one when asked), GC quiet throughout."""
+    streams = backend.streams
     host_times: list[float] = []
     if barrier is not None:
         barrier()
@@ -175,6 +190,7 @@ def _run_on_backend(config: RunConfig, backend: Backend, workload_cls: type[Work
     on_cpu = oncpu.on_cpu_concurrency(cpu_start, cpu_stop, window_ns / 1e6)
     instrumentation = _instrumentation(config, backend, workload, window_ns, per_iteration,
                                        progress)
+    instrumentation["gc"] = quiet_gc.stop()
     return _assemble(config, backend, workload, size, ops, window_ns, per_iteration,
                      host_times, device_times, verification, tracer, backend.submissions(), on_cpu,
                      instrumentation)
