@@ -33,6 +33,7 @@ from typing import Any
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
 from aorta.common.atomicio import atomic_write_json, check_output_path
+from aorta.common.errors import UsageError
 from aorta.hw_queue_eval.childrun import run_point
 from aorta.hw_queue_eval.stats import median_ci
 
@@ -44,10 +45,13 @@ BUSY_LOAD_PER_CORE = 0.25  # start load above this × cores: "not idle" (the ben
 
 def extract_package(ref: str, into: str) -> str:
     """src/aorta of git REF unpacked under `into` (a private folder); the package's path."""
+    if not ref or ref.startswith("-"):
+        raise UsageError(f"--against {ref!r} is not a git revision; give a branch, tag or commit "
+                         "hash")
     probe = subprocess.run(["git", "-C", REPO, "rev-parse", "--verify", "--quiet",
                             f"{ref}^{{commit}}"], capture_output=True, text=True, check=False)
     if probe.returncode != 0:
-        raise SystemExit(f"error: --against {ref!r} is not a commit in {REPO}; "
+        raise UsageError(f"--against {ref!r} is not a commit in {REPO}; "
                          "give a branch, tag or commit hash")
     commit = probe.stdout.strip()
     archive = subprocess.run(["git", "-C", REPO, "archive", "--format=tar", commit, "src/aorta"],
@@ -92,14 +96,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rounds < 2:
         parser.error("--rounds must be at least 2 (a CV needs two runs)")
-    if args.json:
-        check_output_path(args.json)
     tmp = tempfile.mkdtemp(prefix="aorta-cv-bench-")
     try:
+        if args.json:
+            check_output_path(args.json)
         states: list[tuple[str, str | None]] = [("this tree", None)]
         if args.against:
             states.append((args.against, extract_package(args.against, tmp)))
         return run_bench(args, states)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -112,6 +119,7 @@ def run_bench(args: argparse.Namespace, states: list[tuple[str, str | None]]) ->
     tput: dict[tuple[str, str], list[float]] = {(f"{w} @ {s}", lab): [] for w, s, lab, _ in pairs}
     windows: dict[tuple[str, str], list[float]] = {key: [] for key in tput}
     loads: dict[tuple[str, str], list[float]] = {key: [] for key in tput}
+    by_round: dict[tuple[str, str], dict[int, float]] = {key: {} for key in tput}
     for round_index in range(args.rounds):
         shift = round_index % len(pairs)
         for workload, streams, label, package in pairs[shift:] + pairs[:shift]:
@@ -125,6 +133,7 @@ def run_bench(args: argparse.Namespace, states: list[tuple[str, str | None]]) ->
                       f"{outcome.error}", flush=True)
                 continue
             tput[key].append(float(outcome.result["throughput"]))
+            by_round[key][round_index] = tput[key][-1]
             windows[key].append(float(outcome.result["total_time_ms"]))
             print(f"round {round_index + 1} {key[0]:<24} [{label}]: {tput[key][-1]:.4g} "
                   f"{outcome.result['throughput_unit']}, window {windows[key][-1]:.1f} ms "
@@ -149,12 +158,36 @@ def run_bench(args: argparse.Namespace, states: list[tuple[str, str | None]]) ->
               f"  {row['verdict']}")
         report["results"].append({"configuration": key[0], "code": key[1], "throughputs": values,
                                   "window_ms": windows[key], "loadavg_1m": loads[key], **row})
+    if len(states) == 2:
+        report["paired"] = print_paired(by_round, states)
     print(f"\nload at start: {load_text(start_loads)}\nload at end:   {load_text()}"
           f"\n(the bench's own runs add about 1–2 to the 1-min load; a start load above "
           f"{BUSY_LOAD_PER_CORE * (os.cpu_count() or 1):.2f} marks the machine busy)")
     if args.json:
         atomic_write_json(args.json, report)
     return 0
+
+
+def print_paired(by_round: dict[tuple[str, str], dict[int, float]],
+                 states: list[tuple[str, str | None]]) -> dict[str, Any]:
+    """Per configuration, this tree / the other state within each round (same load), the median
+    ratio and how many rounds each side won: the comparison that survives a busy machine."""
+    mine, other = states[0][0], states[1][0]
+    print(f"\npaired by round ({mine} / {other}, the two runs of a round ran back to back):")
+    out: dict[str, Any] = {}
+    for name in dict.fromkeys(key[0] for key in by_round):
+        a, b = by_round[(name, mine)], by_round[(name, other)]
+        ratios = [a[r] / b[r] for r in sorted(set(a) & set(b)) if b[r] > 0]
+        if not ratios:
+            continue
+        ratios.sort()
+        mid = len(ratios) // 2
+        median = ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
+        wins = sum(1 for r in ratios if r > 1)
+        print(f"  {name:<24} throughput ratio median {median:.3f} (range {ratios[0]:.3f}–"
+              f"{ratios[-1]:.3f}); {mine} higher in {wins} of {len(ratios)} rounds")
+        out[name] = {"ratios": ratios, "median_ratio": median, "rounds_higher": wins}
+    return out
 
 
 if __name__ == "__main__":
