@@ -4,10 +4,11 @@ With torch imported a process tracks ~170 k objects, so a full (generation 2) co
 60–160 ms on this kind of machine, as long as a whole CPU window (docs/metrics.md, "Run-to-run
 noise"). When it fires depends on how many objects the run allocated before, so it lands inside
 some runs' windows and not others': the largest single source of run-to-run noise found on the
-CPU backend. The harness therefore collects once right before the window and disables automatic
-collection until the window (and the uninstrumented window, when measured) is over, then counts
-the cyclic garbage the window left (freed then), so the result says what was deferred.
-Reference counting, which frees almost everything a workload allocates, is unaffected.
+CPU backend. The harness therefore collects once right before the last warm-up iteration (one
+iteration re-warms the caches the collection evicted) and disables automatic collection until the
+window (and the uninstrumented window, when measured) is over, then counts the cyclic garbage
+left meanwhile (freed then), so the result says what was deferred. Reference counting, which
+frees almost everything a workload allocates, is unaffected.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class QuietGc:
         self._active = False
 
     def start(self) -> None:
-        """Full collection now (outside the window), then automatic collection off."""
+        """Full collection now (before the last warm-up iteration), then automatic collection off."""
         self._was_enabled = gc.isenabled()
         started = time.perf_counter_ns()
         self._collected_before = gc.collect()
@@ -48,9 +49,10 @@ class QuietGc:
                 "collected_before_window": self._collected_before,
                 "collect_before_window_ms": round(self._collect_ms, 3),
                 "cyclic_garbage_after_window": deferred,
-                "meaning": ("automatic cyclic GC off inside the measured window(s) after one full "
-                            "collection right before; cyclic_garbage_after_window = objects it "
-                            "would have had to collect there, freed right after")}
+                "meaning": ("automatic cyclic GC off from the last warm-up iteration to the end "
+                            "of the measured window(s), after one full collection; "
+                            "cyclic_garbage_after_window = objects it would have had to collect "
+                            "meanwhile, freed right after")}
 
     def abort(self) -> None:
         """Restore the collector on an error path (nothing to report)."""
