@@ -1,24 +1,89 @@
 """Benchmark: the CPU backend's run-to-run noise — throughput CV over interleaved fresh runs.
 
 Runs `run WORKLOAD --streams N -d cpu` as fresh processes (childrun.run_point, as sweeps and
-`run --repeats` do), ROUNDS rounds, the configurations alternating inside each round (the order
-rotating) so drift of a shared machine hits every configuration alike. Prints, per configuration,
-every run's window throughput, the median with its order-statistic CI, the CV (sample std / mean)
-and the spread (max − min) / median, plus the 1-min load average before each run; a CV well
-above the target says the machine was busy, not that the backend is noisy — the load column tells
-which. Target (issue 11): CV ≤ 5 % on an otherwise idle machine.
+`run --repeats` do), ROUNDS rounds, every (configuration, code state) pair once per round, the
+order rotating between rounds so drift of a shared machine hits every pair alike. Configurations:
+hetero_kernels @ 8 streams and tiny_kernel_stress @ 16 streams (issue 11). Code states: this
+tree, and with `--against REF` also the package at git REF (extracted into a private temp folder
+and run the same way), so a backend change is judged side by side, under the same load.
 
-Usage: python bench/cpu_run_cv.py [--rounds 6] [--iterations 30] [--json FILE]
+Prints every run's window throughput with the 1-min load before it, then per configuration and
+code state: runs, mean, median with its order-statistic CI, CV (sample std / mean), spread
+((max − min) / median), mean window ms, and the verdict against the target (CV ≤ 5 %, issue 11,
+on an otherwise idle machine), plus the load averages at the start and end of the bench. A CV
+above target while the start load was high says the machine was busy, not that the backend is
+noisy: the load lines tell which.
+
+Usage: python bench/cpu_run_cv.py [--rounds 6] [--iterations 30] [--warmup 3] [--against REF]
+       [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import functools
+import io
 import os
+import shutil
+import subprocess
 import sys
+import tarfile
+import tempfile
+from typing import Any
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+
+from aorta.common.atomicio import atomic_write_json, check_output_path
+from aorta.common.errors import UsageError
+from aorta.hw_queue_eval.analysis.stats import median_ci
+from aorta.hw_queue_eval.sweeps.childrun import point_command, run_point
 
 CONFIGS = (("hetero_kernels", 8), ("tiny_kernel_stress", 16))
+TARGET_CV_PCT = 5.0
+REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+BUSY_LOAD_PER_CORE = 0.25  # start load above this × cores: "not idle" (the bench adds its own)
+
+
+def extract_package(ref: str, into: str) -> str:
+    """src/aorta of git REF unpacked under `into` (a private folder); the package's path."""
+    if not ref or ref.startswith("-"):
+        raise UsageError(f"--against {ref!r} is not a git revision; give a branch, tag or commit "
+                         "hash")
+    probe = subprocess.run(["git", "-C", REPO, "rev-parse", "--verify", "--quiet",
+                            f"{ref}^{{commit}}"], capture_output=True, text=True, check=False)
+    if probe.returncode != 0:
+        raise UsageError(f"--against {ref!r} is not a commit in {REPO}; "
+                         "give a branch, tag or commit hash")
+    commit = probe.stdout.strip()
+    archive = subprocess.run(["git", "-C", REPO, "archive", "--format=tar", commit, "src/aorta"],
+                             capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    return os.path.join(into, "src", "aorta")
+
+
+def load_text(loads: tuple[float, float, float] | None = None) -> str:
+    """The 1/5/15-min load averages (now, or as read earlier)."""
+    one, five, fifteen = loads or os.getloadavg()
+    return f"{one:.2f} / {five:.2f} / {fifteen:.2f} (1/5/15 min, {os.cpu_count()} cores)"
+
+
+def verdict(cv_pct: float | None, start_load: float) -> str:
+    """CV against the target, qualified when the machine was not idle at the start."""
+    if cv_pct is None:
+        return "n/a (fewer than 2 runs)"
+    text = "meets target" if cv_pct <= TARGET_CV_PCT else "above target"
+    if start_load > BUSY_LOAD_PER_CORE * (os.cpu_count() or 1):
+        text += " (machine busy)"
+    return text
+
+
+def summarize(values: list[float], windows: list[float], start_load: float) -> dict[str, Any]:
+    """One (configuration, code state): the printed figures, as the JSON keeps them."""
+    ci = median_ci(values)
+    return {"runs": len(values), "mean": sum(values) / len(values), **ci.to_dict(),
+            "mean_window_ms": sum(windows) / len(windows),
+            "verdict": verdict(ci.cv_pct, start_load)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,44 +91,105 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--iterations", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--against", default=None, metavar="REF",
+                        help="also run the package at this git commit/branch, interleaved")
     parser.add_argument("--json", default=None, help="also write the numbers here")
     args = parser.parse_args(argv)
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
-    from aorta.hw_queue_eval.analysis.stats import median_ci
-    from aorta.hw_queue_eval.sweeps.childrun import run_point
+    if args.rounds < 2:
+        parser.error("--rounds must be at least 2 (a CV needs two runs)")
+    tmp = tempfile.mkdtemp(prefix="aorta-cv-bench-")
+    try:
+        if args.json:
+            check_output_path(args.json)
+        states: list[tuple[str, str | None]] = [("this tree", None)]
+        if args.against:
+            states.append((args.against, extract_package(args.against, tmp)))
+        return run_bench(args, states)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
-    runs: dict[str, list[float]] = {f"{w} @ {s}": [] for w, s in CONFIGS}
-    loads: dict[str, list[float]] = {k: [] for k in runs}
+
+def run_bench(args: argparse.Namespace, states: list[tuple[str, str | None]]) -> int:
+    """The interleaved rounds, the table, the JSON."""
+    pairs = [(w, s, label, pkg) for w, s in CONFIGS for label, pkg in states]
+    start_loads = os.getloadavg()
+    print(f"load at start: {load_text()}", flush=True)
+    tput: dict[tuple[str, str], list[float]] = {(f"{w} @ {s}", lab): [] for w, s, lab, _ in pairs}
+    windows: dict[tuple[str, str], list[float]] = {key: [] for key in tput}
+    loads: dict[tuple[str, str], list[float]] = {key: [] for key in tput}
+    by_round: dict[tuple[str, str], dict[int, float]] = {key: {} for key in tput}
     for round_index in range(args.rounds):
-        shift = round_index % len(CONFIGS)
-        for workload, streams in CONFIGS[shift:] + CONFIGS[:shift]:
-            name = f"{workload} @ {streams}"
-            loads[name].append(os.getloadavg()[0])
+        shift = round_index % len(pairs)
+        for workload, streams, label, package in pairs[shift:] + pairs[:shift]:
+            key = (f"{workload} @ {streams}", label)
+            loads[key].append(os.getloadavg()[0])
             outcome = run_point([workload, "--streams", str(streams), "-d", "cpu", "-i",
-                                 str(args.iterations), "-w", str(args.warmup)])
+                                 str(args.iterations), "-w", str(args.warmup)],
+                                build_command=functools.partial(point_command,
+                                                                package_dir=package))
             if outcome.status != "ok" or outcome.result is None:
-                print(f"round {round_index + 1} {name}: {outcome.status}: {outcome.error}")
+                print(f"round {round_index + 1} {key[0]} [{label}]: {outcome.status}: "
+                      f"{outcome.error}", flush=True)
                 continue
-            runs[name].append(float(outcome.result["throughput"]))
-            print(f"round {round_index + 1} {name}: {runs[name][-1]:.4g} "
-                  f"{outcome.result['throughput_unit']} (load {loads[name][-1]:.2f})", flush=True)
-    print(f"\n{'configuration':<26} {'runs':>4} {'median [CI]':>30} {'CV':>7} {'spread':>8} "
-          f"{'load 1m':>13}")
-    report = {}
-    for name, values in runs.items():
-        if not values:
+            tput[key].append(float(outcome.result["throughput"]))
+            by_round[key][round_index] = tput[key][-1]
+            windows[key].append(float(outcome.result["total_time_ms"]))
+            print(f"round {round_index + 1} {key[0]:<24} [{label}]: {tput[key][-1]:.4g} "
+                  f"{outcome.result['throughput_unit']}, window {windows[key][-1]:.1f} ms "
+                  f"(load {loads[key][-1]:.2f})", flush=True)
+    end_loads = os.getloadavg()
+    print(f"\n{'configuration':<24} {'code':<12} {'runs':>4} {'mean':>10} {'median [CI]':>34} "
+          f"{'CV':>6} {'spread':>7} {'window':>9}  verdict (CV ≤ {TARGET_CV_PCT:g} %)")
+    report: dict[str, Any] = {"load_start": list(start_loads), "load_end": list(end_loads),
+                              "cpu_count": os.cpu_count(), "target_cv_pct": TARGET_CV_PCT,
+                              "iterations": args.iterations, "warmup": args.warmup,
+                              "rounds": args.rounds, "states": [s[0] for s in states],
+                              "results": []}
+    for key, values in tput.items():
+        if len(values) < 2:
+            print(f"{key[0]:<24} {key[1]:<12} {len(values):>4}  too few ok runs for a CV")
             continue
-        ci = median_ci(values)
-        ci_text = (f"{ci.median:.4g} [{ci.low:.4g}, {ci.high:.4g}] {ci.level:.0%}"
-                   if ci.low is not None else f"{ci.median:.4g}")
-        print(f"{name:<26} {len(values):>4} {ci_text:>30} {ci.cv_pct or 0:>6.1f}% "
-              f"{ci.spread_pct or 0:>7.1f}% {min(loads[name]):>5.2f}–{max(loads[name]):<5.2f}")
-        report[name] = {"throughputs": values, "loadavg_1m": loads[name], **ci.to_dict()}
-    print(f"\ntarget: CV ≤ 5 % on an otherwise idle machine ({os.cpu_count()} cores here)")
+        row = summarize(values, windows[key], start_loads[0])
+        ci_text = (f"{row['median']:.4g} [{row['low']:.4g}, {row['high']:.4g}] "
+                   f"{row['level']:.0%}" if row["low"] is not None else f"{row['median']:.4g}")
+        print(f"{key[0]:<24} {key[1]:<12} {row['runs']:>4} {row['mean']:>10.4g} {ci_text:>34} "
+              f"{row['cv_pct']:>5.1f}% {row['spread_pct']:>6.1f}% {row['mean_window_ms']:>6.1f} ms"
+              f"  {row['verdict']}")
+        report["results"].append({"configuration": key[0], "code": key[1], "throughputs": values,
+                                  "window_ms": windows[key], "loadavg_1m": loads[key], **row})
+    if len(states) == 2:
+        report["paired"] = print_paired(by_round, states)
+    print(f"\nload at start: {load_text(start_loads)}\nload at end:   {load_text()}"
+          f"\n(the bench's own runs add about 1–2 to the 1-min load; a start load above "
+          f"{BUSY_LOAD_PER_CORE * (os.cpu_count() or 1):.2f} marks the machine busy)")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(report, handle, indent=2)
+        atomic_write_json(args.json, report)
     return 0
+
+
+def print_paired(by_round: dict[tuple[str, str], dict[int, float]],
+                 states: list[tuple[str, str | None]]) -> dict[str, Any]:
+    """Per configuration, this tree / the other state within each round (same load), the median
+    ratio and how many rounds each side won: the comparison that survives a busy machine."""
+    mine, other = states[0][0], states[1][0]
+    print(f"\npaired by round ({mine} / {other}, the two runs of a round ran back to back):")
+    out: dict[str, Any] = {}
+    for name in dict.fromkeys(key[0] for key in by_round):
+        a, b = by_round[(name, mine)], by_round[(name, other)]
+        ratios = [a[r] / b[r] for r in sorted(set(a) & set(b)) if b[r] > 0]
+        if not ratios:
+            continue
+        ratios.sort()
+        mid = len(ratios) // 2
+        median = ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
+        wins = sum(1 for r in ratios if r > 1)
+        print(f"  {name:<24} throughput ratio median {median:.3f} (range {ratios[0]:.3f}–"
+              f"{ratios[-1]:.3f}); {mine} higher in {wins} of {len(ratios)} rounds")
+        out[name] = {"ratios": ratios, "median_ratio": median, "rounds_higher": wins}
+    return out
 
 
 if __name__ == "__main__":

@@ -62,16 +62,19 @@ def aorta_package_dir() -> str:
     return str(Path(aorta.__file__).resolve().parent)
 
 
-def python_module_command(module: str, *args: str) -> list[str]:
+def python_module_command(module: str, *args: str, package_dir: str | None = None) -> list[str]:
     """argv that runs `python -m MODULE ARGS` in isolated mode with this process's aorta package.
 
     `-I` (Python ≥ 3.4; it implies the safe-path `-P` on 3.11+) keeps the working directory, the
     PYTHON* variables and the user's site-packages out of the child's imports; the standard
-    library and the interpreter's site-packages stay.
+    library and the interpreter's site-packages stay. `package_dir` (bench/cpu_run_cv.py
+    --against: another code state the caller extracted into its own private folder) replaces
+    this process's package; nothing else passes one.
     """
     if not module.startswith("aorta."):
         raise ValueError(f"only aorta modules are started this way, not {module!r}")
-    return [sys.executable, "-I", "-c", _BOOTSTRAP, aorta_package_dir(), module, *args]
+    return [sys.executable, "-I", "-c", _BOOTSTRAP, package_dir or aorta_package_dir(), module,
+            *args]
 
 
 def child_environment(overrides: Mapping[str, str] | None = None,

@@ -159,6 +159,14 @@ class _HardwareQueue:
         # its own team of intra-op threads and concurrency would no longer be the queue count.
         torch.set_num_threads(self.backend.threads_per_queue)
         self._ready.set()
+        self._drain()
+
+    def _drain(self) -> None:
+        """The worker loop. An op runs inline here (no call per op beyond the op itself): the
+        Python steps per op are GIL time every other thread waits for (docs/metrics.md)."""
+        backend = self.backend
+        stream_ready = self._stream_ready_ns
+        now = time.monotonic_ns
         woken = False
         while True:
             with self._lock:
@@ -171,45 +179,47 @@ class _HardwareQueue:
                 woken = True
                 continue
             for task in batch:
-                if task.kind == _STOP:
+                kind = task.kind
+                if kind == _OP:
+                    stream = task.stream
+                    ready = stream_ready.get(stream, 0)
+                    if task.enqueue_ns > ready:
+                        ready = task.enqueue_ns
+                    start = now()
+                    if backend.error is None and not backend.closing:
+                        try:
+                            task.fn()  # type: ignore[misc]
+                        except BaseException as exc:  # reported by synchronize() on the host
+                            backend.error = exc
+                    end = now()
+                    stream_ready[stream] = end
+                    if backend.recording:
+                        records = self.records
+                        records.append((task.iteration, stream, task.label, ready, start, end))
+                        if len(records) >= CHUNK_OPS:  # a full chunk goes to the host's fold
+                            self.full.append(records)
+                            self.records = []
+                    task.finish(end)
+                elif kind == _STOP:
                     return
-                start = self._execute(task)
+                else:
+                    start = self._execute_sync(task)
                 if woken:  # the first task of a hand-off: when the worker began it
                     woken = False
-                    if self.backend.recording:
+                    if backend.recording:
                         self.wake_count += 1
-                        self.wake_kinds[task.kind] += 1
+                        self.wake_kinds[kind] += 1
                         if self.wake_count <= MAX_KEPT_RINGS:
-                            self.wakes.append((start, task.kind))
+                            self.wakes.append((start, kind))
 
-    def _execute(self, task: _Task) -> int:
-        """Run one task; return when it began (CLOCK_MONOTONIC ns)."""
-        backend = self.backend
-        now = time.monotonic_ns
-        if task.kind == _OP:
-            ready = max(task.enqueue_ns, self._stream_ready_ns.get(task.stream, 0))
-            start = now()
-            if backend.error is None and not backend.closing:
-                try:
-                    task.fn()  # type: ignore[misc]
-                except BaseException as exc:  # reported by synchronize() on the host
-                    backend.error = exc
-            end = now()
-            self._stream_ready_ns[task.stream] = end
-            if backend.recording:
-                records = self.records
-                records.append((task.iteration, task.stream, task.label, ready, start, end))
-                if len(records) >= CHUNK_OPS:
-                    self.full.append(records)
-                    self.records = []
-            task.finish(end)
-            return start
-        start = now()
+    def _execute_sync(self, task: _Task) -> int:
+        """Run a wait or a marker; return when it began (CLOCK_MONOTONIC ns)."""
+        start = time.monotonic_ns()
         if task.kind == _WAIT:
             satisfied = _wait_for(task.target)  # type: ignore[arg-type]
             previous = self._stream_ready_ns.get(task.stream, 0)
             self._stream_ready_ns[task.stream] = max(previous, satisfied, task.enqueue_ns)
-        task.finish(now())  # a wait (once satisfied) or a marker
+        task.finish(time.monotonic_ns())  # a wait (once satisfied) or a marker
         return start
 
     def take_chunks(self) -> list[list[tuple[int, ...]]]:

@@ -16,6 +16,7 @@ from aorta.hw_queue_eval.backends.base import SubmissionRecord
 from aorta.hw_queue_eval.results.run_result import RunResult, collect_environment
 from aorta.hw_queue_eval.run import metrics, oncpu
 from aorta.hw_queue_eval.run.config import RunConfig
+from aorta.hw_queue_eval.run.gcwindow import QuietGc
 from aorta.hw_queue_eval.run.opfold import ROW_SELECTION, OpWindow
 from aorta.hw_queue_eval.workloads.base import UNIT_SCALE, Workload
 from aorta.hw_queue_eval.workloads.registry import get_workload_class
@@ -122,21 +123,50 @@ def _run_on_backend(config: RunConfig, backend: Backend, workload_cls: type[Work
                     barrier: Callable[[], None] | None = None) -> RunResult:
     workload = workload_cls(config.streams, size, backend.torch_device(), config.seed)
     workload.setup()
-    streams = backend.streams
     backend.reset_memory_peak()
     if tracer is not None:
         progress("attach tracer", 0, 1)
         tracer.prepare(backend, workload)
 
+    quiet_gc = QuietGc()
+    try:
+        return _warm_up_and_measure(config, backend, workload, size, tracer, progress, barrier,
+                                    quiet_gc)
+    finally:
+        quiet_gc.abort()  # no-op once stop() has reported
+
+
+def _warm_up_and_measure(config: RunConfig, backend: Backend, workload: Workload, size: str,
+                         tracer: WindowTracer | None, progress: ProgressFn,
+                         barrier: Callable[[], None] | None, quiet_gc: QuietGc) -> RunResult:
+    """Warm-up, verification, the measured window(s); automatic GC off from the last warm-up
+    iteration on."""
+    streams = backend.streams
     if barrier is not None:
         barrier()
+    verification = None
     for w in range(config.warmup):
+        if w == config.warmup - 1:
+            # one full collection, then none until the window is over (gcwindow.py); one warm-up
+            # iteration follows it: a collection right before the window made the first measured
+            # iteration 5.6 ms (tiny_kernel_stress 16) and 8.6 ms (hetero_kernels 8) slower, vs
+            # ~1 ms with an iteration between. Earlier warm-up runs with the collector as usual,
+            # so a JIT's garbage from its first iteration is freed as it would be anyway.
+            quiet_gc.start()
         backend.begin_iteration(-1 - w)
         workload.run_iteration(streams)
         backend.end_iteration()
         backend.synchronize()
         progress("warm-up", w + 1, config.warmup)
-    verification = workload.verify()
+        if verification is None:
+            # on the first iteration's outputs, so the warm-up iterations after it re-warm what
+            # the host-side recomputation disturbed: a window started right after verification
+            # had its first iteration 0.5–2.5 ms (tiny_kernel_stress 16) and 3.6–9.7 ms
+            # (hetero_kernels 8) slower than the rest, up to 5 % of the window (docs/metrics.md)
+            verification = workload.verify()
+    if verification is None:  # no warm-up iterations (the CLI refuses -w 0; the API may not)
+        verification = workload.verify()
+        quiet_gc.start()
 
     per_iteration = config.sync_mode == "per_iteration"
     backend.set_instrumentation(op_timing=config.op_timing, iteration_joins=per_iteration)
@@ -171,6 +201,7 @@ def _run_on_backend(config: RunConfig, backend: Backend, workload_cls: type[Work
     on_cpu = oncpu.on_cpu_concurrency(cpu_start, cpu_stop, window_ns / 1e6)
     instrumentation = _instrumentation(config, backend, workload, window_ns, per_iteration,
                                        progress)
+    instrumentation["gc"] = quiet_gc.stop()
     return _assemble(config, backend, workload, size, OpWindow(ops, folded), window_ns,
                      per_iteration, host_times, device_times, verification, tracer,
                      backend.submissions(), on_cpu, instrumentation)

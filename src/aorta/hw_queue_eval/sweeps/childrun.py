@@ -76,11 +76,14 @@ def remove_stale_point_dirs(temp_root: str | None = None) -> list[str]:
 
 
 def point_command(run_args: Sequence[str], out_path: str,
-                  nproc_per_node: int | None = None) -> list[str]:
+                  nproc_per_node: int | None = None, package_dir: str | None = None) -> list[str]:
     """The child's argv: `run` directly, or through torchrun (--standalone: one node, a free
     rendezvous port) with `nproc_per_node` ranks, whose rank 0 writes `out_path`."""
     if nproc_per_node is None:
-        return python_module_command("aorta.hw_queue_eval", "run", *run_args, "-o", out_path)
+        return python_module_command("aorta.hw_queue_eval", "run", *run_args, "-o", out_path,
+                                     package_dir=package_dir)
+    if package_dir is not None:
+        raise ValueError("another package folder is not supported under torchrun")
     return [sys.executable, "-I", "-m", "torch.distributed.run", "--standalone",
             "--nproc-per-node", str(nproc_per_node),
             "-m", "aorta.hw_queue_eval", "run", *run_args, "-o", out_path]
