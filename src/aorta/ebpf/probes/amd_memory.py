@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aorta.ebpf import memory_metrics as mm
-from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext
+from aorta.ebpf.probes.base import EventSetFamily, FamilyResult, ProbeCode, RenderContext
 from aorta.ebpf.tracefs import EventFormat
 
 P = "@amdmem_"
@@ -111,7 +111,7 @@ def kfd_log_probe(attach: str, gate: str, kind: int, id_expr: str, delay_expr: s
     return "\n".join([*lines, "}"])
 
 
-class AmdMemoryFamily(ProbeFamily):
+class AmdMemoryFamily(EventSetFamily):
     """amdgpu buffer-object traffic and amdkfd process evictions (GPU memory pressure)."""
 
     name = "amdmem"
@@ -126,16 +126,6 @@ class AmdMemoryFamily(ProbeFamily):
         """Every event this family can use; alternatives are listed too."""
         return [*BO_MOVE_EVENTS, "amdgpu:amdgpu_bo_create", "amdgpu:amdgpu_vm_bo_map",
                 "amdgpu:amdgpu_vm_bo_unmap", *KFD_WORKER_EVENTS, *KFD_OLD_EVENTS, *KFD_MAP_EVENTS]
-
-    def __init__(self) -> None:
-        self.attached: set[str] | None = None  # set by render(): collect reports only these
-
-    def render_state(self) -> dict[str, Any]:
-        return {"attached": None if self.attached is None else sorted(self.attached)}
-
-    def restore_state(self, state: dict[str, Any]) -> None:
-        attached = state.get("attached")
-        self.attached = None if attached is None else set(attached)
 
     def render(self, ctx: RenderContext) -> ProbeCode:
         """Probe blocks for the events this kernel has; missing ones are listed with the reason."""

@@ -144,3 +144,18 @@ class ProbeFamily(ABC):
         kernel already keeps cost nothing on the hot path, unlike per-event map updates.
         """
         return None
+
+
+class EventSetFamily(ProbeFamily):
+    """A family that collects only the tracepoints its render attached (the set travels to a
+    node's other ranks through render_state)."""
+
+    def __init__(self) -> None:
+        self.attached: set[str] | None = None  # set by render(): collect reports only these
+
+    def render_state(self) -> dict[str, Any]:
+        return {"attached": None if self.attached is None else sorted(self.attached)}
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        attached = state.get("attached")
+        self.attached = None if attached is None else set(attached)

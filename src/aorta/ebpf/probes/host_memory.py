@@ -12,14 +12,14 @@ from typing import Any
 
 from aorta.ebpf import memory_metrics as mm
 from aorta.ebpf.probes.amd_memory import traced_flag
-from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext
+from aorta.ebpf.probes.base import EventSetFamily, FamilyResult, ProbeCode, RenderContext
 
 P = "@hostmem_"
 RECLAIM_KINDS = {"direct": ("vmscan", "mm_vmscan_direct_reclaim_begin", "mm_vmscan_direct_reclaim_end"),
                  "memcg": ("vmscan", "mm_vmscan_memcg_reclaim_begin", "mm_vmscan_memcg_reclaim_end")}
 
 
-class HostMemoryFamily(ProbeFamily):
+class HostMemoryFamily(EventSetFamily):
     """Page faults, mmap/munmap, reclaim, migrations and kswapd wake-ups."""
 
     name = "hostmem"
@@ -39,16 +39,6 @@ class HostMemoryFamily(ProbeFamily):
             events += [f"{system}:{begin}", f"{system}:{end}"]
         return [*events, "migrate:mm_migrate_pages", "vmscan:mm_vmscan_kswapd_wake",
                 "vmscan:mm_vmscan_wakeup_kswapd"]
-
-    def __init__(self) -> None:
-        self.attached: set[str] | None = None  # set by render(): collect reports only these
-
-    def render_state(self) -> dict[str, Any]:
-        return {"attached": None if self.attached is None else sorted(self.attached)}
-
-    def restore_state(self, state: dict[str, Any]) -> None:
-        attached = state.get("attached")
-        self.attached = None if attached is None else set(attached)
 
     def render(self, ctx: RenderContext) -> ProbeCode:
         """Probe blocks for the events present; missing ones listed with the reason."""
