@@ -283,6 +283,7 @@ def test_unreadable_home_does_not_break_a_plain_run(tmp_path: Path) -> None:
         home.chmod(0o700)
 
 
+@pytest.mark.resource_limits
 def test_thread_limit_in_run_is_one_line(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     code = ("import threading\n"
