@@ -41,10 +41,13 @@ def test_help_lists_commands():
 def test_list_shows_catalogue_by_category():
     proc = run_cli("list", "-v")
     assert proc.returncode == 0
-    assert "latency_sensitive:" in proc.stdout and "distributed:" in proc.stdout
-    assert "hetero_kernels" in proc.stdout and "1-64" in proc.stdout
+    assert "latency_sensitive:" in proc.stdout
+    assert "distributed:" in proc.stdout
+    assert "hetero_kernels" in proc.stdout
+    assert "1-64" in proc.stdout
     filtered = run_cli("list", "-c", "distributed")
-    assert "moe" in filtered.stdout and "hetero_kernels" not in filtered.stdout
+    assert "moe" in filtered.stdout
+    assert "hetero_kernels" not in filtered.stdout
 
 
 def test_info_json_reports_queue_knobs(tmp_path):
@@ -55,7 +58,8 @@ def test_info_json_reports_queue_knobs(tmp_path):
     data = json.loads(proc.stdout)
     assert data["queue_pool_size"] == 6
     assert data["env_knobs"]["GPU_MAX_HW_QUEUES"] == "6"
-    assert "HSA_XNACK" in data["env_knobs"] and "CUDA_DEVICE_MAX_CONNECTIONS" in data["env_knobs"]
+    assert "HSA_XNACK" in data["env_knobs"]
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" in data["env_knobs"]
     assert data["default_backend"] == "cpu"
     assert "verdict" in data["tracing"]
 
@@ -81,13 +85,16 @@ def test_run_writes_valid_result(tmp_path):
     data = load_json(out)
     assert validate_run_dict(data) == []
     assert set(REQUIRED_KEYS) <= set(data)
-    assert data["stream_count"] == 4 and data["workload_name"] == "hetero_kernels"
-    assert data["config"]["backend"] == "cpu" and data["config"]["size"] == "small"
+    assert data["stream_count"] == 4
+    assert data["workload_name"] == "hetero_kernels"
+    assert data["config"]["backend"] == "cpu"
+    assert data["config"]["size"] == "small"
     assert len(data["iteration_times_ms"]) == 4
     assert data["environment"]["env_knobs"]["GPU_MAX_HW_QUEUES"] is None
     assert data["queue_mapping"]["stream_to_queue"] == [0, 1, 2, 3]
     assert data["memory"]["peak_bytes"] > 0
-    assert data["ebpf_queue_metrics"] is None and data["ebpf_memory_metrics"] is None
+    assert data["ebpf_queue_metrics"] is None
+    assert data["ebpf_memory_metrics"] is None
     assert data["timestamp"].endswith("+00:00")
     assert list(tmp_path.iterdir()) == [out], "no temp files left beside the result"
 

@@ -72,7 +72,9 @@ def test_clear_regression_over_runs_exits_1(tmp_path):
     pair = data["tests"][0]["pairs"][0]
     assert pair["runs"] == [5, 5]
     tput = pair["metrics"][0]
-    assert tput["higher_is_better"] is True and tput["base_n"] == 5 and tput["test_n"] == 5
+    assert tput["higher_is_better"] is True
+    assert tput["base_n"] == 5
+    assert tput["test_n"] == 5
     assert tput["p_value"] < 0.05
     low, high = tput["change_ci_pct"]
     assert low <= tput["change_pct"] <= high < 0  # the CI of the change excludes 0
@@ -96,10 +98,12 @@ def test_one_run_per_side_is_inconclusive_whatever_the_change(tmp_path):
     assert proc.returncode == 0
     assert set(_verdicts(data).values()) == {"inconclusive"}
     m = data["tests"][0]["pairs"][0]["metrics"][0]
-    assert "one run per side" in m["reason"] and "--repeats" in m["reason"]
+    assert "one run per side" in m["reason"]
+    assert "--repeats" in m["reason"]
     assert m["change_pct"] < -15  # the change is still reported
     proc = run_cli("compare", "-b", base, "-t", test)
-    assert "RESULT: inconclusive" in proc.stdout and "--repeats" in proc.stdout
+    assert "RESULT: inconclusive" in proc.stdout
+    assert "--repeats" in proc.stdout
 
 
 def test_three_runs_unchanged_or_inconclusive_never_significant(tmp_path):
@@ -122,7 +126,8 @@ def test_measured_noise_floor_decides_a_single_run(tmp_path):
     proc, data = _compare("-b", base, "-t", slow, "-t", near)
     assert proc.returncode == 1
     slow_tput = data["tests"][0]["pairs"][0]["metrics"][0]
-    assert slow_tput["verdict"] == "regression" and "noise floor" in slow_tput["reason"]
+    assert slow_tput["verdict"] == "regression"
+    assert "noise floor" in slow_tput["reason"]
     assert 3 < slow_tput["noise_floor_pct"] < 10
     assert _verdicts(data, 1)["throughput"] in ("inconclusive", "unchanged")
 
@@ -171,12 +176,14 @@ def test_upstream_sweep_with_old_latency_layout(tmp_path):
     proc, data = _compare("-b", base, "-t", test)
     assert proc.returncode == 0, proc.stderr
     pair = data["tests"][0]["pairs"][0]
-    assert pair["streams"] == 2 and pair["runs"] == [1, 1]
+    assert pair["streams"] == 2
+    assert pair["runs"] == [1, 1]
     p50 = next(m for m in pair["metrics"] if m["metric"] == "iteration time P50")
     assert p50["verdict"] == "inconclusive"
     assert p50["base_median"] == pytest.approx(float(np.median(old[1]["iteration_times_ms"])))
     p99 = next(m for m in pair["info"] if m["metric"] == "iteration time P99")
-    assert p99["base_median"] == 2.0 and p99["verdict"] is None
+    assert p99["base_median"] == 2.0
+    assert p99["verdict"] is None
     assert data["tests"][0]["only_in_base"] == ["hetero_kernels @ 1 streams"]
 
 
@@ -211,7 +218,8 @@ def test_ebpf_diff_shows_only_measured_comparable_values(tmp_path):
     # nothing from the family that did not attach, no bookkeeping (attach_s, probe_cost, window)
     _, data = _compare("-b", untraced, "-t", test)
     note = data["tests"][0]["pairs"][0]["ebpf"]["note"]
-    assert "tracing overhead" in note and "NOT distinguishable" in note
+    assert "tracing overhead" in note
+    assert "NOT distinguishable" in note
     assert "bench/ebpf_overhead.py" in note
 
 
@@ -240,7 +248,8 @@ def test_bad_or_mismatched_files_exit_2(tmp_path, test_data, message):
     path.write_text(test_data if isinstance(test_data, str) else json.dumps(test_data))
     proc = run_cli("compare", "-b", base, "-t", str(path))
     assert proc.returncode == 2
-    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_markdown_output(tmp_path):
@@ -248,7 +257,8 @@ def test_markdown_output(tmp_path):
     test = _write(tmp_path, "t.json", _repeated([m * 1.3 for m in BASE5], seed=10))
     proc = run_cli("compare", "-b", base, "-t", test, "--markdown")
     assert proc.returncode == 1
-    assert "| Point | Metric |" in proc.stdout and "**regression**" in proc.stdout
+    assert "| Point | Metric |" in proc.stdout
+    assert "**regression**" in proc.stdout
     assert proc.stdout.rstrip().endswith("runs per point: 5)")
 
 
@@ -273,4 +283,5 @@ def test_same_point_twice_without_repeat_numbers_is_exit_2(tmp_path):
     twice = _write(tmp_path, "t.json", _sweep([_run(_noisy(10, 30, 1), streams=2),
                                                _run(_noisy(10, 30, 2), streams=2)]))
     proc = run_cli("compare", "-b", twice, "-t", twice)
-    assert proc.returncode == 2 and "appears twice" in proc.stderr
+    assert proc.returncode == 2
+    assert "appears twice" in proc.stderr

@@ -64,9 +64,11 @@ def test_workers_register_distinct_thread_ids(backend_factory):
     backend = backend_factory(6, 4)
     workers = backend.workers()
     assert [w.queue for w in workers] == [0, 1, 2, 3]
-    assert len({w.tid for w in workers}) == 4 and all(w.tid > 0 for w in workers)
+    assert len({w.tid for w in workers}) == 4
+    assert all(w.tid > 0 for w in workers)
     assert threading.get_native_id() not in {w.tid for w in workers}
-    assert workers[0].streams == (0, 4) and workers[3].streams == (3,)
+    assert workers[0].streams == (0, 4)
+    assert workers[3].streams == (3,)
     assert backend.queue_mapping()["stream_to_queue"] == [0, 1, 2, 3, 0, 1]
 
 
@@ -183,7 +185,8 @@ def test_handoffs_ring_the_doorbell_once_per_idle_queue(backend_factory):
     # already gone idle again (timing), never one of the five ops handed to the busy queue
     by_queue = {q: [(s.seq, s.first_kind) for s in subs if s.queue == q] for q in (0, 1)}
     for q in (0, 1):
-        assert by_queue[q][0] == (0, "op") and by_queue[q][1:] in ([], [(1, "marker")])
+        assert by_queue[q][0] == (0, "op")
+        assert by_queue[q][1:] in ([], [(1, "marker")])
     for s in subs:  # the worker may start before the host's post-write clock read: no order there
         assert s.ring_ns <= s.rung_ns
         assert s.ring_ns <= s.start_ns

@@ -90,7 +90,8 @@ def test_documented_commands_run_help_cleanly() -> None:
     for name in names:
         proc = subprocess.run([sys.executable, "-m", "aorta.hw_queue_eval", name, "--help"],
                               capture_output=True, text=True, timeout=120, check=False)
-        assert proc.returncode == 0 and name in group.commands, (name, proc.stderr)
+        assert proc.returncode == 0, ((name, proc.stderr))
+        assert name in group.commands, ((name, proc.stderr))
 
 
 
@@ -133,13 +134,16 @@ def test_ebpf_integration_example_runs(ebpf_ready: None) -> None:
                           capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = json.loads(proc.stdout)
-    assert summary["status"] == "ok" and summary["lost_events"] == 0
+    assert summary["status"] == "ok"
+    assert summary["lost_events"] == 0
     # ground truth: the example's own count of doorbell writes (4 workers x 50 rings, each taken
     # before the next): eBPF must see every write as one submission of its queue, and its read
     writes = summary["doorbell_writes"]
-    assert writes == 200 and summary["rings_taken"] == writes
+    assert writes == 200
+    assert summary["rings_taken"] == writes
     assert summary["ebpf_submissions"] == writes
     assert summary["ebpf_submissions_per_queue"] == {str(q): 50 for q in range(4)}
-    assert summary["ebpf_dispatches"] == writes and summary["unconsumed_doorbells"] == 0
+    assert summary["ebpf_dispatches"] == writes
+    assert summary["unconsumed_doorbells"] == 0
     assert summary["submit_to_dispatch_avg_us"] > 0
     assert 0 < summary["window_ms"] <= 30_000

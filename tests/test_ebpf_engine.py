@@ -117,7 +117,8 @@ def test_gate_counts_exactly_the_window(ebpf_ready: None) -> None:
     finally:
         worker.close()
     out = session.stop()
-    assert out.exit_code == 0 and out.lost_events == 0, out.stderr
+    assert out.exit_code == 0, out.stderr
+    assert out.lost_events == 0, out.stderr
     assert out.maps["@t_ppid_n"] == 100  # exactly the window: 40 before and 40 after not counted
     assert "@t_fence_n" not in out.maps or isinstance(out.maps["@t_fence_n"], dict)
     # exactly the 100 doorbells of the window, each consumed by the worker once
@@ -125,7 +126,8 @@ def test_gate_counts_exactly_the_window(ebpf_ready: None) -> None:
     assert out.maps["@cpu_sched_s2d_s"]["0"]["count"] == 100
     assert "@cpu_sched_unconsumed" not in out.maps
     assert out.maps["@aorta_window_stop_ns"] > out.maps["@aorta_window_start_ns"]
-    assert out.attach_s is not None and out.attach_s < 10
+    assert out.attach_s is not None
+    assert out.attach_s < 10
 
 
 def test_abort_leaves_no_process_and_no_temp_file(ebpf_ready: None) -> None:
@@ -133,7 +135,8 @@ def test_abort_leaves_no_process_and_no_temp_file(ebpf_ready: None) -> None:
     proc = session._proc
     assert session._tmpdir is None  # removed as soon as bpftrace loaded it
     session.abort()
-    assert proc is not None and proc.poll() is not None
+    assert proc is not None
+    assert proc.poll() is not None
 
 
 def test_run_ebpf_trace_end_to_end(ebpf_ready: None, cli, tmp_path: Path) -> None:
@@ -150,13 +153,16 @@ def test_run_ebpf_trace_end_to_end(ebpf_ready: None, cli, tmp_path: Path) -> Non
 
     assert validate_run_dict(data) == []
     q = data["ebpf_queue_metrics"]
-    assert q["status"] == "ok" and q["lost_events"] == 0 and q["source"] == "cpu_sched"
+    assert q["status"] == "ok"
+    assert q["lost_events"] == 0
+    assert q["source"] == "cpu_sched"
     workers = {w["tid"]: w["queue"] for w in data["metadata"]["workers"]}
     rows = {r["tid"]: r for r in q["families"]["cpu_sched"]["metrics"]["threads"]
             if r["queue"] is not None}
     assert set(rows) == set(workers)
     for tid, row in rows.items():
-        assert row["queue"] == workers[tid] and row["on_cpu_ms"] > 0
+        assert row["queue"] == workers[tid]
+        assert row["on_cpu_ms"] > 0
     assert q["hw_rings_used"] == sorted(set(workers.values()))
     assert not any(r["comm"] == "bpftrace"
                    for r in q["families"]["cpu_sched"]["metrics"]["threads"])
@@ -167,12 +173,16 @@ def test_run_ebpf_trace_end_to_end(ebpf_ready: None, cli, tmp_path: Path) -> Non
     assert q["total_submissions"] == sum(r["submissions"] for r in rows.values())
     assert q["unconsumed_doorbells"] == 0
     host = [r for r in q["families"]["cpu_sched"]["metrics"]["threads"] if r["submitter"]]
-    assert len(host) == 1 and host[0]["queue"] is None
+    assert len(host) == 1
+    assert host[0]["queue"] is None
     cmp = data["ebpf_vs_cuda_comparison"]
-    assert cmp["status"] == "ok" and cmp["harness_submissions"] == handoffs["count"]
-    assert cmp["kernel_submissions"] == handoffs["count"] and cmp["submissions_equal"] is True
+    assert cmp["status"] == "ok"
+    assert cmp["harness_submissions"] == handoffs["count"]
+    assert cmp["kernel_submissions"] == handoffs["count"]
+    assert cmp["submissions_equal"] is True
     assert cmp["matched_submissions"] == cmp["compared"] == handoffs["count"]
-    assert cmp["coverage_pct"] == 100.0 and cmp["lost_events"] == 0
+    assert cmp["coverage_pct"] == 100.0
+    assert cmp["lost_events"] == 0
     # the kernel's wait is part of the harness's delay for the same submissions
     assert cmp["kernel_submit_to_dispatch_ms"] <= cmp["harness_submit_to_start_ms"]
     assert abs(cmp["kernel_submit_to_dispatch_ms"] - q["submit_to_dispatch_avg_us"] / 1e3) < 1e-9
@@ -212,7 +222,8 @@ def test_ebpf_attach_follows_threads_and_children(ebpf_ready: None, cli, tmp_pat
         import json
 
         data = json.loads(out.read_text())
-        assert target.pid in data["traced_pids"] and len(data["traced_pids"]) >= 2
+        assert target.pid in data["traced_pids"]
+        assert len(data["traced_pids"]) >= 2
         threads = data["ebpf_queue_metrics"]["families"]["cpu_sched"]["metrics"]["threads"]
         assert max(t["switches"] or 0 for t in threads) >= 100  # the child's 300 sleeps
     finally:
@@ -278,6 +289,7 @@ def test_kfd_probes_count_ioctls_on_the_device(ebpf_ready: None, tmp_path: Path)
     result = family.collect({k: v for k, v in out.maps.items() if k.startswith("@kfd_")},
                             {"pids": [os.getpid()], "streams": 4})
     create = result.metrics["ioctls"]["CREATE_QUEUE"]
-    assert create["window"] == 12 and create["outside_window"] == 3
+    assert create["window"] == 12
+    assert create["outside_window"] == 3
     assert create["window_avg_us"] is not None
     assert result.metrics["queues_created"] == []  # every ioctl failed (ENOTTY): nothing created

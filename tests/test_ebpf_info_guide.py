@@ -27,7 +27,8 @@ def test_summary_comes_first_with_the_guides_labels_in_order(cli) -> None:
     assert positions == sorted(positions)
     events = {line.split()[0]: " ".join(line.split()[1:]) for line in lines
               if line.startswith("    ")}
-    assert events["amdgpu_bo_move"] == "present" and events["amdgpu_cs_ioctl"] == "missing"
+    assert events["amdgpu_bo_move"] == "present"
+    assert events["amdgpu_cs_ioctl"] == "missing"
     assert events["kfd_evict_process_worker_start"] == "present"
     assert events["kfd_evict_process"] == "missing"
     variant = next(line for line in lines if "KFD variant:" in line)
@@ -54,7 +55,8 @@ def test_missing_bpftrace_is_not_installed_without_a_syntax_guess(cli) -> None:
     assert proc.returncode == 0, proc.stderr
     line = next(x for x in _summary_lines(proc.stdout) if "bpftrace:" in x)
     assert line.split(":", 1)[1].strip() == "not installed"
-    assert "args->" not in proc.stdout and "args." not in proc.stdout
+    assert "args->" not in proc.stdout
+    assert "args." not in proc.stdout
     assert "Overall available:    no: bpftrace not found" in proc.stdout
 
 

@@ -77,7 +77,8 @@ def test_nvidia_apply_verify_restore_order_and_values(fake: FakeGpus, tmp_path: 
     assert fake.devices() == initial_state()
     assert fake.state_files() == []
     report = load_json(out)["gpu_control"]
-    assert report["verified"] is True and report["status"] == "restored"
+    assert report["verified"] is True
+    assert report["status"] == "restored"
     assert report["in_effect"]["clock_level"] == 7
     assert report["in_effect"]["clock_mhz"] == 1980
     assert report["in_effect"]["power_limit_w"] == 150
@@ -106,22 +107,26 @@ def test_setting_that_does_not_take_effect_is_an_error_and_restored(fake: FakeGp
     assert "did not take effect: power cap reads 300.0 W, expected 150 W" in proc.stderr
     assert not out.exists(), "no benchmark result may claim the setting"
     assert "-pl 300.00" in _verbs(fake.calls()), "restore still ran"
-    assert fake.devices() == initial_state() and fake.state_files() == []
+    assert fake.devices() == initial_state()
+    assert fake.state_files() == []
 
 
 def test_missing_privileges_is_a_clear_error(fake: FakeGpus) -> None:
     proc = run_cli("run", "hetero_kernels", "--streams", "4", *FAST, "--lock-clocks", "7",
                    env=fake.env("nvidia", 0, FAKE_SMI_DENY="1"))
     assert proc.returncode == 2
-    assert "Insufficient Permissions" in proc.stderr and "Traceback" not in proc.stderr
-    assert fake.devices() == initial_state() and fake.state_files() == []
+    assert "Insufficient Permissions" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert fake.devices() == initial_state()
+    assert fake.state_files() == []
 
 
 def test_power_outside_device_limits_refused_before_any_change(fake: FakeGpus) -> None:
     proc = run_cli("run", "hetero_kernels", "--streams", "4", *FAST, "--power-limit", "500",
                    env=fake.env("nvidia", 0))
     assert proc.returncode == 2
-    assert "outside what nvidia GPU 0" in proc.stderr and "(100..400 W)" in proc.stderr
+    assert "outside what nvidia GPU 0" in proc.stderr
+    assert "(100..400 W)" in proc.stderr
     assert [v for v in _verbs(fake.calls()) if not v.startswith("read")] == []
 
 
@@ -156,9 +161,11 @@ def test_kill9_then_restore_command(fake: FakeGpus) -> None:
     proc = run_cli("restore", env=fake.env(None))
     assert proc.returncode == 0, proc.stderr
     assert "restored nvidia GPU 0 to its prior state" in proc.stdout
-    assert fake.devices() == initial_state() and fake.state_files() == []
+    assert fake.devices() == initial_state()
+    assert fake.state_files() == []
     again = run_cli("restore", env=fake.env(None))
-    assert again.returncode == 0 and "nothing to restore" in again.stdout
+    assert again.returncode == 0
+    assert "nothing to restore" in again.stdout
 
 
 def test_restore_reports_as_json_file(fake: FakeGpus, tmp_path: Path) -> None:
@@ -168,7 +175,8 @@ def test_restore_reports_as_json_file(fake: FakeGpus, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
     assert json.loads(proc.stdout) == data
-    assert data["kind"] == "restore" and len(data["outcomes"]) == 1
+    assert data["kind"] == "restore"
+    assert len(data["outcomes"]) == 1
     assert data["outcomes"][0]["status"] == "restored"
     assert "restored nvidia GPU 0" in data["outcomes"][0]["message"]
     assert fake.devices() == initial_state()
@@ -179,7 +187,8 @@ def test_kill9_then_next_start_restores(fake: FakeGpus) -> None:
     proc = run_cli("run", "hetero_kernels", "--streams", "2", *FAST, env=fake.env(None))
     assert proc.returncode == 0, proc.stderr
     assert "note: restored nvidia GPU 0 to its prior state" in proc.stderr
-    assert fake.devices() == initial_state() and fake.state_files() == []
+    assert fake.devices() == initial_state()
+    assert fake.state_files() == []
 
 
 def test_sigterm_mid_policy_sweep_restores(fake: FakeGpus, tmp_path: Path) -> None:
@@ -195,7 +204,8 @@ def test_sigterm_mid_policy_sweep_restores(fake: FakeGpus, tmp_path: Path) -> No
     assert fake.devices() == initial_state(), "SIGTERM left the device changed"
     assert fake.state_files() == []
     data = load_json(out)
-    assert data["kind"] == "policy-sweep" and data["points"] == []
+    assert data["kind"] == "policy-sweep"
+    assert data["points"] == []
 
 
 def test_device_held_by_a_live_process_is_refused(fake: FakeGpus) -> None:
@@ -212,8 +222,10 @@ def test_device_held_by_a_live_process_is_refused(fake: FakeGpus) -> None:
     assert proc.returncode == 2
     assert f"being controlled by running pid {os.getpid()}" in proc.stderr
     restore = run_cli("restore", env=fake.env(None))
-    assert restore.returncode == 0 and "still running" in restore.stdout
-    assert fake.calls() == [] and len(fake.state_files()) == 1
+    assert restore.returncode == 0
+    assert "still running" in restore.stdout
+    assert fake.calls() == []
+    assert len(fake.state_files()) == 1
 
 
 def test_sweep_holds_clocks_for_every_point_and_restores(fake: FakeGpus, tmp_path: Path) -> None:
@@ -227,7 +239,8 @@ def test_sweep_holds_clocks_for_every_point_and_restores(fake: FakeGpus, tmp_pat
     assert data["gpu_control"]["status"] == "restored"
     assert data["gpu_control"]["in_effect"]["clock_level"] == 3
     assert [p["status"] for p in data["points"]] == ["ok", "ok"]
-    assert fake.devices() == initial_state() and fake.state_files() == []
+    assert fake.devices() == initial_state()
+    assert fake.state_files() == []
 
 
 def test_ctrl_c_mid_run_restores(fake: FakeGpus) -> None:
@@ -271,8 +284,10 @@ def test_missing_vendor_tool_is_a_clear_error_before_the_benchmark(fake: FakeGpu
     proc = run_cli("run", "hetero_kernels", "--streams", "4", *FAST, "--lock-clocks", "7",
                    "-o", str(out), env=fake.env("amd", 0, PATH="/usr/bin:/bin"))
     assert proc.returncode == 2
-    assert "rocm-smi not found on PATH" in proc.stderr and "Traceback" not in proc.stderr
-    assert "Running hetero_kernels" not in proc.stderr and not out.exists()
+    assert "rocm-smi not found on PATH" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "Running hetero_kernels" not in proc.stderr
+    assert not out.exists()
     assert fake.state_files() == []
 
 
@@ -281,11 +296,14 @@ def test_unrestorable_state_file_warns_plain_runs_and_stops_control(fake: FakeGp
     denied = fake.env(None, FAKE_SMI_DENY="1")
     plain = run_cli("run", "hetero_kernels", "--streams", "2", *FAST, env=denied)
     assert plain.returncode == 0, plain.stderr
-    assert "warning:" in plain.stderr and "could not put GPU 0 back as found" in plain.stderr
+    assert "warning:" in plain.stderr
+    assert "could not put GPU 0 back as found" in plain.stderr
     assert len(fake.state_files()) == 1, "kept for a later restore"
     control = run_cli("run", "hetero_kernels", "--streams", "2", *FAST, "--power-limit", "200",
                       env=fake.env("nvidia", 0, FAKE_SMI_DENY="1"))
-    assert control.returncode == 2 and "could not put GPU 0 back" in control.stderr
+    assert control.returncode == 2
+    assert "could not put GPU 0 back" in control.stderr
     restore = run_cli("restore", env=fake.env(None))
     assert restore.returncode == 0, restore.stderr
-    assert fake.devices() == initial_state() and fake.state_files() == []
+    assert fake.devices() == initial_state()
+    assert fake.state_files() == []

@@ -85,7 +85,8 @@ def test_the_guide_has_four_corrected_oneliners_each_with_its_script() -> None:
     text = GUIDE.read_text(encoding="utf-8")
     assert len(_oneliners()) == 4
     for name in GUIDE_SCRIPTS:
-        assert f"../ebpfaultline/bpftrace/{name}" in text and (SCRIPTS / name).is_file()
+        assert f"../ebpfaultline/bpftrace/{name}" in text
+        assert (SCRIPTS / name).is_file()
 
 
 @pytest.mark.parametrize("index", range(4))

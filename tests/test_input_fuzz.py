@@ -156,11 +156,13 @@ def test_fuzz_compare(tmp_path, capsys):
         assert code in (0, 1, 2), (code, err)
         if code == 2:
             lines = err.strip().splitlines()
-            assert len(lines) == 1 and lines[0].startswith("error:"), err
+            assert len(lines) == 1, err
+            assert lines[0].startswith("error:"), err
         return f"exit {code}"
 
     tally = _fuzz("compare", int(1500 * SCALE), case, tmp_path)
-    assert tally["exit 2"] > 0 and tally["exit 0"] + tally["exit 1"] > 0
+    assert tally["exit 2"] > 0
+    assert tally["exit 0"] + tally["exit 1"] > 0
 
 
 def test_fuzz_report(tmp_path, capsys):
@@ -171,13 +173,15 @@ def test_fuzz_report(tmp_path, capsys):
         assert code in (0, 2), (code, err)
         if code == 2:
             lines = err.strip().splitlines()
-            assert len(lines) == 1 and lines[0].startswith("error:"), err
+            assert len(lines) == 1, err
+            assert lines[0].startswith("error:"), err
         else:
             assert (out / "index.html").is_file()
         return f"exit {code}"
 
     tally = _fuzz("report", int(150 * SCALE), case, tmp_path)
-    assert tally["exit 2"] > 0 and tally["exit 0"] > 0
+    assert tally["exit 2"] > 0
+    assert tally["exit 0"] > 0
 
 
 def test_fuzz_resume(tmp_path, capsys):
@@ -201,7 +205,8 @@ def test_fuzz_resume(tmp_path, capsys):
         return "all kept" if not dropped else f"redone {min(dropped, 3)}+" if kept else "all redone"
 
     tally = _fuzz("resume", int(1500 * SCALE), case, tmp_path)
-    assert tally["refused"] > 0 and sum(v for k, v in tally.items() if k.startswith("redone")) > 0
+    assert tally["refused"] > 0
+    assert sum(v for k, v in tally.items() if k.startswith("redone")) > 0
 
 
 def test_resume_redoes_an_ok_point_without_result(tmp_path, capsys):
@@ -210,5 +215,6 @@ def test_resume_redoes_an_ok_point_without_result(tmp_path, capsys):
     path = tmp_path / "s.json"
     path.write_text(json.dumps(seed))
     file = CheckpointFile.resume(path, "sweep", {"fingerprint": seed["fingerprint"]})
-    assert not file.done(seed["points"][0]["key"]) and file.done(seed["points"][1]["key"])
+    assert not file.done(seed["points"][0]["key"])
+    assert file.done(seed["points"][1]["key"])
     assert "will be measured again" in capsys.readouterr().err

@@ -77,7 +77,8 @@ def test_malformed_policy_files_are_refused(tmp_path: Path, body: str, reason: s
 
 
 def test_clock_level_bounds() -> None:
-    assert validate_clock_level("0") == 0 and validate_clock_level(7) == 7
+    assert validate_clock_level("0") == 0
+    assert validate_clock_level(7) == 7
     for bad in ("9", "-1", "high", True):
         with pytest.raises(UsageError):
             validate_clock_level(bad)
@@ -87,7 +88,8 @@ def test_cli_unknown_policy_exits_2_with_reason() -> None:
     proc = run_cli("policy-sweep", "hetero_kernels", "--streams", "4", "--policies",
                    "baseline,turbo", "-d", "cpu", "-o", "/tmp/never-written.json")
     assert proc.returncode == 2
-    assert "unknown policy 'turbo'" in proc.stderr and "Traceback" not in proc.stderr
+    assert "unknown policy 'turbo'" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_cli_malformed_policy_file_exits_2(tmp_path: Path) -> None:

@@ -62,12 +62,15 @@ def _check_html(out, expected_pngs):
     assert pngs == sorted(expected_pngs)
     for name in pngs:
         data = (out / name).read_bytes()
-        assert data.startswith(PNG_MAGIC) and len(data) > 5_000
-        assert f'data-file="{name}"' in html and f'href="{name}"' in html
+        assert data.startswith(PNG_MAGIC)
+        assert len(data) > 5_000
+        assert f'data-file="{name}"' in html
+        assert f'href="{name}"' in html
     embedded = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
     assert len(embedded) == len(pngs)
     assert all(base64.b64decode(e).startswith(PNG_MAGIC) for e in embedded)
-    assert "<script" not in html and "http" not in html.replace("https://ui.perfetto.dev", "")
+    assert "<script" not in html
+    assert "http" not in html.replace("https://ui.perfetto.dev", "")
     return html
 
 
@@ -108,7 +111,8 @@ def test_report_bad_input_exit_2_nothing_written(tmp_path, setup, message):
     else:
         result.write_text(json.dumps({"schema_version": 1, "kind": "policy_sweep", "policies": {}}))
     proc = run_cli("report", str(result), "-o", str(out))
-    assert proc.returncode == 2 and message in proc.stderr
+    assert proc.returncode == 2
+    assert message in proc.stderr
     assert not (out.is_dir() and any(out.iterdir()))
 
 
@@ -145,7 +149,8 @@ def test_sweep_table_adds_ebpf_columns_when_traced():
         {"key": {"streams": 2}, "status": "ok", "result": traced}]}
     headers, rows = sweep_table(sweep)
     assert headers[-2:] == ["eBPF dispatch avg µs", "eBPF dispatch P99 µs"]
-    assert rows[1][-2:] == ["12.3", "45.7"] and rows[0][-2:] == ["n/a", "n/a"]
+    assert rows[1][-2:] == ["12.3", "45.7"]
+    assert rows[0][-2:] == ["n/a", "n/a"]
     headers, _ = sweep_table({"points": sweep["points"][:1]})
     assert "eBPF dispatch P99 µs" not in headers
 
@@ -154,7 +159,8 @@ def test_report_folder_that_cannot_be_created_is_exit_2(tmp_path):
     # /proc refuses new entries even for root: the check must try, not trust permission bits
     proc = run_cli("report", str(_sweep(tmp_path)), "-o", "/proc/aorta-report")
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.startswith("error: cannot write report folder") and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("error: cannot write report folder")
+    assert "Traceback" not in proc.stderr
 
 
 def test_ebpf_histogram_bounds_in_readable_units_and_short_names():
@@ -230,4 +236,5 @@ def test_sweep_report_with_repeats_draws_a_ci_band(tmp_path):
     proc = run_cli("report", str(path), "-o", str(tmp_path / "rep"))
     assert proc.returncode == 0, proc.stderr
     html = (tmp_path / "rep" / "index.html").read_text()
-    assert "20.00 [19.00, 21.00]" in html and "confidence" in html
+    assert "20.00 [19.00, 21.00]" in html
+    assert "confidence" in html

@@ -183,7 +183,8 @@ def test_pressure_churner_imports_nothing_from_cwd(planted, tmp_path):
 def test_child_command_is_isolated_and_drops_python_variables():
     argv = python_module_command("aorta.hw_queue_eval", "run")
     assert argv[:3] == [sys.executable, "-I", "-c"]
-    assert Path(argv[4]).name == "aorta" and argv[5:] == ["aorta.hw_queue_eval", "run"]
+    assert Path(argv[4]).name == "aorta"
+    assert argv[5:] == ["aorta.hw_queue_eval", "run"]
     env = child_environment({"GPU_MAX_HW_QUEUES": "2"},
                             base={"PYTHONPATH": "/tmp/x", "PYTHONSTARTUP": "/tmp/y", "HOME": "/r"})
     assert env == {"HOME": "/r", "GPU_MAX_HW_QUEUES": "2"}
@@ -224,7 +225,8 @@ def test_no_write_through_a_planted_folder_link(planted_link, tmp_path, argv):
     proc = run_cli(*args, env={"AORTA_STATE_DIR": str(tmp_path / "state"), "SUDO_UID": ""})
     assert proc.returncode == 2, proc.stderr
     assert "could have planted" in proc.stderr or "symbolic link" in proc.stderr, proc.stderr
-    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
     assert os.listdir(secret) == []
 
 
@@ -287,7 +289,8 @@ def test_report_folder_race_with_a_planted_link(world):
         racer.kill()
         racer.wait()
     assert os.listdir(secret) == [], f"written through the link ({tries} tries)"
-    assert tries == 300 and refused > 0, "the race never happened: the test proves nothing"
+    assert tries == 300, "the race never happened: the test proves nothing"
+    assert refused > 0, "the race never happened: the test proves nothing"
 
 
 # -- 5. planted checkpoints ----------------------------------------------------------------------
@@ -306,7 +309,8 @@ def test_resume_refuses_a_checkpoint_root_does_not_trust(tmp_path, plant):
     assert proc.returncode == 2, proc.stderr
     assert ("belongs to user 65534" if plant == "owner" else "writable by every user") \
         in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in proc.stderr
 
 
 @needs_root
@@ -316,4 +320,5 @@ def test_resume_accepts_the_invoking_users_checkpoint(tmp_path):
     os.chown(out, NOBODY, NOBODY)
     proc = run_cli("sweep", "hetero_kernels", "--streams", "1", *TINY, "-o", str(out),
                    "--resume", env={"SUDO_UID": str(NOBODY)})
-    assert proc.returncode == 2 and "other settings" in proc.stderr  # got past the owner check
+    assert proc.returncode == 2
+    assert "other settings" in proc.stderr  # got past the owner check

@@ -74,10 +74,12 @@ def test_kill_9_mid_sweep_then_resume_loses_nothing(tmp_path):
     json.loads(out.read_text())  # still valid JSON after kill -9
 
     again = run_cli(*args)  # without --resume: refuses to overwrite finished points
-    assert again.returncode == 2 and "--resume" in again.stderr
+    assert again.returncode == 2
+    assert "--resume" in again.stderr
     other = run_cli("sweep", "hetero_kernels", "--streams", "1,2,4,8", "-i", "4", "-w", "1",
                     "-d", "cpu", "-o", str(out), "--resume")
-    assert other.returncode == 2 and "other settings" in other.stderr
+    assert other.returncode == 2
+    assert "other settings" in other.stderr
 
     resumed = run_cli(*args, "--resume")
     assert resumed.returncode == 0, resumed.stderr
@@ -107,12 +109,15 @@ def test_ctrl_c_keeps_finished_points_and_stops_the_child(tmp_path, sig, code, s
     sweep.send_signal(sig)
     _, stderr = sweep.communicate(timeout=60)
     assert sweep.returncode == code, stderr
-    assert f"{state}: " in stderr and "finished points kept" in stderr
-    assert "Traceback" not in stderr and len(stderr.strip().splitlines()[-1:]) == 1
+    assert f"{state}: " in stderr
+    assert "finished points kept" in stderr
+    assert "Traceback" not in stderr
+    assert len(stderr.strip().splitlines()[-1:]) == 1
     data = load_json(out)
     assert data["state"] == state
     assert not (tmp_path / ".s.json.lock").exists()
-    assert _ok_points(out) and all(p["status"] == "ok" for p in data["points"])
+    assert _ok_points(out)
+    assert all(p["status"] == "ok" for p in data["points"])
 
 
 @pytest.mark.slow
@@ -122,7 +127,8 @@ def test_hung_point_times_out(tmp_path):
                    "--timeout", "0.2")
     assert proc.returncode == 1
     point = load_json(out)["points"][0]
-    assert point["status"] == "timeout" and "no result after 0.2 s" in point["error"]
+    assert point["status"] == "timeout"
+    assert "no result after 0.2 s" in point["error"]
     assert run_cli("sweep", "hetero_kernels", "--streams", "1", "--timeout", "0",
                    "-o", str(tmp_path / "x.json")).returncode == 2
 
@@ -141,7 +147,9 @@ def test_point_folders_of_a_killed_parent_are_removed_by_the_next_point(tmp_path
     unrelated.mkdir()
     removed = childrun.remove_stale_point_dirs(str(tmp_path))
     assert removed == [str(stale)]
-    assert not stale.exists() and alive.exists() and unrelated.exists()
+    assert not stale.exists()
+    assert alive.exists()
+    assert unrelated.exists()
 
 
 @pytest.mark.slow
@@ -151,7 +159,8 @@ def test_sweep_repeats_interleave_and_analyse_over_runs(tmp_path):
                    "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     data = load_json(out)
-    assert data["repeats"] == 2 and len(data["schedule"]) == 2
+    assert data["repeats"] == 2
+    assert len(data["schedule"]) == 2
     assert all(sorted(r) == [1, 2] for r in data["schedule"])
     assert sorted((p["key"]["streams"], p["key"]["repeat"]) for p in data["points"]) == [
         (1, 1), (1, 2), (2, 1), (2, 2)]
@@ -163,13 +172,15 @@ def test_sweep_repeats_interleave_and_analyse_over_runs(tmp_path):
     assert analysis["confidence"] == "unknown"  # 2 runs: noise not measured well enough
     ones = sorted(p["result"]["throughput"] for p in data["points"] if p["key"]["streams"] == 1)
     assert analysis["throughput_ci"][0] == pytest.approx(ones)  # [min, max] of two runs
-    assert "Runs" in proc.stdout and "confidence unknown" in proc.stdout
+    assert "Runs" in proc.stdout
+    assert "confidence unknown" in proc.stdout
     cmp = run_cli("compare", "-b", str(out), "-t", str(out), "--json")
     assert cmp.returncode == 0
     assert [p["runs"] for p in json.loads(cmp.stdout)["tests"][0]["pairs"]] == [[2, 2], [2, 2]]
     again = run_cli("sweep", "hetero_kernels", "--streams", "1,2", *TINY, "--repeats", "2",
                     "-o", str(out), "--resume")
-    assert again.returncode == 0 and again.stderr.count("already done (resumed)") == 4
+    assert again.returncode == 0
+    assert again.stderr.count("already done (resumed)") == 4
 
 
 SETPRIV_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
@@ -211,6 +222,8 @@ def _sweep_with_planted_folders(shared: Path, tmp_path: Path) -> None:
 def test_pid_alive_survives_absurd_pids():
     from aorta.common.procs import parse_pid, pid_alive
 
-    assert pid_alive(99999999999999999999) is False and pid_alive(-1) is False
-    assert parse_pid("99999999999999999999") is None and parse_pid("\u0663") is None
+    assert pid_alive(99999999999999999999) is False
+    assert pid_alive(-1) is False
+    assert parse_pid("99999999999999999999") is None
+    assert parse_pid("\u0663") is None
     assert parse_pid(str(os.getpid())) == os.getpid()
