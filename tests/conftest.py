@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -80,3 +81,68 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report.outcome = "skipped"
     report.longrepr = (str(item.path), (item.location[1] or 0) + 1,
                        f"Skipped: resource exhaustion, not a test result: {reason}")
+
+
+def _parents() -> dict[int, int]:
+    """pid → parent pid of every process now."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            table[int(entry.name)] = int(stat[stat.rindex(")") + 2:].split()[1])
+    return table
+
+
+def process_tree(pid: int) -> set[int]:
+    """`pid` and all its live descendants."""
+    parents = _parents()
+    tree, grew = {pid}, True
+    while grew:
+        more = {p for p, parent in parents.items() if parent in tree} - tree
+        tree |= more
+        grew = bool(more)
+    return tree
+
+
+def queue_thread_ticks(pid: int) -> int:
+    """CPU time (clock ticks, user + system) of the CPU backend's queue threads (comm
+    `aorta-hwq*`, as named by the backend) in process `pid`."""
+    ticks = 0
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue
+        if stat[stat.index("(") + 1:stat.rindex(")")].startswith("aorta-hwq"):
+            fields = stat[stat.rindex(")") + 2:].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime (stat fields 14, 15)
+    return ticks
+
+
+#: Queue-thread CPU time that only measured iterations reach: a warm-up of a few iterations of a
+#: small workload stays far below it, and the queue threads idle until the warm-up starts.
+MEASURING_TICKS = 20
+
+
+def wait_until_measuring(proc: subprocess.Popen[str], processes: int = 1, timeout: float = 120,
+                         ignore: set[int] | frozenset[int] = frozenset()) -> list[int]:
+    """Block until `processes` benchmark processes in `proc`'s tree (minus `ignore`) are inside
+    their measured iterations (queue threads past MEASURING_TICKS); their pids. Fails the test
+    (killing `proc`) when `proc` ends first or `timeout` passes: a signal sent afterwards is known
+    to land mid-measurement, not in start-up."""
+    deadline = time.monotonic() + timeout
+    while True:
+        busy = [p for p in process_tree(proc.pid) - set(ignore)
+                if queue_thread_ticks(p) >= MEASURING_TICKS]
+        if len(busy) >= processes:
+            return busy
+        if proc.poll() is not None or time.monotonic() > deadline:
+            ended = proc.poll() is not None
+            proc.kill()
+            _out, err = proc.communicate(timeout=30)
+            pytest.fail(f"{'ended' if ended else 'timed out'} before {processes} process(es) "
+                        f"were measuring (exit {proc.returncode}): {(err or '')[-2000:]}")
+        time.sleep(0.02)

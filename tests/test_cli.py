@@ -5,13 +5,12 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from importlib.metadata import version
 
 import pytest
 
 from aorta.hw_queue_eval.results import REQUIRED_KEYS, validate_run_dict
-from conftest import load_json, run_cli
+from conftest import load_json, run_cli, wait_until_measuring
 
 
 def assert_usage_error(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
@@ -160,7 +159,7 @@ def test_interrupt_exits_cleanly_without_partial_file(tmp_path, sig):
     try:
         line = proc.stderr.readline()
         assert "Running" in line
-        time.sleep(2.0)
+        wait_until_measuring(proc)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:

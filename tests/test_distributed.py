@@ -13,7 +13,7 @@ import pytest
 from aorta.common.errors import UsageError
 from aorta.hw_queue_eval.distributed import combine, format_rank_table, torchrun_env
 from aorta.hw_queue_eval.results import validate_run_dict
-from conftest import load_json, run_cli
+from conftest import load_json, run_cli, wait_until_measuring
 
 
 def test_not_under_torchrun_without_its_environment():
@@ -206,7 +206,7 @@ def test_ctrl_c_on_torchrun_stops_every_rank_and_writes_nothing(tmp_path):
         assert time.monotonic() < deadline, "".join(lines)[-2000:]
         assert proc.poll() is None, "".join(lines)[-2000:]
         time.sleep(0.2)
-    time.sleep(5.0)  # every rank is past start-up, inside warm-up or the window
+    wait_until_measuring(proc, processes=2)  # both ranks inside their measured iterations
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=120)
     reader.join(timeout=10)

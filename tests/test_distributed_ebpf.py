@@ -13,7 +13,7 @@ import pytest
 
 from aorta.ebpf.probes.cpu_sched import per_queue_cap, queue_slice
 from aorta.hw_queue_eval.node_tracer import QUEUE_STRIDE, node_target
-from conftest import load_json
+from conftest import load_json, wait_until_measuring
 from ebpf_support import require_ebpf
 from test_distributed import _free_port, _run_args, _torchrun
 
@@ -212,7 +212,7 @@ def test_a_rank_killed_mid_window_leaves_no_bpftrace_and_no_file(tmp_path):
         assert time.monotonic() < deadline, "no bpftrace started"
         assert proc.poll() is None, "no bpftrace started"
         time.sleep(0.1)
-    time.sleep(3.0)  # both ranks inside the window
+    wait_until_measuring(proc, processes=2)  # both ranks inside the window
     (session,) = watch.seen
     lead = int(Path(f"/proc/{session}/stat").read_text().rpartition(")")[2].split()[1])
     agent_children = _proc_tree(proc.pid) - {proc.pid}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import load_json, run_cli
+from conftest import load_json, run_cli, wait_until_measuring
 from fake_smi import FakeGpus, initial_state
 
 FAST = ("-d", "cpu", "-i", "3", "-w", "1", "--size", "small")
@@ -197,7 +197,7 @@ def test_sigterm_mid_policy_sweep_restores(fake: FakeGpus, tmp_path: Path) -> No
                    "priority_be,baseline", "-d", "cpu", "-i", "1000000", "-w", "1",
                    "-o", str(out)], fake.env("nvidia", 0))
     _wait_for(lambda: fake.devices()["nvidia"]["0"]["power_limit"] == 150.0, proc)
-    time.sleep(1.0)  # the point's child run is under way
+    wait_until_measuring(proc)  # the point's child run is inside its measurement
     proc.send_signal(signal.SIGTERM)
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err
@@ -247,7 +247,7 @@ def test_ctrl_c_mid_run_restores(fake: FakeGpus) -> None:
     proc = _popen(["run", "hetero_kernels", "--streams", "4", "-d", "cpu", "-i", "1000000",
                    "-w", "1", "--lock-clocks", "5", "--power-limit", "150"], fake.env("nvidia", 0))
     _wait_for(lambda: _changed(fake), proc)
-    time.sleep(0.5)  # inside the measurement
+    wait_until_measuring(proc)
     proc.send_signal(signal.SIGINT)
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err

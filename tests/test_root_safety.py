@@ -63,10 +63,11 @@ def plant_modules(folder: Path, markers: Path, staging: Path) -> None:
 
 @pytest.fixture
 def world():
-    """A folder every user can reach (pytest's own tmp folders are private to root)."""
+    """A folder every user can reach (pytest's tmp folders and the per-test TMPDIR are private to
+    root): a fresh one in the shared /tmp, removed afterwards."""
     import tempfile
 
-    path = Path(tempfile.mkdtemp(prefix="aorta-i10-"))
+    path = Path(tempfile.mkdtemp(prefix="aorta-i10-", dir="/tmp"))
     os.chmod(path, 0o755)
     yield path
     shutil.rmtree(path, ignore_errors=True)
@@ -147,17 +148,29 @@ def test_policy_sweep_children_import_nothing_from_cwd_or_pythonpath(planted, tm
 
 CHURN_CHECK = """
 import os, time
-time.sleep(2.0)
-me = os.getppid()
-alive = 0
-for pid in filter(str.isdigit, os.listdir('/proc')):
+
+def churning(pid):
+    # churn() opened the file a second time (/dev/fd/N): imports done, aorta code running
     try:
-        argv = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\\0')
-        stat = open(f'/proc/{pid}/stat').read()
+        fds = os.listdir(f'/proc/{pid}/fd')
+        return sum('.aorta-churn-' in os.readlink(f'/proc/{pid}/fd/{fd}') for fd in fds) >= 2
     except OSError:
-        continue
-    if b'--churn-worker' in argv and int(stat[stat.rfind(')') + 2:].split()[1]) == me:
-        alive += 1
+        return False
+
+me = os.getppid()
+deadline = time.monotonic() + 60
+alive = 0
+while not alive and time.monotonic() < deadline:  # the churner starts beside this command
+    time.sleep(0.02)
+    for pid in filter(str.isdigit, os.listdir('/proc')):
+        try:
+            argv = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\\0')
+            stat = open(f'/proc/{pid}/stat').read()
+        except OSError:
+            continue
+        if b'--churn-worker' in argv and int(stat[stat.rfind(')') + 2:].split()[1]) == me \\
+                and churning(pid):
+            alive += 1
 print('churners', alive)
 """
 

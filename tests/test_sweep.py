@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import load_json, run_cli
+from conftest import load_json, process_tree, run_cli
 
 TINY = ["-i", "3", "-w", "1", "-d", "cpu", "--size", "small"]
 
@@ -56,6 +56,15 @@ def _ok_points(path: Path) -> list[dict]:
     except (FileNotFoundError, json.JSONDecodeError):
         return []
     return [p for p in data["points"] if p["status"] == "ok"]
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie waiting to be reaped has ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
 
 
 @pytest.mark.slow
@@ -105,10 +114,15 @@ def test_ctrl_c_keeps_finished_points_and_stops_the_child(tmp_path, sig, code, s
     deadline = time.monotonic() + 120
     while not _ok_points(out) and time.monotonic() < deadline and sweep.poll() is None:
         time.sleep(0.05)
-    time.sleep(0.3)  # the next point's child is running now
+    earlier = process_tree(sweep.pid)
+    while not (child := process_tree(sweep.pid) - earlier):  # the next point's child is running
+        assert time.monotonic() < deadline, "no point child started after the first point"
+        assert sweep.poll() is None, "the sweep ended before its next point"
+        time.sleep(0.02)
     sweep.send_signal(sig)
     _, stderr = sweep.communicate(timeout=60)
     assert sweep.returncode == code, stderr
+    assert not [p for p in child if _alive(p)], "the point's child outlived the sweep"
     assert f"{state}: " in stderr
     assert "finished points kept" in stderr
     assert "Traceback" not in stderr
@@ -191,7 +205,7 @@ def test_foreign_point_folders_in_shared_temp_cannot_break_a_sweep(tmp_path):
     """Security item 4: user nobody plants aorta-point-<huge pid>-x and a folder with a dead pid
     in the shared temp folder; the sweep runs, nobody's folders are never parsed nor removed."""
 
-    shared = Path(tempfile.mkdtemp(prefix="aorta-test-shared-"))  # nobody can reach it
+    shared = Path(tempfile.mkdtemp(prefix="aorta-test-shared-", dir="/tmp"))  # nobody can reach it
     shared.chmod(0o1777)
     try:
         _sweep_with_planted_folders(shared, tmp_path)
