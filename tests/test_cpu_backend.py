@@ -72,14 +72,33 @@ def test_workers_register_distinct_thread_ids(backend_factory):
     assert backend.queue_mapping()["stream_to_queue"] == [0, 1, 2, 3, 0, 1]
 
 
+def rendezvous(barrier: threading.Barrier, seconds: float, timeout: float = 30):
+    """An op that returns only once every party's op runs at the same time, then sleeps."""
+    def op() -> None:
+        barrier.wait(timeout)  # serialised ops never meet: BrokenBarrierError fails the op
+        time.sleep(seconds)
+    return op
+
+
 def test_streams_on_separate_queues_overlap(backend_factory):
+    # overlap proved by a rendezvous both ops must reach, not by wall-clock luck on a busy machine
     backend = backend_factory(2, 4)
-    ops = run_one_iteration(backend, lambda s: [s[0].launch(sleeper(0.05), "a"),
-                                                s[1].launch(sleeper(0.05), "b")])
+    meet = threading.Barrier(2)
+    ops = run_one_iteration(backend, lambda s: [s[0].launch(rendezvous(meet, 0.05), "a"),
+                                                s[1].launch(rendezvous(meet, 0.05), "b")])
     a, b = sorted(ops, key=lambda o: o.stream)
     assert a.queue != b.queue
     assert a.end_ns - a.start_ns >= 45_000_000
-    assert max(a.start_ns, b.start_ns) < min(a.end_ns, b.end_ns), "sleeps should overlap"
+    assert max(a.start_ns, b.start_ns) < min(a.end_ns, b.end_ns), "ops should overlap"
+
+
+def test_rendezvous_fails_when_ops_share_a_queue(backend_factory):
+    """The overlap check above can fail: on one queue the two ops cannot meet."""
+    backend = backend_factory(2, 1)
+    meet = threading.Barrier(2)
+    with pytest.raises(threading.BrokenBarrierError):
+        run_one_iteration(backend, lambda s: [s[0].launch(rendezvous(meet, 0.0, 0.5), "a"),
+                                              s[1].launch(rendezvous(meet, 0.0, 0.5), "b")])
 
 
 def test_streams_sharing_a_queue_serialise(backend_factory):
@@ -171,9 +190,15 @@ def test_handoffs_ring_the_doorbell_once_per_idle_queue(backend_factory):
     backend = backend_factory(2, 2)
     gate = threading.Event()
 
+    started = threading.Event()
+
+    def blocker() -> None:
+        started.set()
+        gate.wait()
+
     def body(streams):
-        streams[0].launch(gate.wait, "blocker")  # queue 0 idle → rings; then it stays busy
-        time.sleep(0.05)
+        streams[0].launch(blocker, "blocker")  # queue 0 idle → rings; then it stays busy
+        assert started.wait(30), "queue 0 never ran its first op"
         for _ in range(5):
             streams[0].launch(lambda: None, "rides")  # queue 0 busy → no ring
         streams[1].launch(lambda: None, "other")  # queue 1 idle → rings
