@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -205,20 +204,33 @@ def test_run_without_bpftrace_says_why(cli, tmp_path: Path) -> None:
     assert any("tracing unavailable" in w for w in data["warnings"])
 
 
-def test_ebpf_attach_follows_threads_and_children(ebpf_ready: None, cli, tmp_path: Path) -> None:
+def test_ebpf_attach_follows_threads_and_children(ebpf_ready: None, tmp_path: Path) -> None:
+    """A child started once tracing is live (the "tracing pid" line) is followed; the attach ends
+    when the traced process does, well before its --duration bound."""
     import subprocess
     import sys
 
-    code = ("import os, time, subprocess, sys\n"
-            "time.sleep(3.0)\n"
+    code = ("import subprocess, sys\n"
+            "sys.stdin.readline()\n"  # the test's go: tracing is live
             "c = subprocess.Popen([sys.executable, '-c', 'import time\\nfor _ in range(300): "
             "time.sleep(0.002)'])\n"
             "c.wait()\n")
-    target = subprocess.Popen([sys.executable, "-c", code])
+    target = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, text=True)
     try:
         out = tmp_path / "a.json"
-        proc = cli("ebpf-attach", "--pid", str(target.pid), "--duration", "5s", "-o", str(out))
-        assert proc.returncode == 0, proc.stderr
+        attach = subprocess.Popen([sys.executable, "-m", "aorta.hw_queue_eval", "ebpf-attach",
+                                   "--pid", str(target.pid), "--duration", "120s", "-o", str(out)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert attach.stderr is not None
+        lines = [attach.stderr.readline()]
+        while lines[-1] and not lines[-1].startswith(f"tracing pid {target.pid}"):
+            lines.append(attach.stderr.readline())
+        assert lines[-1], "".join(lines) + attach.communicate()[1]
+        assert target.stdin is not None
+        target.stdin.write("go\n")
+        target.stdin.close()
+        _out, err = attach.communicate(timeout=120)
+        assert attach.returncode == 0, err
         import json
 
         data = json.loads(out.read_text())
@@ -233,7 +245,6 @@ def test_ebpf_attach_follows_threads_and_children(ebpf_ready: None, cli, tmp_pat
 
 def test_probes_attach_in_declaration_order(ebpf_ready: None, tmp_path: Path) -> None:
     """The handshake relies on it: the last PING probe is attached after every family probe."""
-    import signal
     import subprocess
 
     ready = engine.check_readiness()
@@ -241,11 +252,13 @@ def test_probes_attach_in_declaration_order(ebpf_ready: None, tmp_path: Path) ->
                                   ready.version, families=[CpuSchedFamily(), FenceCount()])
     script = tmp_path / "p.bt"
     script.write_text(program.text)
+    from ebpf_support import VerboseAttach
+
     proc = subprocess.Popen([ready.bpftrace or "bpftrace", "-v", str(script)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    time.sleep(4)
-    proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=30)
+    reader = VerboseAttach(proc)
+    reader.wait_attached(program.text)
+    out = "".join(reader.stop())
     attached = [line.split()[1] for line in out.splitlines() if line.startswith("Attaching tracepoint")]
     declared = [line.split(",")[0] for line in program.text.splitlines()
                 if line.startswith("tracepoint:")]

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import ctypes
 import os
-import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -363,7 +361,7 @@ def test_cuda_runtime_and_driver_launches_streams_and_syncs(cuda: tuple[ctypes.C
 def test_uprobe_handshake_brackets_uprobes_in_attach_order(hip: ctypes.CDLL, tmp_path: Path) -> None:
     """The uprobe handshake relies on it: bpftrace attaches uprobes in one direction, so the two
     handshake uprobes are the first and last uprobes attached (checked with `bpftrace -v`)."""
-    from ebpf_support import require_ebpf
+    from ebpf_support import VerboseAttach, require_ebpf
 
     require_ebpf()
     ready = engine.check_readiness()
@@ -373,26 +371,12 @@ def test_uprobe_handshake_brackets_uprobes_in_attach_order(hip: ctypes.CDLL, tmp
     script.write_text(program.text)
     proc = subprocess.Popen([ready.bpftrace or "bpftrace", "-v", str(script)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    reader = VerboseAttach(proc)
     try:
-        deadline = time.monotonic() + 60
-        out_lines: list[str] = []
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            out_lines.append(line)
-            if line.startswith("Attaching") and ":llabs" in line and \
-                    sum(":llabs" in x for x in out_lines if x.startswith("Attaching ")) == 2:
-                break
-            if time.monotonic() > deadline:
-                break
+        reader.wait_attached(program.text)  # every announced probe: the order below is complete
     finally:
-        time.sleep(1.0)  # let bpftrace install its SIGINT handler after the last attach
-        proc.send_signal(signal.SIGINT)
-        try:
-            rest, _ = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rest, _ = proc.communicate(timeout=10)
-    attached = [line.split()[1] for line in out_lines + rest.splitlines()
+        out_lines = reader.stop()
+    attached = [line.split()[1] for line in out_lines
                 if line.startswith(("Attaching uprobe", "Attaching uretprobe"))]
     assert len(attached) >= 4, "".join(out_lines)[-2000:]
     assert attached[0].endswith(":llabs")
