@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -31,6 +32,29 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300,
     return subprocess.run([sys.executable, "-m", "aorta.hw_queue_eval", *args],
                           capture_output=True, text=True, timeout=timeout, env=full_env,
                           cwd=cwd, check=False)
+
+
+def run_cli_inprocess(*args: str, env: dict[str, str] | None = None
+                      ) -> subprocess.CompletedProcess[str]:
+    """`main(ARGS)` in this process, same exit code and streams as `run_cli`, without starting an
+    interpreter: for tests of parsing, validation and their messages. Whatever needs a real
+    process (signals, the child environment, cleanup of children, a run's own imports) keeps
+    `run_cli`. An exception escaping main fails the test as a traceback would."""
+    from click.testing import CliRunner
+
+    from aorta.hw_queue_eval.cli import main
+
+    sigterm = signal.getsignal(signal.SIGTERM)  # main installs its own handler
+    with CliRunner().isolation(env=env) as (out, err, _both):
+        try:
+            main(list(args))
+            code: int = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+        finally:
+            signal.signal(signal.SIGTERM, sigterm)
+        stdout, stderr = out.getvalue().decode(), err.getvalue().decode()
+    return subprocess.CompletedProcess(["aorta-hwq", *args], code, stdout, stderr)
 
 
 def load_json(path: str | Path) -> Any:

@@ -10,7 +10,7 @@ from importlib.metadata import version
 import pytest
 
 from aorta.hw_queue_eval.results import REQUIRED_KEYS, validate_run_dict
-from conftest import load_json, run_cli, wait_until_measuring
+from conftest import load_json, run_cli, run_cli_inprocess, wait_until_measuring
 
 
 def assert_usage_error(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
@@ -124,7 +124,7 @@ def test_pool_size_env_changes_mapping(tmp_path):
     (["frobnicate"], ["frobnicate"]),
 ])
 def test_bad_input_is_one_line_exit_2(argv, needles):
-    assert_usage_error(run_cli(*argv), *needles)
+    assert_usage_error(run_cli_inprocess(*argv), *needles)
 
 
 def test_output_symlink_refused_and_nothing_written(tmp_path):
@@ -132,21 +132,21 @@ def test_output_symlink_refused_and_nothing_written(tmp_path):
     target.write_text("keep")
     link = tmp_path / "link.json"
     link.symlink_to(target)
-    assert_usage_error(run_cli("run", "hetero_kernels", "--streams", "1", "-o", str(link)),
+    assert_usage_error(run_cli_inprocess("run", "hetero_kernels", "--streams", "1", "-o", str(link)),
                        "symbolic link")
     assert target.read_text() == "keep"
 
 
 def test_unwritable_output_location_detected_before_running():
     # /proc refuses new files even for root: the check must try, not trust permission bits
-    proc = run_cli("run", "hetero_kernels", "--streams", "1", "-o", "/proc/aorta-result.json")
+    proc = run_cli_inprocess("run", "hetero_kernels", "--streams", "1", "-o", "/proc/aorta-result.json")
     assert_usage_error(proc, "cannot write")
     assert "Running" not in proc.stderr
 
 
 def test_output_folder_is_a_file_error(tmp_path):
     (tmp_path / "file").write_text("x")
-    assert_usage_error(run_cli("run", "hetero_kernels", "--streams", "1",
+    assert_usage_error(run_cli_inprocess("run", "hetero_kernels", "--streams", "1",
                                "-o", str(tmp_path / "file" / "r.json")), "does not exist")
 
 
@@ -170,3 +170,13 @@ def test_interrupt_exits_cleanly_without_partial_file(tmp_path, sig):
     assert "Traceback" not in err
     assert not out.exists()
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv", [("run", "hetero_kernels", "--streams", "two"),
+                                  ("run", "nope", "--streams", "2"), ("frobnicate",)])
+def test_inprocess_helper_matches_a_real_process(argv):
+    """Validation tests call main() in-process: same exit code and streams as a real process."""
+    real, here = run_cli(*argv), run_cli_inprocess(*argv)
+    assert here.returncode == real.returncode
+    assert here.stdout == real.stdout
+    assert here.stderr == real.stderr

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import load_json, process_tree, run_cli
+from conftest import load_json, process_tree, run_cli, run_cli_inprocess
 
 TINY = ["-i", "3", "-w", "1", "-d", "cpu", "--size", "small"]
 
@@ -22,7 +22,7 @@ TINY = ["-i", "3", "-w", "1", "-d", "cpu", "--size", "small"]
 @pytest.mark.parametrize("streams", ["1,,2", "x", "0", "1,2,1", "100,200"])
 def test_bad_stream_lists_exit_2_without_writing(tmp_path, streams):
     out = tmp_path / "s.json"
-    proc = run_cli("sweep", "hetero_kernels", "--streams", streams, *TINY, "-o", str(out))
+    proc = run_cli_inprocess("sweep", "hetero_kernels", "--streams", streams, *TINY, "-o", str(out))
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("error: --streams") or "none of --streams" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -143,7 +143,7 @@ def test_hung_point_times_out(tmp_path):
     point = load_json(out)["points"][0]
     assert point["status"] == "timeout"
     assert "no result after 0.2 s" in point["error"]
-    assert run_cli("sweep", "hetero_kernels", "--streams", "1", "--timeout", "0",
+    assert run_cli_inprocess("sweep", "hetero_kernels", "--streams", "1", "--timeout", "0",
                    "-o", str(tmp_path / "x.json")).returncode == 2
 
 
