@@ -170,3 +170,11 @@ def wait_until_measuring(proc: subprocess.Popen[str], processes: int = 1, timeou
             pytest.fail(f"{'ended' if ended else 'timed out'} before {processes} process(es) "
                         f"were measuring (exit {proc.returncode}): {(err or '')[-2000:]}")
         time.sleep(0.02)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every real-eBPF test (marked `ebpf`, or asking for `ebpf_ready`) is also `slow`: starting
+    bpftrace alone takes seconds, so the inner loop `-m "not slow"` leaves them to the full run."""
+    for item in items:
+        if item.get_closest_marker("ebpf") or "ebpf_ready" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
