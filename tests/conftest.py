@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import signal
@@ -23,6 +24,11 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     [str(SRC)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 if str(SRC) not in sys.path:
     sys.path.insert(0, str(SRC))
+
+# torch.compile keeps its compiled-kernel cache under TMPDIR by default: keep that one cache where
+# it always was for the whole session, so the per-test TMPDIR below does not recompile per test.
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR",
+                      os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}"))
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300,

@@ -123,6 +123,7 @@ def test_empty_tree_renders_nothing_and_lists_everything(tmp_path):
             "amdkfd:kfd_evict_process_worker_start"} <= listed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("gen", "id_field"), [("rocm-dkms-pasid", "pasid"), ("rocm-dkms-pid", "pid")])
 def test_show_script_through_aorta_tracefs(cli, gen, id_field):
     res = cli("ebpf-info", "--show-script", "--ebpf-memory-trace",

@@ -24,6 +24,7 @@ def assert_usage_error(proc: subprocess.CompletedProcess[str], *needles: str) ->
         assert needle in lines[0], (needle, lines[0])
 
 
+@pytest.mark.slow
 def test_version_matches_package_metadata():
     proc = run_cli("--version")
     assert proc.returncode == 0
@@ -37,6 +38,7 @@ def test_help_lists_commands():
         assert command in proc.stdout
 
 
+@pytest.mark.slow
 def test_list_shows_catalogue_by_category():
     proc = run_cli("list", "-v")
     assert proc.returncode == 0
@@ -49,6 +51,7 @@ def test_list_shows_catalogue_by_category():
     assert "hetero_kernels" not in filtered.stdout
 
 
+@pytest.mark.slow
 def test_info_json_reports_queue_knobs(tmp_path):
     proc = run_cli("info", "--json", env={"GPU_MAX_HW_QUEUES": "6"})
     assert proc.returncode == 0, proc.stderr
@@ -63,6 +66,7 @@ def test_info_json_reports_queue_knobs(tmp_path):
     assert "verdict" in data["tracing"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", [["--help"], ["list"], ["info", "--json"]])
 def test_fast_commands_do_not_import_torch(argv):
     code = ("import sys\nfrom aorta.hw_queue_eval.cli import main\n"
@@ -73,6 +77,7 @@ def test_fast_commands_do_not_import_torch(argv):
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.slow
 def test_run_writes_valid_result(tmp_path):
     out = tmp_path / "r.json"
     proc = run_cli("run", "hetero_kernels", "--streams", "4", "-i", "4", "-w", "1", "-o", str(out))
@@ -98,6 +103,7 @@ def test_run_writes_valid_result(tmp_path):
     assert list(tmp_path.iterdir()) == [out], "no temp files left beside the result"
 
 
+@pytest.mark.slow
 def test_pool_size_env_changes_mapping(tmp_path):
     out = tmp_path / "r.json"
     proc = run_cli("run", "tiny_kernel_stress", "--streams", "4", "-i", "2", "-w", "1",
@@ -106,6 +112,7 @@ def test_pool_size_env_changes_mapping(tmp_path):
     assert load_json(out)["queue_mapping"]["stream_to_queue"] == [0, 1, 0, 1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("argv", "needles"), [
     (["run", "nope", "--streams", "2"], ["unknown workload 'nope'", "hetero_kernels"]),
     (["run", "moe", "--streams", "2"], ["4..32"]),
@@ -150,6 +157,7 @@ def test_output_folder_is_a_file_error(tmp_path):
                                "-o", str(tmp_path / "file" / "r.json")), "does not exist")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_exits_cleanly_without_partial_file(tmp_path, sig):
     out = tmp_path / "r.json"
@@ -172,6 +180,7 @@ def test_interrupt_exits_cleanly_without_partial_file(tmp_path, sig):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", [("run", "hetero_kernels", "--streams", "two"),
                                   ("run", "nope", "--streams", "2"), ("frobnicate",)])
 def test_inprocess_helper_matches_a_real_process(argv):

@@ -92,6 +92,7 @@ def test_streams_on_separate_queues_overlap(backend_factory):
     assert max(a.start_ns, b.start_ns) < min(a.end_ns, b.end_ns), "ops should overlap"
 
 
+@pytest.mark.slow
 def test_rendezvous_fails_when_ops_share_a_queue(backend_factory):
     """The overlap check above can fail: on one queue the two ops cannot meet."""
     backend = backend_factory(2, 1)
@@ -218,6 +219,7 @@ def test_handoffs_ring_the_doorbell_once_per_idle_queue(backend_factory):
     assert all(w.doorbell_fd is not None and os.fstat(w.doorbell_fd) for w in backend.workers())
 
 
+@pytest.mark.slow
 def test_many_waiters_on_one_task_are_all_woken(monkeypatch):
     """Every expert stream waits for the gate's task: no waiter may miss its wake-up."""
     import threading

@@ -327,6 +327,7 @@ def test_a_rank_waiting_on_the_hand_over_stops_naming_the_failed_rank(store):
     assert "aorta/ebpf/0/node0/target/1" in store.data  # it did hand over its threads first
 
 
+@pytest.mark.slow
 def test_hand_over_times_out_with_one_line_naming_what_it_waited_for(store):
     from aorta.common.errors import UsageError
     from aorta.hw_queue_eval.node_tracer import NodeTracer

@@ -83,6 +83,7 @@ def test_every_documented_command_line_parses(page: str, command: str) -> None:
                 assert flag in known, f"{page}: `{command}`: {tokens[0]} has no option {flag}"
 
 
+@pytest.mark.slow
 def test_documented_commands_run_help_cleanly() -> None:
     """--help-level: each documented subcommand's --help exits 0 (its options build and render)."""
     group = _cli()
@@ -106,6 +107,7 @@ def test_relative_links_resolve(page: Path) -> None:
         assert path.exists(), f"{page.relative_to(REPO)}: link {target} does not resolve"
 
 
+@pytest.mark.slow
 def test_every_message_is_in_troubleshooting() -> None:
     page = (REPO / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
     messages = collect()
@@ -126,6 +128,7 @@ def test_the_collector_sees_a_new_message(tmp_path: Path) -> None:
     assert keys == {"is sideways: turn it upright", "warning: the flux capacitor is warm"}
 
 
+@pytest.mark.slow
 @pytest.mark.ebpf
 def test_ebpf_integration_example_runs(ebpf_ready: None) -> None:
     import json

@@ -49,6 +49,7 @@ def can_unshare(ebpf_ready: None) -> None:
         pytest.skip("needs root and unshare(1) to bind a recorded tracefs privately")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gen", ["linux-5.4", "linux-6.8", "linux-6.17"])
 def test_engine_program_compiles_against_recorded_formats(can_unshare: None, gen: str,
                                                           tmp_path: Path) -> None:

@@ -91,6 +91,7 @@ class DoorbellWorker:
         os.close(self.fd)
 
 
+@pytest.mark.slow
 def test_gate_counts_exactly_the_window(ebpf_ready: None) -> None:
     family = CpuSchedFamily()
     worker = DoorbellWorker()
@@ -129,6 +130,7 @@ def test_gate_counts_exactly_the_window(ebpf_ready: None) -> None:
     assert out.attach_s < 10
 
 
+@pytest.mark.slow
 def test_abort_leaves_no_process_and_no_temp_file(ebpf_ready: None) -> None:
     _, session = _session([CpuSchedFamily()], TraceTarget((os.getpid(),)))
     proc = session._proc
@@ -138,6 +140,7 @@ def test_abort_leaves_no_process_and_no_temp_file(ebpf_ready: None) -> None:
     assert proc.poll() is not None
 
 
+@pytest.mark.slow
 def test_run_ebpf_trace_end_to_end(ebpf_ready: None, cli, tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     proc = cli("run", "hetero_kernels", "--streams", "8", "-i", "10", "-w", "2", "-d", "cpu",
@@ -189,6 +192,7 @@ def test_run_ebpf_trace_end_to_end(ebpf_ready: None, cli, tmp_path: Path) -> Non
     assert q["window"]["duration_ms"] > 0
 
 
+@pytest.mark.slow
 def test_run_without_bpftrace_says_why(cli, tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     proc = cli("run", "tiny_kernel_stress", "--streams", "2", "-i", "2", "-w", "1", "-d", "cpu",
@@ -204,6 +208,7 @@ def test_run_without_bpftrace_says_why(cli, tmp_path: Path) -> None:
     assert any("tracing unavailable" in w for w in data["warnings"])
 
 
+@pytest.mark.slow
 def test_ebpf_attach_follows_threads_and_children(ebpf_ready: None, tmp_path: Path) -> None:
     """A child started once tracing is live (the "tracing pid" line) is followed; the attach ends
     when the traced process does, well before its --duration bound."""
@@ -243,6 +248,7 @@ def test_ebpf_attach_follows_threads_and_children(ebpf_ready: None, tmp_path: Pa
         target.wait()
 
 
+@pytest.mark.slow
 def test_probes_attach_in_declaration_order(ebpf_ready: None, tmp_path: Path) -> None:
     """The handshake relies on it: the last PING probe is attached after every family probe."""
     import subprocess
@@ -267,6 +273,7 @@ def test_probes_attach_in_declaration_order(ebpf_ready: None, tmp_path: Path) ->
     assert [a for a in attached if a in declared] == [d for d in declared if d in attached]
 
 
+@pytest.mark.slow
 def test_kfd_probes_count_ioctls_on_the_device(ebpf_ready: None, tmp_path: Path) -> None:
     """The KFD family's real probes, aimed at /dev/null (no GPU here): fds open before the start
     and opened while tracing are both followed; 'K' ioctls are counted in and outside the window."""

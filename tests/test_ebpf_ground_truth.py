@@ -124,6 +124,7 @@ def _hog() -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", "while True: pass"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("load", ["idle", "idle-again", "cpu-hog"])
 def test_independent_tracer_agrees_with_the_run(ebpf_ready: None, cli, tmp_path: Path,
                                                 load: str) -> None:
@@ -174,6 +175,7 @@ def _realtime_allowed() -> bool:
     return True
 
 
+@pytest.mark.slow
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two CPUs: host on one, queue on the other")
 @pytest.mark.skipif(not _realtime_allowed(), reason="SCHED_FIFO refused here (no real-time budget, "
                     "e.g. a container): the forced hand-off delay needs a real-time spinner")

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tracefs"
 LABELS = ["Kernel version:", "bpftrace:", "Root/CAP_BPF:", "Overall available:",
           "amdgpu tracepoints:", "amdkfd tracepoints:", "KFD variant:"]
@@ -17,6 +19,7 @@ def _summary_lines(text: str) -> list[str]:
     return head.splitlines()
 
 
+@pytest.mark.slow
 def test_summary_comes_first_with_the_guides_labels_in_order(cli) -> None:
     proc = cli("ebpf-info", env={"AORTA_TRACEFS": str(FIXTURES / "rocm-dkms-pasid")})
     assert proc.returncode == 0, proc.stderr
@@ -69,6 +72,7 @@ def test_no_tracefs_access_says_not_accessible(cli, tmp_path: Path) -> None:
     assert "missing" not in "\n".join(summary)
 
 
+@pytest.mark.slow
 def test_families_count_per_subsystem_and_say_what_attaches(cli) -> None:
     proc = cli("ebpf-info", "--json", env={"AORTA_TRACEFS": str(FIXTURES / "linux-6.17")})
     data = json.loads(proc.stdout)

@@ -61,6 +61,7 @@ class ManyKeys(ProbeFamily):
         return FamilyResult(self.name, self.section, {"summary": None}, {})
 
 
+@pytest.mark.slow
 @pytest.mark.ebpf
 def test_tiny_map_drops_are_counted_by_map_name(ebpf_ready: None) -> None:
     ready = engine.check_readiness()

@@ -54,6 +54,7 @@ def _touch(n_bytes: int) -> None:
     region.close()
 
 
+@pytest.mark.slow
 def test_host_family_counts_faults_and_mmaps_of_the_window_only(ebpf_ready: None) -> None:
     family = HostMemoryFamily()
 
@@ -113,6 +114,7 @@ def _kfd(kind: int, proc: int, delay: int = 0) -> None:
                 ctypes.c_ulong(0))
 
 
+@pytest.mark.slow
 def test_amd_probe_code_pairs_two_hop_moves_and_evictions_in_the_kernel(ebpf_ready: None) -> None:
     """Synthetic events through the real probe code; expected numbers worked out by hand:
 

@@ -100,6 +100,7 @@ def test_missing_marker_tracepoint_is_a_clear_error(tmp_path: Path) -> None:
         build_program([], TraceTarget((1,)), Tracefs(tmp_path), BpftraceDialect((0, 17, 0)), 5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gen", GENERATIONS)
 def test_show_script_through_aorta_tracefs(cli, gen: str) -> None:
     proc = cli("ebpf-info", "--show-script", "--ebpf-trace",
@@ -122,6 +123,7 @@ def test_ebpf_info_json_reports_fixture_tree(cli) -> None:
     assert os.fspath(FIXTURES / "linux-6.17") in data["tracefs"]["root"]
 
 
+@pytest.mark.slow
 def test_ebpf_info_detects_amdkfd_variant(cli, tmp_path: Path) -> None:
     import json
     import shutil
@@ -161,6 +163,7 @@ def test_parse_duration_rejects(text: str) -> None:
         parse_duration(text)
 
 
+@pytest.mark.slow
 def test_ebpf_attach_usage_errors(cli) -> None:
     proc = cli("ebpf-attach", "--pid", "abc", "--duration", "1s")
     assert proc.returncode == 2

@@ -68,6 +68,7 @@ def _read_until_attached(proc: subprocess.Popen[str], timeout_s: float = 60.0) -
     raise AssertionError(f"bpftrace never reported attached probes: {''.join(seen)[-500:]}")
 
 
+@pytest.mark.slow
 @pytest.mark.ebpf
 @pytest.mark.parametrize("name", sorted(RUNNABLE))
 def test_runnable_scripts_compile_and_run(ebpf_ready: None, name: str) -> None:

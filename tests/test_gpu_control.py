@@ -62,6 +62,7 @@ def _wait_for(check: Callable[[], bool], proc: subprocess.Popen[str], timeout: f
     pytest.fail("timed out waiting for the fake device to change")
 
 
+@pytest.mark.slow
 def test_nvidia_apply_verify_restore_order_and_values(fake: FakeGpus, tmp_path: Path) -> None:
     out = tmp_path / "locked.json"
     proc = run_cli("run", "hetero_kernels", "--streams", "4", *FAST, "--lock-clocks", "7",
@@ -86,6 +87,7 @@ def test_nvidia_apply_verify_restore_order_and_values(fake: FakeGpus, tmp_path: 
     assert report["after_restore"] == {"clock_mhz": 345, "power_limit_w": 300}
 
 
+@pytest.mark.slow
 def test_amd_apply_verify_restore(fake: FakeGpus, tmp_path: Path) -> None:
     proc = run_cli("run", "hetero_kernels", "--streams", "4", *FAST, "--lock-clocks", "2",
                    "--power-limit", "150", env=fake.env("amd", 0))
@@ -98,6 +100,7 @@ def test_amd_apply_verify_restore(fake: FakeGpus, tmp_path: Path) -> None:
     assert fake.state_files() == []
 
 
+@pytest.mark.slow
 def test_setting_that_does_not_take_effect_is_an_error_and_restored(fake: FakeGpus,
                                                                      tmp_path: Path) -> None:
     out = tmp_path / "o.json"
@@ -111,6 +114,7 @@ def test_setting_that_does_not_take_effect_is_an_error_and_restored(fake: FakeGp
     assert fake.state_files() == []
 
 
+@pytest.mark.slow
 def test_missing_privileges_is_a_clear_error(fake: FakeGpus) -> None:
     proc = run_cli("run", "hetero_kernels", "--streams", "4", *FAST, "--lock-clocks", "7",
                    env=fake.env("nvidia", 0, FAKE_SMI_DENY="1"))
@@ -121,6 +125,7 @@ def test_missing_privileges_is_a_clear_error(fake: FakeGpus) -> None:
     assert fake.state_files() == []
 
 
+@pytest.mark.slow
 def test_power_outside_device_limits_refused_before_any_change(fake: FakeGpus) -> None:
     proc = run_cli("run", "hetero_kernels", "--streams", "4", *FAST, "--power-limit", "500",
                    env=fake.env("nvidia", 0))
@@ -130,6 +135,7 @@ def test_power_outside_device_limits_refused_before_any_change(fake: FakeGpus) -
     assert [v for v in _verbs(fake.calls()) if not v.startswith("read")] == []
 
 
+@pytest.mark.slow
 def test_cpu_backend_refuses_clock_and_power(fake: FakeGpus) -> None:
     proc = run_cli("run", "hetero_kernels", "--streams", "4", *FAST, "--power-limit", "200",
                    env=fake.env(None))
@@ -156,6 +162,7 @@ def _kill9_mid_run(fake: FakeGpus) -> None:
     assert set(record["applied"]) == {"clock_level", "power_limit_w"}
 
 
+@pytest.mark.slow
 def test_kill9_then_restore_command(fake: FakeGpus) -> None:
     _kill9_mid_run(fake)
     proc = run_cli("restore", env=fake.env(None))
@@ -168,6 +175,7 @@ def test_kill9_then_restore_command(fake: FakeGpus) -> None:
     assert "nothing to restore" in again.stdout
 
 
+@pytest.mark.slow
 def test_restore_reports_as_json_file(fake: FakeGpus, tmp_path: Path) -> None:
     _kill9_mid_run(fake)
     out = tmp_path / "restore.json"
@@ -182,6 +190,7 @@ def test_restore_reports_as_json_file(fake: FakeGpus, tmp_path: Path) -> None:
     assert fake.devices() == initial_state()
 
 
+@pytest.mark.slow
 def test_kill9_then_next_start_restores(fake: FakeGpus) -> None:
     _kill9_mid_run(fake)
     proc = run_cli("run", "hetero_kernels", "--streams", "2", *FAST, env=fake.env(None))
@@ -191,6 +200,7 @@ def test_kill9_then_next_start_restores(fake: FakeGpus) -> None:
     assert fake.state_files() == []
 
 
+@pytest.mark.slow
 def test_sigterm_mid_policy_sweep_restores(fake: FakeGpus, tmp_path: Path) -> None:
     out = tmp_path / "p.json"
     proc = _popen(["policy-sweep", "hetero_kernels", "--streams", "4", "--policies",
@@ -208,6 +218,7 @@ def test_sigterm_mid_policy_sweep_restores(fake: FakeGpus, tmp_path: Path) -> No
     assert data["points"] == []
 
 
+@pytest.mark.slow
 def test_device_held_by_a_live_process_is_refused(fake: FakeGpus) -> None:
     from aorta.hw_queue_eval import gpu_state
 
@@ -228,6 +239,7 @@ def test_device_held_by_a_live_process_is_refused(fake: FakeGpus) -> None:
     assert len(fake.state_files()) == 1
 
 
+@pytest.mark.slow
 def test_sweep_holds_clocks_for_every_point_and_restores(fake: FakeGpus, tmp_path: Path) -> None:
     out = tmp_path / "sweep.json"
     proc = run_cli("sweep", "hetero_kernels", "--streams", "1,2", *FAST, "--lock-clocks", "3",
@@ -243,6 +255,7 @@ def test_sweep_holds_clocks_for_every_point_and_restores(fake: FakeGpus, tmp_pat
     assert fake.state_files() == []
 
 
+@pytest.mark.slow
 def test_ctrl_c_mid_run_restores(fake: FakeGpus) -> None:
     proc = _popen(["run", "hetero_kernels", "--streams", "4", "-d", "cpu", "-i", "1000000",
                    "-w", "1", "--lock-clocks", "5", "--power-limit", "150"], fake.env("nvidia", 0))
@@ -255,6 +268,7 @@ def test_ctrl_c_mid_run_restores(fake: FakeGpus) -> None:
     assert fake.state_files() == []
 
 
+@pytest.mark.slow
 def test_policy_power_out_of_range_stops_before_any_run(fake: FakeGpus, tmp_path: Path) -> None:
     policies = tmp_path / "p.toml"
     policies.write_text("[policies.too_hot]\npower_limit_w = 450\n")
@@ -278,6 +292,7 @@ def test_restore_does_not_need_torch(fake: FakeGpus) -> None:
     assert "nothing to restore" in proc.stdout
 
 
+@pytest.mark.slow
 def test_missing_vendor_tool_is_a_clear_error_before_the_benchmark(fake: FakeGpus,
                                                                     tmp_path: Path) -> None:
     out = tmp_path / "o.json"
@@ -291,6 +306,7 @@ def test_missing_vendor_tool_is_a_clear_error_before_the_benchmark(fake: FakeGpu
     assert fake.state_files() == []
 
 
+@pytest.mark.slow
 def test_unrestorable_state_file_warns_plain_runs_and_stops_control(fake: FakeGpus) -> None:
     _kill9_mid_run(fake)
     denied = fake.env(None, FAKE_SMI_DENY="1")

@@ -70,6 +70,7 @@ def cuda(standins: dict[str, Path]) -> tuple[ctypes.CDLL, ctypes.CDLL]:
 
 # -- no eBPF needed ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_elf_reader_lists_exactly_the_defined_functions(standins: dict[str, Path], tmp_path: Path) -> None:
     names = defined_functions(standins["libhsa-runtime64.so.1"])
     assert {"hsa_queue_create", "hsa_signal_store_screlease", "hsa_signal_store_relaxed"} <= names
@@ -207,6 +208,7 @@ def _doorbell_of(stream: int) -> int:
     return ctypes.c_uint64.from_address(queue + 16).value  # hsa_queue_t.doorbell_signal
 
 
+@pytest.mark.slow
 @pytest.mark.ebpf
 def test_hip_launches_per_stream_doorbells_per_queue_and_mapping(hip: ctypes.CDLL) -> None:
     """6 streams over 4 HSA queues (2 created before attach, 2 after), one thread per stream,
@@ -293,6 +295,7 @@ def test_hip_launches_per_stream_doorbells_per_queue_and_mapping(hip: ctypes.CDL
     assert cost["window_share_pct"] == pytest.approx(100 * truth_n * per_launch * 1e3 / window_ns)
 
 
+@pytest.mark.slow
 @pytest.mark.ebpf
 def test_cuda_runtime_and_driver_launches_streams_and_syncs(cuda: tuple[ctypes.CDLL, ctypes.CDLL]) -> None:
     rt, drv = cuda
@@ -357,6 +360,7 @@ def test_cuda_runtime_and_driver_launches_streams_and_syncs(cuda: tuple[ctypes.C
     assert metrics["hw_queues_used"] is None
 
 
+@pytest.mark.slow
 @pytest.mark.ebpf
 def test_uprobe_handshake_brackets_uprobes_in_attach_order(hip: ctypes.CDLL, tmp_path: Path) -> None:
     """The uprobe handshake relies on it: bpftrace attaches uprobes in one direction, so the two
@@ -407,6 +411,7 @@ while time.monotonic() < end:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.ebpf
 def test_ebpf_attach_adds_the_family_when_a_runtime_is_mapped(standins: dict[str, Path], cli,
                                                                tmp_path: Path) -> None:
@@ -515,6 +520,7 @@ def test_collect_and_gpu_comparison_recomputed_by_hand() -> None:
     assert compare_gpu_runtime(section, [], 2)["coverage_pct"] is None
 
 
+@pytest.mark.slow
 @pytest.mark.ebpf
 def test_run_with_the_flag_on_the_cpu_backend_lists_the_family_as_not_attached(cli, tmp_path: Path) -> None:
     from ebpf_support import require_ebpf
@@ -535,6 +541,7 @@ def test_run_with_the_flag_on_the_cpu_backend_lists_the_family_as_not_attached(c
     assert data["ebpf_vs_cuda_comparison"]["kernel_source"] == "cpu_sched"
 
 
+@pytest.mark.slow
 @pytest.mark.ebpf
 def test_show_script_renders_the_uprobes_of_a_process(standins: dict[str, Path], cli) -> None:
     from ebpf_support import require_ebpf
@@ -607,6 +614,7 @@ class _FakeGpuBackend:
         return [{"stream": i, "handle": h} for i, h in enumerate(self.handles)]
 
 
+@pytest.mark.slow
 @pytest.mark.ebpf
 def test_tracer_joins_launches_to_harness_ops(cuda: tuple[ctypes.CDLL, ctypes.CDLL]) -> None:
     """The benchmark's tracer with --ebpf-gpu-runtime: one launch per harness op on 3 streams →

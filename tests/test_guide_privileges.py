@@ -100,6 +100,7 @@ def test_vfs_cap_data_is_decoded() -> None:
     assert parse_vfs_cap_data(b"") is None
 
 
+@pytest.mark.slow
 @pytest.mark.ebpf
 def test_setcap_bpftrace_as_unprivileged_user_names_what_stops_it(public_dir: Path) -> None:
     _need("setpriv", "setcap", SYSTEM_PYTHON)
@@ -126,6 +127,7 @@ def test_setcap_bpftrace_as_unprivileged_user_names_what_stops_it(public_dir: Pa
         assert "gid=" in reason
 
 
+@pytest.mark.slow
 @pytest.mark.ebpf
 def test_setcap_without_perfmon_names_the_missing_capability(public_dir: Path) -> None:
     _need("setpriv", "setcap", SYSTEM_PYTHON)
@@ -267,6 +269,7 @@ def _run_as_root_without_dac(code: str, home: Path) -> subprocess.CompletedProce
                           cwd=str(home.parent))
 
 
+@pytest.mark.slow
 def test_unreadable_home_does_not_break_a_plain_run(tmp_path: Path) -> None:
     _need("setpriv")
     home = tmp_path / "home"
@@ -296,6 +299,7 @@ def test_unreadable_home_does_not_break_a_plain_run(tmp_path: Path) -> None:
         home.chmod(0o700)
 
 
+@pytest.mark.slow
 @pytest.mark.resource_limits
 def test_thread_limit_in_run_is_one_line(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
@@ -315,6 +319,7 @@ def test_thread_limit_in_run_is_one_line(tmp_path: Path) -> None:
     assert "--streams" in errors[0]
 
 
+@pytest.mark.slow
 def test_ebpf_info_as_unprivileged_user_says_not_accessible(public_dir: Path) -> None:
     _need("setpriv", SYSTEM_PYTHON)
     tracefs_readable = subprocess.run(

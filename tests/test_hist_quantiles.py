@@ -89,6 +89,7 @@ class LseekOffsets(ProbeFamily):
         return FamilyResult(self.name, self.section, {"summary": None}, {})
 
 
+@pytest.mark.slow
 @pytest.mark.ebpf
 @pytest.mark.parametrize("cap", [4096, 16])
 def test_kernel_recorder_matches_known_values(ebpf_ready: None, tmp_path, cap: int) -> None:

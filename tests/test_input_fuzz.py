@@ -148,6 +148,7 @@ def _fuzz(family: str, cases: int, run_case, tmp_path: Path) -> Counter:
     return tally
 
 
+@pytest.mark.slow
 def test_fuzz_compare(tmp_path, capsys):
     def case(folder: Path, name: str, doc: Any, raw: str | None) -> str:
         mutated = _write(folder, name, doc, raw)
@@ -165,6 +166,7 @@ def test_fuzz_compare(tmp_path, capsys):
     assert tally["exit 0"] + tally["exit 1"] > 0
 
 
+@pytest.mark.slow
 def test_fuzz_report(tmp_path, capsys):
     def case(folder: Path, name: str, doc: Any, raw: str | None) -> str:
         mutated = _write(folder, name, doc, raw)
@@ -184,6 +186,7 @@ def test_fuzz_report(tmp_path, capsys):
     assert tally["exit 0"] > 0
 
 
+@pytest.mark.slow
 def test_fuzz_resume(tmp_path, capsys):
     def case(folder: Path, name: str, doc: Any, raw: str | None) -> str:
         mutated = _write(folder, name, doc, raw)

@@ -137,6 +137,7 @@ def test_no_op_timing_drops_op_rows_and_says_why_switches_are_null():
     assert result["throughput"] > 0
 
 
+@pytest.mark.slow
 def test_cli_no_op_timing_runs_and_refuses_a_trace_it_cannot_write(cli, tmp_path):
     out = tmp_path / "r.json"
     proc = cli("run", "moe", "--streams", "4", "-i", "2", "-w", "1", "-d", "cpu",

@@ -76,6 +76,7 @@ def test_hadolint_dockerfiles() -> None:
     _lint([_tool("hadolint"), "--config", str(REPO / ".hadolint.yaml"), *map(str, DOCKERFILES)])
 
 
+@pytest.mark.slow
 def test_shellcheck_scripts() -> None:
     _lint([_tool("shellcheck"), "-x", "-P", "SCRIPTDIR", "-S", "warning", *map(str, _shell_scripts())])
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import load_json, run_cli
+from conftest import load_json, run_cli, run_cli_inprocess
 from fake_smi import FakeGpus, initial_state
 from test_compare import _noisy, _run, _write
 
@@ -89,6 +89,7 @@ def _sweep_checkpoint(path: Path) -> str:
     return path.read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", [
     ("run", "hetero_kernels", "--streams", "1", *TINY, "-o", "{out}"),
     ("run", "hetero_kernels", "--streams", "1", *TINY, "--trace-out", "{out}"),
@@ -104,6 +105,7 @@ def test_a_sweep_checkpoint_is_not_replaced_without_force(tmp_path, argv):
     assert out.read_text() == before
 
 
+@pytest.mark.slow
 def test_force_replaces_and_a_run_result_may_be_rewritten(tmp_path):
     out = tmp_path / "r.json"
     _sweep_checkpoint(out)
@@ -114,6 +116,7 @@ def test_force_replaces_and_a_run_result_may_be_rewritten(tmp_path):
     assert again.returncode == 0, again.stderr  # a run result is replaced by a run result
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("trace", ["{d}/r.json", "{d}/./r.json", "{d}/link/r.json"])
 def test_result_and_trace_on_the_same_file_refused(tmp_path, trace):
     (tmp_path / "link").symlink_to(tmp_path)
@@ -146,6 +149,7 @@ def full_disk(tmp_path):
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
+@pytest.mark.slow
 def test_disk_full_run_keeps_the_result_in_a_private_temp_file(full_disk, tmp_path):
     spare = tmp_path / "spare"
     spare.mkdir()
@@ -162,6 +166,7 @@ def test_disk_full_run_keeps_the_result_in_a_private_temp_file(full_disk, tmp_pa
     assert sorted(os.listdir(full_disk)) == ["filler"], "no temp file left on the full disk"
 
 
+@pytest.mark.slow
 def test_disk_full_report_leaves_no_folder_and_compare_is_one_line(full_disk, tmp_path):
     base = _write(tmp_path, "b.json", _run(_noisy(10, 30, 1)))
     report = run_cli("report", base, "-o", str(full_disk / "rep"))
@@ -231,6 +236,7 @@ def fake(tmp_path: Path) -> FakeGpus:
     return FakeGpus(tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("vendor", ["nvidia", "amd"])
 def test_a_valid_state_file_restores(fake, vendor):
     fake.state_dir.mkdir(mode=0o700)
@@ -250,7 +256,7 @@ def test_restore_refuses_a_bad_state_file_and_leaves_it(fake, vendor, field, val
     path = fake.state_dir / f"gpu-{vendor}-0.json"
     path.write_text(json.dumps(record))
     before = path.read_text()
-    proc = run_cli("restore", env=fake.env(None))
+    proc = run_cli_inprocess("restore", env=fake.env(None))
     one_line_error(proc, needle, code=1)
     assert path.read_text() == before, "the file stays for a person to check"
     sets = [argv for _tool, argv in fake.calls()
@@ -264,6 +270,7 @@ def test_restore_refuses_a_bad_state_file_and_leaves_it(fake, vendor, field, val
 EVIL = "x](https://evil.example) <img src=x onerror=alert(1)>\n# Owned | col *bold* `code`"
 
 
+@pytest.mark.slow
 def test_markdown_escapes_strings_from_the_input_files(tmp_path):
     base_data = _run(_noisy(10, 30, 1), workload=EVIL)
     test_data = _run(_noisy(12, 30, 2), workload=EVIL)

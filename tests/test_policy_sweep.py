@@ -28,6 +28,7 @@ def _points(data: dict) -> dict[str, list[dict]]:
     return by_policy
 
 
+@pytest.mark.slow
 def test_env_policies_change_the_cpu_queue_pool(tmp_path: Path, fake: FakeGpus) -> None:
     out = tmp_path / "p.json"
     proc = run_cli("policy-sweep", "hetero_kernels", "--streams", "8", "--policies",
@@ -90,6 +91,7 @@ def test_env_policies_change_the_cpu_queue_pool(tmp_path: Path, fake: FakeGpus) 
     assert "priority_be: not applicable on the CPU backend" in proc.stdout
 
 
+@pytest.mark.slow
 def test_gpu_policy_applied_around_the_child_and_restored(tmp_path: Path, fake: FakeGpus) -> None:
     out = tmp_path / "p.json"
     proc = run_cli("policy-sweep", "hetero_kernels", "--streams", "4", "--policies",
@@ -110,6 +112,7 @@ def test_gpu_policy_applied_around_the_child_and_restored(tmp_path: Path, fake: 
     assert {argv[:2] == ["-d", "1"] for _tool, argv in fake.calls()} == {True}
 
 
+@pytest.mark.slow
 def test_repeats_shuffle_and_resume(tmp_path: Path, fake: FakeGpus) -> None:
     out = tmp_path / "p.json"
     args = ("policy-sweep", "hetero_kernels", "--streams", "4", "--policies",
@@ -143,6 +146,7 @@ def test_repeats_shuffle_and_resume(tmp_path: Path, fake: FakeGpus) -> None:
     assert "made with other settings" in other.stderr
 
 
+@pytest.mark.slow
 def test_file_policy_env_read_back_from_the_child(tmp_path: Path, fake: FakeGpus) -> None:
     out = tmp_path / "p.json"
     example = Path(__file__).resolve().parents[1] / "examples" / "policies.toml"

@@ -27,6 +27,7 @@ def test_parse_size_rejects(text):
         pressure.parse_size(text)
 
 
+@pytest.mark.slow
 def test_remove_stale_keeps_live_owners_and_never_follows_links(tmp_path):
     dead, alive = tmp_path / f"{pressure.PREFIX}999999999", tmp_path / f"{pressure.PREFIX}{os.getpid()}"
     dead.mkdir()
@@ -47,6 +48,7 @@ def test_cli_needs_limit_and_command():
     assert "--limit" in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="creating a cgroup needs root")
 def test_cgroup_is_created_limited_and_removed():
     with pressure.MemoryPressure(256 << 20, churn_bytes=8 << 20) as mp:
@@ -77,6 +79,7 @@ def test_cgroup_folder_under_a_container_mount_root() -> None:
     assert pressure._under("/m", "/x", "/xy") is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("args", "words"), [
     (["--limit", "1", "--", "true"], "below 64M"),
     (["--limit", "99999999999999999999T", "--", "true"], "too large"),
@@ -95,6 +98,7 @@ def test_cli_bad_input_is_one_line_before_any_work(args, words):
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="creating a cgroup needs root")
 def test_kill_9_of_the_helper_leaves_no_churner_and_no_file(tmp_path):
     """The helper is SIGKILLed mid-run: its churner dies with it, no churn file exists, and the

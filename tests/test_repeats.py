@@ -43,6 +43,7 @@ def test_two_identical_repeated_runs_compare_without_regression(tmp_path: Path) 
     assert {m["verdict"] for m in pair["metrics"]} <= {"unchanged", "inconclusive"}
 
 
+@pytest.mark.slow
 def test_repeats_bad_input_exit_2_nothing_written(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     for extra, message in ((("--repeats", "0"), "--repeats must be ≥ 1"),

@@ -74,6 +74,7 @@ def _check_html(out, expected_pngs):
     return html
 
 
+@pytest.mark.slow
 def test_sweep_report(tmp_path):
     out = tmp_path / "rep"
     proc = run_cli("report", str(_sweep(tmp_path)), "-o", str(out))
@@ -83,6 +84,7 @@ def test_sweep_report(tmp_path):
     assert "16 streams timeout" in html
 
 
+@pytest.mark.slow
 def test_run_report_with_ebpf_histogram(tmp_path):
     ebpf = {"submit_to_dispatch_hist_us": [{"min": 0, "max": 1, "count": 5},
                                            {"min": 2, "max": 3, "count": 9}], "p99_us": 3.0}
@@ -96,6 +98,7 @@ def test_run_report_with_ebpf_histogram(tmp_path):
     assert "all 3 measured iterations" in html
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("setup", "message"), [
     ("file_as_dir", "is a file"),
     ("missing_parent", "does not exist"),
@@ -128,6 +131,7 @@ print("exit", code)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [["--help"], ["sweep", "--help"], ["compare", "--help"],
                                   ["report", "SWEEP", "-o", "OUT"],
                                   ["compare", "-b", "SWEEP", "-t", "SWEEP"]])
@@ -155,6 +159,7 @@ def test_sweep_table_adds_ebpf_columns_when_traced():
     assert "eBPF dispatch P99 µs" not in headers
 
 
+@pytest.mark.slow
 def test_report_folder_that_cannot_be_created_is_exit_2(tmp_path):
     # /proc refuses new entries even for root: the check must try, not trust permission bits
     proc = run_cli("report", str(_sweep(tmp_path)), "-o", "/proc/aorta-report")
@@ -200,6 +205,7 @@ def _policy_sweep_file(tmp_path, repeats=3):
     return path, data, names
 
 
+@pytest.mark.slow
 def test_policy_sweep_report_names_every_policy_with_cis(tmp_path):
     from aorta.hw_queue_eval.report.plots import policy_figure
 
@@ -220,6 +226,7 @@ def test_policy_sweep_report_names_every_policy_with_cis(tmp_path):
     assert {t.get_text() for t in ax.texts} == {"not applicable"}
 
 
+@pytest.mark.slow
 def test_sweep_report_with_repeats_draws_a_ci_band(tmp_path):
     from aorta.hw_queue_eval.report.plots import sweep_throughput
     from aorta.hw_queue_eval.sweep import analysis_of

@@ -92,6 +92,7 @@ def suite(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.
     return pytester
 
 
+@pytest.mark.slow
 def test_hook_skips_exhaustion_and_keeps_logic_failures(suite: pytest.Pytester) -> None:
     result = suite.runpytest_inprocess("-p", "no:cacheprovider", "-rs")
     result.assert_outcomes(skipped=2, failed=3)
@@ -101,6 +102,7 @@ def test_hook_skips_exhaustion_and_keeps_logic_failures(suite: pytest.Pytester) 
     assert failed == {"test_lock_held", "test_logic", "test_marked_stays_failed"}
 
 
+@pytest.mark.slow
 def test_hook_keeps_failures_in_ci(suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CI", "true")
     suite.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(failed=5)

@@ -175,6 +175,7 @@ print('churners', alive)
 """
 
 
+@pytest.mark.slow
 @needs_root
 def test_pressure_churner_imports_nothing_from_cwd(planted, tmp_path):
     cwd, markers = planted
@@ -228,6 +229,7 @@ LINKED_OUTPUT_CASES = [
 ]
 
 
+@pytest.mark.slow
 @needs_root
 @pytest.mark.parametrize("argv", LINKED_OUTPUT_CASES, ids=lambda a: " ".join(a[:3]))
 def test_no_write_through_a_planted_folder_link(planted_link, tmp_path, argv):
@@ -273,6 +275,7 @@ def test_the_invoking_users_own_link_is_followed_under_sudo(world, monkeypatch):
     assert json.loads((real / "r.json").read_text()) == {"ok": 1}
 
 
+@pytest.mark.slow
 @needs_root
 def test_report_folder_race_with_a_planted_link(world):
     """nobody keeps swapping the report folder for a link to a root-only folder while root
@@ -308,6 +311,7 @@ def test_report_folder_race_with_a_planted_link(world):
 
 # -- 5. planted checkpoints ----------------------------------------------------------------------
 
+@pytest.mark.slow
 @needs_root
 @pytest.mark.parametrize("plant", ["owner", "mode"])
 def test_resume_refuses_a_checkpoint_root_does_not_trust(tmp_path, plant):
@@ -326,6 +330,7 @@ def test_resume_refuses_a_checkpoint_root_does_not_trust(tmp_path, plant):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 @needs_root
 def test_resume_accepts_the_invoking_users_checkpoint(tmp_path):
     out = tmp_path / "s.json"

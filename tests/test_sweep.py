@@ -200,6 +200,7 @@ def test_sweep_repeats_interleave_and_analyse_over_runs(tmp_path):
 SETPRIV_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="planting as user nobody needs root")
 def test_foreign_point_folders_in_shared_temp_cannot_break_a_sweep(tmp_path):
     """Security item 4: user nobody plants aorta-point-<huge pid>-x and a folder with a dead pid

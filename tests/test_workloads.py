@@ -45,6 +45,7 @@ OUTPUTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "streams"), CASES)
 def test_workload_runs_correctly_with_work_on_every_stream(name, streams):
     result = run_benchmark(RunConfig(workload=name, streams=streams, iterations=3, warmup=1,
@@ -209,6 +210,7 @@ def test_single_process_collectives_say_so():
     assert data["per_stream_op_counts"] == [2 * (2 + 1)]  # 2 iterations × (2 GEMMs + 1 all-reduce)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "streams"), [
     (name, n) for name in sorted(CATALOGUE)
     for n in sorted({get_info(name).min_streams, min(get_info(name).max_streams, 16)})])
