@@ -111,7 +111,8 @@ def test_stream_range_enforced():
         get_info("moe").check_streams(3)
 
 
-@pytest.mark.parametrize("name", sorted(CATALOGUE))
+@pytest.mark.parametrize("name", [  # torch_compile builds C++ kernels first: tens of seconds
+    pytest.param(n, marks=pytest.mark.slow) if n == "torch_compile" else n for n in sorted(CATALOGUE)])
 def test_verification_detects_wrong_output(name):
     from aorta.hw_queue_eval.backends.cpu import CpuBackend
     from aorta.hw_queue_eval.workloads.registry import get_workload_class
