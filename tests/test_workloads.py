@@ -188,6 +188,7 @@ def test_torch_compile_failure_is_one_line(monkeypatch):
     assert "No working C++ compiler" in str(err.value)
 
 
+@pytest.mark.slow  # builds C++ kernels first
 def test_torch_compile_reports_compile_time_outside_the_window():
     data = run_benchmark(RunConfig(workload="torch_compile", streams=4, iterations=2, warmup=1,
                                    device="cpu")).to_dict()
