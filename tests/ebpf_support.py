@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import os
+import queue
+import re
+import signal
+import threading
+import time
+from typing import Any
 
 import pytest
 
@@ -27,3 +33,68 @@ def require_ebpf() -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"eBPF required in CI but unavailable: {reason}")
     pytest.skip(f"eBPF unavailable: {reason}")
+
+
+
+class VerboseAttach:
+    """The lines of a `bpftrace -v` run (stdout with stderr merged), read on a thread."""
+
+    def __init__(self, proc: Any) -> None:
+        self.proc, self.lines = proc, []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._ended = False
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        for line in self.proc.stdout:
+            self._queue.put(line)
+        self._queue.put(None)
+
+    def _next(self, deadline: float) -> str | None:
+        line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+        if line is None:
+            self._ended = True
+        else:
+            self.lines.append(line)
+        return line
+
+    def wait_attached(self, program_text: str, timeout: float = 60) -> list[str]:
+        """Lines up to the last of the probes that "Attaching N probes..." announced (less the
+        END probe of `program_text`, attached only at exit); fails the test when bpftrace ends
+        or `timeout` passes first. A signal sent afterwards cannot cut the sequence short."""
+        at_exit = sum(line.strip().startswith("END") for line in program_text.splitlines())
+        expected, attached = None, 0
+        deadline = time.monotonic() + timeout
+        while expected is None or attached < expected:
+            try:
+                line = self._next(deadline)
+            except queue.Empty:
+                line = ""
+            if not line:
+                self.proc.kill()
+                pytest.fail(f"bpftrace attached {attached} of {expected} probes "
+                            f"({'ended' if line is None else f'{timeout:g} s passed'}): "
+                            f"{''.join(self.lines)[-2000:]}")
+            announced = re.match(r"Attaching (\d+) probes?\.\.\.", line)
+            if announced:
+                expected = int(announced.group(1)) - at_exit
+            elif line.startswith("Attaching "):
+                attached += 1
+        return list(self.lines)
+
+    def stop(self, timeout: float = 30) -> list[str]:
+        """SIGINT bpftrace (again every 0.5 s: it takes the signal only once its handler is in,
+        after the last attach) and return every line once it closed its output."""
+        deadline = time.monotonic() + timeout
+        while not self._ended:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGINT)
+            try:
+                while not self._ended:
+                    self._next(min(deadline, time.monotonic() + 0.5))
+            except queue.Empty:
+                if time.monotonic() >= deadline:
+                    self.proc.kill()
+                    raise
+        self.proc.wait(timeout=timeout)
+        return list(self.lines)

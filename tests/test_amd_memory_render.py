@@ -107,7 +107,8 @@ def test_bo_move_probe_pairs_in_kernel_and_clears_its_scratch_maps():
     body = next(b for a, b in _blocks(code.probes) if a.endswith("amdgpu_bo_move"))
     assert "@amdmem_twohop[$first, $new, $traced]" in body
     assert "@amdmem_pend_tid[$bo] == tid" in body
-    assert "clear(@amdmem_pend);" in code.end and "clear(@amdmem_pend_ts);" in code.end
+    assert "clear(@amdmem_pend);" in code.end
+    assert "clear(@amdmem_pend_ts);" in code.end
 
 
 def test_empty_tree_renders_nothing_and_lists_everything(tmp_path):
@@ -115,12 +116,14 @@ def test_empty_tree_renders_nothing_and_lists_everything(tmp_path):
     ctx = RenderContext(Tracefs(tmp_path), DIALECTS["0.17"], TraceTarget((1,)), PID_FILTER, GATE)
     fam = AmdMemoryFamily()
     code = fam.render(ctx)
-    assert code.probes == [] and code.used_events == []
+    assert code.probes == []
+    assert code.used_events == []
     listed = set(code.missing)
     assert {"amdgpu:amdgpu_bo_move", "amdgpu:amdgpu_bo_create", "amdgpu:amdgpu_vm_bo_map",
             "amdkfd:kfd_evict_process_worker_start"} <= listed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("gen", "id_field"), [("rocm-dkms-pasid", "pasid"), ("rocm-dkms-pid", "pid")])
 def test_show_script_through_aorta_tracefs(cli, gen, id_field):
     res = cli("ebpf-info", "--show-script", "--ebpf-memory-trace",

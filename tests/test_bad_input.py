@@ -45,7 +45,8 @@ def test_bad_option_is_one_line_exit_2(args, words, tmp_path, capsys, monkeypatc
         main(args)
     err = capsys.readouterr().err
     assert exit_info.value.code == 2, err
-    assert words in err and "Traceback" not in err
+    assert words in err
+    assert "Traceback" not in err
     assert len(err.strip().splitlines()) == 1, err
     assert list(tmp_path.iterdir()) == []  # nothing written
 
@@ -65,7 +66,8 @@ def test_ebpf_attach_to_a_thread_names_its_process(capsys):
     try:
         tid = int(proc.stdout.readline())
         rc, _, err = _exit(["ebpf-attach", "--pid", str(tid), "--duration", "1s"], capsys)
-        assert rc == 2 and f"is a thread of process {proc.pid}" in err
+        assert rc == 2
+        assert f"is a thread of process {proc.pid}" in err
         assert len(err.strip().splitlines()) == 1
     finally:
         proc.kill()
@@ -79,7 +81,8 @@ def test_ebpf_attach_to_a_zombie_says_it_exited(capsys):
         time.sleep(0.02)
     try:
         rc, _, err = _exit(["ebpf-attach", "--pid", str(proc.pid), "--duration", "1s"], capsys)
-        assert rc == 2 and "has exited" in err
+        assert rc == 2
+        assert "has exited" in err
     finally:
         proc.wait()
 
@@ -89,10 +92,13 @@ def test_state_dir_that_is_a_file_is_an_error(tmp_path, monkeypatch, capsys):
     state.write_text("not a folder")
     monkeypatch.setenv("AORTA_STATE_DIR", str(state))
     rc, out, err = _exit(["restore"], capsys)
-    assert rc == 2 and "not a folder" in err and "nothing to restore" not in out
+    assert rc == 2
+    assert "not a folder" in err
+    assert "nothing to restore" not in out
     monkeypatch.setenv("AORTA_STATE_DIR", str(tmp_path / "absent"))
     rc, out, _ = _exit(["restore"], capsys)
-    assert rc == 0 and "nothing to restore" in out
+    assert rc == 0
+    assert "nothing to restore" in out
 
 
 def test_ebpf_info_show_script_honours_json_and_output(tmp_path, capsys):
@@ -100,6 +106,7 @@ def test_ebpf_info_show_script_honours_json_and_output(tmp_path, capsys):
     rc, stdout, _ = _exit(["ebpf-info", "--show-script", "--json", "-o", str(out)], capsys)
     assert rc == 0
     printed, written = json.loads(stdout), json.loads(out.read_text())
-    assert printed == written and written["kind"] == "ebpf_script"
+    assert printed == written
+    assert written["kind"] == "ebpf_script"
     assert written["program"] is None or "BEGIN" in written["program"]
     assert written["program"] is not None or written["error"]

@@ -63,6 +63,7 @@ def _verdicts(data, test=0):
 BASE5 = [10.0, 10.3, 9.8, 10.1, 9.9]  # iteration-time medians of five runs (ms)
 
 
+@pytest.mark.slow
 def test_clear_regression_over_runs_exits_1(tmp_path):
     base = _write(tmp_path, "b.json", _repeated(BASE5, seed=1))
     test = _write(tmp_path, "t.json", _repeated([m * 1.3 for m in BASE5], seed=10))
@@ -72,13 +73,16 @@ def test_clear_regression_over_runs_exits_1(tmp_path):
     pair = data["tests"][0]["pairs"][0]
     assert pair["runs"] == [5, 5]
     tput = pair["metrics"][0]
-    assert tput["higher_is_better"] is True and tput["base_n"] == 5 and tput["test_n"] == 5
+    assert tput["higher_is_better"] is True
+    assert tput["base_n"] == 5
+    assert tput["test_n"] == 5
     assert tput["p_value"] < 0.05
     low, high = tput["change_ci_pct"]
     assert low <= tput["change_pct"] <= high < 0  # the CI of the change excludes 0
     assert 0.9 < tput["change_ci_level"] <= 1.0
 
 
+@pytest.mark.slow
 def test_clear_improvement_over_runs_exits_0(tmp_path):
     base = _write(tmp_path, "b.json", _repeated(BASE5, seed=1))
     test = _write(tmp_path, "t.json", _repeated([m * 0.75 for m in BASE5], seed=10))
@@ -87,6 +91,7 @@ def test_clear_improvement_over_runs_exits_0(tmp_path):
     assert set(_verdicts(data).values()) == {"improvement"}
 
 
+@pytest.mark.slow
 def test_one_run_per_side_is_inconclusive_whatever_the_change(tmp_path):
     """Iterations of one process are not independent: 30 % apart with tight iterations is still
     one run against one run."""
@@ -96,12 +101,15 @@ def test_one_run_per_side_is_inconclusive_whatever_the_change(tmp_path):
     assert proc.returncode == 0
     assert set(_verdicts(data).values()) == {"inconclusive"}
     m = data["tests"][0]["pairs"][0]["metrics"][0]
-    assert "one run per side" in m["reason"] and "--repeats" in m["reason"]
+    assert "one run per side" in m["reason"]
+    assert "--repeats" in m["reason"]
     assert m["change_pct"] < -15  # the change is still reported
     proc = run_cli("compare", "-b", base, "-t", test)
-    assert "RESULT: inconclusive" in proc.stdout and "--repeats" in proc.stdout
+    assert "RESULT: inconclusive" in proc.stdout
+    assert "--repeats" in proc.stdout
 
 
+@pytest.mark.slow
 def test_three_runs_unchanged_or_inconclusive_never_significant(tmp_path):
     base = _write(tmp_path, "b.json", _repeated([10.0, 10.2, 9.9], seed=1))
     same = _write(tmp_path, "s.json", _repeated([10.1, 9.95, 10.05], seed=5))
@@ -113,6 +121,7 @@ def test_three_runs_unchanged_or_inconclusive_never_significant(tmp_path):
     assert "use ≥ 4 per side" in data["tests"][1]["pairs"][0]["metrics"][0]["reason"]
 
 
+@pytest.mark.slow
 def test_measured_noise_floor_decides_a_single_run(tmp_path):
     """A base with 5 runs carries its run-to-run spread; one test run beyond it is a verdict,
     one inside it is not."""
@@ -122,11 +131,13 @@ def test_measured_noise_floor_decides_a_single_run(tmp_path):
     proc, data = _compare("-b", base, "-t", slow, "-t", near)
     assert proc.returncode == 1
     slow_tput = data["tests"][0]["pairs"][0]["metrics"][0]
-    assert slow_tput["verdict"] == "regression" and "noise floor" in slow_tput["reason"]
+    assert slow_tput["verdict"] == "regression"
+    assert "noise floor" in slow_tput["reason"]
     assert 3 < slow_tput["noise_floor_pct"] < 10
     assert _verdicts(data, 1)["throughput"] in ("inconclusive", "unchanged")
 
 
+@pytest.mark.slow
 def test_threshold_option_changes_the_verdict(tmp_path):
     base = _write(tmp_path, "b.json", _repeated(BASE5, seed=1))
     test = _write(tmp_path, "t.json", _repeated([m * 1.12 for m in BASE5], seed=10))
@@ -141,6 +152,7 @@ def _sweep(runs, repeats=False):
                         "status": "ok", "result": r} for i, r in enumerate(runs)]}
 
 
+@pytest.mark.slow
 def test_sweeps_pair_by_stream_count_not_position_and_group_repeats(tmp_path):
     def runs(streams, medians, seed):
         return [_run(_noisy(m, 20, seed + i), streams=streams) for i, m in enumerate(medians)]
@@ -158,6 +170,7 @@ def test_sweeps_pair_by_stream_count_not_position_and_group_repeats(tmp_path):
     assert by_streams == {1: "unchanged", 2: "regression"}
 
 
+@pytest.mark.slow
 def test_upstream_sweep_with_old_latency_layout(tmp_path):
     old = []
     for streams, median in ((1, 10.0), (2, 20.0)):
@@ -171,12 +184,14 @@ def test_upstream_sweep_with_old_latency_layout(tmp_path):
     proc, data = _compare("-b", base, "-t", test)
     assert proc.returncode == 0, proc.stderr
     pair = data["tests"][0]["pairs"][0]
-    assert pair["streams"] == 2 and pair["runs"] == [1, 1]
+    assert pair["streams"] == 2
+    assert pair["runs"] == [1, 1]
     p50 = next(m for m in pair["metrics"] if m["metric"] == "iteration time P50")
     assert p50["verdict"] == "inconclusive"
     assert p50["base_median"] == pytest.approx(float(np.median(old[1]["iteration_times_ms"])))
     p99 = next(m for m in pair["info"] if m["metric"] == "iteration time P99")
-    assert p99["base_median"] == 2.0 and p99["verdict"] is None
+    assert p99["base_median"] == 2.0
+    assert p99["verdict"] is None
     assert data["tests"][0]["only_in_base"] == ["hetero_kernels @ 1 streams"]
 
 
@@ -189,6 +204,7 @@ def _traced(p99_us, families=None, **extra):
             "families": families or {}, **extra}
 
 
+@pytest.mark.slow
 def test_ebpf_diff_shows_only_measured_comparable_values(tmp_path):
     fams = {"cpu_sched": {"events_attached": ["sched:sched_wakeup"],
                           "metrics": {"wakeups": 100, "runq_p99_us": 8.0,  # summary: shown once
@@ -211,10 +227,12 @@ def test_ebpf_diff_shows_only_measured_comparable_values(tmp_path):
     # nothing from the family that did not attach, no bookkeeping (attach_s, probe_cost, window)
     _, data = _compare("-b", untraced, "-t", test)
     note = data["tests"][0]["pairs"][0]["ebpf"]["note"]
-    assert "tracing overhead" in note and "NOT distinguishable" in note
+    assert "tracing overhead" in note
+    assert "NOT distinguishable" in note
     assert "bench/ebpf_overhead.py" in note
 
 
+@pytest.mark.slow
 def test_ebpf_lines_capped_unless_verbose(tmp_path):
     many = {f"m{i:02d}": float(i + 1) for i in range(25)}
     many_t = {f"m{i:02d}": float(i + 2) for i in range(25)}
@@ -227,6 +245,7 @@ def test_ebpf_lines_capped_unless_verbose(tmp_path):
     assert sum("ebpf_queue_metrics.m" in line for line in full.splitlines()) == 25
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("test_data", "message"), [
     (_run(_noisy(10, 30, 2), workload="moe", streams=4), "nothing to pair"),
     (_run(_noisy(10, 30, 2), size="large"), "not comparable"),
@@ -240,18 +259,22 @@ def test_bad_or_mismatched_files_exit_2(tmp_path, test_data, message):
     path.write_text(test_data if isinstance(test_data, str) else json.dumps(test_data))
     proc = run_cli("compare", "-b", base, "-t", str(path))
     assert proc.returncode == 2
-    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_markdown_output(tmp_path):
     base = _write(tmp_path, "b.json", _repeated(BASE5, seed=1))
     test = _write(tmp_path, "t.json", _repeated([m * 1.3 for m in BASE5], seed=10))
     proc = run_cli("compare", "-b", base, "-t", test, "--markdown")
     assert proc.returncode == 1
-    assert "| Point | Metric |" in proc.stdout and "**regression**" in proc.stdout
+    assert "| Point | Metric |" in proc.stdout
+    assert "**regression**" in proc.stdout
     assert proc.stdout.rstrip().endswith("runs per point: 5)")
 
 
+@pytest.mark.slow
 def test_policy_sweeps_pair_by_policy(tmp_path):
     def policy_file(values):
         return {"schema_version": 1, "kind": "policy_sweep",
@@ -269,8 +292,10 @@ def test_policy_sweeps_pair_by_policy(tmp_path):
     assert verdicts == {"baseline": "regression", "high_queue": "unchanged"}
 
 
+@pytest.mark.slow
 def test_same_point_twice_without_repeat_numbers_is_exit_2(tmp_path):
     twice = _write(tmp_path, "t.json", _sweep([_run(_noisy(10, 30, 1), streams=2),
                                                _run(_noisy(10, 30, 2), streams=2)]))
     proc = run_cli("compare", "-b", twice, "-t", twice)
-    assert proc.returncode == 2 and "appears twice" in proc.stderr
+    assert proc.returncode == 2
+    assert "appears twice" in proc.stderr

@@ -64,20 +64,42 @@ def test_workers_register_distinct_thread_ids(backend_factory):
     backend = backend_factory(6, 4)
     workers = backend.workers()
     assert [w.queue for w in workers] == [0, 1, 2, 3]
-    assert len({w.tid for w in workers}) == 4 and all(w.tid > 0 for w in workers)
+    assert len({w.tid for w in workers}) == 4
+    assert all(w.tid > 0 for w in workers)
     assert threading.get_native_id() not in {w.tid for w in workers}
-    assert workers[0].streams == (0, 4) and workers[3].streams == (3,)
+    assert workers[0].streams == (0, 4)
+    assert workers[3].streams == (3,)
     assert backend.queue_mapping()["stream_to_queue"] == [0, 1, 2, 3, 0, 1]
 
 
+def rendezvous(barrier: threading.Barrier, seconds: float, timeout: float = 30):
+    """An op that returns only once every party's op runs at the same time, then sleeps."""
+    def op() -> None:
+        barrier.wait(timeout)  # serialised ops never meet: BrokenBarrierError fails the op
+        time.sleep(seconds)
+    return op
+
+
 def test_streams_on_separate_queues_overlap(backend_factory):
+    # overlap proved by a rendezvous both ops must reach, not by wall-clock luck on a busy machine
     backend = backend_factory(2, 4)
-    ops = run_one_iteration(backend, lambda s: [s[0].launch(sleeper(0.05), "a"),
-                                                s[1].launch(sleeper(0.05), "b")])
+    meet = threading.Barrier(2)
+    ops = run_one_iteration(backend, lambda s: [s[0].launch(rendezvous(meet, 0.05), "a"),
+                                                s[1].launch(rendezvous(meet, 0.05), "b")])
     a, b = sorted(ops, key=lambda o: o.stream)
     assert a.queue != b.queue
     assert a.end_ns - a.start_ns >= 45_000_000
-    assert max(a.start_ns, b.start_ns) < min(a.end_ns, b.end_ns), "sleeps should overlap"
+    assert max(a.start_ns, b.start_ns) < min(a.end_ns, b.end_ns), "ops should overlap"
+
+
+@pytest.mark.slow
+def test_rendezvous_fails_when_ops_share_a_queue(backend_factory):
+    """The overlap check above can fail: on one queue the two ops cannot meet."""
+    backend = backend_factory(2, 1)
+    meet = threading.Barrier(2)
+    with pytest.raises(threading.BrokenBarrierError):
+        run_one_iteration(backend, lambda s: [s[0].launch(rendezvous(meet, 0.0, 0.5), "a"),
+                                              s[1].launch(rendezvous(meet, 0.0, 0.5), "b")])
 
 
 def test_streams_sharing_a_queue_serialise(backend_factory):
@@ -169,9 +191,15 @@ def test_handoffs_ring_the_doorbell_once_per_idle_queue(backend_factory):
     backend = backend_factory(2, 2)
     gate = threading.Event()
 
+    started = threading.Event()
+
+    def blocker() -> None:
+        started.set()
+        gate.wait()
+
     def body(streams):
-        streams[0].launch(gate.wait, "blocker")  # queue 0 idle → rings; then it stays busy
-        time.sleep(0.05)
+        streams[0].launch(blocker, "blocker")  # queue 0 idle → rings; then it stays busy
+        assert started.wait(30), "queue 0 never ran its first op"
         for _ in range(5):
             streams[0].launch(lambda: None, "rides")  # queue 0 busy → no ring
         streams[1].launch(lambda: None, "other")  # queue 1 idle → rings
@@ -183,13 +211,15 @@ def test_handoffs_ring_the_doorbell_once_per_idle_queue(backend_factory):
     # already gone idle again (timing), never one of the five ops handed to the busy queue
     by_queue = {q: [(s.seq, s.first_kind) for s in subs if s.queue == q] for q in (0, 1)}
     for q in (0, 1):
-        assert by_queue[q][0] == (0, "op") and by_queue[q][1:] in ([], [(1, "marker")])
+        assert by_queue[q][0] == (0, "op")
+        assert by_queue[q][1:] in ([], [(1, "marker")])
     for s in subs:  # the worker may start before the host's post-write clock read: no order there
         assert s.ring_ns <= s.rung_ns
         assert s.ring_ns <= s.start_ns
     assert all(w.doorbell_fd is not None and os.fstat(w.doorbell_fd) for w in backend.workers())
 
 
+@pytest.mark.slow
 def test_many_waiters_on_one_task_are_all_woken(monkeypatch):
     """Every expert stream waits for the gate's task: no waiter may miss its wake-up."""
     import threading

@@ -22,5 +22,6 @@ def test_capacity_bench_counts_exactly(ebpf_ready: None, tmp_path: Path) -> None
     import json
 
     data = json.loads(out.read_text())
-    assert data["engine"]["events_seen"] == 50000 and data["engine"]["lost"] == 0
+    assert data["engine"]["events_seen"] == 50000
+    assert data["engine"]["lost"] == 0
     assert data["naive"]["events_seen"] + data["naive"]["lost"] <= 50000

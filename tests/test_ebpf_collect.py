@@ -21,7 +21,8 @@ def test_lost_events_json_and_text_and_memlock_noise() -> None:
     s.handle_stderr("Lost 3 events\n")
     s.handle_stderr("ERROR: Unknown error -1: couldn't set RLIMIT_MEMLOCK for bpftrace.\n")
     s.handle_stderr("ERROR: something real\n")
-    assert s.output.lost_events == 15 and s.output.lost_records == 3
+    assert s.output.lost_events == 15
+    assert s.output.lost_records == 3
     assert s.output.stderr == ["ERROR: something real"]
 
 
@@ -36,7 +37,8 @@ def test_handshake_needs_both_probes() -> None:
 def test_percentile_inside_bucket() -> None:
     h = [(0, 0, 0), (1024, 2047, 99), (4096, 8191, 1)]
     p = hist.percentile(h, 0.99)
-    assert p is not None and 1024 <= p["estimate"] <= 2048
+    assert p is not None
+    assert 1024 <= p["estimate"] <= 2048
     assert hist.percentile([], 0.5) is None
 
 
@@ -69,22 +71,32 @@ def test_cpu_sched_attributes_doorbells_to_queues() -> None:
                "attached": DOORBELL_EVENTS}
     r = CpuSchedFamily().collect(maps, context)
     s = r.metrics["summary"]
-    assert s["total_submissions"] == 4 and s["total_dispatches"] == 4
+    assert s["total_submissions"] == 4
+    assert s["total_dispatches"] == 4
     assert s["submissions_per_queue"] == {"0": 3, "1": 1}
     assert s["hw_rings_used"] == [0, 1]
     assert s["submit_to_dispatch_avg_us"] == 8000 / 4 / 1e3
     # all 4 samples kept: exact nearest-rank P99 = the largest
-    assert s["submit_to_dispatch_p99_us"] == 5.0 and s["submit_to_dispatch_p99_method"].startswith("exact")
+    assert s["submit_to_dispatch_p99_us"] == 5.0
+    assert s["submit_to_dispatch_p99_method"].startswith("exact")
     assert s["per_submission_cap_per_queue"] == 16384 // 2
     assert r.metrics["per_submission"] == [[0, 0, 100, 1000], [0, 1, 200, 0], [0, 2, 300, 5000],
                                            [1, 0, 150, 2000]]
     q0 = next(t for t in r.metrics["threads"] if t["tid"] == 11)
-    assert q0["submissions"] == 3 and q0["dispatches"] == 3 and q0["submit_to_dispatch_avg_us"] == 2.0
-    assert q0["switches"] == 3 and q0["involuntary"] == 1 and q0["on_cpu_ms"] == 5.0
-    assert q0["comm"] == "aorta-hwq0" and q0["kernel_run_delay_ms"] == 0.5 and q0["cpus"] == [0, 1]
+    assert q0["submissions"] == 3
+    assert q0["dispatches"] == 3
+    assert q0["submit_to_dispatch_avg_us"] == 2.0
+    assert q0["switches"] == 3
+    assert q0["involuntary"] == 1
+    assert q0["on_cpu_ms"] == 5.0
+    assert q0["comm"] == "aorta-hwq0"
+    assert q0["kernel_run_delay_ms"] == 0.5
+    assert q0["cpus"] == [0, 1]
     assert 13 not in {t["tid"] for t in r.metrics["threads"]}  # did not run in the window
     helper = next(t for t in r.metrics["threads"] if t["tid"] == 99)
-    assert helper["queue"] is None and helper["helper_of_queue"] == 1 and helper["submissions"] == 0
+    assert helper["queue"] is None
+    assert helper["helper_of_queue"] == 1
+    assert helper["submissions"] == 0
     assert s["kernel_run_delay_total_ms"] == 0.5 + 0.1
     # the per-submission store missed one: P99 from the log-linear histogram, its bucket holds 5 µs
     partial = {**maps, "@cpu_sched_sub": {k: v for k, v in maps["@cpu_sched_sub"].items() if k != "1,0"}}
@@ -92,7 +104,8 @@ def test_cpu_sched_attributes_doorbells_to_queues() -> None:
     assert est["submit_to_dispatch_p99_method"].startswith("log-linear")
     rec = est["submit_to_dispatch_p99"]
     low, high = rec["bucket_min"] / 1e3, rec["bucket_max"] / 1e3
-    assert low <= 5.0 < high and rec["error_bound_pct"] <= 25.0
+    assert low <= 5.0 < high
+    assert rec["error_bound_pct"] <= 25.0
     # the doorbell probes were not attached: no summary rather than zeros
     assert CpuSchedFamily().collect(maps, {**context, "attached": []}).metrics["summary"] is None
 
@@ -101,7 +114,8 @@ def test_exact_percentile_nearest_rank() -> None:
     from aorta.ebpf.probes.cpu_sched import exact_percentile
 
     values = list(range(1, 101))
-    assert exact_percentile(values, 0.99) == 99 and exact_percentile(values, 0.5) == 50
+    assert exact_percentile(values, 0.99) == 99
+    assert exact_percentile(values, 0.5) == 50
     assert exact_percentile([7], 0.99) == 7
 
 
@@ -120,23 +134,31 @@ def test_comparison_matches_the_same_submissions() -> None:
                  (1, 0, 1500, 1600, 11500, "op"))
     kernel = [[0, 0, 1050, 1000], [0, 1, 2050, 2000], [1, 0, 1550, 4000]]
     c = compare_with_harness(section, subs, kernel)
-    assert c["harness_submissions"] == 3 and c["kernel_submissions"] == 3 and c["submissions_equal"]
-    assert c["matched_submissions"] == 3 and c["coverage_pct"] == 100.0 and c["compared"] == 3
+    assert c["harness_submissions"] == 3
+    assert c["kernel_submissions"] == 3
+    assert c["submissions_equal"]
+    assert c["matched_submissions"] == 3
+    assert c["coverage_pct"] == 100.0
+    assert c["compared"] == 3
     assert c["kernel_submit_to_dispatch_ms"] == 7000 / 3 / 1e6
     assert c["harness_submit_to_start_ms"] == 18000 / 3 / 1e6
     assert c["kernel_visible_share_pct"] == 100 * 7000 / 18000
     assert c["first_task_kinds"] == {"op": 2, "marker": 1}
-    assert c["op_submissions"]["count"] == 2 and c["op_submissions"]["kernel_ms"] == 5000 / 2 / 1e6
+    assert c["op_submissions"]["count"] == 2
+    assert c["op_submissions"]["kernel_ms"] == 5000 / 2 / 1e6
     # a kernel write outside the harness's bracket, and a missing record, are not matches
     moved = [[0, 0, 1200, 1000], [1, 0, 1550, 4000]]
     c = compare_with_harness({**section, "total_submissions": 2}, subs, moved)
-    assert c["matched_submissions"] == 1 and c["coverage_pct"] == 100 / 3
+    assert c["matched_submissions"] == 1
+    assert c["coverage_pct"] == 100 / 3
     assert c["unmatched"] == {"no_kernel_record": 1, "write_outside_bracket": 1, "not_dispatched": 0}
     assert not c["submissions_equal"]
     # past the kernel's per-submission record cap, coverage is over the recordable rings only
     c = compare_with_harness({**section, "per_submission_cap_per_queue": 1}, subs,
                              [[0, 0, 1050, 1000], [1, 0, 1550, 4000]])
-    assert c["beyond_record_cap"] == 1 and c["matched_submissions"] == 2 and c["coverage_pct"] == 100.0
+    assert c["beyond_record_cap"] == 1
+    assert c["matched_submissions"] == 2
+    assert c["coverage_pct"] == 100.0
     assert c["submissions_equal"]  # the totals are still compared exactly
 
 
@@ -145,7 +167,9 @@ def test_comparison_without_handoffs_is_null_with_reason() -> None:
 
     c = compare_with_harness({"status": "ok", "source": "amdgpu", "submit_to_dispatch_avg_us": 12.0},
                              None, None)
-    assert c["coverage_pct"] is None and c["harness_submit_to_start_ms"] is None and c["reason"]
+    assert c["coverage_pct"] is None
+    assert c["harness_submit_to_start_ms"] is None
+    assert c["reason"]
     assert c["kernel_submit_to_dispatch_ms"] == 0.012
 
 
@@ -179,7 +203,9 @@ def test_interpretation_bands() -> None:
 
     lines = interpret_queue({"submit_to_dispatch_avg_us": 150.0, "submit_to_dispatch_p99_us": 2000.0,
                              "hw_rings_used": [0, 1, 2, 3]}, 8)
-    assert "contention" in lines[0] and "stalls" in lines[1] and "multiplexed" in lines[2]
+    assert "contention" in lines[0]
+    assert "stalls" in lines[1]
+    assert "multiplexed" in lines[2]
     assert interpret_queue({"submit_to_dispatch_avg_us": None, "hw_rings_used": None}, 8) == []
 
 
@@ -189,7 +215,9 @@ def test_probe_cost_without_bpf_programs_says_why() -> None:
     from aorta.ebpf.session import probe_cost
 
     cost = probe_cost(os.getpid())
-    assert cost["programs"] == 0 and cost["run_time_ms"] is None and cost["reason"]
+    assert cost["programs"] == 0
+    assert cost["run_time_ms"] is None
+    assert cost["reason"]
 
 
 def test_queue_block_renders_unknown_counters_as_na() -> None:
@@ -207,7 +235,8 @@ def test_queue_block_renders_unknown_counters_as_na() -> None:
                "families": {"cpu_sched": {"metrics": {"threads": [row]}, "events_attached": ["e"]}}}
     out = io.StringIO()
     render_queue_block(section, Console(file=out, width=200))
-    assert "n/a" in out.getvalue() and "Total submissions:" in out.getvalue()
+    assert "n/a" in out.getvalue()
+    assert "Total submissions:" in out.getvalue()
 
 
 def test_comparison_block_prints_counts_and_reads_old_files() -> None:
@@ -224,12 +253,14 @@ def test_comparison_block_prints_counts_and_reads_old_files() -> None:
     render_comparison_block(c, Console(file=out, width=200))
     text = out.getvalue()
     assert "eBPF submit→dispatch: 0.003 ms  (n=1)" in text
-    assert "Harness submit→start: 0.004 ms  (n=1)" in text and "CUDA" not in text.split("COMPARISON")[1]
+    assert "Harness submit→start: 0.004 ms  (n=1)" in text
+    assert "CUDA" not in text.split("COMPARISON")[1]
     assert "Measurement accuracy: 100.0%  (1 of 1 harness submissions matched; kernel counted 1 of 1" in text
     assert "Kernel-visible share: 75.0%" in text
     old = {"status": "ok", "ebpf_submit_to_dispatch_ms": 0.01, "harness_dispatch_delay_ms": 0.2,
            "measurement_accuracy_pct": 5.0}
     out = io.StringIO()
     render_comparison_block(old, Console(file=out, width=200))
-    assert "Kernel-visible share: 5.0%" in out.getvalue() and "old result file" in out.getvalue()
+    assert "Kernel-visible share: 5.0%" in out.getvalue()
+    assert "old result file" in out.getvalue()
     assert "Measurement accuracy" not in out.getvalue()

@@ -87,7 +87,8 @@ def test_kill_9_during_attach_leaves_nothing(ebpf_ready: None, tmp_path: Path, c
     for _ in range(KILLS_PER_COMMAND):
         tracer, owner = _kill_during_attach(_commands(tmp_path)[command], rng.uniform(0.0, 0.8),
                                             tmp_path)
-        assert tracer is not None and owner is not None, f"{command}: bpftrace never started"
+        assert tracer is not None, f"{command}: bpftrace never started"
+        assert owner is not None, f"{command}: bpftrace never started"
         tracers.append(tracer)
         owners.append(owner)
         deadline = time.monotonic() + 15
@@ -118,7 +119,8 @@ def test_start_kills_stale_tracers_and_folders(tmp_path: Path) -> None:
         time.sleep(0.2)
         out = session.remove_stale_sessions(str(tmp_path))
         assert set(out["killed"]) == {orphan.pid, foreign.pid}
-        assert orphan.wait(5) == -signal.SIGKILL and foreign.wait(5) == -signal.SIGKILL
+        assert orphan.wait(5) == -signal.SIGKILL
+        assert foreign.wait(5) == -signal.SIGKILL
         assert kept.poll() is None
         assert [Path(f).name for f in out["folders"]] == [f"{session.TEMP_PREFIX}{dead.pid}-abc"]
         assert (tmp_path / f"{session.TEMP_PREFIX}{os.getpid()}-abc").is_dir()

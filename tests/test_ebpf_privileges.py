@@ -29,7 +29,9 @@ def not_root(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 def test_no_sudo_says_so(not_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(not_root))
     prefix, why = session.launcher()
-    assert prefix is None and "sudo not installed" in why and "run with sudo" in why
+    assert prefix is None
+    assert "sudo not installed" in why
+    assert "run with sudo" in why
 
 
 def test_sudo_needing_a_password_fails_fast(not_root: Path) -> None:
@@ -37,21 +39,25 @@ def test_sudo_needing_a_password_fails_fast(not_root: Path) -> None:
     _fake_sudo(not_root, 'echo "sudo: a password is required" >&2; read x; exit 1')
     t0 = time.monotonic()
     prefix, why = session.launcher()
-    assert prefix is None and "needs a password" in why
+    assert prefix is None
+    assert "needs a password" in why
     assert time.monotonic() - t0 < 5
 
 
 def test_sudo_n_that_works_is_used(not_root: Path) -> None:
     _fake_sudo(not_root, '[ "$1" = "-n" ] || exit 3; shift; exec "$@"')
     prefix, why = session.launcher()
-    assert prefix is not None and prefix[-1] == "-n" and why == "sudo -n"
+    assert prefix is not None
+    assert prefix[-1] == "-n"
+    assert why == "sudo -n"
 
 
 def test_root_launches_directly(monkeypatch: pytest.MonkeyPatch) -> None:
     """As root no wrapper: the parent-death guard is set in the child itself (die_with_parent)."""
     monkeypatch.setattr(session.os, "geteuid", lambda: 0)
     prefix, why = session.launcher()
-    assert why == "root" and prefix == []
+    assert why == "root"
+    assert prefix == []
 
 
 def test_die_with_parent_kills_the_child_of_a_killed_parent() -> None:
@@ -82,5 +88,6 @@ def test_readiness_reports_missing_bpftrace(monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setenv("BPFTRACE", "/nonexistent/bpftrace")
     ready = check_readiness(mount_tracefs=False)
-    assert not ready.ok and "bpftrace not found" in (ready.reason or "")
+    assert not ready.ok
+    assert "bpftrace not found" in (ready.reason or "")
     assert os.environ["BPFTRACE"] == "/nonexistent/bpftrace"

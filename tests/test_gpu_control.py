@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cli_command, load_json, run_cli
+from conftest import cli_command, load_json, run_cli, wait_until_measuring
 from fake_smi import FakeGpus, initial_state
 
 FAST = ("-d", "cpu", "-i", "3", "-w", "1", "--size", "small")
@@ -63,6 +63,7 @@ def _wait_for(check: Callable[[], bool], proc: subprocess.Popen[str], timeout: f
     pytest.fail("timed out waiting for the fake device to change")
 
 
+@pytest.mark.slow
 def test_nvidia_apply_verify_restore_order_and_values(fake: FakeGpus, tmp_path: Path) -> None:
     out = tmp_path / "locked.json"
     proc = run_cli("run", "hetero_kernels", "--streams", "4", *FAST, "--lock-clocks", "7",
@@ -78,7 +79,8 @@ def test_nvidia_apply_verify_restore_order_and_values(fake: FakeGpus, tmp_path: 
     assert fake.devices() == initial_state()
     assert fake.state_files() == []
     report = load_json(out)["gpu_control"]
-    assert report["verified"] is True and report["status"] == "restored"
+    assert report["verified"] is True
+    assert report["status"] == "restored"
     assert report["in_effect"]["clock_level"] == 7
     assert report["in_effect"]["clock_mhz"] == 1980
     assert report["in_effect"]["power_limit_w"] == 150
@@ -86,6 +88,7 @@ def test_nvidia_apply_verify_restore_order_and_values(fake: FakeGpus, tmp_path: 
     assert report["after_restore"] == {"clock_mhz": 345, "power_limit_w": 300}
 
 
+@pytest.mark.slow
 def test_amd_apply_verify_restore(fake: FakeGpus, tmp_path: Path) -> None:
     proc = run_cli("run", "hetero_kernels", "--streams", "4", *FAST, "--lock-clocks", "2",
                    "--power-limit", "150", env=fake.env(), fakes=fake.gpu("amd", 0))
@@ -98,6 +101,7 @@ def test_amd_apply_verify_restore(fake: FakeGpus, tmp_path: Path) -> None:
     assert fake.state_files() == []
 
 
+@pytest.mark.slow
 def test_setting_that_does_not_take_effect_is_an_error_and_restored(fake: FakeGpus,
                                                                      tmp_path: Path) -> None:
     out = tmp_path / "o.json"
@@ -107,25 +111,32 @@ def test_setting_that_does_not_take_effect_is_an_error_and_restored(fake: FakeGp
     assert "did not take effect: power cap reads 300.0 W, expected 150 W" in proc.stderr
     assert not out.exists(), "no benchmark result may claim the setting"
     assert "-pl 300.00" in _verbs(fake.calls()), "restore still ran"
-    assert fake.devices() == initial_state() and fake.state_files() == []
+    assert fake.devices() == initial_state()
+    assert fake.state_files() == []
 
 
+@pytest.mark.slow
 def test_missing_privileges_is_a_clear_error(fake: FakeGpus) -> None:
     proc = run_cli("run", "hetero_kernels", "--streams", "4", *FAST, "--lock-clocks", "7",
                    env=fake.env(FAKE_SMI_DENY="1"), fakes=fake.gpu("nvidia", 0))
     assert proc.returncode == 2
-    assert "Insufficient Permissions" in proc.stderr and "Traceback" not in proc.stderr
-    assert fake.devices() == initial_state() and fake.state_files() == []
+    assert "Insufficient Permissions" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert fake.devices() == initial_state()
+    assert fake.state_files() == []
 
 
+@pytest.mark.slow
 def test_power_outside_device_limits_refused_before_any_change(fake: FakeGpus) -> None:
     proc = run_cli("run", "hetero_kernels", "--streams", "4", *FAST, "--power-limit", "500",
                    env=fake.env(), fakes=fake.gpu("nvidia", 0))
     assert proc.returncode == 2
-    assert "outside what nvidia GPU 0" in proc.stderr and "(100..400 W)" in proc.stderr
+    assert "outside what nvidia GPU 0" in proc.stderr
+    assert "(100..400 W)" in proc.stderr
     assert [v for v in _verbs(fake.calls()) if not v.startswith("read")] == []
 
 
+@pytest.mark.slow
 def test_cpu_backend_refuses_clock_and_power(fake: FakeGpus) -> None:
     proc = run_cli("run", "hetero_kernels", "--streams", "4", *FAST, "--power-limit", "200",
                    env=fake.env())
@@ -153,16 +164,20 @@ def _kill9_mid_run(fake: FakeGpus) -> None:
     assert set(record["applied"]) == {"clock_level", "power_limit_w"}
 
 
+@pytest.mark.slow
 def test_kill9_then_restore_command(fake: FakeGpus) -> None:
     _kill9_mid_run(fake)
     proc = run_cli("restore", env=fake.env())
     assert proc.returncode == 0, proc.stderr
     assert "restored nvidia GPU 0 to its prior state" in proc.stdout
-    assert fake.devices() == initial_state() and fake.state_files() == []
+    assert fake.devices() == initial_state()
+    assert fake.state_files() == []
     again = run_cli("restore", env=fake.env())
-    assert again.returncode == 0 and "nothing to restore" in again.stdout
+    assert again.returncode == 0
+    assert "nothing to restore" in again.stdout
 
 
+@pytest.mark.slow
 def test_restore_reports_as_json_file(fake: FakeGpus, tmp_path: Path) -> None:
     _kill9_mid_run(fake)
     out = tmp_path / "restore.json"
@@ -170,36 +185,42 @@ def test_restore_reports_as_json_file(fake: FakeGpus, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
     assert json.loads(proc.stdout) == data
-    assert data["kind"] == "restore" and len(data["outcomes"]) == 1
+    assert data["kind"] == "restore"
+    assert len(data["outcomes"]) == 1
     assert data["outcomes"][0]["status"] == "restored"
     assert "restored nvidia GPU 0" in data["outcomes"][0]["message"]
     assert fake.devices() == initial_state()
 
 
+@pytest.mark.slow
 def test_kill9_then_next_start_restores(fake: FakeGpus) -> None:
     _kill9_mid_run(fake)
     proc = run_cli("run", "hetero_kernels", "--streams", "2", *FAST, env=fake.env())
     assert proc.returncode == 0, proc.stderr
     assert "note: restored nvidia GPU 0 to its prior state" in proc.stderr
-    assert fake.devices() == initial_state() and fake.state_files() == []
+    assert fake.devices() == initial_state()
+    assert fake.state_files() == []
 
 
+@pytest.mark.slow
 def test_sigterm_mid_policy_sweep_restores(fake: FakeGpus, tmp_path: Path) -> None:
     out = tmp_path / "p.json"
     proc = _popen(["policy-sweep", "hetero_kernels", "--streams", "4", "--policies",
                    "priority_be,baseline", "-d", "cpu", "-i", "1000000", "-w", "1",
                    "-o", str(out)], fake.env(), fake.gpu("nvidia", 0))
     _wait_for(lambda: fake.devices()["nvidia"]["0"]["power_limit"] == 150.0, proc)
-    time.sleep(1.0)  # the point's child run is under way
+    wait_until_measuring(proc)  # the point's child run is inside its measurement
     proc.send_signal(signal.SIGTERM)
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err
     assert fake.devices() == initial_state(), "SIGTERM left the device changed"
     assert fake.state_files() == []
     data = load_json(out)
-    assert data["kind"] == "policy-sweep" and data["points"] == []
+    assert data["kind"] == "policy-sweep"
+    assert data["points"] == []
 
 
+@pytest.mark.slow
 def test_device_held_by_a_live_process_is_refused(fake: FakeGpus) -> None:
     from aorta.hw_queue_eval.gpu import state as gpu_state
     fake.state_dir.mkdir(mode=0o700)
@@ -213,10 +234,13 @@ def test_device_held_by_a_live_process_is_refused(fake: FakeGpus) -> None:
     assert proc.returncode == 2
     assert f"being controlled by running pid {os.getpid()}" in proc.stderr
     restore = run_cli("restore", env=fake.env())
-    assert restore.returncode == 0 and "still running" in restore.stdout
-    assert fake.calls() == [] and len(fake.state_files()) == 1
+    assert restore.returncode == 0
+    assert "still running" in restore.stdout
+    assert fake.calls() == []
+    assert len(fake.state_files()) == 1
 
 
+@pytest.mark.slow
 def test_sweep_holds_clocks_for_every_point_and_restores(fake: FakeGpus, tmp_path: Path) -> None:
     out = tmp_path / "sweep.json"
     proc = run_cli("sweep", "hetero_kernels", "--streams", "1,2", *FAST, "--lock-clocks", "3",
@@ -228,15 +252,17 @@ def test_sweep_holds_clocks_for_every_point_and_restores(fake: FakeGpus, tmp_pat
     assert data["gpu_control"]["status"] == "restored"
     assert data["gpu_control"]["in_effect"]["clock_level"] == 3
     assert [p["status"] for p in data["points"]] == ["ok", "ok"]
-    assert fake.devices() == initial_state() and fake.state_files() == []
+    assert fake.devices() == initial_state()
+    assert fake.state_files() == []
 
 
+@pytest.mark.slow
 def test_ctrl_c_mid_run_restores(fake: FakeGpus) -> None:
     proc = _popen(["run", "hetero_kernels", "--streams", "4", "-d", "cpu", "-i", "1000000",
                    "-w", "1", "--lock-clocks", "5", "--power-limit", "150"], fake.env(),
                   fake.gpu("nvidia", 0))
     _wait_for(lambda: _changed(fake), proc)
-    time.sleep(0.5)  # inside the measurement
+    wait_until_measuring(proc)
     proc.send_signal(signal.SIGINT)
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
@@ -244,6 +270,7 @@ def test_ctrl_c_mid_run_restores(fake: FakeGpus) -> None:
     assert fake.state_files() == []
 
 
+@pytest.mark.slow
 def test_policy_power_out_of_range_stops_before_any_run(fake: FakeGpus, tmp_path: Path) -> None:
     policies = tmp_path / "p.toml"
     policies.write_text("[policies.too_hot]\npower_limit_w = 450\n")
@@ -267,23 +294,28 @@ def test_restore_does_not_need_torch(fake: FakeGpus) -> None:
     assert "nothing to restore" in proc.stdout
 
 
+@pytest.mark.slow
 def test_missing_vendor_tool_is_a_clear_error_before_the_benchmark(fake: FakeGpus,
                                                                     tmp_path: Path) -> None:
     out = tmp_path / "o.json"
     proc = run_cli("run", "hetero_kernels", "--streams", "4", *FAST, "--lock-clocks", "7",
                    "-o", str(out), env=fake.env(PATH="/usr/bin:/bin"), fakes=fake.gpu("amd", 0))
     assert proc.returncode == 2
-    assert "rocm-smi not found on PATH" in proc.stderr and "Traceback" not in proc.stderr
-    assert "Running hetero_kernels" not in proc.stderr and not out.exists()
+    assert "rocm-smi not found on PATH" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "Running hetero_kernels" not in proc.stderr
+    assert not out.exists()
     assert fake.state_files() == []
 
 
+@pytest.mark.slow
 def test_unrestorable_state_file_warns_plain_runs_and_stops_control(fake: FakeGpus) -> None:
     _kill9_mid_run(fake)
     denied = fake.env(FAKE_SMI_DENY="1")
     plain = run_cli("run", "hetero_kernels", "--streams", "2", *FAST, env=denied)
     assert plain.returncode == 0, plain.stderr
-    assert "warning:" in plain.stderr and "could not put GPU 0 back as found" in plain.stderr
+    assert "warning:" in plain.stderr
+    assert "could not put GPU 0 back as found" in plain.stderr
     assert len(fake.state_files()) == 1, "kept for a later restore"
     control = run_cli("run", "hetero_kernels", "--streams", "2", *FAST, "--power-limit", "200",
                       env=fake.env(FAKE_SMI_DENY="1"), fakes=fake.gpu("nvidia", 0))
@@ -291,4 +323,5 @@ def test_unrestorable_state_file_warns_plain_runs_and_stops_control(fake: FakeGp
     assert "could not put GPU 0 back" in control.stderr
     restore = run_cli("restore", env=fake.env())
     assert restore.returncode == 0, restore.stderr
-    assert fake.devices() == initial_state() and fake.state_files() == []
+    assert fake.devices() == initial_state()
+    assert fake.state_files() == []

@@ -81,14 +81,17 @@ def test_pynvml_apply_verify_restore(nvml: tuple[dict, list], tmp_path: Path) ->
     devices, calls = nvml
     target = GpuTarget("nvidia", 1, simulated=False)
     with GpuControl(target, GpuRequest(clock_level=7, power_limit_w=300)) as report:
-        assert devices[1]["sm"] == 1980 and devices[1]["limit"] == 300_000
-        assert report["tool"] == "pynvml" and report["verified"] is True
+        assert devices[1]["sm"] == 1980
+        assert devices[1]["limit"] == 300_000
+        assert report["tool"] == "pynvml"
+        assert report["verified"] is True
         assert report["in_effect"]["clock_level"] == 7
         assert report["prior"]["clock"]["supported_mhz"] == [345, 1200, 1410, 1980]
         assert len(list((tmp_path / "state").glob("gpu-nvidia-1.json"))) == 1
     assert [c[0] for c in calls] == ["lock", "set_limit", "set_limit", "reset"]
     assert calls[2] == ("set_limit", 1, 700_000), "prior cap restored, not the default"
-    assert devices[1] == _device() and devices[0] == _device()
+    assert devices[1] == _device()
+    assert devices[0] == _device()
     assert {c[1] for c in calls} == {1}
     assert report["status"] == "restored"
     assert list((tmp_path / "state").glob("*.json")) == []
@@ -100,7 +103,8 @@ def test_pynvml_power_outside_limits_refused(nvml: tuple[dict, list]) -> None:
     with pytest.raises(UsageError, match=r"power limit 900 W is outside what nvidia GPU 0 "
                                          r"accepts \(200..700 W\)"), control:
         pass
-    assert calls == [] and devices[0] == _device()
+    assert calls == []
+    assert devices[0] == _device()
 
 
 def test_level_index_spans_the_device_steps() -> None:

@@ -149,9 +149,11 @@ def test_amdsmi_apply_verify_restore(amd: tuple[dict, list, dict], tmp_path: Pat
     devices, calls, _ = amd
     with GpuControl(GpuTarget("amd", 1, simulated=False),
                     GpuRequest(clock_level=7, power_limit_w=300)) as report:
-        assert devices[1]["perf"] == "manual" and devices[1]["sclk"] == 5
+        assert devices[1]["perf"] == "manual"
+        assert devices[1]["sclk"] == 5
         assert devices[1]["cap"] == 300_000_000
-        assert report["tool"] == "amdsmi" and report["verified"] is True
+        assert report["tool"] == "amdsmi"
+        assert report["verified"] is True
         assert report["in_effect"]["clock_level"] == 7
         assert report["in_effect"]["clock_mhz"] == 2100
         assert report["in_effect"]["power_limit_w"] == 300
@@ -165,8 +167,10 @@ def test_amdsmi_apply_verify_restore(amd: tuple[dict, list, dict], tmp_path: Pat
                                ("set_cap", "gpu1", 0, 300_000_000),
                                ("set_cap", "gpu1", 0, 550_000_000), ("set_perf", "gpu1", "auto")]
     assert {c[1] for c in calls if len(c) > 1} == {"gpu1"}, "only the target GPU is touched"
-    assert [c[0] for c in calls].count("init") == 1 and calls[0] == ("init",)
-    assert calls[-1] == ("shut_down",) and [c[0] for c in calls].count("shut_down") == 1
+    assert [c[0] for c in calls].count("init") == 1
+    assert calls[0] == ("init",)
+    assert calls[-1] == ("shut_down",)
+    assert [c[0] for c in calls].count("shut_down") == 1
     assert devices == {0: _device(), 1: _device()}
     assert report["status"] == "restored"
     assert list((tmp_path / "state").glob("*.json")) == []
@@ -176,7 +180,8 @@ def test_amdsmi_restores_a_prior_manual_sclk_level(amd: tuple[dict, list, dict])
     devices, calls, _ = amd
     devices[0].update(perf="manual", sclk=2)
     with GpuControl(GpuTarget("amd", 0, simulated=False), GpuRequest(clock_level=0)) as report:
-        assert devices[0]["sclk"] == 0 and report["in_effect"]["clock_mhz"] == 500
+        assert devices[0]["sclk"] == 0
+        assert report["in_effect"]["clock_mhz"] == 500
     assert _changes(calls)[-2:] == [("set_clk", "gpu0", 1 << 2), ("set_perf", "gpu0", "manual")]
     assert devices[0] == _device(perf="manual", sclk=2)
 
@@ -189,7 +194,8 @@ def test_amdsmi_clock_that_silently_does_not_take_is_an_error(
     with pytest.raises(GpuControlError, match=r"setting did not take effect: clock reads 800 MHz, "
                                               r"expected 2100 MHz \(level 7\)"), control:
         pass
-    assert control.report["verified"] is False and control.report["status"] == "restored"
+    assert control.report["verified"] is False
+    assert control.report["status"] == "restored"
     assert devices[0] == _device(), "perf level put back even though the clock never moved"
     assert calls[-1] == ("shut_down",)
     assert list((tmp_path / "state").glob("*.json")) == []
@@ -202,10 +208,12 @@ def test_amdsmi_permission_error_is_one_line(amd: tuple[dict, list, dict]) -> No
     with pytest.raises(UsageError) as info, control:
         pass
     message = str(info.value)
-    assert isinstance(info.value, GpuControlError) and "\n" not in message
+    assert isinstance(info.value, GpuControlError)
+    assert "\n" not in message
     assert message == ("amdsmi amdsmi_set_power_cap on GPU 0 failed: Error code: 10 | "
                        "AMDSMI_STATUS_NO_PERM - Permission Denied")
-    assert devices[0] == _device() and calls[-1] == ("shut_down",)
+    assert devices[0] == _device()
+    assert calls[-1] == ("shut_down",)
 
 
 def test_amdsmi_power_outside_limits_refused(amd: tuple[dict, list, dict]) -> None:
@@ -214,7 +222,8 @@ def test_amdsmi_power_outside_limits_refused(amd: tuple[dict, list, dict]) -> No
     with pytest.raises(UsageError, match=r"power limit 900 W is outside what amd GPU 0 "
                                          r"accepts \(100..550 W\)"), control:
         pass
-    assert _changes(calls) == [] and devices[0] == _device()
+    assert _changes(calls) == []
+    assert devices[0] == _device()
     assert calls[-1] == ("shut_down",)
 
 
@@ -245,8 +254,10 @@ def test_amdsmi_state_file_restored_by_a_later_process(amd: tuple[dict, list, di
                            "applied": {"clock_level": {"level": 7, "pending": False},
                                        "power_limit_w": {"watts": 200, "pending": False}}})
     messages = recover_stale_states()
-    assert messages and messages[0].startswith("note: restored amd GPU 0"), messages
-    assert devices[0] == _device() and calls[-1] == ("shut_down",)
+    assert messages, messages
+    assert messages[0].startswith("note: restored amd GPU 0"), messages
+    assert devices[0] == _device()
+    assert calls[-1] == ("shut_down",)
 
 
 def _fake_rocm_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -261,7 +272,9 @@ def test_make_driver_picks_amdsmi_when_importable(amd: tuple[dict, list, dict], 
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_rocm_smi(tmp_path, monkeypatch)
     driver = make_driver("amd", 1)
-    assert isinstance(driver, AmdSmi) and driver.tool == "amdsmi" and driver.index == 1
+    assert isinstance(driver, AmdSmi)
+    assert driver.tool == "amdsmi"
+    assert driver.index == 1
     driver.close()
     assert isinstance(make_driver("amd", 1, allow_library=False), RocmSmi)
 
@@ -271,7 +284,8 @@ def test_make_driver_falls_back_to_rocm_smi(tmp_path: Path,
     _fake_rocm_smi(tmp_path, monkeypatch)
     monkeypatch.setitem(sys.modules, "amdsmi", None)  # `import amdsmi` raises ImportError
     driver = make_driver("amd", 0)
-    assert isinstance(driver, RocmSmi) and driver.tool == "rocm-smi"
+    assert isinstance(driver, RocmSmi)
+    assert driver.tool == "rocm-smi"
 
 
 def test_sclk_shapes_across_amdsmi_versions() -> None:
@@ -312,12 +326,15 @@ def test_amdsmi_truncated_clock_list_changes_nothing(amd: tuple[dict, list, dict
     with pytest.raises(GpuControlError, match="lists 5 sclk frequencies for num_supported=6"), \
             GpuControl(GpuTarget("amd", 0, simulated=False), GpuRequest(clock_level=3)):
         pass
-    assert _changes(calls) == [] and devices[0] == _device() and calls[-1] == ("shut_down",)
+    assert _changes(calls) == []
+    assert devices[0] == _device()
+    assert calls[-1] == ("shut_down",)
 
 
 def test_amdsmi_clock_values_in_mhz(amd: tuple[dict, list, dict]) -> None:
     devices, _calls, quirks = amd
     quirks["mhz"] = True
     with GpuControl(GpuTarget("amd", 0, simulated=False), GpuRequest(clock_level=4)) as report:
-        assert report["in_effect"]["clock_mhz"] == 1400 and devices[0]["sclk"] == 3
+        assert report["in_effect"]["clock_mhz"] == 1400
+        assert devices[0]["sclk"] == 3
     assert devices[0] == _device()

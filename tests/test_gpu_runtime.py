@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import ctypes
 import os
-import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -72,12 +70,14 @@ def cuda(standins: dict[str, Path]) -> tuple[ctypes.CDLL, ctypes.CDLL]:
 
 # -- no eBPF needed ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_elf_reader_lists_exactly_the_defined_functions(standins: dict[str, Path], tmp_path: Path) -> None:
     names = defined_functions(standins["libhsa-runtime64.so.1"])
     assert {"hsa_queue_create", "hsa_signal_store_screlease", "hsa_signal_store_relaxed"} <= names
     assert "hsa_signal_store_release" not in names
     hip_names = defined_functions(standins["libamdhip64.so"])
-    assert "hipLaunchKernel" in hip_names and "hsa_queue_create" not in hip_names  # imported only
+    assert "hipLaunchKernel" in hip_names
+    assert "hsa_queue_create" not in hip_names  # imported only
     assert "standin_launches" not in hip_names  # a variable, not a function
     bad = tmp_path / "bad.so"
     bad.write_bytes(b"\x7fELF\x02\x01" + b"\0" * 10)
@@ -102,14 +102,17 @@ def test_a_replaced_library_file_is_not_probed(standins: dict[str, Path], tmp_pa
                               "print('ready', flush=True)\ntime.sleep(60)\n"],
                              stdout=subprocess.PIPE, text=True)
     try:
-        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
         [lib] = runtime_libraries((child.pid,))
-        assert lib.kind == "cuda" and lib.problem is None
+        assert lib.kind == "cuda"
+        assert lib.problem is None
         replacement = tmp_path / "other"
         shutil.copy(standins["libcuda.so.1"], replacement)
         os.replace(replacement, copy)
         [lib] = runtime_libraries((child.pid,))
-        assert lib.problem == "the mapped file was deleted" and lib.kind == "cuda"
+        assert lib.problem == "the mapped file was deleted"
+        assert lib.kind == "cuda"
     finally:
         child.kill()
         child.wait()
@@ -122,7 +125,8 @@ def test_libraries_resolved_from_proc_maps_of_another_process(standins: dict[str
             "print('ready', flush=True)\ntime.sleep(60)\n")
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
-        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
         libs = {lib.kind: lib for lib in runtime_libraries((child.pid,))}
         assert set(libs) == {"hip", "hsa", "cudart"}  # libhsa came in as a dependency of libamdhip64
         assert libs["hsa"].path == str(standins["libhsa-runtime64.so.1"])
@@ -149,10 +153,12 @@ def test_render_checks_symbols_and_lists_absent_ones(standins: dict[str, Path], 
     assert "symbol not in" in missing["uprobe:hip:hipExtLaunchKernel"]
     assert {"api": "hipExtLaunchKernel", "library": str(standins["libamdhip64.so"]),
             "reason": missing["uprobe:hip:hipExtLaunchKernel"]} in family.not_attached
-    assert program.uprobe_ping and set(UPROBE_HANDSHAKE_IDS) <= set(program.handshake_ids)
+    assert program.uprobe_ping
+    assert set(UPROBE_HANDSHAKE_IDS) <= set(program.handshake_ids)
     # the uprobe handshake brackets every uprobe block
     lines = [line for line in text.splitlines() if line.startswith(("uprobe:", "uretprobe:"))]
-    assert lines[0].endswith(":llabs") and lines[-1].endswith(":llabs")
+    assert lines[0].endswith(":llabs")
+    assert lines[-1].endswith(":llabs")
     assert not any(line.endswith(":llabs") for line in lines[1:-1])
 
 
@@ -163,10 +169,12 @@ def test_nothing_mapped_means_nothing_attached_with_the_reason() -> None:
     family = GpuRuntimeFamily(libraries=[])
     program = engine.make_program(True, False, TraceTarget((os.getpid(),)), ready.tracefs,
                                   ready.version, families=[family])
-    assert "uprobe:" not in program.text and not program.uprobe_ping
+    assert "uprobe:" not in program.text
+    assert not program.uprobe_ping
     assert "no HIP/HSA/CUDA runtime library" in program.missing["gpu_runtime"]["uprobe:*"]
     result = family.collect({}, {})
-    assert result.metrics["summary"] is None and result.metrics["launches_total"] is None
+    assert result.metrics["summary"] is None
+    assert result.metrics["launches_total"] is None
 
 
 # -- real uprobes -----------------------------------------------------------------------------
@@ -200,6 +208,7 @@ def _doorbell_of(stream: int) -> int:
     return ctypes.c_uint64.from_address(queue + 16).value  # hsa_queue_t.doorbell_signal
 
 
+@pytest.mark.slow
 @pytest.mark.ebpf
 def test_hip_launches_per_stream_doorbells_per_queue_and_mapping(hip: ctypes.CDLL) -> None:
     """6 streams over 4 HSA queues (2 created before attach, 2 after), one thread per stream,
@@ -239,7 +248,8 @@ def test_hip_launches_per_stream_doorbells_per_queue_and_mapping(hip: ctypes.CDL
         session.abort()
         raise
     out = session.stop()
-    assert out.exit_code == 0 and out.lost_events == 0, out.stderr
+    assert out.exit_code == 0, out.stderr
+    assert out.lost_events == 0, out.stderr
     metrics = engine.collect_results(program, out, {"window": engine.window_info(out), "stream_handles": [
         {"stream": i, "handle": s} for i, s in enumerate(streams)]})[0].metrics
     rows = {int(r["handle"], 16): r for r in metrics["streams"]}
@@ -247,7 +257,8 @@ def test_hip_launches_per_stream_doorbells_per_queue_and_mapping(hip: ctypes.CDL
     assert metrics["launches_total"] == truth_n
     for i, s in enumerate(streams):
         row = rows[s]
-        assert row["launches"] == len(plan[s]) and row["stream_index"] == i
+        assert row["launches"] == len(plan[s])
+        assert row["stream_index"] == i
         assert row["by_api"] == {a: plan[s].count(a) for a in set(plan[s])}
         assert row["queues"] == [hex(_doorbell_of(s))]  # observed stream → queue mapping
     queues = {int(q["doorbell_signal"], 16): q for q in metrics["queues"]}
@@ -255,11 +266,14 @@ def test_hip_launches_per_stream_doorbells_per_queue_and_mapping(hip: ctypes.CDL
     for s in streams:
         expected[_doorbell_of(s)] = expected.get(_doorbell_of(s), 0) + len(plan[s])
     assert {sig: q["doorbell_rings"] for sig, q in queues.items()} == expected
-    assert len(expected) == k and metrics["hw_queues_used"] == k and metrics["streams_launching"] == n
+    assert len(expected) == k
+    assert metrics["hw_queues_used"] == k
+    assert metrics["streams_launching"] == n
     created_after = {_doorbell_of(s) for s in streams[2:4]}  # queues 2, 3: hsa_queue_create seen
     for sig, q in queues.items():
         if sig in created_after:
-            assert q["source"] == "hsa_queue_create seen" and q["queue_id"] in (7002, 7003)
+            assert q["source"] == "hsa_queue_create seen"
+            assert q["queue_id"] in (7002, 7003)
         else:
             assert q["source"].startswith("inferred")
     joined = metrics["stream_handles_joined"]
@@ -269,9 +283,11 @@ def test_hip_launches_per_stream_doorbells_per_queue_and_mapping(hip: ctypes.CDL
     summary = metrics["summary"]
     assert truth_ns / truth_n >= LAUNCH_NS
     assert summary["launch_call_avg_us"] * 1e3 >= truth_ns / truth_n
-    assert summary["source"] == "gpu_runtime" and summary["total_submissions"] == truth_n
+    assert summary["source"] == "gpu_runtime"
+    assert summary["total_submissions"] == truth_n
     cost = metrics["probe_cost"]  # timed at the window start; per launch: a pair + one ring
-    assert cost["entry_probe_us"] > 0 and cost["entry_return_pair_us"] > 0
+    assert cost["entry_probe_us"] > 0
+    assert cost["entry_return_pair_us"] > 0
     assert cost["hits_in_window"] == 3 * truth_n
     per_launch = cost["entry_return_pair_us"] + cost["entry_probe_us"]
     assert cost["per_launch_us"] == pytest.approx(per_launch)
@@ -279,6 +295,7 @@ def test_hip_launches_per_stream_doorbells_per_queue_and_mapping(hip: ctypes.CDL
     assert cost["window_share_pct"] == pytest.approx(100 * truth_n * per_launch * 1e3 / window_ns)
 
 
+@pytest.mark.slow
 @pytest.mark.ebpf
 def test_cuda_runtime_and_driver_launches_streams_and_syncs(cuda: tuple[ctypes.CDLL, ctypes.CDLL]) -> None:
     rt, drv = cuda
@@ -319,7 +336,8 @@ def test_cuda_runtime_and_driver_launches_streams_and_syncs(cuda: tuple[ctypes.C
         session.abort()
         raise
     out = session.stop()
-    assert out.exit_code == 0 and out.lost_events == 0, out.stderr
+    assert out.exit_code == 0, out.stderr
+    assert out.lost_events == 0, out.stderr
     metrics = engine.collect_results(program, out, {})[0].metrics
     rows = {int(r["handle"], 16): r for r in metrics["streams"]}
     assert rows[streams[0]]["by_api"] == {"cudaLaunchKernel": 4}
@@ -334,18 +352,20 @@ def test_cuda_runtime_and_driver_launches_streams_and_syncs(cuda: tuple[ctypes.C
     assert all(c["api"] == "cudaStreamCreateWithPriority" for c in metrics["streams_created"])
     assert rows[streams[1]]["sync_calls"] == 2
     device = metrics["device_and_event_syncs"]
-    assert [d["api"] for d in device] == ["cudaDeviceSynchronize"] and device[0]["calls"] == 1
+    assert [d["api"] for d in device] == ["cudaDeviceSynchronize"]
+    assert device[0]["calls"] == 1
     blocked_ms = rows[streams[1]]["sync_blocked_ms"] + device[0]["blocked_ms"]
     assert abs(blocked_ms - sync_truth_ns / 1e6) <= 0.10 * sync_truth_ns / 1e6
     assert metrics["summary"]["hw_rings_used"] is None  # no HSA runtime: CUDA hides its channels
     assert metrics["hw_queues_used"] is None
 
 
+@pytest.mark.slow
 @pytest.mark.ebpf
 def test_uprobe_handshake_brackets_uprobes_in_attach_order(hip: ctypes.CDLL, tmp_path: Path) -> None:
     """The uprobe handshake relies on it: bpftrace attaches uprobes in one direction, so the two
     handshake uprobes are the first and last uprobes attached (checked with `bpftrace -v`)."""
-    from ebpf_support import require_ebpf
+    from ebpf_support import VerboseAttach, require_ebpf
 
     require_ebpf()
     ready = engine.check_readiness()
@@ -355,29 +375,16 @@ def test_uprobe_handshake_brackets_uprobes_in_attach_order(hip: ctypes.CDLL, tmp
     script.write_text(program.text)
     proc = subprocess.Popen([ready.bpftrace or "bpftrace", "-v", str(script)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    reader = VerboseAttach(proc)
     try:
-        deadline = time.monotonic() + 60
-        out_lines: list[str] = []
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            out_lines.append(line)
-            if line.startswith("Attaching") and ":llabs" in line and \
-                    sum(":llabs" in x for x in out_lines if x.startswith("Attaching ")) == 2:
-                break
-            if time.monotonic() > deadline:
-                break
+        reader.wait_attached(program.text)  # every announced probe: the order below is complete
     finally:
-        time.sleep(1.0)  # let bpftrace install its SIGINT handler after the last attach
-        proc.send_signal(signal.SIGINT)
-        try:
-            rest, _ = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rest, _ = proc.communicate(timeout=10)
-    attached = [line.split()[1] for line in out_lines + rest.splitlines()
+        out_lines = reader.stop()
+    attached = [line.split()[1] for line in out_lines
                 if line.startswith(("Attaching uprobe", "Attaching uretprobe"))]
     assert len(attached) >= 4, "".join(out_lines)[-2000:]
-    assert attached[0].endswith(":llabs") and attached[-1].endswith(":llabs")
+    assert attached[0].endswith(":llabs")
+    assert attached[-1].endswith(":llabs")
 
 
 _ATTACH_CHILD = """
@@ -404,6 +411,7 @@ while time.monotonic() < end:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.ebpf
 def test_ebpf_attach_adds_the_family_when_a_runtime_is_mapped(standins: dict[str, Path], cli,
                                                                tmp_path: Path) -> None:
@@ -424,8 +432,10 @@ def test_ebpf_attach_adds_the_family_when_a_runtime_is_mapped(standins: dict[str
         q = data["ebpf_queue_metrics"]
         metrics = q["families"]["gpu_runtime"]["metrics"]
         rows = {int(r["handle"], 16): r for r in metrics["streams"]}
-        assert set(rows) == set(handles) and all(rows[h]["launches"] > 100 for h in handles)
-        assert q["source"] == "gpu_runtime" and q["total_submissions"] == metrics["launches_total"]
+        assert set(rows) == set(handles)
+        assert all(rows[h]["launches"] > 100 for h in handles)
+        assert q["source"] == "gpu_runtime"
+        assert q["total_submissions"] == metrics["launches_total"]
         # doorbells per queue = launches of the streams the stand-in put on it (3 streams, 2 queues)
         by_queue: dict[str, int] = {}
         for r in rows.values():
@@ -437,7 +447,8 @@ def test_ebpf_attach_adds_the_family_when_a_runtime_is_mapped(standins: dict[str
         # live process: its launch and its doorbell can fall on either side. A wrong stream→queue
         # attribution would be off by hundreds.
         assert sum(abs(rings[k] - by_queue[k]) for k in rings) <= 2, (rings, by_queue)
-        assert len(by_queue) == 2 and metrics["hw_queues_used"] == 2
+        assert len(by_queue) == 2
+        assert metrics["hw_queues_used"] == 2
         assert q["lost_events"] == 0
         assert all(r["launch_avg_us"] >= 20 for r in rows.values())  # 20 µs busy-wait inside
     finally:
@@ -467,37 +478,49 @@ def test_collect_and_gpu_comparison_recomputed_by_hand() -> None:
     handles = [{"stream": 0, "handle": 4096}, {"stream": 1, "handle": 8192}]
     m = family.collect(maps, {"stream_handles": handles}).metrics
     rows = {r["handle"]: r for r in m["streams"]}
-    assert rows["0x1000"]["launches"] == 5 and rows["0x1000"]["by_api"] == {
-        "hipLaunchKernel": 3, "hipModuleLaunchKernel": 2}
-    assert rows["0x1000"]["launch_avg_us"] == 70000 / 5 / 1e3 and rows["0x1000"]["stream_index"] == 0
-    assert rows["0x2000"]["sync_calls"] == 2 and rows["0x2000"]["sync_blocked_ms"] == 3.0
-    assert rows["0x3000"]["stream_index"] is None and rows["0x3000"]["launch_avg_us"] is None
+    assert rows["0x1000"]["launches"] == 5
+    assert (rows["0x1000"]["by_api"] == {
+        "hipLaunchKernel": 3, "hipModuleLaunchKernel": 2})
+    assert rows["0x1000"]["launch_avg_us"] == 70000 / 5 / 1e3
+    assert rows["0x1000"]["stream_index"] == 0
+    assert rows["0x2000"]["sync_calls"] == 2
+    assert rows["0x2000"]["sync_blocked_ms"] == 3.0
+    assert rows["0x3000"]["stream_index"] is None
+    assert rows["0x3000"]["launch_avg_us"] is None
     queues = {q["doorbell_signal"]: q for q in m["queues"]}
-    assert queues["0x384"]["doorbell_rings"] == 6 and queues["0x384"]["queue_id"] == 7001
-    assert queues["0x385"]["doorbell_rings"] == 3 and queues["0x385"]["source"].startswith("inferred")
-    assert m["hw_queues_used"] == 2 and m["launches_total"] == 9 and m["streams_launching"] == 3
+    assert queues["0x384"]["doorbell_rings"] == 6
+    assert queues["0x384"]["queue_id"] == 7001
+    assert queues["0x385"]["doorbell_rings"] == 3
+    assert queues["0x385"]["source"].startswith("inferred")
+    assert m["hw_queues_used"] == 2
+    assert m["launches_total"] == 9
+    assert m["streams_launching"] == 3
     assert m["device_and_event_syncs"] == [{"api": "cudaDeviceSynchronize", "calls": 1, "blocked_ms": 4.0}]
     assert m["nested_launch_calls"] == {"cuLaunchKernel": 4}
     assert m["stream_handles_joined"] == {"harness_streams": 2, "matched": 2,
                                           "ebpf_streams_not_in_harness": 1}
     summary = m["summary"]
-    assert summary["total_submissions"] == 9 and summary["launch_call_avg_us"] == 100000 / 8 / 1e3
+    assert summary["total_submissions"] == 9
+    assert summary["launch_call_avg_us"] == 100000 / 8 / 1e3
     # 10 harness ops: stream 0 ends/starts at 0-10, 15-20, 30-40 → gaps 5, 10; stream 1 → gap 1
     ops = [OpRecord(0, 0, None, "k", None, a, b) for a, b in ((0, 10), (15, 20), (30, 40))]
     ops += [OpRecord(0, 1, None, "k", None, a, b) for a, b in ((0, 4), (5, 6))]
     ops += [OpRecord(1, 1, None, "k", None, 100 + i, 100 + i) for i in range(5)]
     section = {"families": {"gpu_runtime": {"metrics": m}}, **summary}
     cmp = compare_gpu_runtime(section, ops, 2)
-    assert cmp["launches_matched"] == 8 and cmp["harness_ops"] == 10
+    assert cmp["launches_matched"] == 8
+    assert cmp["harness_ops"] == 10
     assert cmp["coverage_pct"] == 80.0
     gaps = [5, 10, 1, 94, 1, 1, 1, 1]  # stream 1: 4→5, 6→100, then 1 ns apart
     assert cmp["harness_op_gap_avg_us"] == sum(gaps) / len(gaps) / 1e3
-    assert cmp["hw_queues_used"] == 2 and cmp["streams"] == 2
+    assert cmp["hw_queues_used"] == 2
+    assert cmp["streams"] == 2
     assert cmp["per_stream"][0] == {"stream": 0, "handle": "0x1000", "launches": 5, "ops": 3,
                                     "launch_call_avg_us": 14.0}
     assert compare_gpu_runtime(section, [], 2)["coverage_pct"] is None
 
 
+@pytest.mark.slow
 @pytest.mark.ebpf
 def test_run_with_the_flag_on_the_cpu_backend_lists_the_family_as_not_attached(cli, tmp_path: Path) -> None:
     from ebpf_support import require_ebpf
@@ -512,11 +535,13 @@ def test_run_with_the_flag_on_the_cpu_backend_lists_the_family_as_not_attached(c
     data = json.loads(out.read_text())
     q = data["ebpf_queue_metrics"]
     fam = q["families"]["gpu_runtime"]
-    assert fam["events_attached"] == [] and "no HIP/HSA/CUDA" in fam["events_missing"]["uprobe:*"]
+    assert fam["events_attached"] == []
+    assert "no HIP/HSA/CUDA" in fam["events_missing"]["uprobe:*"]
     assert q["source"] == "cpu_sched"  # the flag implies --ebpf-trace; the CPU summary is kept
     assert data["ebpf_vs_cuda_comparison"]["kernel_source"] == "cpu_sched"
 
 
+@pytest.mark.slow
 @pytest.mark.ebpf
 def test_show_script_renders_the_uprobes_of_a_process(standins: dict[str, Path], cli) -> None:
     from ebpf_support import require_ebpf
@@ -526,7 +551,8 @@ def test_show_script_renders_the_uprobes_of_a_process(standins: dict[str, Path],
             "print('ready', flush=True)\ntime.sleep(60)\n")
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
-        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
         proc = cli("ebpf-info", "--show-script", "--ebpf-gpu-runtime", "--pid", str(child.pid))
         assert proc.returncode == 0, proc.stderr
         assert f"uprobe:{standins['libcudart.so.12']}:cudaLaunchKernel\n" in proc.stdout
@@ -571,7 +597,8 @@ def test_only_declared_families_may_use_uprobes_and_paths_are_plain() -> None:
                                   ready.version, families=[Sneaky(), Quoted()])
     assert "not a tracepoint" in program.missing["t_sneaky"]["*"]
     assert "well-formed uprobe" in program.missing["t_quoted"]["*"]
-    assert "uprobe:" not in program.text and not program.uprobe_ping
+    assert "uprobe:" not in program.text
+    assert not program.uprobe_ping
 
 
 class _FakeGpuBackend:
@@ -587,6 +614,7 @@ class _FakeGpuBackend:
         return [{"stream": i, "handle": h} for i, h in enumerate(self.handles)]
 
 
+@pytest.mark.slow
 @pytest.mark.ebpf
 def test_tracer_joins_launches_to_harness_ops(cuda: tuple[ctypes.CDLL, ctypes.CDLL]) -> None:
     """The benchmark's tracer with --ebpf-gpu-runtime: one launch per harness op on 3 streams →
@@ -626,9 +654,13 @@ def test_tracer_joins_launches_to_harness_ops(cuda: tuple[ctypes.CDLL, ctypes.CD
 
     sections = tracer.finish({"backend": backend, "ops": ops, "result": _Result()})
     q, cmp = sections["ebpf_queue_metrics"], sections["ebpf_vs_cuda_comparison"]
-    assert q["status"] == "ok" and q["source"] == "gpu_runtime" and q["total_submissions"] == 12
-    assert cmp["kernel_source"] == "gpu_runtime" and cmp["launches_matched"] == 12
-    assert cmp["coverage_pct"] == 100.0 and cmp["harness_ops"] == 12
+    assert q["status"] == "ok"
+    assert q["source"] == "gpu_runtime"
+    assert q["total_submissions"] == 12
+    assert cmp["kernel_source"] == "gpu_runtime"
+    assert cmp["launches_matched"] == 12
+    assert cmp["coverage_pct"] == 100.0
+    assert cmp["harness_ops"] == 12
     assert [(p["stream"], p["launches"], p["ops"]) for p in sorted(cmp["per_stream"],
             key=lambda p: p["stream"])] == [(0, 4, 4), (1, 4, 4), (2, 4, 4)]
     assert cmp["harness_op_gap_avg_us"] == 2.5  # ops 3 µs apart per stream, 0.5 µs long

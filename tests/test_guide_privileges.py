@@ -96,9 +96,11 @@ def test_vfs_cap_data_is_decoded() -> None:
     assert caps == FileCaps(frozenset({"cap_dac_read_search", "cap_perfmon", "cap_bpf"}), True)
     assert caps.describe() == "cap_bpf,cap_dac_read_search,cap_perfmon=ep"
     assert parse_vfs_cap_data(struct.pack("<III", 0x02000000, 1 << 21, 0)).effective is False
-    assert parse_vfs_cap_data(b"\x00" * 20) is None and parse_vfs_cap_data(b"") is None
+    assert parse_vfs_cap_data(b"\x00" * 20) is None
+    assert parse_vfs_cap_data(b"") is None
 
 
+@pytest.mark.slow
 @pytest.mark.ebpf
 def test_setcap_bpftrace_as_unprivileged_user_names_what_stops_it(public_dir: Path) -> None:
     _need("setpriv", "setcap", SYSTEM_PYTHON)
@@ -115,14 +117,17 @@ def test_setcap_bpftrace_as_unprivileged_user_names_what_stops_it(public_dir: Pa
     assert verdict == "NO"
     assert f"{copy} has file capabilities cap_bpf,cap_perfmon=ep" in reason
     if session.ROOT_ONLY_TEXT in direct.stderr + direct.stdout:
-        assert "refuses every non-root user" in reason and "newer bpftrace" in reason
+        assert "refuses every non-root user" in reason
+        assert "newer bpftrace" in reason
     tracefs_readable = subprocess.run(
         ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "test", "-r",
          "/sys/kernel/tracing/events", "-a", "-x", "/sys/kernel/tracing/events"], check=False).returncode == 0
     if not tracefs_readable:
-        assert "/sys/kernel/tracing) is not readable by uid 65534" in reason and "gid=" in reason
+        assert "/sys/kernel/tracing) is not readable by uid 65534" in reason
+        assert "gid=" in reason
 
 
+@pytest.mark.slow
 @pytest.mark.ebpf
 def test_setcap_without_perfmon_names_the_missing_capability(public_dir: Path) -> None:
     _need("setpriv", "setcap", SYSTEM_PYTHON)
@@ -131,7 +136,8 @@ def test_setcap_without_perfmon_names_the_missing_capability(public_dir: Path) -
     assert proc.returncode == 0, proc.stderr
     verdict, reason = proc.stdout.splitlines()[:2]
     assert verdict == "NO"
-    assert "lacks cap_perfmon" in reason and f"setcap cap_bpf,cap_perfmon+ep {copy}" in reason
+    assert "lacks cap_perfmon" in reason
+    assert f"setcap cap_bpf,cap_perfmon+ep {copy}" in reason
 
 
 def test_setcap_route_uses_bpftrace_directly_when_it_works(monkeypatch: pytest.MonkeyPatch,
@@ -144,10 +150,12 @@ def test_setcap_route_uses_bpftrace_directly_when_it_works(monkeypatch: pytest.M
     monkeypatch.setenv("AORTA_TRACEFS", str(tmp_path / "tree"))
     prefix, why = session.file_caps_launch(str(fake), FileCaps(frozenset({"cap_bpf", "cap_perfmon"}),
                                                                True), "sudo not installed")
-    assert prefix == [] and why.startswith("file capabilities (cap_bpf,cap_perfmon=ep)")
+    assert prefix == []
+    assert why.startswith("file capabilities (cap_bpf,cap_perfmon=ep)")
     prefix, why = session.file_caps_launch(str(fake), FileCaps(frozenset({"cap_bpf", "cap_perfmon"}),
                                                                False), "sudo not installed")
-    assert prefix is None and "not effective" in why
+    assert prefix is None
+    assert "not effective" in why
 
 
 # --- tracefs: not readable vs missing; debugfs fallback -----------------------------------------
@@ -194,7 +202,9 @@ def test_mounts_tracefs_at_sys_kernel_tracing_when_it_exists(fake_sys) -> None:
     (root / "debug").mkdir()
     found, note = tracefs.find_tracefs(mount_if_root=True)
     assert calls == [("tracefs", str(root / "tracing"))]
-    assert found is not None and found.root == root / "tracing" and "tracefs mounted now" in note
+    assert found is not None
+    assert found.root == root / "tracing"
+    assert "tracefs mounted now" in note
 
 
 def test_mounts_debugfs_when_only_sys_kernel_debug_exists(fake_sys) -> None:
@@ -202,7 +212,8 @@ def test_mounts_debugfs_when_only_sys_kernel_debug_exists(fake_sys) -> None:
     (root / "debug").mkdir()
     found, note = tracefs.find_tracefs(mount_if_root=True)
     assert calls == [("debugfs", str(root / "debug"))]
-    assert found is not None and found.root == root / "debug" / "tracing"
+    assert found is not None
+    assert found.root == root / "debug" / "tracing"
     assert note == f"{root / 'debug' / 'tracing'} (debugfs mounted now)"
 
 
@@ -211,7 +222,9 @@ def test_uses_debugfs_tracing_when_sys_kernel_tracing_is_empty(fake_sys) -> None
     (root / "tracing").mkdir()  # empty: not mounted
     (root / "debug" / "tracing" / "events").mkdir(parents=True)  # debugfs already holds tracefs
     found, _ = tracefs.find_tracefs(mount_if_root=True)
-    assert calls == [] and found is not None and found.root == root / "debug" / "tracing"
+    assert calls == []
+    assert found is not None
+    assert found.root == root / "debug" / "tracing"
 
 
 def test_failed_mounts_say_what_was_tried(fake_sys, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -237,7 +250,8 @@ def test_pid_namespace_is_detected_for_real() -> None:
                             capture_output=True, text=True, timeout=60, check=False)
     if inside.returncode != 0:
         pytest.skip(f"unshare --pid failed here: {inside.stderr.strip()}")
-    assert "own PID namespace" in inside.stdout and "--pid=host" in inside.stdout
+    assert "own PID namespace" in inside.stdout
+    assert "--pid=host" in inside.stdout
     if os.readlink("/proc/self/ns/pid") == session.INIT_PID_NS:
         assert session.pid_namespace_problem() is None
 
@@ -255,6 +269,7 @@ def _run_as_root_without_dac(code: str, home: Path) -> subprocess.CompletedProce
                           cwd=str(home.parent))
 
 
+@pytest.mark.slow
 def test_unreadable_home_does_not_break_a_plain_run(tmp_path: Path) -> None:
     _need("setpriv")
     home = tmp_path / "home"
@@ -267,7 +282,8 @@ def test_unreadable_home_does_not_break_a_plain_run(tmp_path: Path) -> None:
             " '--size', 'small'])\n",
             home)
         assert run.returncode == 0, run.stderr
-        assert "Traceback" not in run.stderr and "PermissionError" not in run.stderr
+        assert "Traceback" not in run.stderr
+        assert "PermissionError" not in run.stderr
         state = _run_as_root_without_dac(
             "from aorta.common.errors import UsageError\n"
             "from aorta.hw_queue_eval.gpu.state import ensure_state_dir, list_state_files\n"
@@ -283,6 +299,8 @@ def test_unreadable_home_does_not_break_a_plain_run(tmp_path: Path) -> None:
         home.chmod(0o700)
 
 
+@pytest.mark.slow
+@pytest.mark.resource_limits
 def test_thread_limit_in_run_is_one_line(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     code = ("import threading\n"
@@ -293,11 +311,15 @@ def test_thread_limit_in_run_is_one_line(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           check=False)
     assert proc.returncode == 2
-    assert "Traceback" not in proc.stderr and not out.exists()
+    assert "Traceback" not in proc.stderr
+    assert not out.exists()
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "ulimit -u" in errors[0] and "--streams" in errors[0]
+    assert len(errors) == 1
+    assert "ulimit -u" in errors[0]
+    assert "--streams" in errors[0]
 
 
+@pytest.mark.slow
 def test_ebpf_info_as_unprivileged_user_says_not_accessible(public_dir: Path) -> None:
     _need("setpriv", SYSTEM_PYTHON)
     tracefs_readable = subprocess.run(
@@ -308,11 +330,13 @@ def test_ebpf_info_as_unprivileged_user_says_not_accessible(public_dir: Path) ->
     code = ("import json\nfrom aorta.ebpf.capabilities import full_report\n"
             "print(json.dumps(full_report()['summary']))\n")
     proc = _as_nobody(public_dir, code)
-    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
     import json
 
     summary = json.loads(proc.stdout)
     assert summary["amdgpu_tracepoints"]["note"] == "not accessible"
     assert summary["amdkfd_tracepoints"]["note"] == "not accessible"
     assert set(summary["amdgpu_tracepoints"]["events"].values()) == {"not accessible"}
-    assert summary["root_or_cap_bpf"]["ok"] is False and summary["overall_available"] is False
+    assert summary["root_or_cap_bpf"]["ok"] is False
+    assert summary["overall_available"] is False

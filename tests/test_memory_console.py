@@ -30,8 +30,12 @@ def test_guide_block_with_measured_numbers():
     assert "eBPF MEMORY METRICS:" in text
     for label in GUIDE_LABELS:
         assert label in text
-    assert "42  (350.0 /sec)" in text and "64.0 MB" in text and "120 / 100" in text
-    assert "4 / 4" in text and "0.50 /sec" in text and "8.2 us" in text
+    assert "42  (350.0 /sec)" in text
+    assert "64.0 MB" in text
+    assert "120 / 100" in text
+    assert "4 / 4" in text
+    assert "0.50 /sec" in text
+    assert "8.2 us" in text
     assert "fixed restore delay" in text
     assert "3 episodes, 1.50 ms stalled" in text
     assert "not GPU page faults" in text
@@ -42,7 +46,8 @@ def test_unmeasured_gpu_numbers_print_na_not_zero():
                   "gpu_memory_reason": "bo_moves: amdgpu_bo_move not attached",
                   "host_page_faults": 0, "window": {"duration_ms": 10.0}})
     line = next(x for x in text.splitlines() if "BO moves (migrations):" in x)
-    assert "n/a" in line and " 0" not in line
+    assert "n/a" in line
+    assert " 0" not in line
     assert "amdgpu_bo_move not attached" in text
 
 

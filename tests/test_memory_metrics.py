@@ -91,7 +91,8 @@ def test_evict_restore_pairing_per_process():
     assert per[100]["evict_worker_ns"] == [500]
     assert per[100]["restore_worker_ns"] == [1000]
     assert not per[100]["still_evicted_at_end"]
-    assert per[200]["evictions"] == 1 and per[200]["still_evicted_at_end"]
+    assert per[200]["evictions"] == 1
+    assert per[200]["still_evicted_at_end"]
     summary = mm.summarize_evictions(per, {100}, window_s=2.0)
     assert summary["evictions"] == 3
     assert summary["evict_restore_pairs"] == 2
@@ -107,7 +108,8 @@ def test_old_event_names_pair_the_same_way():
     per = mm.pair_evictions([KfdEvent(10, KFD_OLD_EVICT, 7), KfdEvent(110, KFD_OLD_RESTORE, 7),
                              KfdEvent(200, KFD_OLD_EVICT, 7)])
     assert per[7]["pairs_ns"] == [100]
-    assert per[7]["evictions"] == 2 and per[7]["still_evicted_at_end"]
+    assert per[7]["evictions"] == 2
+    assert per[7]["still_evicted_at_end"]
 
 
 def test_rates_and_aliases_need_a_window():
@@ -120,10 +122,12 @@ def test_rates_and_aliases_need_a_window():
 
 def test_restore_delay_is_explained():
     note = mm.restore_delay_note({25: 3, 50: 1}, hz=250)
-    assert note["delay_jiffies"] == 25 and note["delay_ms"] == pytest.approx(100.0)
+    assert note["delay_jiffies"] == 25
+    assert note["delay_ms"] == pytest.approx(100.0)
     assert "fixed restore delay" in note["note"]
     unknown = mm.restore_delay_note({}, hz=None)
-    assert unknown["delay_ms"] is None and "unknown" in unknown["note"]
+    assert unknown["delay_ms"] is None
+    assert "unknown" in unknown["note"]
 
 
 def _printed(table: dict[tuple[int, ...], int]) -> dict[str, int]:
@@ -153,7 +157,8 @@ def test_collect_pid_variant_attributes_by_the_events_own_pid():
     ev = res.metrics["evictions"]
     assert ev["attribution"]["variant"] == "pid"
     assert (ev["evictions"], ev["restores"], ev["evict_restore_pairs"]) == (3, 3, 2)
-    assert ev["events_logged"] == len(STREAM) and not ev["log_truncated"]
+    assert ev["events_logged"] == len(STREAM)
+    assert not ev["log_truncated"]
     assert ev["restore_delay"]["delay_jiffies"] == 25
     assert res.metrics["bo_moves"]["moves"] == 5
     assert res.metrics["bo_moves"]["moves_per_sec"] == pytest.approx(2.5)
@@ -187,7 +192,8 @@ def test_collect_without_amd_events_reports_null_with_reason(tmp_path):
     fam.render(RenderContext(Tracefs(tmp_path), BpftraceDialect((0, 17, 0)), TraceTarget((1,)),
                              f"{PIDS_MAP}[pid]", GATE))
     res = fam.collect({}, {"window": {"duration_ms": 1000.0}, "pids": [1]})
-    assert res.metrics["bo_moves"] is None and res.metrics["evictions"] is None
+    assert res.metrics["bo_moves"] is None
+    assert res.metrics["evictions"] is None
     assert "amdgpu_bo_move" in res.metrics["notes"]["bo_moves"]
     summary = res.metrics["summary"]
     for key in ("bo_moves", "migration_volume_mb", "bo_maps", "evictions", "total_faults",
@@ -202,7 +208,8 @@ def test_guide_summary_and_legacy_aliases_from_measured_numbers():
                  "@amdmem_twohop": _printed(TWOHOP), "@amdmem_twohop_bytes": _printed(TWOHOP_BYTES)})
     summary = AmdMemoryFamily().collect(maps, {"window": {"duration_ms": 2000.0},
                                                "pids": [100]}).metrics["summary"]
-    assert summary["bo_moves"] == 5 and summary["bo_moves_per_sec"] == pytest.approx(2.5)
+    assert summary["bo_moves"] == 5
+    assert summary["bo_moves_per_sec"] == pytest.approx(2.5)
     assert summary["migration_volume_bytes"] == MiB + 4096 + 2 * 8192 + 2 * MiB
     assert summary["total_faults"] == 2  # evict/restore pairs
     assert summary["fault_rate_per_sec"] == pytest.approx(1.5)  # 3 evictions / 2 s window

@@ -20,7 +20,8 @@ def test_summarize_known_samples():
     stats = metrics.summarize([1, 2, 3, 4, 5, 6, 7, 8, 9, 10])
     assert stats["count"] == 10
     assert stats["mean"] == pytest.approx(5.5)
-    assert stats["min"] == 1 and stats["max"] == 10
+    assert stats["min"] == 1
+    assert stats["max"] == 10
     assert stats["p50"] == pytest.approx(5.5)
     assert stats["median"] == stats["p50"]
     # linear interpolation: rank 0.95 * 9 = 8.55 → 9 + 0.55 * (10 - 9)
@@ -33,7 +34,8 @@ def test_summarize_known_samples():
 def test_summarize_empty_is_none_and_single_sample_has_zero_std():
     assert metrics.summarize([]) is None
     single = metrics.summarize([4.0])
-    assert single["std"] == 0.0 and single["p99"] == 4.0
+    assert single["std"] == 0.0
+    assert single["p99"] == 4.0
 
 
 def test_stability_warning_threshold():
@@ -41,7 +43,8 @@ def test_stability_warning_threshold():
     assert metrics.stability_warning(steady) is None
     noisy = metrics.summarize([5.0, 10.0, 15.0, 20.0, 10.0])
     warning = metrics.stability_warning(noisy)
-    assert warning is not None and "IQR/median" in warning
+    assert warning is not None
+    assert "IQR/median" in warning
 
 
 def test_throughput_units_and_zero_time():
@@ -106,7 +109,8 @@ def test_like_for_like_switch_cost_recovers_the_injected_cost(cost_us):
     # gemm→tiny occurs with and without a switch (20 switches, odd rounds); gemm→gemm switches
     # (20) face the no-switch gaps after a gemm; switches after a tiny op have no baseline
     assert result["switch_count"] == 20 + 80 + 19
-    assert result["matched_on_both_kinds"] == 20 and result["matched_on_previous_kind"] == 20
+    assert result["matched_on_both_kinds"] == 20
+    assert result["matched_on_previous_kind"] == 20
     assert result["matched_switch_count"] == 40
     assert result["reason"] is None
     assert result["outside_spread"] is (cost_us > 0)
@@ -160,13 +164,15 @@ def test_switch_analysis_reports_why_it_is_null():
     assert metrics.switch_analysis([])["reason"] == "no ops recorded"
     one_stream = [op(0, 0, 10), op(0, 12, 20)]
     result = metrics.switch_analysis(one_stream)
-    assert result["switch_overhead_ms"] is None and result["switch_count"] == 0
+    assert result["switch_overhead_ms"] is None
+    assert result["switch_count"] == 0
     assert "no stream switches" in result["reason"]
     assert result["outside_spread"] is None
     # a switch exists but never between the same op kinds as a same-stream gap
     unmatched = [op(0, 0, 10, label="a"), op(1, 12, 20, label="b"), op(1, 21, 30, label="b")]
     result = metrics.switch_analysis(unmatched)
-    assert result["switch_count"] == 1 and result["matched_switch_count"] == 0
+    assert result["switch_count"] == 1
+    assert result["matched_switch_count"] == 0
     assert result["switch_overhead_ms"] is None
     assert "no like-for-like pairs" in result["reason"]
     assert "no like-for-like" in result["per_lane"]["0"]["reason"]
@@ -180,7 +186,8 @@ def test_ready_to_start_delays_only_where_known():
 def test_per_label_summary():
     summary = metrics.per_label_summary([op(0, 0, 10, label="a"), op(0, 10, 30, label="a"),
                                          op(1, 0, 5, label="b")])
-    assert summary["a"]["count"] == 2 and summary["a"]["mean"] == pytest.approx(0.015)
+    assert summary["a"]["count"] == 2
+    assert summary["a"]["mean"] == pytest.approx(0.015)
     assert summary["b"]["max"] == pytest.approx(0.005)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import load_json, run_cli
+from conftest import load_json, run_cli, run_cli_inprocess
 from fake_smi import FakeGpus, initial_state
 from test_compare import _noisy, _run, _write
 
@@ -26,7 +26,8 @@ def one_line_error(proc: subprocess.CompletedProcess[str], needle: str, code: in
     assert proc.returncode == code, proc.stderr
     assert "Traceback" not in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and needle in errors[0], proc.stderr
+    assert len(errors) == 1, proc.stderr
+    assert needle in errors[0], proc.stderr
 
 
 # -- the sweep output is locked -------------------------------------------------------------------
@@ -52,7 +53,8 @@ def test_second_sweep_on_the_same_output_exits_2_naming_the_holder(tmp_path, com
         if first.poll() is None:
             first.kill()
     assert first.returncode == 143, err
-    assert "terminated: " in err and "Traceback" not in err
+    assert "terminated: " in err
+    assert "Traceback" not in err
     assert load_json(out)["state"] == "terminated"
     assert not (tmp_path / ".s.json.lock").exists(), "the lock is removed at exit"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json"]
@@ -87,6 +89,7 @@ def _sweep_checkpoint(path: Path) -> str:
     return path.read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", [
     ("run", "hetero_kernels", "--streams", "1", *TINY, "-o", "{out}"),
     ("run", "hetero_kernels", "--streams", "1", *TINY, "--trace-out", "{out}"),
@@ -98,9 +101,11 @@ def test_a_sweep_checkpoint_is_not_replaced_without_force(tmp_path, argv):
     base = _write(tmp_path, "b.json", _run(_noisy(10, 30, 1)))
     proc = run_cli(*[a.format(out=out, base=base) for a in argv])
     one_line_error(proc, "already holds a sweep file")
-    assert "--force" in proc.stderr and out.read_text() == before
+    assert "--force" in proc.stderr
+    assert out.read_text() == before
 
 
+@pytest.mark.slow
 def test_force_replaces_and_a_run_result_may_be_rewritten(tmp_path):
     out = tmp_path / "r.json"
     _sweep_checkpoint(out)
@@ -111,6 +116,7 @@ def test_force_replaces_and_a_run_result_may_be_rewritten(tmp_path):
     assert again.returncode == 0, again.stderr  # a run result is replaced by a run result
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("trace", ["{d}/r.json", "{d}/./r.json", "{d}/link/r.json"])
 def test_result_and_trace_on_the_same_file_refused(tmp_path, trace):
     (tmp_path / "link").symlink_to(tmp_path)
@@ -143,6 +149,7 @@ def full_disk(tmp_path):
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
+@pytest.mark.slow
 def test_disk_full_run_keeps_the_result_in_a_private_temp_file(full_disk, tmp_path):
     spare = tmp_path / "spare"
     spare.mkdir()
@@ -153,11 +160,13 @@ def test_disk_full_run_keeps_the_result_in_a_private_temp_file(full_disk, tmp_pa
     kept = re.search(r"kept in (\S+): move it", proc.stderr)
     assert kept, proc.stderr
     path = Path(kept.group(1))
-    assert path.parent.parent == spare and path.parent.stat().st_mode & 0o777 == 0o700
+    assert path.parent.parent == spare
+    assert path.parent.stat().st_mode & 0o777 == 0o700
     assert json.loads(path.read_text())["kind"] == "run"
     assert sorted(os.listdir(full_disk)) == ["filler"], "no temp file left on the full disk"
 
 
+@pytest.mark.slow
 def test_disk_full_report_leaves_no_folder_and_compare_is_one_line(full_disk, tmp_path):
     base = _write(tmp_path, "b.json", _run(_noisy(10, 30, 1)))
     report = run_cli("report", base, "-o", str(full_disk / "rep"))
@@ -227,13 +236,15 @@ def fake(tmp_path: Path) -> FakeGpus:
     return FakeGpus(tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("vendor", ["nvidia", "amd"])
 def test_a_valid_state_file_restores(fake, vendor):
     fake.state_dir.mkdir(mode=0o700)
     (fake.state_dir / f"gpu-{vendor}-0.json").write_text(json.dumps(_state(vendor)))
     proc = run_cli("restore", env=fake.env())
     assert proc.returncode == 0, proc.stderr
-    assert f"restored {vendor} GPU 0" in proc.stdout and fake.state_files() == []
+    assert f"restored {vendor} GPU 0" in proc.stdout
+    assert fake.state_files() == []
 
 
 @pytest.mark.parametrize(("vendor", "field", "value", "needle"), BAD_STATES,
@@ -245,7 +256,7 @@ def test_restore_refuses_a_bad_state_file_and_leaves_it(fake, vendor, field, val
     path = fake.state_dir / f"gpu-{vendor}-0.json"
     path.write_text(json.dumps(record))
     before = path.read_text()
-    proc = run_cli("restore", env=fake.env())
+    proc = run_cli_inprocess("restore", env=fake.env())
     one_line_error(proc, needle, code=3)  # the device it names may still be changed
     assert path.read_text() == before, "the file stays for a person to check"
     sets = [argv for _tool, argv in fake.calls()
@@ -259,6 +270,7 @@ def test_restore_refuses_a_bad_state_file_and_leaves_it(fake, vendor, field, val
 EVIL = "x](https://evil.example) <img src=x onerror=alert(1)>\n# Owned | col *bold* `code`"
 
 
+@pytest.mark.slow
 def test_markdown_escapes_strings_from_the_input_files(tmp_path):
     base_data = _run(_noisy(10, 30, 1), workload=EVIL)
     test_data = _run(_noisy(12, 30, 2), workload=EVIL)
@@ -273,7 +285,8 @@ def test_markdown_escapes_strings_from_the_input_files(tmp_path):
     assert [ln for ln in text.splitlines() if ln.startswith("#")] == [text.splitlines()[0]]
     for raw in (r"\]\(", r"<img", r"`code", r"\*bold", r"https:", r"\[u"):
         assert not re.search(r"(?<!\\)" + raw, text), raw  # only escaped forms remain
-    assert r"\<img" in text and r"\# Owned" in text
+    assert r"\<img" in text
+    assert r"\# Owned" in text
     for row in (ln for ln in text.splitlines() if ln.startswith("| x")):
         assert row.count(" | ") == 6, row  # the name's | did not add a column
 
@@ -292,6 +305,8 @@ def test_disk_full_mid_sweep_keeps_the_checkpoint(full_disk, tmp_path, monkeypat
     with pytest.raises(UsageError, match="No space left on device") as err:
         file.record({"key": {"streams": 1}, "status": "ok", "result": {"x": [1.0] * 20000}})
     kept = re.search(r"kept in (\S+):", str(err.value))
-    assert kept and "\n" not in str(err.value) and Path(kept.group(1)).parent.parent == spare
+    assert kept
+    assert "\n" not in str(err.value)
+    assert Path(kept.group(1)).parent.parent == spare
     assert json.loads(Path(kept.group(1)).read_text())["points"][0]["status"] == "ok"
     assert sorted(os.listdir(full_disk)) == ["filler"]

@@ -24,7 +24,8 @@ def test_on_cpu_concurrency_from_known_counters():
 
 def test_on_cpu_concurrency_is_null_with_reason_without_counters():
     out = oncpu.on_cpu_concurrency(None, None, 10.0)
-    assert out["on_cpu_queues"] is None and "no per-thread on-CPU counters" in out["on_cpu_reason"]
+    assert out["on_cpu_queues"] is None
+    assert "no per-thread on-CPU counters" in out["on_cpu_reason"]
     assert oncpu.snapshot([]) is None
 
 
@@ -70,7 +71,8 @@ def test_snapshot_matches_each_threads_own_cpu_clock():
     release.set()
     spinner.join()
     helper.join()
-    assert before is not None and after is not None
+    assert before is not None
+    assert after is not None
     spun_ns = after[busy[0]] - before[busy[0]]
     assert spun_ns == pytest.approx(busy[1] * 1e9, rel=0.05, abs=2e6)
     assert after[sleeper_tid[0]] - before[sleeper_tid[0]] < 1e6
@@ -78,7 +80,8 @@ def test_snapshot_matches_each_threads_own_cpu_clock():
 
 def test_interpretation_uses_on_cpu_where_measured_and_says_so():
     line = concurrency_line({"achieved": 2.62, "on_cpu_queues": 1.1}, 8)
-    assert "1.10 CPUs" in line and "kernel on-CPU time" in line
+    assert "1.10 CPUs" in line
+    assert "kernel on-CPU time" in line
     assert "2.62 of 8 streams had an op in flight (wall clock)" in line
     assert "waited for a CPU" in line
     gpu = concurrency_line({"achieved": 3.0, "on_cpu_queues": None}, 4)

@@ -13,7 +13,7 @@ from aorta.hw_queue_eval.gpu.policies import (
     resolve_policies,
     validate_clock_level,
 )
-from conftest import REPO, run_cli
+from conftest import REPO, run_cli_inprocess
 
 
 def test_builtins_are_the_guides_table() -> None:
@@ -77,25 +77,29 @@ def test_malformed_policy_files_are_refused(tmp_path: Path, body: str, reason: s
 
 
 def test_clock_level_bounds() -> None:
-    assert validate_clock_level("0") == 0 and validate_clock_level(7) == 7
+    assert validate_clock_level("0") == 0
+    assert validate_clock_level(7) == 7
     for bad in ("9", "-1", "high", True):
         with pytest.raises(UsageError):
             validate_clock_level(bad)
 
 
-def test_cli_unknown_policy_exits_2_with_reason() -> None:
-    proc = run_cli("policy-sweep", "hetero_kernels", "--streams", "4", "--policies",
-                   "baseline,turbo", "-d", "cpu", "-o", "/tmp/never-written.json")
+def test_cli_unknown_policy_exits_2_with_reason(tmp_path: Path) -> None:
+    out = tmp_path / "never-written.json"
+    proc = run_cli_inprocess("policy-sweep", "hetero_kernels", "--streams", "4", "--policies",
+                             "baseline,turbo", "-d", "cpu", "-o", str(out))
     assert proc.returncode == 2
-    assert "unknown policy 'turbo'" in proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists()
+    assert "unknown policy 'turbo'" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_cli_malformed_policy_file_exits_2(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[policies.q]\nenv = { LD_PRELOAD = \"/tmp/evil.so\" }\n")
     out = tmp_path / "out.json"
-    proc = run_cli("policy-sweep", "hetero_kernels", "--streams", "4", "--policy-file",
-                   str(bad), "-d", "cpu", "-o", str(out))
+    proc = run_cli_inprocess("policy-sweep", "hetero_kernels", "--streams", "4", "--policy-file",
+                             str(bad), "-d", "cpu", "-o", str(out))
     assert proc.returncode == 2
     assert "LD_PRELOAD names a file, folder or library" in proc.stderr
     assert not out.exists()
@@ -105,7 +109,7 @@ def test_cli_lock_clocks_9_exits_2(tmp_path: Path) -> None:
     for cmd in (["run", "hetero_kernels", "--streams", "4"],
                 ["policy-sweep", "hetero_kernels", "--streams", "4", "-o",
                  str(tmp_path / "o.json")]):
-        proc = run_cli(*cmd, "--lock-clocks", "9", "-d", "cpu")
+        proc = run_cli_inprocess(*cmd, "--lock-clocks", "9", "-d", "cpu")
         assert proc.returncode == 2, proc.stderr
         assert "--lock-clocks 9: clock levels are 0 (lowest) … 7 (highest)" in proc.stderr
 

@@ -28,6 +28,7 @@ def _points(data: dict) -> dict[str, list[dict]]:
     return by_policy
 
 
+@pytest.mark.slow
 def test_env_policies_change_the_cpu_queue_pool(tmp_path: Path, fake: FakeGpus) -> None:
     out = tmp_path / "p.json"
     proc = run_cli("policy-sweep", "hetero_kernels", "--streams", "8", "--policies",
@@ -35,7 +36,8 @@ def test_env_policies_change_the_cpu_queue_pool(tmp_path: Path, fake: FakeGpus) 
                    "-o", str(out), env=fake.env())
     assert proc.returncode == 0, proc.stderr
     data = load_json(out)
-    assert data["kind"] == "policy-sweep" and data["backend"] == "cpu"
+    assert data["kind"] == "policy-sweep"
+    assert data["backend"] == "cpu"
     points = _points(data)
     expected_pool = {"baseline": 4, "multi_tenant_fair": 2, "high_queue": 8}
     for name, pool in expected_pool.items():
@@ -55,7 +57,8 @@ def test_env_policies_change_the_cpu_queue_pool(tmp_path: Path, fake: FakeGpus) 
     pids = {points[n][0]["result"]["environment"]["pid"] for n in expected_pool}
     assert len(pids) == 3, "each policy ran in a fresh child process"
     (be,) = points["priority_be"]
-    assert be["status"] == "not_applicable" and be["result"] is None
+    assert be["status"] == "not_applicable"
+    assert be["result"] is None
     assert "not applicable on the CPU backend" in be["error"]
     assert fake.calls() == [], "nothing touched a GPU tool"
     summary = data["summary"]
@@ -66,24 +69,29 @@ def test_env_policies_change_the_cpu_queue_pool(tmp_path: Path, fake: FakeGpus) 
     assert rows["baseline"]["vs_baseline"] is None
     lat = rows["multi_tenant_fair"]["vs_baseline"]["latency"]
     assert lat["verdict"] == "inconclusive"  # one run per policy: noise unknown
-    assert lat["base_n"] == 1 and lat["test_n"] == 1
+    assert lat["base_n"] == 1
+    assert lat["test_n"] == 1
     tput = rows["high_queue"]["vs_baseline"]["throughput"]
     assert tput["change_pct"] == pytest.approx(  # Δ from the same statistic as the Tput column
         (rows["high_queue"]["throughput"] / rows["baseline"]["throughput"] - 1) * 100)
     # HSA_XNACK does nothing on the CPU backend: not run, not ranked
     (xnack,) = points["xnack_off"]
-    assert xnack["status"] == "not_applicable" and xnack["result"] is None
-    assert "HSA_XNACK" in xnack["error"] and "CPU backend" in xnack["error"]
+    assert xnack["status"] == "not_applicable"
+    assert xnack["result"] is None
+    assert "HSA_XNACK" in xnack["error"]
+    assert "CPU backend" in xnack["error"]
     assert rows["xnack_off"]["status"] == "not_applicable"
     assert summary["not_applicable"] == ["priority_be", "xnack_off"]
     assert summary["best_throughput"]["policy"] is None
     assert "not ranked: 1 run(s) per policy" in summary["best_throughput"]["text"]
     assert "Queue pool differs between policies" in proc.stdout
-    assert "Best throughput: not ranked" in proc.stdout and "Best P99:" in proc.stdout
+    assert "Best throughput: not ranked" in proc.stdout
+    assert "Best P99:" in proc.stdout
     assert "Not ranked (not applicable here): priority_be, xnack_off" in proc.stdout
     assert "priority_be: not applicable on the CPU backend" in proc.stdout
 
 
+@pytest.mark.slow
 def test_gpu_policy_applied_around_the_child_and_restored(tmp_path: Path, fake: FakeGpus) -> None:
     out = tmp_path / "p.json"
     proc = run_cli("policy-sweep", "hetero_kernels", "--streams", "4", "--policies",
@@ -93,14 +101,18 @@ def test_gpu_policy_applied_around_the_child_and_restored(tmp_path: Path, fake: 
     (be,) = points["priority_be"]
     assert be["status"] == "ok"
     effect = be["in_effect"]
-    assert effect["clock_level"] == 2 and effect["clock_mhz"] == 1200  # level 2/7 → step 1 of 3
-    assert effect["power_limit_w"] == 150 and effect["gpu_verified"] is True
+    assert effect["clock_level"] == 2
+    assert effect["clock_mhz"] == 1200  # level 2/7 → step 1 of 3
+    assert effect["power_limit_w"] == 150
+    assert effect["gpu_verified"] is True
     assert effect["gpu_status_after"] == "restored"
     assert points["baseline"][0]["in_effect"]["clock_level"] is None
-    assert fake.devices() == initial_state() and fake.state_files() == []
+    assert fake.devices() == initial_state()
+    assert fake.state_files() == []
     assert {argv[:2] == ["-d", "1"] for _tool, argv in fake.calls()} == {True}
 
 
+@pytest.mark.slow
 def test_repeats_shuffle_and_resume(tmp_path: Path, fake: FakeGpus) -> None:
     out = tmp_path / "p.json"
     args = ("policy-sweep", "hetero_kernels", "--streams", "4", "--policies",
@@ -113,7 +125,8 @@ def test_repeats_shuffle_and_resume(tmp_path: Path, fake: FakeGpus) -> None:
     assert sorted((p["key"]["policy"], p["key"]["repeat"]) for p in data["points"]) == [
         ("baseline", 1), ("baseline", 2), ("multi_tenant_fair", 1), ("multi_tenant_fair", 2)]
     row = {r["policy"]: r for r in data["summary"]["rows"]}["multi_tenant_fair"]
-    assert row["ok"] == 2 and len(row["throughput_per_repeat"]) == 2
+    assert row["ok"] == 2
+    assert len(row["throughput_per_repeat"]) == 2
     assert row["latency_ms"]["p50"] == pytest.approx(  # median over repeats of each P50
         float(np.median([r["latency_p50_ms"] for r in row["runs"]])))
     cmp = run_cli("compare", "-b", str(out), "-t", str(out), "--json")
@@ -125,12 +138,15 @@ def test_repeats_shuffle_and_resume(tmp_path: Path, fake: FakeGpus) -> None:
     assert again.returncode == 0, again.stderr
     assert again.stderr.count("kept from") == 4
     fresh = run_cli(*args, env=fake.env())
-    assert fresh.returncode == 2 and "already holds 4 finished policy-sweep points" in fresh.stderr
+    assert fresh.returncode == 2
+    assert "already holds 4 finished policy-sweep points" in fresh.stderr
     other = run_cli("policy-sweep", "hetero_kernels", "--streams", "4", "--policies", "baseline",
                     *FAST, "-o", str(out), "--resume", env=fake.env())
-    assert other.returncode == 2 and "made with other settings" in other.stderr
+    assert other.returncode == 2
+    assert "made with other settings" in other.stderr
 
 
+@pytest.mark.slow
 def test_file_policy_env_read_back_from_the_child(tmp_path: Path, fake: FakeGpus) -> None:
     out = tmp_path / "p.json"
     example = Path(__file__).resolve().parents[1] / "examples" / "policies.toml"
@@ -180,6 +196,8 @@ def test_best_policy_only_among_applicable_ones_beyond_noise() -> None:
     better = summarize(points + [point("high_queue", r, 150 * f) for r, f in enumerate(noise, 1)],
                        policies)
     best = better["best_throughput"]
-    assert best["policy"] == "high_queue" and best["change_pct"] == pytest.approx(50.0)
-    assert best["change_ci_pct"][0] > 0 and "p=" in best["text"]
+    assert best["policy"] == "high_queue"
+    assert best["change_pct"] == pytest.approx(50.0)
+    assert best["change_ci_pct"][0] > 0
+    assert "p=" in best["text"]
     assert better["not_applicable"] == ["xnack_off"]

@@ -27,6 +27,7 @@ def test_parse_size_rejects(text):
         pressure.parse_size(text)
 
 
+@pytest.mark.slow
 def test_remove_stale_keeps_live_owners_and_never_follows_links(tmp_path):
     dead, alive = tmp_path / f"{pressure.PREFIX}999999999", tmp_path / f"{pressure.PREFIX}{os.getpid()}"
     dead.mkdir()
@@ -34,27 +35,33 @@ def test_remove_stale_keeps_live_owners_and_never_follows_links(tmp_path):
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / f"{pressure.PREFIX}1").symlink_to(tmp_path / "elsewhere")
     assert pressure.remove_stale(tmp_path) == [dead.name]
-    assert alive.exists() and not dead.exists()
-    assert (tmp_path / f"{pressure.PREFIX}1").is_symlink() and (tmp_path / "elsewhere").exists()
+    assert alive.exists()
+    assert not dead.exists()
+    assert (tmp_path / f"{pressure.PREFIX}1").is_symlink()
+    assert (tmp_path / "elsewhere").exists()
 
 
 def test_cli_needs_limit_and_command():
     proc = subprocess.run([sys.executable, "-m", "aorta.tools.memory_pressure", "--", "true"],
                           capture_output=True, text=True, check=False)
-    assert proc.returncode == 2 and "--limit" in proc.stderr
+    assert proc.returncode == 2
+    assert "--limit" in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="creating a cgroup needs root")
 def test_cgroup_is_created_limited_and_removed():
     with pressure.MemoryPressure(256 << 20, churn_bytes=8 << 20) as mp:
         folder = mp.folder
-        assert folder is not None and folder.is_dir()
+        assert folder is not None
+        assert folder.is_dir()
         limit_file = "memory.max" if mp.place.version == 2 else "memory.limit_in_bytes"
         assert int((folder / limit_file).read_text()) == 256 << 20
         code = mp.run([sys.executable, "-c",
                        "import sys; print(open('/proc/self/cgroup').read())"])
         assert code == 0
-        assert mp.churner is not None and mp.churner.poll() is None
+        assert mp.churner is not None
+        assert mp.churner.poll() is None
         churner = mp.churner
         assert not list(Path(mp.churn_dir).glob(".aorta-churn-*"))  # unlinked at once
     assert not folder.exists()
@@ -72,6 +79,7 @@ def test_cgroup_folder_under_a_container_mount_root() -> None:
     assert pressure._under("/m", "/x", "/xy") is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("args", "words"), [
     (["--limit", "1", "--", "true"], "below 64M"),
     (["--limit", "99999999999999999999T", "--", "true"], "too large"),
@@ -85,10 +93,12 @@ def test_cli_bad_input_is_one_line_before_any_work(args, words):
     proc = subprocess.run([sys.executable, "-m", "aorta.tools.memory_pressure", *args],
                           capture_output=True, text=True, check=False, timeout=60)
     assert proc.returncode == 2, proc.stderr
-    assert words in proc.stderr and "Traceback" not in proc.stderr
+    assert words in proc.stderr
+    assert "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="creating a cgroup needs root")
 def test_kill_9_of_the_helper_leaves_no_churner_and_no_file(tmp_path):
     """The helper is SIGKILLed mid-run: its churner dies with it, no churn file exists, and the

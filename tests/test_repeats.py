@@ -28,7 +28,9 @@ def test_two_identical_repeated_runs_compare_without_regression(tmp_path: Path) 
         data = load_json(out)
         jsonschema.validate(data, run_result_schema())  # still a schema-v1 run, plus `repeats`
         block = data["repeats"]
-        assert block["requested"] == 3 and block["ok"] == 3 and len(block["per_repeat"]) == 3
+        assert block["requested"] == 3
+        assert block["ok"] == 3
+        assert len(block["per_repeat"]) == 3
         tputs = [r["throughput"] for r in block["per_repeat"]]
         assert block["stats"]["throughput"]["median"] == pytest.approx(float(np.median(tputs)))
         assert data["throughput"] == pytest.approx(float(np.median(tputs)))  # representative
@@ -41,14 +43,17 @@ def test_two_identical_repeated_runs_compare_without_regression(tmp_path: Path) 
     assert {m["verdict"] for m in pair["metrics"]} <= {"unchanged", "inconclusive"}
 
 
+@pytest.mark.slow
 def test_repeats_bad_input_exit_2_nothing_written(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     for extra, message in ((("--repeats", "0"), "--repeats must be ≥ 1"),
                            (("--repeats", "2", "--trace-out", str(tmp_path / "t.json")),
                             "use it without --repeats")):
         proc = run_cli("run", "hetero_kernels", "--streams", "2", *SMALL, *extra, "-o", str(out))
-        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
-        assert "Traceback" not in proc.stderr and not out.exists()
+        assert proc.returncode == 2, proc.stderr
+        assert message in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert not out.exists()
 
 
 @pytest.mark.slow
@@ -67,7 +72,8 @@ def test_queue_pool_1_vs_4_detected_over_interleaved_repeats(tmp_path: Path) -> 
     assert rows["baseline"]["in_effect"]["queue_pool_size"] == 4
     assert rows["single_queue"]["in_effect"]["queue_pool_size"] == 1
     tput = rows["single_queue"]["vs_baseline"]["throughput"]
-    assert tput["base_n"] == 5 and tput["test_n"] == 5
+    assert tput["base_n"] == 5
+    assert tput["test_n"] == 5
     assert tput["verdict"] != "improvement", tput  # one queue never beats four beyond noise
     loads = [p["conditions"]["loadavg_1m"] for p in data["points"]]
     cores = data["points"][0]["conditions"]["cpu_count"]

@@ -62,15 +62,19 @@ def _check_html(out, expected_pngs):
     assert pngs == sorted(expected_pngs)
     for name in pngs:
         data = (out / name).read_bytes()
-        assert data.startswith(PNG_MAGIC) and len(data) > 5_000
-        assert f'data-file="{name}"' in html and f'href="{name}"' in html
+        assert data.startswith(PNG_MAGIC)
+        assert len(data) > 5_000
+        assert f'data-file="{name}"' in html
+        assert f'href="{name}"' in html
     embedded = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
     assert len(embedded) == len(pngs)
     assert all(base64.b64decode(e).startswith(PNG_MAGIC) for e in embedded)
-    assert "<script" not in html and "http" not in html.replace("https://ui.perfetto.dev", "")
+    assert "<script" not in html
+    assert "http" not in html.replace("https://ui.perfetto.dev", "")
     return html
 
 
+@pytest.mark.slow
 def test_sweep_report(tmp_path):
     out = tmp_path / "rep"
     proc = run_cli("report", str(_sweep(tmp_path)), "-o", str(out))
@@ -80,6 +84,7 @@ def test_sweep_report(tmp_path):
     assert "16 streams timeout" in html
 
 
+@pytest.mark.slow
 def test_run_report_with_ebpf_histogram(tmp_path):
     ebpf = {"submit_to_dispatch_hist_us": [{"min": 0, "max": 1, "count": 5},
                                            {"min": 2, "max": 3, "count": 9}], "p99_us": 3.0}
@@ -93,6 +98,7 @@ def test_run_report_with_ebpf_histogram(tmp_path):
     assert "all 3 measured iterations" in html
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("setup", "message"), [
     ("file_as_dir", "is a file"),
     ("missing_parent", "does not exist"),
@@ -108,7 +114,8 @@ def test_report_bad_input_exit_2_nothing_written(tmp_path, setup, message):
     else:
         result.write_text(json.dumps({"schema_version": 1, "kind": "policy_sweep", "policies": {}}))
     proc = run_cli("report", str(result), "-o", str(out))
-    assert proc.returncode == 2 and message in proc.stderr
+    assert proc.returncode == 2
+    assert message in proc.stderr
     assert not (out.is_dir() and any(out.iterdir()))
 
 
@@ -124,6 +131,7 @@ print("exit", code)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [["--help"], ["sweep", "--help"], ["compare", "--help"],
                                   ["report", "SWEEP", "-o", "OUT"],
                                   ["compare", "-b", "SWEEP", "-t", "SWEEP"]])
@@ -145,16 +153,19 @@ def test_sweep_table_adds_ebpf_columns_when_traced():
         {"key": {"streams": 2}, "status": "ok", "result": traced}]}
     headers, rows = sweep_table(sweep)
     assert headers[-2:] == ["eBPF dispatch avg µs", "eBPF dispatch P99 µs"]
-    assert rows[1][-2:] == ["12.3", "45.7"] and rows[0][-2:] == ["n/a", "n/a"]
+    assert rows[1][-2:] == ["12.3", "45.7"]
+    assert rows[0][-2:] == ["n/a", "n/a"]
     headers, _ = sweep_table({"points": sweep["points"][:1]})
     assert "eBPF dispatch P99 µs" not in headers
 
 
+@pytest.mark.slow
 def test_report_folder_that_cannot_be_created_is_exit_2(tmp_path):
     # /proc refuses new entries even for root: the check must try, not trust permission bits
     proc = run_cli("report", str(_sweep(tmp_path)), "-o", "/proc/aorta-report")
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.startswith("error: cannot write report folder") and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("error: cannot write report folder")
+    assert "Traceback" not in proc.stderr
 
 
 def test_ebpf_histogram_bounds_in_readable_units_and_short_names():
@@ -194,6 +205,7 @@ def _policy_sweep_file(tmp_path, repeats=3):
     return path, data, names
 
 
+@pytest.mark.slow
 def test_policy_sweep_report_names_every_policy_with_cis(tmp_path):
     from aorta.hw_queue_eval.report.plots import policy_figure
 
@@ -214,6 +226,7 @@ def test_policy_sweep_report_names_every_policy_with_cis(tmp_path):
     assert {t.get_text() for t in ax.texts} == {"not applicable"}
 
 
+@pytest.mark.slow
 def test_sweep_report_with_repeats_draws_a_ci_band(tmp_path):
     from aorta.hw_queue_eval.report.plots import sweep_throughput
     from aorta.hw_queue_eval.sweeps.stream_sweep import analysis_of
@@ -230,4 +243,5 @@ def test_sweep_report_with_repeats_draws_a_ci_band(tmp_path):
     proc = run_cli("report", str(path), "-o", str(tmp_path / "rep"))
     assert proc.returncode == 0, proc.stderr
     html = (tmp_path / "rep" / "index.html").read_text()
-    assert "20.00 [19.00, 21.00]" in html and "confidence" in html
+    assert "20.00 [19.00, 21.00]" in html
+    assert "confidence" in html

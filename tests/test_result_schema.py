@@ -24,6 +24,7 @@ def test_run_result_matches_json_schema(result_dict):
     jsonschema.validate(result_dict, run_result_schema())
 
 
+@pytest.mark.slow
 def test_schema_rejects_broken_results(result_dict):
     schema = run_result_schema()
     for mutate in (lambda d: d.pop("throughput"), lambda d: d.update(stream_count=0),

@@ -18,9 +18,11 @@ V1_FILE = Path(__file__).parent / "fixtures" / "run_v1_hetero8.json"
 
 def test_v1_run_upgrades_to_a_valid_v2_run():
     raw = json.loads(V1_FILE.read_text())
-    assert raw["schema_version"] == 1 and "max_abs_error" in raw["verification"]
+    assert raw["schema_version"] == 1
+    assert "max_abs_error" in raw["verification"]
     data = load_result(V1_FILE)
-    assert data["schema_version"] == SCHEMA_VERSION == 2 and data["upgraded_from"] == 1
+    assert data["schema_version"] == SCHEMA_VERSION == 2
+    assert data["upgraded_from"] == 1
     assert data["verification"]["max_rel_error"] == raw["verification"]["max_abs_error"]
     assert "max_abs_error" not in data["verification"]
     jsonschema.validate(data, run_result_schema())
@@ -40,7 +42,8 @@ def test_ops_round_trip_through_the_interval_table():
     ops = ops_from_intervals(raw["op_intervals"])
     assert len(ops) == raw["op_intervals"]["total_ops"]
     first = raw["op_intervals"]["rows"][0]
-    assert ops[0].start_ns == round(first[5] * 1000) and ops[0].stream == first[1]
+    assert ops[0].start_ns == round(first[5] * 1000)
+    assert ops[0].stream == first[1]
 
 
 def test_v1_without_op_intervals_has_null_switch_overhead_with_reason():

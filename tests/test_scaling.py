@@ -60,7 +60,8 @@ def test_still_scaling_and_unknown_pool():
     assert a.knee_streams is None
     assert a.pool_size is None
     assert a.verdict.startswith("throughput still scales up to 2 streams (the largest measured)")
-    assert a.confidence == "unknown" and "--repeats" in a.verdict
+    assert a.confidence == "unknown"
+    assert "--repeats" in a.verdict
 
 
 def test_dispatch_jump_from_ebpf_section():
@@ -104,9 +105,12 @@ def test_repeats_with_separated_cis_give_high_confidence():
     results = (_runs(1, [10, 10.2, 9.9, 10.1, 9.8], 100) + _runs(2, [20, 19.5, 20.3, 19.9, 20.1], 200)
                + _runs(4, [21, 20.6, 21.2, 20.8, 21.1], 400))
     a = analyze(results, "per_stream")
-    assert a.knee_streams == 2 and a.runs_per_point == [5, 5, 5]
-    assert a.confidence == "high" and "[confidence high" in a.verdict
-    assert a.throughput_ci[0] == [9.8, 10.2] and a.ci_level == pytest.approx(0.9375)
+    assert a.knee_streams == 2
+    assert a.runs_per_point == [5, 5, 5]
+    assert a.confidence == "high"
+    assert "[confidence high" in a.verdict
+    assert a.throughput_ci[0] == [9.8, 10.2]
+    assert a.ci_level == pytest.approx(0.9375)
     assert [s["trend"] for s in a.steps] == ["rising", "rising"]  # 20→21: CIs [19.5,20.3] [20.6,21.2]
 
 
@@ -123,8 +127,10 @@ def test_unstable_points_are_flagged_and_weaken_the_verdict():
                + _runs(4, [20.5, 20.4, 20.6], 400))
     a = analyze(results, "per_stream")
     assert a.unstable_points == [{"streams": 1, "iqr_over_median": 0.5}]
-    assert a.confidence == "low" and "weakened by unstable points" in a.confidence_reason
-    assert "unstable points at 1 streams" in a.verdict and a.warnings
+    assert a.confidence == "low"
+    assert "weakened by unstable points" in a.confidence_reason
+    assert "unstable points at 1 streams" in a.verdict
+    assert a.warnings
 
 
 def test_resume_under_other_load_is_flagged():

@@ -88,17 +88,23 @@ from aorta.hw_queue_eval.analysis.stats import compare_runs, median_ci, shift_ci
 def test_median_ci_levels_are_the_binomial_coverages():
     assert median_ci([3.0, 1.0, 2.0]).level == pytest.approx(0.75)  # [min, max] of 3
     ci5 = median_ci([5, 1, 4, 2, 3])
-    assert (ci5.low, ci5.high, ci5.median) == (1, 5, 3) and ci5.level == pytest.approx(0.9375)
+    assert (ci5.low, ci5.high, ci5.median) == (1, 5, 3)
+    assert ci5.level == pytest.approx(0.9375)
     ci10 = median_ci(range(1, 11))  # k = 2: 1 − 2·P(Bin(10, ½) ≤ 1) = 1 − 22/1024
-    assert (ci10.low, ci10.high) == (2, 9) and ci10.level == pytest.approx(1 - 22 / 1024)
+    assert (ci10.low, ci10.high) == (2, 9)
+    assert ci10.level == pytest.approx(1 - 22 / 1024)
     one = median_ci([7.0])
-    assert one.low is None and one.level is None and one.spread_pct is None
+    assert one.low is None
+    assert one.level is None
+    assert one.spread_pct is None
 
 
 def test_shift_ci_recovers_a_known_ratio():
     base = [10.0, 10.5, 9.7, 10.2, 9.9]
     low, high, level = shift_ci(base, [v * 1.2 for v in base])
-    assert low <= 20.0 <= high and low > 0 and level == pytest.approx(1 - 8 / 252)  # k = 3
+    assert low <= 20.0 <= high
+    assert low > 0
+    assert level == pytest.approx(1 - 8 / 252)  # k = 3
     assert shift_ci([1.0], [2.0]) is None
 
 
@@ -141,7 +147,8 @@ def test_real_difference_is_detected_with_five_runs():
     assert found >= 90  # 1.6× with 10 % run-to-run noise: power close to 1
     c = compare_runs([100.0, 101, 99, 100.5, 99.5], [60.0, 61, 59, 60.5, 59.5], 5.0,
                      higher_is_better=True)
-    assert c.verdict == "regression" and c.change_ci_pct[1] < -30
+    assert c.verdict == "regression"
+    assert c.change_ci_pct[1] < -30
 
 
 def test_heavy_tailed_outlier_does_not_flip_the_verdict():

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import load_json, run_cli
+from conftest import load_json, process_tree, run_cli, run_cli_inprocess
 
 TINY = ["-i", "3", "-w", "1", "-d", "cpu", "--size", "small"]
 
@@ -22,7 +22,7 @@ TINY = ["-i", "3", "-w", "1", "-d", "cpu", "--size", "small"]
 @pytest.mark.parametrize("streams", ["1,,2", "x", "0", "1,2,1", "100,200"])
 def test_bad_stream_lists_exit_2_without_writing(tmp_path, streams):
     out = tmp_path / "s.json"
-    proc = run_cli("sweep", "hetero_kernels", "--streams", streams, *TINY, "-o", str(out))
+    proc = run_cli_inprocess("sweep", "hetero_kernels", "--streams", streams, *TINY, "-o", str(out))
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("error: --streams") or "none of --streams" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -58,6 +58,15 @@ def _ok_points(path: Path) -> list[dict]:
     return [p for p in data["points"] if p["status"] == "ok"]
 
 
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie waiting to be reaped has ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
 @pytest.mark.slow
 def test_kill_9_mid_sweep_then_resume_loses_nothing(tmp_path):
     out = tmp_path / "s.json"
@@ -74,10 +83,12 @@ def test_kill_9_mid_sweep_then_resume_loses_nothing(tmp_path):
     json.loads(out.read_text())  # still valid JSON after kill -9
 
     again = run_cli(*args)  # without --resume: refuses to overwrite finished points
-    assert again.returncode == 2 and "--resume" in again.stderr
+    assert again.returncode == 2
+    assert "--resume" in again.stderr
     other = run_cli("sweep", "hetero_kernels", "--streams", "1,2,4,8", "-i", "4", "-w", "1",
                     "-d", "cpu", "-o", str(out), "--resume")
-    assert other.returncode == 2 and "other settings" in other.stderr
+    assert other.returncode == 2
+    assert "other settings" in other.stderr
 
     resumed = run_cli(*args, "--resume")
     assert resumed.returncode == 0, resumed.stderr
@@ -103,16 +114,24 @@ def test_ctrl_c_keeps_finished_points_and_stops_the_child(tmp_path, sig, code, s
     deadline = time.monotonic() + 120
     while not _ok_points(out) and time.monotonic() < deadline and sweep.poll() is None:
         time.sleep(0.05)
-    time.sleep(0.3)  # the next point's child is running now
+    earlier = process_tree(sweep.pid)
+    while not (child := process_tree(sweep.pid) - earlier):  # the next point's child is running
+        assert time.monotonic() < deadline, "no point child started after the first point"
+        assert sweep.poll() is None, "the sweep ended before its next point"
+        time.sleep(0.02)
     sweep.send_signal(sig)
     _, stderr = sweep.communicate(timeout=60)
     assert sweep.returncode == code, stderr
-    assert f"{state}: " in stderr and "finished points kept" in stderr
-    assert "Traceback" not in stderr and len(stderr.strip().splitlines()[-1:]) == 1
+    assert not [p for p in child if _alive(p)], "the point's child outlived the sweep"
+    assert f"{state}: " in stderr
+    assert "finished points kept" in stderr
+    assert "Traceback" not in stderr
+    assert len(stderr.strip().splitlines()[-1:]) == 1
     data = load_json(out)
     assert data["state"] == state
     assert not (tmp_path / ".s.json.lock").exists()
-    assert _ok_points(out) and all(p["status"] == "ok" for p in data["points"])
+    assert _ok_points(out)
+    assert all(p["status"] == "ok" for p in data["points"])
 
 
 @pytest.mark.slow
@@ -122,8 +141,9 @@ def test_hung_point_times_out(tmp_path):
                    "--timeout", "0.2")
     assert proc.returncode == 1
     point = load_json(out)["points"][0]
-    assert point["status"] == "timeout" and "no result after 0.2 s" in point["error"]
-    assert run_cli("sweep", "hetero_kernels", "--streams", "1", "--timeout", "0",
+    assert point["status"] == "timeout"
+    assert "no result after 0.2 s" in point["error"]
+    assert run_cli_inprocess("sweep", "hetero_kernels", "--streams", "1", "--timeout", "0",
                    "-o", str(tmp_path / "x.json")).returncode == 2
 
 
@@ -140,7 +160,9 @@ def test_point_folders_of_a_killed_parent_are_removed_by_the_next_point(tmp_path
     unrelated.mkdir()
     removed = childrun.remove_stale_point_dirs(str(tmp_path))
     assert removed == [str(stale)]
-    assert not stale.exists() and alive.exists() and unrelated.exists()
+    assert not stale.exists()
+    assert alive.exists()
+    assert unrelated.exists()
 
 
 @pytest.mark.slow
@@ -150,7 +172,8 @@ def test_sweep_repeats_interleave_and_analyse_over_runs(tmp_path):
                    "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     data = load_json(out)
-    assert data["repeats"] == 2 and len(data["schedule"]) == 2
+    assert data["repeats"] == 2
+    assert len(data["schedule"]) == 2
     assert all(sorted(r) == [1, 2] for r in data["schedule"])
     assert sorted((p["key"]["streams"], p["key"]["repeat"]) for p in data["points"]) == [
         (1, 1), (1, 2), (2, 1), (2, 2)]
@@ -162,24 +185,27 @@ def test_sweep_repeats_interleave_and_analyse_over_runs(tmp_path):
     assert analysis["confidence"] == "unknown"  # 2 runs: noise not measured well enough
     ones = sorted(p["result"]["throughput"] for p in data["points"] if p["key"]["streams"] == 1)
     assert analysis["throughput_ci"][0] == pytest.approx(ones)  # [min, max] of two runs
-    assert "Runs" in proc.stdout and "confidence unknown" in proc.stdout
+    assert "Runs" in proc.stdout
+    assert "confidence unknown" in proc.stdout
     cmp = run_cli("compare", "-b", str(out), "-t", str(out), "--json")
     assert cmp.returncode == 0
     assert [p["runs"] for p in json.loads(cmp.stdout)["tests"][0]["pairs"]] == [[2, 2], [2, 2]]
     again = run_cli("sweep", "hetero_kernels", "--streams", "1,2", *TINY, "--repeats", "2",
                     "-o", str(out), "--resume")
-    assert again.returncode == 0 and again.stderr.count("already done (resumed)") == 4
+    assert again.returncode == 0
+    assert again.stderr.count("already done (resumed)") == 4
 
 
 SETPRIV_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="planting as user nobody needs root")
 def test_foreign_point_folders_in_shared_temp_cannot_break_a_sweep(tmp_path):
     """Security item 4: user nobody plants aorta-point-<huge pid>-x and a folder with a dead pid
     in the shared temp folder; the sweep runs, nobody's folders are never parsed nor removed."""
 
-    shared = Path(tempfile.mkdtemp(prefix="aorta-test-shared-"))  # nobody can reach it
+    shared = Path(tempfile.mkdtemp(prefix="aorta-test-shared-", dir="/tmp"))  # nobody can reach it
     shared.chmod(0o1777)
     try:
         _sweep_with_planted_folders(shared, tmp_path)
@@ -209,6 +235,8 @@ def _sweep_with_planted_folders(shared: Path, tmp_path: Path) -> None:
 def test_pid_alive_survives_absurd_pids():
     from aorta.common.procs import parse_pid, pid_alive
 
-    assert pid_alive(99999999999999999999) is False and pid_alive(-1) is False
-    assert parse_pid("99999999999999999999") is None and parse_pid("\u0663") is None
+    assert pid_alive(99999999999999999999) is False
+    assert pid_alive(-1) is False
+    assert parse_pid("99999999999999999999") is None
+    assert parse_pid("\u0663") is None
     assert parse_pid(str(os.getpid())) == os.getpid()

@@ -31,7 +31,9 @@ def test_run_trace_out_structure(tmp_path):
     window_us = result["total_time_ms"] * 1000
     assert all(e["ts"] >= 0 and e["ts"] + e["dur"] <= window_us + 1 for e in ops)
     busy = [e["args"]["busy"] for e in events if e["ph"] == "C" and e["name"] == "busy streams"]
-    assert busy and max(busy) <= 6 and busy[-1] == 0
+    assert busy
+    assert max(busy) <= 6
+    assert busy[-1] == 0
     for tid in {e["tid"] for e in stream_ops}:  # ops on one track never overlap (Perfetto nests)
         track = sorted((e["ts"], e["ts"] + e["dur"]) for e in stream_ops if e["tid"] == tid)
         assert all(a[1] <= b[0] + 1e-3 for a, b in itertools.pairwise(track))
@@ -92,6 +94,7 @@ def test_cross_stream_waits_become_flow_arrows():
     assert len(starts) == len(ends) == 2 * 6 == trace["otherData"]["waits_in_trace"]
     for flow_id, start in starts.items():
         end = ends[flow_id]
-        assert start["ts"] <= end["ts"] and start["tid"] != end["tid"]
+        assert start["ts"] <= end["ts"]
+        assert start["tid"] != end["tid"]
     fork_waits = [e for e in starts.values() if e["tid"] == 1]  # stream 0 = track 1
     assert len(fork_waits) == 2 * 3
