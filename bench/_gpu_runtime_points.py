@@ -22,12 +22,39 @@ WORKLOAD = "tiny_kernel_stress"
 
 def _run(device: str, iterations: str, streams: int, path: Path, traced: bool) -> dict[str, Any] | None:
     flags = ["--ebpf-trace", "--ebpf-gpu-runtime"] if traced else []
-    proc = subprocess.run([sys.executable, "-m", "aorta.hw_queue_eval", "run", WORKLOAD,
-                           "--streams", str(streams), "-d", device, "-i", iterations, *flags,
-                           "-o", str(path)], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "aorta.hw_queue_eval",
+            "run",
+            WORKLOAD,
+            "--streams",
+            str(streams),
+            "-d",
+            device,
+            "-i",
+            iterations,
+            *flags,
+            "-o",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if proc.returncode != 0 or not path.exists():
-        print(json.dumps({"workload": WORKLOAD, "streams": streams, "traced": traced,
-                          "status": "failed", "error": proc.stderr.strip().splitlines()[-3:]}))
+        print(
+            json.dumps(
+                {
+                    "workload": WORKLOAD,
+                    "streams": streams,
+                    "traced": traced,
+                    "status": "failed",
+                    "error": proc.stderr.strip().splitlines()[-3:],
+                }
+            )
+        )
         return None
     return json.loads(path.read_text())
 
@@ -38,26 +65,37 @@ def summarize(plain: dict[str, Any], traced: dict[str, Any]) -> dict[str, Any]:
     fam = ((queue.get("families") or {}).get("gpu_runtime") or {}).get("metrics") or {}
     cmp = traced.get("ebpf_vs_cuda_comparison") or {}
     ops = (traced.get("ops") or {}).get("count")
-    ratio = (traced["throughput"] / plain["throughput"]
-             if plain.get("throughput") and traced.get("throughput") else None)
+    ratio = (
+        traced["throughput"] / plain["throughput"]
+        if plain.get("throughput") and traced.get("throughput")
+        else None
+    )
     window_ms = (queue.get("window") or {}).get("duration_ms")
     launches = fam.get("launches_total")
     share = (1 - ratio) if ratio is not None else None
-    return {"workload": WORKLOAD, "streams": traced["stream_count"], "status": queue.get("status"),
-            "error": queue.get("error"), "ops_issued": ops, "launches_seen": launches,
-            "launches_matched": cmp.get("launches_matched"),
-            "launches_seen_eq_ops": cmp.get("launches_matched") == ops if ops is not None else None,
-            "accuracy_pct": cmp.get("coverage_pct"),
-            "hw_queues_used": fam.get("hw_queues_used"), "lost_events": queue.get("lost_events"),
-            "launch_call_avg_us": (fam.get("summary") or {}).get("launch_call_avg_us"),
-            "op_gap_avg_us": cmp.get("harness_op_gap_avg_us"),
-            "throughput_traced_over_plain": ratio,
-            "cost_share_of_window": share,
-            "cost_us_per_launch_est": (share * window_ms * 1e3 / launches
-                                       if share is not None and window_ms and launches else None),
-            "uprobe_cost_in_result": fam.get("probe_cost"),
-            "not_attached": (fam.get("probes") or {}).get("not_attached"),
-            "missing": (queue.get("families") or {}).get("gpu_runtime", {}).get("events_missing")}
+    return {
+        "workload": WORKLOAD,
+        "streams": traced["stream_count"],
+        "status": queue.get("status"),
+        "error": queue.get("error"),
+        "ops_issued": ops,
+        "launches_seen": launches,
+        "launches_matched": cmp.get("launches_matched"),
+        "launches_seen_eq_ops": cmp.get("launches_matched") == ops if ops is not None else None,
+        "accuracy_pct": cmp.get("coverage_pct"),
+        "hw_queues_used": fam.get("hw_queues_used"),
+        "lost_events": queue.get("lost_events"),
+        "launch_call_avg_us": (fam.get("summary") or {}).get("launch_call_avg_us"),
+        "op_gap_avg_us": cmp.get("harness_op_gap_avg_us"),
+        "throughput_traced_over_plain": ratio,
+        "cost_share_of_window": share,
+        "cost_us_per_launch_est": (
+            share * window_ms * 1e3 / launches if share is not None and window_ms and launches else None
+        ),
+        "uprobe_cost_in_result": fam.get("probe_cost"),
+        "not_attached": (fam.get("probes") or {}).get("not_attached"),
+        "missing": (queue.get("families") or {}).get("gpu_runtime", {}).get("events_missing"),
+    }
 
 
 def run_points(device: str, iterations: str, out: Path) -> int:

@@ -47,16 +47,19 @@ BUSY_LOAD_PER_CORE = 0.25  # start load above this × cores: "not idle" (the ben
 def extract_package(ref: str, into: str) -> str:
     """src/aorta of git REF unpacked under `into` (a private folder); the package's path."""
     if not ref or ref.startswith("-"):
-        raise UsageError(f"--against {ref!r} is not a git revision; give a branch, tag or commit "
-                         "hash")
-    probe = subprocess.run(["git", "-C", REPO, "rev-parse", "--verify", "--quiet",
-                            f"{ref}^{{commit}}"], capture_output=True, text=True, check=False)
+        raise UsageError(f"--against {ref!r} is not a git revision; give a branch, tag or commit hash")
+    probe = subprocess.run(
+        ["git", "-C", REPO, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if probe.returncode != 0:
-        raise UsageError(f"--against {ref!r} is not a commit in {REPO}; "
-                         "give a branch, tag or commit hash")
+        raise UsageError(f"--against {ref!r} is not a commit in {REPO}; give a branch, tag or commit hash")
     commit = probe.stdout.strip()
-    archive = subprocess.run(["git", "-C", REPO, "archive", "--format=tar", commit, "src/aorta"],
-                             capture_output=True, check=True).stdout
+    archive = subprocess.run(
+        ["git", "-C", REPO, "archive", "--format=tar", commit, "src/aorta"], capture_output=True, check=True
+    ).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(into, filter="data")
     return os.path.join(into, "src", "aorta")
@@ -81,9 +84,13 @@ def verdict(cv_pct: float | None, start_load: float) -> str:
 def summarize(values: list[float], windows: list[float], start_load: float) -> dict[str, Any]:
     """One (configuration, code state): the printed figures, as the JSON keeps them."""
     ci = median_ci(values)
-    return {"runs": len(values), "mean": sum(values) / len(values), **ci.to_dict(),
-            "mean_window_ms": sum(windows) / len(windows),
-            "verdict": verdict(ci.cv_pct, start_load)}
+    return {
+        "runs": len(values),
+        "mean": sum(values) / len(values),
+        **ci.to_dict(),
+        "mean_window_ms": sum(windows) / len(windows),
+        "verdict": verdict(ci.cv_pct, start_load),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,8 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--iterations", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--against", default=None, metavar="REF",
-                        help="also run the package at this git commit/branch, interleaved")
+    parser.add_argument(
+        "--against",
+        default=None,
+        metavar="REF",
+        help="also run the package at this git commit/branch, interleaved",
+    )
     parser.add_argument("--json", default=None, help="also write the numbers here")
     args = parser.parse_args(argv)
     if args.rounds < 2:
@@ -126,52 +137,91 @@ def run_bench(args: argparse.Namespace, states: list[tuple[str, str | None]]) ->
         for workload, streams, label, package in pairs[shift:] + pairs[:shift]:
             key = (f"{workload} @ {streams}", label)
             loads[key].append(os.getloadavg()[0])
-            outcome = run_point([workload, "--streams", str(streams), "-d", "cpu", "-i",
-                                 str(args.iterations), "-w", str(args.warmup)],
-                                build_command=functools.partial(point_command,
-                                                                package_dir=package))
+            outcome = run_point(
+                [
+                    workload,
+                    "--streams",
+                    str(streams),
+                    "-d",
+                    "cpu",
+                    "-i",
+                    str(args.iterations),
+                    "-w",
+                    str(args.warmup),
+                ],
+                build_command=functools.partial(point_command, package_dir=package),
+            )
             if outcome.status != "ok" or outcome.result is None:
-                print(f"round {round_index + 1} {key[0]} [{label}]: {outcome.status}: "
-                      f"{outcome.error}", flush=True)
+                print(
+                    f"round {round_index + 1} {key[0]} [{label}]: {outcome.status}: {outcome.error}",
+                    flush=True,
+                )
                 continue
             tput[key].append(float(outcome.result["throughput"]))
             by_round[key][round_index] = tput[key][-1]
             windows[key].append(float(outcome.result["total_time_ms"]))
-            print(f"round {round_index + 1} {key[0]:<24} [{label}]: {tput[key][-1]:.4g} "
-                  f"{outcome.result['throughput_unit']}, window {windows[key][-1]:.1f} ms "
-                  f"(load {loads[key][-1]:.2f})", flush=True)
+            print(
+                f"round {round_index + 1} {key[0]:<24} [{label}]: {tput[key][-1]:.4g} "
+                f"{outcome.result['throughput_unit']}, window {windows[key][-1]:.1f} ms "
+                f"(load {loads[key][-1]:.2f})",
+                flush=True,
+            )
     end_loads = os.getloadavg()
-    print(f"\n{'configuration':<24} {'code':<12} {'runs':>4} {'mean':>10} {'median [CI]':>34} "
-          f"{'CV':>6} {'spread':>7} {'window':>9}  verdict (CV ≤ {TARGET_CV_PCT:g} %)")
-    report: dict[str, Any] = {"load_start": list(start_loads), "load_end": list(end_loads),
-                              "cpu_count": os.cpu_count(), "target_cv_pct": TARGET_CV_PCT,
-                              "iterations": args.iterations, "warmup": args.warmup,
-                              "rounds": args.rounds, "states": [s[0] for s in states],
-                              "results": []}
+    print(
+        f"\n{'configuration':<24} {'code':<12} {'runs':>4} {'mean':>10} {'median [CI]':>34} "
+        f"{'CV':>6} {'spread':>7} {'window':>9}  verdict (CV ≤ {TARGET_CV_PCT:g} %)"
+    )
+    report: dict[str, Any] = {
+        "load_start": list(start_loads),
+        "load_end": list(end_loads),
+        "cpu_count": os.cpu_count(),
+        "target_cv_pct": TARGET_CV_PCT,
+        "iterations": args.iterations,
+        "warmup": args.warmup,
+        "rounds": args.rounds,
+        "states": [s[0] for s in states],
+        "results": [],
+    }
     for key, values in tput.items():
         if len(values) < 2:
             print(f"{key[0]:<24} {key[1]:<12} {len(values):>4}  too few ok runs for a CV")
             continue
         row = summarize(values, windows[key], start_loads[0])
-        ci_text = (f"{row['median']:.4g} [{row['low']:.4g}, {row['high']:.4g}] "
-                   f"{row['level']:.0%}" if row["low"] is not None else f"{row['median']:.4g}")
-        print(f"{key[0]:<24} {key[1]:<12} {row['runs']:>4} {row['mean']:>10.4g} {ci_text:>34} "
-              f"{row['cv_pct']:>5.1f}% {row['spread_pct']:>6.1f}% {row['mean_window_ms']:>6.1f} ms"
-              f"  {row['verdict']}")
-        report["results"].append({"configuration": key[0], "code": key[1], "throughputs": values,
-                                  "window_ms": windows[key], "loadavg_1m": loads[key], **row})
+        ci_text = (
+            f"{row['median']:.4g} [{row['low']:.4g}, {row['high']:.4g}] {row['level']:.0%}"
+            if row["low"] is not None
+            else f"{row['median']:.4g}"
+        )
+        print(
+            f"{key[0]:<24} {key[1]:<12} {row['runs']:>4} {row['mean']:>10.4g} {ci_text:>34} "
+            f"{row['cv_pct']:>5.1f}% {row['spread_pct']:>6.1f}% {row['mean_window_ms']:>6.1f} ms"
+            f"  {row['verdict']}"
+        )
+        report["results"].append(
+            {
+                "configuration": key[0],
+                "code": key[1],
+                "throughputs": values,
+                "window_ms": windows[key],
+                "loadavg_1m": loads[key],
+                **row,
+            }
+        )
     if len(states) == 2:
         report["paired"] = print_paired(by_round, states)
-    print(f"\nload at start: {load_text(start_loads)}\nload at end:   {load_text()}"
-          f"\n(the bench's own runs add about 1–2 to the 1-min load; a start load above "
-          f"{BUSY_LOAD_PER_CORE * (os.cpu_count() or 1):.2f} marks the machine busy)")
+    print(
+        f"\nload at start: {load_text(start_loads)}\nload at end:   {load_text()}"
+        f"\n(the bench's own runs add about 1–2 to the 1-min load; a start load above "
+        f"{BUSY_LOAD_PER_CORE * (os.cpu_count() or 1):.2f} marks the machine busy)"
+    )
     if args.json:
         atomic_write_json(args.json, report)
     return 0
 
 
-def print_paired(by_round: dict[tuple[str, str], dict[int, float]],
-                 states: list[tuple[str, str | None]]) -> dict[str, Any]:
+def print_paired(
+    by_round: dict[tuple[str, str], dict[int, float]], states: list[tuple[str, str | None]]
+) -> dict[str, Any]:
     """Per configuration, this tree / the other state within each round (same load), the median
     ratio and how many rounds each side won: the comparison that survives a busy machine."""
     mine, other = states[0][0], states[1][0]
@@ -186,8 +236,10 @@ def print_paired(by_round: dict[tuple[str, str], dict[int, float]],
         mid = len(ratios) // 2
         median = ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
         wins = sum(1 for r in ratios if r > 1)
-        print(f"  {name:<24} throughput ratio median {median:.3f} (range {ratios[0]:.3f}–"
-              f"{ratios[-1]:.3f}); {mine} higher in {wins} of {len(ratios)} rounds")
+        print(
+            f"  {name:<24} throughput ratio median {median:.3f} (range {ratios[0]:.3f}–"
+            f"{ratios[-1]:.3f}); {mine} higher in {wins} of {len(ratios)} rounds"
+        )
         out[name] = {"ratios": ratios, "median_ratio": median, "rounds_higher": wins}
     return out
 

@@ -41,8 +41,13 @@ class _Counter(ProbeFamily):
         return [":".join(EVENT)]
 
     def render(self, ctx: RenderContext) -> ProbeCode:
-        return ProbeCode(probes=[f"tracepoint:{':'.join(EVENT)}\n/{ctx.pid_filter} && {ctx.gate}/\n"
-                                 "{\n  @cap_events = count();\n}"], used_events=[":".join(EVENT)])
+        return ProbeCode(
+            probes=[
+                f"tracepoint:{':'.join(EVENT)}\n/{ctx.pid_filter} && {ctx.gate}/\n"
+                "{\n  @cap_events = count();\n}"
+            ],
+            used_events=[":".join(EVENT)],
+        )
 
     def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
         return FamilyResult(self.name, self.section, {"events": maps.get("@cap_events", 0)}, {})
@@ -54,9 +59,13 @@ class _Printer(_Counter):
     name = "naive"
 
     def render(self, ctx: RenderContext) -> ProbeCode:
-        return ProbeCode(probes=[f"tracepoint:{':'.join(EVENT)}\n/{ctx.pid_filter} && {ctx.gate}/\n"
-                                 "{\n  printf(\"%d %llu\\n\", tid, nsecs);\n}"],
-                         used_events=[":".join(EVENT)])
+        return ProbeCode(
+            probes=[
+                f"tracepoint:{':'.join(EVENT)}\n/{ctx.pid_filter} && {ctx.gate}/\n"
+                '{\n  printf("%d %llu\\n", tid, nsecs);\n}'
+            ],
+            used_events=[":".join(EVENT)],
+        )
 
 
 class _CountingSession(TraceSession):
@@ -89,8 +98,9 @@ def _generate(n: int) -> float:
 
 
 def _traced(family: ProbeFamily, n: int, ready: engine.Readiness) -> dict[str, Any]:
-    program = engine.make_program(True, False, TraceTarget((os.getpid(),)), ready.tracefs,
-                                  ready.version, families=[family])
+    program = engine.make_program(
+        True, False, TraceTarget((os.getpid(),)), ready.tracefs, ready.version, families=[family]
+    )
     session = _CountingSession(program, ready.bpftrace or "bpftrace", ready.prefix or [])
     session.start()
     cpu0 = time.process_time()
@@ -109,25 +119,36 @@ def _traced(family: ProbeFamily, n: int, ready: engine.Readiness) -> dict[str, A
         session.abort()
         raise
     out = session.stop()
-    counted = family.collect({k: v for k, v in out.maps.items() if k.startswith("@cap_")}, {}) \
-        .metrics["events"] if not isinstance(family, _Printer) else session.parsed
-    return {"events_seen": counted, "lost": out.lost_events, "generator_wall_s": wall,
-            "bpftrace_cpu_s": bpf_cpu, "python_cpu_s_incl_generator": time.process_time() - cpu0,
-            "drain_s": drain}
+    counted = (
+        family.collect({k: v for k, v in out.maps.items() if k.startswith("@cap_")}, {}).metrics["events"]
+        if not isinstance(family, _Printer)
+        else session.parsed
+    )
+    return {
+        "events_seen": counted,
+        "lost": out.lost_events,
+        "generator_wall_s": wall,
+        "bpftrace_cpu_s": bpf_cpu,
+        "python_cpu_s_incl_generator": time.process_time() - cpu0,
+        "drain_s": drain,
+    }
 
 
 def attach_stop_times(ready: engine.Readiness, repeats: int) -> dict[str, Any]:
     """Median start→ready and stop→exit of the full --ebpf-trace program."""
     attach, stop = [], []
     for _ in range(repeats):
-        program = engine.make_program(True, False, TraceTarget((os.getpid(),)), ready.tracefs,
-                                      ready.version)
+        program = engine.make_program(True, False, TraceTarget((os.getpid(),)), ready.tracefs, ready.version)
         session = engine.start_session(program, ready)
         attach.append(session.output.attach_s)
         out = session.stop()
         stop.append(out.stop_s)
-    return {"attach_s": attach, "stop_s": stop, "attach_median_s": statistics.median(attach),
-            "stop_median_s": statistics.median(stop)}
+    return {
+        "attach_s": attach,
+        "stop_s": stop,
+        "attach_median_s": statistics.median(attach),
+        "stop_median_s": statistics.median(stop),
+    }
 
 
 def main() -> int:
@@ -148,30 +169,41 @@ def main() -> int:
     naive = _traced(_Printer(), args.events, ready)
     times = attach_stop_times(ready, args.repeats)
     n = args.events
-    print(f"N = {n:,} getppid() events at full speed (untraced generator: {base:.3f} s, "
-          f"{base / n * 1e9:.0f} ns/event)\n")
+    print(
+        f"N = {n:,} getppid() events at full speed (untraced generator: {base:.3f} s, "
+        f"{base / n * 1e9:.0f} ns/event)\n"
+    )
     print(f"{'':34}{'engine (in-kernel count)':>26}{'naive (printf + Python)':>26}")
     rows = [
         ("events counted", f"{eng['events_seen']:,}", f"{naive['events_seen']:,}"),
         ("equals N", str(eng["events_seen"] == n), str(naive["events_seen"] == n)),
         ("lost (bpftrace-reported)", f"{eng['lost']:,}", f"{naive['lost']:,}"),
         ("generator wall s", f"{eng['generator_wall_s']:.3f}", f"{naive['generator_wall_s']:.3f}"),
-        ("slowdown vs untraced", f"{eng['generator_wall_s'] / base:.2f}x",
-         f"{naive['generator_wall_s'] / base:.2f}x"),
+        (
+            "slowdown vs untraced",
+            f"{eng['generator_wall_s'] / base:.2f}x",
+            f"{naive['generator_wall_s'] / base:.2f}x",
+        ),
         ("bpftrace CPU s", f"{eng['bpftrace_cpu_s']}", f"{naive['bpftrace_cpu_s']}"),
-        ("python CPU s (incl. generator)", f"{eng['python_cpu_s_incl_generator']:.3f}",
-         f"{naive['python_cpu_s_incl_generator']:.3f}"),
+        (
+            "python CPU s (incl. generator)",
+            f"{eng['python_cpu_s_incl_generator']:.3f}",
+            f"{naive['python_cpu_s_incl_generator']:.3f}",
+        ),
         ("drain after window s", f"{eng['drain_s']:.2f}", f"{naive['drain_s']:.2f}"),
     ]
     for label, a, b in rows:
         print(f"{label:<34}{a:>26}{b:>26}")
-    print(f"\nattach (start→ready) median of {args.repeats}: {times['attach_median_s']:.3f} s "
-          f"(target ≤ 3 s); stop median: {times['stop_median_s']:.3f} s (target ≤ 1 s)")
+    print(
+        f"\nattach (start→ready) median of {args.repeats}: {times['attach_median_s']:.3f} s "
+        f"(target ≤ 3 s); stop median: {times['stop_median_s']:.3f} s (target ≤ 1 s)"
+    )
     ok = eng["events_seen"] == n and eng["lost"] == 0
     print(f"engine capacity check: {'PASS' if ok else 'FAIL'}")
     if args.json_out:
-        atomic_write_json(args.json_out, {"n": n, "untraced_s": base, "engine": eng, "naive": naive,
-                                          "times": times})
+        atomic_write_json(
+            args.json_out, {"n": n, "untraced_s": base, "engine": eng, "naive": naive, "times": times}
+        )
     return 0 if ok else 1
 
 

@@ -60,25 +60,39 @@ def bpf_run_time_stats() -> Any:
 STREAMS = {"hetero_kernels": 8, "tiny_kernel_stress": 16}
 #: tracing mode → (flags, result section read for status/lost events/probe cost, targets in %)
 TRACE_MODES: dict[str, tuple[list[str], str, dict[str, float]]] = {
-    "queue": (["--ebpf-trace"], "ebpf_queue_metrics",
-              {"hetero_kernels": 2.0, "tiny_kernel_stress": 5.0}),
+    "queue": (["--ebpf-trace"], "ebpf_queue_metrics", {"hetero_kernels": 2.0, "tiny_kernel_stress": 5.0}),
     "memory": (["--ebpf-memory-trace"], "ebpf_memory_metrics", {"hetero_kernels": 3.0}),
-    "both": (["--ebpf-trace", "--ebpf-memory-trace"], "ebpf_memory_metrics",
-             {"hetero_kernels": 3.0}),
+    "both": (["--ebpf-trace", "--ebpf-memory-trace"], "ebpf_memory_metrics", {"hetero_kernels": 3.0}),
 }
 VARIANTS = ("plain", "same_path", "traced")
 #: queue mode: time inside the BPF programs as % of the window (one CPU)
 BPF_TIME_TARGETS = {"hetero_kernels": 1.0, "tiny_kernel_stress": 3.0}
 
 
-def _run(workload: str, variant: str, iterations: int, folder: Path, tag: str,
-         mode: str = "queue") -> dict[str, Any]:
+def _run(
+    workload: str, variant: str, iterations: int, folder: Path, tag: str, mode: str = "queue"
+) -> dict[str, Any]:
     """One fresh `run` process: plain (no flag), same_path (the mode's flags with bpftrace made
     unavailable: identical code path and imports, no tracing) or traced."""
     flags, section_key, _ = TRACE_MODES[mode]
     out = folder / f"{workload}-{tag}.json"
-    cmd = [sys.executable, "-m", "aorta.hw_queue_eval", "run", workload, "--streams",
-           str(STREAMS[workload]), "-d", "cpu", "-i", str(iterations), "-w", "3", "-o", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "aorta.hw_queue_eval",
+        "run",
+        workload,
+        "--streams",
+        str(STREAMS[workload]),
+        "-d",
+        "cpu",
+        "-i",
+        str(iterations),
+        "-w",
+        "3",
+        "-o",
+        str(out),
+    ]
     env = dict(os.environ)
     if variant != "plain":
         cmd.extend(flags)
@@ -92,17 +106,20 @@ def _run(workload: str, variant: str, iterations: int, folder: Path, tag: str,
     if variant == "traced" and section.get("status") != "ok":
         raise SystemExit(f"tracing did not run: {section.get('error')}")
     cost = section.get("probe_cost") or {}
-    return {"throughput": data["throughput"], "lost": section.get("lost_events"),
-            "probe_ms": cost.get("run_time_ms"), "window_ms": data["total_time_ms"]}
+    return {
+        "throughput": data["throughput"],
+        "lost": section.get("lost_events"),
+        "probe_ms": cost.get("run_time_ms"),
+        "window_ms": data["total_time_ms"],
+    }
 
 
-def measure(workload: str, pairs: int, iterations: int, folder: Path,
-            mode: str = "queue") -> dict[str, Any]:
+def measure(workload: str, pairs: int, iterations: int, folder: Path, mode: str = "queue") -> dict[str, Any]:
     """Interleaved rounds (order rotates) → per-round ratios and their medians."""
     got: dict[str, list[float]] = {v: [] for v in VARIANTS}
     lost, probe_share = [], []
     for i in range(pairs):
-        order = VARIANTS[i % 3:] + VARIANTS[:i % 3]
+        order = VARIANTS[i % 3 :] + VARIANTS[: i % 3]
         for variant in order:
             r = _run(workload, variant, iterations, folder, f"{mode}-{i}-{variant}", mode)
             got[variant].append(r["throughput"])
@@ -113,16 +130,24 @@ def measure(workload: str, pairs: int, iterations: int, folder: Path,
     ratios = [t / u for t, u in zip(got["traced"], got["same_path"], strict=True)]
     plain_ratios = [t / u for t, u in zip(got["traced"], got["plain"], strict=True)]
     median_ratio = statistics.median(ratios)
-    return {"workload": workload, "mode": mode, "flags": TRACE_MODES[mode][0], "pairs": pairs,
-            "plain": got["plain"],
-            "untraced": got["same_path"], "traced": got["traced"],
-            "ratios": ratios, "median_ratio": median_ratio,
-            "overhead_pct": (1 - median_ratio) * 100, "target_pct": TRACE_MODES[mode][2][workload],
-            "ratios_vs_plain": plain_ratios,
-            "median_ratio_vs_plain": statistics.median(plain_ratios),
-            "lost_events": lost,
-            "probe_time_pct_of_window": probe_share,
-            "probe_time_median_pct": statistics.median(probe_share) if probe_share else None}
+    return {
+        "workload": workload,
+        "mode": mode,
+        "flags": TRACE_MODES[mode][0],
+        "pairs": pairs,
+        "plain": got["plain"],
+        "untraced": got["same_path"],
+        "traced": got["traced"],
+        "ratios": ratios,
+        "median_ratio": median_ratio,
+        "overhead_pct": (1 - median_ratio) * 100,
+        "target_pct": TRACE_MODES[mode][2][workload],
+        "ratios_vs_plain": plain_ratios,
+        "median_ratio_vs_plain": statistics.median(plain_ratios),
+        "lost_events": lost,
+        "probe_time_pct_of_window": probe_share,
+        "probe_time_median_pct": statistics.median(probe_share) if probe_share else None,
+    }
 
 
 def main() -> int:
@@ -130,10 +155,12 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--iterations", type=int, default=40)
     parser.add_argument("--json", dest="json_out")
-    parser.add_argument("--no-bpf-stats", action="store_true",
-                        help="do not let the kernel time BPF programs (timing itself costs a little)")
-    parser.add_argument("--modes", default="queue",
-                        help="comma list of queue, memory, both (default: queue)")
+    parser.add_argument(
+        "--no-bpf-stats",
+        action="store_true",
+        help="do not let the kernel time BPF programs (timing itself costs a little)",
+    )
+    parser.add_argument("--modes", default="queue", help="comma list of queue, memory, both (default: queue)")
     args = parser.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not modes or any(m not in TRACE_MODES for m in modes):
@@ -144,26 +171,38 @@ def main() -> int:
         check_output_path(args.json_out)
     stats = contextlib.nullcontext(False) if args.no_bpf_stats else bpf_run_time_stats()
     with tempfile.TemporaryDirectory(prefix="aorta-overhead-") as tmp, stats as timed:
-        results = [measure(w, args.pairs, args.iterations, Path(tmp), m)
-                   for m in modes for w in TRACE_MODES[m][2]]
-    print(f"{'mode':<7}{'workload':<20}{'untraced (median)':>18}{'traced (median)':>17}{'median ratio':>14}"
-          f"{'overhead':>10}{'target':>8}{'vs plain':>10}  ratios per round (traced/untraced)")
+        results = [
+            measure(w, args.pairs, args.iterations, Path(tmp), m) for m in modes for w in TRACE_MODES[m][2]
+        ]
+    print(
+        f"{'mode':<7}{'workload':<20}{'untraced (median)':>18}{'traced (median)':>17}{'median ratio':>14}"
+        f"{'overhead':>10}{'target':>8}{'vs plain':>10}  ratios per round (traced/untraced)"
+    )
     for r in results:
-        print(f"{r['mode']:<7}{r['workload']:<20}{statistics.median(r['untraced']):>18.4g}"
-              f"{statistics.median(r['traced']):>17.4g}{r['median_ratio']:>14.3f}"
-              f"{r['overhead_pct']:>9.1f}%{r['target_pct']:>7.0f}%"
-              f"{r['median_ratio_vs_plain']:>10.3f}  "
-              + " ".join(f"{x:.3f}" for x in r["ratios"]))
+        print(
+            f"{r['mode']:<7}{r['workload']:<20}{statistics.median(r['untraced']):>18.4g}"
+            f"{statistics.median(r['traced']):>17.4g}{r['median_ratio']:>14.3f}"
+            f"{r['overhead_pct']:>9.1f}%{r['target_pct']:>7.0f}%"
+            f"{r['median_ratio_vs_plain']:>10.3f}  " + " ".join(f"{x:.3f}" for x in r["ratios"])
+        )
     print(f"lost events per traced run: {[r['lost_events'] for r in results]}; cpus: {os.cpu_count()}")
-    why_not = ("--no-bpf-stats" if args.no_bpf_stats else
-               "BPF_ENABLE_STATS failed" if not timed else "fdinfo unreadable")
+    why_not = (
+        "--no-bpf-stats"
+        if args.no_bpf_stats
+        else "BPF_ENABLE_STATS failed"
+        if not timed
+        else "fdinfo unreadable"
+    )
     for r in results:
         share = r["probe_time_median_pct"]
         target = BPF_TIME_TARGETS.get(r["workload"]) if r["mode"] == "queue" else None
         goal = f" (target ≤ {target:g}%)" if target is not None else ""
-        print(f"{r['mode']} {r['workload']}: time inside the BPF programs (all hits since attach, warm-up "
-              f"included) = median {share:.2f}% of the window (one CPU){goal}" if share is not None else
-              f"{r['mode']} {r['workload']}: BPF run time not measured ({why_not})")
+        print(
+            f"{r['mode']} {r['workload']}: time inside the BPF programs (all hits since attach, warm-up "
+            f"included) = median {share:.2f}% of the window (one CPU){goal}"
+            if share is not None
+            else f"{r['mode']} {r['workload']}: BPF run time not measured ({why_not})"
+        )
     if args.json_out:
         atomic_write_json(args.json_out, {"results": results})
     return 0

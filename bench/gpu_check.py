@@ -21,22 +21,30 @@ from _gpu_check_args import parse_check_args
 from _gpu_runtime_points import run_points
 
 POINTS = [(w, s) for w in ("hetero_kernels", "tiny_kernel_stress") for s in (1, 4, 16)]
-MODES = {"timed": ["--sync-mode", "per_iteration", "--op-timing"],
-         "lean": ["--sync-mode", "end_only", "--no-op-timing"]}
+MODES = {
+    "timed": ["--sync-mode", "per_iteration", "--op-timing"],
+    "lean": ["--sync-mode", "end_only", "--no-op-timing"],
+}
 
 
 def summarize(data: dict) -> dict:
     lat = data.get("latency_ms") or {}
-    return {"workload": data["workload_name"], "streams": data["stream_count"],
-            "status": data["status"], "device": data["environment"].get("device_name"),
-            "throughput": data["throughput"], "unit": data["throughput_unit"],
-            "p50_ms": lat.get("p50"), "p99_ms": lat.get("p99"),
-            "switch_overhead_ms": data["switch_latency"]["switch_overhead_ms"],
-            "concurrency": data["concurrency"]["achieved"],
-            "instr_cost": (data.get("instrumentation") or {}).get("cost_ratio"),
-            "plain_throughput": (data.get("instrumentation") or {}).get("plain_throughput"),
-            "verification": data["verification"]["passed"],
-            "peak_mem_mib": (data["memory"].get("peak_bytes") or 0) / 2**20}
+    return {
+        "workload": data["workload_name"],
+        "streams": data["stream_count"],
+        "status": data["status"],
+        "device": data["environment"].get("device_name"),
+        "throughput": data["throughput"],
+        "unit": data["throughput_unit"],
+        "p50_ms": lat.get("p50"),
+        "p99_ms": lat.get("p99"),
+        "switch_overhead_ms": data["switch_latency"]["switch_overhead_ms"],
+        "concurrency": data["concurrency"]["achieved"],
+        "instr_cost": (data.get("instrumentation") or {}).get("cost_ratio"),
+        "plain_throughput": (data.get("instrumentation") or {}).get("plain_throughput"),
+        "verification": data["verification"]["passed"],
+        "peak_mem_mib": (data["memory"].get("peak_bytes") or 0) / 2**20,
+    }
 
 
 def main() -> int:
@@ -44,14 +52,42 @@ def main() -> int:
     failed = 0
     for (workload, streams), (mode, flags) in ((p, m) for p in POINTS for m in MODES.items()):
         path = out / f"{workload}_{streams}_{mode}.json"
-        proc = subprocess.run([sys.executable, "-m", "aorta.hw_queue_eval", "run", workload,
-                               "--streams", str(streams), "--size", "large", "-d", args.device,
-                               "-i", args.iterations, *flags, "-o", str(path)],
-                              capture_output=True, text=True, check=False)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "aorta.hw_queue_eval",
+                "run",
+                workload,
+                "--streams",
+                str(streams),
+                "--size",
+                "large",
+                "-d",
+                args.device,
+                "-i",
+                args.iterations,
+                *flags,
+                "-o",
+                str(path),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if proc.returncode != 0 or not path.exists():
             failed += 1
-            print(json.dumps({"workload": workload, "streams": streams, "mode": mode,
-                              "status": "failed", "error": proc.stderr.strip().splitlines()[-1:]}))
+            print(
+                json.dumps(
+                    {
+                        "workload": workload,
+                        "streams": streams,
+                        "mode": mode,
+                        "status": "failed",
+                        "error": proc.stderr.strip().splitlines()[-1:],
+                    }
+                )
+            )
             continue
         print(json.dumps({"mode": mode, **summarize(json.loads(path.read_text()))}))
     failed += run_points(args.device, args.iterations, out)

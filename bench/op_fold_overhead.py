@@ -33,10 +33,11 @@ def bench_statement(repeats: int) -> tuple[float, float]:
     """ns per op of the recording statement, before and after."""
     before_setup = "records = []; t = (3, 1, 0, 10**15, 10**15 + 5, 10**15 + 9)"
     before = "records.append(t)"
-    after_setup = ("from collections import deque; full = deque(); records = []; "
-                   "t = (3, 1, 0, 10**15, 10**15 + 5, 10**15 + 9)")
-    after = ("records.append(t)\n"
-             "if len(records) >= 16384:\n    full.append(records); records = []")
+    after_setup = (
+        "from collections import deque; full = deque(); records = []; "
+        "t = (3, 1, 0, 10**15, 10**15 + 5, 10**15 + 9)"
+    )
+    after = "records.append(t)\nif len(records) >= 16384:\n    full.append(records); records = []"
     n = 200_000
     b, a = [], []
     for _ in range(repeats):  # interleaved; best of N (timeit's advice: the least disturbed)
@@ -47,6 +48,7 @@ def bench_statement(repeats: int) -> tuple[float, float]:
 
 def _window(backend: object, stream: object, ops: int) -> tuple[float, list]:
     """Run `ops` empty ops in iterations of ITERATION_OPS; (µs per op, records kept)."""
+
     def empty() -> None:
         return None
 
@@ -83,9 +85,10 @@ def bench_window(repeats: int, ops: int) -> dict[str, tuple[float, ...]]:
                 samples[side].append((per_op, statistics.median(gaps), backend.fold_ns / ops))
     finally:
         backend.close()
-    return {side: (*(statistics.median(s[i] for s in rows) for i in range(3)),
-                   min(s[0] for s in rows))
-            for side, rows in samples.items()}
+    return {
+        side: (*(statistics.median(s[i] for s in rows) for i in range(3)), min(s[0] for s in rows))
+        for side, rows in samples.items()
+    }
 
 
 def bench_fold_only(ops: int) -> float:
@@ -97,10 +100,18 @@ def bench_fold_only(ops: int) -> float:
 
     rng = np.random.default_rng(0)
     start = 10**12 + np.cumsum(rng.integers(2_000, 9_000, ops))
-    rows = np.stack([np.arange(ops) // ITERATION_OPS, rng.integers(0, 4, ops),
-                     np.zeros(ops, np.int64), start - 500, start,
-                     start + rng.integers(500, 1_500, ops)], axis=1).astype(np.int64)
-    chunks = [[tuple(r) for r in rows[i:i + CHUNK_OPS].tolist()] for i in range(0, ops, CHUNK_OPS)]
+    rows = np.stack(
+        [
+            np.arange(ops) // ITERATION_OPS,
+            rng.integers(0, 4, ops),
+            np.zeros(ops, np.int64),
+            start - 500,
+            start,
+            start + rng.integers(500, 1_500, ops),
+        ],
+        axis=1,
+    ).astype(np.int64)
+    chunks = [[tuple(r) for r in rows[i : i + CHUNK_OPS].tolist()] for i in range(0, ops, CHUNK_OPS)]
     fold = OpFold(4, ["empty"], 1_000)
     begin = time.process_time_ns()
     for chunk in chunks:
@@ -116,19 +127,25 @@ def main() -> None:
     repeats, ops = max(3, args.repeats), max(ITERATION_OPS * 10, args.ops)
 
     before, after = bench_statement(repeats)
-    print(f"record     worker statement before {before:.0f} ns/op | after {after:.0f} ns/op | "
-          f"ratio {after / before:.2f}x")
+    print(
+        f"record     worker statement before {before:.0f} ns/op | after {after:.0f} ns/op | "
+        f"ratio {after / before:.2f}x"
+    )
     fold_ns = bench_fold_only(ops)
     sides = bench_window(repeats, ops)
     (off_op, off_gap, _, off_best), (on_op, on_gap, on_fold, on_best) = sides["off"], sides["on"]
-    print(f"fold       host fold {fold_ns:.0f} ns/op CPU time (worker-shaped chunks) | in window "
-          f"{on_fold:.0f} ns/op wall | one empty op through a stream {off_op * 1e3:.0f} ns | "
-          f"share {on_fold / (off_op * 1e3):.1%}")
+    print(
+        f"fold       host fold {fold_ns:.0f} ns/op CPU time (worker-shaped chunks) | in window "
+        f"{on_fold:.0f} ns/op wall | one empty op through a stream {off_op * 1e3:.0f} ns | "
+        f"share {on_fold / (off_op * 1e3):.1%}"
+    )
     ratio, best = on_op / off_op, on_best / off_best
-    print(f"window     folding off {off_op:.2f} us/op | folding on {on_op:.2f} us/op | ratio "
-          f"{ratio:.3f}x (best of {repeats}: {off_best:.2f} vs {on_best:.2f} us/op, {best:.3f}x) | "
-          f"worker gap median off {off_gap:.2f} us, on {on_gap:.2f} us | target <= 1.05x: "
-          f"{'OK' if min(ratio, best) <= 1.05 else 'MISSED'}")
+    print(
+        f"window     folding off {off_op:.2f} us/op | folding on {on_op:.2f} us/op | ratio "
+        f"{ratio:.3f}x (best of {repeats}: {off_best:.2f} vs {on_best:.2f} us/op, {best:.3f}x) | "
+        f"worker gap median off {off_gap:.2f} us, on {on_gap:.2f} us | target <= 1.05x: "
+        f"{'OK' if min(ratio, best) <= 1.05 else 'MISSED'}"
+    )
 
 
 if __name__ == "__main__":

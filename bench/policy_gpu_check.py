@@ -20,8 +20,9 @@ from _gpu_check_args import parse_check_args
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "aorta.hw_queue_eval", *args],
-                          capture_output=True, text=True, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "aorta.hw_queue_eval", *args], capture_output=True, text=True, check=False
+    )
 
 
 def _nvml_cap(index: int) -> float | None:
@@ -36,22 +37,46 @@ def _nvml_cap(index: int) -> float | None:
 
 def policy_step(device: str, out: Path, iterations: str) -> bool:
     path = out / "policies.json"
-    proc = _cli("policy-sweep", "hetero_kernels", "--streams", "8", "--policies",
-                "baseline,high_queue", "-d", device, "-i", iterations, "-o", str(path))
+    proc = _cli(
+        "policy-sweep",
+        "hetero_kernels",
+        "--streams",
+        "8",
+        "--policies",
+        "baseline,high_queue",
+        "-d",
+        device,
+        "-i",
+        iterations,
+        "-o",
+        str(path),
+    )
     if not path.exists():
-        print(json.dumps({"step": "policy-sweep", "status": "failed",
-                          "error": proc.stderr.strip().splitlines()[-1:]}))
+        print(
+            json.dumps(
+                {"step": "policy-sweep", "status": "failed", "error": proc.stderr.strip().splitlines()[-1:]}
+            )
+        )
         return False
     for row in json.loads(path.read_text())["summary"]["rows"]:
         lat = row.get("latency_ms") or {}
         vs = row.get("vs_baseline") or {}
-        print(json.dumps({"step": "policy-sweep", "policy": row["policy"],
-                          "status": row.get("status"), "throughput": row.get("throughput"),
-                          "unit": row.get("throughput_unit"), "p50_ms": lat.get("p50"),
-                          "p99_ms": lat.get("p99"),
-                          "delta_latency": (vs.get("latency") or {}).get("change_pct"),
-                          "verdict": (vs.get("latency") or {}).get("verdict"),
-                          "in_effect": row.get("in_effect")}))
+        print(
+            json.dumps(
+                {
+                    "step": "policy-sweep",
+                    "policy": row["policy"],
+                    "status": row.get("status"),
+                    "throughput": row.get("throughput"),
+                    "unit": row.get("throughput_unit"),
+                    "p50_ms": lat.get("p50"),
+                    "p99_ms": lat.get("p99"),
+                    "delta_latency": (vs.get("latency") or {}).get("change_pct"),
+                    "verdict": (vs.get("latency") or {}).get("verdict"),
+                    "in_effect": row.get("in_effect"),
+                }
+            )
+        )
     return proc.returncode == 0
 
 
@@ -59,22 +84,51 @@ def power_step(device: str, out: Path) -> bool:
     index = int(device.split(":", 1)[1]) if ":" in device else 0
     before = _nvml_cap(index)
     if os.geteuid() != 0 or before is None:
-        print(json.dumps({"step": "power-limit", "status": "skipped",
-                          "reason": "needs root and pynvml (NVIDIA)"}))
+        print(
+            json.dumps(
+                {"step": "power-limit", "status": "skipped", "reason": "needs root and pynvml (NVIDIA)"}
+            )
+        )
         return True
     target = max(round(before - 50), 100)
     path = out / "power.json"
-    proc = _cli("run", "hetero_kernels", "--streams", "8", "-d", device, "-i", "20",
-                "--power-limit", str(target), "-o", str(path))
+    proc = _cli(
+        "run",
+        "hetero_kernels",
+        "--streams",
+        "8",
+        "-d",
+        device,
+        "-i",
+        "20",
+        "--power-limit",
+        str(target),
+        "-o",
+        str(path),
+    )
     after = _nvml_cap(index)
     report = json.loads(path.read_text()).get("gpu_control") if path.exists() else None
-    ok = (proc.returncode == 0 and report is not None and report.get("verified") is True
-          and after is not None and abs(after - before) <= 1.0)
-    print(json.dumps({"step": "power-limit", "status": "ok" if ok else "failed",
-                      "cap_before_w": before, "requested_w": target,
-                      "in_effect": (report or {}).get("in_effect"),
-                      "status_after": (report or {}).get("status"), "cap_after_w": after,
-                      "error": None if ok else proc.stderr.strip().splitlines()[-2:]}))
+    ok = (
+        proc.returncode == 0
+        and report is not None
+        and report.get("verified") is True
+        and after is not None
+        and abs(after - before) <= 1.0
+    )
+    print(
+        json.dumps(
+            {
+                "step": "power-limit",
+                "status": "ok" if ok else "failed",
+                "cap_before_w": before,
+                "requested_w": target,
+                "in_effect": (report or {}).get("in_effect"),
+                "status_after": (report or {}).get("status"),
+                "cap_after_w": after,
+                "error": None if ok else proc.stderr.strip().splitlines()[-2:],
+            }
+        )
+    )
     return ok
 
 

@@ -69,8 +69,12 @@ def bench_dispatch(repeats: int) -> tuple[float, float, float]:
             round_trips.append((time.perf_counter_ns() - start) / 1e3)
     finally:
         backend.close()
-    return (statistics.median(through_stream), statistics.median(direct), statistics.median(gaps),
-            statistics.median(round_trips))
+    return (
+        statistics.median(through_stream),
+        statistics.median(direct),
+        statistics.median(gaps),
+        statistics.median(round_trips),
+    )
 
 
 def main() -> None:
@@ -80,17 +84,20 @@ def main() -> None:
     repeats = max(10, args.repeats)
 
     cli, bare = bench_startup(repeats)
-    print(f"start-up   list {cli:.3f} s | python -c pass {bare:.3f} s | ratio {cli / bare:.2f}x "
-          f"| aorta's own cost {cli - bare:.3f} s | target list <= 0.35 s: "
-          f"{'OK' if cli <= 0.35 else 'MISSED'}")
+    print(
+        f"start-up   list {cli:.3f} s | python -c pass {bare:.3f} s | ratio {cli / bare:.2f}x "
+        f"| aorta's own cost {cli - bare:.3f} s | target list <= 0.35 s: "
+        f"{'OK' if cli <= 0.35 else 'MISSED'}"
+    )
     per_op, direct, gap, round_trip = bench_dispatch(repeats)
     overhead = per_op - direct
-    print(f"dispatch   via stream {per_op:.2f} us/op | direct call {direct:.3f} us/op | "
-          f"overhead {overhead:.2f} us/op (ratio {per_op / direct:.0f}x) | worker gap between ops "
-          f"(median of {OPS}) {gap:.2f} us | target <= 20 us: "
-          f"{'OK' if overhead <= 20 else 'MISSED'}")
-    print(f"idle       one op + wait for it (wakes a sleeping worker; median of {OPS}) "
-          f"{round_trip:.1f} us")
+    print(
+        f"dispatch   via stream {per_op:.2f} us/op | direct call {direct:.3f} us/op | "
+        f"overhead {overhead:.2f} us/op (ratio {per_op / direct:.0f}x) | worker gap between ops "
+        f"(median of {OPS}) {gap:.2f} us | target <= 20 us: "
+        f"{'OK' if overhead <= 20 else 'MISSED'}"
+    )
+    print(f"idle       one op + wait for it (wakes a sleeping worker; median of {OPS}) {round_trip:.1f} us")
 
 
 if __name__ == "__main__":

@@ -72,14 +72,22 @@ def measure(args: argparse.Namespace, folder: Path) -> int:
     for lib in (hip, rt):
         lib.standin_configure.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64]
         lib.standin_configure(1, 0, 0)
-    hip.hipLaunchKernel.argtypes = [ctypes.c_void_p, Dim3, Dim3, ctypes.c_void_p, ctypes.c_size_t,
-                                    ctypes.c_void_p]
+    hip.hipLaunchKernel.argtypes = [
+        ctypes.c_void_p,
+        Dim3,
+        Dim3,
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_void_p,
+    ]
     rt.cudaLaunchKernel.argtypes = hip.hipLaunchKernel.argtypes
     stream = ctypes.c_void_p()
     hip.hipStreamCreate(ctypes.byref(stream))
     one = Dim3(1, 1, 1)
-    calls = {"hip": lambda: hip.hipLaunchKernel(None, one, one, None, 0, stream),
-             "cuda": lambda: rt.cudaLaunchKernel(None, one, one, None, 0, stream)}
+    calls = {
+        "hip": lambda: hip.hipLaunchKernel(None, one, one, None, 0, stream),
+        "cuda": lambda: rt.cudaLaunchKernel(None, one, one, None, 0, stream),
+    }
     ready = engine.check_readiness()
     if not ready.ok:
         print(f"uprobe_cost: {ready.reason}", file=sys.stderr)
@@ -89,11 +97,17 @@ def measure(args: argparse.Namespace, folder: Path) -> int:
     results: dict[str, dict[str, list[float]]] = {k: {"plain": [], "traced": []} for k in calls}
     bpf_ns_per_hit: list[float] = []
     for r in range(args.rounds):
-        for traced in ((False, True) if r % 2 == 0 else (True, False)):
+        for traced in (False, True) if r % 2 == 0 else (True, False):
             session = None
             if traced:
-                program = engine.make_program(True, False, TraceTarget((os.getpid(),)), ready.tracefs,
-                                              ready.version, families=[GpuRuntimeFamily()])
+                program = engine.make_program(
+                    True,
+                    False,
+                    TraceTarget((os.getpid(),)),
+                    ready.tracefs,
+                    ready.version,
+                    families=[GpuRuntimeFamily()],
+                )
                 session = engine.start_session(program, ready)
                 session.window_start()
             try:
@@ -106,15 +120,23 @@ def measure(args: argparse.Namespace, folder: Path) -> int:
                     if cost.get("avg_ns_per_run"):
                         bpf_ns_per_hit.append(cost["avg_ns_per_run"])
     stats.__exit__(None, None, None)
-    summary = {name: {"plain_ns_per_call": statistics.median(v["plain"]),
-                      "traced_ns_per_call": statistics.median(v["traced"]),
-                      "uprobe_cost_us_per_launch": (statistics.median(v["traced"])
-                                                    - statistics.median(v["plain"])) / 1e3,
-                      "probes_per_launch": 3 if name == "hip" else 2}
-               for name, v in results.items()}
-    report = {"calls_per_round": args.calls, "rounds": args.rounds, "per_runtime": summary,
-              "bpf_time_ns_per_hit_median": statistics.median(bpf_ns_per_hit) if bpf_ns_per_hit else None,
-              "note": "python ctypes call overhead is in both columns; the difference is the probes"}
+    summary = {
+        name: {
+            "plain_ns_per_call": statistics.median(v["plain"]),
+            "traced_ns_per_call": statistics.median(v["traced"]),
+            "uprobe_cost_us_per_launch": (statistics.median(v["traced"]) - statistics.median(v["plain"]))
+            / 1e3,
+            "probes_per_launch": 3 if name == "hip" else 2,
+        }
+        for name, v in results.items()
+    }
+    report = {
+        "calls_per_round": args.calls,
+        "rounds": args.rounds,
+        "per_runtime": summary,
+        "bpf_time_ns_per_hit_median": statistics.median(bpf_ns_per_hit) if bpf_ns_per_hit else None,
+        "note": "python ctypes call overhead is in both columns; the difference is the probes",
+    }
     print(json.dumps(report, indent=2))
     if args.json:
         from aorta.common.atomicio import atomic_write_json

@@ -30,21 +30,32 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated workload names")
     args = parser.parse_args()
     only = {name for name in args.only.split(",") if name}
-    print(f"{'workload':22} {'S':>3} {'throughput':>12} {'unit':12} {'window ms':>10} "
-          f"{'ops/s':>9} {'idle':>4}  busy share per stream")
+    print(
+        f"{'workload':22} {'S':>3} {'throughput':>12} {'unit':12} {'window ms':>10} "
+        f"{'ops/s':>9} {'idle':>4}  busy share per stream"
+    )
     for info in list_workloads():
         if only and info.name not in only:
             continue
-        config = RunConfig(workload=info.name, streams=info.recommended_streams,
-                           iterations=args.iterations, warmup=2, device="cpu", size=args.size)
+        config = RunConfig(
+            workload=info.name,
+            streams=info.recommended_streams,
+            iterations=args.iterations,
+            warmup=2,
+            device="cpu",
+            size=args.size,
+        )
         result = run_benchmark(config).to_dict()
         shares = busy_shares(result)
         ops_per_s = result["ops"]["count"] / (result["total_time_ms"] / 1e3)
         idle = sum(1 for count in result["per_stream_op_counts"] if count == 0)
         status = "" if result["status"] == "ok" else f"  [{result['status']}]"
-        print(f"{info.name:22} {info.recommended_streams:>3} {result['throughput']:>12.4g} "
-              f"{info.throughput_unit:12} {result['total_time_ms']:>10.1f} {ops_per_s:>9.0f} "
-              f"{idle:>4}  " + " ".join(f"{s:.3f}" for s in shares) + status, flush=True)
+        print(
+            f"{info.name:22} {info.recommended_streams:>3} {result['throughput']:>12.4g} "
+            f"{info.throughput_unit:12} {result['total_time_ms']:>10.1f} {ops_per_s:>9.0f} "
+            f"{idle:>4}  " + " ".join(f"{s:.3f}" for s in shares) + status,
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -64,14 +64,15 @@ def main() -> int:
 def trace(ready: engine.Readiness, workers: list[Worker]) -> int:
     """Trace the rings of the workers' doorbells; print what eBPF counted next to what was rung."""
     pid = os.getpid()
-    target = TraceTarget(pids=(pid,), follow_children=False,
-                         thread_labels={w.native_id: f"q{i}" for i, w in enumerate(workers)},
-                         doorbells=tuple((pid, w.doorbell, w.native_id, i)
-                                         for i, w in enumerate(workers)))
+    target = TraceTarget(
+        pids=(pid,),
+        follow_children=False,
+        thread_labels={w.native_id: f"q{i}" for i, w in enumerate(workers)},
+        doorbells=tuple((pid, w.doorbell, w.native_id, i) for i, w in enumerate(workers)),
+    )
     families = [f for f in families_for(queue=True, memory=False) if f.name == "cpu_sched"]
     try:
-        program = engine.make_program(True, False, target, ready.tracefs, ready.version,
-                                      families=families)
+        program = engine.make_program(True, False, target, ready.tracefs, ready.version, families=families)
         session = engine.start_session(program, ready)  # returns once every probe is attached
     except (ProgramError, SessionError) as exc:
         print(f"could not start tracing: {exc}")
@@ -92,22 +93,36 @@ def trace(ready: engine.Readiness, workers: list[Worker]) -> int:
         raise
     # which thread is which queue: lets the family summarise per worker
     registry = [{"tid": w.native_id, "queue": i, "streams": [i]} for i, w in enumerate(workers)]
-    context = {"workers": registry, "window": engine.window_info(output), "pids": [pid],
-               "streams": None, "submitter_tids": [threading.get_native_id()]}
+    context = {
+        "workers": registry,
+        "window": engine.window_info(output),
+        "pids": [pid],
+        "streams": None,
+        "submitter_tids": [threading.get_native_id()],
+    }
     results = engine.collect_results(program, output, context)
-    queue = engine.build_sections(program, output, results, ready, queue=True,
-                                  memory=False)["ebpf_queue_metrics"]
+    queue = engine.build_sections(program, output, results, ready, queue=True, memory=False)[
+        "ebpf_queue_metrics"
+    ]
     summary = queue["families"]["cpu_sched"]["metrics"]["summary"] or {}
-    print(json.dumps({
-        "status": queue["status"], "lost_events": queue["lost_events"],
-        "window_ms": queue["window"]["duration_ms"], "probes_attached": queue["probes_attached"],
-        "doorbell_writes": rung, "rings_taken": sum(w.taken for w in workers),
-        "ebpf_submissions": summary.get("total_submissions"),
-        "ebpf_submissions_per_queue": summary.get("submissions_per_queue"),
-        "ebpf_dispatches": summary.get("total_dispatches"),
-        "unconsumed_doorbells": summary.get("unconsumed_doorbells"),
-        "submit_to_dispatch_avg_us": summary.get("submit_to_dispatch_avg_us"),
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "status": queue["status"],
+                "lost_events": queue["lost_events"],
+                "window_ms": queue["window"]["duration_ms"],
+                "probes_attached": queue["probes_attached"],
+                "doorbell_writes": rung,
+                "rings_taken": sum(w.taken for w in workers),
+                "ebpf_submissions": summary.get("total_submissions"),
+                "ebpf_submissions_per_queue": summary.get("submissions_per_queue"),
+                "ebpf_dispatches": summary.get("total_dispatches"),
+                "unconsumed_doorbells": summary.get("unconsumed_doorbells"),
+                "submit_to_dispatch_avg_us": summary.get("submit_to_dispatch_avg_us"),
+            },
+            indent=2,
+        )
+    )
     return 0 if queue["status"] == "ok" else 2
 
 

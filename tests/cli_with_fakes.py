@@ -72,7 +72,7 @@ def failing_rank(rank: str) -> Any:
 def parse(argv: list[str]) -> tuple[Collaborators, list[str]]:
     """(collaborators from the options before `--`, the CLI's own argv after it)."""
     split = argv.index("--")
-    options, rest = argv[:split], argv[split + 1:]
+    options, rest = argv[:split], argv[split + 1 :]
     given: dict[str, Any] = {}
     for flag, value in zip(options[::2], options[1::2], strict=True):
         if flag == "--fake-gpu":

@@ -21,14 +21,16 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 # Subprocesses import this checkout's package, even when another copy is installed.
 os.environ["PYTHONPATH"] = os.pathsep.join(
-    [str(SRC)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    [str(SRC)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+)
 if str(SRC) not in sys.path:
     sys.path.insert(0, str(SRC))
 
 # torch.compile keeps its compiled-kernel cache under TMPDIR by default: keep that one cache where
 # it always was for the whole session, so the per-test TMPDIR below does not recompile per test.
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR",
-                      os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}"))
+os.environ.setdefault(
+    "TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}")
+)
 
 
 #: the CLI with replaced collaborators (a fake GPU, a crashing point, a failing rank)
@@ -43,20 +45,29 @@ def cli_command(*fakes: str) -> list[str]:
     return [sys.executable, str(CLI_WITH_FAKES), *fakes, "--"]
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300,
-            cwd: str | Path | None = None,
-            fakes: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 300,
+    cwd: str | Path | None = None,
+    fakes: tuple[str, ...] = (),
+) -> subprocess.CompletedProcess[str]:
     """`python -m aorta.hw_queue_eval ARGS` in a subprocess; returns the completed process.
 
     `fakes`: run it through cli_with_fakes.py with those options instead."""
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run([*cli_command(*fakes), *args],
-                          capture_output=True, text=True, timeout=timeout, env=full_env,
-                          cwd=cwd, check=False)
+    return subprocess.run(
+        [*cli_command(*fakes), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+        cwd=cwd,
+        check=False,
+    )
 
 
-def run_cli_inprocess(*args: str, env: dict[str, str] | None = None
-                      ) -> subprocess.CompletedProcess[str]:
+def run_cli_inprocess(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """`main(ARGS)` in this process, same exit code and streams as `run_cli`, without starting an
     interpreter: for tests of parsing, validation and their messages. Whatever needs a real
     process (signals, the child environment, cleanup of children, a run's own imports) keeps
@@ -124,8 +135,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.sections.append(("resource exhaustion", f"{reason}: kept as a failure in CI"))
         return
     report.outcome = "skipped"
-    report.longrepr = (str(item.path), (item.location[1] or 0) + 1,
-                       f"Skipped: resource exhaustion, not a test result: {reason}")
+    report.longrepr = (
+        str(item.path),
+        (item.location[1] or 0) + 1,
+        f"Skipped: resource exhaustion, not a test result: {reason}",
+    )
 
 
 def _parents() -> dict[int, int]:
@@ -137,7 +151,7 @@ def _parents() -> dict[int, int]:
                 stat = (entry / "stat").read_text()
             except OSError:
                 continue
-            table[int(entry.name)] = int(stat[stat.rindex(")") + 2:].split()[1])
+            table[int(entry.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
     return table
 
 
@@ -161,8 +175,8 @@ def queue_thread_ticks(pid: int) -> int:
             stat = (task / "stat").read_text()
         except OSError:
             continue
-        if stat[stat.index("(") + 1:stat.rindex(")")].startswith("aorta-hwq"):
-            fields = stat[stat.rindex(")") + 2:].split()
+        if stat[stat.index("(") + 1 : stat.rindex(")")].startswith("aorta-hwq"):
+            fields = stat[stat.rindex(")") + 2 :].split()
             ticks += int(fields[11]) + int(fields[12])  # utime, stime (stat fields 14, 15)
     return ticks
 
@@ -172,24 +186,29 @@ def queue_thread_ticks(pid: int) -> int:
 MEASURING_TICKS = 20
 
 
-def wait_until_measuring(proc: subprocess.Popen[str], processes: int = 1, timeout: float = 120,
-                         ignore: set[int] | frozenset[int] = frozenset()) -> list[int]:
+def wait_until_measuring(
+    proc: subprocess.Popen[str],
+    processes: int = 1,
+    timeout: float = 120,
+    ignore: set[int] | frozenset[int] = frozenset(),
+) -> list[int]:
     """Block until `processes` benchmark processes in `proc`'s tree (minus `ignore`) are inside
     their measured iterations (queue threads past MEASURING_TICKS); their pids. Fails the test
     (killing `proc`) when `proc` ends first or `timeout` passes: a signal sent afterwards is known
     to land mid-measurement, not in start-up."""
     deadline = time.monotonic() + timeout
     while True:
-        busy = [p for p in process_tree(proc.pid) - set(ignore)
-                if queue_thread_ticks(p) >= MEASURING_TICKS]
+        busy = [p for p in process_tree(proc.pid) - set(ignore) if queue_thread_ticks(p) >= MEASURING_TICKS]
         if len(busy) >= processes:
             return busy
         if proc.poll() is not None or time.monotonic() > deadline:
             ended = proc.poll() is not None
             proc.kill()
             _out, err = proc.communicate(timeout=30)
-            pytest.fail(f"{'ended' if ended else 'timed out'} before {processes} process(es) "
-                        f"were measuring (exit {proc.returncode}): {(err or '')[-2000:]}")
+            pytest.fail(
+                f"{'ended' if ended else 'timed out'} before {processes} process(es) "
+                f"were measuring (exit {proc.returncode}): {(err or '')[-2000:]}"
+            )
         time.sleep(0.02)
 
 

@@ -15,8 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "aorta"
-ERROR_CALLS = {"UsageError", "SessionError", "ProgramError", "ClickException", "BadParameter",
-               "DeviceLeftChanged", "MeasurementFailed"}
+ERROR_CALLS = {
+    "UsageError",
+    "SessionError",
+    "ProgramError",
+    "ClickException",
+    "BadParameter",
+    "DeviceLeftChanged",
+    "MeasurementFailed",
+}
 PREFIXES = ("error:", "warning:", "note:")
 REASON_LISTS = {"problems", "warnings"}
 MIN_KEY = 12
@@ -67,14 +74,22 @@ def _found(tree: ast.AST, in_engine: bool) -> list[tuple[int, str]]:
                 text = _text(node.args[0])
                 if text:
                     out.append((node.lineno, text))
-            elif name == "Readiness" and len(node.args) >= 2 and \
-                    isinstance(node.args[0], ast.Constant) and node.args[0].value is False:
+            elif (
+                name == "Readiness"
+                and len(node.args) >= 2
+                and isinstance(node.args[0], ast.Constant)
+                and node.args[0].value is False
+            ):
                 text = _text(node.args[1])
                 if text:
                     out.append((node.lineno, text))
-            elif name == "append" and isinstance(node.func, ast.Attribute) and \
-                    isinstance(node.func.value, ast.Name) and node.func.value.id in REASON_LISTS \
-                    and node.args:
+            elif (
+                name == "append"
+                and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id in REASON_LISTS
+                and node.args
+            ):
                 text = _text(node.args[0])
                 if text:
                     out.append((node.lineno, text))
@@ -82,9 +97,14 @@ def _found(tree: ast.AST, in_engine: bool) -> list[tuple[int, str]]:
             text = _text(node)
             if text and text.startswith(PREFIXES):
                 out.append((node.lineno, text))
-        elif in_engine and isinstance(node, ast.Return) and isinstance(node.value, ast.Tuple) \
-                and len(node.value.elts) == 2 and isinstance(node.value.elts[0], ast.Constant) \
-                and node.value.elts[0].value is None:
+        elif (
+            in_engine
+            and isinstance(node, ast.Return)
+            and isinstance(node.value, ast.Tuple)
+            and len(node.value.elts) == 2
+            and isinstance(node.value.elts[0], ast.Constant)
+            and node.value.elts[0].value is None
+        ):
             text = _text(node.value.elts[1])
             if text:
                 out.append((node.lineno, text))

@@ -35,7 +35,6 @@ def require_ebpf() -> None:
     pytest.skip(f"eBPF unavailable: {reason}")
 
 
-
 class VerboseAttach:
     """The lines of a `bpftrace -v` run (stdout with stderr merged), read on a thread."""
 
@@ -72,9 +71,11 @@ class VerboseAttach:
                 line = ""
             if not line:
                 self.proc.kill()
-                pytest.fail(f"bpftrace attached {attached} of {expected} probes "
-                            f"({'ended' if line is None else f'{timeout:g} s passed'}): "
-                            f"{''.join(self.lines)[-2000:]}")
+                pytest.fail(
+                    f"bpftrace attached {attached} of {expected} probes "
+                    f"({'ended' if line is None else f'{timeout:g} s passed'}): "
+                    f"{''.join(self.lines)[-2000:]}"
+                )
             announced = re.match(r"Attaching (\d+) probes?\.\.\.", line)
             if announced:
                 expected = int(announced.group(1)) - at_exit

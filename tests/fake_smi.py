@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-SCRIPT = r'''
+SCRIPT = r"""
 import json, os, sys
 
 tool = os.path.basename(sys.argv[0])
@@ -130,20 +130,35 @@ elif tool == "rocm-smi":
         out.append("======== End of ROCm SMI Log ========")
         print("\n".join(out))
 save()
-'''
+"""
 
 
 def initial_state() -> dict[str, Any]:
     """Two NVIDIA and two AMD GPUs, as found before any test touches them."""
+
     def nvidia() -> dict[str, Any]:
-        return {"power_limit": 300.0, "power_default": 350.0, "power_min": 100.0,
-                "power_max": 400.0, "sm_clock": 345, "idle_sm_clock": 345, "max_sm_clock": 1980,
-                "supported": [345, 600, 900, 1200, 1410, 1600, 1800, 1980], "locked": None}
+        return {
+            "power_limit": 300.0,
+            "power_default": 350.0,
+            "power_min": 100.0,
+            "power_max": 400.0,
+            "sm_clock": 345,
+            "idle_sm_clock": 345,
+            "max_sm_clock": 1980,
+            "supported": [345, 600, 900, 1200, 1410, 1600, 1800, 1980],
+            "locked": None,
+        }
 
     def amd() -> dict[str, Any]:
-        return {"perf_level": "auto", "sclk_level": 1, "auto_sclk_level": 1,
-                "levels": [500, 1200, 2100], "power_cap": 264.0, "power_min": 100,
-                "power_max": 300}
+        return {
+            "perf_level": "auto",
+            "sclk_level": 1,
+            "auto_sclk_level": 1,
+            "levels": [500, 1200, 2100],
+            "power_cap": 264.0,
+            "power_min": 100,
+            "power_max": 300,
+        }
 
     return {"nvidia": {"0": nvidia(), "1": nvidia()}, "amd": {"0": amd(), "1": amd()}}
 
@@ -166,9 +181,12 @@ def read_log(log_path: Path) -> list[tuple[str, list[str]]]:
 
 def env_for(bin_dir: Path, state_path: Path, log_path: Path, state_dir: Path) -> dict[str, str]:
     """Environment for a CLI subprocess that finds the fakes first on PATH."""
-    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-            "FAKE_SMI_STATE": str(state_path), "FAKE_SMI_LOG": str(log_path),
-            "AORTA_STATE_DIR": str(state_dir)}
+    return {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "FAKE_SMI_STATE": str(state_path),
+        "FAKE_SMI_LOG": str(log_path),
+        "AORTA_STATE_DIR": str(state_dir),
+    }
 
 
 class FakeGpus:

@@ -51,8 +51,10 @@ class Spinner:
         self._page = mmap.mmap(self._fd, 8)
         cmd_r, self._cmd = os.pipe()
         self._ack, ack_w = os.pipe()
-        self.proc = subprocess.Popen([sys.executable, "-I", "-c", _SPINNER, str(cpu), str(spin_ns),
-                                      str(cmd_r), str(ack_w), page_path], pass_fds=(cmd_r, ack_w))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", "-c", _SPINNER, str(cpu), str(spin_ns), str(cmd_r), str(ack_w), page_path],
+            pass_fds=(cmd_r, ack_w),
+        )
         os.close(cmd_r)
         os.close(ack_w)
 
@@ -87,10 +89,16 @@ class KnownDelay(Workload):
     """The workload; the test sets `spinner` and `cpu` before the run."""
 
     INFO = WorkloadInfo(
-        name="known_delay", category="latency_sensitive",
+        name="known_delay",
+        category="latency_sensitive",
         description="test only: busy ops of known length, hand-offs forced to wait a known time",
-        min_streams=1, max_streams=1, recommended_streams=1, switch_sensitivity="low",
-        throughput_unit="samples/sec", work_scaling="fixed")
+        min_streams=1,
+        max_streams=1,
+        recommended_streams=1,
+        switch_sensitivity="low",
+        throughput_unit="samples/sec",
+        work_scaling="fixed",
+    )
     SIZES: dict[str, dict[str, int]] = {"small": {}, "medium": {}, "large": {}}
     spinner: Spinner | None = None
     cpu = 1

@@ -13,9 +13,13 @@ from pathlib import Path
 from typing import Any
 
 #: Standard-library (file, function) frames that create a process or a thread.
-CREATION_FRAMES = {("subprocess.py", "_execute_child"), ("threading.py", "start"),
-                   ("popen_fork.py", "_launch"), ("popen_spawn_posix.py", "_launch"),
-                   ("forkserver.py", "connect_to_new_process")}
+CREATION_FRAMES = {
+    ("subprocess.py", "_execute_child"),
+    ("threading.py", "start"),
+    ("popen_fork.py", "_launch"),
+    ("popen_spawn_posix.py", "_launch"),
+    ("forkserver.py", "connect_to_new_process"),
+}
 
 #: Lines a child process prints when it could not create a process or a thread.
 CHILD_LINES = re.compile(
@@ -24,7 +28,8 @@ CHILD_LINES = re.compile(
     r"|libgomp: Thread creation failed: Resource temporarily unavailable"
     r"|.*pthread_create.*Resource temporarily unavailable"
     r"|BlockingIOError: \[Errno 11\] Resource temporarily unavailable)",
-    re.MULTILINE)
+    re.MULTILINE,
+)
 
 
 def _is_creation_error(exc: BaseException) -> bool:
@@ -51,7 +56,8 @@ def exhaustion_reason(exc: BaseException, frames: list[tuple[str, str, str]]) ->
         if found is None:
             return None
         if found.group(0).startswith("BlockingIOError") and not re.search(
-                r"_execute_child|_fork_exec|os\.fork|threading\.py", str(exc)):
+            r"_execute_child|_fork_exec|os\.fork|threading\.py", str(exc)
+        ):
             return None  # an EAGAIN in a child, but not from creating a process or thread
         return f"a child process could not create a process or thread: {found.group(0).strip()}"
     return None

@@ -53,8 +53,12 @@ def test_every_referenced_field_exists_in_that_generation(gen, dialect):
 @pytest.mark.parametrize("gen", ["linux-5.4", "linux-6.8", "linux-6.17"])
 def test_mainline_kernels_have_amdgpu_events_but_no_amdkfd(gen):
     _, code = render(gen)
-    assert code.used_events == ["amdgpu:amdgpu_bo_move", "amdgpu:amdgpu_bo_create",
-                                "amdgpu:amdgpu_vm_bo_map", "amdgpu:amdgpu_vm_bo_unmap"]
+    assert code.used_events == [
+        "amdgpu:amdgpu_bo_move",
+        "amdgpu:amdgpu_bo_create",
+        "amdgpu:amdgpu_vm_bo_map",
+        "amdgpu:amdgpu_vm_bo_unmap",
+    ]
     assert "DKMS" in code.missing["amdkfd:kfd_evict_process_worker_start"]
     assert "amdkfd:kfd_map_memory_to_gpu_start" in code.missing
 
@@ -65,12 +69,14 @@ def test_old_kernel_uses_the_old_bo_move_name():
     assert any(p.startswith("tracepoint:amdgpu:amdgpu_ttm_bo_move\n") for p in code.probes)
 
 
-@pytest.mark.parametrize(("gen", "id_field", "variant"), [("rocm-dkms-pasid", "pasid", 2),
-                                                           ("rocm-dkms-pid", "pid", 1)])
+@pytest.mark.parametrize(
+    ("gen", "id_field", "variant"), [("rocm-dkms-pasid", "pasid", 2), ("rocm-dkms-pid", "pid", 1)]
+)
 def test_kfd_events_attributed_by_their_own_id_never_by_pid_filter(gen, id_field, variant):
     _, code = render(gen)
-    kfd = [b for a, b in _blocks(code.probes) if a.startswith("tracepoint:amdkfd:kfd_") and
-           "map_memory" not in a]
+    kfd = [
+        b for a, b in _blocks(code.probes) if a.startswith("tracepoint:amdkfd:kfd_") and "map_memory" not in a
+    ]
     assert len(kfd) == 5  # evict start/end, restore start/end, schedule
     for body in kfd:
         assert PID_FILTER not in body, "kworker events must not be filtered by the benchmark pid"
@@ -94,7 +100,8 @@ def test_old_kfd_names_used_only_when_detected(tmp_path):
             f"name: {name}\nID: 9\nformat:\n"
             "\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n"
             "\tfield:unsigned int pasid;\toffset:8;\tsize:4;\tsigned:0;\n\n"
-            'print fmt: "pasid=%u", REC->pasid\n')
+            'print fmt: "pasid=%u", REC->pasid\n'
+        )
     ctx = RenderContext(Tracefs(tmp_path), DIALECTS["0.20"], TraceTarget((1,)), PID_FILTER, GATE)
     code = AmdMemoryFamily().render(ctx)
     assert code.used_events == ["amdkfd:kfd_evict_process", "amdkfd:kfd_restore_process"]
@@ -119,15 +126,18 @@ def test_empty_tree_renders_nothing_and_lists_everything(tmp_path):
     assert code.probes == []
     assert code.used_events == []
     listed = set(code.missing)
-    assert {"amdgpu:amdgpu_bo_move", "amdgpu:amdgpu_bo_create", "amdgpu:amdgpu_vm_bo_map",
-            "amdkfd:kfd_evict_process_worker_start"} <= listed
+    assert {
+        "amdgpu:amdgpu_bo_move",
+        "amdgpu:amdgpu_bo_create",
+        "amdgpu:amdgpu_vm_bo_map",
+        "amdkfd:kfd_evict_process_worker_start",
+    } <= listed
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("gen", "id_field"), [("rocm-dkms-pasid", "pasid"), ("rocm-dkms-pid", "pid")])
 def test_show_script_through_aorta_tracefs(cli, gen, id_field):
-    res = cli("ebpf-info", "--show-script", "--ebpf-memory-trace",
-              env={"AORTA_TRACEFS": str(FIXTURES / gen)})
+    res = cli("ebpf-info", "--show-script", "--ebpf-memory-trace", env={"AORTA_TRACEFS": str(FIXTURES / gen)})
     assert res.returncode == 0, res.stderr
     text = res.stdout
     assert "families amdmem, hostmem" in text

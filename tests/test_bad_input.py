@@ -21,8 +21,7 @@ BAD_ARGS = [
     (["sweep", "hetero_kernels", "-s", "1", "--timeout", "1e400"], "--timeout"),
     (["sweep", "hetero_kernels", "-s", "1", "--timeout", "nan"], "--timeout"),
     (["policy-sweep", "hetero_kernels", "--streams", "1", "--timeout", "inf"], "--timeout"),
-    (["policy-sweep", "hetero_kernels", "--streams", "1", "--repeats", "100000000000"],
-     "--repeats"),
+    (["policy-sweep", "hetero_kernels", "--streams", "1", "--repeats", "100000000000"], "--repeats"),
     (["compare", "-b", "{base}", "-t", "{base}", "--threshold", "inf"], "--threshold"),
     (["compare", "-b", "{base}", "-t", "{base}", "--threshold", "nan"], "--threshold"),
     (["run", "hetero_kernels", "--streams", "1", "-o", ""], "empty"),
@@ -36,8 +35,9 @@ BAD_ARGS = [
 ]
 
 
-@pytest.mark.parametrize(("args", "words"), BAD_ARGS, ids=lambda a: " ".join(a)[:60]
-                         if isinstance(a, list) else a)
+@pytest.mark.parametrize(
+    ("args", "words"), BAD_ARGS, ids=lambda a: " ".join(a)[:60] if isinstance(a, list) else a
+)
 def test_bad_option_is_one_line_exit_2(args, words, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     args = [a.replace("{base}", "result.json") for a in args]  # the option is checked first
@@ -59,9 +59,11 @@ def _exit(args: list[str], capsys) -> tuple[int, str, str]:
 
 
 def test_ebpf_attach_to_a_thread_names_its_process(capsys):
-    code = ("import threading, time, sys\n"
-            "def work():\n    print(threading.get_native_id(), flush=True); time.sleep(30)\n"
-            "threading.Thread(target=work, daemon=True).start(); time.sleep(30)\n")
+    code = (
+        "import threading, time, sys\n"
+        "def work():\n    print(threading.get_native_id(), flush=True); time.sleep(30)\n"
+        "threading.Thread(target=work, daemon=True).start(); time.sleep(30)\n"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         tid = int(proc.stdout.readline())

@@ -14,12 +14,20 @@ BENCH = Path(__file__).resolve().parents[1] / "bench" / "cpu_run_cv.py"
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(BENCH), *args], capture_output=True, text=True,
-                          timeout=600, check=False)
+    return subprocess.run(
+        [sys.executable, str(BENCH), *args], capture_output=True, text=True, timeout=600, check=False
+    )
 
 
-@pytest.mark.parametrize("args", [("--against", "no-such-ref-anywhere"), ("--against", "-x"),
-                                  ("--rounds", "1"), ("--json", "/no/such/folder/x.json")])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--against", "no-such-ref-anywhere"),
+        ("--against", "-x"),
+        ("--rounds", "1"),
+        ("--json", "/no/such/folder/x.json"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(args: tuple[str, ...]) -> None:
     proc = _bench(*args)
     assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -29,18 +37,24 @@ def test_bad_input_is_one_line_exit_2(args: tuple[str, ...]) -> None:
 
 @pytest.mark.slow
 def test_two_code_states_side_by_side(tmp_path: Path) -> None:
-    head = subprocess.run(["git", "-C", str(BENCH.parent), "rev-parse", "--verify", "HEAD"],
-                          capture_output=True, text=True, check=False)
+    head = subprocess.run(
+        ["git", "-C", str(BENCH.parent), "rev-parse", "--verify", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if head.returncode != 0:
         pytest.skip("not a git checkout: --against needs one")
     out = tmp_path / "cv.json"
-    proc = _bench("--rounds", "2", "--iterations", "2", "--warmup", "1", "--against", "HEAD",
-                  "--json", str(out))
+    proc = _bench(
+        "--rounds", "2", "--iterations", "2", "--warmup", "1", "--against", "HEAD", "--json", str(out)
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads(out.read_text())
     rows = {(r["configuration"], r["code"]): r for r in data["results"]}
-    assert set(rows) == {(c, s) for c in ("hetero_kernels @ 8", "tiny_kernel_stress @ 16")
-                         for s in ("this tree", "HEAD")}
+    assert set(rows) == {
+        (c, s) for c in ("hetero_kernels @ 8", "tiny_kernel_stress @ 16") for s in ("this tree", "HEAD")
+    }
     for row in rows.values():
         assert row["runs"] == len(row["throughputs"]) == 2
         assert row["mean"] == pytest.approx(sum(row["throughputs"]) / 2)

@@ -69,11 +69,14 @@ def test_info_json_reports_queue_knobs(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("argv", [["--help"], ["list"], ["info", "--json"]])
 def test_fast_commands_do_not_import_torch(argv):
-    code = ("import sys\nfrom aorta.hw_queue_eval.cli import main\n"
-            "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
-            "assert 'torch' not in sys.modules, 'torch was imported'\n")
-    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
-                          timeout=60, check=False)
+    code = (
+        "import sys\nfrom aorta.hw_queue_eval.cli import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60, check=False
+    )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -82,8 +85,14 @@ def test_run_writes_valid_result(tmp_path):
     out = tmp_path / "r.json"
     proc = run_cli("run", "hetero_kernels", "--streams", "4", "-i", "4", "-w", "1", "-o", str(out))
     assert proc.returncode == 0, proc.stderr
-    for block in ("CONFIGURATION", "THROUGHPUT", "LATENCY", "QUEUE SWITCH ANALYSIS", "TIMING",
-                  "INTERPRETATION"):
+    for block in (
+        "CONFIGURATION",
+        "THROUGHPUT",
+        "LATENCY",
+        "QUEUE SWITCH ANALYSIS",
+        "TIMING",
+        "INTERPRETATION",
+    ):
         assert block in proc.stdout
     assert "Running hetero_kernels on 4 streams" in proc.stderr
     data = load_json(out)
@@ -106,30 +115,43 @@ def test_run_writes_valid_result(tmp_path):
 @pytest.mark.slow
 def test_pool_size_env_changes_mapping(tmp_path):
     out = tmp_path / "r.json"
-    proc = run_cli("run", "tiny_kernel_stress", "--streams", "4", "-i", "2", "-w", "1",
-                   "-o", str(out), env={"GPU_MAX_HW_QUEUES": "2"})
+    proc = run_cli(
+        "run",
+        "tiny_kernel_stress",
+        "--streams",
+        "4",
+        "-i",
+        "2",
+        "-w",
+        "1",
+        "-o",
+        str(out),
+        env={"GPU_MAX_HW_QUEUES": "2"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert load_json(out)["queue_mapping"]["stream_to_queue"] == [0, 1, 0, 1]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("argv", "needles"), [
-    (["run", "nope", "--streams", "2"], ["unknown workload 'nope'", "hetero_kernels"]),
-    (["run", "moe", "--streams", "2"], ["4..32"]),
-    (["run", "hetero_kernels", "--streams", "65"], ["1..64"]),
-    (["run", "hetero_kernels", "--streams", "two"], ["--streams"]),
-    (["run", "hetero_kernels", "--streams", "2", "-i", "0"], ["--iterations"]),
-    (["run", "hetero_kernels", "--streams", "2", "-i", "2.5"], ["--iterations"]),
-    (["run", "hetero_kernels", "--streams", "2", "-w", "-1"], ["--warmup"]),
-    (["run", "hetero_kernels", "--streams", "2", "--size", "huge"], ["--size"]),
-    (["run", "hetero_kernels", "--streams", "2", "--sync-mode", "never"], ["--sync-mode"]),
-    (["run", "hetero_kernels", "--streams", "2", "--device", "cuda"], ["no GPU"]),
-    (["run", "hetero_kernels", "--streams", "2", "--device", "tpu"], ["--device"]),
-    (["run", "hetero_kernels", "--streams", "2", "-o", "/nonexistent-dir/x.json"],
-     ["does not exist"]),
-    (["run", "hetero_kernels"], ["--streams"]),
-    (["frobnicate"], ["frobnicate"]),
-])
+@pytest.mark.parametrize(
+    ("argv", "needles"),
+    [
+        (["run", "nope", "--streams", "2"], ["unknown workload 'nope'", "hetero_kernels"]),
+        (["run", "moe", "--streams", "2"], ["4..32"]),
+        (["run", "hetero_kernels", "--streams", "65"], ["1..64"]),
+        (["run", "hetero_kernels", "--streams", "two"], ["--streams"]),
+        (["run", "hetero_kernels", "--streams", "2", "-i", "0"], ["--iterations"]),
+        (["run", "hetero_kernels", "--streams", "2", "-i", "2.5"], ["--iterations"]),
+        (["run", "hetero_kernels", "--streams", "2", "-w", "-1"], ["--warmup"]),
+        (["run", "hetero_kernels", "--streams", "2", "--size", "huge"], ["--size"]),
+        (["run", "hetero_kernels", "--streams", "2", "--sync-mode", "never"], ["--sync-mode"]),
+        (["run", "hetero_kernels", "--streams", "2", "--device", "cuda"], ["no GPU"]),
+        (["run", "hetero_kernels", "--streams", "2", "--device", "tpu"], ["--device"]),
+        (["run", "hetero_kernels", "--streams", "2", "-o", "/nonexistent-dir/x.json"], ["does not exist"]),
+        (["run", "hetero_kernels"], ["--streams"]),
+        (["frobnicate"], ["frobnicate"]),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(argv, needles):
     assert_usage_error(run_cli_inprocess(*argv), *needles)
 
@@ -139,8 +161,9 @@ def test_output_symlink_refused_and_nothing_written(tmp_path):
     target.write_text("keep")
     link = tmp_path / "link.json"
     link.symlink_to(target)
-    assert_usage_error(run_cli_inprocess("run", "hetero_kernels", "--streams", "1", "-o", str(link)),
-                       "symbolic link")
+    assert_usage_error(
+        run_cli_inprocess("run", "hetero_kernels", "--streams", "1", "-o", str(link)), "symbolic link"
+    )
     assert target.read_text() == "keep"
 
 
@@ -153,17 +176,34 @@ def test_unwritable_output_location_detected_before_running():
 
 def test_output_folder_is_a_file_error(tmp_path):
     (tmp_path / "file").write_text("x")
-    assert_usage_error(run_cli_inprocess("run", "hetero_kernels", "--streams", "1",
-                               "-o", str(tmp_path / "file" / "r.json")), "does not exist")
+    assert_usage_error(
+        run_cli_inprocess("run", "hetero_kernels", "--streams", "1", "-o", str(tmp_path / "file" / "r.json")),
+        "does not exist",
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_exits_cleanly_without_partial_file(tmp_path, sig):
     out = tmp_path / "r.json"
-    proc = subprocess.Popen([sys.executable, "-m", "aorta.hw_queue_eval", "run", "hetero_kernels",
-                             "--streams", "8", "-i", "100000", "-o", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "aorta.hw_queue_eval",
+            "run",
+            "hetero_kernels",
+            "--streams",
+            "8",
+            "-i",
+            "100000",
+            "-o",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stderr.readline()
         assert "Running" in line
@@ -181,8 +221,10 @@ def test_interrupt_exits_cleanly_without_partial_file(tmp_path, sig):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("argv", [("run", "hetero_kernels", "--streams", "two"),
-                                  ("run", "nope", "--streams", "2"), ("frobnicate",)])
+@pytest.mark.parametrize(
+    "argv",
+    [("run", "hetero_kernels", "--streams", "two"), ("run", "nope", "--streams", "2"), ("frobnicate",)],
+)
 def test_inprocess_helper_matches_a_real_process(argv):
     """Validation tests call main() in-process: same exit code and streams as a real process."""
     real, here = run_cli(*argv), run_cli_inprocess(*argv)

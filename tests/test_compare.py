@@ -13,17 +13,39 @@ from conftest import run_cli
 
 def _run(samples, streams=4, workload="hetero_kernels", size="small", work=1e9, ebpf=None):
     samples = [float(x) for x in samples]
-    lat = {k: float(v) for k, v in zip(("mean", "p50", "p95", "p99", "min", "max", "std"),
-           (np.mean(samples), *np.percentile(samples, [50, 95, 99]), min(samples), max(samples),
-            np.std(samples)), strict=True)}
-    return {"schema_version": 1, "kind": "run", "status": "ok", "error": None,
-            "workload_name": workload, "stream_count": streams,
-            "config": {"size": size, "backend": "cpu", "sync_mode": "per_iteration"},
-            "throughput": work / (np.mean(samples) / 1e3) / 1e9, "throughput_unit": "GFLOPS",
-            "latency_ms": lat, "iteration_times_ms": samples,
-            "metadata": {"work_per_iteration": work},
-            "switch_latency": {"switch_overhead_ms": 0.01}, "concurrency": {"achieved": 2.0},
-            "ebpf_queue_metrics": ebpf, "ebpf_memory_metrics": None, "ebpf_vs_cuda_comparison": None}
+    lat = {
+        k: float(v)
+        for k, v in zip(
+            ("mean", "p50", "p95", "p99", "min", "max", "std"),
+            (
+                np.mean(samples),
+                *np.percentile(samples, [50, 95, 99]),
+                min(samples),
+                max(samples),
+                np.std(samples),
+            ),
+            strict=True,
+        )
+    }
+    return {
+        "schema_version": 1,
+        "kind": "run",
+        "status": "ok",
+        "error": None,
+        "workload_name": workload,
+        "stream_count": streams,
+        "config": {"size": size, "backend": "cpu", "sync_mode": "per_iteration"},
+        "throughput": work / (np.mean(samples) / 1e3) / 1e9,
+        "throughput_unit": "GFLOPS",
+        "latency_ms": lat,
+        "iteration_times_ms": samples,
+        "metadata": {"work_per_iteration": work},
+        "switch_latency": {"switch_overhead_ms": 0.01},
+        "concurrency": {"achieved": 2.0},
+        "ebpf_queue_metrics": ebpf,
+        "ebpf_memory_metrics": None,
+        "ebpf_vs_cuda_comparison": None,
+    }
 
 
 def _noisy(median, n, seed):
@@ -35,10 +57,10 @@ def _repeated(medians, streams=4, workload="hetero_kernels", seed=0, **kw):
     same helper the CLI uses."""
     from aorta.hw_queue_eval.sweeps.repeats import repeats_block, representative
 
-    results = [_run(_noisy(m, 20, seed + i), streams=streams, workload=workload, **kw)
-               for i, m in enumerate(medians)]
-    outcomes = [{"repeat": i + 1, "status": "ok", "result": r, "error": None}
-                for i, r in enumerate(results)]
+    results = [
+        _run(_noisy(m, 20, seed + i), streams=streams, workload=workload, **kw) for i, m in enumerate(medians)
+    ]
+    outcomes = [{"repeat": i + 1, "status": "ok", "result": r, "error": None} for i, r in enumerate(results)]
     combined = dict(results[representative(results)])
     combined["repeats"] = repeats_block(results, outcomes, len(results))
     return combined
@@ -146,10 +168,23 @@ def test_threshold_option_changes_the_verdict(tmp_path):
 
 
 def _sweep(runs, repeats=False):
-    return {"schema_version": 1, "kind": "sweep", "workload": "hetero_kernels",
-            "points": [{"key": {"workload": r["workload_name"], "streams": r["stream_count"],
-                                **({"repeat": i} if repeats else {})},
-                        "status": "ok", "result": r} for i, r in enumerate(runs)]}
+    return {
+        "schema_version": 1,
+        "kind": "sweep",
+        "workload": "hetero_kernels",
+        "points": [
+            {
+                "key": {
+                    "workload": r["workload_name"],
+                    "streams": r["stream_count"],
+                    **({"repeat": i} if repeats else {}),
+                },
+                "status": "ok",
+                "result": r,
+            }
+            for i, r in enumerate(runs)
+        ],
+    }
 
 
 @pytest.mark.slow
@@ -157,11 +192,15 @@ def test_sweeps_pair_by_stream_count_not_position_and_group_repeats(tmp_path):
     def runs(streams, medians, seed):
         return [_run(_noisy(m, 20, seed + i), streams=streams) for i, m in enumerate(medians)]
 
-    base = _write(tmp_path, "b.json", _sweep(runs(1, BASE5, 1) + runs(2, [2 * m for m in BASE5], 20),
-                                             repeats=True))
+    base = _write(
+        tmp_path, "b.json", _sweep(runs(1, BASE5, 1) + runs(2, [2 * m for m in BASE5], 20), repeats=True)
+    )
     # reversed order; the 2-stream point regressed, the 1-stream point did not
-    test = _write(tmp_path, "t.json", _sweep(runs(2, [3 * m for m in BASE5], 40)
-                                             + runs(1, BASE5[::-1], 60), repeats=True))
+    test = _write(
+        tmp_path,
+        "t.json",
+        _sweep(runs(2, [3 * m for m in BASE5], 40) + runs(1, BASE5[::-1], 60), repeats=True),
+    )
     proc, data = _compare("-b", base, "-t", test)
     assert proc.returncode == 1
     pairs = data["tests"][0]["pairs"]
@@ -175,10 +214,17 @@ def test_upstream_sweep_with_old_latency_layout(tmp_path):
     old = []
     for streams, median in ((1, 10.0), (2, 20.0)):
         samples = list(_noisy(median, 30, streams))
-        old.append({"workload_name": "hetero_kernels", "stream_count": streams,
-                    "throughput": 1.0, "throughput_unit": "GFLOPS", "iteration_times_ms": samples,
-                    "latency": {"p50_ms": float(np.median(samples)), "p95_ms": 1.0, "p99_ms": 2.0},
-                    "ebpf_vs_cuda": {"measurement_accuracy": 0.8}})
+        old.append(
+            {
+                "workload_name": "hetero_kernels",
+                "stream_count": streams,
+                "throughput": 1.0,
+                "throughput_unit": "GFLOPS",
+                "iteration_times_ms": samples,
+                "latency": {"p50_ms": float(np.median(samples)), "p95_ms": 1.0, "p99_ms": 2.0},
+                "ebpf_vs_cuda": {"measurement_accuracy": 0.8},
+            }
+        )
     base = _write(tmp_path, "upstream.json", {"results": old})
     test = _write(tmp_path, "t.json", _sweep([_run(_noisy(20, 30, 9), streams=2)]))
     proc, data = _compare("-b", base, "-t", test)
@@ -197,23 +243,47 @@ def test_upstream_sweep_with_old_latency_layout(tmp_path):
 
 def _traced(p99_us, families=None, **extra):
     """An ebpf_queue_metrics section as the engine writes it (summary, families, bookkeeping)."""
-    return {"status": "ok", "error": None, "submit_to_dispatch": {"p99_us": p99_us},
-            "lost_events": 0, "window": {"start_monotonic_ns": 123456789 + p99_us,
-                                         "stop_monotonic_ns": 223456789, "duration_ms": 100.0},
-            "attach_s": 0.4 + p99_us / 1000, "probe_cost": {"ns": p99_us},
-            "families": families or {}, **extra}
+    return {
+        "status": "ok",
+        "error": None,
+        "submit_to_dispatch": {"p99_us": p99_us},
+        "lost_events": 0,
+        "window": {
+            "start_monotonic_ns": 123456789 + p99_us,
+            "stop_monotonic_ns": 223456789,
+            "duration_ms": 100.0,
+        },
+        "attach_s": 0.4 + p99_us / 1000,
+        "probe_cost": {"ns": p99_us},
+        "families": families or {},
+        **extra,
+    }
 
 
 @pytest.mark.slow
 def test_ebpf_diff_shows_only_measured_comparable_values(tmp_path):
-    fams = {"cpu_sched": {"events_attached": ["sched:sched_wakeup"],
-                          "metrics": {"wakeups": 100, "runq_p99_us": 8.0,  # summary: shown once
-                                      "summary": {"submit_to_dispatch": {"p99_us": 40}}}},
-            "amdgpu": {"events_attached": [], "metrics": {"submits": 0, "jobs": 0}}}
-    fams_t = {"cpu_sched": {"events_attached": ["sched:sched_wakeup"],
-                            "metrics": {"wakeups": 120, "runq_p99_us": 9.0,
-                                        "summary": {"submit_to_dispatch": {"p99_us": 50}}}},
-              "amdgpu": {"events_attached": [], "metrics": {"submits": 0, "jobs": 0}}}
+    fams = {
+        "cpu_sched": {
+            "events_attached": ["sched:sched_wakeup"],
+            "metrics": {
+                "wakeups": 100,
+                "runq_p99_us": 8.0,  # summary: shown once
+                "summary": {"submit_to_dispatch": {"p99_us": 40}},
+            },
+        },
+        "amdgpu": {"events_attached": [], "metrics": {"submits": 0, "jobs": 0}},
+    }
+    fams_t = {
+        "cpu_sched": {
+            "events_attached": ["sched:sched_wakeup"],
+            "metrics": {
+                "wakeups": 120,
+                "runq_p99_us": 9.0,
+                "summary": {"submit_to_dispatch": {"p99_us": 50}},
+            },
+        },
+        "amdgpu": {"events_attached": [], "metrics": {"submits": 0, "jobs": 0}},
+    }
     base = _write(tmp_path, "b.json", _run(_noisy(10, 30, 1), ebpf=_traced(40, fams)))
     test = _write(tmp_path, "t.json", _run(_noisy(10, 30, 2), ebpf=_traced(50, fams_t)))
     untraced = _write(tmp_path, "u.json", _run(_noisy(10, 30, 3)))
@@ -222,8 +292,11 @@ def test_ebpf_diff_shows_only_measured_comparable_values(tmp_path):
     keys = [r["key"] for r in rows]
     assert keys[0] == "submit_to_dispatch.p99_us"  # summary figures first
     assert rows[0]["change_pct"] == 25.0
-    assert set(keys) == {"submit_to_dispatch.p99_us", "families.cpu_sched.metrics.wakeups",
-                         "families.cpu_sched.metrics.runq_p99_us"}  # no timestamps, no 0 → 0,
+    assert set(keys) == {
+        "submit_to_dispatch.p99_us",
+        "families.cpu_sched.metrics.wakeups",
+        "families.cpu_sched.metrics.runq_p99_us",
+    }  # no timestamps, no 0 → 0,
     # nothing from the family that did not attach, no bookkeeping (attach_s, probe_cost, window)
     _, data = _compare("-b", untraced, "-t", test)
     note = data["tests"][0]["pairs"][0]["ebpf"]["note"]
@@ -246,13 +319,16 @@ def test_ebpf_lines_capped_unless_verbose(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("test_data", "message"), [
-    (_run(_noisy(10, 30, 2), workload="moe", streams=4), "nothing to pair"),
-    (_run(_noisy(10, 30, 2), size="large"), "not comparable"),
-    ({"foo": 1}, "not an aorta result"),
-    ({"schema_version": 1, "kind": "policy_weights"}, "unknown result kind"),
-    ("not json", "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    ("test_data", "message"),
+    [
+        (_run(_noisy(10, 30, 2), workload="moe", streams=4), "nothing to pair"),
+        (_run(_noisy(10, 30, 2), size="large"), "not comparable"),
+        ({"foo": 1}, "not an aorta result"),
+        ({"schema_version": 1, "kind": "policy_weights"}, "unknown result kind"),
+        ("not json", "not valid JSON"),
+    ],
+)
 def test_bad_or_mismatched_files_exit_2(tmp_path, test_data, message):
     base = _write(tmp_path, "b.json", _run(_noisy(10, 30, 1)))
     path = tmp_path / "t.json"
@@ -277,13 +353,20 @@ def test_markdown_output(tmp_path):
 @pytest.mark.slow
 def test_policy_sweeps_pair_by_policy(tmp_path):
     def policy_file(values):
-        return {"schema_version": 1, "kind": "policy_sweep",
-                "points": [{"key": {"workload": "moe", "streams": 16, "policy": name,
-                                    "repeat": r + 1},
-                            "status": "ok", "result": _run(_noisy(med * f, 30, 10 * i + r),
-                                                           streams=16, workload="moe")}
-                           for i, (name, med) in enumerate(values)
-                           for r, f in enumerate((1.0, 1.02, 0.99, 1.01, 0.98))]}
+        return {
+            "schema_version": 1,
+            "kind": "policy_sweep",
+            "points": [
+                {
+                    "key": {"workload": "moe", "streams": 16, "policy": name, "repeat": r + 1},
+                    "status": "ok",
+                    "result": _run(_noisy(med * f, 30, 10 * i + r), streams=16, workload="moe"),
+                }
+                for i, (name, med) in enumerate(values)
+                for r, f in enumerate((1.0, 1.02, 0.99, 1.01, 0.98))
+            ],
+        }
+
     base = _write(tmp_path, "b.json", policy_file([("baseline", 10), ("high_queue", 20)]))
     test = _write(tmp_path, "t.json", policy_file([("high_queue", 20), ("baseline", 13)]))
     proc, data = _compare("-b", base, "-t", test)
@@ -294,8 +377,9 @@ def test_policy_sweeps_pair_by_policy(tmp_path):
 
 @pytest.mark.slow
 def test_same_point_twice_without_repeat_numbers_is_exit_2(tmp_path):
-    twice = _write(tmp_path, "t.json", _sweep([_run(_noisy(10, 30, 1), streams=2),
-                                               _run(_noisy(10, 30, 2), streams=2)]))
+    twice = _write(
+        tmp_path, "t.json", _sweep([_run(_noisy(10, 30, 1), streams=2), _run(_noisy(10, 30, 2), streams=2)])
+    )
     proc = run_cli("compare", "-b", twice, "-t", twice)
     assert proc.returncode == 2
     assert "appears twice" in proc.stderr

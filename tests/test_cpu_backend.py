@@ -12,15 +12,18 @@ from aorta.hw_queue_eval.backends.cpu import CpuBackend, assign_queues
 from aorta.hw_queue_eval.run.config import hw_queue_pool_size
 
 
-@pytest.mark.parametrize(("streams", "pool", "expected"), [
-    (1, 4, [0]),
-    (3, 4, [0, 1, 2]),
-    (4, 4, [0, 1, 2, 3]),
-    (8, 4, [0, 1, 2, 3, 0, 1, 2, 3]),
-    (6, 4, [0, 1, 2, 3, 0, 1]),
-    (5, 2, [0, 1, 0, 1, 0]),
-    (3, 1, [0, 0, 0]),
-])
+@pytest.mark.parametrize(
+    ("streams", "pool", "expected"),
+    [
+        (1, 4, [0]),
+        (3, 4, [0, 1, 2]),
+        (4, 4, [0, 1, 2, 3]),
+        (8, 4, [0, 1, 2, 3, 0, 1, 2, 3]),
+        (6, 4, [0, 1, 2, 3, 0, 1]),
+        (5, 2, [0, 1, 0, 1, 0]),
+        (3, 1, [0, 0, 0]),
+    ],
+)
 def test_hip_like_queue_assignment(streams, pool, expected):
     assert assign_queues(streams, pool) == expected
 
@@ -74,9 +77,11 @@ def test_workers_register_distinct_thread_ids(backend_factory):
 
 def rendezvous(barrier: threading.Barrier, seconds: float, timeout: float = 30):
     """An op that returns only once every party's op runs at the same time, then sleeps."""
+
     def op() -> None:
         barrier.wait(timeout)  # serialised ops never meet: BrokenBarrierError fails the op
         time.sleep(seconds)
+
     return op
 
 
@@ -84,8 +89,10 @@ def test_streams_on_separate_queues_overlap(backend_factory):
     # overlap proved by a rendezvous both ops must reach, not by wall-clock luck on a busy machine
     backend = backend_factory(2, 4)
     meet = threading.Barrier(2)
-    ops = run_one_iteration(backend, lambda s: [s[0].launch(rendezvous(meet, 0.05), "a"),
-                                                s[1].launch(rendezvous(meet, 0.05), "b")])
+    ops = run_one_iteration(
+        backend,
+        lambda s: [s[0].launch(rendezvous(meet, 0.05), "a"), s[1].launch(rendezvous(meet, 0.05), "b")],
+    )
     a, b = sorted(ops, key=lambda o: o.stream)
     assert a.queue != b.queue
     assert a.end_ns - a.start_ns >= 45_000_000
@@ -98,14 +105,20 @@ def test_rendezvous_fails_when_ops_share_a_queue(backend_factory):
     backend = backend_factory(2, 1)
     meet = threading.Barrier(2)
     with pytest.raises(threading.BrokenBarrierError):
-        run_one_iteration(backend, lambda s: [s[0].launch(rendezvous(meet, 0.0, 0.5), "a"),
-                                              s[1].launch(rendezvous(meet, 0.0, 0.5), "b")])
+        run_one_iteration(
+            backend,
+            lambda s: [
+                s[0].launch(rendezvous(meet, 0.0, 0.5), "a"),
+                s[1].launch(rendezvous(meet, 0.0, 0.5), "b"),
+            ],
+        )
 
 
 def test_streams_sharing_a_queue_serialise(backend_factory):
     backend = backend_factory(2, 1)
-    ops = run_one_iteration(backend, lambda s: [s[0].launch(sleeper(0.03), "a"),
-                                                s[1].launch(sleeper(0.03), "b")])
+    ops = run_one_iteration(
+        backend, lambda s: [s[0].launch(sleeper(0.03), "a"), s[1].launch(sleeper(0.03), "b")]
+    )
     a, b = sorted(ops, key=lambda o: o.start_ns)
     assert a.queue == b.queue == 0
     assert b.start_ns >= a.end_ns
@@ -180,8 +193,7 @@ def test_each_queue_is_one_thread_no_hidden_intra_op_teams(backend_factory):
         except OSError:
             continue
     # OpenMP helpers inherit the worker's name; one thread per queue means intra-op threads = 1
-    assert sorted(c for c in comms if c.startswith("aorta-hwq")) == \
-        ["aorta-hwq0", "aorta-hwq1", "aorta-hwq2"]
+    assert sorted(c for c in comms if c.startswith("aorta-hwq")) == ["aorta-hwq0", "aorta-hwq1", "aorta-hwq2"]
 
 
 def test_handoffs_ring_the_doorbell_once_per_idle_queue(backend_factory):
@@ -236,8 +248,7 @@ def test_many_waiters_on_one_task_are_all_woken(monkeypatch):
 
     monkeypatch.setattr(cpu.threading, "Event", SlowEvent)
     task = cpu._Task(cpu._MARK, -1)
-    waiters = [threading.Thread(target=cpu._wait_for, args=(task,), daemon=True)
-               for _ in range(4)]
+    waiters = [threading.Thread(target=cpu._wait_for, args=(task,), daemon=True) for _ in range(4)]
     for thread in waiters:
         thread.start()
     time.sleep(0.3)

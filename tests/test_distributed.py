@@ -21,10 +21,17 @@ def test_not_under_torchrun_without_its_environment():
 
 
 def test_torchrun_environment_parsed_and_checked():
-    env = torchrun_env({"TORCHELASTIC_RUN_ID": "x", "RANK": "3", "WORLD_SIZE": "4",
-                        "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1"})
-    assert (env.rank, env.world_size, env.local_rank, env.local_world_size, env.node_rank) == \
-        (3, 4, 1, 2, 1)
+    env = torchrun_env(
+        {
+            "TORCHELASTIC_RUN_ID": "x",
+            "RANK": "3",
+            "WORLD_SIZE": "4",
+            "LOCAL_RANK": "1",
+            "LOCAL_WORLD_SIZE": "2",
+            "GROUP_RANK": "1",
+        }
+    )
+    assert (env.rank, env.world_size, env.local_rank, env.local_world_size, env.node_rank) == (3, 4, 1, 2, 1)
     with pytest.raises(UsageError, match="RANK 4 is outside WORLD_SIZE 4"):
         torchrun_env({"LOCAL_RANK": "0", "RANK": "4", "WORLD_SIZE": "4"})
     with pytest.raises(UsageError, match="WORLD_SIZE='x' is not a number"):
@@ -32,12 +39,25 @@ def test_torchrun_environment_parsed_and_checked():
 
 
 def _fake(rank, node, window, status="ok"):
-    return {"status": status, "throughput": 100.0 + rank, "throughput_unit": "tokens/sec",
-            "latency_ms": {"p50": 1.0, "p99": 2.0}, "total_time_ms": window,
-            "verification": {"passed": status == "ok"},
-            "distributed": {"mode": "torchrun", "backend": "gloo", "rank": rank, "world_size": 3,
-                            "local_rank": rank % 2, "local_world_size": 2, "node_rank": node,
-                            "hostname": "h", "pid": 1000 + rank}}
+    return {
+        "status": status,
+        "throughput": 100.0 + rank,
+        "throughput_unit": "tokens/sec",
+        "latency_ms": {"p50": 1.0, "p99": 2.0},
+        "total_time_ms": window,
+        "verification": {"passed": status == "ok"},
+        "distributed": {
+            "mode": "torchrun",
+            "backend": "gloo",
+            "rank": rank,
+            "world_size": 3,
+            "local_rank": rank % 2,
+            "local_world_size": 2,
+            "node_rank": node,
+            "hostname": "h",
+            "pid": 1000 + rank,
+        },
+    }
 
 
 def test_combine_names_the_straggler_and_keeps_every_rank():
@@ -67,14 +87,32 @@ def _free_port() -> int:
 def _torchrun(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     """torchrun ARGS; ARGS end with the script: `-m aorta.hw_queue_eval run …` (_run_args), or
     cli_with_fakes.py with its options (_failing_rank_args)."""
-    return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+    return subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+    )
 
 
 def _run_args(workload: str = "comms_compute_overlap", streams: int = 3) -> list[str]:
-    return ["-m", "aorta.hw_queue_eval", "run", workload, "--streams", str(streams), "-d", "cpu",
-            "-i", "3", "-w", "1", "--dist-timeout", "60"]
+    return [
+        "-m",
+        "aorta.hw_queue_eval",
+        "run",
+        workload,
+        "--streams",
+        str(streams),
+        "-d",
+        "cpu",
+        "-i",
+        "3",
+        "-w",
+        "1",
+        "--dist-timeout",
+        "60",
+    ]
 
 
 RUN = _run_args()
@@ -96,20 +134,32 @@ def _check_ranks(result, world, nodes):
     assert len({r["distributed"]["pid"] for r in ranks}) == world
     for rank in ranks:  # real all-reduce: the reduced buckets equal world × the local ones
         collectives = rank["metadata"]["workload"]["collectives"]
-        assert collectives == {"mode": "torch.distributed", "backend": "gloo",
-                               "rank": rank["distributed"]["rank"], "world_size": world}
+        assert collectives == {
+            "mode": "torch.distributed",
+            "backend": "gloo",
+            "rank": rank["distributed"]["rank"],
+            "world_size": world,
+        }
         assert rank["verification"]["passed"]
         assert rank["status"] == "ok"
         assert min(rank["per_stream_op_counts"]) > 0
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("workload", "collectives"), [
-    ("moe", {"all_to_all"}), ("fsdp_tp", {"all_gather", "reduce_scatter"})])
+@pytest.mark.parametrize(
+    ("workload", "collectives"), [("moe", {"all_to_all"}), ("fsdp_tp", {"all_gather", "reduce_scatter"})]
+)
 def test_single_node_two_ranks(tmp_path, workload, collectives):
     out = tmp_path / "r.json"
-    proc = _torchrun("--nproc-per-node", "2", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}",
-                     *_run_args(workload, 4), "-o", str(out))
+    proc = _torchrun(
+        "--nproc-per-node",
+        "2",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{_free_port()}",
+        *_run_args(workload, 4),
+        "-o",
+        str(out),
+    )
     stdout, stderr = proc.communicate(timeout=240)
     assert proc.returncode == 0, stderr[-2000:]
     result = load_json(out)
@@ -125,8 +175,20 @@ def test_single_node_two_ranks(tmp_path, workload, collectives):
 @pytest.mark.slow
 def test_clock_control_under_torchrun_refused_before_anything_starts(tmp_path):
     env = {"TORCHELASTIC_RUN_ID": "t", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
-    proc = run_cli("run", "moe", "--streams", "4", "-d", "cpu", "--ebpf-memory-trace",
-                   "--lock-clocks", "7", "-o", str(tmp_path / "r.json"), env=env)
+    proc = run_cli(
+        "run",
+        "moe",
+        "--streams",
+        "4",
+        "-d",
+        "cpu",
+        "--ebpf-memory-trace",
+        "--lock-clocks",
+        "7",
+        "-o",
+        str(tmp_path / "r.json"),
+        env=env,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0
     assert "--lock-clocks/--power-limit are not supported yet" in proc.stderr
@@ -136,8 +198,18 @@ def test_clock_control_under_torchrun_refused_before_anything_starts(tmp_path):
 @pytest.mark.slow
 def test_two_nodes_on_one_machine(tmp_path):
     out, port = tmp_path / "r.json", _free_port()
-    common = ["--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
-              "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"aorta-{port}"]
+    common = [
+        "--nnodes",
+        "2",
+        "--nproc-per-node",
+        "2",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--rdzv-id",
+        f"aorta-{port}",
+    ]
     nodes = [_torchrun(*common, "--node-rank", str(n), *RUN, "-o", str(out)) for n in (0, 1)]
     outputs = [node.communicate(timeout=300) for node in nodes]
     for node, (_, stderr) in zip(nodes, outputs, strict=True):
@@ -154,8 +226,15 @@ def test_two_nodes_on_one_machine(tmp_path):
 def test_a_failing_rank_stops_the_job_named_and_nothing_written(tmp_path):
     out = tmp_path / "r.json"
     started = time.monotonic()
-    proc = _torchrun("--nproc-per-node", "2", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}",
-                     *_failing_rank_args(1, RUN), "-o", str(out))
+    proc = _torchrun(
+        "--nproc-per-node",
+        "2",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{_free_port()}",
+        *_failing_rank_args(1, RUN),
+        "-o",
+        str(out),
+    )
     _, stderr = proc.communicate(timeout=240)
     assert proc.returncode != 0
     assert "rank 1" in stderr
@@ -168,8 +247,23 @@ def test_a_failing_rank_stops_the_job_named_and_nothing_written(tmp_path):
 @pytest.mark.slow
 def test_sweep_runs_each_point_through_torchrun(tmp_path):
     out = tmp_path / "s.json"
-    proc = run_cli("sweep", "grad_accum", "--streams", "3", "-d", "cpu", "-i", "3", "-w", "1",
-                   "--nproc-per-node", "2", "-o", str(out), timeout=300)
+    proc = run_cli(
+        "sweep",
+        "grad_accum",
+        "--streams",
+        "3",
+        "-d",
+        "cpu",
+        "-i",
+        "3",
+        "-w",
+        "1",
+        "--nproc-per-node",
+        "2",
+        "-o",
+        str(out),
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     sweep = load_json(out)
     assert sweep["settings"]["nproc_per_node"] == 2
@@ -177,17 +271,33 @@ def test_sweep_runs_each_point_through_torchrun(tmp_path):
     (point,) = sweep["points"]
     assert point["status"] == "ok"
     assert point["result"]["distributed"]["world_size"] == 2
-    assert [r["distributed"]["rank"] for r in point["result"]["distributed"]["rank_results"]] == \
-        [0, 1]
+    assert [r["distributed"]["rank"] for r in point["result"]["distributed"]["rank_results"]] == [0, 1]
     assert point["result"]["metadata"]["workload"]["collectives"]["mode"] == "torch.distributed"
 
 
 @pytest.mark.slow
 def test_policy_sweep_runs_each_point_through_torchrun(tmp_path):
     out = tmp_path / "p.json"
-    proc = run_cli("policy-sweep", "grad_accum", "--streams", "3", "--policies", "baseline",
-                   "-d", "cpu", "-i", "3", "-w", "1", "--nproc-per-node", "2", "-o", str(out),
-                   env={"GPU_MAX_HW_QUEUES": "3"}, timeout=300)
+    proc = run_cli(
+        "policy-sweep",
+        "grad_accum",
+        "--streams",
+        "3",
+        "--policies",
+        "baseline",
+        "-d",
+        "cpu",
+        "-i",
+        "3",
+        "-w",
+        "1",
+        "--nproc-per-node",
+        "2",
+        "-o",
+        str(out),
+        env={"GPU_MAX_HW_QUEUES": "3"},
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = load_json(out)
     assert data["nproc_per_node"] == 2
@@ -204,9 +314,21 @@ def test_ctrl_c_on_torchrun_stops_every_rank_and_writes_nothing(tmp_path):
     import threading
 
     out = tmp_path / "r.json"
-    proc = _torchrun("--nproc-per-node", "2", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}",
-                     *_run_args("hetero_kernels", 2)[:-6], "-i", "1000000", "-w", "1",
-                     "--dist-timeout", "60", "-o", str(out))
+    proc = _torchrun(
+        "--nproc-per-node",
+        "2",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{_free_port()}",
+        *_run_args("hetero_kernels", 2)[:-6],
+        "-i",
+        "1000000",
+        "-w",
+        "1",
+        "--dist-timeout",
+        "60",
+        "-o",
+        str(out),
+    )
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
     reader.start()

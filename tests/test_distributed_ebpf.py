@@ -19,28 +19,39 @@ from test_distributed import _failing_rank_args, _free_port, _run_args, _torchru
 
 
 def test_node_target_keeps_ranks_apart():
-    ranks = [{"pid": 100, "submitter_tid": 100,
-              "workers": [{"tid": 101, "queue": 0, "doorbell_fd": 7},
-                          {"tid": 102, "queue": 1, "doorbell_fd": 8}]},
-             {"pid": 200, "submitter_tid": 200,
-              "workers": [{"tid": 201, "queue": 0, "doorbell_fd": 7}]}]
+    ranks = [
+        {
+            "pid": 100,
+            "submitter_tid": 100,
+            "workers": [
+                {"tid": 101, "queue": 0, "doorbell_fd": 7},
+                {"tid": 102, "queue": 1, "doorbell_fd": 8},
+            ],
+        },
+        {"pid": 200, "submitter_tid": 200, "workers": [{"tid": 201, "queue": 0, "doorbell_fd": 7}]},
+    ]
     target = node_target(ranks)
     assert target.pids == (100, 200)
     assert target.window_ranks == 2
     # same fd and queue number in both ranks: told apart by pid and by the rank's queue range
-    assert target.doorbells == ((100, 7, 101, 0), (100, 8, 102, 1),
-                                (200, 7, 201, QUEUE_STRIDE))
-    assert target.thread_labels == {101: "p100/q0", 102: "p100/q1", 100: "p100/host",
-                                    201: "p200/q0", 200: "p200/host"}
+    assert target.doorbells == ((100, 7, 101, 0), (100, 8, 102, 1), (200, 7, 201, QUEUE_STRIDE))
+    assert target.thread_labels == {
+        101: "p100/q0",
+        102: "p100/q1",
+        100: "p100/host",
+        201: "p200/q0",
+        200: "p200/host",
+    }
     with pytest.raises(ValueError, match="outside"):
-        node_target([{"pid": 1, "workers": [{"tid": 2, "queue": QUEUE_STRIDE,
-                                               "doorbell_fd": 3}]}])
+        node_target([{"pid": 1, "workers": [{"tid": 2, "queue": QUEUE_STRIDE, "doorbell_fd": 3}]}])
 
 
 def test_queue_slice_gives_each_rank_its_own_queues_renumbered():
-    maps = {"@cpu_sched_seq": {"0": 5, "1": 3, str(QUEUE_STRIDE): 4},
-            "@cpu_sched_ring": {"0,0": 11, f"{QUEUE_STRIDE},0": 22, f"{QUEUE_STRIDE},1": 23},
-            "@cpu_sched_cpus": {"101,0": 1}}
+    maps = {
+        "@cpu_sched_seq": {"0": 5, "1": 3, str(QUEUE_STRIDE): 4},
+        "@cpu_sched_ring": {"0,0": 11, f"{QUEUE_STRIDE},0": 22, f"{QUEUE_STRIDE},1": 23},
+        "@cpu_sched_cpus": {"101,0": 1},
+    }
     first = queue_slice(maps, 0, QUEUE_STRIDE)
     second = queue_slice(maps, QUEUE_STRIDE, QUEUE_STRIDE)
     assert first["@cpu_sched_seq"] == {"0": 5, "1": 3}
@@ -74,7 +85,7 @@ def _is_session(pid: int) -> bool:
     """A tracing bpftrace (it runs a program: a memfd as root, a file under sudo), not the short
     `bpftrace --version` readiness probe."""
     try:
-        argv = (Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"))
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         comm = Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return False
@@ -126,17 +137,18 @@ def _check_rank_sections(result: dict, bpftrace_pids: set[int]) -> None:
         assert comparison["coverage_pct"] == 100.0
         threads = queue["families"]["cpu_sched"]["metrics"]["threads"]
         assert rank["distributed"]["pid"] in {t["tid"] for t in threads}  # its own main thread
-        assert not {t["tid"] for t in threads} & {r["distributed"]["pid"] for r in ranks
-                                                 if r is not rank}
+        assert not {t["tid"] for t in threads} & {r["distributed"]["pid"] for r in ranks if r is not rank}
     # the kernel's per-submission store is divided over every doorbell of the node's program
     for node in {r["distributed"]["node_rank"] for r in ranks}:
         members = [r for r in ranks if r["distributed"]["node_rank"] == node]
-        workers = sum(1 for r in members for t in
-                      r["ebpf_queue_metrics"]["families"]["cpu_sched"]["metrics"]["threads"]
-                      if t["queue"] is not None)
+        workers = sum(
+            1
+            for r in members
+            for t in r["ebpf_queue_metrics"]["families"]["cpu_sched"]["metrics"]["threads"]
+            if t["queue"] is not None
+        )
         for rank in members:
-            assert rank["ebpf_queue_metrics"]["per_submission_cap_per_queue"] == \
-                per_queue_cap(workers)
+            assert rank["ebpf_queue_metrics"]["per_submission_cap_per_queue"] == per_queue_cap(workers)
 
 
 def _check_memory_and_runtime_per_rank(result: dict) -> None:
@@ -174,9 +186,18 @@ def _gone(pids: set[int], within_s: float = 10.0) -> bool:
 def test_one_bpftrace_for_two_ranks_and_each_rank_its_own_numbers(tmp_path, workload, streams):
     require_ebpf()
     out = tmp_path / "r.json"
-    proc = _torchrun("--nproc-per-node", "2", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}",
-                     *_run_args(workload, streams), "--ebpf-trace", "--ebpf-memory-trace",
-                     "--ebpf-gpu-runtime", "-o", str(out))
+    proc = _torchrun(
+        "--nproc-per-node",
+        "2",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{_free_port()}",
+        *_run_args(workload, streams),
+        "--ebpf-trace",
+        "--ebpf-memory-trace",
+        "--ebpf-gpu-runtime",
+        "-o",
+        str(out),
+    )
     watch = SessionWatch([proc.pid])
     _, stderr = proc.communicate(timeout=240)
     seen = watch.stop()
@@ -188,8 +209,7 @@ def test_one_bpftrace_for_two_ranks_and_each_rank_its_own_numbers(tmp_path, work
     _check_memory_and_runtime_per_rank(result)
     ranks = result["distributed"]["rank_results"]
     assert len({r["ebpf_queue_metrics"]["node_tracer"]["bpftrace_pid"] for r in ranks}) == 1
-    assert watch.parents == {r["distributed"]["pid"] for r in ranks
-                             if r["distributed"]["local_rank"] == 0}
+    assert watch.parents == {r["distributed"]["pid"] for r in ranks if r["distributed"]["local_rank"] == 0}
     assert _gone(seen)
 
 
@@ -198,10 +218,22 @@ def test_one_bpftrace_for_two_ranks_and_each_rank_its_own_numbers(tmp_path, work
 def test_two_nodes_run_one_bpftrace_each(tmp_path):
     require_ebpf()
     out, port = tmp_path / "r.json", _free_port()
-    common = ["--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
-              "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"aorta-{port}"]
-    nodes = [_torchrun(*common, "--node-rank", str(n), *_run_args("moe", 4), "--ebpf-trace",
-                       "-o", str(out)) for n in (0, 1)]
+    common = [
+        "--nnodes",
+        "2",
+        "--nproc-per-node",
+        "2",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--rdzv-id",
+        f"aorta-{port}",
+    ]
+    nodes = [
+        _torchrun(*common, "--node-rank", str(n), *_run_args("moe", 4), "--ebpf-trace", "-o", str(out))
+        for n in (0, 1)
+    ]
     watches = [SessionWatch([node.pid]) for node in nodes]
     outputs = [node.communicate(timeout=300) for node in nodes]
     seen = [watch.stop() for watch in watches]
@@ -225,9 +257,22 @@ def test_two_nodes_run_one_bpftrace_each(tmp_path):
 def test_a_rank_killed_mid_window_leaves_no_bpftrace_and_no_file(tmp_path):
     require_ebpf()
     out = tmp_path / "r.json"
-    proc = _torchrun("--nproc-per-node", "2", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}",
-                     *_run_args("moe", 4)[:-6], "-i", "1000000", "-w", "1", "--dist-timeout",
-                     "60", "--ebpf-trace", "-o", str(out))
+    proc = _torchrun(
+        "--nproc-per-node",
+        "2",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{_free_port()}",
+        *_run_args("moe", 4)[:-6],
+        "-i",
+        "1000000",
+        "-w",
+        "1",
+        "--dist-timeout",
+        "60",
+        "--ebpf-trace",
+        "-o",
+        str(out),
+    )
     watch = SessionWatch([proc.pid])
     deadline = time.monotonic() + 120
     while not watch.seen:
@@ -238,8 +283,7 @@ def test_a_rank_killed_mid_window_leaves_no_bpftrace_and_no_file(tmp_path):
     (session,) = watch.seen
     lead = int(Path(f"/proc/{session}/stat").read_text().rpartition(")")[2].split()[1])
     agent_children = _proc_tree(proc.pid) - {proc.pid}
-    others = [p for p in agent_children
-              if p != lead and p != session and _parent(p) == _parent(lead)]
+    others = [p for p in agent_children if p != lead and p != session and _parent(p) == _parent(lead)]
     assert others, "the second rank was not found"
     os.kill(others[0], signal.SIGKILL)  # a rank this test started dies without a word
     proc.communicate(timeout=180)
@@ -269,8 +313,16 @@ def _parent(pid: int) -> int | None:
 def test_a_failing_rank_during_the_hand_over_is_named_and_leaves_nothing(tmp_path):
     require_ebpf()
     out = tmp_path / "r.json"
-    proc = _torchrun("--nproc-per-node", "2", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}",
-                     *_failing_rank_args(1, _run_args("moe", 4)), "--ebpf-trace", "-o", str(out))
+    proc = _torchrun(
+        "--nproc-per-node",
+        "2",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{_free_port()}",
+        *_failing_rank_args(1, _run_args("moe", 4)),
+        "--ebpf-trace",
+        "-o",
+        str(out),
+    )
     watch = SessionWatch([proc.pid])
     _, stderr = proc.communicate(timeout=240)
     seen = watch.stop()
@@ -320,14 +372,14 @@ class _Backend:
 def _env(rank, local_rank, world=2):
     from aorta.hw_queue_eval.distributed.torchrun import DistEnv
 
-    return DistEnv(rank=rank, world_size=world, local_rank=local_rank, local_world_size=world,
-                   node_rank=0)
+    return DistEnv(rank=rank, world_size=world, local_rank=local_rank, local_world_size=world, node_rank=0)
 
 
 @pytest.fixture
 def store(monkeypatch):
     from aorta.hw_queue_eval.distributed.torchrun import node_tracer
     from aorta.hw_queue_eval.distributed.torchrun import torchrun as distributed
+
     fake = FakeStore()
     monkeypatch.setattr(node_tracer, "_store", lambda: fake)
     monkeypatch.setattr(distributed, "default_store", lambda: fake)
@@ -390,8 +442,7 @@ def test_gpu_backend_under_torchrun_gets_one_node_program_keyed_by_rank(store, m
     assert f"@aorta_pids[{os.getpid()}] = 1;" in text  # both "ranks" are this process here
     assert "@aorta_pids[pid]" in text
     names = [f.name for f in started[0].families]
-    assert names[0] == "gpu_runtime" and {"kfd", "amdgpu", "gpu_scheduler", "hostmem",
-                                          "amdmem"} <= set(names)
+    assert names[0] == "gpu_runtime" and {"kfd", "amdgpu", "gpu_scheduler", "hostmem", "amdmem"} <= set(names)
     # the other rank collects with what rank 0 rendered (nothing mapped here: not attached)
     gpu = next(f for f in other.families if f.name == "gpu_runtime")
     lead_gpu = next(f for f in lead.families if f.name == "gpu_runtime")
@@ -440,22 +491,53 @@ def test_ebpf_attach_to_the_torchrun_launcher_follows_every_rank(tmp_path):
     import sys
 
     require_ebpf()
-    proc = _torchrun("--nproc-per-node", "2", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}",
-                     *_run_args("moe", 4)[:-6], "-i", "1000000", "-w", "1", "--dist-timeout",
-                     "60", "--ebpf-memory-trace")
+    proc = _torchrun(
+        "--nproc-per-node",
+        "2",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{_free_port()}",
+        *_run_args("moe", 4)[:-6],
+        "-i",
+        "1000000",
+        "-w",
+        "1",
+        "--dist-timeout",
+        "60",
+        "--ebpf-memory-trace",
+    )
     try:
         deadline = time.monotonic() + 120
         ranks: list[int] = []
         while len(ranks) < 2:  # the launcher's own children running `run`
             assert time.monotonic() < deadline and proc.poll() is None, "the ranks did not start"
-            ranks = [p for p in _proc_tree(proc.pid) - {proc.pid} if _parent(p) == proc.pid
-                     and b"aorta.hw_queue_eval" in Path(f"/proc/{p}/cmdline").read_bytes()]
+            ranks = [
+                p
+                for p in _proc_tree(proc.pid) - {proc.pid}
+                if _parent(p) == proc.pid
+                and b"aorta.hw_queue_eval" in Path(f"/proc/{p}/cmdline").read_bytes()
+            ]
             time.sleep(0.2)
         out = tmp_path / "a.json"
-        attach = subprocess.run([sys.executable, "-m", "aorta.hw_queue_eval", "ebpf-attach",
-                                 "--pid", str(proc.pid), "--duration", "4s", "--ebpf-trace",
-                                 "--ebpf-memory-trace", "-o", str(out)],
-                                capture_output=True, text=True, timeout=180, check=False)
+        attach = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "aorta.hw_queue_eval",
+                "ebpf-attach",
+                "--pid",
+                str(proc.pid),
+                "--duration",
+                "4s",
+                "--ebpf-trace",
+                "--ebpf-memory-trace",
+                "-o",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
         assert proc.poll() is None, "the ranks ended before the attach did: not a live test"
         tasks = {rank: {int(t) for t in os.listdir(f"/proc/{rank}/task")} for rank in ranks}
     finally:

@@ -35,7 +35,7 @@ def _commands(text: str) -> list[str]:
                 for prog in PROGRAMS:
                     idx = part.find(prog)
                     if idx >= 0:
-                        out.append(part[idx + len(prog):].strip())
+                        out.append(part[idx + len(prog) :].strip())
                         break
     return out
 
@@ -54,8 +54,11 @@ def _options(command: click.Command) -> set[str]:
     return names
 
 
-ALL_COMMANDS = [(page.relative_to(REPO).as_posix(), cmd) for page in PAGES
-                for cmd in _commands(page.read_text(encoding="utf-8"))]
+ALL_COMMANDS = [
+    (page.relative_to(REPO).as_posix(), cmd)
+    for page in PAGES
+    for cmd in _commands(page.read_text(encoding="utf-8"))
+]
 
 
 def test_the_docs_have_commands_to_check() -> None:
@@ -89,11 +92,15 @@ def test_documented_commands_run_help_cleanly() -> None:
     group = _cli()
     names = sorted({shlex.split(c)[0] for _, c in ALL_COMMANDS if c and not c.startswith("-")})
     for name in names:
-        proc = subprocess.run([sys.executable, "-m", "aorta.hw_queue_eval", name, "--help"],
-                              capture_output=True, text=True, timeout=120, check=False)
-        assert proc.returncode == 0, ((name, proc.stderr))
-        assert name in group.commands, ((name, proc.stderr))
-
+        proc = subprocess.run(
+            [sys.executable, "-m", "aorta.hw_queue_eval", name, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert proc.returncode == 0, (name, proc.stderr)
+        assert name in group.commands, (name, proc.stderr)
 
 
 #: where a path named in CONTRIBUTING.md may be relative to (the repo, the package, the tool)
@@ -136,7 +143,8 @@ def test_the_collector_sees_a_new_message(tmp_path: Path) -> None:
     (pkg / "mod.py").write_text(
         "from aorta.common.errors import UsageError\n"
         "def f(x):\n    raise UsageError(f'frobnicator {x} is sideways: turn it upright')\n"
-        "def g():\n    print('warning: the flux capacitor is warm')\n")
+        "def g():\n    print('warning: the flux capacitor is warm')\n"
+    )
     keys = {m.key for m in collect(pkg)}
     assert keys == {"is sideways: turn it upright", "warning: the flux capacitor is warm"}
 
@@ -146,8 +154,13 @@ def test_the_collector_sees_a_new_message(tmp_path: Path) -> None:
 def test_ebpf_integration_example_runs(ebpf_ready: None) -> None:
     import json
 
-    proc = subprocess.run([sys.executable, str(REPO / "examples" / "ebpf_api.py")],
-                          capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "ebpf_api.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["status"] == "ok"

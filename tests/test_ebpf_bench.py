@@ -14,9 +14,22 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 def test_capacity_bench_counts_exactly(ebpf_ready: None, tmp_path: Path) -> None:
     out = tmp_path / "cap.json"
-    proc = subprocess.run([sys.executable, str(BENCH / "ebpf_capacity.py"), "--events", "50000",
-                           "--repeats", "1", "--json", str(out)],
-                          capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "ebpf_capacity.py"),
+            "--events",
+            "50000",
+            "--repeats",
+            "1",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "engine capacity check: PASS" in proc.stdout
     import json

@@ -49,10 +49,13 @@ def test_cpu_sched_attributes_doorbells_to_queues() -> None:
     # queue 0 rang 3 times (delays 1000, 0, 5000 ns), queue 1 once (2000 ns)
     maps = {
         "@cpu_sched_seq": {"0": 3, "1": 1},
-        "@cpu_sched_s2d_s": {"0": {"count": 3, "average": 2000, "total": 6000},
-                             "1": {"count": 1, "average": 2000, "total": 2000}},
-        "@cpu_sched_s2d": {f"{q},{hist.loglinear_index(d)}": 1 for q, d in ((0, 1000), (0, 0),
-                                                                             (0, 5000), (1, 2000))},
+        "@cpu_sched_s2d_s": {
+            "0": {"count": 3, "average": 2000, "total": 6000},
+            "1": {"count": 1, "average": 2000, "total": 2000},
+        },
+        "@cpu_sched_s2d": {
+            f"{q},{hist.loglinear_index(d)}": 1 for q, d in ((0, 1000), (0, 0), (0, 5000), (1, 2000))
+        },
         "@cpu_sched_ring": {"0,0": 100, "0,1": 200, "0,2": 300, "1,0": 150},
         "@cpu_sched_sub": {"0,0": 1000, "0,1": 0, "0,2": 5000, "1,0": 2000},
         "@cpu_sched_cpus": {"11,1": 1},
@@ -60,15 +63,31 @@ def test_cpu_sched_attributes_doorbells_to_queues() -> None:
     workers = [{"tid": 11, "queue": 0, "streams": (0, 2)}, {"tid": 12, "queue": 1, "streams": (1,)}]
 
     def counters(exec_ns: int, vol: int, invol: int, comm: str = "aorta-hwq0") -> dict:
-        return {"exec_ns": exec_ns, "run_delay_ns": exec_ns // 10, "voluntary": vol,
-                "involuntary": invol, "comm": comm, "cpu": 0}
+        return {
+            "exec_ns": exec_ns,
+            "run_delay_ns": exec_ns // 10,
+            "voluntary": vol,
+            "involuntary": invol,
+            "comm": comm,
+            "cpu": 0,
+        }
 
-    snaps = {"cpu_sched": {"start": {11: counters(1_000_000, 10, 1), 12: counters(0, 0, 0),
-                                     99: counters(0, 0, 0, "aorta-hwq1")},
-                           "stop": {11: counters(6_000_000, 12, 2), 12: counters(1_000_000, 1, 1),
-                                    13: counters(0, 0, 0), 99: counters(10, 0, 0, "aorta-hwq1")}}}
-    context = {"workers": workers, "submitter_tids": [7], "snapshots": snaps,
-               "attached": DOORBELL_EVENTS}
+    snaps = {
+        "cpu_sched": {
+            "start": {
+                11: counters(1_000_000, 10, 1),
+                12: counters(0, 0, 0),
+                99: counters(0, 0, 0, "aorta-hwq1"),
+            },
+            "stop": {
+                11: counters(6_000_000, 12, 2),
+                12: counters(1_000_000, 1, 1),
+                13: counters(0, 0, 0),
+                99: counters(10, 0, 0, "aorta-hwq1"),
+            },
+        }
+    }
+    context = {"workers": workers, "submitter_tids": [7], "snapshots": snaps, "attached": DOORBELL_EVENTS}
     r = CpuSchedFamily().collect(maps, context)
     s = r.metrics["summary"]
     assert s["total_submissions"] == 4
@@ -80,8 +99,12 @@ def test_cpu_sched_attributes_doorbells_to_queues() -> None:
     assert s["submit_to_dispatch_p99_us"] == 5.0
     assert s["submit_to_dispatch_p99_method"].startswith("exact")
     assert s["per_submission_cap_per_queue"] == 16384 // 2
-    assert r.metrics["per_submission"] == [[0, 0, 100, 1000], [0, 1, 200, 0], [0, 2, 300, 5000],
-                                           [1, 0, 150, 2000]]
+    assert r.metrics["per_submission"] == [
+        [0, 0, 100, 1000],
+        [0, 1, 200, 0],
+        [0, 2, 300, 5000],
+        [1, 0, 150, 2000],
+    ]
     q0 = next(t for t in r.metrics["threads"] if t["tid"] == 11)
     assert q0["submissions"] == 3
     assert q0["dispatches"] == 3
@@ -130,8 +153,9 @@ def test_comparison_matches_the_same_submissions() -> None:
 
     section = {"status": "ok", "source": "cpu_sched", "total_submissions": 3, "lost_events": 0}
     # (queue, seq, ring, rung, start, kind): harness delays 3000, 5000, 10000 ns
-    subs = _subs((0, 0, 1000, 1100, 4000, "op"), (0, 1, 2000, 2100, 7000, "marker"),
-                 (1, 0, 1500, 1600, 11500, "op"))
+    subs = _subs(
+        (0, 0, 1000, 1100, 4000, "op"), (0, 1, 2000, 2100, 7000, "marker"), (1, 0, 1500, 1600, 11500, "op")
+    )
     kernel = [[0, 0, 1050, 1000], [0, 1, 2050, 2000], [1, 0, 1550, 4000]]
     c = compare_with_harness(section, subs, kernel)
     assert c["harness_submissions"] == 3
@@ -154,8 +178,9 @@ def test_comparison_matches_the_same_submissions() -> None:
     assert c["unmatched"] == {"no_kernel_record": 1, "write_outside_bracket": 1, "not_dispatched": 0}
     assert not c["submissions_equal"]
     # past the kernel's per-submission record cap, coverage is over the recordable rings only
-    c = compare_with_harness({**section, "per_submission_cap_per_queue": 1}, subs,
-                             [[0, 0, 1050, 1000], [1, 0, 1550, 4000]])
+    c = compare_with_harness(
+        {**section, "per_submission_cap_per_queue": 1}, subs, [[0, 0, 1050, 1000], [1, 0, 1550, 4000]]
+    )
     assert c["beyond_record_cap"] == 1
     assert c["matched_submissions"] == 2
     assert c["coverage_pct"] == 100.0
@@ -165,8 +190,9 @@ def test_comparison_matches_the_same_submissions() -> None:
 def test_comparison_without_handoffs_is_null_with_reason() -> None:
     from aorta.hw_queue_eval.tracing.harness_comparison import compare_with_harness
 
-    c = compare_with_harness({"status": "ok", "source": "amdgpu", "submit_to_dispatch_avg_us": 12.0},
-                             None, None)
+    c = compare_with_harness(
+        {"status": "ok", "source": "amdgpu", "submit_to_dispatch_avg_us": 12.0}, None, None
+    )
     assert c["coverage_pct"] is None
     assert c["harness_submit_to_start_ms"] is None
     assert c["reason"]
@@ -174,15 +200,17 @@ def test_comparison_without_handoffs_is_null_with_reason() -> None:
 
 
 def test_cpu_sched_without_registry_has_no_summary() -> None:
-    r = CpuSchedFamily().collect({"@cpu_sched_seq": {"0": 1}}, {"workers": [],
-                                                                 "attached": DOORBELL_EVENTS})
+    r = CpuSchedFamily().collect({"@cpu_sched_seq": {"0": 1}}, {"workers": [], "attached": DOORBELL_EVENTS})
     assert r.metrics["summary"] is None
 
 
 def test_amdgpu_collect_separates_internal_jobs() -> None:
-    maps = {"@amdgpu_submits": {"gfx_0.0.0": 3}, "@amdgpu_dispatches": {"gfx_0.0.0": 3},
-            "@amdgpu_internal_jobs": {"sdma0": 9},
-            "@amdgpu_s2d": {"count": 3, "average": 3000, "total": 9000}}
+    maps = {
+        "@amdgpu_submits": {"gfx_0.0.0": 3},
+        "@amdgpu_dispatches": {"gfx_0.0.0": 3},
+        "@amdgpu_internal_jobs": {"sdma0": 9},
+        "@amdgpu_s2d": {"count": 3, "average": 3000, "total": 9000},
+    }
     r = AmdgpuFamily().collect(maps, {})
     assert r.metrics["summary"]["total_submissions"] == 3
     assert r.metrics["summary"]["hw_rings_used"] == ["gfx_0.0.0"]
@@ -193,16 +221,24 @@ def test_amdgpu_collect_separates_internal_jobs() -> None:
 def test_multiplexing_verdict() -> None:
     inv = {"queues": [{"type": "compute"}] * 4}
     assert multiplexing_verdict([], inv, 8)["verdict"] == "multiplexed"
-    assert multiplexing_verdict([], {"queues": [{"type": "compute"}] * 8}, 8)["verdict"] \
+    assert (
+        multiplexing_verdict([], {"queues": [{"type": "compute"}] * 8}, 8)["verdict"]
         == "one hardware queue per stream"
+    )
     assert multiplexing_verdict([], {"queues": None}, 8)["verdict"] is None
 
 
 def test_interpretation_bands() -> None:
     from aorta.ebpf.engine import interpret_queue
 
-    lines = interpret_queue({"submit_to_dispatch_avg_us": 150.0, "submit_to_dispatch_p99_us": 2000.0,
-                             "hw_rings_used": [0, 1, 2, 3]}, 8)
+    lines = interpret_queue(
+        {
+            "submit_to_dispatch_avg_us": 150.0,
+            "submit_to_dispatch_p99_us": 2000.0,
+            "hw_rings_used": [0, 1, 2, 3],
+        },
+        8,
+    )
     assert "contention" in lines[0]
     assert "stalls" in lines[1]
     assert "multiplexed" in lines[2]
@@ -227,12 +263,29 @@ def test_queue_block_renders_unknown_counters_as_na() -> None:
 
     from aorta.hw_queue_eval.report.ebpf_blocks import render_queue_block
 
-    row = {"tid": 5, "comm": "x", "queue": None, "helper_of_queue": None, "submitter": False,
-           "streams": None, "submissions": 3, "dispatches": 3,
-           "submit_to_dispatch_avg_us": 1.0, "submit_to_dispatch_p99_us": None, "on_cpu_ms": None,
-           "kernel_run_delay_ms": None, "switches": None, "involuntary": None, "cpus": []}
-    section = {"status": "ok", "total_submissions": None, "lost_events": 0,
-               "families": {"cpu_sched": {"metrics": {"threads": [row]}, "events_attached": ["e"]}}}
+    row = {
+        "tid": 5,
+        "comm": "x",
+        "queue": None,
+        "helper_of_queue": None,
+        "submitter": False,
+        "streams": None,
+        "submissions": 3,
+        "dispatches": 3,
+        "submit_to_dispatch_avg_us": 1.0,
+        "submit_to_dispatch_p99_us": None,
+        "on_cpu_ms": None,
+        "kernel_run_delay_ms": None,
+        "switches": None,
+        "involuntary": None,
+        "cpus": [],
+    }
+    section = {
+        "status": "ok",
+        "total_submissions": None,
+        "lost_events": 0,
+        "families": {"cpu_sched": {"metrics": {"threads": [row]}, "events_attached": ["e"]}},
+    }
     out = io.StringIO()
     render_queue_block(section, Console(file=out, width=200))
     assert "n/a" in out.getvalue()
@@ -257,8 +310,12 @@ def test_comparison_block_prints_counts_and_reads_old_files() -> None:
     assert "CUDA" not in text.split("COMPARISON")[1]
     assert "Measurement accuracy: 100.0%  (1 of 1 harness submissions matched; kernel counted 1 of 1" in text
     assert "Kernel-visible share: 75.0%" in text
-    old = {"status": "ok", "ebpf_submit_to_dispatch_ms": 0.01, "harness_dispatch_delay_ms": 0.2,
-           "measurement_accuracy_pct": 5.0}
+    old = {
+        "status": "ok",
+        "ebpf_submit_to_dispatch_ms": 0.01,
+        "harness_dispatch_delay_ms": 0.2,
+        "measurement_accuracy_pct": 5.0,
+    }
     out = io.StringIO()
     render_comparison_block(old, Console(file=out, width=200))
     assert "Kernel-visible share: 5.0%" in out.getvalue()

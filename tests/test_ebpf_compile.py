@@ -34,12 +34,22 @@ def _tree(gen: str, dest: Path) -> Path:
 
 
 def _compile(tree: Path, script: Path) -> tuple[int, list[str]]:
-    cmd = (f"mount --bind {tree} /sys/kernel/tracing && "
-           f"exec {shutil.which('bpftrace') or 'bpftrace'} -d {script}")
-    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", cmd],
-                          capture_output=True, text=True, timeout=120, check=False)
-    errors = [line for line in (proc.stdout + proc.stderr).splitlines()
-              if "ERROR" in line and "RLIMIT_MEMLOCK" not in line]
+    cmd = (
+        f"mount --bind {tree} /sys/kernel/tracing && "
+        f"exec {shutil.which('bpftrace') or 'bpftrace'} -d {script}"
+    )
+    proc = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", cmd],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    errors = [
+        line
+        for line in (proc.stdout + proc.stderr).splitlines()
+        if "ERROR" in line and "RLIMIT_MEMLOCK" not in line
+    ]
     return proc.returncode, errors
 
 
@@ -52,23 +62,35 @@ def can_unshare(ebpf_ready: None) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("node", [False, True], ids=["process", "torchrun-node"])
 @pytest.mark.parametrize("gen", ["linux-5.4", "linux-6.8", "linux-6.17"])
-def test_engine_program_compiles_against_recorded_formats(can_unshare: None, gen: str, node: bool,
-                                                          tmp_path: Path) -> None:
+def test_engine_program_compiles_against_recorded_formats(
+    can_unshare: None, gen: str, node: bool, tmp_path: Path
+) -> None:
     tree = _tree(gen, tmp_path)
     pid = os.getpid()  # a CPU-backend-like target: one queue worker with its doorbell fd 5
     if node:  # a node program for two ranks: every per-process map keyed by rank first
         other = os.getppid()
-        target = TraceTarget((pid, other), thread_labels={pid: "p/q0"},
-                             doorbells=((pid, 5, pid, 0),), window_ranks=2, rank_keys=True)
+        target = TraceTarget(
+            (pid, other),
+            thread_labels={pid: "p/q0"},
+            doorbells=((pid, 5, pid, 0),),
+            window_ranks=2,
+            rank_keys=True,
+        )
     else:
         target = TraceTarget((pid,), thread_labels={pid: "q0"}, doorbells=((pid, 5, pid, 0),))
-    program = engine.make_program(True, True, target, Tracefs(tree),
-                                  engine.check_readiness().version, token=9)
+    program = engine.make_program(
+        True, True, target, Tracefs(tree), engine.check_readiness().version, token=9
+    )
     assert "tracepoint:amdgpu:amdgpu_sched_run_job" in program.text
     assert "tracepoint:syscalls:sys_enter_write" in program.text  # the doorbell probes too
-    keyed = ("@amdgpu_submit_rank[", "@amdgpu_dispatches[$rk, ", "@gpu_scheduler_q2r[$rk]",
-             "@kfd_calls[@aorta_pids[pid], $nr, $ph]", "$traced = @aorta_pids[pid];",
-             f"@aorta_pids[{other if node else pid}] = 2;")
+    keyed = (
+        "@amdgpu_submit_rank[",
+        "@amdgpu_dispatches[$rk, ",
+        "@gpu_scheduler_q2r[$rk]",
+        "@kfd_calls[@aorta_pids[pid], $nr, $ph]",
+        "$traced = @aorta_pids[pid];",
+        f"@aorta_pids[{other if node else pid}] = 2;",
+    )
     for text in keyed:
         assert (text in program.text) == node, text
     script = tmp_path / "program.bt"
@@ -78,8 +100,9 @@ def test_engine_program_compiles_against_recorded_formats(can_unshare: None, gen
     assert not errors, errors
 
 
-@pytest.mark.parametrize("name", ["amdgpu_submissions.bt", "amdgpu_dispatch.bt",
-                                  "amdgpu_submit_dispatch_latency.bt"])
+@pytest.mark.parametrize(
+    "name", ["amdgpu_submissions.bt", "amdgpu_dispatch.bt", "amdgpu_submit_dispatch_latency.bt"]
+)
 @pytest.mark.parametrize("gen", ["linux-6.8", "linux-6.17"])
 def test_amd_scripts_compile(can_unshare: None, gen: str, name: str, tmp_path: Path) -> None:
     rc, errors = _compile(_tree(gen, tmp_path), SCRIPTS / name)

@@ -28,9 +28,13 @@ class FenceCount(ProbeFamily):
 
     def render(self, ctx: RenderContext) -> ProbeCode:
         a = ctx.dialect.arg
-        return ProbeCode(probes=[f"tracepoint:dma_fence:dma_fence_signaled\n/{ctx.gate}/\n{{\n"
-                                 f"  @t_fence_n[str({a('driver')})] = count();\n}}"],
-                         used_events=["dma_fence:dma_fence_signaled"])
+        return ProbeCode(
+            probes=[
+                f"tracepoint:dma_fence:dma_fence_signaled\n/{ctx.gate}/\n{{\n"
+                f"  @t_fence_n[str({a('driver')})] = count();\n}}"
+            ],
+            used_events=["dma_fence:dma_fence_signaled"],
+        )
 
     def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
         return FamilyResult(self.name, self.section, dict(maps), {})
@@ -47,9 +51,13 @@ class GetppidCount(ProbeFamily):
         return ["syscalls:sys_enter_getppid"]
 
     def render(self, ctx: RenderContext) -> ProbeCode:
-        return ProbeCode(probes=["tracepoint:syscalls:sys_enter_getppid\n"
-                                 f"/{ctx.pid_filter} && {ctx.gate}/\n{{\n  @t_ppid_n = count();\n}}"],
-                         used_events=["syscalls:sys_enter_getppid"])
+        return ProbeCode(
+            probes=[
+                "tracepoint:syscalls:sys_enter_getppid\n"
+                f"/{ctx.pid_filter} && {ctx.gate}/\n{{\n  @t_ppid_n = count();\n}}"
+            ],
+            used_events=["syscalls:sys_enter_getppid"],
+        )
 
     def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
         return FamilyResult(self.name, self.section, dict(maps), {})
@@ -57,8 +65,7 @@ class GetppidCount(ProbeFamily):
 
 def _session(families: list[ProbeFamily], target: TraceTarget):
     ready = engine.check_readiness()
-    program = engine.make_program(True, False, target, ready.tracefs, ready.version,
-                                  families=families)
+    program = engine.make_program(True, False, target, ready.tracefs, ready.version, families=families)
     return program, engine.start_session(program, ready)
 
 
@@ -96,8 +103,9 @@ def test_gate_counts_exactly_the_window(ebpf_ready: None) -> None:
     family = CpuSchedFamily()
     worker = DoorbellWorker()
     pid = os.getpid()
-    target = TraceTarget((pid,), thread_labels={worker.tid: "q0"},
-                         doorbells=((pid, worker.fd, worker.tid, 0),))
+    target = TraceTarget(
+        (pid,), thread_labels={worker.tid: "q0"}, doorbells=((pid, worker.fd, worker.tid, 0),)
+    )
     _, session = _session([family, FenceCount(), GetppidCount()], target)
     try:
         worker.ring(40)
@@ -143,8 +151,21 @@ def test_abort_leaves_no_process_and_no_temp_file(ebpf_ready: None) -> None:
 @pytest.mark.slow
 def test_run_ebpf_trace_end_to_end(ebpf_ready: None, cli, tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    proc = cli("run", "hetero_kernels", "--streams", "8", "-i", "10", "-w", "2", "-d", "cpu",
-               "--ebpf-trace", "-o", str(out))
+    proc = cli(
+        "run",
+        "hetero_kernels",
+        "--streams",
+        "8",
+        "-i",
+        "10",
+        "-w",
+        "2",
+        "-d",
+        "cpu",
+        "--ebpf-trace",
+        "-o",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr
     assert "eBPF DRIVER-LEVEL QUEUE METRICS" in proc.stdout
     assert "eBPF vs CUDA COMPARISON" in proc.stdout
@@ -159,15 +180,13 @@ def test_run_ebpf_trace_end_to_end(ebpf_ready: None, cli, tmp_path: Path) -> Non
     assert q["lost_events"] == 0
     assert q["source"] == "cpu_sched"
     workers = {w["tid"]: w["queue"] for w in data["metadata"]["workers"]}
-    rows = {r["tid"]: r for r in q["families"]["cpu_sched"]["metrics"]["threads"]
-            if r["queue"] is not None}
+    rows = {r["tid"]: r for r in q["families"]["cpu_sched"]["metrics"]["threads"] if r["queue"] is not None}
     assert set(rows) == set(workers)
     for tid, row in rows.items():
         assert row["queue"] == workers[tid]
         assert row["on_cpu_ms"] > 0
     assert q["hw_rings_used"] == sorted(set(workers.values()))
-    assert not any(r["comm"] == "bpftrace"
-                   for r in q["families"]["cpu_sched"]["metrics"]["threads"])
+    assert not any(r["comm"] == "bpftrace" for r in q["families"]["cpu_sched"]["metrics"]["threads"])
     # the kernel's doorbell count is the harness's own count of hand-offs, queue by queue
     handoffs = data["ops"]["handoffs"]
     assert q["total_submissions"] == handoffs["count"] == q["total_dispatches"]
@@ -195,8 +214,22 @@ def test_run_ebpf_trace_end_to_end(ebpf_ready: None, cli, tmp_path: Path) -> Non
 @pytest.mark.slow
 def test_run_without_bpftrace_says_why(cli, tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    proc = cli("run", "tiny_kernel_stress", "--streams", "2", "-i", "2", "-w", "1", "-d", "cpu",
-               "--ebpf-trace", "-o", str(out), env={"BPFTRACE": "/nonexistent/bpftrace"})
+    proc = cli(
+        "run",
+        "tiny_kernel_stress",
+        "--streams",
+        "2",
+        "-i",
+        "2",
+        "-w",
+        "1",
+        "-d",
+        "cpu",
+        "--ebpf-trace",
+        "-o",
+        str(out),
+        env={"BPFTRACE": "/nonexistent/bpftrace"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "eBPF tracing is off" in proc.stderr
     import json
@@ -215,17 +248,33 @@ def test_ebpf_attach_follows_threads_and_children(ebpf_ready: None, tmp_path: Pa
     import subprocess
     import sys
 
-    code = ("import subprocess, sys\n"
-            "sys.stdin.readline()\n"  # the test's go: tracing is live
-            "c = subprocess.Popen([sys.executable, '-c', 'import time\\nfor _ in range(300): "
-            "time.sleep(0.002)'])\n"
-            "c.wait()\n")
+    code = (
+        "import subprocess, sys\n"
+        "sys.stdin.readline()\n"  # the test's go: tracing is live
+        "c = subprocess.Popen([sys.executable, '-c', 'import time\\nfor _ in range(300): "
+        "time.sleep(0.002)'])\n"
+        "c.wait()\n"
+    )
     target = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, text=True)
     try:
         out = tmp_path / "a.json"
-        attach = subprocess.Popen([sys.executable, "-m", "aorta.hw_queue_eval", "ebpf-attach",
-                                   "--pid", str(target.pid), "--duration", "120s", "-o", str(out)],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        attach = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "aorta.hw_queue_eval",
+                "ebpf-attach",
+                "--pid",
+                str(target.pid),
+                "--duration",
+                "120s",
+                "-o",
+                str(out),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         assert attach.stderr is not None
         lines = [attach.stderr.readline()]
         while lines[-1] and not lines[-1].startswith(f"tracing pid {target.pid}"):
@@ -254,20 +303,29 @@ def test_probes_attach_in_declaration_order(ebpf_ready: None, tmp_path: Path) ->
     import subprocess
 
     ready = engine.check_readiness()
-    program = engine.make_program(True, False, TraceTarget((os.getpid(),)), ready.tracefs,
-                                  ready.version, families=[CpuSchedFamily(), FenceCount()])
+    program = engine.make_program(
+        True,
+        False,
+        TraceTarget((os.getpid(),)),
+        ready.tracefs,
+        ready.version,
+        families=[CpuSchedFamily(), FenceCount()],
+    )
     script = tmp_path / "p.bt"
     script.write_text(program.text)
     from ebpf_support import VerboseAttach
 
-    proc = subprocess.Popen([ready.bpftrace or "bpftrace", "-v", str(script)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [ready.bpftrace or "bpftrace", "-v", str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     reader = VerboseAttach(proc)
     reader.wait_attached(program.text)
     out = "".join(reader.stop())
     attached = [line.split()[1] for line in out.splitlines() if line.startswith("Attaching tracepoint")]
-    declared = [line.split(",")[0] for line in program.text.splitlines()
-                if line.startswith("tracepoint:")]
+    declared = [line.split(",")[0] for line in program.text.splitlines() if line.startswith("tracepoint:")]
     assert attached, out[-2000:]
     assert attached[-1] == "tracepoint:syscalls:sys_enter_prctl"
     assert [a for a in attached if a in declared] == [d for d in declared if d in attached]
@@ -288,6 +346,7 @@ def test_kfd_probes_count_ioctls_on_the_device(ebpf_ready: None, tmp_path: Path)
     _, session = _session([family], TraceTarget((os.getpid(),)))
     late = os.open("/dev/null", os.O_RDONLY)
     try:
+
         def poke(fd: int, times: int) -> None:
             for _ in range(times):
                 with contextlib.suppress(OSError):
@@ -306,8 +365,9 @@ def test_kfd_probes_count_ioctls_on_the_device(ebpf_ready: None, tmp_path: Path)
         os.close(late)
     out = session.stop()
     assert out.exit_code == 0, out.stderr
-    result = family.collect({k: v for k, v in out.maps.items() if k.startswith("@kfd_")},
-                            {"pids": [os.getpid()], "streams": 4})
+    result = family.collect(
+        {k: v for k, v in out.maps.items() if k.startswith("@kfd_")}, {"pids": [os.getpid()], "streams": 4}
+    )
     create = result.metrics["ioctls"]["CREATE_QUEUE"]
     assert create["window"] == 12
     assert create["outside_window"] == 3

@@ -93,16 +93,24 @@ class IndependentTracer:
     def __init__(self, folder: Path) -> None:
         script = folder / "independent.bt"
         script.write_text(INDEPENDENT)
-        self.proc = subprocess.Popen([shutil.which("bpftrace") or "bpftrace", "-f", "json",
-                                      str(script)], stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True)
+        self.proc = subprocess.Popen(
+            [shutil.which("bpftrace") or "bpftrace", "-f", "json", str(script)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         libc = ctypes.CDLL(None, use_errno=True)
         stdout = self.proc.stdout
         assert stdout is not None
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            libc.prctl(ctypes.c_int(MAGIC), ctypes.c_ulong(READY_CMD), ctypes.c_ulong(0),
-                       ctypes.c_ulong(0), ctypes.c_ulong(0))
+            libc.prctl(
+                ctypes.c_int(MAGIC),
+                ctypes.c_ulong(READY_CMD),
+                ctypes.c_ulong(0),
+                ctypes.c_ulong(0),
+                ctypes.c_ulong(0),
+            )
             if select.select([stdout], [], [], 0.05)[0] and "independent_ready" in stdout.readline():
                 return
         self.proc.kill()
@@ -126,14 +134,26 @@ def _hog() -> subprocess.Popen[bytes]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("load", ["idle", "idle-again", "cpu-hog"])
-def test_independent_tracer_agrees_with_the_run(ebpf_ready: None, cli, tmp_path: Path,
-                                                load: str) -> None:
+def test_independent_tracer_agrees_with_the_run(ebpf_ready: None, cli, tmp_path: Path, load: str) -> None:
     tracer = IndependentTracer(tmp_path)
     hog = _hog() if load == "cpu-hog" else None
     try:
         out = tmp_path / "r.json"
-        proc = cli("run", "tiny_kernel_stress", "--streams", "8", "-i", "10", "-w", "2", "-d", "cpu",
-                   "--ebpf-trace", "-o", str(out))
+        proc = cli(
+            "run",
+            "tiny_kernel_stress",
+            "--streams",
+            "8",
+            "-i",
+            "10",
+            "-w",
+            "2",
+            "-d",
+            "cpu",
+            "--ebpf-trace",
+            "-o",
+            str(out),
+        )
     finally:
         if hog is not None:
             hog.kill()
@@ -152,8 +172,10 @@ def test_independent_tracer_agrees_with_the_run(ebpf_ready: None, cli, tmp_path:
     n, total = delay["count"], delay["total"]
     assert n == q["total_dispatches"] == handoffs
     mean_us = total / n / 1e3
-    print(f"{load}: submissions {handoffs} (independent {subs}), submit→dispatch "
-          f"aorta {q['submit_to_dispatch_avg_us']:.1f} us, independent {mean_us:.1f} us")
+    print(
+        f"{load}: submissions {handoffs} (independent {subs}), submit→dispatch "
+        f"aorta {q['submit_to_dispatch_avg_us']:.1f} us, independent {mean_us:.1f} us"
+    )
     assert abs(q["submit_to_dispatch_avg_us"] - mean_us) <= 0.05 * mean_us, (q, mean_us)
     assert cmp["harness_submissions"] == cmp["kernel_submissions"] == handoffs
     assert cmp["matched_submissions"] == cmp["compared"] == handoffs
@@ -177,10 +199,14 @@ def _realtime_allowed() -> bool:
 
 @pytest.mark.slow
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two CPUs: host on one, queue on the other")
-@pytest.mark.skipif(not _realtime_allowed(), reason="SCHED_FIFO refused here (no real-time budget, "
-                    "e.g. a container): the forced hand-off delay needs a real-time spinner")
-def test_known_delays_are_recovered(ebpf_ready: None, monkeypatch: pytest.MonkeyPatch,
-                                    tmp_path: Path) -> None:
+@pytest.mark.skipif(
+    not _realtime_allowed(),
+    reason="SCHED_FIFO refused here (no real-time budget, "
+    "e.g. a container): the forced hand-off delay needs a real-time spinner",
+)
+def test_known_delays_are_recovered(
+    ebpf_ready: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """Ops busy-wait 2 ms, hand-offs are forced to wait ~4 ms: both sides must say so within 10 %."""
     from aorta.hw_queue_eval.run.config import RunConfig
     from aorta.hw_queue_eval.run.harness import run_benchmark
@@ -195,8 +221,10 @@ def test_known_delays_are_recovered(ebpf_ready: None, monkeypatch: pytest.Monkey
     affinity = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {0})  # this (host) thread and the workers it starts: CPU 0
     try:
-        result = run_benchmark(RunConfig("known_delay", 1, iterations=iterations, warmup=warmup,
-                                         device="cpu"), EbpfTracer(queue=True, memory=False))
+        result = run_benchmark(
+            RunConfig("known_delay", 1, iterations=iterations, warmup=warmup, device="cpu"),
+            EbpfTracer(queue=True, memory=False),
+        )
     finally:
         os.sched_setaffinity(0, affinity)
         spinner.close()
@@ -212,8 +240,10 @@ def test_known_delays_are_recovered(ebpf_ready: None, monkeypatch: pytest.Monkey
     assert result.ops["handoffs"]["count"] == q["total_submissions"] == iterations + 1
     assert cmp["first_task_kinds"] == {"op": iterations, "marker": 1}
     ops = cmp["op_submissions"]
-    print(f"known delays: forced {forced_ms:.3f} ms, kernel {ops['kernel_ms']:.3f} ms, harness "
-          f"{ops['harness_to_op_start_ms']:.3f} ms, busy {result.ops['per_label']['busy']['mean']:.3f} ms")
+    print(
+        f"known delays: forced {forced_ms:.3f} ms, kernel {ops['kernel_ms']:.3f} ms, harness "
+        f"{ops['harness_to_op_start_ms']:.3f} ms, busy {result.ops['per_label']['busy']['mean']:.3f} ms"
+    )
     assert ops["count"] == ops["compared"] == iterations
     assert cmp["coverage_pct"] == 100.0
     # the forced wait, recovered by the kernel (doorbell → on CPU) and by the harness

@@ -10,8 +10,15 @@ from pathlib import Path
 import pytest
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tracefs"
-LABELS = ["Kernel version:", "bpftrace:", "Root/CAP_BPF:", "Overall available:",
-          "amdgpu tracepoints:", "amdkfd tracepoints:", "KFD variant:"]
+LABELS = [
+    "Kernel version:",
+    "bpftrace:",
+    "Root/CAP_BPF:",
+    "Overall available:",
+    "amdgpu tracepoints:",
+    "amdkfd tracepoints:",
+    "KFD variant:",
+]
 
 
 def _summary_lines(text: str) -> list[str]:
@@ -25,11 +32,11 @@ def test_summary_comes_first_with_the_guides_labels_in_order(cli) -> None:
     assert proc.returncode == 0, proc.stderr
     lines = _summary_lines(proc.stdout)
     assert lines[0] == "eBPF Capabilities"
-    positions = [next(i for i, line in enumerate(lines) if line.strip().startswith(label))
-                 for label in LABELS]
+    positions = [
+        next(i for i, line in enumerate(lines) if line.strip().startswith(label)) for label in LABELS
+    ]
     assert positions == sorted(positions)
-    events = {line.split()[0]: " ".join(line.split()[1:]) for line in lines
-              if line.startswith("    ")}
+    events = {line.split()[0]: " ".join(line.split()[1:]) for line in lines if line.startswith("    ")}
     assert events["amdgpu_bo_move"] == "present"
     assert events["amdgpu_cs_ioctl"] == "missing"
     assert events["kfd_evict_process_worker_start"] == "present"
@@ -44,8 +51,9 @@ def test_old_kfd_naming_is_reported_as_such(cli, tmp_path: Path) -> None:
     shutil.copytree(FIXTURES / "linux-6.8", tmp_path / "tree")
     event = tmp_path / "tree" / "events" / "amdkfd" / "kfd_evict_process"
     event.mkdir(parents=True)
-    (event / "format").write_text("name: kfd_evict_process\nID: 9\nformat:\n"
-                                  "\tfield:unsigned int pid;\toffset:8;\tsize:4;\tsigned:0;\n")
+    (event / "format").write_text(
+        "name: kfd_evict_process\nID: 9\nformat:\n\tfield:unsigned int pid;\toffset:8;\tsize:4;\tsigned:0;\n"
+    )
     proc = cli("ebpf-info", "--json", env={"AORTA_TRACEFS": str(tmp_path / "tree")})
     summary = json.loads(proc.stdout)["summary"]
     assert summary["kfd_variant"] == "kfd_evict_process"
@@ -53,8 +61,9 @@ def test_old_kfd_naming_is_reported_as_such(cli, tmp_path: Path) -> None:
 
 
 def test_missing_bpftrace_is_not_installed_without_a_syntax_guess(cli) -> None:
-    proc = cli("ebpf-info", env={"AORTA_TRACEFS": str(FIXTURES / "linux-6.17"),
-                                 "BPFTRACE": "/nonexistent/bpftrace"})
+    proc = cli(
+        "ebpf-info", env={"AORTA_TRACEFS": str(FIXTURES / "linux-6.17"), "BPFTRACE": "/nonexistent/bpftrace"}
+    )
     assert proc.returncode == 0, proc.stderr
     line = next(x for x in _summary_lines(proc.stdout) if "bpftrace:" in x)
     assert line.split(":", 1)[1].strip() == "not installed"

@@ -22,8 +22,7 @@ def test_map_at_finds_the_map_a_statement_writes():
 
 def test_capacity_report_counts_drops_per_map_and_flags_full_maps():
     errors = {("map_update_elem", -7, 8, 19): 42, ("map_delete_elem", -2, 8, 30): 3}
-    maps = {"@a_many": {str(i): 1 for i in range(8)}, "@a_few": {"1": [{"min": 2, "max": 3,
-                                                                        "count": 5}]}}
+    maps = {"@a_many": {str(i): 1 for i in range(8)}, "@a_few": {"1": [{"min": 2, "max": 3, "count": 5}]}}
     report = mapcap.capacity_report(PROGRAM, errors, maps, keys_max=8)
     assert report["dropped_updates"] == {"@a_many": 42}
     assert report["dropped_updates_total"] == 42
@@ -52,10 +51,14 @@ class ManyKeys(ProbeFamily):
         return ["syscalls:sys_enter_getppid"]
 
     def render(self, ctx: RenderContext) -> ProbeCode:
-        return ProbeCode(probes=["tracepoint:syscalls:sys_enter_getppid\n"
-                                 f"/{ctx.pid_filter} && {ctx.gate}/\n{{\n"
-                                 "  @t_many_keys[nsecs] = count();\n  @t_many_n = count();\n}"],
-                         used_events=["syscalls:sys_enter_getppid"])
+        return ProbeCode(
+            probes=[
+                "tracepoint:syscalls:sys_enter_getppid\n"
+                f"/{ctx.pid_filter} && {ctx.gate}/\n{{\n"
+                "  @t_many_keys[nsecs] = count();\n  @t_many_n = count();\n}"
+            ],
+            used_events=["syscalls:sys_enter_getppid"],
+        )
 
     def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
         return FamilyResult(self.name, self.section, {"summary": None}, {})
@@ -66,8 +69,9 @@ class ManyKeys(ProbeFamily):
 def test_tiny_map_drops_are_counted_by_map_name(ebpf_ready: None) -> None:
     ready = engine.check_readiness()
     family = ManyKeys()
-    program = engine.make_program(True, False, TraceTarget((os.getpid(),)), ready.tracefs,
-                                  ready.version, families=[family])
+    program = engine.make_program(
+        True, False, TraceTarget((os.getpid(),)), ready.tracefs, ready.version, families=[family]
+    )
     session = engine.start_session(program, ready, map_keys_max=8)
     try:
         session.window_start()

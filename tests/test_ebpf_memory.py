@@ -28,8 +28,9 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 def _run_session(families: list[ProbeFamily], body: Any) -> tuple[Any, Any]:
     ready = engine.check_readiness()
-    program = engine.make_program(False, True, TraceTarget((os.getpid(),)), ready.tracefs,
-                                  ready.version, families=families)
+    program = engine.make_program(
+        False, True, TraceTarget((os.getpid(),)), ready.tracefs, ready.version, families=families
+    )
     session = engine.start_session(program, ready)
     try:
         body(session)
@@ -89,29 +90,44 @@ class _FakeAmd(AmdMemoryFamily):
     def render(self, ctx: RenderContext) -> ProbeCode:
         attach = "tracepoint:syscalls:sys_enter_prctl"
         a = ctx.dialect.arg
-        move_args = {"bo": a("arg2"), "bo_size": a("arg3"), "new_placement": a("arg4"),
-                     "old_placement": a("arg5")}
-        probes = [bo_move_probe(attach, move_args.__getitem__,
-                                f"{a('option')} == {FAKE} && {a('arg2')} > 100 && {ctx.gate}",
-                                ctx.pid_filter)]
+        move_args = {
+            "bo": a("arg2"),
+            "bo_size": a("arg3"),
+            "new_placement": a("arg4"),
+            "old_placement": a("arg5"),
+        }
+        probes = [
+            bo_move_probe(
+                attach,
+                move_args.__getitem__,
+                f"{a('option')} == {FAKE} && {a('arg2')} > 100 && {ctx.gate}",
+                ctx.pid_filter,
+            )
+        ]
         for kind in mm.KFD_KIND_NAMES:  # arg2 = kind (1..7), arg3 = process id, arg4 = delay
-            probes.append(kfd_log_probe(
-                attach, f"{a('option')} == {FAKE} && {a('arg2')} == {kind} && {ctx.gate}", kind,
-                a("arg3"), a("arg4") if kind == mm.KFD_SCHEDULE else None))
+            probes.append(
+                kfd_log_probe(
+                    attach,
+                    f"{a('option')} == {FAKE} && {a('arg2')} == {kind} && {ctx.gate}",
+                    kind,
+                    a("arg3"),
+                    a("arg4") if kind == mm.KFD_SCHEDULE else None,
+                )
+            )
         self.attached = {"amdgpu:amdgpu_bo_move", "amdkfd:kfd_evict_process_worker_start"}
-        return ProbeCode(probes=probes, begin=["@amdmem_kfd_variant[1] = 1;"],
-                         end=["clear(@amdmem_pend);", "clear(@amdmem_pend_tid);",
-                              "clear(@amdmem_pend_ts);"])
+        return ProbeCode(
+            probes=probes,
+            begin=["@amdmem_kfd_variant[1] = 1;"],
+            end=["clear(@amdmem_pend);", "clear(@amdmem_pend_tid);", "clear(@amdmem_pend_ts);"],
+        )
 
 
 def _move(bo: int, size: int, old: int, new: int) -> None:
-    _libc.prctl(FAKE, ctypes.c_ulong(bo), ctypes.c_ulong(size), ctypes.c_ulong(new),
-                ctypes.c_ulong(old))
+    _libc.prctl(FAKE, ctypes.c_ulong(bo), ctypes.c_ulong(size), ctypes.c_ulong(new), ctypes.c_ulong(old))
 
 
 def _kfd(kind: int, proc: int, delay: int = 0) -> None:
-    _libc.prctl(FAKE, ctypes.c_ulong(kind), ctypes.c_ulong(proc), ctypes.c_ulong(delay),
-                ctypes.c_ulong(0))
+    _libc.prctl(FAKE, ctypes.c_ulong(kind), ctypes.c_ulong(proc), ctypes.c_ulong(delay), ctypes.c_ulong(0))
 
 
 @pytest.mark.slow
@@ -188,18 +204,42 @@ def _cgroups_left() -> list[str]:
 
 
 @pytest.mark.slow
-def test_run_under_memory_pressure_records_reclaim_of_the_benchmark(ebpf_ready: None, cli,
-                                                                    tmp_path: Path) -> None:
+def test_run_under_memory_pressure_records_reclaim_of_the_benchmark(
+    ebpf_ready: None, cli, tmp_path: Path
+) -> None:
     import json
     import subprocess
     import sys
 
     out = tmp_path / "pressure.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "aorta.tools.memory_pressure", "--limit", "512M", "--",
-         sys.executable, "-m", "aorta.hw_queue_eval", "run", "hetero_kernels", "--streams", "8",
-         "-d", "cpu", "-i", "300", "--ebpf-memory-trace", "-o", str(out)],
-        capture_output=True, text=True, timeout=300, check=False)
+        [
+            sys.executable,
+            "-m",
+            "aorta.tools.memory_pressure",
+            "--limit",
+            "512M",
+            "--",
+            sys.executable,
+            "-m",
+            "aorta.hw_queue_eval",
+            "run",
+            "hetero_kernels",
+            "--streams",
+            "8",
+            "-d",
+            "cpu",
+            "-i",
+            "300",
+            "--ebpf-memory-trace",
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "memory.failcnt" in proc.stderr or "memory.events" in proc.stderr
     data = json.loads(out.read_text())
@@ -214,8 +254,19 @@ def test_run_under_memory_pressure_records_reclaim_of_the_benchmark(ebpf_ready: 
     assert _cgroups_left() == []  # cleaned up
 
     calm = tmp_path / "calm.json"
-    res = cli("run", "hetero_kernels", "--streams", "8", "-d", "cpu", "-i", "300",
-              "--ebpf-memory-trace", "-o", str(calm))
+    res = cli(
+        "run",
+        "hetero_kernels",
+        "--streams",
+        "8",
+        "-d",
+        "cpu",
+        "-i",
+        "300",
+        "--ebpf-memory-trace",
+        "-o",
+        str(calm),
+    )
     assert res.returncode == 0, res.stderr
     quiet = json.loads(calm.read_text())["ebpf_memory_metrics"]
     assert quiet["host_memcg_reclaim_episodes"] == 0
@@ -227,8 +278,18 @@ def test_both_flags_share_one_bpftrace_session(ebpf_ready: None, cli, tmp_path: 
     import json
 
     path = tmp_path / "both.json"
-    res = cli("run", "hetero_kernels", "--streams", "4", "-d", "cpu", "--ebpf-trace",
-              "--ebpf-memory-trace", "-o", str(path))
+    res = cli(
+        "run",
+        "hetero_kernels",
+        "--streams",
+        "4",
+        "-d",
+        "cpu",
+        "--ebpf-trace",
+        "--ebpf-memory-trace",
+        "-o",
+        str(path),
+    )
     assert res.returncode == 0, res.stderr
     assert "eBPF MEMORY METRICS:" in res.stdout
     assert "eBPF DRIVER-LEVEL QUEUE METRICS:" in res.stdout
@@ -249,8 +310,7 @@ def test_both_flags_share_one_bpftrace_session(ebpf_ready: None, cli, tmp_path: 
 
 
 @pytest.mark.parametrize("gen", ["rocm-dkms-pasid", "rocm-dkms-pid", "linux-4.x"])
-def test_memory_program_compiles_against_amdkfd_formats(ebpf_ready: None, gen: str,
-                                                        tmp_path: Path) -> None:
+def test_memory_program_compiles_against_amdkfd_formats(ebpf_ready: None, gen: str, tmp_path: Path) -> None:
     """bpftrace -d checks the amdgpu + amdkfd memory probes against each recorded tree."""
     import shutil
 
@@ -260,8 +320,9 @@ def test_memory_program_compiles_against_amdkfd_formats(ebpf_ready: None, gen: s
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare(1) to bind a recorded tracefs privately")
     tree = _tree(gen, tmp_path)
-    program = engine.make_program(False, True, TraceTarget((os.getpid(),)), Tracefs(tree),
-                                  engine.check_readiness().version, token=9)
+    program = engine.make_program(
+        False, True, TraceTarget((os.getpid(),)), Tracefs(tree), engine.check_readiness().version, token=9
+    )
     assert "bo_move\n" in program.text
     assert "amdgpu_vm_bo_map" in program.text
     script = tmp_path / "program.bt"

@@ -44,19 +44,45 @@ def _alive(pid: int) -> bool:
 
 def _temp_folders(owners: list[int]) -> list[str]:
     """Temp folders of these owners (other users of /tmp may create their own meanwhile)."""
-    return [p.name for o in owners
-            for p in Path(tempfile.gettempdir()).glob(f"{session.TEMP_PREFIX}{o}-*")]
+    return [p.name for o in owners for p in Path(tempfile.gettempdir()).glob(f"{session.TEMP_PREFIX}{o}-*")]
 
 
 def _commands(tmp: Path) -> dict[str, list[str]]:
     base = [sys.executable, "-m", "aorta.hw_queue_eval"]
     return {
-        "run": [*base, "run", "hetero_kernels", "--streams", "2", "-d", "cpu", "-i", "100000",
-                "-w", "1", "--ebpf-trace", "-o", str(tmp / "r.json")],
-        "sweep": [*base, "sweep", "hetero_kernels", "-s", "1,2", "-d", "cpu", "-i", "100000",
-                  "-w", "1", "--ebpf-trace", "-o", str(tmp / "s.json")],
-        "ebpf-attach": [*base, "ebpf-attach", "--pid", str(os.getpid()), "--duration", "60s",
-                        "--ebpf-trace"],
+        "run": [
+            *base,
+            "run",
+            "hetero_kernels",
+            "--streams",
+            "2",
+            "-d",
+            "cpu",
+            "-i",
+            "100000",
+            "-w",
+            "1",
+            "--ebpf-trace",
+            "-o",
+            str(tmp / "r.json"),
+        ],
+        "sweep": [
+            *base,
+            "sweep",
+            "hetero_kernels",
+            "-s",
+            "1,2",
+            "-d",
+            "cpu",
+            "-i",
+            "100000",
+            "-w",
+            "1",
+            "--ebpf-trace",
+            "-o",
+            str(tmp / "s.json"),
+        ],
+        "ebpf-attach": [*base, "ebpf-attach", "--pid", str(os.getpid()), "--duration", "60s", "--ebpf-trace"],
     }
 
 
@@ -85,8 +111,7 @@ def test_kill_9_during_attach_leaves_nothing(ebpf_ready: None, tmp_path: Path, c
     rng = random.Random(f"kill-loop-{command}")
     tracers, owners = [], []
     for _ in range(KILLS_PER_COMMAND):
-        tracer, owner = _kill_during_attach(_commands(tmp_path)[command], rng.uniform(0.0, 0.8),
-                                            tmp_path)
+        tracer, owner = _kill_during_attach(_commands(tmp_path)[command], rng.uniform(0.0, 0.8), tmp_path)
         assert tracer is not None, f"{command}: bpftrace never started"
         assert owner is not None, f"{command}: bpftrace never started"
         tracers.append(tracer)

@@ -62,9 +62,11 @@ def test_root_launches_directly(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_die_with_parent_kills_the_child_of_a_killed_parent() -> None:
     """A middle process starts `sleep` with the guard and is SIGKILLed: the sleep dies too."""
-    code = ("import subprocess, sys, time; from aorta.common.procs import die_with_parent; "
-            "p = subprocess.Popen(['sleep', '60'], preexec_fn=die_with_parent()); "
-            "print(p.pid, flush=True); time.sleep(60)")
+    code = (
+        "import subprocess, sys, time; from aorta.common.procs import die_with_parent; "
+        "p = subprocess.Popen(['sleep', '60'], preexec_fn=die_with_parent()); "
+        "print(p.pid, flush=True); time.sleep(60)"
+    )
     middle = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert middle.stdout is not None
     child = int(middle.stdout.readline())

@@ -56,8 +56,8 @@ def test_str_only_on_strings_never_on_pointers(gen: str) -> None:
 
 
 def test_ring_is_a_string_where_the_kernel_has_one_and_na_on_54() -> None:
-    assert 'str(args->ring)' in _render("linux-6.8")
-    assert 'str(args->ring)' in _render("linux-6.17")
+    assert "str(args->ring)" in _render("linux-6.8")
+    assert "str(args->ring)" in _render("linux-6.17")
     old = _render("linux-5.4")
     assert "ring_name" not in old
     assert '@amdgpu_submits["n/a"]' in old
@@ -90,8 +90,13 @@ def test_dialect_020_uses_dot_args() -> None:
 def test_pids_must_be_ints() -> None:
     tf = Tracefs(FIXTURES / "linux-6.8")
     with pytest.raises(ProgramError):
-        build_program(families_for(True, False), TraceTarget(("1; system",)),  # type: ignore[arg-type]
-                      tf, BpftraceDialect((0, 17, 0)), 5)
+        build_program(
+            families_for(True, False),
+            TraceTarget(("1; system",)),  # type: ignore[arg-type]
+            tf,
+            BpftraceDialect((0, 17, 0)),
+            5,
+        )
 
 
 def test_missing_marker_tracepoint_is_a_clear_error(tmp_path: Path) -> None:
@@ -103,12 +108,11 @@ def test_missing_marker_tracepoint_is_a_clear_error(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("gen", GENERATIONS)
 def test_show_script_through_aorta_tracefs(cli, gen: str) -> None:
-    proc = cli("ebpf-info", "--show-script", "--ebpf-trace",
-               env={"AORTA_TRACEFS": str(FIXTURES / gen)})
+    proc = cli("ebpf-info", "--show-script", "--ebpf-trace", env={"AORTA_TRACEFS": str(FIXTURES / gen)})
     assert proc.returncode == 0, proc.stderr
     assert "tracepoint:amdgpu:amdgpu_cs_ioctl" in proc.stdout
     assert f"tracefs: {FIXTURES / gen}" in proc.stdout
-    assert "printf(\"aorta_ready 2" in proc.stdout
+    assert 'printf("aorta_ready 2' in proc.stdout
     assert "tracepoint:syscalls:sys_enter_write" in proc.stdout  # the CPU backend's doorbells
 
 
@@ -131,8 +135,10 @@ def test_ebpf_info_detects_amdkfd_variant(cli, tmp_path: Path) -> None:
     shutil.copytree(FIXTURES / "linux-6.8", tmp_path / "tree")
     event = tmp_path / "tree" / "events" / "amdkfd" / "kfd_evict_process_worker_start"
     event.mkdir(parents=True)
-    (event / "format").write_text("name: kfd_evict_process_worker_start\nID: 9\nformat:\n"
-                                  "\tfield:unsigned int pasid;\toffset:8;\tsize:4;\tsigned:0;\n")
+    (event / "format").write_text(
+        "name: kfd_evict_process_worker_start\nID: 9\nformat:\n"
+        "\tfield:unsigned int pasid;\toffset:8;\tsize:4;\tsigned:0;\n"
+    )
     proc = cli("ebpf-info", "--json", env={"AORTA_TRACEFS": str(tmp_path / "tree")})
     assert proc.returncode == 0, proc.stderr
     kfd = json.loads(proc.stdout)["families"]["amdkfd (DKMS driver)"]
@@ -197,8 +203,13 @@ def test_non_tracepoint_probes_are_refused() -> None:
 
     from aorta.ebpf.probes.cpu_sched import CpuSchedFamily
 
-    program = build_program([Kprobe(), CpuSchedFamily()], TraceTarget((1,), doorbells=((1, 5, 2, 0),)),
-                            Tracefs(FIXTURES / "linux-6.8"), BpftraceDialect((0, 17, 0)), 5)
+    program = build_program(
+        [Kprobe(), CpuSchedFamily()],
+        TraceTarget((1,), doorbells=((1, 5, 2, 0),)),
+        Tracefs(FIXTURES / "linux-6.8"),
+        BpftraceDialect((0, 17, 0)),
+        5,
+    )
     assert "not a tracepoint" in program.missing["kp"]["*"]  # dropped, with the reason
     assert "kprobe:" not in program.text
     assert "@cpu_sched_bell" in program.text  # others kept
@@ -219,8 +230,9 @@ def test_map_without_family_prefix_is_refused() -> None:
         def collect(self, maps, context):  # type: ignore[no-untyped-def]
             return FamilyResult(self.name, self.section, {}, {})
 
-    program = build_program([Rogue()], TraceTarget((1,)), Tracefs(FIXTURES / "linux-6.8"),
-                            BpftraceDialect((0, 17, 0)), 5)
+    program = build_program(
+        [Rogue()], TraceTarget((1,)), Tracefs(FIXTURES / "linux-6.8"), BpftraceDialect((0, 17, 0)), 5
+    )
     assert "without its prefix" in program.missing["rogue"]["*"]
     assert "@other_n" not in program.text
 
@@ -260,8 +272,7 @@ def test_program_exits_with_its_owner(gen: str, tmp_path) -> None:
     shutil.copytree(FIXTURES / gen, tree)
     (tree / "events/sched/sched_process_exit").mkdir()
     (tree / "events/sched/sched_process_exit/format").write_text(live.read_text())
-    text = engine.make_program(True, True, TraceTarget((4242,)), Tracefs(tree), (0, 17, 0),
-                               token=77).text
+    text = engine.make_program(True, True, TraceTarget((4242,)), Tracefs(tree), (0, 17, 0), token=77).text
     guard = f"tracepoint:sched:sched_process_exit\n/tid == {os.getpid()}/\n{{\n  exit();\n}}"
     assert guard in text
     first, last = text.index('printf("aorta_ready 1'), text.index('printf("aorta_ready 2')
@@ -273,5 +284,11 @@ def test_owner_pid_is_validated() -> None:
     from aorta.ebpf.program import ProgramError, build_program
 
     with pytest.raises(ProgramError):
-        build_program([], TraceTarget((1,)), Tracefs(FIXTURES / GENERATIONS[0]),
-                      BpftraceDialect((0, 17, 0)), 5, owner_pid="1; system")  # type: ignore[arg-type]
+        build_program(
+            [],
+            TraceTarget((1,)),
+            Tracefs(FIXTURES / GENERATIONS[0]),
+            BpftraceDialect((0, 17, 0)),
+            5,
+            owner_pid="1; system",
+        )  # type: ignore[arg-type]

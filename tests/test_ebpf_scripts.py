@@ -19,8 +19,11 @@ from aorta.ebpf.tracefs import Tracefs
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "ebpfaultline" / "bpftrace"
 FIXTURES = Path(__file__).parent / "fixtures" / "tracefs"
-RUNNABLE = {"cpu_runqlat_threads.bt": "@runq_latency_us", "cpu_oncpu_threads.bt": "@switches",
-            "kfd_queue_ioctls.bt": None}
+RUNNABLE = {
+    "cpu_runqlat_threads.bt": "@runq_latency_us",
+    "cpu_oncpu_threads.bt": "@switches",
+    "kfd_queue_ioctls.bt": None,
+}
 AMD = ["amdgpu_submissions.bt", "amdgpu_dispatch.bt", "amdgpu_submit_dispatch_latency.bt"]
 BLOCK_RE = re.compile(r"^((?:tracepoint:[\w:*]+,?\s*)+)(?:/[^\n]*/\s*)?\{(.*?)^\}", re.M | re.S)
 
@@ -72,12 +75,14 @@ def _read_until_attached(proc: subprocess.Popen[str], timeout_s: float = 60.0) -
 @pytest.mark.ebpf
 @pytest.mark.parametrize("name", sorted(RUNNABLE))
 def test_runnable_scripts_compile_and_run(ebpf_ready: None, name: str) -> None:
-    busy = subprocess.Popen([sys.executable, "-c",
-                             "import time\nfor _ in range(5000): time.sleep(0.001)"])
+    busy = subprocess.Popen([sys.executable, "-c", "import time\nfor _ in range(5000): time.sleep(0.001)"])
     try:
-        proc = subprocess.Popen([bpftrace_path() or "bpftrace", "-f", "json", str(SCRIPTS / name),
-                                 str(busy.pid)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+        proc = subprocess.Popen(
+            [bpftrace_path() or "bpftrace", "-f", "json", str(SCRIPTS / name), str(busy.pid)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         first = _read_until_attached(proc)
         time.sleep(0.5)  # let the busy process produce events while the probes are live
         proc.send_signal(signal.SIGINT)

@@ -27,18 +27,35 @@ def _bpftrace_children(pid: int) -> list[int]:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        comm = stat[stat.index("(") + 1:stat.rindex(")")]
-        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
         if ppid == pid and comm == "bpftrace":
             found.append(int(entry.name))
     return found
 
 
 def _start_run() -> tuple[subprocess.Popen[str], int]:
-    proc = subprocess.Popen([sys.executable, "-m", "aorta.hw_queue_eval", "run", "hetero_kernels",
-                             "--streams", "4", "-d", "cpu", "-i", "100000", "-w", "1",
-                             "--ebpf-trace"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "aorta.hw_queue_eval",
+            "run",
+            "hetero_kernels",
+            "--streams",
+            "4",
+            "-d",
+            "cpu",
+            "-i",
+            "100000",
+            "-w",
+            "1",
+            "--ebpf-trace",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         kids = _bpftrace_children(proc.pid)

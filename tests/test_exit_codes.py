@@ -28,8 +28,7 @@ from aorta.hw_queue_eval.gpu.control import GpuTarget
 from aorta.hw_queue_eval.gpu.drivers.base import GpuControlError, GpuDriver
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "troubleshooting.md"
-RUN = ["run", "hetero_kernels", "--streams", "2", "-d", "cpu", "-i", "2", "-w", "1",
-       "--size", "small"]
+RUN = ["run", "hetero_kernels", "--streams", "2", "-d", "cpu", "-i", "2", "-w", "1", "--size", "small"]
 
 
 class MemoryGpu:
@@ -46,8 +45,12 @@ class MemoryGpu:
         self.refuse_after = refuse_after
 
     def snapshot(self) -> dict[str, Any]:
-        return {"power_limit_w": self.power_w, "power_min_w": 100.0, "power_max_w": 400.0,
-                "clock": {"sm_mhz": 345, "supported_mhz": [345, 1980]}}
+        return {
+            "power_limit_w": self.power_w,
+            "power_min_w": 100.0,
+            "power_max_w": 400.0,
+            "clock": {"sm_mhz": 345, "supported_mhz": [345, 1980]},
+        }
 
     def set_clock_level(self, level: int, snap: dict[str, Any]) -> dict[str, Any]:
         raise GpuControlError("clock control is not part of this fake")
@@ -85,8 +88,9 @@ def _raising(exc: BaseException) -> Any:
     return benchmark
 
 
-def _exit(argv: list[str], capsys: pytest.CaptureFixture[str],
-          collaborators: Collaborators | None = None) -> tuple[int, str]:
+def _exit(
+    argv: list[str], capsys: pytest.CaptureFixture[str], collaborators: Collaborators | None = None
+) -> tuple[int, str]:
     with pytest.raises(SystemExit) as info:
         main(argv, collaborators)
     return int(info.value.code or 0), capsys.readouterr().err
@@ -101,8 +105,13 @@ def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_codes_are_the_documented_ones() -> None:
     assert {c.name: int(c) for c in ExitCode} == {
-        "OK": 0, "FAILED": 1, "USAGE": 2, "DEVICE_LEFT_CHANGED": 3, "INTERRUPTED": 130,
-        "TERMINATED": 143}
+        "OK": 0,
+        "FAILED": 1,
+        "USAGE": 2,
+        "DEVICE_LEFT_CHANGED": 3,
+        "INTERRUPTED": 130,
+        "TERMINATED": 143,
+    }
     section = DOCS.read_text().split("## Exit codes", 1)[1].split("\n## ", 1)[0]
     documented = {int(m) for m in re.findall(r"^\| (\d+) \|", section, flags=re.M)}
     assert documented == {int(c) for c in ExitCode}
@@ -117,15 +126,18 @@ def test_errors_share_one_base_and_carry_their_code() -> None:
     assert not issubclass(Terminated, Exception), "`except Exception` must not swallow a signal"
 
 
-@pytest.mark.parametrize(("raised", "code", "line"), [
-    (UsageError("the workload needs a fix"), 2, "error: the workload needs a fix"),
-    (MeasurementFailed("nothing usable was measured"), 1, "error: nothing usable was measured"),
-    (DeviceLeftChanged("GPU 0 still capped"), 3, "error: GPU 0 still capped"),
-    (KeyboardInterrupt(), 130, "interrupted: nothing was written"),
-    (Terminated(), 143, None),
-], ids=["usage", "failed", "device-left-changed", "sigint", "sigterm"])
-def test_run_exits_with_the_code_of_what_ended_it(tmp_path: Path, capsys, raised, code,
-                                                  line) -> None:
+@pytest.mark.parametrize(
+    ("raised", "code", "line"),
+    [
+        (UsageError("the workload needs a fix"), 2, "error: the workload needs a fix"),
+        (MeasurementFailed("nothing usable was measured"), 1, "error: nothing usable was measured"),
+        (DeviceLeftChanged("GPU 0 still capped"), 3, "error: GPU 0 still capped"),
+        (KeyboardInterrupt(), 130, "interrupted: nothing was written"),
+        (Terminated(), 143, None),
+    ],
+    ids=["usage", "failed", "device-left-changed", "sigint", "sigterm"],
+)
+def test_run_exits_with_the_code_of_what_ended_it(tmp_path: Path, capsys, raised, code, line) -> None:
     out = tmp_path / "r.json"
     rc, err = _exit([*RUN, "-o", str(out)], capsys, Collaborators(benchmark=_raising(raised)))
     assert rc == code, err
@@ -151,8 +163,7 @@ def test_verification_failure_exits_1(tmp_path: Path, capsys) -> None:
         return result
 
     out = tmp_path / "r.json"
-    rc, err = _exit([*RUN, "-o", str(out)], capsys,
-                    Collaborators(benchmark=failing_verification))
+    rc, err = _exit([*RUN, "-o", str(out)], capsys, Collaborators(benchmark=failing_verification))
     assert rc == 1, err
     assert out.exists(), "the result of a finished run is written even when it failed"
 
@@ -168,8 +179,7 @@ def test_gpu_put_back_exits_0_and_leaves_no_state(tmp_path: Path, capsys, _state
 def test_gpu_not_put_back_exits_3_not_2(tmp_path: Path, capsys, _state_dir) -> None:
     gpu = MemoryGpu(refuse_after=1)  # the cap is set; putting it back is refused
     out = tmp_path / "r.json"
-    rc, err = _exit([*RUN, "--power-limit", "150", "-o", str(out)], capsys,
-                    Collaborators(gpus=OneGpu(gpu)))
+    rc, err = _exit([*RUN, "--power-limit", "150", "-o", str(out)], capsys, Collaborators(gpus=OneGpu(gpu)))
     assert rc == 3, err
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "could not put GPU 0 back as found" in errors[0]
@@ -178,13 +188,14 @@ def test_gpu_not_put_back_exits_3_not_2(tmp_path: Path, capsys, _state_dir) -> N
     assert len(list(_state_dir.glob("gpu-nvidia-0.json"))) == 1, "kept for `restore`"
 
 
-@pytest.mark.parametrize(("raised", "why"), [(KeyboardInterrupt(), "KeyboardInterrupt"),
-                                             (UsageError("bad thing"), "bad thing")])
-def test_a_device_left_changed_outranks_what_was_ending_the_command(capsys, _state_dir, raised,
-                                                                     why) -> None:
+@pytest.mark.parametrize(
+    ("raised", "why"), [(KeyboardInterrupt(), "KeyboardInterrupt"), (UsageError("bad thing"), "bad thing")]
+)
+def test_a_device_left_changed_outranks_what_was_ending_the_command(capsys, _state_dir, raised, why) -> None:
     gpu = MemoryGpu(refuse_after=1)
-    rc, err = _exit([*RUN, "--power-limit", "150"], capsys,
-                    Collaborators(gpus=OneGpu(gpu), benchmark=_raising(raised)))
+    rc, err = _exit(
+        [*RUN, "--power-limit", "150"], capsys, Collaborators(gpus=OneGpu(gpu), benchmark=_raising(raised))
+    )
     assert rc == 3, err
     (line,) = [line for line in err.splitlines() if line.startswith("error:")]
     assert "could not put GPU 0 back as found" in line

@@ -45,9 +45,13 @@ def _verbs(calls: list[tuple[str, list[str]]]) -> list[str]:
 
 
 def _popen(args: list[str], env: dict[str, str], fakes: tuple[str, ...]) -> subprocess.Popen[str]:
-    return subprocess.Popen([*cli_command(*fakes), *args],
-                            env={**os.environ, **env}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [*cli_command(*fakes), *args],
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _wait_for(check: Callable[[], bool], proc: subprocess.Popen[str], timeout: float = 60) -> None:
@@ -66,16 +70,36 @@ def _wait_for(check: Callable[[], bool], proc: subprocess.Popen[str], timeout: f
 @pytest.mark.slow
 def test_nvidia_apply_verify_restore_order_and_values(fake: FakeGpus, tmp_path: Path) -> None:
     out = tmp_path / "locked.json"
-    proc = run_cli("run", "hetero_kernels", "--streams", "4", *FAST, "--lock-clocks", "7",
-                   "--power-limit", "150", "-o", str(out), env=fake.env(), fakes=fake.gpu("nvidia", 1))
+    proc = run_cli(
+        "run",
+        "hetero_kernels",
+        "--streams",
+        "4",
+        *FAST,
+        "--lock-clocks",
+        "7",
+        "--power-limit",
+        "150",
+        "-o",
+        str(out),
+        env=fake.env(),
+        fakes=fake.gpu("nvidia", 1),
+    )
     assert proc.returncode == 0, proc.stderr
     calls = fake.calls()
     assert {argv[:2] == ["-i", "1"] for _tool, argv in calls} == {True}, "only GPU 1 touched"
-    assert _verbs(calls) == ["read", "read-clocks",          # snapshot before changes
-                             "-lgc 1980,1980", "-pl 150.00",  # apply
-                             "read", "read-clocks",          # verify
-                             "-pl 300.00", "-rgc",           # restore: power cap, then clocks
-                             "read", "read-clocks"]          # verify the restore
+    assert _verbs(calls) == [
+        "read",
+        "read-clocks",  # snapshot before changes
+        "-lgc 1980,1980",
+        "-pl 150.00",  # apply
+        "read",
+        "read-clocks",  # verify
+        "-pl 300.00",
+        "-rgc",  # restore: power cap, then clocks
+        "read",
+        "read-clocks",
+    ]  # verify the restore
     assert fake.devices() == initial_state()
     assert fake.state_files() == []
     report = load_json(out)["gpu_control"]
@@ -90,23 +114,51 @@ def test_nvidia_apply_verify_restore_order_and_values(fake: FakeGpus, tmp_path: 
 
 @pytest.mark.slow
 def test_amd_apply_verify_restore(fake: FakeGpus, tmp_path: Path) -> None:
-    proc = run_cli("run", "hetero_kernels", "--streams", "4", *FAST, "--lock-clocks", "2",
-                   "--power-limit", "150", env=fake.env(), fakes=fake.gpu("amd", 0))
+    proc = run_cli(
+        "run",
+        "hetero_kernels",
+        "--streams",
+        "4",
+        *FAST,
+        "--lock-clocks",
+        "2",
+        "--power-limit",
+        "150",
+        env=fake.env(),
+        fakes=fake.gpu("amd", 0),
+    )
     assert proc.returncode == 0, proc.stderr
     assert {argv[:2] == ["-d", "0"] for _tool, argv in fake.calls()} == {True}
-    assert _verbs(fake.calls()) == ["read", "--setperflevel manual", "--setsclk 1",
-                                    "--setpoweroverdrive 150", "read",
-                                    "--setpoweroverdrive 264", "--setperflevel auto", "read"]
+    assert _verbs(fake.calls()) == [
+        "read",
+        "--setperflevel manual",
+        "--setsclk 1",
+        "--setpoweroverdrive 150",
+        "read",
+        "--setpoweroverdrive 264",
+        "--setperflevel auto",
+        "read",
+    ]
     assert fake.devices() == initial_state()
     assert fake.state_files() == []
 
 
 @pytest.mark.slow
-def test_setting_that_does_not_take_effect_is_an_error_and_restored(fake: FakeGpus,
-                                                                     tmp_path: Path) -> None:
+def test_setting_that_does_not_take_effect_is_an_error_and_restored(fake: FakeGpus, tmp_path: Path) -> None:
     out = tmp_path / "o.json"
-    proc = run_cli("run", "hetero_kernels", "--streams", "4", *FAST, "--power-limit", "150",
-                   "-o", str(out), env=fake.env(FAKE_SMI_IGNORE_SETS="1"), fakes=fake.gpu("nvidia", 0))
+    proc = run_cli(
+        "run",
+        "hetero_kernels",
+        "--streams",
+        "4",
+        *FAST,
+        "--power-limit",
+        "150",
+        "-o",
+        str(out),
+        env=fake.env(FAKE_SMI_IGNORE_SETS="1"),
+        fakes=fake.gpu("nvidia", 0),
+    )
     assert proc.returncode == 2
     assert "did not take effect: power cap reads 300.0 W, expected 150 W" in proc.stderr
     assert not out.exists(), "no benchmark result may claim the setting"
@@ -117,8 +169,17 @@ def test_setting_that_does_not_take_effect_is_an_error_and_restored(fake: FakeGp
 
 @pytest.mark.slow
 def test_missing_privileges_is_a_clear_error(fake: FakeGpus) -> None:
-    proc = run_cli("run", "hetero_kernels", "--streams", "4", *FAST, "--lock-clocks", "7",
-                   env=fake.env(FAKE_SMI_DENY="1"), fakes=fake.gpu("nvidia", 0))
+    proc = run_cli(
+        "run",
+        "hetero_kernels",
+        "--streams",
+        "4",
+        *FAST,
+        "--lock-clocks",
+        "7",
+        env=fake.env(FAKE_SMI_DENY="1"),
+        fakes=fake.gpu("nvidia", 0),
+    )
     assert proc.returncode == 2
     assert "Insufficient Permissions" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -128,8 +189,17 @@ def test_missing_privileges_is_a_clear_error(fake: FakeGpus) -> None:
 
 @pytest.mark.slow
 def test_power_outside_device_limits_refused_before_any_change(fake: FakeGpus) -> None:
-    proc = run_cli("run", "hetero_kernels", "--streams", "4", *FAST, "--power-limit", "500",
-                   env=fake.env(), fakes=fake.gpu("nvidia", 0))
+    proc = run_cli(
+        "run",
+        "hetero_kernels",
+        "--streams",
+        "4",
+        *FAST,
+        "--power-limit",
+        "500",
+        env=fake.env(),
+        fakes=fake.gpu("nvidia", 0),
+    )
     assert proc.returncode == 2
     assert "outside what nvidia GPU 0" in proc.stderr
     assert "(100..400 W)" in proc.stderr
@@ -138,8 +208,7 @@ def test_power_outside_device_limits_refused_before_any_change(fake: FakeGpus) -
 
 @pytest.mark.slow
 def test_cpu_backend_refuses_clock_and_power(fake: FakeGpus) -> None:
-    proc = run_cli("run", "hetero_kernels", "--streams", "4", *FAST, "--power-limit", "200",
-                   env=fake.env())
+    proc = run_cli("run", "hetero_kernels", "--streams", "4", *FAST, "--power-limit", "200", env=fake.env())
     assert proc.returncode == 2
     assert "not applicable on the CPU backend" in proc.stderr
     assert fake.calls() == []
@@ -151,9 +220,26 @@ def _changed(fake: FakeGpus) -> bool:
 
 
 def _kill9_mid_run(fake: FakeGpus) -> None:
-    proc = _popen(["run", "hetero_kernels", "--streams", "4", "-d", "cpu", "-i", "1000000",
-                   "-w", "1", "--lock-clocks", "5", "--power-limit", "150"], fake.env(),
-                  fake.gpu("nvidia", 0))
+    proc = _popen(
+        [
+            "run",
+            "hetero_kernels",
+            "--streams",
+            "4",
+            "-d",
+            "cpu",
+            "-i",
+            "1000000",
+            "-w",
+            "1",
+            "--lock-clocks",
+            "5",
+            "--power-limit",
+            "150",
+        ],
+        fake.env(),
+        fake.gpu("nvidia", 0),
+    )
     _wait_for(lambda: _changed(fake), proc)
     proc.kill()
     proc.communicate()
@@ -205,9 +291,26 @@ def test_kill9_then_next_start_restores(fake: FakeGpus) -> None:
 @pytest.mark.slow
 def test_sigterm_mid_policy_sweep_restores(fake: FakeGpus, tmp_path: Path) -> None:
     out = tmp_path / "p.json"
-    proc = _popen(["policy-sweep", "hetero_kernels", "--streams", "4", "--policies",
-                   "priority_be,baseline", "-d", "cpu", "-i", "1000000", "-w", "1",
-                   "-o", str(out)], fake.env(), fake.gpu("nvidia", 0))
+    proc = _popen(
+        [
+            "policy-sweep",
+            "hetero_kernels",
+            "--streams",
+            "4",
+            "--policies",
+            "priority_be,baseline",
+            "-d",
+            "cpu",
+            "-i",
+            "1000000",
+            "-w",
+            "1",
+            "-o",
+            str(out),
+        ],
+        fake.env(),
+        fake.gpu("nvidia", 0),
+    )
     _wait_for(lambda: fake.devices()["nvidia"]["0"]["power_limit"] == 150.0, proc)
     wait_until_measuring(proc)  # the point's child run is inside its measurement
     proc.send_signal(signal.SIGTERM)
@@ -223,14 +326,30 @@ def test_sigterm_mid_policy_sweep_restores(fake: FakeGpus, tmp_path: Path) -> No
 @pytest.mark.slow
 def test_device_held_by_a_live_process_is_refused(fake: FakeGpus) -> None:
     from aorta.hw_queue_eval.gpu import state as gpu_state
+
     fake.state_dir.mkdir(mode=0o700)
-    record = {"state_version": 1, "vendor": "nvidia", "index": 0, "tool": "nvidia-smi",
-              "pid": os.getpid(),
-              "pid_start_ticks": gpu_state.process_start_ticks(os.getpid()),
-              "prior": {"power_limit_w": 300.0, "clock": {}}, "applied": {}}
+    record = {
+        "state_version": 1,
+        "vendor": "nvidia",
+        "index": 0,
+        "tool": "nvidia-smi",
+        "pid": os.getpid(),
+        "pid_start_ticks": gpu_state.process_start_ticks(os.getpid()),
+        "prior": {"power_limit_w": 300.0, "clock": {}},
+        "applied": {},
+    }
     (fake.state_dir / "gpu-nvidia-0.json").write_text(json.dumps(record))
-    proc = run_cli("run", "hetero_kernels", "--streams", "2", *FAST, "--power-limit", "150",
-                   env=fake.env(), fakes=fake.gpu("nvidia", 0))
+    proc = run_cli(
+        "run",
+        "hetero_kernels",
+        "--streams",
+        "2",
+        *FAST,
+        "--power-limit",
+        "150",
+        env=fake.env(),
+        fakes=fake.gpu("nvidia", 0),
+    )
     assert proc.returncode == 2
     assert f"being controlled by running pid {os.getpid()}" in proc.stderr
     restore = run_cli("restore", env=fake.env())
@@ -243,8 +362,19 @@ def test_device_held_by_a_live_process_is_refused(fake: FakeGpus) -> None:
 @pytest.mark.slow
 def test_sweep_holds_clocks_for_every_point_and_restores(fake: FakeGpus, tmp_path: Path) -> None:
     out = tmp_path / "sweep.json"
-    proc = run_cli("sweep", "hetero_kernels", "--streams", "1,2", *FAST, "--lock-clocks", "3",
-                   "-o", str(out), env=fake.env(), fakes=fake.gpu("nvidia", 0))
+    proc = run_cli(
+        "sweep",
+        "hetero_kernels",
+        "--streams",
+        "1,2",
+        *FAST,
+        "--lock-clocks",
+        "3",
+        "-o",
+        str(out),
+        env=fake.env(),
+        fakes=fake.gpu("nvidia", 0),
+    )
     assert proc.returncode == 0, proc.stderr
     verbs = [v for v in _verbs(fake.calls()) if not v.startswith("read")]
     assert verbs == ["-lgc 1200,1200", "-rgc"], "applied once around the whole sweep"
@@ -258,9 +388,26 @@ def test_sweep_holds_clocks_for_every_point_and_restores(fake: FakeGpus, tmp_pat
 
 @pytest.mark.slow
 def test_ctrl_c_mid_run_restores(fake: FakeGpus) -> None:
-    proc = _popen(["run", "hetero_kernels", "--streams", "4", "-d", "cpu", "-i", "1000000",
-                   "-w", "1", "--lock-clocks", "5", "--power-limit", "150"], fake.env(),
-                  fake.gpu("nvidia", 0))
+    proc = _popen(
+        [
+            "run",
+            "hetero_kernels",
+            "--streams",
+            "4",
+            "-d",
+            "cpu",
+            "-i",
+            "1000000",
+            "-w",
+            "1",
+            "--lock-clocks",
+            "5",
+            "--power-limit",
+            "150",
+        ],
+        fake.env(),
+        fake.gpu("nvidia", 0),
+    )
     _wait_for(lambda: _changed(fake), proc)
     wait_until_measuring(proc)
     proc.send_signal(signal.SIGINT)
@@ -275,8 +422,19 @@ def test_policy_power_out_of_range_stops_before_any_run(fake: FakeGpus, tmp_path
     policies = tmp_path / "p.toml"
     policies.write_text("[policies.too_hot]\npower_limit_w = 450\n")
     out = tmp_path / "o.json"
-    proc = run_cli("policy-sweep", "hetero_kernels", "--streams", "4", "--policy-file",
-                   str(policies), *FAST, "-o", str(out), env=fake.env(), fakes=fake.gpu("nvidia", 0))
+    proc = run_cli(
+        "policy-sweep",
+        "hetero_kernels",
+        "--streams",
+        "4",
+        "--policy-file",
+        str(policies),
+        *FAST,
+        "-o",
+        str(out),
+        env=fake.env(),
+        fakes=fake.gpu("nvidia", 0),
+    )
     assert proc.returncode == 2
     assert "power limit 450 W is outside what nvidia GPU 0" in proc.stderr
     assert "accepts (100..400 W)" in proc.stderr
@@ -285,21 +443,39 @@ def test_policy_power_out_of_range_stops_before_any_run(fake: FakeGpus, tmp_path
 
 
 def test_restore_does_not_need_torch(fake: FakeGpus) -> None:
-    code = ("import sys\nfrom aorta.hw_queue_eval.cli import main\n"
-            "try:\n    main(['restore'])\nexcept SystemExit:\n    pass\n"
-            "assert 'torch' not in sys.modules, 'torch was imported'\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, check=False, env={**os.environ, **fake.env()})
+    code = (
+        "import sys\nfrom aorta.hw_queue_eval.cli import main\n"
+        "try:\n    main(['restore'])\nexcept SystemExit:\n    pass\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, **fake.env()},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "nothing to restore" in proc.stdout
 
 
 @pytest.mark.slow
-def test_missing_vendor_tool_is_a_clear_error_before_the_benchmark(fake: FakeGpus,
-                                                                    tmp_path: Path) -> None:
+def test_missing_vendor_tool_is_a_clear_error_before_the_benchmark(fake: FakeGpus, tmp_path: Path) -> None:
     out = tmp_path / "o.json"
-    proc = run_cli("run", "hetero_kernels", "--streams", "4", *FAST, "--lock-clocks", "7",
-                   "-o", str(out), env=fake.env(PATH="/usr/bin:/bin"), fakes=fake.gpu("amd", 0))
+    proc = run_cli(
+        "run",
+        "hetero_kernels",
+        "--streams",
+        "4",
+        *FAST,
+        "--lock-clocks",
+        "7",
+        "-o",
+        str(out),
+        env=fake.env(PATH="/usr/bin:/bin"),
+        fakes=fake.gpu("amd", 0),
+    )
     assert proc.returncode == 2
     assert "rocm-smi not found on PATH" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -317,8 +493,17 @@ def test_unrestorable_state_file_warns_plain_runs_and_stops_control(fake: FakeGp
     assert "warning:" in plain.stderr
     assert "could not put GPU 0 back as found" in plain.stderr
     assert len(fake.state_files()) == 1, "kept for a later restore"
-    control = run_cli("run", "hetero_kernels", "--streams", "2", *FAST, "--power-limit", "200",
-                      env=fake.env(FAKE_SMI_DENY="1"), fakes=fake.gpu("nvidia", 0))
+    control = run_cli(
+        "run",
+        "hetero_kernels",
+        "--streams",
+        "2",
+        *FAST,
+        "--power-limit",
+        "200",
+        env=fake.env(FAKE_SMI_DENY="1"),
+        fakes=fake.gpu("nvidia", 0),
+    )
     assert control.returncode == 3, control.stderr  # a device left changed, not a typo
     assert "could not put GPU 0 back" in control.stderr
     restore = run_cli("restore", env=fake.env())

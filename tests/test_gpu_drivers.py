@@ -64,8 +64,15 @@ def _fake_pynvml(devices: dict[int, dict[str, Any]], calls: list[tuple[Any, ...]
 
 
 def _device() -> dict[str, Any]:
-    return {"limit": 700_000, "default": 700_000, "min": 200_000, "max": 700_000, "sm": 345,
-            "idle": 345, "clocks": {2619: [1980, 1410, 345], 1593: [1200, 345]}}
+    return {
+        "limit": 700_000,
+        "default": 700_000,
+        "min": 200_000,
+        "max": 700_000,
+        "sm": 345,
+        "idle": 345,
+        "clocks": {2619: [1980, 1410, 345], 1593: [1200, 345]},
+    }
 
 
 @pytest.fixture
@@ -100,8 +107,14 @@ def test_pynvml_apply_verify_restore(nvml: tuple[dict, list], tmp_path: Path) ->
 def test_pynvml_power_outside_limits_refused(nvml: tuple[dict, list]) -> None:
     devices, calls = nvml
     control = GpuControl(GpuTarget("nvidia", 0, simulated=False), GpuRequest(power_limit_w=900))
-    with pytest.raises(UsageError, match=r"power limit 900 W is outside what nvidia GPU 0 "
-                                         r"accepts \(200..700 W\)"), control:
+    with (
+        pytest.raises(
+            UsageError,
+            match=r"power limit 900 W is outside what nvidia GPU 0 "
+            r"accepts \(200..700 W\)",
+        ),
+        control,
+    ):
         pass
     assert calls == []
     assert devices[0] == _device()

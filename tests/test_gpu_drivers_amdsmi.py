@@ -58,14 +58,22 @@ class _ClkType(enum.IntEnum):
 
 
 def _device(**overrides: Any) -> dict[str, Any]:
-    dev = {"perf": "auto", "sclk": 1, "mhz": list(MHZ), "cap": 550_000_000,
-           "default": 550_000_000, "min": 100_000_000, "max": 550_000_000}
+    dev = {
+        "perf": "auto",
+        "sclk": 1,
+        "mhz": list(MHZ),
+        "cap": 550_000_000,
+        "default": 550_000_000,
+        "min": 100_000_000,
+        "max": 550_000_000,
+    }
     dev.update(overrides)
     return dev
 
 
-def _fake_amdsmi(devices: dict[int, dict[str, Any]], calls: list[tuple[Any, ...]],
-                 quirks: dict[str, Any]) -> Any:
+def _fake_amdsmi(
+    devices: dict[int, dict[str, Any]], calls: list[tuple[Any, ...]], quirks: dict[str, Any]
+) -> Any:
     """An amdsmi stand-in over `devices`; `quirks` makes it misbehave (sets that do not take,
     no permission, Hz vs MHz, truncated lists)."""
     m = types.ModuleType("amdsmi")
@@ -111,13 +119,21 @@ def _fake_amdsmi(devices: dict[int, dict[str, Any]], calls: list[tuple[Any, ...]
         d = dev(handle)
         scale = 1 if quirks.get("mhz") else 1_000_000
         freq = [v * scale for v in d["mhz"]]
-        return {"num_supported": len(freq), "current": d["sclk"],
-                "frequency": freq[:-1] if quirks.get("truncated") else freq}
+        return {
+            "num_supported": len(freq),
+            "current": d["sclk"],
+            "frequency": freq[:-1] if quirks.get("truncated") else freq,
+        }
 
     def get_cap(handle: str) -> dict[str, Any]:
         d = dev(handle)
-        return {"power_cap": d["cap"], "default_power_cap": d["default"], "dpm_cap": 2100,
-                "min_power_cap": d["min"], "max_power_cap": d["max"]}
+        return {
+            "power_cap": d["cap"],
+            "default_power_cap": d["default"],
+            "dpm_cap": 2100,
+            "min_power_cap": d["min"],
+            "max_power_cap": d["max"],
+        }
 
     m.amdsmi_init = lambda: calls.append(("init",))
     m.amdsmi_shut_down = lambda: calls.append(("shut_down",))
@@ -147,8 +163,9 @@ def _changes(calls: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
 
 def test_amdsmi_apply_verify_restore(amd: tuple[dict, list, dict], tmp_path: Path) -> None:
     devices, calls, _ = amd
-    with GpuControl(GpuTarget("amd", 1, simulated=False),
-                    GpuRequest(clock_level=7, power_limit_w=300)) as report:
+    with GpuControl(
+        GpuTarget("amd", 1, simulated=False), GpuRequest(clock_level=7, power_limit_w=300)
+    ) as report:
         assert devices[1]["perf"] == "manual"
         assert devices[1]["sclk"] == 5
         assert devices[1]["cap"] == 300_000_000
@@ -157,15 +174,22 @@ def test_amdsmi_apply_verify_restore(amd: tuple[dict, list, dict], tmp_path: Pat
         assert report["in_effect"]["clock_level"] == 7
         assert report["in_effect"]["clock_mhz"] == 2100
         assert report["in_effect"]["power_limit_w"] == 300
-        assert report["prior"] == {"power_limit_w": 550.0, "power_default_w": 550.0,
-                                   "power_min_w": 100.0, "power_max_w": 550.0,
-                                   "clock": {"perf_level": "auto", "sclk_level": 1,
-                                             "levels_mhz": MHZ}}
+        assert report["prior"] == {
+            "power_limit_w": 550.0,
+            "power_default_w": 550.0,
+            "power_min_w": 100.0,
+            "power_max_w": 550.0,
+            "clock": {"perf_level": "auto", "sclk_level": 1, "levels_mhz": MHZ},
+        }
         record = gpu_state.read_state(tmp_path / "state" / "gpu-amd-1.json")
         assert record["tool"] == "amdsmi"
-    assert _changes(calls) == [("set_perf", "gpu1", "manual"), ("set_clk", "gpu1", 1 << 5),
-                               ("set_cap", "gpu1", 0, 300_000_000),
-                               ("set_cap", "gpu1", 0, 550_000_000), ("set_perf", "gpu1", "auto")]
+    assert _changes(calls) == [
+        ("set_perf", "gpu1", "manual"),
+        ("set_clk", "gpu1", 1 << 5),
+        ("set_cap", "gpu1", 0, 300_000_000),
+        ("set_cap", "gpu1", 0, 550_000_000),
+        ("set_perf", "gpu1", "auto"),
+    ]
     assert {c[1] for c in calls if len(c) > 1} == {"gpu1"}, "only the target GPU is touched"
     assert [c[0] for c in calls].count("init") == 1
     assert calls[0] == ("init",)
@@ -187,12 +211,19 @@ def test_amdsmi_restores_a_prior_manual_sclk_level(amd: tuple[dict, list, dict])
 
 
 def test_amdsmi_clock_that_silently_does_not_take_is_an_error(
-        amd: tuple[dict, list, dict], tmp_path: Path) -> None:
+    amd: tuple[dict, list, dict], tmp_path: Path
+) -> None:
     devices, calls, quirks = amd
     quirks["clock_ignored"] = True
     control = GpuControl(GpuTarget("amd", 0, simulated=False), GpuRequest(clock_level=7))
-    with pytest.raises(GpuControlError, match=r"setting did not take effect: clock reads 800 MHz, "
-                                              r"expected 2100 MHz \(level 7\)"), control:
+    with (
+        pytest.raises(
+            GpuControlError,
+            match=r"setting did not take effect: clock reads 800 MHz, "
+            r"expected 2100 MHz \(level 7\)",
+        ),
+        control,
+    ):
         pass
     assert control.report["verified"] is False
     assert control.report["status"] == "restored"
@@ -210,8 +241,10 @@ def test_amdsmi_permission_error_is_one_line(amd: tuple[dict, list, dict]) -> No
     message = str(info.value)
     assert isinstance(info.value, GpuControlError)
     assert "\n" not in message
-    assert message == ("amdsmi amdsmi_set_power_cap on GPU 0 failed: Error code: 10 | "
-                       "AMDSMI_STATUS_NO_PERM - Permission Denied")
+    assert message == (
+        "amdsmi amdsmi_set_power_cap on GPU 0 failed: Error code: 10 | "
+        "AMDSMI_STATUS_NO_PERM - Permission Denied"
+    )
     assert devices[0] == _device()
     assert calls[-1] == ("shut_down",)
 
@@ -219,21 +252,31 @@ def test_amdsmi_permission_error_is_one_line(amd: tuple[dict, list, dict]) -> No
 def test_amdsmi_power_outside_limits_refused(amd: tuple[dict, list, dict]) -> None:
     devices, calls, _ = amd
     control = GpuControl(GpuTarget("amd", 0, simulated=False), GpuRequest(power_limit_w=900))
-    with pytest.raises(UsageError, match=r"power limit 900 W is outside what amd GPU 0 "
-                                         r"accepts \(100..550 W\)"), control:
+    with (
+        pytest.raises(
+            UsageError,
+            match=r"power limit 900 W is outside what amd GPU 0 "
+            r"accepts \(100..550 W\)",
+        ),
+        control,
+    ):
         pass
     assert _changes(calls) == []
     assert devices[0] == _device()
     assert calls[-1] == ("shut_down",)
 
 
-def test_amdsmi_library_rejects_power_limit_it_does_not_advertise(
-        amd: tuple[dict, list, dict]) -> None:
+def test_amdsmi_library_rejects_power_limit_it_does_not_advertise(amd: tuple[dict, list, dict]) -> None:
     devices, _calls, _ = amd
     devices[0]["max"] = 0  # no max reported: no preflight range, the library refuses
-    with pytest.raises(GpuControlError, match=r"amdsmi_set_power_cap on GPU 0 failed: .*"
-                                              r"AMDSMI_STATUS_INVAL"), \
-            GpuControl(GpuTarget("amd", 0, simulated=False), GpuRequest(power_limit_w=600)):
+    with (
+        pytest.raises(
+            GpuControlError,
+            match=r"amdsmi_set_power_cap on GPU 0 failed: .*"
+            r"AMDSMI_STATUS_INVAL",
+        ),
+        GpuControl(GpuTarget("amd", 0, simulated=False), GpuRequest(power_limit_w=600)),
+    ):
         pass
     assert devices[0]["cap"] == 550_000_000
 
@@ -249,10 +292,20 @@ def test_amdsmi_state_file_restored_by_a_later_process(amd: tuple[dict, list, di
     devices, calls, _ = amd
     prior = AmdSmi(0).snapshot()
     devices[0].update(perf="manual", sclk=5, cap=200_000_000)  # left changed by a killed run
-    gpu_state.write_state({"vendor": "amd", "index": 0, "tool": "amdsmi", "pid": 2**22 + 7,
-                           "pid_start_ticks": 1, "prior": prior,
-                           "applied": {"clock_level": {"level": 7, "pending": False},
-                                       "power_limit_w": {"watts": 200, "pending": False}}})
+    gpu_state.write_state(
+        {
+            "vendor": "amd",
+            "index": 0,
+            "tool": "amdsmi",
+            "pid": 2**22 + 7,
+            "pid_start_ticks": 1,
+            "prior": prior,
+            "applied": {
+                "clock_level": {"level": 7, "pending": False},
+                "power_limit_w": {"watts": 200, "pending": False},
+            },
+        }
+    )
     messages = recover_stale_states()
     assert messages, messages
     assert messages[0].startswith("note: restored amd GPU 0"), messages
@@ -268,8 +321,9 @@ def _fake_rocm_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", f"{tool.parent}{os.pathsep}{os.environ.get('PATH', '')}")
 
 
-def test_make_driver_picks_amdsmi_when_importable(amd: tuple[dict, list, dict], tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_make_driver_picks_amdsmi_when_importable(
+    amd: tuple[dict, list, dict], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _fake_rocm_smi(tmp_path, monkeypatch)
     driver = make_driver("amd", 1)
     assert isinstance(driver, AmdSmi)
@@ -279,8 +333,7 @@ def test_make_driver_picks_amdsmi_when_importable(amd: tuple[dict, list, dict], 
     assert isinstance(make_driver("amd", 1, allow_library=False), RocmSmi)
 
 
-def test_make_driver_falls_back_to_rocm_smi(tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_make_driver_falls_back_to_rocm_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_rocm_smi(tmp_path, monkeypatch)
     monkeypatch.setitem(sys.modules, "amdsmi", None)  # `import amdsmi` raises ImportError
     driver = make_driver("amd", 0)
@@ -304,14 +357,31 @@ def test_sclk_shapes_across_amdsmi_versions() -> None:
 
 
 def test_power_shapes_across_amdsmi_versions() -> None:
-    new = {"power_cap": 300_000_000, "default_power_cap": 550_000_000, "dpm_cap": 1,
-           "min_power_cap": 0, "max_power_cap": 550_000_000}
-    assert amdsmi_power(new, 0) == {"power_limit_w": 300.0, "power_default_w": 550.0,
-                                     "power_min_w": None, "power_max_w": None}
-    older = {"power_cap": 300_000_000, "power_cap_default": 550_000_000,
-             "min_power_cap": 100_000_000, "max_power_cap": 550_000_000}
-    assert amdsmi_power(older, 0) == {"power_limit_w": 300.0, "power_default_w": 550.0,
-                                       "power_min_w": 100.0, "power_max_w": 550.0}
+    new = {
+        "power_cap": 300_000_000,
+        "default_power_cap": 550_000_000,
+        "dpm_cap": 1,
+        "min_power_cap": 0,
+        "max_power_cap": 550_000_000,
+    }
+    assert amdsmi_power(new, 0) == {
+        "power_limit_w": 300.0,
+        "power_default_w": 550.0,
+        "power_min_w": None,
+        "power_max_w": None,
+    }
+    older = {
+        "power_cap": 300_000_000,
+        "power_cap_default": 550_000_000,
+        "min_power_cap": 100_000_000,
+        "max_power_cap": 550_000_000,
+    }
+    assert amdsmi_power(older, 0) == {
+        "power_limit_w": 300.0,
+        "power_default_w": 550.0,
+        "power_min_w": 100.0,
+        "power_max_w": 550.0,
+    }
     oldest = {"power_cap": 300_000_000, "dpm_cap": 1}
     assert amdsmi_power(oldest, 0)["power_limit_w"] == 300.0
     with pytest.raises(GpuControlError, match=r"power_cap=300, not a microwatt value"):
@@ -323,8 +393,10 @@ def test_power_shapes_across_amdsmi_versions() -> None:
 def test_amdsmi_truncated_clock_list_changes_nothing(amd: tuple[dict, list, dict]) -> None:
     devices, calls, quirks = amd
     quirks["truncated"] = True
-    with pytest.raises(GpuControlError, match="lists 5 sclk frequencies for num_supported=6"), \
-            GpuControl(GpuTarget("amd", 0, simulated=False), GpuRequest(clock_level=3)):
+    with (
+        pytest.raises(GpuControlError, match="lists 5 sclk frequencies for num_supported=6"),
+        GpuControl(GpuTarget("amd", 0, simulated=False), GpuRequest(clock_level=3)),
+    ):
         pass
     assert _changes(calls) == []
     assert devices[0] == _device()

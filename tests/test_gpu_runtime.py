@@ -41,13 +41,23 @@ def standins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def hip(standins: dict[str, Path]) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(standins["libamdhip64.so"]))
-    lib.hipLaunchKernel.argtypes = [ctypes.c_void_p, Dim3, Dim3, ctypes.c_void_p, ctypes.c_size_t,
-                                    ctypes.c_void_p]
+    lib.hipLaunchKernel.argtypes = [
+        ctypes.c_void_p,
+        Dim3,
+        Dim3,
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_void_p,
+    ]
     lib.hipLaunchKernel_spt.argtypes = lib.hipLaunchKernel.argtypes
     lib.hipModuleLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
-    lib.hipExtModuleLaunchKernel.argtypes = ([ctypes.c_void_p] + [ctypes.c_uint32] * 6
-                                             + [ctypes.c_size_t] + [ctypes.c_void_p] * 5
-                                             + [ctypes.c_uint32])
+    lib.hipExtModuleLaunchKernel.argtypes = (
+        [ctypes.c_void_p]
+        + [ctypes.c_uint32] * 6
+        + [ctypes.c_size_t]
+        + [ctypes.c_void_p] * 5
+        + [ctypes.c_uint32]
+    )
     lib.hipLaunchKernelExC.argtypes = [ctypes.POINTER(LaunchConfig), ctypes.c_void_p, ctypes.c_void_p]
     lib.standin_configure.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64]
     return lib
@@ -56,8 +66,14 @@ def hip(standins: dict[str, Path]) -> ctypes.CDLL:
 @pytest.fixture(scope="module")
 def cuda(standins: dict[str, Path]) -> tuple[ctypes.CDLL, ctypes.CDLL]:
     rt = ctypes.CDLL(str(standins["libcudart.so.12"]))
-    rt.cudaLaunchKernel.argtypes = [ctypes.c_void_p, Dim3, Dim3, ctypes.c_void_p, ctypes.c_size_t,
-                                    ctypes.c_void_p]
+    rt.cudaLaunchKernel.argtypes = [
+        ctypes.c_void_p,
+        Dim3,
+        Dim3,
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_void_p,
+    ]
     rt.cudaLaunchKernel_ptsz.argtypes = rt.cudaLaunchKernel.argtypes
     rt.cudaLaunchKernelExC.argtypes = [ctypes.POINTER(LaunchConfig), ctypes.c_void_p, ctypes.c_void_p]
     rt.cudaStreamSynchronize.argtypes = [ctypes.c_void_p]
@@ -69,6 +85,7 @@ def cuda(standins: dict[str, Path]) -> tuple[ctypes.CDLL, ctypes.CDLL]:
 
 
 # -- no eBPF needed ---------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_elf_reader_lists_exactly_the_defined_functions(standins: dict[str, Path], tmp_path: Path) -> None:
@@ -98,9 +115,15 @@ def test_a_replaced_library_file_is_not_probed(standins: dict[str, Path], tmp_pa
 
     copy = tmp_path / "libcuda.so.1"
     shutil.copy(standins["libcuda.so.1"], copy)
-    child = subprocess.Popen([sys.executable, "-c", f"import ctypes, time\nctypes.CDLL({str(copy)!r})\n"
-                              "print('ready', flush=True)\ntime.sleep(60)\n"],
-                             stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import ctypes, time\nctypes.CDLL({str(copy)!r})\nprint('ready', flush=True)\ntime.sleep(60)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "ready"
@@ -119,10 +142,12 @@ def test_a_replaced_library_file_is_not_probed(standins: dict[str, Path], tmp_pa
 
 
 def test_libraries_resolved_from_proc_maps_of_another_process(standins: dict[str, Path]) -> None:
-    code = ("import ctypes, sys, time\n"
-            f"ctypes.CDLL({str(standins['libamdhip64.so'])!r})\n"
-            f"ctypes.CDLL({str(standins['libcudart.so.12'])!r})\n"
-            "print('ready', flush=True)\ntime.sleep(60)\n")
+    code = (
+        "import ctypes, sys, time\n"
+        f"ctypes.CDLL({str(standins['libamdhip64.so'])!r})\n"
+        f"ctypes.CDLL({str(standins['libcudart.so.12'])!r})\n"
+        "print('ready', flush=True)\ntime.sleep(60)\n"
+    )
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None
@@ -132,8 +157,10 @@ def test_libraries_resolved_from_proc_maps_of_another_process(standins: dict[str
         assert libs["hsa"].path == str(standins["libhsa-runtime64.so.1"])
         assert all(lib.pid == child.pid and lib.problem is None for lib in libs.values())
         assert runtime_libraries((os.getpid(),)) == [] or "cuda" not in {
-            lib.kind for lib in runtime_libraries((os.getpid(),)) if lib.mapped_as.endswith("cuda.so.1")
-            and lib.pid != os.getpid()}
+            lib.kind
+            for lib in runtime_libraries((os.getpid(),))
+            if lib.mapped_as.endswith("cuda.so.1") and lib.pid != os.getpid()
+        }
     finally:
         child.kill()
         child.wait()
@@ -144,15 +171,19 @@ def test_render_checks_symbols_and_lists_absent_ones(standins: dict[str, Path], 
     if ready.tracefs is None:
         pytest.skip("no tracefs to render against")
     family = GpuRuntimeFamily()
-    program = engine.make_program(True, False, TraceTarget((os.getpid(),)), ready.tracefs,
-                                  ready.version, families=[family])
+    program = engine.make_program(
+        True, False, TraceTarget((os.getpid(),)), ready.tracefs, ready.version, families=[family]
+    )
     text = program.text
     assert f"{standins['libamdhip64.so']}:hipLaunchKernel\n" in text
     assert "hipExtLaunchKernel" not in text  # not exported by the stand-in: never rendered
     missing = program.missing["gpu_runtime"]
     assert "symbol not in" in missing["uprobe:hip:hipExtLaunchKernel"]
-    assert {"api": "hipExtLaunchKernel", "library": str(standins["libamdhip64.so"]),
-            "reason": missing["uprobe:hip:hipExtLaunchKernel"]} in family.not_attached
+    assert {
+        "api": "hipExtLaunchKernel",
+        "library": str(standins["libamdhip64.so"]),
+        "reason": missing["uprobe:hip:hipExtLaunchKernel"],
+    } in family.not_attached
     assert program.uprobe_ping
     assert set(UPROBE_HANDSHAKE_IDS) <= set(program.handshake_ids)
     # the uprobe handshake brackets every uprobe block
@@ -167,8 +198,9 @@ def test_nothing_mapped_means_nothing_attached_with_the_reason() -> None:
     if ready.tracefs is None:
         pytest.skip("no tracefs to render against")
     family = GpuRuntimeFamily(libraries=[])
-    program = engine.make_program(True, False, TraceTarget((os.getpid(),)), ready.tracefs,
-                                  ready.version, families=[family])
+    program = engine.make_program(
+        True, False, TraceTarget((os.getpid(),)), ready.tracefs, ready.version, families=[family]
+    )
     assert "uprobe:" not in program.text
     assert not program.uprobe_ping
     assert "no HIP/HSA/CUDA runtime library" in program.missing["gpu_runtime"]["uprobe:*"]
@@ -179,13 +211,15 @@ def test_nothing_mapped_means_nothing_attached_with_the_reason() -> None:
 
 # -- real uprobes -----------------------------------------------------------------------------
 
+
 def _start(family: GpuRuntimeFamily) -> tuple[Any, Any]:
     from ebpf_support import require_ebpf
 
     require_ebpf()
     ready = engine.check_readiness()
-    program = engine.make_program(True, False, TraceTarget((os.getpid(),)), ready.tracefs,
-                                  ready.version, families=[family])
+    program = engine.make_program(
+        True, False, TraceTarget((os.getpid(),)), ready.tracefs, ready.version, families=[family]
+    )
     return program, engine.start_session(program, ready)
 
 
@@ -228,13 +262,19 @@ def test_hip_launches_per_stream_doorbells_per_queue_and_mapping(hip: ctypes.CDL
         streams = early + [new_stream() for _ in range(n - 2)]
         for s in streams:
             _hip_launch(hip, "hipLaunchKernel", s)  # before the window: not counted
-        apis = ["hipLaunchKernel", "hipModuleLaunchKernel", "hipExtModuleLaunchKernel",
-                "hipLaunchKernel_spt", "hipLaunchKernelExC"]
+        apis = [
+            "hipLaunchKernel",
+            "hipModuleLaunchKernel",
+            "hipExtModuleLaunchKernel",
+            "hipLaunchKernel_spt",
+            "hipLaunchKernelExC",
+        ]
         plan = {s: [apis[(i + j) % len(apis)] for j in range(3 + 2 * i)] for i, s in enumerate(streams)}
         reset(hip, "standin_launches", "standin_launch_total_ns")
         session.window_start()
-        threads = [threading.Thread(target=lambda s=s: [_hip_launch(hip, a, s) for a in plan[s]])
-                   for s in streams]
+        threads = [
+            threading.Thread(target=lambda s=s: [_hip_launch(hip, a, s) for a in plan[s]]) for s in streams
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -250,8 +290,14 @@ def test_hip_launches_per_stream_doorbells_per_queue_and_mapping(hip: ctypes.CDL
     out = session.stop()
     assert out.exit_code == 0, out.stderr
     assert out.lost_events == 0, out.stderr
-    metrics = engine.collect_results(program, out, {"window": engine.window_info(out), "stream_handles": [
-        {"stream": i, "handle": s} for i, s in enumerate(streams)]})[0].metrics
+    metrics = engine.collect_results(
+        program,
+        out,
+        {
+            "window": engine.window_info(out),
+            "stream_handles": [{"stream": i, "handle": s} for i, s in enumerate(streams)],
+        },
+    )[0].metrics
     rows = {int(r["handle"], 16): r for r in metrics["streams"]}
     assert truth_n == sum(len(v) for v in plan.values())
     assert metrics["launches_total"] == truth_n
@@ -302,8 +348,9 @@ def test_cuda_runtime_and_driver_launches_streams_and_syncs(cuda: tuple[ctypes.C
     rt.standin_configure(0, LAUNCH_NS, SYNC_NS)
     drv.standin_configure(0, LAUNCH_NS, 0)
     # only the CUDA stand-ins (this process may hold the HIP ones too, from another test)
-    family = GpuRuntimeFamily(libraries=[lib for lib in runtime_libraries((os.getpid(),))
-                                         if lib.kind in ("cudart", "cuda")])
+    family = GpuRuntimeFamily(
+        libraries=[lib for lib in runtime_libraries((os.getpid(),)) if lib.kind in ("cudart", "cuda")]
+    )
     program, session = _start(family)
     try:
         streams = []
@@ -369,19 +416,25 @@ def test_uprobe_handshake_brackets_uprobes_in_attach_order(hip: ctypes.CDLL, tmp
 
     require_ebpf()
     ready = engine.check_readiness()
-    program = engine.make_program(True, False, TraceTarget((os.getpid(),)), ready.tracefs,
-                                  ready.version, families=[GpuRuntimeFamily()])
+    program = engine.make_program(
+        True, False, TraceTarget((os.getpid(),)), ready.tracefs, ready.version, families=[GpuRuntimeFamily()]
+    )
     script = tmp_path / "p.bt"
     script.write_text(program.text)
-    proc = subprocess.Popen([ready.bpftrace or "bpftrace", "-v", str(script)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [ready.bpftrace or "bpftrace", "-v", str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     reader = VerboseAttach(proc)
     try:
         reader.wait_attached(program.text)  # every announced probe: the order below is complete
     finally:
         out_lines = reader.stop()
-    attached = [line.split()[1] for line in out_lines
-                if line.startswith(("Attaching uprobe", "Attaching uretprobe"))]
+    attached = [
+        line.split()[1] for line in out_lines if line.startswith(("Attaching uprobe", "Attaching uretprobe"))
+    ]
     assert len(attached) >= 4, "".join(out_lines)[-2000:]
     assert attached[0].endswith(":llabs")
     assert attached[-1].endswith(":llabs")
@@ -413,8 +466,9 @@ while time.monotonic() < end:
 
 @pytest.mark.slow
 @pytest.mark.ebpf
-def test_ebpf_attach_adds_the_family_when_a_runtime_is_mapped(standins: dict[str, Path], cli,
-                                                               tmp_path: Path) -> None:
+def test_ebpf_attach_adds_the_family_when_a_runtime_is_mapped(
+    standins: dict[str, Path], cli, tmp_path: Path
+) -> None:
     from ebpf_support import require_ebpf
 
     require_ebpf()
@@ -465,22 +519,25 @@ def test_collect_and_gpu_comparison_recomputed_by_hand() -> None:
     family.attached = [{"api": "hipLaunchKernel"}, {"api": "hsa_signal_store_screlease"}]
     maps = {
         "@gpu_runtime_launches": {"1,4096": 3, "4,4096": 2, "1,8192": 3, "1,12288": 1},
-        "@gpu_runtime_launch_ns": {"1,4096": {"count": 3, "average": 10000, "total": 30000},
-                                   "4,4096": {"count": 2, "average": 20000, "total": 40000},
-                                   "1,8192": {"count": 3, "average": 10000, "total": 30000}},
+        "@gpu_runtime_launch_ns": {
+            "1,4096": {"count": 3, "average": 10000, "total": 30000},
+            "4,4096": {"count": 2, "average": 20000, "total": 40000},
+            "1,8192": {"count": 3, "average": 10000, "total": 30000},
+        },
         "@gpu_runtime_queues": {"777,900": 7001},
         "@gpu_runtime_rings": {"900": 6},  # known queue: every ring, incl. one outside a launch
         "@gpu_runtime_launch_rings": {"4096,900": 5, "8192,901": 3},  # 901: inferred queue
-        "@gpu_runtime_sync_ns": {"71,8192": {"count": 2, "average": 1500000, "total": 3000000},
-                                 "72,0": {"count": 1, "average": 4000000, "total": 4000000}},
+        "@gpu_runtime_sync_ns": {
+            "71,8192": {"count": 2, "average": 1500000, "total": 3000000},
+            "72,0": {"count": 1, "average": 4000000, "total": 4000000},
+        },
         "@gpu_runtime_nested": {"21": 4},
     }
     handles = [{"stream": 0, "handle": 4096}, {"stream": 1, "handle": 8192}]
     m = family.collect(maps, {"stream_handles": handles}).metrics
     rows = {r["handle"]: r for r in m["streams"]}
     assert rows["0x1000"]["launches"] == 5
-    assert (rows["0x1000"]["by_api"] == {
-        "hipLaunchKernel": 3, "hipModuleLaunchKernel": 2})
+    assert rows["0x1000"]["by_api"] == {"hipLaunchKernel": 3, "hipModuleLaunchKernel": 2}
     assert rows["0x1000"]["launch_avg_us"] == 70000 / 5 / 1e3
     assert rows["0x1000"]["stream_index"] == 0
     assert rows["0x2000"]["sync_calls"] == 2
@@ -497,8 +554,11 @@ def test_collect_and_gpu_comparison_recomputed_by_hand() -> None:
     assert m["streams_launching"] == 3
     assert m["device_and_event_syncs"] == [{"api": "cudaDeviceSynchronize", "calls": 1, "blocked_ms": 4.0}]
     assert m["nested_launch_calls"] == {"cuLaunchKernel": 4}
-    assert m["stream_handles_joined"] == {"harness_streams": 2, "matched": 2,
-                                          "ebpf_streams_not_in_harness": 1}
+    assert m["stream_handles_joined"] == {
+        "harness_streams": 2,
+        "matched": 2,
+        "ebpf_streams_not_in_harness": 1,
+    }
     summary = m["summary"]
     assert summary["total_submissions"] == 9
     assert summary["launch_call_avg_us"] == 100000 / 8 / 1e3
@@ -515,8 +575,13 @@ def test_collect_and_gpu_comparison_recomputed_by_hand() -> None:
     assert cmp["harness_op_gap_avg_us"] == sum(gaps) / len(gaps) / 1e3
     assert cmp["hw_queues_used"] == 2
     assert cmp["streams"] == 2
-    assert cmp["per_stream"][0] == {"stream": 0, "handle": "0x1000", "launches": 5, "ops": 3,
-                                    "launch_call_avg_us": 14.0}
+    assert cmp["per_stream"][0] == {
+        "stream": 0,
+        "handle": "0x1000",
+        "launches": 5,
+        "ops": 3,
+        "launch_call_avg_us": 14.0,
+    }
     assert compare_gpu_runtime(section, [], 2)["coverage_pct"] is None
 
 
@@ -527,8 +592,21 @@ def test_run_with_the_flag_on_the_cpu_backend_lists_the_family_as_not_attached(c
 
     require_ebpf()
     out = tmp_path / "r.json"
-    proc = cli("run", "tiny_kernel_stress", "--streams", "2", "-i", "2", "-w", "1", "-d", "cpu",
-               "--ebpf-gpu-runtime", "-o", str(out))
+    proc = cli(
+        "run",
+        "tiny_kernel_stress",
+        "--streams",
+        "2",
+        "-i",
+        "2",
+        "-w",
+        "1",
+        "-d",
+        "cpu",
+        "--ebpf-gpu-runtime",
+        "-o",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr
     import json
 
@@ -547,8 +625,10 @@ def test_show_script_renders_the_uprobes_of_a_process(standins: dict[str, Path],
     from ebpf_support import require_ebpf
 
     require_ebpf()
-    code = (f"import ctypes, time\nctypes.CDLL({str(standins['libcudart.so.12'])!r})\n"
-            "print('ready', flush=True)\ntime.sleep(60)\n")
+    code = (
+        f"import ctypes, time\nctypes.CDLL({str(standins['libcudart.so.12'])!r})\n"
+        "print('ready', flush=True)\ntime.sleep(60)\n"
+    )
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None
@@ -557,8 +637,10 @@ def test_show_script_renders_the_uprobes_of_a_process(standins: dict[str, Path],
         assert proc.returncode == 0, proc.stderr
         assert f"uprobe:{standins['libcudart.so.12']}:cudaLaunchKernel\n" in proc.stdout
         assert f"uretprobe:{standins['libcudart.so.12']}:cudaLaunchKernel\n" in proc.stdout
-        assert "// gpu_runtime: not attached uprobe:cudart:cudaLaunchKernelExC_ptsz: symbol not in" \
+        assert (
+            "// gpu_runtime: not attached uprobe:cudart:cudaLaunchKernelExC_ptsz: symbol not in"
             in proc.stdout
+        )
         assert f"@aorta_pids[{child.pid}] = 1;" in proc.stdout
     finally:
         child.kill()
@@ -593,8 +675,9 @@ def test_only_declared_families_may_use_uprobes_and_paths_are_plain() -> None:
         def render(self, ctx: Any) -> ProbeCode:
             return ProbeCode(probes=[f"{self.probe}\n{{\n  @t_quoted_n = count();\n}}"])
 
-    program = engine.make_program(True, False, TraceTarget((os.getpid(),)), ready.tracefs,
-                                  ready.version, families=[Sneaky(), Quoted()])
+    program = engine.make_program(
+        True, False, TraceTarget((os.getpid(),)), ready.tracefs, ready.version, families=[Sneaky(), Quoted()]
+    )
     assert "not a tracepoint" in program.missing["t_sneaky"]["*"]
     assert "well-formed uprobe" in program.missing["t_quoted"]["*"]
     assert "uprobe:" not in program.text
@@ -661,6 +744,7 @@ def test_tracer_joins_launches_to_harness_ops(cuda: tuple[ctypes.CDLL, ctypes.CD
     assert cmp["launches_matched"] == 12
     assert cmp["coverage_pct"] == 100.0
     assert cmp["harness_ops"] == 12
-    assert [(p["stream"], p["launches"], p["ops"]) for p in sorted(cmp["per_stream"],
-            key=lambda p: p["stream"])] == [(0, 4, 4), (1, 4, 4), (2, 4, 4)]
+    assert [
+        (p["stream"], p["launches"], p["ops"]) for p in sorted(cmp["per_stream"], key=lambda p: p["stream"])
+    ] == [(0, 4, 4), (1, 4, 4), (2, 4, 4)]
     assert cmp["harness_op_gap_avg_us"] == 2.5  # ops 3 µs apart per stream, 0.5 µs long

@@ -23,16 +23,25 @@ SCRIPTS = REPO / "ebpfaultline" / "bpftrace"
 GUIDE = REPO / "docs" / "guide.md"
 GENERATIONS = sorted(p.name for p in FIXTURES.iterdir() if (p / "events").is_dir())
 ONELINER_RE = re.compile(r"^sudo bpftrace -e '(.+)'$", re.M)
-GUIDE_SCRIPTS = ["amdgpu_submissions.bt", "amdgpu_dispatch.bt", "amdgpu_submit_dispatch_latency.bt",
-                 "kfd_evictions.bt"]
+GUIDE_SCRIPTS = [
+    "amdgpu_submissions.bt",
+    "amdgpu_dispatch.bt",
+    "amdgpu_submit_dispatch_latency.bt",
+    "kfd_evictions.bt",
+]
 
 pytestmark = pytest.mark.ebpf
 
 
 def _events(gen: str) -> list[str]:
     root = FIXTURES / gen / "events"
-    return sorted(f"{s.name}:{e.name}" for s in root.iterdir() if s.is_dir()
-                  for e in s.iterdir() if (e / "format").is_file())
+    return sorted(
+        f"{s.name}:{e.name}"
+        for s in root.iterdir()
+        if s.is_dir()
+        for e in s.iterdir()
+        if (e / "format").is_file()
+    )
 
 
 def _probes(program: str) -> list[str]:

@@ -51,8 +51,9 @@ def public_dir() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _as_nobody(public: Path, code: str,
-               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _as_nobody(
+    public: Path, code: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run python `code` as user nobody with a public copy of aorta (the ebpf package is stdlib-only)."""
     copy = public / "src"
     if not copy.exists():
@@ -60,12 +61,31 @@ def _as_nobody(public: Path, code: str,
         for root, dirs, files in os.walk(public):
             for name in dirs + files:
                 os.chmod(os.path.join(root, name), 0o755)
-    base = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "PYTHONPATH": str(copy),
-            "PYTHONDONTWRITEBYTECODE": "1"}
-    return subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-                           "env", "-i", *(f"{k}={v}" for k, v in {**base, **(env or {})}.items()),
-                           SYSTEM_PYTHON, "-c", code],
-                          capture_output=True, text=True, timeout=120, check=False, cwd=str(public))
+    base = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": "/nonexistent",
+        "PYTHONPATH": str(copy),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    return subprocess.run(
+        [
+            "setpriv",
+            f"--reuid={NOBODY}",
+            f"--regid={NOBODY}",
+            "--clear-groups",
+            "env",
+            "-i",
+            *(f"{k}={v}" for k, v in {**base, **(env or {})}.items()),
+            SYSTEM_PYTHON,
+            "-c",
+            code,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=str(public),
+    )
 
 
 def _setcap_copy(public: Path, caps: str) -> str:
@@ -82,12 +102,15 @@ def _setcap_copy(public: Path, caps: str) -> str:
     return str(copy)
 
 
-READINESS = ("from aorta.ebpf.engine import check_readiness\n"
-             "r = check_readiness(mount_tracefs=False)\n"
-             "print('OK' if r.ok else 'NO'); print(r.reason or r.privilege)\n")
+READINESS = (
+    "from aorta.ebpf.engine import check_readiness\n"
+    "r = check_readiness(mount_tracefs=False)\n"
+    "print('OK' if r.ok else 'NO'); print(r.reason or r.privilege)\n"
+)
 
 
 # --- file capabilities -------------------------------------------------------------------------
+
 
 def test_vfs_cap_data_is_decoded() -> None:
     # revision 2, effective flag; permitted low word has bit 2, high word bits 38-32=6 and 39-32=7
@@ -111,17 +134,45 @@ def test_setcap_bpftrace_as_unprivileged_user_names_what_stops_it(public_dir: Pa
     verdict, reason = proc.stdout.splitlines()[:2]
     # bpftrace's own answer decides: a version that runs for a capable non-root user is used
     # without sudo; one with the old uid check is named as the obstacle, with the fix.
-    direct = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-                             copy, "-e", "BEGIN { exit(); }"], capture_output=True, text=True,
-                            timeout=60, check=False, cwd=str(public_dir))
+    direct = subprocess.run(
+        [
+            "setpriv",
+            f"--reuid={NOBODY}",
+            f"--regid={NOBODY}",
+            "--clear-groups",
+            copy,
+            "-e",
+            "BEGIN { exit(); }",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=str(public_dir),
+    )
     assert verdict == "NO"
     assert f"{copy} has file capabilities cap_bpf,cap_perfmon=ep" in reason
     if session.ROOT_ONLY_TEXT in direct.stderr + direct.stdout:
         assert "refuses every non-root user" in reason
         assert "newer bpftrace" in reason
-    tracefs_readable = subprocess.run(
-        ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "test", "-r",
-         "/sys/kernel/tracing/events", "-a", "-x", "/sys/kernel/tracing/events"], check=False).returncode == 0
+    tracefs_readable = (
+        subprocess.run(
+            [
+                "setpriv",
+                f"--reuid={NOBODY}",
+                f"--regid={NOBODY}",
+                "--clear-groups",
+                "test",
+                "-r",
+                "/sys/kernel/tracing/events",
+                "-a",
+                "-x",
+                "/sys/kernel/tracing/events",
+            ],
+            check=False,
+        ).returncode
+        == 0
+    )
     if not tracefs_readable:
         assert "/sys/kernel/tracing) is not readable by uid 65534" in reason
         assert "gid=" in reason
@@ -140,35 +191,41 @@ def test_setcap_without_perfmon_names_the_missing_capability(public_dir: Path) -
     assert f"setcap cap_bpf,cap_perfmon+ep {copy}" in reason
 
 
-def test_setcap_route_uses_bpftrace_directly_when_it_works(monkeypatch: pytest.MonkeyPatch,
-                                                           tmp_path: Path) -> None:
+def test_setcap_route_uses_bpftrace_directly_when_it_works(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     # a stand-in bpftrace that accepts the test program, and a readable tracefs tree
     fake = tmp_path / "bpftrace"
     fake.write_text("#!/bin/sh\nexit 0\n")
     fake.chmod(0o755)
     (tmp_path / "tree" / "events").mkdir(parents=True)
     monkeypatch.setenv("AORTA_TRACEFS", str(tmp_path / "tree"))
-    prefix, why = session.file_caps_launch(str(fake), FileCaps(frozenset({"cap_bpf", "cap_perfmon"}),
-                                                               True), "sudo not installed")
+    prefix, why = session.file_caps_launch(
+        str(fake), FileCaps(frozenset({"cap_bpf", "cap_perfmon"}), True), "sudo not installed"
+    )
     assert prefix == []
     assert why.startswith("file capabilities (cap_bpf,cap_perfmon=ep)")
-    prefix, why = session.file_caps_launch(str(fake), FileCaps(frozenset({"cap_bpf", "cap_perfmon"}),
-                                                               False), "sudo not installed")
+    prefix, why = session.file_caps_launch(
+        str(fake), FileCaps(frozenset({"cap_bpf", "cap_perfmon"}), False), "sudo not installed"
+    )
     assert prefix is None
     assert "not effective" in why
 
 
 # --- tracefs: not readable vs missing; debugfs fallback -----------------------------------------
 
+
 def test_unreadable_tracepoint_is_not_readable_never_missing(public_dir: Path) -> None:
     _need("setpriv", SYSTEM_PYTHON)
     event = public_dir / "tree" / "events" / "amdgpu" / "amdgpu_cs_ioctl"
     event.mkdir(parents=True)
     (event / "format").write_text("name: amdgpu_cs_ioctl\nID: 1\nformat:\n")
-    code = ("from aorta.ebpf.tracefs import Tracefs\n"
-            f"t = Tracefs({str(public_dir / 'tree')!r})\n"
-            "print(t.event_state('amdgpu', 'amdgpu_cs_ioctl'), t.event_state('amdgpu', 'amdgpu_bo_move'),"
-            " t.event_state('amdkfd', 'kfd_evict_process'))\n")
+    code = (
+        "from aorta.ebpf.tracefs import Tracefs\n"
+        f"t = Tracefs({str(public_dir / 'tree')!r})\n"
+        "print(t.event_state('amdgpu', 'amdgpu_cs_ioctl'), t.event_state('amdgpu', 'amdgpu_bo_move'),"
+        " t.event_state('amdkfd', 'kfd_evict_process'))\n"
+    )
     _as_nobody(public_dir, "pass")  # makes the public copy (and makes everything 0755)
     (event / "format").chmod(0o600)  # as on a tracefs whose format files only root may read
     proc = _as_nobody(public_dir, code)
@@ -241,13 +298,21 @@ def test_failed_mounts_say_what_was_tried(fake_sys, monkeypatch: pytest.MonkeyPa
 
 # --- PID namespace ------------------------------------------------------------------------------
 
+
 def test_pid_namespace_is_detected_for_real() -> None:
     _need("unshare")
-    code = (f"import sys; sys.path.insert(0, {str(SRC)!r})\n"
-            "from aorta.ebpf.session import pid_namespace_problem\n"
-            "print(pid_namespace_problem())\n")
-    inside = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", code],
-                            capture_output=True, text=True, timeout=60, check=False)
+    code = (
+        f"import sys; sys.path.insert(0, {str(SRC)!r})\n"
+        "from aorta.ebpf.session import pid_namespace_problem\n"
+        "print(pid_namespace_problem())\n"
+    )
+    inside = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     if inside.returncode != 0:
         pytest.skip(f"unshare --pid failed here: {inside.stderr.strip()}")
     assert "own PID namespace" in inside.stdout
@@ -258,15 +323,28 @@ def test_pid_namespace_is_detected_for_real() -> None:
 
 # --- non-root $HOME, thread limit -----------------------------------------------------------------
 
+
 def _run_as_root_without_dac(code: str, home: Path) -> subprocess.CompletedProcess[str]:
     """uid 0 without CAP_DAC_OVERRIDE/READ_SEARCH, pretending to be uid 1000: file modes apply."""
     prog = "import os; os.geteuid = lambda: 1000\n" + code
     env = {k: v for k, v in os.environ.items() if k not in ("XDG_STATE_HOME", "AORTA_STATE_DIR")}
     env["HOME"] = str(home)
-    return subprocess.run(["setpriv", "--inh-caps=-dac_override,-dac_read_search",
-                           "--bounding-set=-dac_override,-dac_read_search", sys.executable, "-c", prog],
-                          capture_output=True, text=True, timeout=300, check=False, env=env,
-                          cwd=str(home.parent))
+    return subprocess.run(
+        [
+            "setpriv",
+            "--inh-caps=-dac_override,-dac_read_search",
+            "--bounding-set=-dac_override,-dac_read_search",
+            sys.executable,
+            "-c",
+            prog,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+        cwd=str(home.parent),
+    )
 
 
 @pytest.mark.slow
@@ -280,7 +358,8 @@ def test_unreadable_home_does_not_break_a_plain_run(tmp_path: Path) -> None:
             "from aorta.hw_queue_eval.cli import main\n"
             "main(['run', 'tiny_kernel_stress', '--streams', '2', '-i', '2', '-w', '1',"
             " '--size', 'small'])\n",
-            home)
+            home,
+        )
         assert run.returncode == 0, run.stderr
         assert "Traceback" not in run.stderr
         assert "PermissionError" not in run.stderr
@@ -289,7 +368,8 @@ def test_unreadable_home_does_not_break_a_plain_run(tmp_path: Path) -> None:
             "from aorta.hw_queue_eval.gpu.state import ensure_state_dir, list_state_files\n"
             "print(list_state_files())\n"
             "try:\n    ensure_state_dir()\nexcept UsageError as exc:\n    print('usage:', exc)\n",
-            home)
+            home,
+        )
         assert state.returncode == 0, state.stderr
         lines = state.stdout.splitlines()
         assert lines[0] == "[]"
@@ -303,13 +383,16 @@ def test_unreadable_home_does_not_break_a_plain_run(tmp_path: Path) -> None:
 @pytest.mark.resource_limits
 def test_thread_limit_in_run_is_one_line(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    code = ("import threading\n"
-            "def refuse(self):\n    raise RuntimeError(\"can't start new thread\")\n"
-            "threading.Thread.start = refuse\n"
-            "from aorta.hw_queue_eval.cli import main\n"
-            f"main(['run', 'hetero_kernels', '--streams', '2', '-i', '2', '-w', '1', '-o', {str(out)!r}])\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          check=False)
+    code = (
+        "import threading\n"
+        'def refuse(self):\n    raise RuntimeError("can\'t start new thread")\n'
+        "threading.Thread.start = refuse\n"
+        "from aorta.hw_queue_eval.cli import main\n"
+        f"main(['run', 'hetero_kernels', '--streams', '2', '-i', '2', '-w', '1', '-o', {str(out)!r}])\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert not out.exists()
@@ -322,13 +405,27 @@ def test_thread_limit_in_run_is_one_line(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_ebpf_info_as_unprivileged_user_says_not_accessible(public_dir: Path) -> None:
     _need("setpriv", SYSTEM_PYTHON)
-    tracefs_readable = subprocess.run(
-        ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "test", "-x",
-         "/sys/kernel/tracing/events"], check=False).returncode == 0
+    tracefs_readable = (
+        subprocess.run(
+            [
+                "setpriv",
+                f"--reuid={NOBODY}",
+                f"--regid={NOBODY}",
+                "--clear-groups",
+                "test",
+                "-x",
+                "/sys/kernel/tracing/events",
+            ],
+            check=False,
+        ).returncode
+        == 0
+    )
     if tracefs_readable:
         pytest.skip("tracefs is readable by everyone here")
-    code = ("import json\nfrom aorta.ebpf.capabilities import full_report\n"
-            "print(json.dumps(full_report()['summary']))\n")
+    code = (
+        "import json\nfrom aorta.ebpf.capabilities import full_report\n"
+        "print(json.dumps(full_report()['summary']))\n"
+    )
     proc = _as_nobody(public_dir, code)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr

@@ -34,8 +34,7 @@ def _dist_from(values: list[int], cap: int | None) -> dict[str, Any]:
         key = str(hist.loglinear_index(v))
         ll[key] = ll.get(key, 0) + 1
     kept = values if cap is None else values[:cap]
-    maps = {"@d_ll": ll, "@d_ev": {f"0, {i}": v for i, v in enumerate(kept)},
-            "@d_seq": {"0": len(values)}}
+    maps = {"@d_ll": ll, "@d_ev": {f"0, {i}": v for i, v in enumerate(kept)}, "@d_seq": {"0": len(values)}}
     return hist.distribution(maps, "d")
 
 
@@ -63,7 +62,7 @@ def test_log_linear_with_bound_when_the_store_overflowed():
 
 def test_recorder_names_are_validated():
     with pytest.raises(ValueError):
-        hist.record_code("x; system(\"id\")", "1")
+        hist.record_code('x; system("id")', "1")
 
 
 class LseekOffsets(ProbeFamily):
@@ -81,9 +80,10 @@ class LseekOffsets(ProbeFamily):
 
     def render(self, ctx: RenderContext) -> ProbeCode:
         body = hist.record_code("t_dist_off", ctx.dialect.arg("offset"), self.cap)
-        return ProbeCode(probes=["tracepoint:syscalls:sys_enter_lseek\n"
-                                 f"/{ctx.pid_filter} && {ctx.gate}/\n{{\n{body}\n}}"],
-                         used_events=["syscalls:sys_enter_lseek"])
+        return ProbeCode(
+            probes=[f"tracepoint:syscalls:sys_enter_lseek\n/{ctx.pid_filter} && {ctx.gate}/\n{{\n{body}\n}}"],
+            used_events=["syscalls:sys_enter_lseek"],
+        )
 
     def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
         return FamilyResult(self.name, self.section, {"summary": None}, {})
@@ -94,12 +94,14 @@ class LseekOffsets(ProbeFamily):
 @pytest.mark.parametrize("cap", [4096, 16])
 def test_kernel_recorder_matches_known_values(ebpf_ready: None, tmp_path, cap: int) -> None:
     rng = random.Random(cap)
-    values = [rng.choice([0, 1, 3, 5, 9]) for _ in range(10)] + \
-             [rng.randint(100, 5_000_000) for _ in range(190)]
+    values = [rng.choice([0, 1, 3, 5, 9]) for _ in range(10)] + [
+        rng.randint(100, 5_000_000) for _ in range(190)
+    ]
     ready = engine.check_readiness()
     family = LseekOffsets(cap)
-    program = engine.make_program(True, False, TraceTarget((os.getpid(),)), ready.tracefs,
-                                  ready.version, families=[family])
+    program = engine.make_program(
+        True, False, TraceTarget((os.getpid(),)), ready.tracefs, ready.version, families=[family]
+    )
     session = engine.start_session(program, ready)
     fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -137,22 +139,41 @@ def test_tail_band_is_decided_only_when_the_whole_bucket_is_in_one_band():
     from aorta.ebpf.engine import interpret_queue
     from aorta.hw_queue_eval.report.ebpf_blocks import p99_text
 
-    exact = {"submit_to_dispatch_avg_us": 10.0, "submit_to_dispatch_p99_us": 25.0,
-             "submit_to_dispatch_p99": {"method": "exact", "count": 83, "value": 25_000.0,
-                                        "bucket_min": 25_000.0, "bucket_max": 25_000.0}}
+    exact = {
+        "submit_to_dispatch_avg_us": 10.0,
+        "submit_to_dispatch_p99_us": 25.0,
+        "submit_to_dispatch_p99": {
+            "method": "exact",
+            "count": 83,
+            "value": 25_000.0,
+            "bucket_min": 25_000.0,
+            "bucket_max": 25_000.0,
+        },
+    }
     assert "P99 is 2.5x the average (exact): good (< 3x avg)" in interpret_queue(exact, None)
     assert p99_text(exact) == "25.0 us (exact, 83 events)"
     # a log2 bucket [16, 32) us with avg 10 us: 1.6x..3.2x straddles "good" and "uneven"
-    log2 = {"submit_to_dispatch_avg_us": 10.0, "submit_to_dispatch_p99_us": 28.0,
-            "submit_to_dispatch_p99_bucket_us": [16.0, 32.0]}
+    log2 = {
+        "submit_to_dispatch_avg_us": 10.0,
+        "submit_to_dispatch_p99_us": 28.0,
+        "submit_to_dispatch_p99_bucket_us": [16.0, 32.0],
+    }
     line = next(x for x in interpret_queue(log2, None) if x.startswith("P99"))
     assert "not decidable" in line
     assert "1.6–3.2x" in line
     assert p99_text(log2) == "28.0 us (log2 bucket: in 16.0–32.0 us, ±100 %)"
     # a log-linear bucket inside one band decides it, with the bucket shown
-    fine = {"submit_to_dispatch_avg_us": 10.0, "submit_to_dispatch_p99_us": 150.0,
-            "submit_to_dispatch_p99": {"method": "log-linear", "count": 5000, "value": 150_000.0,
-                                       "bucket_min": 139_264.0, "bucket_max": 163_840.0}}
+    fine = {
+        "submit_to_dispatch_avg_us": 10.0,
+        "submit_to_dispatch_p99_us": 150.0,
+        "submit_to_dispatch_p99": {
+            "method": "log-linear",
+            "count": 5000,
+            "value": 150_000.0,
+            "bucket_min": 139_264.0,
+            "bucket_max": 163_840.0,
+        },
+    }
     line = next(x for x in interpret_queue(fine, None) if x.startswith("P99"))
     assert line.endswith("stalls (> 10x avg)")
     assert "log-linear 139.3–163.8 us" in line

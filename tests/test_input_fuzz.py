@@ -30,9 +30,32 @@ SEEDS = Path(__file__).parent / "fixtures" / "results"
 SCALE = float(os.environ.get("AORTA_FUZZ_SCALE", "1"))
 DEEP = 5000
 
-JUNK: list[Any] = [None, True, False, 0, -1, 1, 2.5, -1e308, 1e308, 10 ** 30, -(10 ** 30), "",
-                   "x", "4", "1e400", "NaN", [], {}, [1, 2], ["a"], {"a": 1}, {"p50": "1"},
-                   [[[[]]]], "\u202e<script>"]
+JUNK: list[Any] = [
+    None,
+    True,
+    False,
+    0,
+    -1,
+    1,
+    2.5,
+    -1e308,
+    1e308,
+    10**30,
+    -(10**30),
+    "",
+    "x",
+    "4",
+    "1e400",
+    "NaN",
+    [],
+    {},
+    [1, 2],
+    ["a"],
+    {"a": 1},
+    {"p50": "1"},
+    [[[[]]]],
+    "\u202e<script>",
+]
 
 
 def _seed(name: str) -> dict[str, Any]:
@@ -134,16 +157,20 @@ def _fuzz(family: str, cases: int, run_case, tmp_path: Path) -> Counter:
     tally: Counter = Counter()
     seeds = {n: _seed(n) for n in ("run.json", "sweep.json", "policy_sweep.json")}
     for case in range(cases):
-        name = rng.choice(sorted(seeds)) if family != "resume" else \
-            rng.choice(("sweep.json", "policy_sweep.json"))
+        name = (
+            rng.choice(sorted(seeds))
+            if family != "resume"
+            else rng.choice(("sweep.json", "policy_sweep.json"))
+        )
         doc, how, raw = mutate(seeds[name], rng)
         folder = tmp_path / f"c{case}"
         folder.mkdir()
         try:
             outcome = run_case(folder, name, doc, raw)
         except Exception as exc:  # a traceback: report the mutation that caused it
-            raise AssertionError(f"{family} case {case} ({name}: {how}) raised "
-                                 f"{type(exc).__name__}: {exc}") from exc
+            raise AssertionError(
+                f"{family} case {case} ({name}: {how}) raised {type(exc).__name__}: {exc}"
+            ) from exc
         tally[outcome] += 1
     print(f"{family}: {cases} cases, outcomes {dict(tally)}")
     return tally
@@ -202,8 +229,7 @@ def test_fuzz_resume(tmp_path):
             file.done(point["key"])  # the question --resume asks of every point
         file.to_dict()
         kept = len(file.points)
-        assert all(p.get("status") != "ok" or isinstance(p.get("result"), dict)
-                   for p in file.points)
+        assert all(p.get("status") != "ok" or isinstance(p.get("result"), dict) for p in file.points)
         dropped = sum("will be measured again" in note for note in file.notes)  # the CLI prints them
         return "all kept" if not dropped else f"redone {min(dropped, 3)}+" if kept else "all redone"
 
@@ -232,8 +258,7 @@ def test_sweep_resume_prints_the_points_it_redoes(tmp_path, capsys):
         return [sys.executable, "-I", "-c", "raise SystemExit(3)"]
 
     out = tmp_path / "s.json"
-    args = ["sweep", "hetero_kernels", "-s", "1,2", "-d", "cpu", "-i", "2", "-w", "1",
-            "-o", str(out)]
+    args = ["sweep", "hetero_kernels", "-s", "1,2", "-d", "cpu", "-i", "2", "-w", "1", "-o", str(out)]
     seams = Collaborators(point_command=failing_child)
     with pytest.raises(SystemExit) as first:
         main(args, seams)

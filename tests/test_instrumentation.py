@@ -106,30 +106,32 @@ def test_end_only_with_op_timing_keeps_op_events_but_no_joins(fake_cuda):
 
 
 def test_cpu_run_reports_the_measured_instrumentation_cost():
-    config = RunConfig(workload="moe", streams=4, iterations=3, warmup=1, device="cpu",
-                       instrumentation_cost=True)
+    config = RunConfig(
+        workload="moe", streams=4, iterations=3, warmup=1, device="cpu", instrumentation_cost=True
+    )
     inst = run_benchmark(config).to_dict()["instrumentation"]
     assert inst["op_timing"] is True
     assert inst["per_iteration_sync"] is True
     assert inst["plain_window_ms"] > 0
     # the ratio is exactly what the two measured windows give (hand recomputation)
-    assert inst["cost_ratio"] == pytest.approx(inst["instrumented_window_ms"]
-                                               / inst["plain_window_ms"] - 1)
+    assert inst["cost_ratio"] == pytest.approx(inst["instrumented_window_ms"] / inst["plain_window_ms"] - 1)
     assert inst["plain_throughput"] > 0
     assert inst["reason"] is None
 
 
 def test_cpu_default_does_not_measure_it_and_says_why():
-    result = run_benchmark(RunConfig(workload="moe", streams=4, iterations=2, warmup=1,
-                                     device="cpu")).to_dict()
+    result = run_benchmark(
+        RunConfig(workload="moe", streams=4, iterations=2, warmup=1, device="cpu")
+    ).to_dict()
     inst = result["instrumentation"]
     assert inst["cost_ratio"] is None
     assert "CPU backend" in inst["reason"]
 
 
 def test_no_op_timing_drops_op_rows_and_says_why_switches_are_null():
-    result = run_benchmark(RunConfig(workload="moe", streams=4, iterations=2, warmup=1,
-                                     device="cpu", op_timing=False)).to_dict()
+    result = run_benchmark(
+        RunConfig(workload="moe", streams=4, iterations=2, warmup=1, device="cpu", op_timing=False)
+    ).to_dict()
     assert result["op_intervals"] is None
     assert result["ops"]["count"] == 0
     assert result["switch_latency"]["switch_overhead_ms"] is None
@@ -140,16 +142,18 @@ def test_no_op_timing_drops_op_rows_and_says_why_switches_are_null():
 @pytest.mark.slow
 def test_cli_no_op_timing_runs_and_refuses_a_trace_it_cannot_write(cli, tmp_path):
     out = tmp_path / "r.json"
-    proc = cli("run", "moe", "--streams", "4", "-i", "2", "-w", "1", "-d", "cpu",
-               "--no-op-timing", "-o", str(out))
+    proc = cli(
+        "run", "moe", "--streams", "4", "-i", "2", "-w", "1", "-d", "cpu", "--no-op-timing", "-o", str(out)
+    )
     assert proc.returncode == 0, proc.stderr
     import json
 
     data = json.loads(out.read_text())
     assert data["config"]["op_timing"] is False
     assert data["op_intervals"] is None
-    bad = cli("run", "moe", "--streams", "4", "-d", "cpu", "--no-op-timing",
-              "--trace-out", str(tmp_path / "t.json"))
+    bad = cli(
+        "run", "moe", "--streams", "4", "-d", "cpu", "--no-op-timing", "--trace-out", str(tmp_path / "t.json")
+    )
     assert bad.returncode == 2
     assert "--trace-out needs per-op timing" in bad.stderr
     assert "Traceback" not in bad.stderr

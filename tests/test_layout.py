@@ -55,8 +55,7 @@ def imports_of(name: str) -> list[tuple[str, str | None, int]]:
 
 def import_graph() -> dict[str, set[str]]:
     """Module → the aorta modules it imports (itself excluded)."""
-    return {name: {m for m, _, _ in imports_of(name) if m in MODULES and m != name}
-            for name in MODULES}
+    return {name: {m for m, _, _ in imports_of(name) if m in MODULES and m != name} for name in MODULES}
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -69,7 +68,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(node)
         for dep in sorted(graph[node]):
             if state.get(dep) == 1:
-                return [*path[path.index(dep):], dep]
+                return [*path[path.index(dep) :], dep]
             if dep not in state:
                 cycle = visit(dep)
                 if cycle:
@@ -103,8 +102,10 @@ def test_no_import_cycles_among_aorta_modules():
 
 
 def test_no_private_names_imported_across_modules():
-    private = [f"{MODULES[name].relative_to(SRC)}:{line}: {thing} from {source}"
-               for name in MODULES for source, thing, line in imports_of(name)
-               if thing and thing.startswith("_") and not thing.startswith("__")
-               and source != name]
+    private = [
+        f"{MODULES[name].relative_to(SRC)}:{line}: {thing} from {source}"
+        for name in MODULES
+        for source, thing, line in imports_of(name)
+        if thing and thing.startswith("_") and not thing.startswith("__") and source != name
+    ]
     assert private == [], "make these public in the module that owns them:\n" + "\n".join(private)

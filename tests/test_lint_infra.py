@@ -67,8 +67,14 @@ def _lint(cmd: list[str]) -> None:
 def test_the_lint_selection_is_not_empty() -> None:
     assert len(DOCKERFILES) == 3
     names = {p.name for p in _shell_scripts()}
-    assert {"setup.sh", "setup-env.sh", "check-image.sh", "entrypoint.sh", "check-readme-debian.sh",
-            "run"} <= names
+    assert {
+        "setup.sh",
+        "setup-env.sh",
+        "check-image.sh",
+        "entrypoint.sh",
+        "check-readme-debian.sh",
+        "run",
+    } <= names
     assert DOCKER / "docker-compose.build.yaml" in _yaml_files()
 
 
@@ -117,8 +123,12 @@ def test_compose_file_has_what_tracing_needs() -> None:
         assert svc["pid"] == "host", name
         assert {"SYS_PTRACE", "SYS_ADMIN", "BPF", "PERFMON"} <= set(svc["cap_add"]), name
         mounts = set(svc["volumes"])
-        assert {"/sys/kernel/tracing:/sys/kernel/tracing", "/sys/kernel/debug:/sys/kernel/debug",
-                "/lib/modules:/lib/modules:ro", "..:/workspace/aorta"} <= mounts, name
+        assert {
+            "/sys/kernel/tracing:/sys/kernel/tracing",
+            "/sys/kernel/debug:/sys/kernel/debug",
+            "/lib/modules:/lib/modules:ro",
+            "..:/workspace/aorta",
+        } <= mounts, name
         assert svc["shm_size"]
         assert svc["build"]["context"] == ".."
         assert svc["profiles"] == [name.split("-")[1]]
@@ -137,23 +147,42 @@ def docker_copy(tmp_path: Path) -> Path:
 
 
 def _setup_env(folder: Path, *args: str, engine: str = "podman") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", str(folder / "setup-env.sh"), *args], capture_output=True, text=True,
-                          timeout=60, check=False, stdin=subprocess.DEVNULL,
-                          env={**os.environ, "AORTA_ENGINE": engine})
+    return subprocess.run(
+        ["bash", str(folder / "setup-env.sh"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "AORTA_ENGINE": engine},
+    )
 
 
-@pytest.mark.parametrize(("option", "dockerfile", "profile"),
-                         [("1", "Dockerfile.cpu-ebpf", "cpu"), ("2", "Dockerfile.cuda-ebpf", "cuda"),
-                          ("5", "Dockerfile.rocm-ubuntu-ebpf", "rocm")])
-def test_setup_env_option_writes_the_compose_settings(docker_copy: Path, option: str, dockerfile: str,
-                                                      profile: str) -> None:
+@pytest.mark.parametrize(
+    ("option", "dockerfile", "profile"),
+    [
+        ("1", "Dockerfile.cpu-ebpf", "cpu"),
+        ("2", "Dockerfile.cuda-ebpf", "cuda"),
+        ("5", "Dockerfile.rocm-ubuntu-ebpf", "rocm"),
+    ],
+)
+def test_setup_env_option_writes_the_compose_settings(
+    docker_copy: Path, option: str, dockerfile: str, profile: str
+) -> None:
     proc = _setup_env(docker_copy, "--option", option, "--dry-run")
     assert proc.returncode == 0, proc.stderr
-    env = dict(line.split("=", 1) for line in (docker_copy / ".env").read_text().splitlines()
-               if line and not line.startswith("#"))
+    env = dict(
+        line.split("=", 1)
+        for line in (docker_copy / ".env").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
     base = re.search(r"^ARG BASE=(.*)$", (DOCKER / dockerfile).read_text(), re.M).group(1)
-    assert env == {"COMPOSE_PROFILES": profile, "AORTA_DOCKERFILE": dockerfile, "AORTA_BASE": base,
-                   "AORTA_IMAGE": f"aorta-ebpf:{profile}"}
+    assert env == {
+        "COMPOSE_PROFILES": profile,
+        "AORTA_DOCKERFILE": dockerfile,
+        "AORTA_BASE": base,
+        "AORTA_IMAGE": f"aorta-ebpf:{profile}",
+    }
     will_run = next(line for line in proc.stderr.splitlines() if "will run:" in line)
     assert "build" in will_run
     assert dockerfile in will_run
@@ -169,9 +198,18 @@ def test_setup_env_own_base_and_dockerfile(docker_copy: Path) -> None:
     assert "COMPOSE_PROFILES=cuda" in (docker_copy / ".env").read_text()
 
 
-@pytest.mark.parametrize("args", [["--option", "9"], ["--option", "3"], ["--dockerfile", "../../etc/x"],
-                                  ["--dockerfile", "Dockerfile.none"], [], ["--bogus"],
-                                  ["--option", "3", "--base", "a;rm -rf /"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--option", "9"],
+        ["--option", "3"],
+        ["--dockerfile", "../../etc/x"],
+        ["--dockerfile", "Dockerfile.none"],
+        [],
+        ["--bogus"],
+        ["--option", "3", "--base", "a;rm -rf /"],
+    ],
+)
 def test_setup_env_bad_input_is_one_line_exit_2(docker_copy: Path, args: list[str]) -> None:
     proc = _setup_env(docker_copy, *args, "--dry-run")
     assert proc.returncode == 2, proc.stderr
@@ -182,8 +220,14 @@ def test_setup_env_bad_input_is_one_line_exit_2(docker_copy: Path, args: list[st
 
 def test_entrypoint_says_what_is_missing_in_one_line_and_runs_the_command(tmp_path: Path) -> None:
     env = {**os.environ, "AORTA_IMAGE_FLAVOR": "rocm"}
-    proc = subprocess.run(["bash", str(DOCKER / "entrypoint.sh"), "echo", "command ran"],
-                          capture_output=True, text=True, timeout=60, check=False, env=env)
+    proc = subprocess.run(
+        ["bash", str(DOCKER / "entrypoint.sh"), "echo", "command ran"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
     assert proc.returncode == 0
     assert proc.stdout == "command ran\n"
     lines = proc.stderr.strip().splitlines()
@@ -201,10 +245,15 @@ def test_entrypoint_says_what_is_missing_in_one_line_and_runs_the_command(tmp_pa
             script = public / "entrypoint.sh"
             shutil.copy(DOCKER / "entrypoint.sh", script)
             script.chmod(0o755)
-            proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                                   "bash", str(script), "true"], capture_output=True, text=True,
-                                  timeout=60, check=False, env={**env, "AORTA_IMAGE_FLAVOR": "cpu"},
-                                  cwd="/")
+            proc = subprocess.run(
+                ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", str(script), "true"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+                env={**env, "AORTA_IMAGE_FLAVOR": "cpu"},
+                cwd="/",
+            )
         finally:
             shutil.rmtree(public, ignore_errors=True)
         assert proc.returncode == 0, proc.stderr

@@ -28,8 +28,13 @@ MiB = 1 << 20
 #   C 8 KiB  SYSTEM→TT, later TT→SYSTEM (not SYSTEM↔VRAM)     traced     → two moves
 #   D 2 MiB  VRAM→TT, TT→SYSTEM  same thread                  kworker    → one VRAM→SYSTEM move
 HOPS = {(0, 1, 1): 2, (1, 2, 1): 1, (2, 1, 0): 2, (1, 0, 1): 1, (1, 0, 0): 1}
-HOP_BYTES = {(0, 1, 1): MiB + 8192, (1, 2, 1): MiB, (2, 1, 0): 4096 + 2 * MiB, (1, 0, 1): 8192,
-             (1, 0, 0): 2 * MiB}
+HOP_BYTES = {
+    (0, 1, 1): MiB + 8192,
+    (1, 2, 1): MiB,
+    (2, 1, 0): 4096 + 2 * MiB,
+    (1, 0, 1): 8192,
+    (1, 0, 0): 2 * MiB,
+}
 TWOHOP = {(0, 2, 1): 1, (2, 0, 0): 1}
 TWOHOP_BYTES = {(0, 2, 1): MiB, (2, 0, 0): 2 * MiB}
 
@@ -41,9 +46,13 @@ def test_two_hop_moves_are_counted_once():
     assert bo["moves"] == 5  # A, B, C twice, D
     assert bo["bytes"] == MiB + 4096 + 2 * 8192 + 2 * MiB  # each BO's size once per logical move
     routes = {(r["from"], r["to"]): (r["moves"], r["bytes"]) for r in bo["routes"]}
-    assert routes == {("SYSTEM", "VRAM"): (1, MiB), ("VRAM", "SYSTEM"): (1, 2 * MiB),
-                      ("SYSTEM", "TT"): (1, 8192), ("TT", "SYSTEM"): (1, 8192),
-                      ("VRAM", "TT"): (1, 4096)}
+    assert routes == {
+        ("SYSTEM", "VRAM"): (1, MiB),
+        ("VRAM", "SYSTEM"): (1, 2 * MiB),
+        ("SYSTEM", "TT"): (1, 8192),
+        ("TT", "SYSTEM"): (1, 8192),
+        ("VRAM", "TT"): (1, 4096),
+    }
     assert bo["in_traced_processes"] == {"moves": 3, "bytes": MiB + 2 * 8192}
     assert bo["in_other_contexts"] == {"moves": 2, "bytes": 4096 + 2 * MiB}
     assert bo["consistent"]
@@ -61,8 +70,15 @@ def test_inconsistent_maps_are_flagged():
 
 
 def test_placement_names():
-    assert [mm.placement_name(c) for c in (0, 1, 2, 3, 7, 8, 42)] == \
-        ["SYSTEM", "TT", "VRAM", "GDS", "DOORBELL", "MMIO_REMAP", "TTM42"]
+    assert [mm.placement_name(c) for c in (0, 1, 2, 3, 7, 8, 42)] == [
+        "SYSTEM",
+        "TT",
+        "VRAM",
+        "GDS",
+        "DOORBELL",
+        "MMIO_REMAP",
+        "TTM42",
+    ]
 
 
 # Evict/restore stream, times in ns. Process 100 is traced, 200 is not.
@@ -75,11 +91,17 @@ def test_placement_names():
 #   t=200000   evict start (100)     → eviction 2 begins
 #   t=250000   evict start (100)     → eviction 3 while still evicted: counted, clock not restarted
 #   t=400000   restore end (100)     → pair 2 = 400000 - 200000 = 200000 ns (no restore start seen)
-STREAM = [KfdEvent(500, KFD_RESTORE_END, 100), KfdEvent(1000, KFD_EVICT_START, 100),
-          KfdEvent(1500, KFD_EVICT_END, 100), KfdEvent(5000, KFD_EVICT_START, 200),
-          KfdEvent(101000, KFD_RESTORE_START, 100), KfdEvent(102000, KFD_RESTORE_END, 100),
-          KfdEvent(200000, KFD_EVICT_START, 100), KfdEvent(250000, KFD_EVICT_START, 100),
-          KfdEvent(400000, KFD_RESTORE_END, 100)]
+STREAM = [
+    KfdEvent(500, KFD_RESTORE_END, 100),
+    KfdEvent(1000, KFD_EVICT_START, 100),
+    KfdEvent(1500, KFD_EVICT_END, 100),
+    KfdEvent(5000, KFD_EVICT_START, 200),
+    KfdEvent(101000, KFD_RESTORE_START, 100),
+    KfdEvent(102000, KFD_RESTORE_END, 100),
+    KfdEvent(200000, KFD_EVICT_START, 100),
+    KfdEvent(250000, KFD_EVICT_START, 100),
+    KfdEvent(400000, KFD_RESTORE_END, 100),
+]
 
 
 def test_evict_restore_pairing_per_process():
@@ -105,8 +127,9 @@ def test_evict_restore_pairing_per_process():
 
 
 def test_old_event_names_pair_the_same_way():
-    per = mm.pair_evictions([KfdEvent(10, KFD_OLD_EVICT, 7), KfdEvent(110, KFD_OLD_RESTORE, 7),
-                             KfdEvent(200, KFD_OLD_EVICT, 7)])
+    per = mm.pair_evictions(
+        [KfdEvent(10, KFD_OLD_EVICT, 7), KfdEvent(110, KFD_OLD_RESTORE, 7), KfdEvent(200, KFD_OLD_EVICT, 7)]
+    )
     assert per[7]["pairs_ns"] == [100]
     assert per[7]["evictions"] == 2
     assert per[7]["still_evicted_at_end"]
@@ -117,7 +140,10 @@ def test_rates_and_aliases_need_a_window():
     assert mm.per_second(10, None) is None
     assert mm.per_second(None, 2.0) is None
     assert mm.legacy_aliases(2, 1.5, 150.5) == {
-        "total_faults": 2, "fault_rate_per_sec": 1.5, "avg_fault_latency_us": 150.5}
+        "total_faults": 2,
+        "fault_rate_per_sec": 1.5,
+        "avg_fault_latency_us": 150.5,
+    }
 
 
 def test_restore_delay_is_explained():
@@ -142,17 +168,28 @@ def _kfd_maps(stream: list[KfdEvent], variant_code: int) -> dict:
     counts: dict[tuple[int, ...], int] = {}
     for ev in stream:
         counts[(ev.kind,)] = counts.get((ev.kind,), 0) + 1
-    return {"@amdmem_kfd_log": _printed(log), "@amdmem_kfd_count": _printed(counts),
-            "@amdmem_kfd_variant": {str(k): variant_code for k in (1, 2, 3, 4)},
-            "@amdmem_kfd_delay": {"25": 2}}
+    return {
+        "@amdmem_kfd_log": _printed(log),
+        "@amdmem_kfd_count": _printed(counts),
+        "@amdmem_kfd_variant": {str(k): variant_code for k in (1, 2, 3, 4)},
+        "@amdmem_kfd_delay": {"25": 2},
+    }
 
 
 def test_collect_pid_variant_attributes_by_the_events_own_pid():
     maps = _kfd_maps(STREAM, variant_code=1)
-    maps.update({"@amdmem_hops": _printed(HOPS), "@amdmem_hop_bytes": _printed(HOP_BYTES),
-                 "@amdmem_twohop": _printed(TWOHOP), "@amdmem_twohop_bytes": _printed(TWOHOP_BYTES),
-                 "@amdmem_vm_maps": {"1": 120, "0": 30}, "@amdmem_vm_map_pages": {"1": 256, "0": 0},
-                 "@amdmem_vm_unmaps": {"1": 100}, "@amdmem_vm_unmap_pages": {"1": 128}})
+    maps.update(
+        {
+            "@amdmem_hops": _printed(HOPS),
+            "@amdmem_hop_bytes": _printed(HOP_BYTES),
+            "@amdmem_twohop": _printed(TWOHOP),
+            "@amdmem_twohop_bytes": _printed(TWOHOP_BYTES),
+            "@amdmem_vm_maps": {"1": 120, "0": 30},
+            "@amdmem_vm_map_pages": {"1": 256, "0": 0},
+            "@amdmem_vm_unmaps": {"1": 100},
+            "@amdmem_vm_unmap_pages": {"1": 128},
+        }
+    )
     res = AmdMemoryFamily().collect(maps, {"window": {"duration_ms": 2000.0}, "pids": [100]})
     ev = res.metrics["evictions"]
     assert ev["attribution"]["variant"] == "pid"
@@ -162,8 +199,12 @@ def test_collect_pid_variant_attributes_by_the_events_own_pid():
     assert ev["restore_delay"]["delay_jiffies"] == 25
     assert res.metrics["bo_moves"]["moves"] == 5
     assert res.metrics["bo_moves"]["moves_per_sec"] == pytest.approx(2.5)
-    assert res.metrics["vm_maps"] == {"count": 150, "bytes": 256 * 4096,
-                                      "in_traced_processes": 120, "in_other_contexts": 30}
+    assert res.metrics["vm_maps"] == {
+        "count": 150,
+        "bytes": 256 * 4096,
+        "in_traced_processes": 120,
+        "in_other_contexts": 30,
+    }
     assert res.metrics["vm_unmaps"]["count"] == 100
 
 
@@ -172,11 +213,14 @@ def test_collect_pasid_variant_maps_pasid_through_kfd_sysfs(tmp_path, monkeypatc
     (tmp_path / "4242").mkdir()
     (tmp_path / "4242" / "pasid").write_text("32769\n")
     monkeypatch.setattr(amd_memory, "KFD_PROC_ROOT", str(tmp_path))
-    stream = [KfdEvent(1000, KFD_EVICT_START, 32769), KfdEvent(1000 + 100_000_000, KFD_RESTORE_END,
-                                                                 32769),
-              KfdEvent(2000, KFD_EVICT_START, 4242)]  # pasid 4242 is someone else's, not our pid
-    res = AmdMemoryFamily().collect(_kfd_maps(stream, variant_code=2),
-                                    {"window": {"duration_ms": 500.0}, "pids": [4242]})
+    stream = [
+        KfdEvent(1000, KFD_EVICT_START, 32769),
+        KfdEvent(1000 + 100_000_000, KFD_RESTORE_END, 32769),
+        KfdEvent(2000, KFD_EVICT_START, 4242),
+    ]  # pasid 4242 is someone else's, not our pid
+    res = AmdMemoryFamily().collect(
+        _kfd_maps(stream, variant_code=2), {"window": {"duration_ms": 500.0}, "pids": [4242]}
+    )
     ev = res.metrics["evictions"]
     assert ev["attribution"]["variant"] == "pasid"
     assert ev["attribution"]["pasid_of_pid"] == {"4242": 32769}
@@ -189,25 +233,42 @@ def test_collect_pasid_variant_maps_pasid_through_kfd_sysfs(tmp_path, monkeypatc
 def test_collect_without_amd_events_reports_null_with_reason(tmp_path):
     (tmp_path / "events").mkdir()
     fam = AmdMemoryFamily()
-    fam.render(RenderContext(Tracefs(tmp_path), BpftraceDialect((0, 17, 0)), TraceTarget((1,)),
-                             f"{PIDS_MAP}[pid]", GATE))
+    fam.render(
+        RenderContext(
+            Tracefs(tmp_path), BpftraceDialect((0, 17, 0)), TraceTarget((1,)), f"{PIDS_MAP}[pid]", GATE
+        )
+    )
     res = fam.collect({}, {"window": {"duration_ms": 1000.0}, "pids": [1]})
     assert res.metrics["bo_moves"] is None
     assert res.metrics["evictions"] is None
     assert "amdgpu_bo_move" in res.metrics["notes"]["bo_moves"]
     summary = res.metrics["summary"]
-    for key in ("bo_moves", "migration_volume_mb", "bo_maps", "evictions", "total_faults",
-                "fault_rate_per_sec", "avg_fault_latency_us"):
+    for key in (
+        "bo_moves",
+        "migration_volume_mb",
+        "bo_maps",
+        "evictions",
+        "total_faults",
+        "fault_rate_per_sec",
+        "avg_fault_latency_us",
+    ):
         assert summary[key] is None, key  # unmeasured is null, never 0
     assert "DKMS" in summary["gpu_memory_reason"]
 
 
 def test_guide_summary_and_legacy_aliases_from_measured_numbers():
     maps = _kfd_maps(STREAM, variant_code=1)
-    maps.update({"@amdmem_hops": _printed(HOPS), "@amdmem_hop_bytes": _printed(HOP_BYTES),
-                 "@amdmem_twohop": _printed(TWOHOP), "@amdmem_twohop_bytes": _printed(TWOHOP_BYTES)})
-    summary = AmdMemoryFamily().collect(maps, {"window": {"duration_ms": 2000.0},
-                                               "pids": [100]}).metrics["summary"]
+    maps.update(
+        {
+            "@amdmem_hops": _printed(HOPS),
+            "@amdmem_hop_bytes": _printed(HOP_BYTES),
+            "@amdmem_twohop": _printed(TWOHOP),
+            "@amdmem_twohop_bytes": _printed(TWOHOP_BYTES),
+        }
+    )
+    summary = (
+        AmdMemoryFamily().collect(maps, {"window": {"duration_ms": 2000.0}, "pids": [100]}).metrics["summary"]
+    )
     assert summary["bo_moves"] == 5
     assert summary["bo_moves_per_sec"] == pytest.approx(2.5)
     assert summary["migration_volume_bytes"] == MiB + 4096 + 2 * 8192 + 2 * MiB

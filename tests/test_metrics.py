@@ -8,12 +8,25 @@ from aorta.hw_queue_eval.backends.base import OpRecord
 from aorta.hw_queue_eval.run import metrics
 
 
-def op(stream: int, start_us: float, end_us: float, queue: int | None = 0, iteration: int = 0,
-       ready_us: float | None = None, label: str = "k") -> OpRecord:
+def op(
+    stream: int,
+    start_us: float,
+    end_us: float,
+    queue: int | None = 0,
+    iteration: int = 0,
+    ready_us: float | None = None,
+    label: str = "k",
+) -> OpRecord:
     """An OpRecord with times given in µs for readability."""
-    return OpRecord(iteration, stream, queue, label,
-                    None if ready_us is None else int(ready_us * 1000),
-                    int(start_us * 1000), int(end_us * 1000))
+    return OpRecord(
+        iteration,
+        stream,
+        queue,
+        label,
+        None if ready_us is None else int(ready_us * 1000),
+        int(start_us * 1000),
+        int(end_us * 1000),
+    )
 
 
 def test_summarize_known_samples():
@@ -71,12 +84,18 @@ def test_lane_gaps_on_a_shared_queue():
     ops = [op(0, 0, 10), op(1, 13, 20), op(0, 22, 30), op(0, 31, 40)]
     gaps = metrics.lane_gaps(ops)
     assert sorted((g.switch, round(g.gap_ms * 1000, 3)) for g in gaps) == [
-        (False, 1.0), (True, 2.0), (True, 3.0)]  # 31-30 same stream; 22-20, 13-10 switches
+        (False, 1.0),
+        (True, 2.0),
+        (True, 3.0),
+    ]  # 31-30 same stream; 22-20, 13-10 switches
 
 
 def test_lane_gaps_do_not_cross_iterations_or_lanes():
-    ops = [op(0, 0, 10, queue=0, iteration=0), op(1, 12, 20, queue=0, iteration=1),
-           op(2, 11, 20, queue=1, iteration=0)]
+    ops = [
+        op(0, 0, 10, queue=0, iteration=0),
+        op(1, 12, 20, queue=0, iteration=1),
+        op(2, 11, 20, queue=1, iteration=0),
+    ]
     assert metrics.lane_gaps(ops) == []
 
 
@@ -89,8 +108,11 @@ def synthetic_lane(switch_cost_us: float, rounds: int = 40, queue: int = 0) -> l
     prev_label, prev_stream = None, None
     base_gap = {"gemm": 10.0, "tiny": 1.0}
     for r in range(rounds):
-        order = [(0, "gemm"), (0, "tiny"), (1, "gemm"), (1, "tiny")] if r % 2 == 0 else \
-                [(0, "gemm"), (1, "gemm"), (0, "tiny"), (1, "tiny")]
+        order = (
+            [(0, "gemm"), (0, "tiny"), (1, "gemm"), (1, "tiny")]
+            if r % 2 == 0
+            else [(0, "gemm"), (1, "gemm"), (0, "tiny"), (1, "tiny")]
+        )
         for stream, label in order:
             if prev_label is not None:
                 t += base_gap[prev_label] + (switch_cost_us if stream != prev_stream else 0.0)
@@ -142,8 +164,10 @@ def test_unmatched_formula_is_fooled_but_like_for_like_is_not():
     ops = synthetic_lane(0.0)
     gaps = metrics.lane_gaps(ops)
     import numpy as np
-    naive = (np.median([g.gap_ms for g in gaps if g.switch])
-             - np.median([g.gap_ms for g in gaps if not g.switch]))
+
+    naive = np.median([g.gap_ms for g in gaps if g.switch]) - np.median(
+        [g.gap_ms for g in gaps if not g.switch]
+    )
     assert naive == pytest.approx(-0.009)
     assert metrics.switch_analysis(ops)["switch_overhead_ms"] == pytest.approx(0.0, abs=1e-9)
 
@@ -151,8 +175,9 @@ def test_unmatched_formula_is_fooled_but_like_for_like_is_not():
 def test_switch_weighting_across_lanes():
     lane0 = synthetic_lane(2.0, queue=0)
     lane1 = [o for o in synthetic_lane(6.0, rounds=20, queue=1)]
-    lane1 = [OpRecord(o.iteration, o.stream + 2, o.queue, o.label, o.ready_ns, o.start_ns,
-                      o.end_ns) for o in lane1]
+    lane1 = [
+        OpRecord(o.iteration, o.stream + 2, o.queue, o.label, o.ready_ns, o.start_ns, o.end_ns) for o in lane1
+    ]
     result = metrics.switch_analysis(lane0 + lane1)
     n0 = result["per_lane"]["0"]["matched_switches"]
     n1 = result["per_lane"]["1"]["matched_switches"]
@@ -184,8 +209,9 @@ def test_ready_to_start_delays_only_where_known():
 
 
 def test_per_label_summary():
-    summary = metrics.per_label_summary([op(0, 0, 10, label="a"), op(0, 10, 30, label="a"),
-                                         op(1, 0, 5, label="b")])
+    summary = metrics.per_label_summary(
+        [op(0, 0, 10, label="a"), op(0, 10, 30, label="a"), op(1, 0, 5, label="b")]
+    )
     assert summary["a"]["count"] == 2
     assert summary["a"]["mean"] == pytest.approx(0.015)
     assert summary["b"]["max"] == pytest.approx(0.005)
@@ -203,5 +229,4 @@ def test_console_prints_no_switch_overhead_without_switches():
     costly = metrics.switch_analysis(synthetic_lane(3.0))
     assert "costs 3.00 µs more" in switch_line(costly)
     assert rows[0][0] != "Switch overhead (like for like)"
-    assert switch_rows(costly)[0] == ("Switch overhead (like for like)",
-                                      "+3.00 µs (gap spread 0.00 µs)")
+    assert switch_rows(costly)[0] == ("Switch overhead (like for like)", "+3.00 µs (gap spread 0.00 µs)")

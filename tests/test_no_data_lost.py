@@ -32,15 +32,34 @@ def one_line_error(proc: subprocess.CompletedProcess[str], needle: str, code: in
 
 # -- the sweep output is locked -------------------------------------------------------------------
 
+
 @pytest.mark.slow
 @pytest.mark.parametrize("command", ["sweep", "policy-sweep"])
 def test_second_sweep_on_the_same_output_exits_2_naming_the_holder(tmp_path, command):
     out = tmp_path / "s.json"
     streams = "1,2,4" if command == "sweep" else "2"
-    first = subprocess.Popen([sys.executable, "-m", "aorta.hw_queue_eval", command,
-                              "hetero_kernels", "--streams", streams, "-i", "100000", "-w", "1",
-                              "-d", "cpu", "-o", str(out)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "aorta.hw_queue_eval",
+            command,
+            "hetero_kernels",
+            "--streams",
+            streams,
+            "-i",
+            "100000",
+            "-w",
+            "1",
+            "-d",
+            "cpu",
+            "-o",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while not out.exists() and time.monotonic() < deadline:
@@ -64,10 +83,18 @@ def test_lock_of_a_killed_holder_is_no_obstacle(tmp_path):
     from aorta.common.outlock import OutputLock
 
     out = tmp_path / "s.json"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
-                               "from aorta.common.outlock import OutputLock\n"
-                               f"lock = OutputLock({str(out)!r})\nprint('held', flush=True)\n"
-                               "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from aorta.common.outlock import OutputLock\n"
+            f"lock = OutputLock({str(out)!r})\nprint('held', flush=True)\n"
+            "time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout.readline().strip() == "held"
     from aorta.common.errors import UsageError
 
@@ -82,19 +109,33 @@ def test_lock_of_a_killed_holder_is_no_obstacle(tmp_path):
 
 # -- files of another kind, equal paths ----------------------------------------------------------
 
+
 def _sweep_checkpoint(path: Path) -> str:
-    path.write_text(json.dumps({"schema_version": 1, "kind": "sweep", "points": [
-        {"key": {"workload": "hetero_kernels", "streams": n}, "status": "ok", "result": {}}
-        for n in (1, 2, 4)]}))
+    path.write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "kind": "sweep",
+                "points": [
+                    {"key": {"workload": "hetero_kernels", "streams": n}, "status": "ok", "result": {}}
+                    for n in (1, 2, 4)
+                ],
+            }
+        )
+    )
     return path.read_text()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("argv", [
-    ("run", "hetero_kernels", "--streams", "1", *TINY, "-o", "{out}"),
-    ("run", "hetero_kernels", "--streams", "1", *TINY, "--trace-out", "{out}"),
-    ("compare", "-b", "{base}", "-t", "{base}", "-o", "{out}"),
-], ids=["run -o", "run --trace-out", "compare -o"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("run", "hetero_kernels", "--streams", "1", *TINY, "-o", "{out}"),
+        ("run", "hetero_kernels", "--streams", "1", *TINY, "--trace-out", "{out}"),
+        ("compare", "-b", "{base}", "-t", "{base}", "-o", "{out}"),
+    ],
+    ids=["run -o", "run --trace-out", "compare -o"],
+)
 def test_a_sweep_checkpoint_is_not_replaced_without_force(tmp_path, argv):
     out = tmp_path / "sweep.json"
     before = _sweep_checkpoint(out)
@@ -120,13 +161,23 @@ def test_force_replaces_and_a_run_result_may_be_rewritten(tmp_path):
 @pytest.mark.parametrize("trace", ["{d}/r.json", "{d}/./r.json", "{d}/link/r.json"])
 def test_result_and_trace_on_the_same_file_refused(tmp_path, trace):
     (tmp_path / "link").symlink_to(tmp_path)
-    proc = run_cli("run", "hetero_kernels", "--streams", "1", *TINY, "-o", str(tmp_path / "r.json"),
-                   "--trace-out", trace.format(d=tmp_path))
+    proc = run_cli(
+        "run",
+        "hetero_kernels",
+        "--streams",
+        "1",
+        *TINY,
+        "-o",
+        str(tmp_path / "r.json"),
+        "--trace-out",
+        trace.format(d=tmp_path),
+    )
     one_line_error(proc, "name the same file")
     assert not (tmp_path / "r.json").exists()
 
 
 # -- disk full ------------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def full_disk(tmp_path):
@@ -135,8 +186,12 @@ def full_disk(tmp_path):
     mount.mkdir()
     if os.geteuid() != 0:
         pytest.skip("mounting a small tmpfs needs root")
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
     try:
@@ -153,8 +208,16 @@ def full_disk(tmp_path):
 def test_disk_full_run_keeps_the_result_in_a_private_temp_file(full_disk, tmp_path):
     spare = tmp_path / "spare"
     spare.mkdir()
-    proc = run_cli("run", "hetero_kernels", "--streams", "2", *TINY, "-o", str(full_disk / "r.json"),
-                   env={"TMPDIR": str(spare)})
+    proc = run_cli(
+        "run",
+        "hetero_kernels",
+        "--streams",
+        "2",
+        *TINY,
+        "-o",
+        str(full_disk / "r.json"),
+        env={"TMPDIR": str(spare)},
+    )
     one_line_error(proc, "No space left on device")
     assert "Throughput" in proc.stdout or "throughput" in proc.stdout.lower()  # printed
     kept = re.search(r"kept in (\S+): move it", proc.stderr)
@@ -178,23 +241,49 @@ def test_disk_full_report_leaves_no_folder_and_compare_is_one_line(full_disk, tm
 
 # -- restore validates every field of a state file -----------------------------------------------
 
+
 def _state(vendor: str) -> dict:
     if vendor == "nvidia":
-        clock = {"sm_mhz": 345, "max_sm_mhz": 1980, "supported_mhz": [345, 1980],
-                 "locked_mhz": None, "locked_note": "…"}
-        prior = {"power_limit_w": 300.0, "power_default_w": 350.0, "power_min_w": 100.0,
-                 "power_max_w": 400.0, "clock": clock}
+        clock = {
+            "sm_mhz": 345,
+            "max_sm_mhz": 1980,
+            "supported_mhz": [345, 1980],
+            "locked_mhz": None,
+            "locked_note": "…",
+        }
+        prior = {
+            "power_limit_w": 300.0,
+            "power_default_w": 350.0,
+            "power_min_w": 100.0,
+            "power_max_w": 400.0,
+            "clock": clock,
+        }
         tool = "nvidia-smi"
     else:
-        prior = {"power_limit_w": 264.0, "power_default_w": None, "power_min_w": None,
-                 "power_max_w": None,
-                 "clock": {"perf_level": "auto", "sclk_level": 0, "levels_mhz": [500, 1200, 2100]}}
+        prior = {
+            "power_limit_w": 264.0,
+            "power_default_w": None,
+            "power_min_w": None,
+            "power_max_w": None,
+            "clock": {"perf_level": "auto", "sclk_level": 0, "levels_mhz": [500, 1200, 2100]},
+        }
         tool = "rocm-smi"
-    return {"state_version": 1, "vendor": vendor, "index": 0, "tool": tool, "simulated": True,
-            "pid": 999_999_999, "pid_start_ticks": 1, "started": "2026-01-01T00:00:00Z",
-            "argv": [], "prior": prior,
-            "applied": {"clock_level": {"level": 7, "pending": False},
-                        "power_limit_w": {"watts": 150.0, "pending": False}}}
+    return {
+        "state_version": 1,
+        "vendor": vendor,
+        "index": 0,
+        "tool": tool,
+        "simulated": True,
+        "pid": 999_999_999,
+        "pid_start_ticks": 1,
+        "started": "2026-01-01T00:00:00Z",
+        "argv": [],
+        "prior": prior,
+        "applied": {
+            "clock_level": {"level": 7, "pending": False},
+            "power_limit_w": {"watts": 150.0, "pending": False},
+        },
+    }
 
 
 BAD_STATES = [
@@ -247,8 +336,9 @@ def test_a_valid_state_file_restores(fake, vendor):
     assert fake.state_files() == []
 
 
-@pytest.mark.parametrize(("vendor", "field", "value", "needle"), BAD_STATES,
-                         ids=[f"{f}={v!r}" for _, f, v, _ in BAD_STATES])
+@pytest.mark.parametrize(
+    ("vendor", "field", "value", "needle"), BAD_STATES, ids=[f"{f}={v!r}" for _, f, v, _ in BAD_STATES]
+)
 def test_restore_refuses_a_bad_state_file_and_leaves_it(fake, vendor, field, value, needle):
     fake.state_dir.mkdir(mode=0o700)
     record = _state(vendor)
@@ -259,8 +349,9 @@ def test_restore_refuses_a_bad_state_file_and_leaves_it(fake, vendor, field, val
     proc = run_cli_inprocess("restore", env=fake.env())
     one_line_error(proc, needle, code=3)  # the device it names may still be changed
     assert path.read_text() == before, "the file stays for a person to check"
-    sets = [argv for _tool, argv in fake.calls()
-            if not any(a.startswith(("--query", "--show")) for a in argv)]
+    sets = [
+        argv for _tool, argv in fake.calls() if not any(a.startswith(("--query", "--show")) for a in argv)
+    ]
     assert sets == [], f"a tool was asked to change something: {sets}"
     assert fake.devices() == initial_state()
 

@@ -58,10 +58,12 @@ def hip_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_rank_slice_keeps_one_ranks_entries_and_node_wide_maps():
-    maps = {"@x_launches": {"1,7,100": 3, "2,7,100": 4, "2,8,200": 1},
-            "@x_s2d": {"1": {"count": 2, "total": 10}, "2": {"count": 1, "total": 5}},
-            "@x_only_two": {"2,5": 1},
-            "@x_node": {"7": 9}}
+    maps = {
+        "@x_launches": {"1,7,100": 3, "2,7,100": 4, "2,8,200": 1},
+        "@x_s2d": {"1": {"count": 2, "total": 10}, "2": {"count": 1, "total": 5}},
+        "@x_only_two": {"2,5": 1},
+        "@x_node": {"7": 9},
+    }
     names = ["@x_launches", "@x_s2d", "@x_only_two"]
     first = rank_slice(maps, names, rank_key(0))
     assert first["@x_launches"] == {"7,100": 3}
@@ -77,18 +79,29 @@ def test_one_program_for_two_ranks_gives_each_its_own_launches_doorbells_and_mma
     from ebpf_support import require_ebpf
 
     require_ebpf()
-    ranks = [subprocess.Popen([sys.executable, "-I", "-c", RANK, str(hip_path), str(n), str(m)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-             for n, m in PLAN]
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, "-I", "-c", RANK, str(hip_path), str(n), str(m)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for n, m in PLAN
+    ]
     session = None
     try:
         for rank in ranks:
             assert rank.stdout is not None and rank.stdout.readline().strip() == "ready"
         ready = engine.check_readiness()
         target = TraceTarget(tuple(r.pid for r in ranks), rank_keys=True)
-        program = engine.make_program(False, False, target, ready.tracefs, ready.version,
-                                      families=[GpuRuntimeFamily(), HostMemoryFamily(),
-                                                CpuSchedFamily()])
+        program = engine.make_program(
+            False,
+            False,
+            target,
+            ready.tracefs,
+            ready.version,
+            families=[GpuRuntimeFamily(), HostMemoryFamily(), CpuSchedFamily()],
+        )
         session = engine.start_session(program, ready)
         session.window_start()
         streams = []
@@ -113,9 +126,13 @@ def test_one_program_for_two_ranks_gives_each_its_own_launches_doorbells_and_mma
     for slot, ((launches, mmaps), rank) in enumerate(zip(PLAN, ranks, strict=True)):
         mine = replace(out, maps=rank_slice(out.maps, rank_keyed(program.families), rank_key(slot)))
         # no /proc snapshots: the threads are what the rank-keyed switch counts saw (GPU backend)
-        context = {"window": engine.window_info(out), "rank_key": rank_key(slot), "snapshots": {},
-                   "pids": [rank.pid], "stream_handles": [
-                       {"stream": i, "handle": h} for i, h in enumerate(sorted(streams[slot]))]}
+        context = {
+            "window": engine.window_info(out),
+            "rank_key": rank_key(slot),
+            "snapshots": {},
+            "pids": [rank.pid],
+            "stream_handles": [{"stream": i, "handle": h} for i, h in enumerate(sorted(streams[slot]))],
+        }
         gpu, host, cpu = (r.metrics for r in engine.collect_results(program, mine, context))
         # ground truth: what this rank did itself, none of the other rank's calls
         assert gpu["launches_total"] == launches

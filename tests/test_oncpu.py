@@ -29,8 +29,14 @@ def test_on_cpu_concurrency_is_null_with_reason_without_counters():
     assert oncpu.snapshot([]) is None
 
 
-def _spinner(seconds_cpu: float, measured: list[float], started: threading.Event,
-             go: threading.Event, done: threading.Event, name: str) -> None:
+def _spinner(
+    seconds_cpu: float,
+    measured: list[float],
+    started: threading.Event,
+    go: threading.Event,
+    done: threading.Event,
+    name: str,
+) -> None:
     _set_thread_name(name)
     measured.append(threading.get_native_id())
     started.set()
@@ -45,8 +51,7 @@ def _spinner(seconds_cpu: float, measured: list[float], started: threading.Event
 def test_snapshot_matches_each_threads_own_cpu_clock():
     # a busy queue thread (known CPU time by its own CLOCK_THREAD_CPUTIME_ID) and a sleeping one
     busy, started, go, done = [], threading.Event(), threading.Event(), threading.Event()
-    spinner = threading.Thread(target=_spinner,
-                               args=(0.05, busy, started, go, done, "aorta-hwq90"))
+    spinner = threading.Thread(target=_spinner, args=(0.05, busy, started, go, done, "aorta-hwq90"))
     spinner.start()
     started.wait()
     sleeper_tid: list[int] = []

@@ -29,11 +29,12 @@ QS = [25, 50, 75, 95, 99]
 @pytest.mark.parametrize("kind", ["lognormal", "uniform_int", "with_zeros", "tiny_floats"])
 def test_histogram_percentiles_within_the_stated_relative_error(kind: str) -> None:
     rng = np.random.default_rng(7)
-    data = {"lognormal": lambda: rng.lognormal(8, 2.5, 50_000).astype(np.int64) + 1,
-            "uniform_int": lambda: rng.integers(900, 1_100, 20_000),
-            "with_zeros": lambda: np.concatenate([np.zeros(300, np.int64),
-                                                  rng.integers(1, 10**6, 3_000)]),
-            "tiny_floats": lambda: rng.exponential(1e-3, 10_000)}[kind]()
+    data = {
+        "lognormal": lambda: rng.lognormal(8, 2.5, 50_000).astype(np.int64) + 1,
+        "uniform_int": lambda: rng.integers(900, 1_100, 20_000),
+        "with_zeros": lambda: np.concatenate([np.zeros(300, np.int64), rng.integers(1, 10**6, 3_000)]),
+        "tiny_floats": lambda: rng.exponential(1e-3, 10_000),
+    }[kind]()
     hist = LogHistogram()
     for part in np.array_split(data, 7):  # folded in pieces, as chunks arrive
         hist.add(part)
@@ -46,8 +47,7 @@ def test_histogram_percentiles_within_the_stated_relative_error(kind: str) -> No
     assert len(hist.counts) < len(np.unique(data)) or kind == "uniform_int"
 
 
-def _serial_window(seed: int, iterations: int, streams: int = 6, queues: int = 3
-                   ) -> dict[int, np.ndarray]:
+def _serial_window(seed: int, iterations: int, streams: int = 6, queues: int = 3) -> dict[int, np.ndarray]:
     """Per queue, op records (WORDS columns) as a serial CPU lane produces them."""
     rng = np.random.default_rng(seed)
     out = {}
@@ -69,8 +69,11 @@ def _serial_window(seed: int, iterations: int, streams: int = 6, queues: int = 3
 
 
 def _records(window: dict[int, np.ndarray], labels: list[str]) -> list[OpRecord]:
-    ops = [OpRecord(it, st, q, labels[lab], rdy, s, e)
-           for q, rows in window.items() for it, st, lab, rdy, s, e in rows.tolist()]
+    ops = [
+        OpRecord(it, st, q, labels[lab], rdy, s, e)
+        for q, rows in window.items()
+        for it, st, lab, rdy, s, e in rows.tolist()
+    ]
     return sorted(ops, key=lambda o: (o.start_ns, o.stream))
 
 
@@ -79,7 +82,7 @@ def _fold(window: dict[int, np.ndarray], labels: list[str], cap: int, chunk: int
     cursors = dict.fromkeys(window, 0)
     while any(cursors[q] < len(window[q]) for q in window):  # queues' chunks interleaved
         for q, rows in window.items():
-            fold.add(q, rows[cursors[q]:cursors[q] + chunk])
+            fold.add(q, rows[cursors[q] : cursors[q] + chunk])
             cursors[q] += chunk
     return fold
 
@@ -100,8 +103,7 @@ def test_folded_figures_match_exact_recomputation_over_every_op() -> None:
     # exact: counts and busy time (serial lanes: union = sum of durations)
     assert view.total == len(ops)
     assert view.per_stream_op_counts(6) == metrics.per_stream_op_counts(ops, 6)
-    assert view.per_stream_busy_ms(6) == pytest.approx(metrics.per_stream_busy_ms(ops, 6),
-                                                       rel=1e-12)
+    assert view.per_stream_busy_ms(6) == pytest.approx(metrics.per_stream_busy_ms(ops, 6), rel=1e-12)
     # count/mean/std/min/max exact; percentiles within α
     exact_labels = metrics.per_label_summary(ops)
     for label, got in view.per_label().items():
@@ -117,16 +119,20 @@ def test_folded_figures_match_exact_recomputation_over_every_op() -> None:
     assert _close(delays["p95"], want["p95"], want["p95"])
     # switch analysis: the same gaps counted and matched, medians within α
     got, want = view.switch_analysis(), metrics.switch_analysis(ops)
-    for key in ("switch_count", "no_switch_count", "matched_switch_count",
-                "matched_on_both_kinds", "matched_on_previous_kind"):
+    for key in (
+        "switch_count",
+        "no_switch_count",
+        "matched_switch_count",
+        "matched_on_both_kinds",
+        "matched_on_previous_kind",
+    ):
         assert got[key] == want[key], key
     assert got["switch_count"] > 0
     scale = 0.0
     for g, w in zip(got["pairs"], want["pairs"], strict=True):
         assert (g["lane"], g["after"], g["before"]) == (w["lane"], w["after"], w["before"])
         assert g["switch_gaps"] == w["switch_gaps"] and g["no_switch_gaps"] == w["no_switch_gaps"]
-        assert _close(g["switch_gap_median_ms"], w["switch_gap_median_ms"],
-                      w["switch_gap_median_ms"])
+        assert _close(g["switch_gap_median_ms"], w["switch_gap_median_ms"], w["switch_gap_median_ms"])
         scale = max(scale, w["switch_gap_median_ms"] + w["no_switch_gap_median_ms"])
     assert _close(got["switch_overhead_ms"], want["switch_overhead_ms"], scale)
 
@@ -138,12 +144,12 @@ def test_rows_are_the_first_ops_by_start_and_a_prefix_of_every_stream() -> None:
     fold = _fold(window, labels, cap=900, chunk=250)
     rows = fold.records(0)
     assert 0 < len(rows) <= 900
-    assert rows == ops[:len(rows)]  # the first ops of the window by (start, stream)
+    assert rows == ops[: len(rows)]  # the first ops of the window by (start, stream)
     assert ops[len(rows)].start_ns > rows[-1].start_ns or len(rows) == 900
     per_stream_kept = {s: [o for o in rows if o.stream == s] for s in range(6)}
     for stream, kept in per_stream_kept.items():
         mine = [o for o in ops if o.stream == stream]
-        assert kept == mine[:len(kept)]  # wait ordinals stay valid in the kept rows
+        assert kept == mine[: len(kept)]  # wait ordinals stay valid in the kept rows
 
 
 def test_small_windows_are_not_folded_and_keep_every_op() -> None:
@@ -157,14 +163,24 @@ def test_small_windows_are_not_folded_and_keep_every_op() -> None:
 def _hand_summary(values: list[float]) -> dict[str, float]:
     arr = np.asarray(values)
     p25, p50, p75, p95, p99 = np.percentile(arr, QS)
-    return {"count": len(arr), "mean": arr.mean(), "min": arr.min(), "max": arr.max(),
-            "std": arr.std(ddof=1), "p50": p50, "p95": p95, "p99": p99, "iqr": p75 - p25}
+    return {
+        "count": len(arr),
+        "mean": arr.mean(),
+        "min": arr.min(),
+        "max": arr.max(),
+        "std": arr.std(ddof=1),
+        "p50": p50,
+        "p95": p95,
+        "p99": p99,
+        "iqr": p75 - p25,
+    }
 
 
 @pytest.mark.parametrize("workload", ["moe", "hetero_kernels"])
 def test_real_run_below_the_cap_equals_a_hand_recomputation_from_its_rows(workload: str) -> None:
-    result = harness.run_benchmark(RunConfig(workload=workload, streams=4, iterations=4,
-                                             warmup=1, device="cpu", size="small")).to_dict()
+    result = harness.run_benchmark(
+        RunConfig(workload=workload, streams=4, iterations=4, warmup=1, device="cpu", size="small")
+    ).to_dict()
     table = result["op_intervals"]
     rows, labels = table["rows"], table["labels"]
     assert not table["truncated"] and table["total_ops"] == len(rows) == result["ops"]["count"]
@@ -174,7 +190,8 @@ def test_real_run_below_the_cap_equals_a_hand_recomputation_from_its_rows(worklo
     busy = [sum(r[6] - r[5] for r in rows if r[1] == s) / 1e3 for s in range(4)]
     assert result["per_stream_times_ms"] == pytest.approx(busy, abs=1e-9)
     assert result["concurrency"]["achieved"] == pytest.approx(
-        sum(busy) / result["concurrency"]["window_ms"], rel=1e-9)
+        sum(busy) / result["concurrency"]["window_ms"], rel=1e-9
+    )
     for index, label in enumerate(labels):
         want = _hand_summary([(r[6] - r[5]) / 1e3 for r in rows if r[3] == index])
         got = result["ops"]["per_label"][label]
@@ -182,15 +199,15 @@ def test_real_run_below_the_cap_equals_a_hand_recomputation_from_its_rows(worklo
             assert got[key] == pytest.approx(value, rel=1e-9, abs=1e-9), (label, key)
     want = _hand_summary([(r[5] - r[4]) / 1e3 for r in rows])
     for key, value in want.items():
-        assert result["ops"]["ready_to_start_ms"][key] == pytest.approx(value, rel=1e-9,
-                                                                         abs=1e-9)
+        assert result["ops"]["ready_to_start_ms"][key] == pytest.approx(value, rel=1e-9, abs=1e-9)
 
 
 def test_run_above_the_cap_counts_every_op(monkeypatch: pytest.MonkeyPatch) -> None:
     """8 streams × 16 ops × 40 iterations = 5,120 ops, rows capped at 1,500."""
     monkeypatch.setattr(harness, "MAX_STORED_OPS", 1_500)
-    config = RunConfig(workload="tiny_kernel_stress", streams=8, iterations=40, warmup=1,
-                       device="cpu", size="small")
+    config = RunConfig(
+        workload="tiny_kernel_stress", streams=8, iterations=40, warmup=1, device="cpu", size="small"
+    )
     result = harness.run_benchmark(config).to_dict()
     assert validate_run_dict(result) == []
     expected = 8 * 16 * 40
@@ -231,8 +248,13 @@ def test_peak_rss_stays_flat_with_iterations() -> None:
     are folded and the difference is noise."""
     peaks = {}
     for iterations in (150, 600):
-        proc = subprocess.run([sys.executable, "-I", "-c", _RSS_SCRIPT, str(iterations)],
-                              capture_output=True, text=True, timeout=240, check=False)
+        proc = subprocess.run(
+            [sys.executable, "-I", "-c", _RSS_SCRIPT, str(iterations)],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
         assert proc.returncode == 0, proc.stderr[-2000:]
         peaks[iterations] = json.loads(proc.stdout.strip().splitlines()[-1])
     assert peaks[600]["ops"] == 4 * peaks[150]["ops"] == 4 * 150 * 16 * 16
@@ -265,8 +287,13 @@ def test_handoffs_beyond_the_kept_rings_are_counted(monkeypatch: pytest.MonkeyPa
     assert len(subs) == 4 and [s.seq for s in subs] == [0, 1, 2, 3]
     assert totals["kept"] == 4 and totals["count"] >= 30  # markers may ring too (timing)
     assert totals["first_task_kinds"]["op"] == 30
-    section = {"status": "ok", "source": "cpu_sched", "total_submissions": totals["count"],
-               "lost_events": 0, "per_submission_cap_per_queue": 3}
+    section = {
+        "status": "ok",
+        "source": "cpu_sched",
+        "total_submissions": totals["count"],
+        "lost_events": 0,
+        "per_submission_cap_per_queue": 3,
+    }
     kernel = [[0, s.seq, s.ring_ns, s.start_ns - s.ring_ns] for s in subs[:3]]
     c = compare_with_harness(section, subs, kernel, totals)
     assert c["harness_submissions"] == totals["count"] and c["submissions_equal"]

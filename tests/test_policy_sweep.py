@@ -31,9 +31,18 @@ def _points(data: dict) -> dict[str, list[dict]]:
 @pytest.mark.slow
 def test_env_policies_change_the_cpu_queue_pool(tmp_path: Path, fake: FakeGpus) -> None:
     out = tmp_path / "p.json"
-    proc = run_cli("policy-sweep", "hetero_kernels", "--streams", "8", "--policies",
-                   "baseline,multi_tenant_fair,high_queue,priority_be,xnack_off", *FAST,
-                   "-o", str(out), env=fake.env())
+    proc = run_cli(
+        "policy-sweep",
+        "hetero_kernels",
+        "--streams",
+        "8",
+        "--policies",
+        "baseline,multi_tenant_fair,high_queue,priority_be,xnack_off",
+        *FAST,
+        "-o",
+        str(out),
+        env=fake.env(),
+    )
     assert proc.returncode == 0, proc.stderr
     data = load_json(out)
     assert data["kind"] == "policy-sweep"
@@ -42,8 +51,7 @@ def test_env_policies_change_the_cpu_queue_pool(tmp_path: Path, fake: FakeGpus) 
     expected_pool = {"baseline": 4, "multi_tenant_fair": 2, "high_queue": 8}
     for name, pool in expected_pool.items():
         (point,) = points[name]
-        assert point["key"] == {"workload": "hetero_kernels", "streams": 8, "policy": name,
-                                "repeat": 1}
+        assert point["key"] == {"workload": "hetero_kernels", "streams": 8, "policy": name, "repeat": 1}
         assert point["status"] == "ok"
         result = point["result"]
         # read back from the child: the pool its backend built and the env it saw
@@ -73,7 +81,8 @@ def test_env_policies_change_the_cpu_queue_pool(tmp_path: Path, fake: FakeGpus) 
     assert lat["test_n"] == 1
     tput = rows["high_queue"]["vs_baseline"]["throughput"]
     assert tput["change_pct"] == pytest.approx(  # Δ from the same statistic as the Tput column
-        (rows["high_queue"]["throughput"] / rows["baseline"]["throughput"] - 1) * 100)
+        (rows["high_queue"]["throughput"] / rows["baseline"]["throughput"] - 1) * 100
+    )
     # HSA_XNACK does nothing on the CPU backend: not run, not ranked
     (xnack,) = points["xnack_off"]
     assert xnack["status"] == "not_applicable"
@@ -94,8 +103,19 @@ def test_env_policies_change_the_cpu_queue_pool(tmp_path: Path, fake: FakeGpus) 
 @pytest.mark.slow
 def test_gpu_policy_applied_around_the_child_and_restored(tmp_path: Path, fake: FakeGpus) -> None:
     out = tmp_path / "p.json"
-    proc = run_cli("policy-sweep", "hetero_kernels", "--streams", "4", "--policies",
-                   "baseline,priority_be", *FAST, "-o", str(out), env=fake.env(), fakes=fake.gpu("amd", 1))
+    proc = run_cli(
+        "policy-sweep",
+        "hetero_kernels",
+        "--streams",
+        "4",
+        "--policies",
+        "baseline,priority_be",
+        *FAST,
+        "-o",
+        str(out),
+        env=fake.env(),
+        fakes=fake.gpu("amd", 1),
+    )
     assert proc.returncode == 0, proc.stderr
     points = _points(load_json(out))
     (be,) = points["priority_be"]
@@ -115,20 +135,36 @@ def test_gpu_policy_applied_around_the_child_and_restored(tmp_path: Path, fake: 
 @pytest.mark.slow
 def test_repeats_shuffle_and_resume(tmp_path: Path, fake: FakeGpus) -> None:
     out = tmp_path / "p.json"
-    args = ("policy-sweep", "hetero_kernels", "--streams", "4", "--policies",
-            "baseline,multi_tenant_fair", "--repeats", "2", *FAST, "-o", str(out))
+    args = (
+        "policy-sweep",
+        "hetero_kernels",
+        "--streams",
+        "4",
+        "--policies",
+        "baseline,multi_tenant_fair",
+        "--repeats",
+        "2",
+        *FAST,
+        "-o",
+        str(out),
+    )
     first = run_cli(*args, env=fake.env())
     assert first.returncode == 0, first.stderr
     data = load_json(out)
     assert len(data["schedule"]) == 2
     assert all(sorted(r) == ["baseline", "multi_tenant_fair"] for r in data["schedule"])
     assert sorted((p["key"]["policy"], p["key"]["repeat"]) for p in data["points"]) == [
-        ("baseline", 1), ("baseline", 2), ("multi_tenant_fair", 1), ("multi_tenant_fair", 2)]
+        ("baseline", 1),
+        ("baseline", 2),
+        ("multi_tenant_fair", 1),
+        ("multi_tenant_fair", 2),
+    ]
     row = {r["policy"]: r for r in data["summary"]["rows"]}["multi_tenant_fair"]
     assert row["ok"] == 2
     assert len(row["throughput_per_repeat"]) == 2
     assert row["latency_ms"]["p50"] == pytest.approx(  # median over repeats of each P50
-        float(np.median([r["latency_p50_ms"] for r in row["runs"]])))
+        float(np.median([r["latency_p50_ms"] for r in row["runs"]]))
+    )
     cmp = run_cli("compare", "-b", str(out), "-t", str(out), "--json")
     assert cmp.returncode == 0, cmp.stderr
     pairs = json.loads(cmp.stdout)["tests"][0]["pairs"]
@@ -140,8 +176,19 @@ def test_repeats_shuffle_and_resume(tmp_path: Path, fake: FakeGpus) -> None:
     fresh = run_cli(*args, env=fake.env())
     assert fresh.returncode == 2
     assert "already holds 4 finished policy-sweep points" in fresh.stderr
-    other = run_cli("policy-sweep", "hetero_kernels", "--streams", "4", "--policies", "baseline",
-                    *FAST, "-o", str(out), "--resume", env=fake.env())
+    other = run_cli(
+        "policy-sweep",
+        "hetero_kernels",
+        "--streams",
+        "4",
+        "--policies",
+        "baseline",
+        *FAST,
+        "-o",
+        str(out),
+        "--resume",
+        env=fake.env(),
+    )
     assert other.returncode == 2
     assert "made with other settings" in other.stderr
 
@@ -150,9 +197,20 @@ def test_repeats_shuffle_and_resume(tmp_path: Path, fake: FakeGpus) -> None:
 def test_file_policy_env_read_back_from_the_child(tmp_path: Path, fake: FakeGpus) -> None:
     out = tmp_path / "p.json"
     example = Path(__file__).resolve().parents[1] / "examples" / "policies.toml"
-    proc = run_cli("policy-sweep", "hetero_kernels", "--streams", "4", "--policy-file",
-                   str(example), "--policies", "single_queue,wide_queues_no_sdma", *FAST,
-                   "-o", str(out), env=fake.env())
+    proc = run_cli(
+        "policy-sweep",
+        "hetero_kernels",
+        "--streams",
+        "4",
+        "--policy-file",
+        str(example),
+        "--policies",
+        "single_queue,wide_queues_no_sdma",
+        *FAST,
+        "-o",
+        str(out),
+        env=fake.env(),
+    )
     assert proc.returncode == 0, proc.stderr
     data = load_json(out)
     points = _points(data)
@@ -164,8 +222,7 @@ def test_file_policy_env_read_back_from_the_child(tmp_path: Path, fake: FakeGpus
     assert wide["policy"]["source"] == str(example)
     rows = {r["policy"]: r for r in data["summary"]["rows"]}
     assert rows["wide_queues_no_sdma"]["ignored_env"] == ["HSA_ENABLE_SDMA"]
-    assert rows["wide_queues_no_sdma"]["vs_baseline"] == {
-        "reason": "no baseline policy ran ok in this sweep"}
+    assert rows["wide_queues_no_sdma"]["vs_baseline"] == {"reason": "no baseline policy ran ok in this sweep"}
 
 
 def test_best_policy_only_among_applicable_ones_beyond_noise() -> None:
@@ -175,13 +232,20 @@ def test_best_policy_only_among_applicable_ones_beyond_noise() -> None:
     from aorta.hw_queue_eval.sweeps.policy_sweep import summarize
 
     def point(name, repeat, tput, status="ok"):
-        result = {"throughput": tput, "throughput_unit": "GFLOPS", "stream_count": 8,
-                  "workload_name": "w", "latency_ms": {"p50": 100 / tput, "p95": 1, "p99": 1,
-                                                        "iqr": 0.01}}
-        return {"key": {"workload": "w", "streams": 8, "policy": name, "repeat": repeat},
-                "status": status, "result": result if status == "ok" else None,
-                "error": None if status == "ok" else "not applicable on the CPU backend",
-                "in_effect": {"queue_pool_size": 4}}
+        result = {
+            "throughput": tput,
+            "throughput_unit": "GFLOPS",
+            "stream_count": 8,
+            "workload_name": "w",
+            "latency_ms": {"p50": 100 / tput, "p95": 1, "p99": 1, "iqr": 0.01},
+        }
+        return {
+            "key": {"workload": "w", "streams": 8, "policy": name, "repeat": repeat},
+            "status": status,
+            "result": result if status == "ok" else None,
+            "error": None if status == "ok" else "not applicable on the CPU backend",
+            "in_effect": {"queue_pool_size": 4},
+        }
 
     names = ["baseline", "high_queue", "multi_tenant_fair", "xnack_off"]
     policies = [BUILTIN_POLICIES[n] for n in names]
@@ -189,12 +253,12 @@ def test_best_policy_only_among_applicable_ones_beyond_noise() -> None:
     points = [point("baseline", r, 100 * f) for r, f in enumerate(noise, 1)]
     points += [point("multi_tenant_fair", r, 101 * f) for r, f in enumerate(noise, 1)]
     points += [point("xnack_off", r, 1, "not_applicable") for r in range(1, 6)]
-    within = summarize(points + [point("high_queue", r, 99 * f) for r, f in enumerate(noise, 1)],
-                       policies)
-    assert within["best_throughput"] == {"policy": None,
-                                         "text": "no policy differs beyond noise from baseline"}
-    better = summarize(points + [point("high_queue", r, 150 * f) for r, f in enumerate(noise, 1)],
-                       policies)
+    within = summarize(points + [point("high_queue", r, 99 * f) for r, f in enumerate(noise, 1)], policies)
+    assert within["best_throughput"] == {
+        "policy": None,
+        "text": "no policy differs beyond noise from baseline",
+    }
+    better = summarize(points + [point("high_queue", r, 150 * f) for r, f in enumerate(noise, 1)], policies)
     best = better["best_throughput"]
     assert best["policy"] == "high_queue"
     assert best["change_pct"] == pytest.approx(50.0)

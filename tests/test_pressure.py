@@ -15,8 +15,10 @@ from aorta.common.errors import UsageError
 from aorta.tools import memory_pressure as pressure
 
 
-@pytest.mark.parametrize(("text", "value"), [("4096", 4096), ("768M", 768 << 20), ("1.5G", 3 << 29),
-                                              ("64k", 64 << 10), ("2GiB", 2 << 30)])
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("4096", 4096), ("768M", 768 << 20), ("1.5G", 3 << 29), ("64k", 64 << 10), ("2GiB", 2 << 30)],
+)
 def test_parse_size(text, value):
     assert pressure.parse_size(text) == value
 
@@ -42,8 +44,12 @@ def test_remove_stale_keeps_live_owners_and_never_follows_links(tmp_path):
 
 
 def test_cli_needs_limit_and_command():
-    proc = subprocess.run([sys.executable, "-m", "aorta.tools.memory_pressure", "--", "true"],
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "aorta.tools.memory_pressure", "--", "true"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 2
     assert "--limit" in proc.stderr
 
@@ -57,8 +63,7 @@ def test_cgroup_is_created_limited_and_removed():
         assert folder.is_dir()
         limit_file = "memory.max" if mp.place.version == 2 else "memory.limit_in_bytes"
         assert int((folder / limit_file).read_text()) == 256 << 20
-        code = mp.run([sys.executable, "-c",
-                       "import sys; print(open('/proc/self/cgroup').read())"])
+        code = mp.run([sys.executable, "-c", "import sys; print(open('/proc/self/cgroup').read())"])
         assert code == 0
         assert mp.churner is not None
         assert mp.churner.poll() is None
@@ -71,27 +76,37 @@ def test_cgroup_is_created_limited_and_removed():
 def test_cgroup_folder_under_a_container_mount_root() -> None:
     # a container mounts only its own subtree: mountinfo root /libpod_parent/libpod-1 at
     # /sys/fs/cgroup/memory, while /proc/self/cgroup names the full path
-    assert pressure._under("/sys/fs/cgroup/memory", "/libpod_parent/libpod-1",
-                           "/libpod_parent/libpod-1") == Path("/sys/fs/cgroup/memory")
-    assert pressure._under("/sys/fs/cgroup/memory", "/libpod_parent/libpod-1",
-                           "/libpod_parent/libpod-1/sub") == Path("/sys/fs/cgroup/memory/sub")
+    assert pressure._under(
+        "/sys/fs/cgroup/memory", "/libpod_parent/libpod-1", "/libpod_parent/libpod-1"
+    ) == Path("/sys/fs/cgroup/memory")
+    assert pressure._under(
+        "/sys/fs/cgroup/memory", "/libpod_parent/libpod-1", "/libpod_parent/libpod-1/sub"
+    ) == Path("/sys/fs/cgroup/memory/sub")
     assert pressure._under("/sys/fs/cgroup", "/", "/a/b") == Path("/sys/fs/cgroup/a/b")
     assert pressure._under("/m", "/x", "/xy") is None
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("args", "words"), [
-    (["--limit", "1", "--", "true"], "below 64M"),
-    (["--limit", "99999999999999999999T", "--", "true"], "too large"),
-    (["--limit", "999T", "--", "true"], "not below this machine's memory"),
-    (["--limit", "512M", "--churn-dir", "/nonexistent", "--", "true"], "not an existing folder"),
-    (["--limit", "512M", "--churn-dir", "", "--", "true"], "not an existing folder"),
-    (["--limit", "512M", "--", "/nonexistent/command"], "not found"),
-    (["--limit", "512M", "--", "no-such-command-aorta"], "not found"),
-])
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--limit", "1", "--", "true"], "below 64M"),
+        (["--limit", "99999999999999999999T", "--", "true"], "too large"),
+        (["--limit", "999T", "--", "true"], "not below this machine's memory"),
+        (["--limit", "512M", "--churn-dir", "/nonexistent", "--", "true"], "not an existing folder"),
+        (["--limit", "512M", "--churn-dir", "", "--", "true"], "not an existing folder"),
+        (["--limit", "512M", "--", "/nonexistent/command"], "not found"),
+        (["--limit", "512M", "--", "no-such-command-aorta"], "not found"),
+    ],
+)
 def test_cli_bad_input_is_one_line_before_any_work(args, words):
-    proc = subprocess.run([sys.executable, "-m", "aorta.tools.memory_pressure", *args],
-                          capture_output=True, text=True, check=False, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "aorta.tools.memory_pressure", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
     assert proc.returncode == 2, proc.stderr
     assert words in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -103,17 +118,33 @@ def test_cli_bad_input_is_one_line_before_any_work(args, words):
 def test_kill_9_of_the_helper_leaves_no_churner_and_no_file(tmp_path):
     """The helper is SIGKILLed mid-run: its churner dies with it, no churn file exists, and the
     next start removes the cgroup."""
-    helper = subprocess.Popen([sys.executable, "-m", "aorta.tools.memory_pressure", "--limit", "256M",
-                               "--churn", "64M", "--churn-dir", str(tmp_path), "--", "sleep", "60"],
-                              stderr=subprocess.PIPE, text=True)
+    helper = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "aorta.tools.memory_pressure",
+            "--limit",
+            "256M",
+            "--churn",
+            "64M",
+            "--churn-dir",
+            str(tmp_path),
+            "--",
+            "sleep",
+            "60",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     place = pressure.find_memory_cgroup()
     folder = place.path / f"{pressure.PREFIX}{helper.pid}"
     deadline = time.monotonic() + 30
     churners: list[int] = []
     while time.monotonic() < deadline and not churners:
         with contextlib.suppress(OSError):
-            churners = [int(p) for p in (folder / "cgroup.procs").read_text().split()
-                        if pressure._is_churner(p)]
+            churners = [
+                int(p) for p in (folder / "cgroup.procs").read_text().split() if pressure._is_churner(p)
+            ]
         time.sleep(0.05)
     assert churners, "the churner never started"
     assert not list(tmp_path.iterdir())  # the sparse file is unlinked while in use

@@ -25,10 +25,21 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "results"
 SHA_A = "a" * 40
 SHA_B = "0123456789abcdef0123456789abcdef01234567"
-GPU_AMD = {"backend": "gpu", "rocm_version": "6.4", "pci_domain_id": 0, "pci_bus_id": 0x83,
-           "pci_device_id": 0}
-GPU_NVIDIA = {"backend": "gpu", "rocm_version": None, "cuda_version": "12.8", "pci_domain_id": 0,
-              "pci_bus_id": 0x41, "pci_device_id": 0}
+GPU_AMD = {
+    "backend": "gpu",
+    "rocm_version": "6.4",
+    "pci_domain_id": 0,
+    "pci_bus_id": 0x83,
+    "pci_device_id": 0,
+}
+GPU_NVIDIA = {
+    "backend": "gpu",
+    "rocm_version": None,
+    "cuda_version": "12.8",
+    "pci_domain_id": 0,
+    "pci_bus_id": 0x41,
+    "pci_device_id": 0,
+}
 
 
 def _checkout(root: Path) -> Path:
@@ -57,8 +68,11 @@ def test_commit_of_a_branch_a_packed_ref_and_a_detached_head(tmp_path: Path) -> 
     assert provenance.git_commit(loose) == (SHA_A, None)
 
     packed = _checkout(tmp_path / "packed")
-    _git(tmp_path / "packed", "ref: refs/heads/dev",
-         packed=f"# pack-refs with: peeled\n{SHA_A} refs/heads/main\n{SHA_B} refs/heads/dev\n")
+    _git(
+        tmp_path / "packed",
+        "ref: refs/heads/dev",
+        packed=f"# pack-refs with: peeled\n{SHA_A} refs/heads/main\n{SHA_B} refs/heads/dev\n",
+    )
     assert provenance.git_commit(packed) == (SHA_B, None)
 
     detached = _checkout(tmp_path / "detached")
@@ -68,8 +82,9 @@ def test_commit_of_a_branch_a_packed_ref_and_a_detached_head(tmp_path: Path) -> 
 
 def test_commit_of_a_worktree_reads_refs_from_the_common_folder(tmp_path: Path) -> None:
     (tmp_path / "main").mkdir()
-    main_git = _git(tmp_path / "main", "ref: refs/heads/main", {"refs/heads/main": SHA_A,
-                                                                "refs/heads/feature": SHA_B})
+    main_git = _git(
+        tmp_path / "main", "ref: refs/heads/main", {"refs/heads/main": SHA_A, "refs/heads/feature": SHA_B}
+    )
     wt_git = main_git / "worktrees" / "wt"
     wt_git.mkdir(parents=True)
     (wt_git / "HEAD").write_text("ref: refs/heads/feature\n")
@@ -79,12 +94,15 @@ def test_commit_of_a_worktree_reads_refs_from_the_common_folder(tmp_path: Path) 
     assert provenance.git_commit(package) == (SHA_B, None)
 
 
-@pytest.mark.parametrize(("head", "refs", "needle"), [
-    ("ref: refs/heads/main", {}, "has no commit yet"),
-    ("ref: refs/heads/main", {"refs/heads/main": "not a sha, maybe a secret"}, "has no commit"),
-    ("ref: refs/../../etc/passwd", {}, "not a commit or a branch"),
-    ("garbage", {}, "not a commit or a branch"),
-])
+@pytest.mark.parametrize(
+    ("head", "refs", "needle"),
+    [
+        ("ref: refs/heads/main", {}, "has no commit yet"),
+        ("ref: refs/heads/main", {"refs/heads/main": "not a sha, maybe a secret"}, "has no commit"),
+        ("ref: refs/../../etc/passwd", {}, "not a commit or a branch"),
+        ("garbage", {}, "not a commit or a branch"),
+    ],
+)
 def test_an_unusable_head_is_null_with_the_reason(tmp_path: Path, head, refs, needle) -> None:
     package = _checkout(tmp_path)
     _git(tmp_path, head, refs)
@@ -104,16 +122,18 @@ def test_the_commit_recorded_is_the_one_git_reports() -> None:
     git = shutil.which("git")
     if git is None or not (REPO / ".git").exists():
         pytest.skip("needs git and a git checkout of aorta")
-    proc = subprocess.run([git, "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
-                          text=True, check=False)
+    proc = subprocess.run(
+        [git, "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+    )
     if proc.returncode != 0:
         pytest.skip(f"git rev-parse failed here: {proc.stderr.strip()}")
     assert provenance.tool_info()["git_commit"] == proc.stdout.strip()
 
 
 def test_a_cpu_run_records_provenance_and_validates(tmp_path: Path) -> None:
-    result = run_benchmark(RunConfig(workload="hetero_kernels", streams=2, iterations=2,
-                                     warmup=1, device="cpu")).to_dict()
+    result = run_benchmark(
+        RunConfig(workload="hetero_kernels", streams=2, iterations=2, warmup=1, device="cpu")
+    ).to_dict()
     jsonschema.validate(result, run_result_schema())
     tool = result["tool"]
     assert tool["name"] == "aorta" and tool["version"]
@@ -148,9 +168,12 @@ def test_gpu_driver_versions_from_sysfs_and_procfs(tmp_path: Path) -> None:
     _write(nv, "sys/module/nvidia/version", "550.54.14\n")
     assert provenance.gpu_driver(GPU_NVIDIA, nv)["version"] == "550.54.14"
     nv_proc = tmp_path / "nv_proc"
-    _write(nv_proc, "proc/driver/nvidia/version",
-           "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC "
-           "2023\nGCC version:  gcc version 12.2.0\n")
+    _write(
+        nv_proc,
+        "proc/driver/nvidia/version",
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC "
+        "2023\nGCC version:  gcc version 12.2.0\n",
+    )
     found = provenance.gpu_driver(GPU_NVIDIA, nv_proc)
     assert found["version"] == "535.104.05" and found["source"].endswith("proc/driver/nvidia/version")
     none = provenance.gpu_driver(GPU_NVIDIA, tmp_path / "empty")
@@ -159,8 +182,11 @@ def test_gpu_driver_versions_from_sysfs_and_procfs(tmp_path: Path) -> None:
     amd = tmp_path / "amd"
     _write(amd, "sys/module/amdgpu/version", "6.10.5\n")
     assert provenance.gpu_driver(GPU_AMD, amd) == {
-        "name": "amdgpu", "version": "6.10.5", "source": str(amd / "sys/module/amdgpu/version"),
-        "reason": None}
+        "name": "amdgpu",
+        "version": "6.10.5",
+        "source": str(amd / "sys/module/amdgpu/version"),
+        "reason": None,
+    }
     in_tree = tmp_path / "in_tree"
     (in_tree / "sys/module/amdgpu").mkdir(parents=True)
     found = provenance.gpu_driver(GPU_AMD, in_tree)
@@ -173,8 +199,7 @@ def test_amd_clocks_are_the_starred_dpm_levels(tmp_path: Path) -> None:
     _write(tmp_path, f"{device}/pp_dpm_mclk", "0: 96Mhz\n1: 1300Mhz *\n")
     _write(tmp_path, f"{device}/power_dpm_force_performance_level", "auto\n")
     clocks = provenance.gpu_clocks(GPU_AMD, tmp_path)
-    assert (clocks["graphics_mhz"], clocks["memory_mhz"], clocks["performance_level"]) == \
-        (1200, 1300, "auto")
+    assert (clocks["graphics_mhz"], clocks["memory_mhz"], clocks["performance_level"]) == (1200, 1300, "auto")
     assert clocks["reason"] is None and clocks["when"] == provenance.CLOCKS_WHEN
     _write(tmp_path, f"{device}/pp_dpm_sclk", "0: 500Mhz\n1: 1200Mhz\n")  # no current level
     unread = provenance.gpu_clocks(GPU_AMD, tmp_path)
@@ -186,11 +211,13 @@ def test_amd_clocks_are_the_starred_dpm_levels(tmp_path: Path) -> None:
 def test_nvidia_clocks_through_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple] = []
     fake = types.SimpleNamespace(
-        NVML_CLOCK_SM=0, NVML_CLOCK_MEM=2,
+        NVML_CLOCK_SM=0,
+        NVML_CLOCK_MEM=2,
         nvmlInit=lambda: calls.append(("init",)),
         nvmlShutdown=lambda: calls.append(("shutdown",)),
         nvmlDeviceGetHandleByPciBusId=lambda bus: calls.append(("handle", bus)) or "h",
-        nvmlDeviceGetClockInfo=lambda handle, kind: {0: 1410, 2: 1593}[kind])
+        nvmlDeviceGetClockInfo=lambda handle, kind: {0: 1410, 2: 1593}[kind],
+    )
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     clocks = provenance.gpu_clocks(GPU_NVIDIA)
     assert (clocks["graphics_mhz"], clocks["memory_mhz"]) == (1410, 1593)

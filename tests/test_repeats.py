@@ -21,8 +21,7 @@ def test_two_identical_repeated_runs_compare_without_regression(tmp_path: Path) 
     files = []
     for name in ("a", "b"):
         out = tmp_path / f"{name}.json"
-        proc = run_cli("run", "hetero_kernels", "--streams", "2", *SMALL, "--repeats", "3",
-                       "-o", str(out))
+        proc = run_cli("run", "hetero_kernels", "--streams", "2", *SMALL, "--repeats", "3", "-o", str(out))
         assert proc.returncode == 0, proc.stderr
         files.append(str(out))
         data = load_json(out)
@@ -46,9 +45,10 @@ def test_two_identical_repeated_runs_compare_without_regression(tmp_path: Path) 
 @pytest.mark.slow
 def test_repeats_bad_input_exit_2_nothing_written(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    for extra, message in ((("--repeats", "0"), "--repeats must be ≥ 1"),
-                           (("--repeats", "2", "--trace-out", str(tmp_path / "t.json")),
-                            "use it without --repeats")):
+    for extra, message in (
+        (("--repeats", "0"), "--repeats must be ≥ 1"),
+        (("--repeats", "2", "--trace-out", str(tmp_path / "t.json")), "use it without --repeats"),
+    ):
         proc = run_cli("run", "hetero_kernels", "--streams", "2", *SMALL, *extra, "-o", str(out))
         assert proc.returncode == 2, proc.stderr
         assert message in proc.stderr, proc.stderr
@@ -63,9 +63,28 @@ def test_queue_pool_1_vs_4_detected_over_interleaved_repeats(tmp_path: Path) -> 
     must call the single queue slower beyond noise."""
     example = Path(__file__).resolve().parents[1] / "examples" / "policies.toml"
     out = tmp_path / "p.json"
-    proc = run_cli("policy-sweep", "hetero_kernels", "--streams", "8", "--policy-file",
-                   str(example), "--policies", "baseline,single_queue", "--repeats", "5",
-                   "-d", "cpu", "--size", "small", "-i", "8", "-w", "2", "-o", str(out))
+    proc = run_cli(
+        "policy-sweep",
+        "hetero_kernels",
+        "--streams",
+        "8",
+        "--policy-file",
+        str(example),
+        "--policies",
+        "baseline,single_queue",
+        "--repeats",
+        "5",
+        "-d",
+        "cpu",
+        "--size",
+        "small",
+        "-i",
+        "8",
+        "-w",
+        "2",
+        "-o",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr
     data = load_json(out)
     rows = {r["policy"]: r for r in data["summary"]["rows"]}
@@ -80,7 +99,9 @@ def test_queue_pool_1_vs_4_detected_over_interleaved_repeats(tmp_path: Path) -> 
     if max(loads) > 0.75 * cores:
         # other jobs hold the cores: 4 worker queues get no more CPU than 1, so no difference
         # exists to detect (measured: 1-min load ~6 on 2 cores gave 22–29 GFLOPS for both)
-        pytest.skip(f"machine busy (1-min load up to {max(loads):.1f} on {cores} cores): "
-                    f"single_queue vs baseline {tput['change_pct']:+.1f}%, {tput['verdict']}")
+        pytest.skip(
+            f"machine busy (1-min load up to {max(loads):.1f} on {cores} cores): "
+            f"single_queue vs baseline {tput['change_pct']:+.1f}%, {tput['verdict']}"
+        )
     assert tput["verdict"] == "regression", tput
     assert tput["change_ci_pct"][1] < 0

@@ -21,36 +21,68 @@ def _rows(n_streams: int, iterations: int = 3) -> dict:
         for s in range(n_streams):
             rows.append([it, s, s % 4, s % 2, t, t + 1.0, t + 50.0])
         t += 60.0
-    return {"columns": ["iteration", "stream", "queue", "label", "ready_us", "start_us", "end_us"],
-            "labels": ["gemm", "tiny_add"], "rows": rows, "total_ops": len(rows), "truncated": False}
+    return {
+        "columns": ["iteration", "stream", "queue", "label", "ready_us", "start_us", "end_us"],
+        "labels": ["gemm", "tiny_add"],
+        "rows": rows,
+        "total_ops": len(rows),
+        "truncated": False,
+    }
 
 
 def _run(streams: int, throughput: float, p99: float, ebpf=None) -> dict:
     samples = [p99 * 0.8, p99 * 0.9, p99 * 0.85, p99, p99 * 0.7]
-    return {"schema_version": 1, "kind": "run", "status": "ok", "workload_name": "hetero_kernels",
-            "stream_count": streams, "throughput": throughput, "throughput_unit": "GFLOPS",
-            "latency_ms": {"p50": p99 * 0.85, "p95": p99 * 0.95, "p99": p99, "mean": p99 * 0.85},
-            "iteration_times_ms": samples, "total_time_ms": 1.0, "op_intervals": _rows(streams),
-            "metadata": {"work_per_iteration": 100.0 * streams},
-            "queue_mapping": {"pool_size": 4, "queues_created": min(streams, 4),
-                              "stream_to_queue": [s % 4 for s in range(streams)]},
-            "environment": {"backend": "cpu", "cpu_count": 2},
-            "switch_latency": {"switch_overhead_ms": None, "reason": "none"},
-            "concurrency": {"achieved": 1.5}, "ops": {"per_label": {}}, "warnings": [],
-            "ebpf_queue_metrics": ebpf}
+    return {
+        "schema_version": 1,
+        "kind": "run",
+        "status": "ok",
+        "workload_name": "hetero_kernels",
+        "stream_count": streams,
+        "throughput": throughput,
+        "throughput_unit": "GFLOPS",
+        "latency_ms": {"p50": p99 * 0.85, "p95": p99 * 0.95, "p99": p99, "mean": p99 * 0.85},
+        "iteration_times_ms": samples,
+        "total_time_ms": 1.0,
+        "op_intervals": _rows(streams),
+        "metadata": {"work_per_iteration": 100.0 * streams},
+        "queue_mapping": {
+            "pool_size": 4,
+            "queues_created": min(streams, 4),
+            "stream_to_queue": [s % 4 for s in range(streams)],
+        },
+        "environment": {"backend": "cpu", "cpu_count": 2},
+        "switch_latency": {"switch_overhead_ms": None, "reason": "none"},
+        "concurrency": {"achieved": 1.5},
+        "ops": {"per_label": {}},
+        "warnings": [],
+        "ebpf_queue_metrics": ebpf,
+    }
 
 
 def _sweep(tmp_path):
     from aorta.hw_queue_eval.sweeps.stream_sweep import analysis_of
 
-    points = [{"key": {"workload": "hetero_kernels", "streams": n}, "status": "ok",
-               "result": _run(n, t, p)}
-              for n, t, p in ((1, 10, 1.0), (2, 20, 1.0), (4, 40, 1.1), (8, 41, 2.5))]
-    points.append({"key": {"workload": "hetero_kernels", "streams": 16}, "status": "timeout",
-                   "error": "no result after 5 s; stopped", "result": None})
-    sweep = {"schema_version": 1, "kind": "sweep", "workload": "hetero_kernels",
-             "throughput_unit": "GFLOPS", "points": points,
-             "analysis": analysis_of(points, "per_stream"), "run_options": {"iterations": 5}}
+    points = [
+        {"key": {"workload": "hetero_kernels", "streams": n}, "status": "ok", "result": _run(n, t, p)}
+        for n, t, p in ((1, 10, 1.0), (2, 20, 1.0), (4, 40, 1.1), (8, 41, 2.5))
+    ]
+    points.append(
+        {
+            "key": {"workload": "hetero_kernels", "streams": 16},
+            "status": "timeout",
+            "error": "no result after 5 s; stopped",
+            "result": None,
+        }
+    )
+    sweep = {
+        "schema_version": 1,
+        "kind": "sweep",
+        "workload": "hetero_kernels",
+        "throughput_unit": "GFLOPS",
+        "points": points,
+        "analysis": analysis_of(points, "per_stream"),
+        "run_options": {"iterations": 5},
+    }
     path = tmp_path / "sweep.json"
     path.write_text(json.dumps(sweep))
     return path
@@ -86,24 +118,30 @@ def test_sweep_report(tmp_path):
 
 @pytest.mark.slow
 def test_run_report_with_ebpf_histogram(tmp_path):
-    ebpf = {"submit_to_dispatch_hist_us": [{"min": 0, "max": 1, "count": 5},
-                                           {"min": 2, "max": 3, "count": 9}], "p99_us": 3.0}
+    ebpf = {
+        "submit_to_dispatch_hist_us": [{"min": 0, "max": 1, "count": 5}, {"min": 2, "max": 3, "count": 9}],
+        "p99_us": 3.0,
+    }
     path = tmp_path / "run.json"
     path.write_text(json.dumps(_run(6, 50, 2.0, ebpf=ebpf)))
     out = tmp_path / "rep"
     proc = run_cli("report", str(path), "-o", str(out))
     assert proc.returncode == 0, proc.stderr
-    html = _check_html(out, ["latency_distribution.png", "op_timeline.png",
-                             "ebpf_queue_submit_to_dispatch_hist.png"])
+    html = _check_html(
+        out, ["latency_distribution.png", "op_timeline.png", "ebpf_queue_submit_to_dispatch_hist.png"]
+    )
     assert "all 3 measured iterations" in html
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("setup", "message"), [
-    ("file_as_dir", "is a file"),
-    ("missing_parent", "does not exist"),
-    ("policy", "policy-sweep file has no summary"),
-])
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        ("file_as_dir", "is a file"),
+        ("missing_parent", "does not exist"),
+        ("policy", "policy-sweep file has no summary"),
+    ],
+)
 def test_report_bad_input_exit_2_nothing_written(tmp_path, setup, message):
     result = _sweep(tmp_path)
     out = tmp_path / "rep"
@@ -132,14 +170,22 @@ print("exit", code)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("args", [["--help"], ["sweep", "--help"], ["compare", "--help"],
-                                  ["report", "SWEEP", "-o", "OUT"],
-                                  ["compare", "-b", "SWEEP", "-t", "SWEEP"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["sweep", "--help"],
+        ["compare", "--help"],
+        ["report", "SWEEP", "-o", "OUT"],
+        ["compare", "-b", "SWEEP", "-t", "SWEEP"],
+    ],
+)
 def test_commands_do_not_import_torch(tmp_path, args):
     sweep = str(_sweep(tmp_path))
     args = [sweep if a == "SWEEP" else str(tmp_path / "out") if a == "OUT" else a for a in args]
-    proc = subprocess.run([sys.executable, "-c", NO_TORCH, *args], capture_output=True, text=True,
-                          timeout=60, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", NO_TORCH, *args], capture_output=True, text=True, timeout=60, check=False
+    )
     assert proc.returncode == 0, proc.stderr
     assert "exit 0" in proc.stdout or "exit None" in proc.stdout
 
@@ -148,9 +194,13 @@ def test_sweep_table_adds_ebpf_columns_when_traced():
     from aorta.hw_queue_eval.report.tables import sweep_table
 
     traced = _run(2, 20, 1.0, ebpf={"submit_to_dispatch": {"avg_us": 12.3, "p99_us": 45.7}})
-    sweep = {"throughput_unit": "GFLOPS", "points": [
-        {"key": {"streams": 1}, "status": "ok", "result": _run(1, 10, 1.0)},
-        {"key": {"streams": 2}, "status": "ok", "result": traced}]}
+    sweep = {
+        "throughput_unit": "GFLOPS",
+        "points": [
+            {"key": {"streams": 1}, "status": "ok", "result": _run(1, 10, 1.0)},
+            {"key": {"streams": 2}, "status": "ok", "result": traced},
+        ],
+    }
     headers, rows = sweep_table(sweep)
     assert headers[-2:] == ["eBPF dispatch avg µs", "eBPF dispatch P99 µs"]
     assert rows[1][-2:] == ["12.3", "45.7"]
@@ -172,14 +222,18 @@ def test_ebpf_histogram_bounds_in_readable_units_and_short_names():
     from aorta.hw_queue_eval.report.html import histogram_filename
     from aorta.hw_queue_eval.report.plots import bucket_labels
 
-    buckets = [{"max": 511, "count": 1}, {"min": 512, "max": 1023, "count": 3},
-               {"min": 4096, "count": 2}, {"min": 2_097_152, "count": 1}]
-    assert bucket_labels("submit_to_dispatch_hist_ns", buckets) == [
-        "≤511 ns", "512 ns", "4.1 µs", "2.1 ms"]
+    buckets = [
+        {"max": 511, "count": 1},
+        {"min": 512, "max": 1023, "count": 3},
+        {"min": 4096, "count": 2},
+        {"min": 2_097_152, "count": 1},
+    ]
+    assert bucket_labels("submit_to_dispatch_hist_ns", buckets) == ["≤511 ns", "512 ns", "4.1 µs", "2.1 ms"]
     assert bucket_labels("queue_depth", [{"min": 4, "count": 1}]) == ["4"]
-    assert histogram_filename("ebpf_queue_metrics",
-                              "families.amdgpu.metrics.submit_to_dispatch_hist_ns") == \
-        "ebpf_queue_amdgpu_submit_to_dispatch_hist.png"
+    assert (
+        histogram_filename("ebpf_queue_metrics", "families.amdgpu.metrics.submit_to_dispatch_hist_ns")
+        == "ebpf_queue_amdgpu_submit_to_dispatch_hist.png"
+    )
 
 
 def _policy_sweep_file(tmp_path, repeats=3):
@@ -192,14 +246,25 @@ def _policy_sweep_file(tmp_path, repeats=3):
         for r in range(1, repeats + 1):
             applicable = name not in ("xnack_off", "priority_be")
             result = _run(8, 10.0 + i + 0.3 * r, 2.0 + 0.1 * r) if applicable else None
-            points.append({"key": {"workload": "hetero_kernels", "streams": 8, "policy": name,
-                                   "repeat": r},
-                           "status": "ok" if applicable else "not_applicable",
-                           "error": None if applicable else "not applicable on the CPU backend",
-                           "result": result, "in_effect": {"queue_pool_size": 4}})
-    data = {"schema_version": 1, "kind": "policy-sweep", "workload": "hetero_kernels",
-            "streams": 8, "backend": "cpu", "repeats": repeats, "points": points,
-            "summary": summarize(points, [BUILTIN_POLICIES[n] for n in names])}
+            points.append(
+                {
+                    "key": {"workload": "hetero_kernels", "streams": 8, "policy": name, "repeat": r},
+                    "status": "ok" if applicable else "not_applicable",
+                    "error": None if applicable else "not applicable on the CPU backend",
+                    "result": result,
+                    "in_effect": {"queue_pool_size": 4},
+                }
+            )
+    data = {
+        "schema_version": 1,
+        "kind": "policy-sweep",
+        "workload": "hetero_kernels",
+        "streams": 8,
+        "backend": "cpu",
+        "repeats": repeats,
+        "points": points,
+        "summary": summarize(points, [BUILTIN_POLICIES[n] for n in names]),
+    }
     path = tmp_path / "policy.json"
     path.write_text(json.dumps(data))
     return path, data, names
@@ -231,11 +296,22 @@ def test_sweep_report_with_repeats_draws_a_ci_band(tmp_path):
     from aorta.hw_queue_eval.report.plots import sweep_throughput
     from aorta.hw_queue_eval.sweeps.stream_sweep import analysis_of
 
-    points = [{"key": {"workload": "hetero_kernels", "streams": n, "repeat": r}, "status": "ok",
-               "result": _run(n, t * f, 1.0)}
-              for n, t in ((1, 10), (2, 20), (4, 22)) for r, f in ((1, 1.0), (2, 1.05), (3, 0.95))]
-    sweep = {"kind": "sweep", "workload": "hetero_kernels", "throughput_unit": "GFLOPS",
-             "points": points, "analysis": analysis_of(points, "per_stream")}
+    points = [
+        {
+            "key": {"workload": "hetero_kernels", "streams": n, "repeat": r},
+            "status": "ok",
+            "result": _run(n, t * f, 1.0),
+        }
+        for n, t in ((1, 10), (2, 20), (4, 22))
+        for r, f in ((1, 1.0), (2, 1.05), (3, 0.95))
+    ]
+    sweep = {
+        "kind": "sweep",
+        "workload": "hetero_kernels",
+        "throughput_unit": "GFLOPS",
+        "points": points,
+        "analysis": analysis_of(points, "per_stream"),
+    }
     assert sweep["analysis"]["runs_per_point"] == [3, 3, 3]
     assert sweep_throughput(sweep, [p["result"] for p in points]).startswith(PNG_MAGIC)
     path = tmp_path / "sweep.json"

@@ -20,34 +20,46 @@ EAGAIN = BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
 
 
 def test_fork_refused_in_subprocess_is_exhaustion() -> None:
-    reason = exhaustion_reason(EAGAIN, [("/repo/tests/test_x.py", "test_x", "subprocess.run(cmd)"),
-                                        ("/usr/lib/python3.11/subprocess.py", "_execute_child",
-                                         "self.pid = _fork_exec(")])
+    reason = exhaustion_reason(
+        EAGAIN,
+        [
+            ("/repo/tests/test_x.py", "test_x", "subprocess.run(cmd)"),
+            ("/usr/lib/python3.11/subprocess.py", "_execute_child", "self.pid = _fork_exec("),
+        ],
+    )
     assert reason is not None
     assert "creating a process or thread" in reason
 
 
 def test_thread_refused_is_exhaustion() -> None:
     exc = RuntimeError("can't start new thread")
-    assert exhaustion_reason(exc, [("/usr/lib/python3.11/threading.py", "start",
-                                    "_start_new_thread(self._bootstrap, ())")]) is not None
-    assert exhaustion_reason(EAGAIN, [("/repo/tests/test_x.py", "test_x", "pid = os.fork()")]) \
+    assert (
+        exhaustion_reason(
+            exc, [("/usr/lib/python3.11/threading.py", "start", "_start_new_thread(self._bootstrap, ())")]
+        )
         is not None
+    )
+    assert exhaustion_reason(EAGAIN, [("/repo/tests/test_x.py", "test_x", "pid = os.fork()")]) is not None
 
 
 def test_eagain_from_a_lock_or_read_is_a_logic_failure() -> None:
     # outlock uses a non-blocking flock: EAGAIN there means "held", which tests must see fail
-    assert exhaustion_reason(EAGAIN, [("/repo/src/aorta/common/outlock.py", "acquire",
-                                       "fcntl.flock(fd, op)")]) is None
-    assert exhaustion_reason(RuntimeError("other"), [("/usr/lib/python3.11/threading.py", "start",
-                                                      "")]) is None
+    assert (
+        exhaustion_reason(EAGAIN, [("/repo/src/aorta/common/outlock.py", "acquire", "fcntl.flock(fd, op)")])
+        is None
+    )
+    assert (
+        exhaustion_reason(RuntimeError("other"), [("/usr/lib/python3.11/threading.py", "start", "")]) is None
+    )
 
 
 def test_child_reports_in_an_assertion_are_recognised_only_when_about_creation() -> None:
     thread = AssertionError("exit 1\nTraceback ...\nRuntimeError: can't start new thread\n")
     assert exhaustion_reason(thread, [("/repo/tests/test_x.py", "t", "assert rc == 0")]) is not None
-    forked = AssertionError('  File "subprocess.py", line 1, in _execute_child\n'
-                            "BlockingIOError: [Errno 11] Resource temporarily unavailable\n")
+    forked = AssertionError(
+        '  File "subprocess.py", line 1, in _execute_child\n'
+        "BlockingIOError: [Errno 11] Resource temporarily unavailable\n"
+    )
     assert exhaustion_reason(forked, [("/repo/tests/test_x.py", "t", "assert rc == 0")]) is not None
     locked = AssertionError("BlockingIOError: [Errno 11] Resource temporarily unavailable\n")
     assert exhaustion_reason(locked, [("/repo/tests/test_x.py", "t", "assert rc == 0")]) is None
@@ -60,7 +72,8 @@ def suite(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.
     monkeypatch.delenv("CI", raising=False)
     pytester.makeconftest(CONFTEST.read_text())
     pytester.syspathinsert(str(CONFTEST.parent))
-    pytester.makepyfile(test_inner="""
+    pytester.makepyfile(
+        test_inner="""
         import errno, fcntl, subprocess, threading
         import pytest
 
@@ -88,7 +101,8 @@ def suite(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.
         @pytest.mark.resource_limits
         def test_marked_stays_failed():
             raise RuntimeError("can't start new thread")
-    """)
+    """
+    )
     return pytester
 
 
@@ -97,8 +111,9 @@ def test_hook_skips_exhaustion_and_keeps_logic_failures(suite: pytest.Pytester) 
     result = suite.runpytest_inprocess("-p", "no:cacheprovider", "-rs")
     result.assert_outcomes(skipped=2, failed=3)
     result.stdout.fnmatch_lines(["*resource exhaustion, not a test result*"])
-    failed = {r.nodeid.split("::")[-1] for r in result.reprec.getreports("pytest_runtest_logreport")
-              if r.failed}
+    failed = {
+        r.nodeid.split("::")[-1] for r in result.reprec.getreports("pytest_runtest_logreport") if r.failed
+    }
     assert failed == {"test_lock_held", "test_logic", "test_marked_stays_failed"}
 
 
@@ -113,6 +128,10 @@ def test_each_test_has_its_own_tmpdir(private_tmpdir: Path) -> None:
     assert os.environ["TMPDIR"] == str(private_tmpdir)
     assert private_tmpdir != Path("/tmp")
     assert list(private_tmpdir.iterdir()) == []
-    child = subprocess.run([sys.executable, "-c", "import tempfile; print(tempfile.gettempdir())"],
-                           capture_output=True, text=True, check=True)
+    child = subprocess.run(
+        [sys.executable, "-c", "import tempfile; print(tempfile.gettempdir())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert child.stdout.strip() == str(private_tmpdir)

@@ -16,8 +16,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "results-schema.md"
 
 @pytest.fixture(scope="module")
 def result_dict():
-    return run_benchmark(RunConfig(workload="moe", streams=4, iterations=3, warmup=1,
-                                   device="cpu")).to_dict()
+    return run_benchmark(RunConfig(workload="moe", streams=4, iterations=3, warmup=1, device="cpu")).to_dict()
 
 
 def test_run_result_matches_json_schema(result_dict):
@@ -27,9 +26,12 @@ def test_run_result_matches_json_schema(result_dict):
 @pytest.mark.slow
 def test_schema_rejects_broken_results(result_dict):
     schema = run_result_schema()
-    for mutate in (lambda d: d.pop("throughput"), lambda d: d.update(stream_count=0),
-                   lambda d: d.update(status="maybe"),
-                   lambda d: d["latency_ms"].pop("p99")):
+    for mutate in (
+        lambda d: d.pop("throughput"),
+        lambda d: d.update(stream_count=0),
+        lambda d: d.update(status="maybe"),
+        lambda d: d["latency_ms"].pop("p99"),
+    ):
         broken = {**result_dict, "latency_ms": dict(result_dict["latency_ms"])}
         mutate(broken)
         with pytest.raises(jsonschema.ValidationError):

@@ -57,8 +57,11 @@ def test_v1_without_op_intervals_has_null_switch_overhead_with_reason():
 
 def test_v1_sweep_points_are_upgraded():
     raw = json.loads(V1_FILE.read_text())
-    sweep = {"schema_version": 1, "kind": "sweep", "points": [
-        {"key": {"streams": 8}, "status": "ok", "result": raw}]}
+    sweep = {
+        "schema_version": 1,
+        "kind": "sweep",
+        "points": [{"key": {"streams": 8}, "status": "ok", "result": raw}],
+    }
     data = upgrade(sweep)
     assert data["points"][0]["result"]["schema_version"] == 2
     assert "max_rel_error" in data["points"][0]["result"]["verification"]

@@ -26,11 +26,22 @@ SETPRIV = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"
 TINY = ("-i", "2", "-w", "1", "-d", "cpu", "--size", "small")
 #: Modules a child imports early (click, json, argparse…), or that Python imports by itself
 #: (sitecustomize, usercustomize), or our own package name.
-PLANTED = ("click", "json", "argparse", "numpy", "torch", "sitecustomize", "usercustomize",
-           "rich", "typing_extensions")
+PLANTED = (
+    "click",
+    "json",
+    "argparse",
+    "numpy",
+    "torch",
+    "sitecustomize",
+    "usercustomize",
+    "rich",
+    "typing_extensions",
+)
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
-                                reason="the attacker is another user: needs root and setpriv")
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None,
+    reason="the attacker is another user: needs root and setpriv",
+)
 
 
 def as_nobody(*argv: str) -> None:
@@ -84,27 +95,41 @@ def planted(world: Path) -> tuple[Path, Path]:
     return cwd, markers
 
 
-def aorta_isolated(*args: str, cwd: Path, env: dict[str, str] | None = None,
-                   timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def aorta_isolated(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
     """The aorta CLI started as README's entry point does: nothing imported from the cwd.
 
     PYTHONPATH points at the planted folder too: a user-writable search path must not reach
     the children either.
     """
-    full = {**os.environ, "PYTHONPATH": f"{cwd}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-            **(env or {})}
-    return subprocess.run(python_module_command("aorta.hw_queue_eval", *args), cwd=cwd,
-                          env=full, capture_output=True, text=True, timeout=timeout, check=False)
+    full = {**os.environ, "PYTHONPATH": f"{cwd}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", **(env or {})}
+    return subprocess.run(
+        python_module_command("aorta.hw_queue_eval", *args),
+        cwd=cwd,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 # -- 1. no imports from the working directory or PYTHONPATH in any child ------------------------
+
 
 @needs_root
 def test_control_plain_python_m_imports_the_planted_module(planted):
     cwd, markers = planted
     for module in ("aorta.hw_queue_eval", "aorta.tools.memory_pressure"):  # what children used to run
-        subprocess.run([sys.executable, "-m", module, "--help"], cwd=cwd,
-                       capture_output=True, text=True, timeout=60, check=False)
+        subprocess.run(
+            [sys.executable, "-m", module, "--help"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
     assert os.listdir(markers), "the plant must work on the unsafe launch"
 
 
@@ -114,8 +139,9 @@ def test_entry_point_imports_nothing_from_the_cwd(planted):
     entry = Path(sys.executable).parent / "aorta-hwq"
     if not entry.exists():
         pytest.skip("no aorta-hwq entry point next to this interpreter")
-    proc = subprocess.run([str(entry), "--version"], cwd=cwd, capture_output=True, text=True,
-                          timeout=60, check=False)
+    proc = subprocess.run(
+        [str(entry), "--version"], cwd=cwd, capture_output=True, text=True, timeout=60, check=False
+    )
     assert proc.returncode == 0, proc.stderr
     assert sorted(os.listdir(markers)) == []
 
@@ -125,8 +151,7 @@ def test_entry_point_imports_nothing_from_the_cwd(planted):
 def test_sweep_children_import_nothing_from_cwd_or_pythonpath(planted, tmp_path):
     cwd, markers = planted
     out = tmp_path / "s.json"
-    proc = aorta_isolated("sweep", "hetero_kernels", "--streams", "1,2", *TINY, "-o", str(out),
-                          cwd=cwd)
+    proc = aorta_isolated("sweep", "hetero_kernels", "--streams", "1,2", *TINY, "-o", str(out), cwd=cwd)
     assert proc.returncode == 0, proc.stderr
     assert [p["status"] for p in load_json(out)["points"]] == ["ok", "ok"]
     assert sorted(os.listdir(markers)) == []
@@ -137,8 +162,18 @@ def test_sweep_children_import_nothing_from_cwd_or_pythonpath(planted, tmp_path)
 def test_policy_sweep_children_import_nothing_from_cwd_or_pythonpath(planted, tmp_path):
     cwd, markers = planted
     out = tmp_path / "p.json"
-    proc = aorta_isolated("policy-sweep", "hetero_kernels", "--streams", "2", "--policies",
-                          "baseline,multi_tenant_fair", *TINY, "-o", str(out), cwd=cwd)
+    proc = aorta_isolated(
+        "policy-sweep",
+        "hetero_kernels",
+        "--streams",
+        "2",
+        "--policies",
+        "baseline,multi_tenant_fair",
+        *TINY,
+        "-o",
+        str(out),
+        cwd=cwd,
+    )
     assert proc.returncode == 0, proc.stderr
     points = load_json(out)["points"]
     assert [p["status"] for p in points] == ["ok", "ok"]
@@ -182,11 +217,27 @@ def test_pressure_churner_imports_nothing_from_cwd(planted, tmp_path):
     churn_dir = tmp_path / "churn"
     churn_dir.mkdir()
     proc = subprocess.run(
-        python_module_command("aorta.tools.memory_pressure", "--limit", "256M", "--churn", "8M",
-                              "--churn-dir", str(churn_dir), "--", sys.executable, "-I", "-c",
-                              CHURN_CHECK),
-        cwd=cwd, env={**child_environment(), "PYTHONPATH": str(cwd)}, capture_output=True,
-        text=True, timeout=120, check=False)
+        python_module_command(
+            "aorta.tools.memory_pressure",
+            "--limit",
+            "256M",
+            "--churn",
+            "8M",
+            "--churn-dir",
+            str(churn_dir),
+            "--",
+            sys.executable,
+            "-I",
+            "-c",
+            CHURN_CHECK,
+        ),
+        cwd=cwd,
+        env={**child_environment(), "PYTHONPATH": str(cwd)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     if proc.returncode == 2 and "cgroup" in proc.stderr:
         pytest.skip(f"no usable memory cgroup here: {proc.stderr.strip()}")
     assert proc.returncode == 0, proc.stderr
@@ -199,12 +250,14 @@ def test_child_command_is_isolated_and_drops_python_variables():
     assert argv[:3] == [sys.executable, "-I", "-c"]
     assert Path(argv[4]).name == "aorta"
     assert argv[5:] == ["aorta.hw_queue_eval", "run"]
-    env = child_environment({"GPU_MAX_HW_QUEUES": "2"},
-                            base={"PYTHONPATH": "/tmp/x", "PYTHONSTARTUP": "/tmp/y", "HOME": "/r"})
+    env = child_environment(
+        {"GPU_MAX_HW_QUEUES": "2"}, base={"PYTHONPATH": "/tmp/x", "PYTHONSTARTUP": "/tmp/y", "HOME": "/r"}
+    )
     assert env == {"HOME": "/r", "GPU_MAX_HW_QUEUES": "2"}
 
 
 # -- 3. no writes through a folder link another user planted -------------------------------------
+
 
 @pytest.fixture
 def planted_link(world: Path) -> tuple[Path, Path]:
@@ -287,9 +340,16 @@ def test_report_folder_race_with_a_planted_link(world):
     secret.mkdir(mode=0o700)
     shared = nobody_folder(world / "shared")
     target = shared / "rep"
-    racer = subprocess.Popen([*SETPRIV, "sh", "-c", f"while :; do ln -s {secret} {target} "
-                              f"2>/dev/null; rm -f {target} 2>/dev/null; rmdir {target} "
-                              "2>/dev/null; done"])
+    racer = subprocess.Popen(
+        [
+            *SETPRIV,
+            "sh",
+            "-c",
+            f"while :; do ln -s {secret} {target} "
+            f"2>/dev/null; rm -f {target} 2>/dev/null; rmdir {target} "
+            "2>/dev/null; done",
+        ]
+    )
     tries = refused = 0
     try:
         for _ in range(300):
@@ -311,6 +371,7 @@ def test_report_folder_race_with_a_planted_link(world):
 
 # -- 5. planted checkpoints ----------------------------------------------------------------------
 
+
 @pytest.mark.slow
 @needs_root
 @pytest.mark.parametrize("plant", ["owner", "mode"])
@@ -321,11 +382,11 @@ def test_resume_refuses_a_checkpoint_root_does_not_trust(tmp_path, plant):
         os.chown(out, NOBODY, NOBODY)
     else:
         os.chmod(out, 0o666)
-    proc = run_cli("sweep", "hetero_kernels", "--streams", "1", *TINY, "-o", str(out),
-                   "--resume", env={"SUDO_UID": ""})
+    proc = run_cli(
+        "sweep", "hetero_kernels", "--streams", "1", *TINY, "-o", str(out), "--resume", env={"SUDO_UID": ""}
+    )
     assert proc.returncode == 2, proc.stderr
-    assert ("belongs to user 65534" if plant == "owner" else "writable by every user") \
-        in proc.stderr
+    assert ("belongs to user 65534" if plant == "owner" else "writable by every user") in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert "Traceback" not in proc.stderr
 
@@ -336,7 +397,16 @@ def test_resume_accepts_the_invoking_users_checkpoint(tmp_path):
     out = tmp_path / "s.json"
     out.write_text(json.dumps({"kind": "sweep", "fingerprint": "x", "points": []}))
     os.chown(out, NOBODY, NOBODY)
-    proc = run_cli("sweep", "hetero_kernels", "--streams", "1", *TINY, "-o", str(out),
-                   "--resume", env={"SUDO_UID": str(NOBODY)})
+    proc = run_cli(
+        "sweep",
+        "hetero_kernels",
+        "--streams",
+        "1",
+        *TINY,
+        "-o",
+        str(out),
+        "--resume",
+        env={"SUDO_UID": str(NOBODY)},
+    )
     assert proc.returncode == 2
     assert "other settings" in proc.stderr  # got past the owner check

@@ -8,10 +8,14 @@ from aorta.hw_queue_eval.analysis.scaling import analyze
 
 
 def _result(streams, throughput, p99, work, pool=4, backend="cpu", cores=64, dispatch=None):
-    result = {"stream_count": streams, "throughput": throughput, "latency_ms": {"p99": p99},
-              "metadata": {"work_per_iteration": work},
-              "queue_mapping": {"pool_size": pool},
-              "environment": {"backend": backend, "cpu_count": cores, "env_knobs": {}}}
+    result = {
+        "stream_count": streams,
+        "throughput": throughput,
+        "latency_ms": {"p99": p99},
+        "metadata": {"work_per_iteration": work},
+        "queue_mapping": {"pool_size": pool},
+        "environment": {"backend": backend, "cpu_count": cores, "env_knobs": {}},
+    }
     if dispatch is not None:
         result["ebpf_queue_metrics"] = {"submit_to_dispatch": {"p99_us": dispatch}}
     return result
@@ -19,9 +23,13 @@ def _result(streams, throughput, p99, work, pool=4, backend="cpu", cores=64, dis
 
 def _per_stream_sweep(**kw):
     # work grows with the streams; time per iteration constant up to 4 streams, then grows
-    return [_result(1, 10, 1.0, 100, **kw), _result(2, 20, 1.0, 200, **kw),
-            _result(4, 40, 1.0, 400, **kw), _result(8, 41, 2.0, 800, **kw),
-            _result(16, 42, 4.0, 1600, **kw)]
+    return [
+        _result(1, 10, 1.0, 100, **kw),
+        _result(2, 20, 1.0, 200, **kw),
+        _result(4, 40, 1.0, 400, **kw),
+        _result(8, 41, 2.0, 800, **kw),
+        _result(16, 42, 4.0, 1600, **kw),
+    ]
 
 
 def test_knee_at_pool_size_per_stream_work():
@@ -54,8 +62,10 @@ def test_fixed_work_uses_stream_ratio():
 
 
 def test_still_scaling_and_unknown_pool():
-    results = [_result(1, 10, 1.0, 100, pool=None, backend="cuda"),
-               _result(2, 20, 1.0, 200, pool=None, backend="cuda")]
+    results = [
+        _result(1, 10, 1.0, 100, pool=None, backend="cuda"),
+        _result(2, 20, 1.0, 200, pool=None, backend="cuda"),
+    ]
     a = analyze(results, "per_stream")
     assert a.knee_streams is None
     assert a.pool_size is None
@@ -77,8 +87,12 @@ def test_needs_two_points():
 
 def test_flat_step_followed_by_scaling_is_not_the_knee():
     # 2→4 captures little, 4→8 scales again, 8→16 is flat: scaling stopped at 8, not 2
-    results = [_result(2, 100, 1.0, 200), _result(4, 110, 1.0, 400), _result(8, 200, 1.0, 800),
-               _result(16, 205, 2.0, 1600)]
+    results = [
+        _result(2, 100, 1.0, 200),
+        _result(4, 110, 1.0, 400),
+        _result(8, 200, 1.0, 800),
+        _result(16, 205, 2.0, 1600),
+    ]
     a = analyze(results, "per_stream")
     assert a.knee_streams == 8
 
@@ -102,8 +116,11 @@ def _runs(streams, tputs, work, iqr=0.02, **kw):
 
 
 def test_repeats_with_separated_cis_give_high_confidence():
-    results = (_runs(1, [10, 10.2, 9.9, 10.1, 9.8], 100) + _runs(2, [20, 19.5, 20.3, 19.9, 20.1], 200)
-               + _runs(4, [21, 20.6, 21.2, 20.8, 21.1], 400))
+    results = (
+        _runs(1, [10, 10.2, 9.9, 10.1, 9.8], 100)
+        + _runs(2, [20, 19.5, 20.3, 19.9, 20.1], 200)
+        + _runs(4, [21, 20.6, 21.2, 20.8, 21.1], 400)
+    )
     a = analyze(results, "per_stream")
     assert a.knee_streams == 2
     assert a.runs_per_point == [5, 5, 5]
@@ -115,16 +132,18 @@ def test_repeats_with_separated_cis_give_high_confidence():
 
 
 def test_overlapping_cis_give_low_confidence_and_uncertain_steps():
-    results = (_runs(1, [10, 14, 6], 100) + _runs(2, [16, 9, 12], 200)
-               + _runs(4, [12, 15, 9], 400))
+    results = _runs(1, [10, 14, 6], 100) + _runs(2, [16, 9, 12], 200) + _runs(4, [12, 15, 9], 400)
     a = analyze(results, "per_stream")
     assert a.confidence == "low"
     assert {s["trend"] for s in a.steps} == {"uncertain"}
 
 
 def test_unstable_points_are_flagged_and_weaken_the_verdict():
-    results = (_runs(1, [10, 10.1, 9.9], 100, iqr=0.5) + _runs(2, [20, 20.1, 19.9], 200)
-               + _runs(4, [20.5, 20.4, 20.6], 400))
+    results = (
+        _runs(1, [10, 10.1, 9.9], 100, iqr=0.5)
+        + _runs(2, [20, 20.1, 19.9], 200)
+        + _runs(4, [20.5, 20.4, 20.6], 400)
+    )
     a = analyze(results, "per_stream")
     assert a.unstable_points == [{"streams": 1, "iqr_over_median": 0.5}]
     assert a.confidence == "low"
@@ -137,9 +156,12 @@ def test_resume_under_other_load_is_flagged():
     from aorta.hw_queue_eval.sweeps.stream_sweep import analysis_of
 
     def point(streams, tput, pid, load):
-        return {"key": {"workload": "w", "streams": streams}, "status": "ok",
-                "result": _result(streams, tput, 1.0, 100 * streams),
-                "conditions": {"loadavg_1m": load, "cpu_count": 2, "session_pid": pid}}
+        return {
+            "key": {"workload": "w", "streams": streams},
+            "status": "ok",
+            "result": _result(streams, tput, 1.0, 100 * streams),
+            "conditions": {"loadavg_1m": load, "cpu_count": 2, "session_pid": pid},
+        }
 
     one_go = analysis_of([point(1, 10, 7, 0.2), point(2, 20, 7, 0.3)], "per_stream")
     assert not one_go.get("mixed_conditions")
@@ -162,13 +184,26 @@ def test_verdict_never_contradicts_the_table(seed):
         results += [_result(n, level * rng.uniform(0.7, 1.3), 1.0, 100 * n) for _ in range(repeats)]
     rng.shuffle(results)
     a = analyze(results, scaling)
-    sweep = {"throughput_unit": "GFLOPS", "analysis": a.to_dict(),
-             "points": [{"key": {"workload": "w", "streams": r["stream_count"],
-                                 **({"repeat": i} if repeats > 1 else {})},
-                         "status": "ok", "result": r} for i, r in enumerate(results)]}
+    sweep = {
+        "throughput_unit": "GFLOPS",
+        "analysis": a.to_dict(),
+        "points": [
+            {
+                "key": {
+                    "workload": "w",
+                    "streams": r["stream_count"],
+                    **({"repeat": i} if repeats > 1 else {}),
+                },
+                "status": "ok",
+                "result": r,
+            }
+            for i, r in enumerate(results)
+        ],
+    }
     _, rows = sweep_table(sweep)
-    medians = {n: median_ci([r["throughput"] for r in results if r["stream_count"] == n]).median
-               for n in counts}
+    medians = {
+        n: median_ci([r["throughput"] for r in results if r["stream_count"] == n]).median for n in counts
+    }
     col = 3 if repeats > 1 else 2
     for row in rows:  # the table shows the medians the analysis used
         assert row[col].split(" ")[0] == f"{medians[int(row[0])]:.2f}"
@@ -185,21 +220,21 @@ def test_verdict_never_contradicts_the_table(seed):
 
     for n in counts:
         pn = type("P", (), {"streams": n, "work_per_iteration": 100 * n})
-        p0 = type("P", (), {"streams": counts[0],
-                            "work_per_iteration": first["metadata"]["work_per_iteration"]})
+        p0 = type(
+            "P", (), {"streams": counts[0], "work_per_iteration": first["metadata"]["work_per_iteration"]}
+        )
         assert a.efficiency[points[n]] == pytest.approx(
-            medians[n] / medians[counts[0]] / ideal_growth(p0, pn, scaling))
+            medians[n] / medians[counts[0]] / ideal_growth(p0, pn, scaling)
+        )
     knee = a.knee_streams
     if knee is None:
         assert a.verdict.startswith("throughput still scales")
         for k in counts[:-1]:  # from every point scaling resumes somewhere later
-            assert any((g := gain(k, b)) is not None and g >= KNEE_GAIN_FRACTION
-                       for b in counts if b > k)
+            assert any((g := gain(k, b)) is not None and g >= KNEE_GAIN_FRACTION for b in counts if b > k)
     else:
         assert f"stops scaling at {knee} streams" in a.verdict
         later = [gain(knee, b) for b in counts if b > knee]
         assert all(g is None or g < KNEE_GAIN_FRACTION for g in later)  # never resumes
-        for k in counts[:counts.index(knee)]:  # and it is the first such point
-            assert any((g := gain(k, b)) is not None and g >= KNEE_GAIN_FRACTION
-                       for b in counts if b > k)
+        for k in counts[: counts.index(knee)]:  # and it is the first such point
+            assert any((g := gain(k, b)) is not None and g >= KNEE_GAIN_FRACTION for b in counts if b > k)
     assert ("confidence unknown" in a.verdict) == (repeats == 1)

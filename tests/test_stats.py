@@ -8,13 +8,16 @@ import pytest
 from aorta.hw_queue_eval.analysis.stats import compare_samples, mann_whitney_u
 
 
-@pytest.mark.parametrize(("a", "b", "u", "p", "method"), [
-    # scipy.stats.mannwhitneyu(a, b, alternative="two-sided", method="exact")
-    ([1, 2, 3], [4, 5, 6], 0.0, 0.1, "exact"),
-    ([1.1, 2.3, 3.2, 4.4, 5.1], [2.2, 6.1, 7.3, 8.2, 9.1, 10.5], 4.0, 0.05194805194805195, "exact"),
-    # ties → normal approximation with tie and continuity correction (scipy method="asymptotic")
-    ([1, 2, 2, 3, 3, 3, 4], [2, 3, 4, 4, 5, 5, 6, 6], 8.5, 0.025144761173357368, "normal"),
-])
+@pytest.mark.parametrize(
+    ("a", "b", "u", "p", "method"),
+    [
+        # scipy.stats.mannwhitneyu(a, b, alternative="two-sided", method="exact")
+        ([1, 2, 3], [4, 5, 6], 0.0, 0.1, "exact"),
+        ([1.1, 2.3, 3.2, 4.4, 5.1], [2.2, 6.1, 7.3, 8.2, 9.1, 10.5], 4.0, 0.05194805194805195, "exact"),
+        # ties → normal approximation with tie and continuity correction (scipy method="asymptotic")
+        ([1, 2, 2, 3, 3, 3, 4], [2, 3, 4, 4, 5, 5, 6, 6], 8.5, 0.025144761173357368, "normal"),
+    ],
+)
 def test_mann_whitney_matches_reference(a, b, u, p, method):
     result = mann_whitney_u(a, b)
     assert result.u == pytest.approx(u)
@@ -134,19 +137,26 @@ def test_false_positive_rate_of_identical_run_sets_at_most_5_percent(noise):
 
 def test_identical_single_runs_never_give_a_verdict():
     rng = np.random.default_rng(5)
-    verdicts = {compare_runs(_lognormal_runs(rng, 100, 1, 0.2), _lognormal_runs(rng, 100, 1, 0.2),
-                             5.0, higher_is_better=True).verdict for _ in range(200)}
+    verdicts = {
+        compare_runs(
+            _lognormal_runs(rng, 100, 1, 0.2), _lognormal_runs(rng, 100, 1, 0.2), 5.0, higher_is_better=True
+        ).verdict
+        for _ in range(200)
+    }
     assert verdicts == {"inconclusive"}
 
 
 def test_real_difference_is_detected_with_five_runs():
     rng = np.random.default_rng(7)
-    found = sum(compare_runs(_lognormal_runs(rng, 100, 5, 0.1), _lognormal_runs(rng, 160, 5, 0.1),
-                             5.0, higher_is_better=True).verdict == "improvement"
-                for _ in range(100))
+    found = sum(
+        compare_runs(
+            _lognormal_runs(rng, 100, 5, 0.1), _lognormal_runs(rng, 160, 5, 0.1), 5.0, higher_is_better=True
+        ).verdict
+        == "improvement"
+        for _ in range(100)
+    )
     assert found >= 90  # 1.6× with 10 % run-to-run noise: power close to 1
-    c = compare_runs([100.0, 101, 99, 100.5, 99.5], [60.0, 61, 59, 60.5, 59.5], 5.0,
-                     higher_is_better=True)
+    c = compare_runs([100.0, 101, 99, 100.5, 99.5], [60.0, 61, 59, 60.5, 59.5], 5.0, higher_is_better=True)
     assert c.verdict == "regression"
     assert c.change_ci_pct[1] < -30
 

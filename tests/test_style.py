@@ -26,10 +26,14 @@ def _pinned_ruff() -> str:
 
 
 def test_ci_runs_ruff_check_and_format_check_before_the_tests() -> None:
-    lines = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()
-             if line.strip() and not line.lstrip().startswith("#")]
-    text = [line for line in lines
-            if "-m ruff check" in line or "-m ruff format" in line or "-m pytest" in line]
+    lines = [
+        line.strip()
+        for line in (REPO / ".ci" / "run").read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    text = [
+        line for line in lines if "-m ruff check" in line or "-m ruff format" in line or "-m pytest" in line
+    ]
     assert any("-m ruff check ." in line for line in text), text
     assert any("-m ruff format --check ." in line for line in text), text
     assert "pytest" in text[-1], "the tests run after the style checks"
@@ -37,8 +41,9 @@ def test_ci_runs_ruff_check_and_format_check_before_the_tests() -> None:
 
 
 def test_ruff_is_pinned_and_the_installed_one_is_the_pin() -> None:
-    proc = subprocess.run([sys.executable, "-m", "ruff", "--version"], capture_output=True,
-                          text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ruff", "--version"], capture_output=True, text=True, check=False
+    )
     if proc.returncode != 0:
         pytest.skip("ruff is not installed here (bash scripts/setup.sh --test installs it)")
     assert proc.stdout.split()[-1] == _pinned_ruff()
@@ -52,8 +57,13 @@ def test_format_settings_follow_the_lint_line_length() -> None:
 
 
 def test_ruff_check_is_clean() -> None:
-    proc = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], cwd=REPO,
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--no-cache", "."],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if "No module named ruff" in proc.stderr:
         pytest.skip("ruff is not installed here (bash scripts/setup.sh --test installs it)")
     assert proc.returncode == 0, proc.stdout[-3000:]

@@ -34,8 +34,18 @@ def test_crashing_point_costs_that_point_only(tmp_path):
     out = tmp_path / "s.json"
     traces = tmp_path / "traces"
     traces.mkdir()
-    proc = run_cli("sweep", "hetero_kernels", "--streams", "1,2,4,100", *TINY, "-o", str(out),
-                   "--trace-out", f"{traces}/", fakes=("--crash-at-streams", "2"))
+    proc = run_cli(
+        "sweep",
+        "hetero_kernels",
+        "--streams",
+        "1,2,4,100",
+        *TINY,
+        "-o",
+        str(out),
+        "--trace-out",
+        f"{traces}/",
+        fakes=("--crash-at-streams", "2"),
+    )
     assert proc.returncode == 1, proc.stderr  # a point failed, the sweep finished
     assert "dropped stream counts [100]" in proc.stderr
     data = load_json(out)
@@ -46,8 +56,10 @@ def test_crashing_point_costs_that_point_only(tmp_path):
     assert data["state"] == "complete"
     assert data["analysis"]["stream_counts"] == [1, 4]
     assert "2 streams failed: killed by signal 9" in proc.stdout  # shown under the table
-    assert sorted(p.name for p in traces.iterdir()) == ["hetero_kernels-s1.trace.json",
-                                                         "hetero_kernels-s4.trace.json"]
+    assert sorted(p.name for p in traces.iterdir()) == [
+        "hetero_kernels-s1.trace.json",
+        "hetero_kernels-s4.trace.json",
+    ]
 
 
 def _ok_points(path: Path) -> list[dict]:
@@ -71,8 +83,11 @@ def _alive(pid: int) -> bool:
 def test_kill_9_mid_sweep_then_resume_loses_nothing(tmp_path):
     out = tmp_path / "s.json"
     args = ["sweep", "hetero_kernels", "--streams", "1,2,4,8", *TINY, "-o", str(out)]
-    sweep = subprocess.Popen([sys.executable, "-m", "aorta.hw_queue_eval", *args],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "aorta.hw_queue_eval", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 120
     while len(_ok_points(out)) < 2 and time.monotonic() < deadline and sweep.poll() is None:
         time.sleep(0.05)
@@ -85,8 +100,21 @@ def test_kill_9_mid_sweep_then_resume_loses_nothing(tmp_path):
     again = run_cli(*args)  # without --resume: refuses to overwrite finished points
     assert again.returncode == 2
     assert "--resume" in again.stderr
-    other = run_cli("sweep", "hetero_kernels", "--streams", "1,2,4,8", "-i", "4", "-w", "1",
-                    "-d", "cpu", "-o", str(out), "--resume")
+    other = run_cli(
+        "sweep",
+        "hetero_kernels",
+        "--streams",
+        "1,2,4,8",
+        "-i",
+        "4",
+        "-w",
+        "1",
+        "-d",
+        "cpu",
+        "-o",
+        str(out),
+        "--resume",
+    )
     assert other.returncode == 2
     assert "other settings" in other.stderr
 
@@ -98,19 +126,33 @@ def test_kill_9_mid_sweep_then_resume_loses_nothing(tmp_path):
     assert all(p["status"] == "ok" for p in data["points"])
     by_streams = {p["key"]["streams"]: p for p in data["points"]}
     for point in before:  # finished points were kept, not re-run
-        assert by_streams[point["key"]["streams"]]["result"]["timestamp"] == \
-            point["result"]["timestamp"]
+        assert by_streams[point["key"]["streams"]]["result"]["timestamp"] == point["result"]["timestamp"]
     assert data["analysis"]["verdict"]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("sig", "code", "state"), [(signal.SIGINT, 130, "interrupted"),
-                                                    (signal.SIGTERM, 143, "terminated")])
+@pytest.mark.parametrize(
+    ("sig", "code", "state"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")]
+)
 def test_ctrl_c_keeps_finished_points_and_stops_the_child(tmp_path, sig, code, state):
     out = tmp_path / "s.json"
-    sweep = subprocess.Popen([sys.executable, "-m", "aorta.hw_queue_eval", "sweep", "hetero_kernels",
-                              "--streams", "1,2,4,8", *TINY, "-o", str(out)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sweep = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "aorta.hw_queue_eval",
+            "sweep",
+            "hetero_kernels",
+            "--streams",
+            "1,2,4,8",
+            *TINY,
+            "-o",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     while not _ok_points(out) and time.monotonic() < deadline and sweep.poll() is None:
         time.sleep(0.05)
@@ -137,18 +179,22 @@ def test_ctrl_c_keeps_finished_points_and_stops_the_child(tmp_path, sig, code, s
 @pytest.mark.slow
 def test_hung_point_times_out(tmp_path):
     out = tmp_path / "s.json"
-    proc = run_cli("sweep", "hetero_kernels", "--streams", "1", *TINY, "-o", str(out),
-                   "--timeout", "0.2")
+    proc = run_cli("sweep", "hetero_kernels", "--streams", "1", *TINY, "-o", str(out), "--timeout", "0.2")
     assert proc.returncode == 1
     point = load_json(out)["points"][0]
     assert point["status"] == "timeout"
     assert "no result after 0.2 s" in point["error"]
-    assert run_cli_inprocess("sweep", "hetero_kernels", "--streams", "1", "--timeout", "0",
-                   "-o", str(tmp_path / "x.json")).returncode == 2
+    assert (
+        run_cli_inprocess(
+            "sweep", "hetero_kernels", "--streams", "1", "--timeout", "0", "-o", str(tmp_path / "x.json")
+        ).returncode
+        == 2
+    )
 
 
 def test_point_folders_of_a_killed_parent_are_removed_by_the_next_point(tmp_path):
     from aorta.hw_queue_eval.sweeps import childrun
+
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     stale = tmp_path / f"{childrun.TEMP_PREFIX}{dead.pid}-abc"
@@ -168,15 +214,18 @@ def test_point_folders_of_a_killed_parent_are_removed_by_the_next_point(tmp_path
 @pytest.mark.slow
 def test_sweep_repeats_interleave_and_analyse_over_runs(tmp_path):
     out = tmp_path / "s.json"
-    proc = run_cli("sweep", "hetero_kernels", "--streams", "1,2", *TINY, "--repeats", "2",
-                   "-o", str(out))
+    proc = run_cli("sweep", "hetero_kernels", "--streams", "1,2", *TINY, "--repeats", "2", "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     data = load_json(out)
     assert data["repeats"] == 2
     assert len(data["schedule"]) == 2
     assert all(sorted(r) == [1, 2] for r in data["schedule"])
     assert sorted((p["key"]["streams"], p["key"]["repeat"]) for p in data["points"]) == [
-        (1, 1), (1, 2), (2, 1), (2, 2)]
+        (1, 1),
+        (1, 2),
+        (2, 1),
+        (2, 2),
+    ]
     pids = {p["result"]["environment"]["pid"] for p in data["points"]}
     assert len(pids) == 4, "every run in a fresh process"
     assert all(p["conditions"]["cpu_count"] for p in data["points"])
@@ -190,8 +239,9 @@ def test_sweep_repeats_interleave_and_analyse_over_runs(tmp_path):
     cmp = run_cli("compare", "-b", str(out), "-t", str(out), "--json")
     assert cmp.returncode == 0
     assert [p["runs"] for p in json.loads(cmp.stdout)["tests"][0]["pairs"]] == [[2, 2], [2, 2]]
-    again = run_cli("sweep", "hetero_kernels", "--streams", "1,2", *TINY, "--repeats", "2",
-                    "-o", str(out), "--resume")
+    again = run_cli(
+        "sweep", "hetero_kernels", "--streams", "1,2", *TINY, "--repeats", "2", "-o", str(out), "--resume"
+    )
     assert again.returncode == 0
     assert again.stderr.count("already done (resumed)") == 4
 
@@ -215,17 +265,23 @@ def test_foreign_point_folders_in_shared_temp_cannot_break_a_sweep(tmp_path):
 
 def _sweep_with_planted_folders(shared: Path, tmp_path: Path) -> None:
     from aorta.hw_queue_eval.sweeps import childrun
+
     dead = subprocess.Popen(["true"])
     dead.wait()
-    planted = [f"{childrun.TEMP_PREFIX}99999999999999999999-x", f"{childrun.TEMP_PREFIX}{dead.pid}-y",
-               f"{childrun.TEMP_PREFIX}-1-z", f"{childrun.TEMP_PREFIX}\u0663\u0663-w"]
+    planted = [
+        f"{childrun.TEMP_PREFIX}99999999999999999999-x",
+        f"{childrun.TEMP_PREFIX}{dead.pid}-y",
+        f"{childrun.TEMP_PREFIX}-1-z",
+        f"{childrun.TEMP_PREFIX}\u0663\u0663-w",
+    ]
     for name in planted:
         subprocess.run([*SETPRIV_NOBODY, "mkdir", str(shared / name)], check=True)
     assert childrun.remove_stale_point_dirs(str(shared)) == []
     assert all((shared / name).is_dir() for name in planted)
     out = tmp_path / "s.json"
-    proc = run_cli("sweep", "hetero_kernels", "--streams", "1", *TINY, "-o", str(out),
-                   env={"TMPDIR": str(shared)})
+    proc = run_cli(
+        "sweep", "hetero_kernels", "--streams", "1", *TINY, "-o", str(out), env={"TMPDIR": str(shared)}
+    )
     assert proc.returncode == 0, proc.stderr[-600:]
     assert "Traceback" not in proc.stderr
     assert load_json(out)["points"][0]["status"] == "ok"

@@ -13,8 +13,22 @@ from conftest import load_json, run_cli
 @pytest.mark.slow
 def test_run_trace_out_structure(tmp_path):
     trace_path, result_path = tmp_path / "t.trace.json", tmp_path / "r.json"
-    proc = run_cli("run", "hetero_kernels", "--streams", "6", "-i", "3", "-w", "1", "-d", "cpu",
-                   "-o", str(result_path), "--trace-out", str(trace_path))
+    proc = run_cli(
+        "run",
+        "hetero_kernels",
+        "--streams",
+        "6",
+        "-i",
+        "3",
+        "-w",
+        "1",
+        "-d",
+        "cpu",
+        "-o",
+        str(result_path),
+        "--trace-out",
+        str(trace_path),
+    )
     assert proc.returncode == 0, proc.stderr
     trace, result = load_json(trace_path), load_json(result_path)
     assert validate_trace(trace) == []
@@ -25,8 +39,11 @@ def test_run_trace_out_structure(tmp_path):
     assert len(stream_ops) == len(queue_ops) == result["ops"]["count"] > 0
     assert {e["tid"] for e in stream_ops} == set(range(1, 7))  # one track per stream
     assert {e["tid"] for e in queue_ops} == set(range(1, result["queue_mapping"]["queues_created"] + 1))
-    names = {(e["pid"], e.get("tid")): e["args"]["name"] for e in events
-             if e["ph"] == "M" and e["name"] == "thread_name"}
+    names = {
+        (e["pid"], e.get("tid")): e["args"]["name"]
+        for e in events
+        if e["ph"] == "M" and e["name"] == "thread_name"
+    }
     assert names[(1, 5)] == "stream 4 → queue 0"  # 6 streams on a pool of 4: stream 4 shares q0
     window_us = result["total_time_ms"] * 1000
     assert all(e["ts"] >= 0 and e["ts"] + e["dur"] <= window_us + 1 for e in ops)
@@ -40,17 +57,28 @@ def test_run_trace_out_structure(tmp_path):
 
 
 def test_busy_counter_merges_a_streams_ops():
-    ops = [{"stream": 0, "start_us": 0.0, "end_us": 10.0}, {"stream": 0, "start_us": 5.0, "end_us": 12.0},
-           {"stream": 1, "start_us": 8.0, "end_us": 9.0}, {"stream": 1, "start_us": 20.0, "end_us": 30.0}]
+    ops = [
+        {"stream": 0, "start_us": 0.0, "end_us": 10.0},
+        {"stream": 0, "start_us": 5.0, "end_us": 12.0},
+        {"stream": 1, "start_us": 8.0, "end_us": 9.0},
+        {"stream": 1, "start_us": 20.0, "end_us": 30.0},
+    ]
     assert busy_stream_counter(ops) == [(0.0, 1), (8.0, 2), (9.0, 1), (12.0, 0), (20.0, 1), (30.0, 0)]
 
 
 def test_ebpf_aggregates_become_counters_and_a_marker():
-    result = {"workload_name": "w", "stream_count": 1, "total_time_ms": 2.0,
-              "op_intervals": {"columns": ["iteration", "stream", "queue", "label", "ready_us",
-                                           "start_us", "end_us"], "labels": ["a"],
-                               "rows": [[0, 0, 0, 0, None, 1.0, 2.0]], "total_ops": 1},
-              "ebpf_queue_metrics": {"total_submissions": 800, "latency": {"p99_us": 45.7}}}
+    result = {
+        "workload_name": "w",
+        "stream_count": 1,
+        "total_time_ms": 2.0,
+        "op_intervals": {
+            "columns": ["iteration", "stream", "queue", "label", "ready_us", "start_us", "end_us"],
+            "labels": ["a"],
+            "rows": [[0, 0, 0, 0, None, 1.0, 2.0]],
+            "total_ops": 1,
+        },
+        "ebpf_queue_metrics": {"total_submissions": 800, "latency": {"p99_us": 45.7}},
+    }
     trace = build_trace(result)
     assert validate_trace(trace) == []
     counters = {e["name"]: e for e in trace["traceEvents"] if e["ph"] == "C" and e["pid"] == 3}
@@ -60,19 +88,29 @@ def test_ebpf_aggregates_become_counters_and_a_marker():
 
 
 def test_validate_trace_catches_bad_events():
-    assert validate_trace({"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 0,
-                                            "dur": -1}]}) == ["event 0: complete event needs dur ≥ 0"]
+    assert validate_trace(
+        {"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 0, "dur": -1}]}
+    ) == ["event 0: complete event needs dur ≥ 0"]
     assert validate_trace([]) == ["top level must be an object with a traceEvents list"]
 
 
 def test_gpu_like_result_without_queue_ids():
-    result = {"workload_name": "w", "stream_count": 2, "total_time_ms": 1.0,
-              "queue_mapping": {"pool_size": None, "stream_to_queue": None,
-                                "reason": "the GPU runtime assigns hardware queues"},
-              "op_intervals": {"columns": ["iteration", "stream", "queue", "label", "ready_us",
-                                           "start_us", "end_us"], "labels": ["mm"],
-                               "rows": [[0, 0, None, 0, None, 1.0, 5.0],
-                                        [0, 1, None, 0, None, 2.0, 6.0]], "total_ops": 2}}
+    result = {
+        "workload_name": "w",
+        "stream_count": 2,
+        "total_time_ms": 1.0,
+        "queue_mapping": {
+            "pool_size": None,
+            "stream_to_queue": None,
+            "reason": "the GPU runtime assigns hardware queues",
+        },
+        "op_intervals": {
+            "columns": ["iteration", "stream", "queue", "label", "ready_us", "start_us", "end_us"],
+            "labels": ["mm"],
+            "rows": [[0, 0, None, 0, None, 1.0, 5.0], [0, 1, None, 0, None, 2.0, 6.0]],
+            "total_ops": 2,
+        },
+    }
     trace = build_trace(result)
     assert validate_trace(trace) == []
     assert not [e for e in trace["traceEvents"] if e["ph"] == "X" and e["pid"] == 2]
@@ -84,8 +122,9 @@ def test_cross_stream_waits_become_flow_arrows():
     from aorta.hw_queue_eval.run.config import RunConfig
     from aorta.hw_queue_eval.run.harness import run_benchmark
 
-    result = run_benchmark(RunConfig(workload="graph_subgraphs", streams=4, iterations=2, warmup=1,
-                                     device="cpu")).to_dict()
+    result = run_benchmark(
+        RunConfig(workload="graph_subgraphs", streams=4, iterations=2, warmup=1, device="cpu")
+    ).to_dict()
     trace = build_trace(result)
     assert validate_trace(trace) == []
     starts = {e["id"]: e for e in trace["traceEvents"] if e["ph"] == "s"}

@@ -28,10 +28,16 @@ class Probe(Workload):
     """Test only: records, per iteration, whether the collector was on, and when verify ran."""
 
     INFO = WorkloadInfo(
-        name="gc_probe", category="latency_sensitive",
+        name="gc_probe",
+        category="latency_sensitive",
         description="test only: records GC state and call order",
-        min_streams=1, max_streams=1, recommended_streams=1, switch_sensitivity="low",
-        throughput_unit="samples/sec", work_scaling="fixed")
+        min_streams=1,
+        max_streams=1,
+        recommended_streams=1,
+        switch_sensitivity="low",
+        throughput_unit="samples/sec",
+        work_scaling="fixed",
+    )
     SIZES: dict[str, dict[str, int]] = {"small": {}, "medium": {}, "large": {}}
     events: list[tuple[str, bool]] = []
     fail_at: int | None = None
@@ -63,14 +69,13 @@ def probe(monkeypatch: pytest.MonkeyPatch) -> type[Probe]:
     return Probe
 
 
-def test_gc_off_from_last_warm_up_iteration_to_window_end_deferred_cycles_counted(
-        probe: type[Probe]) -> None:
+def test_gc_off_from_last_warm_up_iteration_to_window_end_deferred_cycles_counted(probe: type[Probe]) -> None:
     warmup, iterations = 3, 5
-    result = run_benchmark(RunConfig("gc_probe", 1, iterations=iterations, warmup=warmup,
-                                     device="cpu"))
+    result = run_benchmark(RunConfig("gc_probe", 1, iterations=iterations, warmup=warmup, device="cpu"))
     assert gc.isenabled()  # restored after the run
     assert probe.events == [("iteration", True), ("verify", True), ("iteration", True)] + [
-        ("iteration", False)] * (1 + iterations)
+        ("iteration", False)
+    ] * (1 + iterations)
     info = result.instrumentation["gc"]
     assert info["disabled_in_window"] is True
     # every cycle made after the collection waited for the collection after the window
@@ -81,12 +86,15 @@ def test_gc_off_from_last_warm_up_iteration_to_window_end_deferred_cycles_counte
 
 def test_one_warm_up_iteration_collects_verifies_then_measures(probe: type[Probe]) -> None:
     run_benchmark(RunConfig("gc_probe", 1, iterations=2, warmup=1, device="cpu"))
-    assert probe.events == [("iteration", False), ("verify", False), ("iteration", False),
-                            ("iteration", False)]
+    assert probe.events == [
+        ("iteration", False),
+        ("verify", False),
+        ("iteration", False),
+        ("iteration", False),
+    ]
 
 
-def test_gc_back_on_when_the_window_fails(probe: type[Probe],
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gc_back_on_when_the_window_fails(probe: type[Probe], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Probe, "fail_at", 4)  # the second measured iteration (warm-up 3)
     with pytest.raises(RuntimeError, match="probe failure"):
         run_benchmark(RunConfig("gc_probe", 1, iterations=5, warmup=3, device="cpu"))

@@ -10,8 +10,11 @@ from aorta.hw_queue_eval.run.config import RunConfig
 from aorta.hw_queue_eval.run.harness import run_benchmark
 from aorta.hw_queue_eval.workloads.registry import get_info, list_workloads, workload_names
 
-CASES = [(info.name, n) for info in list_workloads()
-         for n in sorted({info.min_streams, info.recommended_streams, info.max_streams})]
+CASES = [
+    (info.name, n)
+    for info in list_workloads()
+    for n in sorted({info.min_streams, info.recommended_streams, info.max_streams})
+]
 
 # compat.md "Workload catalogue": name → (category, min, max, recommended, sensitivity, unit)
 CATALOGUE = {
@@ -34,13 +37,20 @@ CATALOGUE = {
 
 # The buffer holding each workload's final output, to corrupt in the verification test.
 OUTPUTS = {
-    "hetero_kernels": lambda w: w.c[0][1], "tiny_kernel_stress": lambda w: w.buf[0][1],
-    "large_gemm_only": lambda w: w.c[0], "graph_subgraphs": lambda w: w.y,
-    "comms_compute_overlap": lambda w: w.reduced[-1], "fsdp_tp": lambda w: w.grad_shard[-1],
-    "moe": lambda w: w.y, "activation_ckpt": lambda w: w.gw_reduced[0],
-    "grad_accum": lambda w: w.grad[-1], "speculative_decode": lambda w: w.accepted,
-    "continuous_batch": lambda w: w.tokens[-1], "rag_pipeline": lambda w: w.answer[-1],
-    "async_dataload": lambda w: w.logits[-1], "zero_offload": lambda w: w.w_new[-1],
+    "hetero_kernels": lambda w: w.c[0][1],
+    "tiny_kernel_stress": lambda w: w.buf[0][1],
+    "large_gemm_only": lambda w: w.c[0],
+    "graph_subgraphs": lambda w: w.y,
+    "comms_compute_overlap": lambda w: w.reduced[-1],
+    "fsdp_tp": lambda w: w.grad_shard[-1],
+    "moe": lambda w: w.y,
+    "activation_ckpt": lambda w: w.gw_reduced[0],
+    "grad_accum": lambda w: w.grad[-1],
+    "speculative_decode": lambda w: w.accepted,
+    "continuous_batch": lambda w: w.tokens[-1],
+    "rag_pipeline": lambda w: w.answer[-1],
+    "async_dataload": lambda w: w.logits[-1],
+    "zero_offload": lambda w: w.w_new[-1],
     "torch_compile": lambda w: w.y,
 }
 
@@ -48,8 +58,7 @@ OUTPUTS = {
 @pytest.mark.slow
 @pytest.mark.parametrize(("name", "streams"), CASES)
 def test_workload_runs_correctly_with_work_on_every_stream(name, streams):
-    result = run_benchmark(RunConfig(workload=name, streams=streams, iterations=3, warmup=1,
-                                     device="cpu"))
+    result = run_benchmark(RunConfig(workload=name, streams=streams, iterations=3, warmup=1, device="cpu"))
     data = result.to_dict()
     assert validate_run_dict(data) == []
     assert data["status"] == "ok", data["warnings"]
@@ -90,17 +99,30 @@ def test_catalogue_matches_compat_names_and_limits():
     assert workload_names() == sorted(CATALOGUE)
     for name, expected in CATALOGUE.items():
         info = get_info(name)
-        assert (info.category, info.min_streams, info.max_streams, info.recommended_streams,
-                info.switch_sensitivity, info.throughput_unit) == expected, name
-    assert [i.name for i in list_workloads(category="distributed")] == \
-        ["activation_ckpt", "comms_compute_overlap", "fsdp_tp", "grad_accum", "moe"]
-    assert {i.name for i in list_workloads(sensitivity="critical")} == \
-        {"hetero_kernels", "tiny_kernel_stress", "moe"}
+        assert (
+            info.category,
+            info.min_streams,
+            info.max_streams,
+            info.recommended_streams,
+            info.switch_sensitivity,
+            info.throughput_unit,
+        ) == expected, name
+    assert [i.name for i in list_workloads(category="distributed")] == [
+        "activation_ckpt",
+        "comms_compute_overlap",
+        "fsdp_tp",
+        "grad_accum",
+        "moe",
+    ]
+    assert {i.name for i in list_workloads(sensitivity="critical")} == {
+        "hetero_kernels",
+        "tiny_kernel_stress",
+        "moe",
+    }
 
 
 def test_dependent_workloads_record_real_waits():
-    data = run_benchmark(RunConfig(workload="moe", streams=5, iterations=2, warmup=1,
-                                   device="cpu")).to_dict()
+    data = run_benchmark(RunConfig(workload="moe", streams=5, iterations=2, warmup=1, device="cpu")).to_dict()
     # per iteration: 4 experts wait for the gate, the gate waits for 4 experts
     assert len(data["op_intervals"]["waits"]["rows"]) == 2 * 8
     assert waits_are_honoured(data) == 2 * 8
@@ -111,8 +133,12 @@ def test_stream_range_enforced():
         get_info("moe").check_streams(3)
 
 
-@pytest.mark.parametrize("name", [  # torch_compile builds C++ kernels first: tens of seconds
-    pytest.param(n, marks=pytest.mark.slow) if n == "torch_compile" else n for n in sorted(CATALOGUE)])
+@pytest.mark.parametrize(
+    "name",
+    [  # torch_compile builds C++ kernels first: tens of seconds
+        pytest.param(n, marks=pytest.mark.slow) if n == "torch_compile" else n for n in sorted(CATALOGUE)
+    ],
+)
 def test_verification_detects_wrong_output(name):
     from aorta.hw_queue_eval.backends.cpu import CpuBackend
     from aorta.hw_queue_eval.workloads.registry import get_workload_class
@@ -133,8 +159,16 @@ def test_verification_detects_wrong_output(name):
 
 
 def test_end_only_mode_reports_null_latency_with_reason():
-    data = run_benchmark(RunConfig(workload="tiny_kernel_stress", streams=2, iterations=3,
-                                   warmup=1, device="cpu", sync_mode="end_only")).to_dict()
+    data = run_benchmark(
+        RunConfig(
+            workload="tiny_kernel_stress",
+            streams=2,
+            iterations=3,
+            warmup=1,
+            device="cpu",
+            sync_mode="end_only",
+        )
+    ).to_dict()
     assert data["latency_ms"] is None
     assert data["iteration_times_ms"] is None
     assert "end_only" in data["latency_note"]
@@ -170,7 +204,7 @@ def test_memory_check_names_the_size_needed():
 
     check_fits("w", "small", "cpu", 10, available=11)
     with pytest.raises(UsageError, match=r"w --size large needs 2\.00 GiB on cpu, only 1\.00 GiB"):
-        check_fits("w", "large", "cpu", 2 * 1024 ** 3, available=1024 ** 3)
+        check_fits("w", "large", "cpu", 2 * 1024**3, available=1024**3)
 
 
 def test_torch_compile_failure_is_one_line(monkeypatch):
@@ -190,8 +224,9 @@ def test_torch_compile_failure_is_one_line(monkeypatch):
 
 @pytest.mark.slow  # builds C++ kernels first
 def test_torch_compile_reports_compile_time_outside_the_window():
-    data = run_benchmark(RunConfig(workload="torch_compile", streams=4, iterations=2, warmup=1,
-                                   device="cpu")).to_dict()
+    data = run_benchmark(
+        RunConfig(workload="torch_compile", streams=4, iterations=2, warmup=1, device="cpu")
+    ).to_dict()
     described = data["metadata"]["workload"]
     assert described["compile_seconds"] >= 0
     assert "compiled_earlier_in_process" in described
@@ -201,8 +236,9 @@ def test_torch_compile_reports_compile_time_outside_the_window():
 
 
 def test_single_process_collectives_say_so():
-    data = run_benchmark(RunConfig(workload="comms_compute_overlap", streams=1, iterations=2,
-                                   warmup=1, device="cpu")).to_dict()
+    data = run_benchmark(
+        RunConfig(workload="comms_compute_overlap", streams=1, iterations=2, warmup=1, device="cpu")
+    ).to_dict()
     collectives = data["metadata"]["workload"]["collectives"]
     assert collectives["mode"] == "single_process"
     assert collectives["world_size"] == 1
@@ -213,9 +249,14 @@ def test_single_process_collectives_say_so():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("name", "streams"), [
-    (name, n) for name in sorted(CATALOGUE)
-    for n in sorted({get_info(name).min_streams, min(get_info(name).max_streams, 16)})])
+@pytest.mark.parametrize(
+    ("name", "streams"),
+    [
+        (name, n)
+        for name in sorted(CATALOGUE)
+        for n in sorted({get_info(name).min_streams, min(get_info(name).max_streams, 16)})
+    ],
+)
 def test_every_iteration_verifies_with_many_queues(name, streams):
     """Data races between streams (a reader overtaking a writer) show as wrong outputs.
 

@@ -31,8 +31,14 @@ class LaunchConfig(ctypes.Structure):
     """cudaLaunchConfig_t (driver_types.h) / hipLaunchConfig_t: gridDim, blockDim, dynamicSmemBytes,
     stream, attrs, numAttrs."""
 
-    _fields_ = [("gridDim", Dim3), ("blockDim", Dim3), ("dynamicSmemBytes", ctypes.c_size_t),
-                ("stream", ctypes.c_void_p), ("attrs", ctypes.c_void_p), ("numAttrs", ctypes.c_uint)]
+    _fields_ = [
+        ("gridDim", Dim3),
+        ("blockDim", Dim3),
+        ("dynamicSmemBytes", ctypes.c_size_t),
+        ("stream", ctypes.c_void_p),
+        ("attrs", ctypes.c_void_p),
+        ("numAttrs", ctypes.c_uint),
+    ]
 
 
 def gcc() -> str | None:
@@ -46,8 +52,22 @@ def build(dest: Path) -> dict[str, Path]:
     for name, (source, extra) in LIBS.items():
         target = dest / name
         args = [a.replace("{dest}", str(dest)) for a in extra]
-        subprocess.run([gcc() or "gcc", "-shared", "-fPIC", "-O1", "-Wall", "-o", str(target),
-                        str(HERE / source), *args], check=True, capture_output=True, text=True)
+        subprocess.run(
+            [
+                gcc() or "gcc",
+                "-shared",
+                "-fPIC",
+                "-O1",
+                "-Wall",
+                "-o",
+                str(target),
+                str(HERE / source),
+                *args,
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         out[name] = target
     return out
 

@@ -47,8 +47,7 @@ def _lstat_in(dir_fd: int, name: str) -> os.stat_result | None:
 
 
 @contextlib.contextmanager
-def parent_folder(path: str | os.PathLike[str], what: str = "output file") -> Iterator[
-        tuple[int, str]]:
+def parent_folder(path: str | os.PathLike[str], what: str = "output file") -> Iterator[tuple[int, str]]:
     """(descriptor of the parent folder, file name) of `path`, opened without following untrusted
     links (safedir); the descriptor is closed on exit. Every writer goes through here."""
     parent, name = _split(path, what)
@@ -69,8 +68,9 @@ def check_output_path(path: str | os.PathLike[str], what: str = "output file") -
     with parent_folder(path, what) as (dir_fd, name):
         st = _lstat_in(dir_fd, name)
         if st is not None and stat.S_ISLNK(st.st_mode):
-            raise UsageError(f"{what} {p} is a symbolic link; refusing to write through it: "
-                             "choose another path")
+            raise UsageError(
+                f"{what} {p} is a symbolic link; refusing to write through it: choose another path"
+            )
         if st is not None and stat.S_ISDIR(st.st_mode):
             raise UsageError(f"{what} {p} is a folder: give a file name inside it")
         if st is not None and not os.access(name, os.W_OK, dir_fd=dir_fd):
@@ -85,8 +85,7 @@ def _probe_writable(dir_fd: int, target: str) -> None:
     try:
         name = _create_temp(dir_fd, "probe")[1]
     except OSError as exc:
-        raise UsageError(f"cannot write {target}: {exc.strerror}; choose a writable path") \
-            from None
+        raise UsageError(f"cannot write {target}: {exc.strerror}; choose a writable path") from None
     os.unlink(name, dir_fd=dir_fd)
 
 
@@ -95,8 +94,12 @@ def _create_temp(dir_fd: int, stem: str) -> tuple[int, str]:
     for _ in range(100):
         name = f".{stem[:64]}.{secrets.token_hex(6)}.tmp"
         try:
-            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         0o600, dir_fd=dir_fd)
+            fd = os.open(
+                name,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+                dir_fd=dir_fd,
+            )
         except FileExistsError:
             continue
         return fd, name
@@ -132,8 +135,7 @@ def check_output_dir(path: str | os.PathLike[str], what: str = "output folder") 
     return out
 
 
-def write_bytes_in(dir_fd: int, name: str, data: bytes, mode: int = 0o644,
-                   shown: str | None = None) -> None:
+def write_bytes_in(dir_fd: int, name: str, data: bytes, mode: int = 0o644, shown: str | None = None) -> None:
     """Replace `name` in the open folder with `data` atomically (temp file, fsync, rename).
 
     Refuses to replace a symlink; the temp file is removed on every failure; an OS error
@@ -154,8 +156,9 @@ def write_bytes_in(dir_fd: int, name: str, data: bytes, mode: int = 0o644,
         os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)  # replaces a link itself
         tmp = None
     except OSError as exc:
-        raise WriteError(f"cannot write {shown}: {exc.strerror or exc}; free space or choose "
-                         "another path") from None
+        raise WriteError(
+            f"cannot write {shown}: {exc.strerror or exc}; free space or choose another path"
+        ) from None
     finally:
         if tmp is not None:
             with contextlib.suppress(OSError):
@@ -188,12 +191,14 @@ class OutputFolder:
                 self.created = True
             except FileExistsError:
                 pass
-            self._fd = os.open(self.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW,
-                               dir_fd=self._parent)
+            self._fd = os.open(self.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=self._parent)
         except OSError as exc:
             self.close(discard=True)
-            why = ("it is a symbolic link or a file" if exc.errno in (errno.ELOOP, errno.ENOTDIR)
-                   else exc.strerror)
+            why = (
+                "it is a symbolic link or a file"
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR)
+                else exc.strerror
+            )
             raise UsageError(f"cannot use {what} {self.path}: {why}") from None
 
     def write_bytes(self, name: str, data: bytes) -> Path:
@@ -301,8 +306,10 @@ def check_distinct_outputs(paths: dict[str, str | None]) -> None:
         parent, name = os.path.split(os.path.abspath(path))
         key = (os.path.realpath(parent), name)
         if key in seen:
-            raise UsageError(f"{seen[key]} and {option} name the same file {path}: the second "
-                             "write would replace the first; give two different paths")
+            raise UsageError(
+                f"{seen[key]} and {option} name the same file {path}: the second "
+                "write would replace the first; give two different paths"
+            )
         seen[key] = option
 
 
@@ -327,8 +334,9 @@ def existing_kind(path: str | os.PathLike[str]) -> tuple[bool, str | None]:
     return True, kind if isinstance(kind, str) else None
 
 
-def check_replaceable(path: str | os.PathLike[str], kinds: tuple[str, ...], force: bool,
-                      what: str = "output file") -> None:
+def check_replaceable(
+    path: str | os.PathLike[str], kinds: tuple[str, ...], force: bool, what: str = "output file"
+) -> None:
     """Refuse (UsageError) to replace a file that is not of one of `kinds` unless `force`.
 
     A sweep checkpoint with finished points must not vanish under `run -o` or `compare -o`.
@@ -337,8 +345,10 @@ def check_replaceable(path: str | os.PathLike[str], kinds: tuple[str, ...], forc
     if force or not exists or kind in (*kinds, "empty"):
         return
     held = f"a {kind} file" if kind else "a file that is not an aorta result"
-    raise UsageError(f"{what} {path} already holds {held}; refusing to replace it with a "
-                     f"{kinds[0]} file: choose another path or add --force")
+    raise UsageError(
+        f"{what} {path} already holds {held}; refusing to replace it with a "
+        f"{kinds[0]} file: choose another path or add --force"
+    )
 
 
 def read_owned_json(path: str | os.PathLike[str], what: str) -> Any:
@@ -350,8 +360,7 @@ def read_owned_json(path: str | os.PathLike[str], what: str) -> Any:
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                raise UsageError(f"{what} {path} is a symbolic link; refusing to read it") \
-                    from None
+                raise UsageError(f"{what} {path} is a symbolic link; refusing to read it") from None
             raise UsageError(f"cannot read {what} {path}: {exc.strerror}") from None
     with os.fdopen(fd, "rb") as fh:
         st = os.fstat(fh.fileno())
@@ -370,8 +379,12 @@ def _check_owner(st: os.stat_result, path: str | os.PathLike[str], what: str) ->
     if not stat.S_ISREG(st.st_mode):
         raise UsageError(f"{what} {path} is not a regular file")
     if st.st_uid not in trusted:
-        raise UsageError(f"{what} {path} belongs to user {st.st_uid}, not to root or you: "
-                         "refusing to trust it as root; check it and copy it, or choose another -o")
+        raise UsageError(
+            f"{what} {path} belongs to user {st.st_uid}, not to root or you: "
+            "refusing to trust it as root; check it and copy it, or choose another -o"
+        )
     if st.st_mode & 0o002:
-        raise UsageError(f"{what} {path} is writable by every user: refusing to trust it as "
-                         "root; chmod o-w it after checking its content")
+        raise UsageError(
+            f"{what} {path} is writable by every user: refusing to trust it as "
+            "root; chmod o-w it after checking its content"
+        )

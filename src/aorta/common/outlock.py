@@ -38,15 +38,17 @@ class OutputLock:
             try:
                 fd = os.open(self.name, _FLAGS, 0o644, dir_fd=self._dir_fd)
             except OSError as exc:
-                raise UsageError(f"cannot lock {what} {self.path}: {exc.strerror} on "
-                                 f"{self.name}; choose another -o") from None
+                raise UsageError(
+                    f"cannot lock {what} {self.path}: {exc.strerror} on {self.name}; choose another -o"
+                ) from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 holder = os.read(fd, 300).decode("utf-8", "replace").strip() or "another process"
                 os.close(fd)
-                raise UsageError(f"{what} {self.path} is in use by {holder}: wait for it to end "
-                                 "or choose another -o") from None
+                raise UsageError(
+                    f"{what} {self.path} is in use by {holder}: wait for it to end or choose another -o"
+                ) from None
             try:  # the name may have been released and removed between open and flock: retry
                 now = os.stat(self.name, dir_fd=self._dir_fd, follow_symlinks=False)
             except FileNotFoundError:

@@ -73,19 +73,18 @@ def python_module_command(module: str, *args: str, package_dir: str | None = Non
     """
     if not module.startswith("aorta."):
         raise ValueError(f"only aorta modules are started this way, not {module!r}")
-    return [sys.executable, "-I", "-c", _BOOTSTRAP, package_dir or aorta_package_dir(), module,
-            *args]
+    return [sys.executable, "-I", "-c", _BOOTSTRAP, package_dir or aorta_package_dir(), module, *args]
 
 
-def child_environment(overrides: Mapping[str, str] | None = None,
-                      base: Mapping[str, str] | None = None) -> dict[str, str]:
+def child_environment(
+    overrides: Mapping[str, str] | None = None, base: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The environment of a Python child: the parent's without PYTHON* variables, plus overrides.
 
     `-I` already makes the child interpreter ignore PYTHON*; dropping them also keeps them from
     anything the child starts.
     """
-    env = {k: v for k, v in (os.environ if base is None else base).items()
-           if not k.startswith("PYTHON")}
+    env = {k: v for k, v in (os.environ if base is None else base).items() if not k.startswith("PYTHON")}
     env.update(overrides or {})
     return env
 
@@ -114,7 +113,7 @@ def process_state(pid: int) -> str | None:
     """The state letter of a process from /proc (R, S, D, Z …), None when it is gone."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
-        return text[text.rindex(")") + 2:].split()[0]
+        return text[text.rindex(")") + 2 :].split()[0]
     except (OSError, ValueError, IndexError):
         return None
 
@@ -139,7 +138,7 @@ def ppid_of(pid: int) -> int | None:
     """The parent pid of `pid` from /proc (None when it is gone)."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
-        return int(text[text.rindex(")") + 2:].split()[1])
+        return int(text[text.rindex(")") + 2 :].split()[1])
     except (OSError, ValueError, IndexError):
         return None
 
@@ -177,7 +176,7 @@ def stale_owned_dirs(root: str, prefix: str) -> list[str]:
             continue
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
             continue
-        pid = parse_pid(name[len(prefix):].split("-", 1)[0])
+        pid = parse_pid(name[len(prefix) :].split("-", 1)[0])
         if pid is not None and not pid_alive(pid):
             found.append(path)
     return found

@@ -48,9 +48,11 @@ def _follow_link(holder_fd: int, name: str, shown: str, what: str) -> str:
     link = os.stat(name, dir_fd=holder_fd, follow_symlinks=False)
     if link.st_uid not in trusted_uids() or not folder_is_private(holder):
         planter = link.st_uid if link.st_uid not in trusted_uids() else holder.st_uid
-        raise UsageError(f"{what}: {shown} is a symbolic link that user {planter} could have "
-                         "planted (it or its folder is not only root's or yours); refusing to "
-                         "follow it: give the real path")
+        raise UsageError(
+            f"{what}: {shown} is a symbolic link that user {planter} could have "
+            "planted (it or its folder is not only root's or yours); refusing to "
+            "follow it: give the real path"
+        )
     return os.readlink(name, dir_fd=holder_fd)
 
 
@@ -78,8 +80,9 @@ def open_folder(path: str | os.PathLike[str], what: str = "folder") -> int:
                 except OSError as inner:
                     raise _open_error(inner, here, what) from None
                 if not stat.S_ISLNK(st.st_mode):
-                    raise UsageError(f"{what} {text}: {here} does not exist as a folder (it is "
-                                     "a file); give a folder path") from None
+                    raise UsageError(
+                        f"{what} {text}: {here} does not exist as a folder (it is a file); give a folder path"
+                    ) from None
                 links += 1
                 if links > MAX_LINKS:
                     raise UsageError(f"{what} {text}: too many symbolic links") from None

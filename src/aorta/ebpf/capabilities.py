@@ -18,9 +18,14 @@ NO_SUBSYSTEM = {
     "amdgpu": "none on this kernel: amdgpu driver not loaded",
     "amdkfd": "none on this kernel: they ship only with AMD's DKMS amdgpu driver",
 }
-AMDKFD_EVENTS = ("kfd_evict_process_worker_start", "kfd_restore_process_worker_start",
-                 "kfd_map_memory_to_gpu_start", "kfd_kgd2kfd_schedule_evict_and_restore_process",
-                 "kfd_evict_process", "kfd_restore_process")
+AMDKFD_EVENTS = (
+    "kfd_evict_process_worker_start",
+    "kfd_restore_process_worker_start",
+    "kfd_map_memory_to_gpu_start",
+    "kfd_kgd2kfd_schedule_evict_and_restore_process",
+    "kfd_evict_process",
+    "kfd_restore_process",
+)
 
 
 def readiness_summary() -> dict[str, Any]:
@@ -44,8 +49,11 @@ def effective_caps() -> dict[str, bool]:
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("CapEff:"):
                 mask = int(line.split()[1], 16)
-    return {"CAP_BPF": bool(mask >> CAP_BPF & 1), "CAP_PERFMON": bool(mask >> CAP_PERFMON & 1),
-            "CAP_SYS_ADMIN": bool(mask >> CAP_SYS_ADMIN & 1)}
+    return {
+        "CAP_BPF": bool(mask >> CAP_BPF & 1),
+        "CAP_PERFMON": bool(mask >> CAP_PERFMON & 1),
+        "CAP_SYS_ADMIN": bool(mask >> CAP_SYS_ADMIN & 1),
+    }
 
 
 def _read(path: str) -> str | None:
@@ -97,12 +105,17 @@ def family_events(tracefs: Tracefs | None, program: Any = None) -> dict[str, Any
     for family in families_for(queue=True, memory=True):
         states = event_states(tracefs, family.wanted_events())
         entry: dict[str, Any] = {
-            "section": family.section, "description": family.description,
+            "section": family.section,
+            "description": family.description,
             "events": {ev: state == "present" for ev, state in states.items()},
-            "states": states, "by_subsystem": _by_subsystem(states)}
+            "states": states,
+            "by_subsystem": _by_subsystem(states),
+        }
         if program is not None and family.name in program.used_events:
-            entry["attach"] = {"events": list(program.used_events.get(family.name, [])),
-                               "not_attached": dict(program.missing.get(family.name, {}))}
+            entry["attach"] = {
+                "events": list(program.used_events.get(family.name, [])),
+                "not_attached": dict(program.missing.get(family.name, {})),
+            }
         out[family.name] = entry
     kfd_states = event_states(tracefs, [f"amdkfd:{e}" for e in AMDKFD_EVENTS])
     kfd = {e.split(":", 1)[1]: st == "present" for e, st in kfd_states.items()}
@@ -113,14 +126,25 @@ def family_events(tracefs: Tracefs | None, program: Any = None) -> dict[str, Any
             if fmt is not None:
                 variant = "pasid" if "pasid" in fmt.fields else ("pid" if "pid" in fmt.fields else "?")
                 break
-    naming = ("worker (kfd_*_process_worker_*)" if kfd["kfd_evict_process_worker_start"]
-              else "old (kfd_evict_process)" if kfd["kfd_evict_process"] else None)
+    naming = (
+        "worker (kfd_*_process_worker_*)"
+        if kfd["kfd_evict_process_worker_start"]
+        else "old (kfd_evict_process)"
+        if kfd["kfd_evict_process"]
+        else None
+    )
     out["amdkfd (DKMS driver)"] = {"events": kfd, "identity_field": variant, "naming": naming}
-    sched_names = ("drm_sched_job_queue" if tracefs and tracefs.has_event(
-        "gpu_scheduler", "drm_sched_job_queue") else "drm_sched_job" if tracefs and
-        tracefs.has_event("gpu_scheduler", "drm_sched_job") else None)
-    out["gpu_scheduler naming"] = {"new (~6.17+)": sched_names == "drm_sched_job_queue",
-                                   "old": sched_names == "drm_sched_job"}
+    sched_names = (
+        "drm_sched_job_queue"
+        if tracefs and tracefs.has_event("gpu_scheduler", "drm_sched_job_queue")
+        else "drm_sched_job"
+        if tracefs and tracefs.has_event("gpu_scheduler", "drm_sched_job")
+        else None
+    )
+    out["gpu_scheduler naming"] = {
+        "new (~6.17+)": sched_names == "drm_sched_job_queue",
+        "old": sched_names == "drm_sched_job",
+    }
     out["amdgpu (all)"] = {"count": len(tracefs.events("amdgpu")) if tracefs else 0}
     out["dma_fence (all)"] = {"count": len(tracefs.events("dma_fence")) if tracefs else 0}
     return out
@@ -134,17 +158,20 @@ def _render_program(ready: Any) -> Any:
     if ready.tracefs is None:
         return None
     try:
-        return make_program(True, True, TraceTarget(pids=(os.getpid(),), follow_children=True),
-                            ready.tracefs, ready.version)
+        return make_program(
+            True, True, TraceTarget(pids=(os.getpid(),), follow_children=True), ready.tracefs, ready.version
+        )
     except Exception:  # ebpf-info reports, it never fails (the modes below say why)
         return None
 
 
-def _subsystem_list(tracefs: Tracefs | None, families: dict[str, Any], system: str,
-                    extra: tuple[str, ...] = ()) -> dict[str, Any]:
+def _subsystem_list(
+    tracefs: Tracefs | None, families: dict[str, Any], system: str, extra: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """docs/guide.md's "<system> tracepoints:" list: every event aorta uses from `system`, with its state."""
-    wanted = {ev for fam in families.values() for ev in (fam.get("states") or {})
-              if ev.startswith(f"{system}:")}
+    wanted = {
+        ev for fam in families.values() for ev in (fam.get("states") or {}) if ev.startswith(f"{system}:")
+    }
     wanted.update(f"{system}:{e}" for e in extra)
     states = event_states(tracefs, sorted(wanted))
     present_in_kernel = bool(tracefs and tracefs.events(system))
@@ -172,13 +199,24 @@ def guide_summary(ready: Any, families: dict[str, Any]) -> dict[str, Any]:
     else:
         privilege = {"ok": False, "how": ready.privilege}
     kfd = families.get("amdkfd (DKMS driver)", {}).get("events", {})
-    variant = ("kfd_evict_process_worker_*" if kfd.get("kfd_evict_process_worker_start")
-               else "kfd_evict_process" if kfd.get("kfd_evict_process") else None)
+    variant = (
+        "kfd_evict_process_worker_*"
+        if kfd.get("kfd_evict_process_worker_start")
+        else "kfd_evict_process"
+        if kfd.get("kfd_evict_process")
+        else None
+    )
     return {
         "kernel_version": os.uname().release,
-        "bpftrace": ({"installed": True, "path": ready.bpftrace,
-                      "version": ".".join(map(str, ready.version)) if ready.version else None}
-                     if ready.bpftrace else {"installed": False}),
+        "bpftrace": (
+            {
+                "installed": True,
+                "path": ready.bpftrace,
+                "version": ".".join(map(str, ready.version)) if ready.version else None,
+            }
+            if ready.bpftrace
+            else {"installed": False}
+        ),
         "root_or_cap_bpf": privilege,
         "overall_available": ready.ok,
         "reason": ready.reason,
@@ -210,22 +248,31 @@ def full_report() -> dict[str, Any]:
         elif not fams:
             modes[mode] = {"available": False, "reason": "no probe family of this kind is installed"}
         elif not usable:
-            modes[mode] = {"available": False,
-                           "reason": "no probe of its families can attach on this machine"}
+            modes[mode] = {
+                "available": False,
+                "reason": "no probe of its families can attach on this machine",
+            }
         else:
-            modes[mode] = {"available": True, "families_with_events": usable,
-                           "reason": None}
+            modes[mode] = {"available": True, "families_with_events": usable, "reason": None}
     version = ".".join(map(str, ready.version)) if ready.version else None
     return {
         "summary": guide_summary(ready, families),
         "kernel": os.uname().release,
-        "bpftrace": {"path": ready.bpftrace, "version": version,
-                     "args_syntax": (None if not ready.version else
-                                     "args." if ready.version >= (0, 20, 0) else "args->")},
-        "privileges": {"euid": os.geteuid(), "effective_caps": effective_caps(),
-                       "sudo_n": sudo_ok, "sudo_note": sudo_why, "launch": ready.privilege},
-        "tracefs": {"root": str(ready.tracefs.root) if ready.tracefs else None,
-                    "note": ready.tracefs_note},
+        "bpftrace": {
+            "path": ready.bpftrace,
+            "version": version,
+            "args_syntax": (
+                None if not ready.version else "args." if ready.version >= (0, 20, 0) else "args->"
+            ),
+        },
+        "privileges": {
+            "euid": os.geteuid(),
+            "effective_caps": effective_caps(),
+            "sudo_n": sudo_ok,
+            "sudo_note": sudo_why,
+            "launch": ready.privilege,
+        },
+        "tracefs": {"root": str(ready.tracefs.root) if ready.tracefs else None, "note": ready.tracefs_note},
         "lockdown": _read("/sys/kernel/security/lockdown") or "unknown (no securityfs lockdown file)",
         "btf": os.path.exists("/sys/kernel/btf/vmlinux"),
         "families": families,

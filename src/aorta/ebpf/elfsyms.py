@@ -51,14 +51,15 @@ def defined_functions(path: str | Path) -> set[str]:
 
 
 def _functions(data: bytes) -> set[str]:
-    shoff, = struct.unpack_from("<Q", data, 0x28)
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
     shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
     if shoff == 0 or shnum == 0 or shnum > _MAX_SECTIONS or shentsize < 64:
         raise ValueError("no section headers")
     sections = []
     for i in range(shnum):
-        _name, sh_type, _flags, _addr, offset, size, link, _info, _align, entsize = \
-            struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize)
+        _name, sh_type, _flags, _addr, offset, size, link, _info, _align, entsize = struct.unpack_from(
+            "<IIQQQQIIQQ", data, shoff + i * shentsize
+        )
         sections.append((sh_type, offset, size, link, entsize))
     names: set[str] = set()
     for sh_type, offset, size, link, entsize in sections:
@@ -67,7 +68,7 @@ def _functions(data: bytes) -> set[str]:
         _t, str_off, str_size, _l, _e = sections[link]
         if offset + size > len(data) or str_off + str_size > len(data):
             raise ValueError("section beyond the end of the file")
-        strtab = data[str_off:str_off + str_size]
+        strtab = data[str_off : str_off + str_size]
         for sym in range(offset, offset + size - entsize + 1, entsize):
             st_name, st_info, _other, st_shndx = struct.unpack_from("<IBBH", data, sym)
             if st_shndx == SHN_UNDEF or (st_info & 0xF) not in (STT_FUNC, STT_GNU_IFUNC):

@@ -42,9 +42,12 @@ class Readiness:
 
     def describe(self) -> dict[str, Any]:
         """JSON-safe summary for result sections."""
-        return {"path": self.bpftrace,
-                "version": ".".join(map(str, self.version)) if self.version else None,
-                "privilege": self.privilege, "tracefs": self.tracefs_note}
+        return {
+            "path": self.bpftrace,
+            "version": ".".join(map(str, self.version)) if self.version else None,
+            "privilege": self.privilege,
+            "tracefs": self.tracefs_note,
+        }
 
 
 def check_readiness(mount_tracefs: bool = True) -> Readiness:
@@ -52,12 +55,28 @@ def check_readiness(mount_tracefs: bool = True) -> Readiness:
     path = bpftrace_path()
     tracefs, note = find_tracefs(mount_if_root=mount_tracefs)
     if path is None:
-        return Readiness(False, "bpftrace not found: install it (apt-get install bpftrace)", None,
-                         None, None, "n/a", tracefs, note)
+        return Readiness(
+            False,
+            "bpftrace not found: install it (apt-get install bpftrace)",
+            None,
+            None,
+            None,
+            "n/a",
+            tracefs,
+            note,
+        )
     version = bpftrace_version(path)
     if version is None:
-        return Readiness(False, f"{path} --version failed: is bpftrace installed correctly?", path,
-                         None, None, "n/a", tracefs, note)
+        return Readiness(
+            False,
+            f"{path} --version failed: is bpftrace installed correctly?",
+            path,
+            None,
+            None,
+            "n/a",
+            tracefs,
+            note,
+        )
     prefix, privilege = launcher(path)
     namespace = pid_namespace_problem()
     if namespace is not None:
@@ -65,8 +84,9 @@ def check_readiness(mount_tracefs: bool = True) -> Readiness:
     if prefix is None:
         return Readiness(False, privilege, path, version, None, privilege, tracefs, note)
     if tracefs is None:
-        return Readiness(False, f"tracefs unavailable: {note}", path, version, prefix, privilege,
-                         tracefs, note)
+        return Readiness(
+            False, f"tracefs unavailable: {note}", path, version, prefix, privilege, tracefs, note
+        )
     return Readiness(True, None, path, version, prefix, privilege, tracefs, note)
 
 
@@ -75,30 +95,51 @@ def dialect_for(version: tuple[int, int, int] | None) -> BpftraceDialect:
     return BpftraceDialect(version or DEFAULT_DIALECT_VERSION)
 
 
-def make_program(queue: bool, memory: bool, target: TraceTarget, tracefs: Tracefs,
-                 version: tuple[int, int, int] | None, token: int | None = None,
-                 families: list[ProbeFamily] | None = None, gpu_runtime: bool = False) -> Program:
+def make_program(
+    queue: bool,
+    memory: bool,
+    target: TraceTarget,
+    tracefs: Tracefs,
+    version: tuple[int, int, int] | None,
+    token: int | None = None,
+    families: list[ProbeFamily] | None = None,
+    gpu_runtime: bool = False,
+) -> Program:
     """Render the one program a run with these flags loads (also what --show-script prints).
 
     This process is the program's owner: it starts bpftrace, and the program exits with it.
     """
     chosen = families if families is not None else families_for(queue, memory, gpu_runtime)
-    return build_program(chosen, target, tracefs, dialect_for(version),
-                         token if token is not None else marker.new_token(), owner_pid=os.getpid())
+    return build_program(
+        chosen,
+        target,
+        tracefs,
+        dialect_for(version),
+        token if token is not None else marker.new_token(),
+        owner_pid=os.getpid(),
+    )
 
 
-def start_session(program: Program, ready: Readiness, attach_timeout_s: float = 60.0,
-                  map_keys_max: int = mapcap.MAP_KEYS_MAX) -> TraceSession:
+def start_session(
+    program: Program,
+    ready: Readiness,
+    attach_timeout_s: float = 60.0,
+    map_keys_max: int = mapcap.MAP_KEYS_MAX,
+) -> TraceSession:
     """Spawn bpftrace for `program` and wait for the handshake (raises SessionError)."""
     assert ready.bpftrace is not None and ready.prefix is not None
-    session = TraceSession(program, ready.bpftrace, ready.prefix, map_keys_max=map_keys_max,
-                           flags=tuple(mapcap.bpftrace_flags(ready.version)))
+    session = TraceSession(
+        program,
+        ready.bpftrace,
+        ready.prefix,
+        map_keys_max=map_keys_max,
+        flags=tuple(mapcap.bpftrace_flags(ready.version)),
+    )
     session.start(attach_timeout_s)
     return session
 
 
-def collect_results(program: Program, output: SessionOutput,
-                    context: dict[str, Any]) -> list[FamilyResult]:
+def collect_results(program: Program, output: SessionOutput, context: dict[str, Any]) -> list[FamilyResult]:
     """Route printed maps to families by prefix; a family failing to collect reports an error.
 
     `context["snapshots"]`, when given, replaces the session's (a torchrun rank's own /proc
@@ -112,8 +153,11 @@ def collect_results(program: Program, output: SessionOutput,
             attached = program.used_events.get(family.name, [])
             results.append(family.collect(maps, {**context, "attached": attached}))
         except Exception as exc:  # one family's bug must not hide the others' numbers
-            results.append(FamilyResult(family.name, family.section, {},
-                                        {"error": f"collect failed: {type(exc).__name__}: {exc}"}))
+            results.append(
+                FamilyResult(
+                    family.name, family.section, {}, {"error": f"collect failed: {type(exc).__name__}: {exc}"}
+                )
+            )
     return results
 
 
@@ -122,31 +166,47 @@ def window_info(output: SessionOutput) -> dict[str, Any]:
     start = output.maps.get("@aorta_window_start_ns")
     stop = output.maps.get("@aorta_window_stop_ns")
     ok = isinstance(start, int) and isinstance(stop, int) and stop >= start > 0
-    return {"start_monotonic_ns": start if ok else None, "stop_monotonic_ns": stop if ok else None,
-            "duration_ms": (stop - start) / 1e6 if ok else None,
-            "gate": "prctl marker syscalls from the tracer (see docs/ebpf.md)"}
+    return {
+        "start_monotonic_ns": start if ok else None,
+        "stop_monotonic_ns": stop if ok else None,
+        "duration_ms": (stop - start) / 1e6 if ok else None,
+        "gate": "prctl marker syscalls from the tracer (see docs/ebpf.md)",
+    }
 
 
-def build_sections(program: Program, output: SessionOutput, results: list[FamilyResult],
-                   ready: Readiness, queue: bool, memory: bool) -> dict[str, Any]:
+def build_sections(
+    program: Program,
+    output: SessionOutput,
+    results: list[FamilyResult],
+    ready: Readiness,
+    queue: bool,
+    memory: bool,
+) -> dict[str, Any]:
     """`ebpf_queue_metrics` / `ebpf_memory_metrics` for the requested modes."""
     sections: dict[str, Any] = {}
-    for wanted, section, key in ((queue, "queue", "ebpf_queue_metrics"),
-                                 (memory, "memory", "ebpf_memory_metrics")):
+    for wanted, section, key in (
+        (queue, "queue", "ebpf_queue_metrics"),
+        (memory, "memory", "ebpf_memory_metrics"),
+    ):
         if wanted:
-            sections[key] = _section(program, output, [r for r in results if r.section == section],
-                                     ready, section)
+            sections[key] = _section(
+                program, output, [r for r in results if r.section == section], ready, section
+            )
     return sections
 
 
-def _section(program: Program, output: SessionOutput, results: list[FamilyResult],
-             ready: Readiness, section: str) -> dict[str, Any]:
+def _section(
+    program: Program, output: SessionOutput, results: list[FamilyResult], ready: Readiness, section: str
+) -> dict[str, Any]:
     families: dict[str, Any] = {}
     summary: dict[str, Any] = {}
     for r in results:
-        families[r.family] = {"metrics": r.metrics, "coverage": r.coverage,
-                              "events_attached": program.used_events.get(r.family, []),
-                              "events_missing": program.missing.get(r.family, {})}
+        families[r.family] = {
+            "metrics": r.metrics,
+            "coverage": r.coverage,
+            "events_attached": program.used_events.get(r.family, []),
+            "events_missing": program.missing.get(r.family, {}),
+        }
         fam_summary = r.metrics.get("summary") if isinstance(r.metrics, dict) else None
         if isinstance(fam_summary, dict):
             if section == "memory":
@@ -156,8 +216,7 @@ def _section(program: Program, output: SessionOutput, results: list[FamilyResult
     lost = output.lost_events
     problem = exit_problem(output)
     # one program: a map that dropped updates is reported in every section it feeds
-    capacity = mapcap.capacity_report(program.text, output.helper_errors, output.maps,
-                                      output.map_keys_max)
+    capacity = mapcap.capacity_report(program.text, output.helper_errors, output.maps, output.map_keys_max)
     body: dict[str, Any] = {
         "status": "error" if problem else "ok",
         "error": problem,
@@ -175,24 +234,38 @@ def _section(program: Program, output: SessionOutput, results: list[FamilyResult
         "stop_s": output.stop_s,
         "probe_cost": output.probe_cost,
         "stderr": output.stderr[-20:],
-        "coverage": [f"{r.family}: {r.coverage.get('statement') or r.coverage.get('covered')}"
-                     for r in results if r.coverage],
+        "coverage": [
+            f"{r.family}: {r.coverage.get('statement') or r.coverage.get('covered')}"
+            for r in results
+            if r.coverage
+        ],
     }
     if isinstance(body.get("submit_to_dispatch_p99_us"), (int, float)):
         body["submit_to_dispatch_p99_method"] = p99_bounds_us(body, body["submit_to_dispatch_p99_us"])[2]
     if section == "queue" and not summary:
-        body.update({"total_submissions": None, "total_dispatches": None, "hw_rings_used": None,
-                     "submit_to_dispatch_avg_us": None, "submit_to_dispatch_p99_us": None,
-                     "summary_reason": "no queue family saw submissions of the traced processes "
-                                       "(see families.*.coverage)"})
+        body.update(
+            {
+                "total_submissions": None,
+                "total_dispatches": None,
+                "hw_rings_used": None,
+                "submit_to_dispatch_avg_us": None,
+                "submit_to_dispatch_p99_us": None,
+                "summary_reason": "no queue family saw submissions of the traced processes "
+                "(see families.*.coverage)",
+            }
+        )
     warnings = []
     if lost:
         warnings.append(f"{lost} events lost")
     if capacity["dropped_updates_total"] or capacity["full_maps"]:
-        maps = ", ".join(f"{name} ({capacity['dropped_updates'].get(name, 'full')})"
-                         for name in sorted({*capacity["dropped_updates"], *capacity["full_maps"]}))
-        warnings.append(f"{capacity['dropped_updates_total']} map updates dropped by full maps "
-                        f"[{maps}] (limit {capacity['keys_max']} keys per map)")
+        maps = ", ".join(
+            f"{name} ({capacity['dropped_updates'].get(name, 'full')})"
+            for name in sorted({*capacity["dropped_updates"], *capacity["full_maps"]})
+        )
+        warnings.append(
+            f"{capacity['dropped_updates_total']} map updates dropped by full maps "
+            f"[{maps}] (limit {capacity['keys_max']} keys per map)"
+        )
     if warnings:
         body["warning"] = "; ".join(warnings) + ": aggregates are incomplete"
     return body
@@ -210,8 +283,10 @@ def interpret_queue(section: dict[str, Any], streams: int | None) -> list[str]:
     rings = section.get("hw_rings_used")
     if isinstance(rings, list) and streams:
         if len(rings) < streams:
-            lines.append(f"{len(rings)} hardware rings/queues for {streams} streams: streams are "
-                         "multiplexed onto shared queues")
+            lines.append(
+                f"{len(rings)} hardware rings/queues for {streams} streams: streams are "
+                "multiplexed onto shared queues"
+            )
         else:
             lines.append(f"{len(rings)} hardware rings/queues for {streams} streams: no multiplexing")
     return lines
@@ -239,8 +314,10 @@ def tail_line(section: dict[str, Any], p99: float, avg: float) -> str:
     if band_low == band_high:
         where = "exact" if method == "exact" else f"{method} {low:.1f}–{high:.1f} us"
         return f"P99 is {p99 / avg:.1f}x the average ({where}): {band_low}"
-    return (f"P99 is {low / avg:.1f}–{high / avg:.1f}x the average (its {method} spans "
-            f"{low:.1f}–{high:.1f} us): between {band_low} and {band_high}, not decidable")
+    return (
+        f"P99 is {low / avg:.1f}–{high / avg:.1f}x the average (its {method} spans "
+        f"{low:.1f}–{high:.1f} us): between {band_low} and {band_high}, not decidable"
+    )
 
 
 def exit_problem(output: SessionOutput) -> str | None:
@@ -256,15 +333,16 @@ def exit_problem(output: SessionOutput) -> str | None:
 
 
 def _has_events(summary: dict[str, Any]) -> bool:
-    return bool(summary.get("total_submissions") or summary.get("total_dispatches")
-                or summary.get("hw_rings_used"))
+    return bool(
+        summary.get("total_submissions") or summary.get("total_dispatches") or summary.get("hw_rings_used")
+    )
 
 
-def unavailable_sections(reason: str, queue: bool, memory: bool, status: str = "unavailable",
-                         ready: Readiness | None = None) -> dict[str, Any]:
+def unavailable_sections(
+    reason: str, queue: bool, memory: bool, status: str = "unavailable", ready: Readiness | None = None
+) -> dict[str, Any]:
     """Sections that say why tracing did not happen (never zeros)."""
-    body = {"status": status, "error": reason,
-            "bpftrace": ready.describe() if ready else None}
+    body = {"status": status, "error": reason, "bpftrace": ready.describe() if ready else None}
     out: dict[str, Any] = {}
     if queue:
         out["ebpf_queue_metrics"] = dict(body)

@@ -13,8 +13,14 @@ import struct
 from dataclasses import dataclass
 
 # Capability numbers from linux/capability.h (only the ones tracing needs to name).
-CAP_NAMES = {2: "cap_dac_read_search", 1: "cap_dac_override", 21: "cap_sys_admin",
-             24: "cap_sys_resource", 38: "cap_perfmon", 39: "cap_bpf"}
+CAP_NAMES = {
+    2: "cap_dac_read_search",
+    1: "cap_dac_override",
+    21: "cap_sys_admin",
+    24: "cap_sys_resource",
+    38: "cap_perfmon",
+    39: "cap_bpf",
+}
 _XATTR = "security.capability"
 _REVISION_MASK = 0xFF000000
 _FLAG_EFFECTIVE = 0x000001

@@ -45,8 +45,11 @@ def percentile(hist: list[tuple[int, int, int]], q: float) -> dict[str, float] |
     for low, high, count in sorted(hist):
         if count and seen + count >= rank:
             frac = (rank - seen) / count
-            return {"estimate": low + frac * (high + 1 - low), "bucket_min": float(low),
-                    "bucket_max": float(high + 1)}
+            return {
+                "estimate": low + frac * (high + 1 - low),
+                "bucket_min": float(low),
+                "bucket_max": float(high + 1),
+            }
         seen += count
     low, high, _ = sorted(hist)[-1]
     return {"estimate": float(high + 1), "bucket_min": float(low), "bucket_max": float(high + 1)}
@@ -106,11 +109,13 @@ def record_code(name: str, value: str, cap_per_cpu: int | None = None, prefix: s
     v = f"${name}_v"
     i = f"${name}_i"
     n = f"${name}_n"
-    lines = [*loglinear_index_code(name, value),
-              f"@{name}_ll[{prefix}{i}] = count();",
-              f"{n} = @{name}_seq[{prefix}cpu];",
-              f"if ({n} < {cap}) {{ @{name}_ev[{prefix}cpu, {n}] = {v}; }}",
-              f"@{name}_seq[{prefix}cpu] = {n} + 1;"]
+    lines = [
+        *loglinear_index_code(name, value),
+        f"@{name}_ll[{prefix}{i}] = count();",
+        f"{n} = @{name}_seq[{prefix}cpu];",
+        f"if ({n} < {cap}) {{ @{name}_ev[{prefix}cpu, {n}] = {v}; }}",
+        f"@{name}_seq[{prefix}cpu] = {n} + 1;",
+    ]
     return "\n".join(lines)
 
 
@@ -128,8 +133,11 @@ def loglinear_index_code(name: str, value: str) -> list[str]:
     lines = [f"{v} = (uint64)({value});", f"{x} = {v};", f"{e} = (uint64)0;"]
     for shift in (32, 16, 8, 4, 2, 1):  # e = floor(log2 v) by binary search
         lines.append(f"if ({x} >> {shift}) {{ {x} = {x} >> {shift}; {e} = {e} + {shift}; }}")
-    return [*lines, f"{i} = {v};",
-            f"if ({e} >= 2) {{ {i} = (uint64)(4 * ({e} - 1) + (({v} >> ({e} - 2)) & 3)); }}"]
+    return [
+        *lines,
+        f"{i} = {v};",
+        f"if ({e} >= 2) {{ {i} = (uint64)(4 * ({e} - 1) + (({v} >> ({e} - 2)) & 3)); }}",
+    ]
 
 
 def loglinear_keyed(value: Any) -> dict[str, list[tuple[int, int, int]]]:
@@ -192,25 +200,37 @@ def quantile(dist: dict[str, Any], q: float) -> dict[str, Any] | None:
         import numpy as np
 
         value = float(np.percentile(np.asarray(exact, dtype=float), q * 100))
-        return {"value": value, "method": "exact", "count": len(exact),
-                "bucket_min": value, "bucket_max": value, "error_bound_pct": 0.0}
+        return {
+            "value": value,
+            "method": "exact",
+            "count": len(exact),
+            "bucket_min": value,
+            "bucket_max": value,
+            "error_bound_pct": 0.0,
+        }
     p = percentile(dist.get("hist") or [], q)
     if p is None:
         return None
     low, high = p["bucket_min"], p["bucket_max"]
-    return {"value": p["estimate"], "method": "log-linear", "count": total(dist["hist"]),
-            "bucket_min": low, "bucket_max": high,
-            "error_bound_pct": 100.0 * (high - low) / low if low > 0 else None}
+    return {
+        "value": p["estimate"],
+        "method": "log-linear",
+        "count": total(dist["hist"]),
+        "bucket_min": low,
+        "bucket_max": high,
+        "error_bound_pct": 100.0 * (high - low) / low if low > 0 else None,
+    }
 
 
 def describe(p: dict[str, Any] | None, scale: float = 1e3, unit: str = "us") -> str:
-    """"12.3 us (exact, 83 events)" or "12.3 us (log-linear, in 11.0–13.0 us, ±18 %)"."""
+    """ "12.3 us (exact, 83 events)" or "12.3 us (log-linear, in 11.0–13.0 us, ±18 %)"."""
     if p is None:
         return "n/a"
     value = f"{p['value'] / scale:.1f} {unit}"
     if p["method"] == "exact":
         return f"{value} (exact, {p['count']} events)"
     bound = p.get("error_bound_pct")
-    return (f"{value} ({p['method']}, in {p['bucket_min'] / scale:.1f}–"
-            f"{p['bucket_max'] / scale:.1f} {unit}"
-            + (f", ±{bound:.0f} %" if bound is not None else "") + ")")
+    return (
+        f"{value} ({p['method']}, in {p['bucket_min'] / scale:.1f}–"
+        f"{p['bucket_max'] / scale:.1f} {unit}" + (f", ±{bound:.0f} %" if bound is not None else "") + ")"
+    )

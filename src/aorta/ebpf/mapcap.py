@@ -47,8 +47,9 @@ def key_count(value: Any) -> int:
     return 1
 
 
-def capacity_report(text: str, helper_errors: dict[tuple[str, int, int, int], int],
-                    maps: dict[str, Any], keys_max: int) -> dict[str, Any]:
+def capacity_report(
+    text: str, helper_errors: dict[tuple[str, int, int, int], int], maps: dict[str, Any], keys_max: int
+) -> dict[str, Any]:
     """`dropped_updates` per map, full maps, other helper errors and the limit that applied."""
     dropped: dict[str, int] = {}
     full: dict[str, str] = {}
@@ -65,7 +66,11 @@ def capacity_report(text: str, helper_errors: dict[tuple[str, int, int, int], in
     for name, value in maps.items():
         if key_count(value) >= keys_max:
             full.setdefault(name, f"holds {keys_max} keys: the limit")
-    return {"keys_max": keys_max,
-            "keys_max_source": "BPFTRACE_MAP_KEYS_MAX, set by aorta for every map of the program",
-            "dropped_updates": dropped, "dropped_updates_total": sum(dropped.values()),
-            "full_maps": full, "other_helper_errors": other}
+    return {
+        "keys_max": keys_max,
+        "keys_max_source": "BPFTRACE_MAP_KEYS_MAX, set by aorta for every map of the program",
+        "dropped_updates": dropped,
+        "dropped_updates_total": sum(dropped.values()),
+        "full_maps": full,
+        "other_helper_errors": other,
+    }

@@ -42,8 +42,13 @@ def send(command: int, token: int) -> None:
     global _libc
     if _libc is None:
         _libc = ctypes.CDLL(None, use_errno=True)
-    _libc.prctl(ctypes.c_int(MAGIC), ctypes.c_ulong(command), ctypes.c_ulong(token),
-                ctypes.c_ulong(0), ctypes.c_ulong(0))
+    _libc.prctl(
+        ctypes.c_int(MAGIC),
+        ctypes.c_ulong(command),
+        ctypes.c_ulong(token),
+        ctypes.c_ulong(0),
+        ctypes.c_ulong(0),
+    )
 
 
 @dataclass(frozen=True)
@@ -63,14 +68,20 @@ def marker_probe(tracefs: Tracefs, dialect: BpftraceDialect, token: int) -> Mark
     fmt = tracefs.read_format("syscalls", "sys_enter_prctl")
     if fmt is not None and fmt.has("option", "arg2", "arg3"):
         a = dialect.arg
-        return MarkerProbe("tracepoint:syscalls:sys_enter_prctl", a("arg2"),
-                           f"{a('option')} == {MAGIC} && {a('arg3')} == {token}",
-                           "syscalls:sys_enter_prctl")
+        return MarkerProbe(
+            "tracepoint:syscalls:sys_enter_prctl",
+            a("arg2"),
+            f"{a('option')} == {MAGIC} && {a('arg3')} == {token}",
+            "syscalls:sys_enter_prctl",
+        )
     raw = tracefs.read_format("raw_syscalls", "sys_enter")
     nr = _PRCTL_NR.get(platform.machine())
     if raw is not None and raw.has("id", "args") and nr is not None:
         a = dialect.arg
-        return MarkerProbe("tracepoint:raw_syscalls:sys_enter", f"{a('args')}[1]",
-                           f"{a('id')} == {nr} && {a('args')}[0] == {MAGIC} && "
-                           f"{a('args')}[2] == {token}", "raw_syscalls:sys_enter")
+        return MarkerProbe(
+            "tracepoint:raw_syscalls:sys_enter",
+            f"{a('args')}[1]",
+            f"{a('id')} == {nr} && {a('args')}[0] == {MAGIC} && {a('args')}[2] == {token}",
+            "raw_syscalls:sys_enter",
+        )
     return None

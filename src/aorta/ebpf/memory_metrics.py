@@ -17,18 +17,32 @@ from typing import Any
 from aorta.ebpf import hist
 
 #: TTM memory types used by amdgpu_bo_move (old/new_placement) and amdgpu_bo_create (type).
-TTM_PLACEMENTS = {0: "SYSTEM", 1: "TT", 2: "VRAM", 3: "GDS", 4: "GWS", 5: "OA", 6: "PREEMPT",
-                  7: "DOORBELL", 8: "MMIO_REMAP"}
+TTM_PLACEMENTS = {
+    0: "SYSTEM",
+    1: "TT",
+    2: "VRAM",
+    3: "GDS",
+    4: "GWS",
+    5: "OA",
+    6: "PREEMPT",
+    7: "DOORBELL",
+    8: "MMIO_REMAP",
+}
 TTM_SYSTEM, TTM_TT, TTM_VRAM = 0, 1, 2
 AMDGPU_GPU_PAGE = 4096  # amdgpu_vm_bo_map start/last are in GPU pages of 4 KiB on every ASIC
 
 # KFD event kinds as the AMD family records them in its event-log map.
 KFD_EVICT_START, KFD_EVICT_END, KFD_RESTORE_START, KFD_RESTORE_END = 1, 2, 3, 4
 KFD_SCHEDULE, KFD_OLD_EVICT, KFD_OLD_RESTORE = 5, 6, 7
-KFD_KIND_NAMES = {KFD_EVICT_START: "evict_worker_start", KFD_EVICT_END: "evict_worker_end",
-                  KFD_RESTORE_START: "restore_worker_start", KFD_RESTORE_END: "restore_worker_end",
-                  KFD_SCHEDULE: "schedule_evict_and_restore", KFD_OLD_EVICT: "evict_process",
-                  KFD_OLD_RESTORE: "restore_process"}
+KFD_KIND_NAMES = {
+    KFD_EVICT_START: "evict_worker_start",
+    KFD_EVICT_END: "evict_worker_end",
+    KFD_RESTORE_START: "restore_worker_start",
+    KFD_RESTORE_END: "restore_worker_end",
+    KFD_SCHEDULE: "schedule_evict_and_restore",
+    KFD_OLD_EVICT: "evict_process",
+    KFD_OLD_RESTORE: "restore_process",
+}
 
 
 def placement_name(code: int) -> str:
@@ -37,6 +51,7 @@ def placement_name(code: int) -> str:
 
 
 # ---------------------------------------------------------------- bpftrace map helpers
+
 
 def keyed(maps: Mapping[str, Any], name: str) -> dict[tuple[int, ...], int]:
     """A printed per-key map ({"1,2": 5}) as {(1, 2): 5}; absent, empty or non-numeric → {}."""
@@ -83,10 +98,14 @@ def per_second(count: float | None, window_s: float | None) -> float | None:
 
 # ---------------------------------------------------------------- BO moves (two-hop rule)
 
-def derive_bo_moves(hops: Mapping[tuple[int, ...], int], hop_bytes: Mapping[tuple[int, ...], int],
-                    twohop: Mapping[tuple[int, ...], int],
-                    twohop_bytes: Mapping[tuple[int, ...], int],
-                    own: int | None = None) -> dict[str, Any]:
+
+def derive_bo_moves(
+    hops: Mapping[tuple[int, ...], int],
+    hop_bytes: Mapping[tuple[int, ...], int],
+    twohop: Mapping[tuple[int, ...], int],
+    twohop_bytes: Mapping[tuple[int, ...], int],
+    own: int | None = None,
+) -> dict[str, Any]:
     """BO moves from the kernel's per-hop counts and its paired two-hop counts.
 
     hops / hop_bytes: (old, new, traced) → count / bytes, one entry per amdgpu_bo_move event.
@@ -122,8 +141,11 @@ def derive_bo_moves(hops: Mapping[tuple[int, ...], int], hop_bytes: Mapping[tupl
         add(TTM_TT, final, traced, -count, -size)
         add(first, final, traced, count, size)
     inconsistent = any(c < 0 or b < 0 for c, b in routes.values())
-    route_list = [{"from": placement_name(o), "to": placement_name(n), "moves": c, "bytes": b}
-                  for (o, n), (c, b) in sorted(routes.items()) if c or b]
+    route_list = [
+        {"from": placement_name(o), "to": placement_name(n), "moves": c, "bytes": b}
+        for (o, n), (c, b) in sorted(routes.items())
+        if c or b
+    ]
     moves = sum(c for c, _ in routes.values())
     volume = sum(b for _, b in routes.values())
     return {
@@ -132,17 +154,27 @@ def derive_bo_moves(hops: Mapping[tuple[int, ...], int], hop_bytes: Mapping[tupl
         "hops_seen": total(hops),
         "two_hop_moves": pairs,
         "routes": route_list,
-        "in_traced_processes": {"moves": by_context.get(mine, [0, 0])[0],
-                                "bytes": by_context.get(mine, [0, 0])[1]},
+        "in_traced_processes": {
+            "moves": by_context.get(mine, [0, 0])[0],
+            "bytes": by_context.get(mine, [0, 0])[1],
+        },
         "in_other_contexts": {"moves": by_context[0][0], "bytes": by_context[0][1]},
-        **({} if own is None else {"in_other_local_ranks": {
-            "moves": sum(c for t, (c, _) in by_context.items() if t not in (0, own)),
-            "bytes": sum(b for t, (_, b) in by_context.items() if t not in (0, own))}}),
+        **(
+            {}
+            if own is None
+            else {
+                "in_other_local_ranks": {
+                    "moves": sum(c for t, (c, _) in by_context.items() if t not in (0, own)),
+                    "bytes": sum(b for t, (_, b) in by_context.items() if t not in (0, own)),
+                }
+            }
+        ),
         "consistent": not inconsistent,
     }
 
 
 # ---------------------------------------------------------------- KFD evict → restore pairing
+
 
 @dataclass(frozen=True)
 class KfdEvent:
@@ -155,8 +187,9 @@ class KfdEvent:
 
 def kfd_events_from_log(log: Mapping[tuple[int, ...], int]) -> list[KfdEvent]:
     """The (nsecs, kind, id) → count log map as a time-ordered event list."""
-    events = [KfdEvent(key[0], key[1], key[2]) for key, n in log.items() if len(key) >= 3
-              for _ in range(max(n, 0))]
+    events = [
+        KfdEvent(key[0], key[1], key[2]) for key, n in log.items() if len(key) >= 3 for _ in range(max(n, 0))
+    ]
     return sorted(events, key=lambda e: (e.ts_ns, e.kind))
 
 
@@ -173,10 +206,20 @@ def pair_evictions(events: Iterable[KfdEvent]) -> dict[int, dict[str, Any]]:
     state: dict[int, dict[str, Any]] = {}
 
     def proc_state(pid: int) -> dict[str, Any]:
-        return state.setdefault(pid, {
-            "evictions": 0, "restores": 0, "pairs_ns": [], "evicted_since": None,
-            "unpaired_restores": 0, "evict_worker_ns": [], "restore_worker_ns": [],
-            "open_evict_worker": None, "open_restore_worker": None})
+        return state.setdefault(
+            pid,
+            {
+                "evictions": 0,
+                "restores": 0,
+                "pairs_ns": [],
+                "evicted_since": None,
+                "unpaired_restores": 0,
+                "evict_worker_ns": [],
+                "restore_worker_ns": [],
+                "open_evict_worker": None,
+                "open_restore_worker": None,
+            },
+        )
 
     for ev in sorted(events, key=lambda e: (e.ts_ns, e.kind)):
         st = proc_state(ev.proc)
@@ -212,8 +255,9 @@ def _mean(values: list[int]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def summarize_evictions(per_proc: Mapping[int, dict[str, Any]], traced_ids: set[int],
-                        window_s: float | None) -> dict[str, Any]:
+def summarize_evictions(
+    per_proc: Mapping[int, dict[str, Any]], traced_ids: set[int], window_s: float | None
+) -> dict[str, Any]:
     """Guide numbers for the traced processes (by their own pid/pasid), others counted apart."""
     mine = [st for pid, st in per_proc.items() if pid in traced_ids]
     pairs = [d for st in mine for d in st["pairs_ns"]]
@@ -221,8 +265,11 @@ def summarize_evictions(per_proc: Mapping[int, dict[str, Any]], traced_ids: set[
     restores = sum(st["restores"] for st in mine)
     evict_worker = [d for st in mine for d in st["evict_worker_ns"]]
     restore_worker = [d for st in mine for d in st["restore_worker_ns"]]
-    others = {str(pid): {"evictions": st["evictions"], "restores": st["restores"]}
-              for pid, st in sorted(per_proc.items()) if pid not in traced_ids}
+    others = {
+        str(pid): {"evictions": st["evictions"], "restores": st["restores"]}
+        for pid, st in sorted(per_proc.items())
+        if pid not in traced_ids
+    }
     avg_pair = _mean(pairs)
     return {
         "evictions": evictions,
@@ -242,28 +289,47 @@ def summarize_evictions(per_proc: Mapping[int, dict[str, Any]], traced_ids: set[
 def restore_delay_note(delays_jiffies: Mapping[int, int], hz: int | None) -> dict[str, Any]:
     """What the driver said about its restore delay (schedule_evict_and_restore's delay_jiffies)."""
     if not delays_jiffies:
-        return {"delay_jiffies": None, "delay_ms": None, "kernel_hz": hz,
-                "note": ("the driver schedules a restore a fixed delay after an eviction (100 ms "
-                         "in many trees, 2000 ms in some newer ones); no schedule event was seen, "
-                         "so this run's delay is unknown")}
+        return {
+            "delay_jiffies": None,
+            "delay_ms": None,
+            "kernel_hz": hz,
+            "note": (
+                "the driver schedules a restore a fixed delay after an eviction (100 ms "
+                "in many trees, 2000 ms in some newer ones); no schedule event was seen, "
+                "so this run's delay is unknown"
+            ),
+        }
     common = max(delays_jiffies.items(), key=lambda kv: kv[1])[0]
     ms = None if not hz else common * 1000.0 / hz
-    return {"delay_jiffies": common, "delay_ms": ms, "kernel_hz": hz,
-            "note": ("evict→restore time is mostly the driver's fixed restore delay "
-                     f"({common} jiffies" + (f" = {ms:.0f} ms" if ms is not None else "") +
-                     "), not the cost of the eviction itself; see the worker times for that")}
+    return {
+        "delay_jiffies": common,
+        "delay_ms": ms,
+        "kernel_hz": hz,
+        "note": (
+            "evict→restore time is mostly the driver's fixed restore delay "
+            f"({common} jiffies"
+            + (f" = {ms:.0f} ms" if ms is not None else "")
+            + "), not the cost of the eviction itself; see the worker times for that"
+        ),
+    }
 
 
 # ---------------------------------------------------------------- legacy aliases
 
-def legacy_aliases(pairs: int | None, eviction_rate: float | None,
-                   avg_evict_to_restore_us: float | None) -> dict[str, Any]:
+
+def legacy_aliases(
+    pairs: int | None, eviction_rate: float | None, avg_evict_to_restore_us: float | None
+) -> dict[str, Any]:
     """The upstream keys, with the meaning docs/guide.md documents (NOT GPU page faults)."""
-    return {"total_faults": pairs, "fault_rate_per_sec": eviction_rate,
-            "avg_fault_latency_us": avg_evict_to_restore_us}
+    return {
+        "total_faults": pairs,
+        "fault_rate_per_sec": eviction_rate,
+        "avg_fault_latency_us": avg_evict_to_restore_us,
+    }
 
 
 # ---------------------------------------------------------------- small system readers
+
 
 def read_kfd_pasid(pid: int, root: str = "/sys/class/kfd/kfd/proc") -> int | None:
     """The KFD pasid of process `pid`, or None (no KFD, process not using the GPU, no access)."""

@@ -36,8 +36,9 @@ def _descendants(pids: tuple[int, ...] | list[int], exclude: tuple[int, ...] = (
     return seen
 
 
-def task_counters(pids: tuple[int, ...] | list[int],
-                  exclude: tuple[int, ...] = ()) -> dict[int, dict[str, Any]]:
+def task_counters(
+    pids: tuple[int, ...] | list[int], exclude: tuple[int, ...] = ()
+) -> dict[int, dict[str, Any]]:
     """tid → {pid, comm, exec_ns, run_delay_ns, voluntary, involuntary} for all their threads."""
     out: dict[int, dict[str, Any]] = {}
     for pid in _descendants(pids, exclude):
@@ -52,7 +53,8 @@ def task_counters(pids: tuple[int, ...] | list[int],
             fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
             try:
                 out[int(task.name)] = {
-                    "pid": pid, "comm": fields.get("Name", "").strip() or None,
+                    "pid": pid,
+                    "comm": fields.get("Name", "").strip() or None,
                     "exec_ns": int(sched[0]) if len(sched) >= 2 else None,
                     "run_delay_ns": int(sched[1]) if len(sched) >= 2 else None,
                     "voluntary": int(fields["voluntary_ctxt_switches"]),
@@ -65,8 +67,9 @@ def task_counters(pids: tuple[int, ...] | list[int],
     return out
 
 
-def delta(start: dict[int, dict[str, Any]], stop: dict[int, dict[str, Any]], tid: int,
-          key: str) -> int | None:
+def delta(
+    start: dict[int, dict[str, Any]], stop: dict[int, dict[str, Any]], tid: int, key: str
+) -> int | None:
     """stop − start of one counter (a thread born in the window starts at 0); None if unknown."""
     end = stop.get(tid, {}).get(key)
     if end is None:

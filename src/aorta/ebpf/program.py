@@ -65,8 +65,14 @@ def validate_target(target: TraceTarget) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ProgramError(f"invalid pid/tid {value!r}: must be a positive integer")
     for bell in target.doorbells:
-        if len(bell) != 4 or any(isinstance(v, bool) or not isinstance(v, int) for v in bell) \
-                or bell[0] <= 0 or bell[1] < 0 or bell[2] <= 0 or bell[3] < 0:
+        if (
+            len(bell) != 4
+            or any(isinstance(v, bool) or not isinstance(v, int) for v in bell)
+            or bell[0] <= 0
+            or bell[1] < 0
+            or bell[2] <= 0
+            or bell[3] < 0
+        ):
             raise ProgramError(f"invalid doorbell {bell!r}: (pid > 0, fd >= 0, tid > 0, queue >= 0)")
     if not isinstance(target.rank_keys, bool):
         raise ProgramError(f"invalid rank_keys {target.rank_keys!r}: must be a bool")
@@ -77,8 +83,11 @@ def validate_target(target: TraceTarget) -> None:
 
 def validate_family(family: ProbeFamily) -> None:
     """Family names become map prefixes: letters, digits, underscore; `aorta_` is the engine's."""
-    if not NAME_RE.match(family.name or "") or family.name.startswith(ENGINE_PREFIX) \
-            or family.name == "aorta":
+    if (
+        not NAME_RE.match(family.name or "")
+        or family.name.startswith(ENGINE_PREFIX)
+        or family.name == "aorta"
+    ):
         raise ProgramError(f"invalid probe family name {family.name!r}")
     if family.section not in ("queue", "memory"):
         raise ProgramError(f"family {family.name}: section must be 'queue' or 'memory'")
@@ -89,43 +98,51 @@ def render_context(tracefs: Tracefs, dialect: BpftraceDialect, target: TraceTarg
     pid_filter = f"{PIDS_MAP}[pid]" if target.pids else "1"
     # a node program's @aorta_pids holds each traced process's rank key (slot + 1), else 1
     rank = f"{PIDS_MAP}[pid]" if target.rank_keys and target.pids else None
-    return RenderContext(tracefs=tracefs, dialect=dialect, target=target, pid_filter=pid_filter,
-                         gate=GATE, rank=rank)
+    return RenderContext(
+        tracefs=tracefs, dialect=dialect, target=target, pid_filter=pid_filter, gate=GATE, rank=rank
+    )
 
 
 def _handshake_block(probe: marker.MarkerProbe, ident: int) -> str:
-    return (f"{probe.attach}\n/{probe.match_expr} && {probe.command_expr} == {marker.PING}/\n"
-            f"{{\n  printf(\"{READY_TEXT} {ident}\\n\");\n  @aorta_ready_{ident} = 1;\n}}")
+    return (
+        f"{probe.attach}\n/{probe.match_expr} && {probe.command_expr} == {marker.PING}/\n"
+        f'{{\n  printf("{READY_TEXT} {ident}\\n");\n  @aorta_ready_{ident} = 1;\n}}'
+    )
 
 
 def _owner_guard_blocks(ctx: RenderContext, owner_pid: int) -> list[str]:
     """exit() when the owner's main thread exits, or when no handshake completed in time."""
     blocks = []
     if ctx.event("sched", "sched_process_exit") is not None:
-        blocks.append(f"tracepoint:sched:sched_process_exit\n/tid == {int(owner_pid)}/\n"
-                      "{\n  exit();\n}")
+        blocks.append(f"tracepoint:sched:sched_process_exit\n/tid == {int(owner_pid)}/\n{{\n  exit();\n}}")
     unready = " || ".join(f"@aorta_ready_{i} == 0" for i in HANDSHAKE_IDS)
-    blocks.append(f"interval:s:5\n/({unready}) && nsecs - {BORN_MAP} > "
-                  f"{OWNER_WATCHDOG_S * 1_000_000_000}/\n{{\n  exit();\n}}")
+    blocks.append(
+        f"interval:s:5\n/({unready}) && nsecs - {BORN_MAP} > "
+        f"{OWNER_WATCHDOG_S * 1_000_000_000}/\n{{\n  exit();\n}}"
+    )
     return blocks
 
 
 def _gate_block(probe: marker.MarkerProbe, ranks: int = 1) -> str:
     cmd = probe.command_expr
     if ranks == 1:
-        return (f"{probe.attach}\n/{probe.match_expr}/\n{{\n"
-                f"  if ({cmd} == {marker.WINDOW_START}) {{ $t = nsecs; {WINDOW_START_MAP} = $t; "
-                f"{GATE_MAP} = $t; }}\n"
-                f"  if ({cmd} == {marker.WINDOW_STOP}) {{ {GATE_MAP} = 0; {WINDOW_STOP_MAP} = nsecs; "
-                f"printf(\"{CLOSED_TEXT}\\n\"); }}\n}}")
+        return (
+            f"{probe.attach}\n/{probe.match_expr}/\n{{\n"
+            f"  if ({cmd} == {marker.WINDOW_START}) {{ $t = nsecs; {WINDOW_START_MAP} = $t; "
+            f"{GATE_MAP} = $t; }}\n"
+            f"  if ({cmd} == {marker.WINDOW_STOP}) {{ {GATE_MAP} = 0; {WINDOW_STOP_MAP} = nsecs; "
+            f'printf("{CLOSED_TEXT}\\n"); }}\n}}'
+        )
     # several processes (a node's torchrun ranks) share the gate: the first start opens it (later
     # starts leave it alone); the one stop comes from the rank whose window ends last (user space
     # counts the stops atomically in the torchrun store: a map counter here would race)
-    return (f"{probe.attach}\n/{probe.match_expr}/\n{{\n"
-            f"  if ({cmd} == {marker.WINDOW_START} && {WINDOW_START_MAP} == 0) {{ $t = nsecs; "
-            f"{WINDOW_START_MAP} = $t; {GATE_MAP} = $t; }}\n"
-            f"  if ({cmd} == {marker.WINDOW_STOP}) {{ {GATE_MAP} = 0; {WINDOW_STOP_MAP} = nsecs; "
-            f"printf(\"{CLOSED_TEXT}\\n\"); }}\n}}")
+    return (
+        f"{probe.attach}\n/{probe.match_expr}/\n{{\n"
+        f"  if ({cmd} == {marker.WINDOW_START} && {WINDOW_START_MAP} == 0) {{ $t = nsecs; "
+        f"{WINDOW_START_MAP} = $t; {GATE_MAP} = $t; }}\n"
+        f"  if ({cmd} == {marker.WINDOW_STOP}) {{ {GATE_MAP} = 0; {WINDOW_STOP_MAP} = nsecs; "
+        f'printf("{CLOSED_TEXT}\\n"); }}\n}}'
+    )
 
 
 def _follow_children_block(ctx: RenderContext) -> str | None:
@@ -135,31 +152,41 @@ def _follow_children_block(ctx: RenderContext) -> str | None:
     # Runs in the parent: `pid` is the parent's tgid. A new thread's tid lands in the map too,
     # which is harmless (it is never a tgid of another process). The child inherits the
     # parent's value: its rank key in a node program, 1 otherwise.
-    return (f"tracepoint:sched:sched_process_fork\n/{PIDS_MAP}[pid]/\n{{\n"
-            f"  {PIDS_MAP}[{ctx.dialect.arg('child_pid')}] = {PIDS_MAP}[pid];\n}}")
+    return (
+        f"tracepoint:sched:sched_process_fork\n/{PIDS_MAP}[pid]/\n{{\n"
+        f"  {PIDS_MAP}[{ctx.dialect.arg('child_pid')}] = {PIDS_MAP}[pid];\n}}"
+    )
 
 
-def build_program(families: list[ProbeFamily], target: TraceTarget, tracefs: Tracefs,
-                  dialect: BpftraceDialect, token: int, owner_pid: int | None = None) -> Program:
+def build_program(
+    families: list[ProbeFamily],
+    target: TraceTarget,
+    tracefs: Tracefs,
+    dialect: BpftraceDialect,
+    token: int,
+    owner_pid: int | None = None,
+) -> Program:
     """Render every family against `tracefs` into one program; raise ProgramError if impossible.
 
     `owner_pid`: the process that will start bpftrace; the program exits when it exits.
     """
     validate_target(target)
-    if owner_pid is not None and (isinstance(owner_pid, bool) or not isinstance(owner_pid, int)
-                                  or owner_pid <= 0):
+    if owner_pid is not None and (
+        isinstance(owner_pid, bool) or not isinstance(owner_pid, int) or owner_pid <= 0
+    ):
         raise ProgramError(f"invalid owner pid {owner_pid!r}: must be a positive integer")
     probe = marker.marker_probe(tracefs, dialect, token)
     if probe is None:
-        raise ProgramError("no syscall tracepoint for the window marker (syscalls:sys_enter_prctl "
-                           "or raw_syscalls:sys_enter): kernel built without CONFIG_FTRACE_SYSCALLS")
+        raise ProgramError(
+            "no syscall tracepoint for the window marker (syscalls:sys_enter_prctl "
+            "or raw_syscalls:sys_enter): kernel built without CONFIG_FTRACE_SYSCALLS"
+        )
     ctx = render_context(tracefs, dialect, target)
-    program = Program(text="", token=token, families=list(families), marker_event=probe.event,
-                      target=target)
-    begin = [f"  {PIDS_MAP}[{p}] = {slot + 1 if target.rank_keys else 1};"
-             for slot, p in enumerate(target.pids)]
-    blocks: list[str] = [_handshake_block(probe, HANDSHAKE_IDS[0]),
-                         _gate_block(probe, target.window_ranks)]
+    program = Program(text="", token=token, families=list(families), marker_event=probe.event, target=target)
+    begin = [
+        f"  {PIDS_MAP}[{p}] = {slot + 1 if target.rank_keys else 1};" for slot, p in enumerate(target.pids)
+    ]
+    blocks: list[str] = [_handshake_block(probe, HANDSHAKE_IDS[0]), _gate_block(probe, target.window_ranks)]
     if owner_pid is not None:
         begin.append(f"  {BORN_MAP} = nsecs;")
         blocks.extend(_owner_guard_blocks(ctx, owner_pid))
@@ -196,8 +223,10 @@ def build_program(families: list[ProbeFamily], target: TraceTarget, tracefs: Tra
         program.handshake_ids = HANDSHAKE_IDS + UPROBE_HANDSHAKE_IDS
         program.uprobe_ping = True
     blocks.append(_handshake_block(probe, HANDSHAKE_IDS[1]))
-    header = (f"// aorta: one program for families {', '.join(f.name for f in families) or '(none)'}\n"
-              f"// window gate: prctl({marker.MAGIC:#x}, cmd, {token}) via {probe.event}")
+    header = (
+        f"// aorta: one program for families {', '.join(f.name for f in families) or '(none)'}\n"
+        f"// window gate: prctl({marker.MAGIC:#x}, cmd, {token}) via {probe.event}"
+    )
     parts = [header, "BEGIN\n{\n" + "\n".join(begin or [f"  {GATE_MAP} = 0;"]) + "\n}"]
     parts.extend(blocks)
     parts.append("END\n{\n" + "\n".join(end or [f"  {GATE_MAP} = 0;"]) + "\n}")
@@ -218,10 +247,12 @@ def _check_tracepoints(family: ProbeFamily, code: ProbeCode) -> None:
         kinds = {uprobes.attach_kind(a) for a in head.split(",")}
         if kinds == {"tracepoint"} or (user_ok and kinds == {"uprobe"}):
             continue
-        raise ProgramError(f"family {family.name}: probe {head!r} is not a tracepoint "
-                           + ("or a well-formed uprobe" if user_ok else "")
-                           + " (the readiness handshake covers tracepoints"
-                           + (" and uprobes)" if user_ok else " only)"))
+        raise ProgramError(
+            f"family {family.name}: probe {head!r} is not a tracepoint "
+            + ("or a well-formed uprobe" if user_ok else "")
+            + " (the readiness handshake covers tracepoints"
+            + (" and uprobes)" if user_ok else " only)")
+        )
 
 
 def _check_maps(family: ProbeFamily, code: ProbeCode) -> None:
@@ -229,5 +260,4 @@ def _check_maps(family: ProbeFamily, code: ProbeCode) -> None:
     text = "\n".join([*code.probes, *code.begin, *code.end])
     for name in _MAP_RE.findall(text):
         if not (name.startswith(f"{family.name}_") or name.startswith(ENGINE_PREFIX)):
-            raise ProgramError(f"family {family.name} uses map @{name} without its prefix "
-                               f"@{family.name}_")
+            raise ProgramError(f"family {family.name} uses map @{name} without its prefix @{family.name}_")

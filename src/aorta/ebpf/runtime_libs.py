@@ -47,8 +47,7 @@ def mapped_files(pid: int) -> dict[str, int]:
     with contextlib.suppress(OSError):
         for line in Path(f"/proc/{int(pid)}/maps").read_text().splitlines():
             parts = line.split(maxsplit=5)
-            if len(parts) == 6 and parts[5].startswith("/") and parts[5] not in seen \
-                    and parts[4].isdigit():
+            if len(parts) == 6 and parts[5].startswith("/") and parts[5] not in seen and parts[4].isdigit():
                 seen[parts[5]] = int(parts[4])
     return seen
 

@@ -61,8 +61,9 @@ def bpftrace_path() -> str | None:
 def bpftrace_version(path: str) -> tuple[int, int, int] | None:
     """(major, minor, patch) from `bpftrace --version`, None if it cannot be run."""
     try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10,
-                             check=False).stdout
+        out = subprocess.run(
+            [path, "--version"], capture_output=True, text=True, timeout=10, check=False
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return None
     match = _VERSION_RE.search(out)
@@ -77,8 +78,14 @@ def sudo_works() -> tuple[bool, str]:
     if sudo is None:
         return False, "sudo not installed"
     try:
-        proc = subprocess.run([sudo, "-n", "true"], capture_output=True, text=True, timeout=10,
-                              check=False, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            [sudo, "-n", "true"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return False, f"sudo -n failed: {exc}"
     if proc.returncode != 0:
@@ -120,9 +127,11 @@ def pid_namespace_problem() -> str | None:
         return None
     if ns == INIT_PID_NS:
         return None
-    return ("this process runs in its own PID namespace (a container without --pid=host): the "
-            "kernel's process ids differ from the ones seen here, so per-process probes would match "
-            "nothing; run the container with --pid=host (compose: pid: host)")
+    return (
+        "this process runs in its own PID namespace (a container without --pid=host): the "
+        "kernel's process ids differ from the ones seen here, so per-process probes would match "
+        "nothing; run the container with --pid=host (compose: pid: host)"
+    )
 
 
 ROOT_ONLY_TEXT = "only supports running as the root user"
@@ -141,8 +150,14 @@ def file_caps_launch(bpftrace: str, caps: FileCaps, sudo_why: str) -> tuple[list
         problems.append(f"its capabilities are not effective, '+p' without 'e' (fix: {fix})")
     if not problems:  # a test program shows what bpftrace itself says (no tracefs needed)
         try:
-            proc = subprocess.run([bpftrace, "-e", "BEGIN { exit(); }"], capture_output=True,
-                                  text=True, timeout=30, check=False, stdin=subprocess.DEVNULL)
+            proc = subprocess.run(
+                [bpftrace, "-e", "BEGIN { exit(); }"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
             out, rc = (proc.stdout + proc.stderr).strip(), proc.returncode
         except (OSError, subprocess.TimeoutExpired) as exc:
             out, rc = str(exc), -1
@@ -150,7 +165,8 @@ def file_caps_launch(bpftrace: str, caps: FileCaps, sudo_why: str) -> tuple[list
             problems.append(
                 "this bpftrace refuses every non-root user whatever its capabilities (bpftrace "
                 "replaced that uid check with capability checks only in late 2025, pull request "
-                "#4773): run as root or with sudo, or install a newer bpftrace")
+                "#4773): run as root or with sudo, or install a newer bpftrace"
+            )
         elif rc != 0:
             last = out.splitlines()[-1] if out else f"exit {rc}"
             problems.append(f"a test program failed: {last}")
@@ -160,11 +176,14 @@ def file_caps_launch(bpftrace: str, caps: FileCaps, sudo_why: str) -> tuple[list
             f"tracefs ({TRACEFS_CANDIDATES[0]}) is not readable by uid {os.geteuid()}, and aorta "
             "reads tracepoint formats there too (fix: give a group access, e.g. sudo mount -o "
             f"remount,gid=$(id -g),mode=0750 {TRACEFS_CANDIDATES[0]}; cap_dac_read_search on "
-            "bpftrace alone is not enough)")
+            "bpftrace alone is not enough)"
+        )
     if not problems:
         return [], f"file capabilities ({caps.describe()}) on {bpftrace}"
-    return None, (f"not root and {sudo_why}; {bpftrace} has file capabilities {caps.describe()} "
-                  f"but {'; and '.join(problems)}")
+    return None, (
+        f"not root and {sudo_why}; {bpftrace} has file capabilities {caps.describe()} "
+        f"but {'; and '.join(problems)}"
+    )
 
 
 @dataclass
@@ -191,9 +210,15 @@ class SessionOutput:
 class TraceSession:
     """One bpftrace process carrying one assembled Program."""
 
-    def __init__(self, program: Program, bpftrace: str, prefix: list[str],
-                 env: dict[str, str] | None = None, map_keys_max: int = MAP_KEYS_MAX,
-                 flags: tuple[str, ...] = ("-k",)) -> None:
+    def __init__(
+        self,
+        program: Program,
+        bpftrace: str,
+        prefix: list[str],
+        env: dict[str, str] | None = None,
+        map_keys_max: int = MAP_KEYS_MAX,
+        flags: tuple[str, ...] = ("-k",),
+    ) -> None:
         if isinstance(map_keys_max, bool) or not isinstance(map_keys_max, int) or map_keys_max < 1:
             raise SessionError(f"map_keys_max {map_keys_max!r}: must be a positive integer")
         if any(f not in ("-k",) for f in flags):
@@ -223,22 +248,40 @@ class TraceSession:
         program_fd, script = self._program_file(sudo)
         env = {**os.environ, **self.env}
         # `env` carries the settings through `sudo -n`, which resets the environment
-        cmd = [*self.prefix, "env", f"BPFTRACE_MAP_KEYS_MAX={self.map_keys_max}",
-               f"{OWNER_ENV}={os.getpid()}", self.bpftrace, *self.flags, "-f", "json", str(script)]
+        cmd = [
+            *self.prefix,
+            "env",
+            f"BPFTRACE_MAP_KEYS_MAX={self.map_keys_max}",
+            f"{OWNER_ENV}={os.getpid()}",
+            self.bpftrace,
+            *self.flags,
+            "-f",
+            "json",
+            str(script),
+        ]
         try:
-            self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True, bufsize=1, env=env,
-                                          start_new_session=True,
-                                          pass_fds=() if program_fd is None else (program_fd,),
-                                          preexec_fn=None if sudo else die_with_parent())
+            self._proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                bufsize=1,
+                env=env,
+                start_new_session=True,
+                pass_fds=() if program_fd is None else (program_fd,),
+                preexec_fn=None if sudo else die_with_parent(),
+            )
         except OSError as exc:
             self._cleanup_files()
             raise SessionError(f"cannot start bpftrace: {exc}") from None
         finally:
             if program_fd is not None:
                 os.close(program_fd)
-        self._readers = [threading.Thread(target=self._read_stdout, daemon=True),
-                         threading.Thread(target=self._read_stderr, daemon=True)]
+        self._readers = [
+            threading.Thread(target=self._read_stdout, daemon=True),
+            threading.Thread(target=self._read_stderr, daemon=True),
+        ]
         for reader in self._readers:
             reader.start()
         try:
@@ -269,11 +312,15 @@ class TraceSession:
         while not self._ready_event.is_set():
             if self._proc.poll() is not None:
                 self._join_readers(5)
-                raise SessionError("bpftrace exited before its probes were live: "
-                                   + (self._error_text() or f"exit {self._proc.returncode}"))
+                raise SessionError(
+                    "bpftrace exited before its probes were live: "
+                    + (self._error_text() or f"exit {self._proc.returncode}")
+                )
             if time.monotonic() > deadline:
-                raise SessionError("bpftrace did not become ready in time (probes not attached); "
-                                   + (self._error_text() or "no error printed"))
+                raise SessionError(
+                    "bpftrace did not become ready in time (probes not attached); "
+                    + (self._error_text() or "no error printed")
+                )
             marker.send(marker.PING, self.program.token)
             if self.program.uprobe_ping:  # uprobes have their own handshake (see uprobes.py)
                 uprobes.ping(self.program.token)
@@ -307,8 +354,9 @@ class TraceSession:
         if target is None:
             return
         if self._proc is not None:  # bpftrace is our child: not part of what is traced
-            target = dataclasses.replace(target, exclude_pids=(
-                *target.exclude_pids, self._proc.pid, *_children(self._proc.pid)))
+            target = dataclasses.replace(
+                target, exclude_pids=(*target.exclude_pids, self._proc.pid, *_children(self._proc.pid))
+            )
         for family in self.program.families:
             try:
                 value = family.snapshot(target)
@@ -335,8 +383,7 @@ class TraceSession:
         if proc is not None and proc.poll() is None:
             self.output.probe_cost = probe_cost(proc.pid)
         if proc is not None:
-            for sig, wait_s in ((signal.SIGINT, timeout_s), (signal.SIGTERM, 5.0),
-                                (signal.SIGKILL, 5.0)):
+            for sig, wait_s in ((signal.SIGINT, timeout_s), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
                 if proc.poll() is not None:
                     break
                 self.output.stop_signal = sig.name
@@ -362,8 +409,9 @@ class TraceSession:
         if sig == signal.SIGKILL and self.prefix[:1] and self.prefix[0].endswith("sudo"):
             # Killing only sudo would orphan a root bpftrace: kill its children through sudo first.
             for child in _children(proc.pid):
-                subprocess.run(["sudo", "-n", "kill", "-KILL", str(child)], capture_output=True,
-                               timeout=10, check=False)
+                subprocess.run(
+                    ["sudo", "-n", "kill", "-KILL", str(child)], capture_output=True, timeout=10, check=False
+                )
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(proc.pid, sig)
 
@@ -408,8 +456,12 @@ class TraceSession:
     def _helper_error(self, record: dict[str, Any]) -> None:
         """Count a failed helper call (a full map refusing an update) by statement position."""
         try:
-            key = (str(record.get("helper")), int(record.get("retcode", 0)),
-                   int(record.get("line", 0)), int(record.get("col", 0)))
+            key = (
+                str(record.get("helper")),
+                int(record.get("retcode", 0)),
+                int(record.get("line", 0)),
+                int(record.get("col", 0)),
+            )
         except (TypeError, ValueError):
             return
         with self._lock:
@@ -495,7 +547,7 @@ def _owner_of(pid: int) -> int | None:
     key = f"{OWNER_ENV}=".encode()
     for item in environ.split(b"\0"):
         if item.startswith(key):
-            return parse_pid(item[len(key):].decode("ascii", "replace"))
+            return parse_pid(item[len(key) :].decode("ascii", "replace"))
     return None
 
 
@@ -505,8 +557,11 @@ def probe_cost(pid: int) -> dict[str, Any]:
     The kernel counts it only while sysctl kernel.bpf_stats_enabled=1; otherwise the values are
     null with that reason. Under sudo the root process's fdinfo is not readable: null as well.
     """
-    pids = [pid] + ([] if Path(f"/proc/{pid}/comm").exists() and
-                    _read(f"/proc/{pid}/comm") == "bpftrace" else _children(pid))
+    pids = [pid] + (
+        []
+        if Path(f"/proc/{pid}/comm").exists() and _read(f"/proc/{pid}/comm") == "bpftrace"
+        else _children(pid)
+    )
     run_ns = run_cnt = 0
     progs = 0
     for p in pids:
@@ -518,21 +573,36 @@ def probe_cost(pid: int) -> dict[str, Any]:
             with contextlib.suppress(OSError):
                 if os.readlink(fd) != "anon_inode:bpf-prog":
                     continue
-                info = dict(line.split(":", 1) for line in
-                            Path(f"/proc/{p}/fdinfo/{fd.name}").read_text().splitlines() if ":" in line)
+                info = dict(
+                    line.split(":", 1)
+                    for line in Path(f"/proc/{p}/fdinfo/{fd.name}").read_text().splitlines()
+                    if ":" in line
+                )
                 progs += 1
                 run_ns += int(info.get("run_time_ns", "0").strip() or 0)
                 run_cnt += int(info.get("run_cnt", "0").strip() or 0)
     enabled = _read("/proc/sys/kernel/bpf_stats_enabled") == "1"
     if progs == 0:
-        return {"programs": 0, "run_count": None, "run_time_ms": None,
-                "reason": "bpftrace's BPF programs are not readable from this process"}
+        return {
+            "programs": 0,
+            "run_count": None,
+            "run_time_ms": None,
+            "reason": "bpftrace's BPF programs are not readable from this process",
+        }
     if not enabled and run_cnt == 0:
-        return {"programs": progs, "run_count": None, "run_time_ms": None,
-                "reason": "kernel.bpf_stats_enabled=0: the kernel does not time BPF programs"}
-    return {"programs": progs, "run_count": run_cnt, "run_time_ms": run_ns / 1e6,
-            "avg_ns_per_run": run_ns / run_cnt if run_cnt else None,
-            "covered": "every hit since attach (warm-up and window), all probes"}
+        return {
+            "programs": progs,
+            "run_count": None,
+            "run_time_ms": None,
+            "reason": "kernel.bpf_stats_enabled=0: the kernel does not time BPF programs",
+        }
+    return {
+        "programs": progs,
+        "run_count": run_cnt,
+        "run_time_ms": run_ns / 1e6,
+        "avg_ns_per_run": run_ns / run_cnt if run_cnt else None,
+        "covered": "every hit since attach (warm-up and window), all probes",
+    }
 
 
 def _read(path: str) -> str | None:

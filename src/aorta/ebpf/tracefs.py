@@ -19,7 +19,8 @@ ENV_OVERRIDE = "AORTA_TRACEFS"
 _NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")
 _FIELD_RE = re.compile(
     r"^\s*field:(?P<decl>.+?);\s*offset:(?P<offset>\d+);\s*size:(?P<size>\d+);"
-    r"\s*signed:(?P<signed>\d+);")
+    r"\s*signed:(?P<signed>\d+);"
+)
 
 
 @dataclass(frozen=True)
@@ -112,8 +113,9 @@ def parse_format(text: str, system: str = "", name: str = "") -> EventFormat:
         ftype, fname = _split_decl(match.group("decl"))
         if fname.startswith("common_"):
             continue
-        fields[fname] = Field(fname, ftype, int(match.group("offset")), int(match.group("size")),
-                              match.group("signed") == "1")
+        fields[fname] = Field(
+            fname, ftype, int(match.group("offset")), int(match.group("size")), match.group("signed") == "1"
+        )
     return EventFormat(system, name, event_id, fields)
 
 
@@ -131,8 +133,7 @@ class Tracefs:
     def systems(self) -> list[str]:
         """Tracepoint subsystems (sched, amdgpu, …) present in this tree."""
         try:
-            return sorted(p.name for p in self.events_dir.iterdir()
-                          if p.is_dir() and _NAME_RE.match(p.name))
+            return sorted(p.name for p in self.events_dir.iterdir() if p.is_dir() and _NAME_RE.match(p.name))
         except OSError:
             return []
 
@@ -141,19 +142,21 @@ class Tracefs:
         if not _NAME_RE.match(system):
             return []
         try:
-            return sorted(p.name for p in (self.events_dir / system).iterdir()
-                          if (p / "format").is_file())
+            return sorted(p.name for p in (self.events_dir / system).iterdir() if (p / "format").is_file())
         except OSError:
             return []
 
     def event_state(self, system: str, event: str) -> str:
-        """"present", "not readable" (exists, but this user cannot read its format) or "missing"."""
+        """ "present", "not readable" (exists, but this user cannot read its format) or "missing"."""
         if self.read_format(system, event) is not None:
             return "present"
         if not (_NAME_RE.match(system) and _NAME_RE.match(event)):
             return "missing"
-        for path in (self.events_dir / system / event / "format", self.events_dir / system / event,
-                     self.events_dir / system):
+        for path in (
+            self.events_dir / system / event / "format",
+            self.events_dir / system / event,
+            self.events_dir / system,
+        ):
             try:
                 os.stat(path)
             except PermissionError:
@@ -210,16 +213,19 @@ def find_tracefs(mount_if_root: bool = True) -> tuple[Tracefs | None, str]:
     if mount_if_root and os.geteuid() == 0:
         return mount_tracefs()
     if os.geteuid() != 0:
-        return None, ("tracefs not readable: run as root, or mount it: "
-                      f"sudo mount -t tracefs nodev {TRACEFS_CANDIDATES[0]}")
+        return None, (
+            "tracefs not readable: run as root, or mount it: "
+            f"sudo mount -t tracefs nodev {TRACEFS_CANDIDATES[0]}"
+        )
     return None, "tracefs not found (kernel without CONFIG_TRACING?)"
 
 
 def _mount(fstype: str, target: str) -> str | None:
     """`mount -t FSTYPE nodev TARGET`; None on success, else mount's message."""
     try:
-        proc = subprocess.run(["mount", "-t", fstype, "nodev", target], capture_output=True,
-                              text=True, timeout=10, check=False)
+        proc = subprocess.run(
+            ["mount", "-t", fstype, "nodev", target], capture_output=True, text=True, timeout=10, check=False
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return str(exc)
     return None if proc.returncode == 0 else (proc.stderr.strip() or f"exit {proc.returncode}")
@@ -250,7 +256,11 @@ def mount_tracefs() -> tuple[Tracefs | None, str]:
             return Tracefs(legacy), f"{legacy} ({how})"
         tried.append(f"mount -t {fstype} nodev {target}: {error or 'mounted, but no tracing/events/'}")
     if not tried:
-        return None, (f"tracefs not found: neither {tracing} nor {DEBUGFS} exists "
-                      "(kernel without CONFIG_TRACING?)")
-    return None, ("tracefs not mounted and mounting failed (" + "; ".join(tried)
-                  + "): in a container, run it --privileged or mount /sys/kernel/tracing into it")
+        return None, (
+            f"tracefs not found: neither {tracing} nor {DEBUGFS} exists (kernel without CONFIG_TRACING?)"
+        )
+    return None, (
+        "tracefs not mounted and mounting failed ("
+        + "; ".join(tried)
+        + "): in a container, run it --privileged or mount /sys/kernel/tracing into it"
+    )

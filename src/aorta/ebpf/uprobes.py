@@ -48,8 +48,9 @@ def handshake_library() -> str | None:
     if _handshake_target is None:
         libc = own_libc()
         try:
-            ok = libc is not None and {HANDSHAKE_FUNCTION, RETURN_CALIBRATION_FUNCTION} <= \
-                defined_functions(libc)
+            ok = libc is not None and {HANDSHAKE_FUNCTION, RETURN_CALIBRATION_FUNCTION} <= defined_functions(
+                libc
+            )
         except ElfError:
             ok = False
         _handshake_target = (libc if ok else None,)
@@ -61,8 +62,10 @@ def handshake_block(token: int, ident: int) -> str | None:
     libc = handshake_library()
     if libc is None:
         return None
-    return (f"uprobe:{libc}:{HANDSHAKE_FUNCTION}\n/pid == {os.getpid()} && arg0 == {int(token)}/\n"
-            f"{{\n  printf(\"{READY_TEXT} {int(ident)}\\n\");\n}}")
+    return (
+        f"uprobe:{libc}:{HANDSHAKE_FUNCTION}\n/pid == {os.getpid()} && arg0 == {int(token)}/\n"
+        f'{{\n  printf("{READY_TEXT} {int(ident)}\\n");\n}}'
+    )
 
 
 _libc: ctypes.CDLL | None = None
@@ -74,8 +77,10 @@ def calibration_block() -> str | None:
     libc = handshake_library()
     if libc is None:
         return None
-    return (f"uretprobe:{libc}:{RETURN_CALIBRATION_FUNCTION}\n/pid == {os.getpid()} && retval == 999/\n"
-            "{\n  @aorta_calibration = count();\n}")
+    return (
+        f"uretprobe:{libc}:{RETURN_CALIBRATION_FUNCTION}\n/pid == {os.getpid()} && retval == 999/\n"
+        "{\n  @aorta_calibration = count();\n}"
+    )
 
 
 def _median_extra_ns(probed: object, plain: object, calls: int) -> float:
@@ -105,8 +110,10 @@ def hit_cost_ns(calls: int = CALIBRATION_CALLS) -> dict[str, float]:
     ffsll, ffs = getattr(_libc, RETURN_CALIBRATION_FUNCTION), _libc.ffs
     ffsll.restype, ffsll.argtypes = ctypes.c_int, [ctypes.c_longlong]
     ffs.restype, ffs.argtypes = ctypes.c_int, [ctypes.c_int]
-    return {"entry_ns": _median_extra_ns(llabs, labs, calls),
-            "entry_return_ns": _median_extra_ns(ffsll, ffs, calls)}
+    return {
+        "entry_ns": _median_extra_ns(llabs, labs, calls),
+        "entry_return_ns": _median_extra_ns(ffsll, ffs, calls),
+    }
 
 
 def ping(token: int) -> None:

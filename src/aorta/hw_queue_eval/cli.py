@@ -31,8 +31,9 @@ COMMAND_MODULES = (
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(__version__, "--version", prog_name="aorta.hw_queue_eval",
-                      message="%(prog)s %(version)s")
+@click.version_option(
+    __version__, "--version", prog_name="aorta.hw_queue_eval", message="%(prog)s %(version)s"
+)
 def cli() -> None:
     """Measure how GPU hardware queues behave as work spreads over 1..N streams.
 
@@ -49,8 +50,18 @@ def _register_commands() -> None:
 
 
 #: Options whose empty value would silently mean "the default" (or the current folder).
-NON_EMPTY_OPTIONS = ("output", "output_dir", "trace_out", "device", "policy_file", "baseline",
-                     "base", "tests", "pid", "duration")
+NON_EMPTY_OPTIONS = (
+    "output",
+    "output_dir",
+    "trace_out",
+    "device",
+    "policy_file",
+    "baseline",
+    "base",
+    "tests",
+    "pid",
+    "duration",
+)
 
 
 def _non_empty(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
@@ -64,8 +75,7 @@ def _non_empty(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
 def _guard_empty_values() -> None:
     for command in cli.commands.values():
         for param in command.params:
-            if isinstance(param, click.Option) and param.name in NON_EMPTY_OPTIONS \
-                    and param.callback is None:
+            if isinstance(param, click.Option) and param.name in NON_EMPTY_OPTIONS and param.callback is None:
                 param.callback = _non_empty
 
 
@@ -86,8 +96,12 @@ def main(argv: list[str] | None = None, collaborators: Collaborators | None = No
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         # standalone_mode=False returns the code of a `click.exceptions.Exit` instead of exiting
-        code = cli.main(args=argv, prog_name="python -m aorta.hw_queue_eval",
-                        standalone_mode=False, obj=collaborators or Collaborators())
+        code = cli.main(
+            args=argv,
+            prog_name="python -m aorta.hw_queue_eval",
+            standalone_mode=False,
+            obj=collaborators or Collaborators(),
+        )
     except AortaError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)
@@ -109,9 +123,12 @@ def main(argv: list[str] | None = None, collaborators: Collaborators | None = No
     except RuntimeError as exc:
         if "can't start new thread" not in str(exc):
             raise
-        click.echo("error: cannot start another thread (the process or memory limit is reached): "
-                   "use fewer --streams or --threads-per-queue, or raise the limit (ulimit -u; "
-                   "containers: --ulimit nproc=N / --pids-limit)", err=True)
+        click.echo(
+            "error: cannot start another thread (the process or memory limit is reached): "
+            "use fewer --streams or --threads-per-queue, or raise the limit (ulimit -u; "
+            "containers: --ulimit nproc=N / --pids-limit)",
+            err=True,
+        )
         sys.exit(ExitCode.USAGE)
     except SystemExit:
         raise

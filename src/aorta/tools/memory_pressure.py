@@ -60,11 +60,15 @@ def check_limit(limit: int, text: str) -> None:
     """The cgroup limit must leave the command room to start and be below the machine's memory."""
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if limit < MIN_LIMIT:
-        raise UsageError(f"--limit {text} is below {MIN_LIMIT >> 20}M: the command would be "
-                         "OOM-killed before it starts; use e.g. --limit 1536M")
+        raise UsageError(
+            f"--limit {text} is below {MIN_LIMIT >> 20}M: the command would be "
+            "OOM-killed before it starts; use e.g. --limit 1536M"
+        )
     if limit >= total:
-        raise UsageError(f"--limit {text} is not below this machine's memory "
-                         f"({total >> 20}M): it would create no pressure; use a smaller limit")
+        raise UsageError(
+            f"--limit {text} is not below this machine's memory "
+            f"({total >> 20}M): it would create no pressure; use a smaller limit"
+        )
 
 
 @dataclass(frozen=True)
@@ -82,8 +86,9 @@ def _mounts() -> list[tuple[str, str, str, str]]:
         left, _, right = line.partition(" - ")
         fields, rfields = left.split(), right.split()
         if len(fields) >= 5 and len(rfields) >= 3:
-            out.append((fields[4].replace("\\040", " "), rfields[0], rfields[2],
-                        fields[3].replace("\\040", " ")))
+            out.append(
+                (fields[4].replace("\\040", " "), rfields[0], rfields[2], fields[3].replace("\\040", " "))
+            )
     return out
 
 
@@ -96,7 +101,7 @@ def _under(point: str, root: str, path: str) -> Path | None:
     root = root.rstrip("/")
     if root and path != root and not path.startswith(root + "/"):
         return None
-    return Path(point) / path[len(root):].lstrip("/")
+    return Path(point) / path[len(root) :].lstrip("/")
 
 
 def find_memory_cgroup() -> CgroupPlace:
@@ -120,8 +125,10 @@ def find_memory_cgroup() -> CgroupPlace:
                     folder = _under(point, root, path)
                     if folder is not None:
                         return CgroupPlace(1, folder)
-    raise UsageError("no memory cgroup controller found (neither cgroup v2 with 'memory' nor a v1 "
-                     "memory hierarchy): memory pressure needs one")
+    raise UsageError(
+        "no memory cgroup controller found (neither cgroup v2 with 'memory' nor a v1 "
+        "memory hierarchy): memory pressure needs one"
+    )
 
 
 def _write(path: Path, value: str) -> None:
@@ -143,7 +150,7 @@ def remove_stale(parent: Path) -> list[str]:
     for child in children:
         if not child.name.startswith(PREFIX) or child.is_symlink() or not child.is_dir():
             continue
-        owner = child.name[len(PREFIX):]
+        owner = child.name[len(PREFIX) :]
         if owner.isdigit() and pid_alive(int(owner)):
             continue
         with contextlib.suppress(OSError):
@@ -180,8 +187,13 @@ def _is_churner(pid_text: str) -> bool:
 class MemoryPressure:
     """A child memory cgroup with a limit and a page-cache churner; a context manager."""
 
-    def __init__(self, limit_bytes: int, churn_bytes: int | None = None,
-                 churn_rate_bytes_s: int = 256 << 20, churn_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        limit_bytes: int,
+        churn_bytes: int | None = None,
+        churn_rate_bytes_s: int = 256 << 20,
+        churn_dir: str | None = None,
+    ) -> None:
         self.limit = limit_bytes
         self.churn_bytes = churn_bytes if churn_bytes is not None else 2 * limit_bytes
         self.rate = churn_rate_bytes_s
@@ -201,8 +213,10 @@ class MemoryPressure:
         try:
             folder.mkdir()
         except OSError as exc:
-            raise UsageError(f"cannot create cgroup {folder}: {exc.strerror}; is the memory "
-                             "controller delegated to this cgroup?") from None
+            raise UsageError(
+                f"cannot create cgroup {folder}: {exc.strerror}; is the memory "
+                "controller delegated to this cgroup?"
+            ) from None
         self.folder = folder
         try:
             limit_file = "memory.max" if self.place.version == 2 else "memory.limit_in_bytes"
@@ -215,23 +229,28 @@ class MemoryPressure:
 
     def _start_churner(self) -> None:
         if _is_tmpfs(self.churn_dir):
-            raise UsageError(f"{self.churn_dir} is tmpfs (its pages cannot be reclaimed "
-                             "without swap): pass --churn-dir on a disk file system")
+            raise UsageError(
+                f"{self.churn_dir} is tmpfs (its pages cannot be reclaimed "
+                "without swap): pass --churn-dir on a disk file system"
+            )
         try:
             fd, path = tempfile.mkstemp(prefix=".aorta-churn-", dir=self.churn_dir)
         except OSError as exc:
-            raise UsageError(f"cannot create the churn file in {self.churn_dir}: {exc.strerror}; "
-                             "pass --churn-dir with a writable folder on a disk file system") from None
+            raise UsageError(
+                f"cannot create the churn file in {self.churn_dir}: {exc.strerror}; "
+                "pass --churn-dir with a writable folder on a disk file system"
+            ) from None
         try:
             os.unlink(path)  # nothing on disk to leave behind: the churner reads the open file
             try:
                 os.ftruncate(fd, self.churn_bytes)  # sparse: page cache without disk space
             except OSError as exc:
-                raise UsageError(f"cannot size the churn file to {self.churn_bytes} bytes in "
-                                 f"{self.churn_dir}: {exc.strerror}; use a smaller --churn") from None
+                raise UsageError(
+                    f"cannot size the churn file to {self.churn_bytes} bytes in "
+                    f"{self.churn_dir}: {exc.strerror}; use a smaller --churn"
+                ) from None
             assert self.folder is not None and self.place is not None
-            usage = self.folder / ("memory.current" if self.place.version == 2
-                                   else "memory.usage_in_bytes")
+            usage = self.folder / ("memory.current" if self.place.version == 2 else "memory.usage_in_bytes")
             guard = die_with_parent()
 
             def preexec() -> None:
@@ -239,11 +258,23 @@ class MemoryPressure:
                 guard()
 
             self.churner = subprocess.Popen(  # isolated: nothing from the cwd runs as root
-                python_module_command("aorta.tools.memory_pressure", CHURN_WORKER_FLAG, f"/dev/fd/{fd}",
-                                      "--rate", str(self.rate), "--usage-file", str(usage),
-                                      "--limit", str(self.limit)),
-                env=child_environment(), preexec_fn=preexec, pass_fds=(fd,),
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+                python_module_command(
+                    "aorta.tools.memory_pressure",
+                    CHURN_WORKER_FLAG,
+                    f"/dev/fd/{fd}",
+                    "--rate",
+                    str(self.rate),
+                    "--usage-file",
+                    str(usage),
+                    "--limit",
+                    str(self.limit),
+                ),
+                env=child_environment(),
+                preexec_fn=preexec,
+                pass_fds=(fd,),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+            )
         finally:
             os.close(fd)
 
@@ -281,10 +312,16 @@ class MemoryPressure:
         """The cgroup's own counters (limit hits, usage) as independent evidence of pressure."""
         if self.folder is None or self.place is None:
             return {}
-        names = (("memory.events", "memory.current") if self.place.version == 2 else
-                 ("memory.failcnt", "memory.usage_in_bytes", "memory.max_usage_in_bytes"))
-        out: dict[str, Any] = {"cgroup": str(self.folder), "version": self.place.version,
-                               "limit_bytes": self.limit}
+        names = (
+            ("memory.events", "memory.current")
+            if self.place.version == 2
+            else ("memory.failcnt", "memory.usage_in_bytes", "memory.max_usage_in_bytes")
+        )
+        out: dict[str, Any] = {
+            "cgroup": str(self.folder),
+            "version": self.place.version,
+            "limit_bytes": self.limit,
+        }
         for name in names:
             with contextlib.suppress(OSError):
                 text = (self.folder / name).read_text().strip()
@@ -327,14 +364,19 @@ class MemoryPressure:
 def check_inputs(churn_dir: str, command: list[str]) -> None:
     """Before any cgroup exists: the churn folder is a real disk folder, the command exists."""
     if not churn_dir or not os.path.isdir(churn_dir):
-        raise UsageError(f"--churn-dir {churn_dir!r} is not an existing folder: create it or "
-                         "name one on a disk file system")
+        raise UsageError(
+            f"--churn-dir {churn_dir!r} is not an existing folder: create it or "
+            "name one on a disk file system"
+        )
     if _is_tmpfs(churn_dir):
-        raise UsageError(f"{churn_dir} is tmpfs (its pages cannot be reclaimed without swap): "
-                         "pass --churn-dir on a disk file system")
+        raise UsageError(
+            f"{churn_dir} is tmpfs (its pages cannot be reclaimed without swap): "
+            "pass --churn-dir on a disk file system"
+        )
     if not command[0] or shutil.which(command[0]) is None:
-        raise UsageError(f"command {command[0]!r} not found or not executable: give a program "
-                         "on PATH or its path after --")
+        raise UsageError(
+            f"command {command[0]!r} not found or not executable: give a program on PATH or its path after --"
+        )
 
 
 def _is_tmpfs(path: str) -> bool:
@@ -382,7 +424,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m aorta.tools.memory_pressure",
         description="Run COMMAND in a memory cgroup whose page cache is kept full, so the "
-                    "command's own allocations go through memcg reclaim.")
+        "command's own allocations go through memcg reclaim.",
+    )
     parser.add_argument("--limit", help="memory limit of the cgroup, e.g. 1536M")
     parser.add_argument("--churn", help="page cache the churner cycles through (default 2×limit)")
     parser.add_argument("--rate", default="256M", help="churner read rate per second (default 256M)")
@@ -393,8 +436,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.churn_worker:
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-        churn(args.churn_worker, parse_size(args.rate, "--rate"), args.usage_file,
-              parse_size(args.limit, "--limit") if args.limit else 0)
+        churn(
+            args.churn_worker,
+            parse_size(args.rate, "--rate"),
+            args.usage_file,
+            parse_size(args.limit, "--limit") if args.limit else 0,
+        )
         return 0
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     try:
@@ -402,8 +449,12 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError("give --limit SIZE and a command after --")
         limit = parse_size(args.limit, "--limit")
         check_limit(limit, args.limit)
-        pressure = MemoryPressure(limit, parse_size(args.churn, "--churn") if args.churn else None,
-                                  parse_size(args.rate, "--rate"), args.churn_dir)
+        pressure = MemoryPressure(
+            limit,
+            parse_size(args.churn, "--churn") if args.churn else None,
+            parse_size(args.rate, "--rate"),
+            args.churn_dir,
+        )
         check_inputs(pressure.churn_dir, command)
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         with pressure:

@@ -31,8 +31,10 @@ KFD_WORKER_EVENTS = {
     "amdkfd:kfd_restore_process_worker_end": mm.KFD_RESTORE_END,
     "amdkfd:kfd_kgd2kfd_schedule_evict_and_restore_process": mm.KFD_SCHEDULE,
 }
-KFD_OLD_EVENTS = {"amdkfd:kfd_evict_process": mm.KFD_OLD_EVICT,
-                  "amdkfd:kfd_restore_process": mm.KFD_OLD_RESTORE}
+KFD_OLD_EVENTS = {
+    "amdkfd:kfd_evict_process": mm.KFD_OLD_EVICT,
+    "amdkfd:kfd_restore_process": mm.KFD_OLD_RESTORE,
+}
 KFD_MAP_EVENTS = ("amdkfd:kfd_map_memory_to_gpu_start", "amdkfd:kfd_map_memory_to_gpu_end")
 
 
@@ -64,8 +66,9 @@ def traced_flag(pid_filter: str, rank: str | None = None) -> str:
     return f"$traced = 0; if ({pid_filter}) {{ $traced = {rank or 1}; }}"
 
 
-def bo_move_probe(attach: str, arg: Callable[[str], str], gate: str, pid_filter: str,
-                  rank: str | None = None) -> str:
+def bo_move_probe(
+    attach: str, arg: Callable[[str], str], gate: str, pid_filter: str, rank: str | None = None
+) -> str:
     """Count every hop by route and context; pair SYSTEM→TT→VRAM and VRAM→TT→SYSTEM hops.
 
     Pairing rule (the kernel's multihop does the two hops back to back in one thread): a move
@@ -73,29 +76,31 @@ def bo_move_probe(attach: str, arg: Callable[[str], str], gate: str, pid_filter:
     that BO, if it is TT→Y with {X, Y} = {SYSTEM, VRAM}, in the same thread, within
     TWO_HOP_MAX_NS, makes the pair one logical X→Y move. Any next move clears the memory.
     """
-    return "\n".join([
-        f"{attach}\n/{gate}/\n{{",
-        f"  $bo = (uint64){arg('bo')}; $old = (uint64){arg('old_placement')};",
-        f"  $new = (uint64){arg('new_placement')}; $size = (uint64){arg('bo_size')};",
-        f"  {traced_flag(pid_filter, rank)}",
-        f"  {P}hops[$old, $new, $traced] = count();",
-        f"  {P}hop_bytes[$old, $new, $traced] = sum($size);",
-        f"  if ($old == 1 && {P}pend[$bo] != 0 && {P}pend_tid[$bo] == tid &&",
-        f"      nsecs - {P}pend_ts[$bo] < {TWO_HOP_MAX_NS}) {{",
-        f"    $first = {P}pend[$bo] - 1;",
-        "    if (($first == 0 && $new == 2) || ($first == 2 && $new == 0)) {",
-        f"      {P}twohop[$first, $new, $traced] = count();",
-        f"      {P}twohop_bytes[$first, $new, $traced] = sum($size);",
-        "    }",
-        "  }",
-        # deletes only of existing keys: bpftrace -k reports every failed delete (mapcap.py)
-        f"  if ({P}pend[$bo] != 0) {{ delete({P}pend[$bo]); delete({P}pend_tid[$bo]); "
-        f"delete({P}pend_ts[$bo]); }}",
-        "  if ($new == 1 && ($old == 0 || $old == 2)) {",
-        f"    {P}pend[$bo] = $old + 1; {P}pend_tid[$bo] = tid; {P}pend_ts[$bo] = nsecs;",
-        "  }",
-        "}",
-    ])
+    return "\n".join(
+        [
+            f"{attach}\n/{gate}/\n{{",
+            f"  $bo = (uint64){arg('bo')}; $old = (uint64){arg('old_placement')};",
+            f"  $new = (uint64){arg('new_placement')}; $size = (uint64){arg('bo_size')};",
+            f"  {traced_flag(pid_filter, rank)}",
+            f"  {P}hops[$old, $new, $traced] = count();",
+            f"  {P}hop_bytes[$old, $new, $traced] = sum($size);",
+            f"  if ($old == 1 && {P}pend[$bo] != 0 && {P}pend_tid[$bo] == tid &&",
+            f"      nsecs - {P}pend_ts[$bo] < {TWO_HOP_MAX_NS}) {{",
+            f"    $first = {P}pend[$bo] - 1;",
+            "    if (($first == 0 && $new == 2) || ($first == 2 && $new == 0)) {",
+            f"      {P}twohop[$first, $new, $traced] = count();",
+            f"      {P}twohop_bytes[$first, $new, $traced] = sum($size);",
+            "    }",
+            "  }",
+            # deletes only of existing keys: bpftrace -k reports every failed delete (mapcap.py)
+            f"  if ({P}pend[$bo] != 0) {{ delete({P}pend[$bo]); delete({P}pend_tid[$bo]); "
+            f"delete({P}pend_ts[$bo]); }}",
+            "  if ($new == 1 && ($old == 0 || $old == 2)) {",
+            f"    {P}pend[$bo] = $old + 1; {P}pend_tid[$bo] = tid; {P}pend_ts[$bo] = nsecs;",
+            "  }",
+            "}",
+        ]
+    )
 
 
 def kfd_log_probe(attach: str, gate: str, kind: int, id_expr: str, delay_expr: str | None = None) -> str:
@@ -103,9 +108,11 @@ def kfd_log_probe(attach: str, gate: str, kind: int, id_expr: str, delay_expr: s
 
     These events fire in kworkers on behalf of a process: never filter them by the traced pid.
     """
-    lines = [f"{attach}\n/{gate}/\n{{",
-             f"  {P}kfd_log[nsecs, {kind}, (uint64){id_expr}] = count();",
-             f"  {P}kfd_count[{kind}] = count();"]
+    lines = [
+        f"{attach}\n/{gate}/\n{{",
+        f"  {P}kfd_log[nsecs, {kind}, (uint64){id_expr}] = count();",
+        f"  {P}kfd_count[{kind}] = count();",
+    ]
     if delay_expr is not None:
         lines.append(f"  {P}kfd_delay[(uint64){delay_expr}] = count();")
     return "\n".join([*lines, "}"])
@@ -116,16 +123,25 @@ class AmdMemoryFamily(EventSetFamily):
 
     name = "amdmem"
     section = "memory"
-    description = ("AMD GPU memory: BO moves between VRAM/GTT/system (two-hop moves counted once), "
-                   "BO creation, GPU VM map/unmap, KFD process evict/restore and map-to-GPU")
+    description = (
+        "AMD GPU memory: BO moves between VRAM/GTT/system (two-hop moves counted once), "
+        "BO creation, GPU VM map/unmap, KFD process evict/restore and map-to-GPU"
+    )
 
     # BO/VM maps carry $traced (0, or the rank key in a node program) and are sliced in collect
     rank_keyed_maps = (f"{P}kfdmap_n", f"{P}kfdmap_ns", f"{P}kfdmap_max_ns")
 
     def wanted_events(self) -> list[str]:
         """Every event this family can use; alternatives are listed too."""
-        return [*BO_MOVE_EVENTS, "amdgpu:amdgpu_bo_create", "amdgpu:amdgpu_vm_bo_map",
-                "amdgpu:amdgpu_vm_bo_unmap", *KFD_WORKER_EVENTS, *KFD_OLD_EVENTS, *KFD_MAP_EVENTS]
+        return [
+            *BO_MOVE_EVENTS,
+            "amdgpu:amdgpu_bo_create",
+            "amdgpu:amdgpu_vm_bo_map",
+            "amdgpu:amdgpu_vm_bo_unmap",
+            *KFD_WORKER_EVENTS,
+            *KFD_OLD_EVENTS,
+            *KFD_MAP_EVENTS,
+        ]
 
     def render(self, ctx: RenderContext) -> ProbeCode:
         """Probe blocks for the events this kernel has; missing ones are listed with the reason."""
@@ -152,8 +168,9 @@ class AmdMemoryFamily(EventSetFamily):
             if why:
                 reasons.append(f"{event}: {why}")
                 continue
-            code.probes.append(bo_move_probe(f"tracepoint:{event}", ctx.dialect.arg, ctx.gate,
-                                             ctx.pid_filter, ctx.rank))
+            code.probes.append(
+                bo_move_probe(f"tracepoint:{event}", ctx.dialect.arg, ctx.gate, ctx.pid_filter, ctx.rank)
+            )
             code.used_events.append(event)
             code.end.extend([f"clear({P}pend);", f"clear({P}pend_tid);", f"clear({P}pend_ts);"])
             return
@@ -161,18 +178,33 @@ class AmdMemoryFamily(EventSetFamily):
 
     def _render_bo_create(self, ctx: RenderContext, code: ProbeCode) -> None:
         a = ctx.dialect.arg
-        self._render_traced(ctx, code, "amdgpu:amdgpu_bo_create", ("pages", "type"), [
-            f"  {P}creates[(uint64){a('type')}, $traced] = count();",
-            f"  {P}create_pages[(uint64){a('type')}, $traced] = sum((uint64){a('pages')});"])
+        self._render_traced(
+            ctx,
+            code,
+            "amdgpu:amdgpu_bo_create",
+            ("pages", "type"),
+            [
+                f"  {P}creates[(uint64){a('type')}, $traced] = count();",
+                f"  {P}create_pages[(uint64){a('type')}, $traced] = sum((uint64){a('pages')});",
+            ],
+        )
 
     def _render_vm(self, ctx: RenderContext, code: ProbeCode, event: str, key: str) -> None:
         a = ctx.dialect.arg
-        self._render_traced(ctx, code, event, ("start", "last"), [
-            f"  {P}vm_{key}s[$traced] = count();",
-            f"  {P}vm_{key}_pages[$traced] = sum({a('last')} - {a('start')} + 1);"])
+        self._render_traced(
+            ctx,
+            code,
+            event,
+            ("start", "last"),
+            [
+                f"  {P}vm_{key}s[$traced] = count();",
+                f"  {P}vm_{key}_pages[$traced] = sum({a('last')} - {a('start')} + 1);",
+            ],
+        )
 
-    def _render_traced(self, ctx: RenderContext, code: ProbeCode, event: str,
-                       fields: tuple[str, ...], body: list[str]) -> None:
+    def _render_traced(
+        self, ctx: RenderContext, code: ProbeCode, event: str, fields: tuple[str, ...], body: list[str]
+    ) -> None:
         """One window-gated probe whose body sees $traced; shared by BO create and VM map/unmap.
 
         The event is listed as missing instead when absent or when a field is not an integer.
@@ -182,11 +214,16 @@ class AmdMemoryFamily(EventSetFamily):
         if why:
             code.missing[event] = why
             return
-        code.probes.append("\n".join([
-            f"tracepoint:{event}\n/{ctx.gate}/\n{{",
-            f"  {traced_flag(ctx.pid_filter, ctx.rank)}",
-            *body,
-            "}"]))
+        code.probes.append(
+            "\n".join(
+                [
+                    f"tracepoint:{event}\n/{ctx.gate}/\n{{",
+                    f"  {traced_flag(ctx.pid_filter, ctx.rank)}",
+                    *body,
+                    "}",
+                ]
+            )
+        )
         code.used_events.append(event)
 
     # -- amdkfd
@@ -198,13 +235,18 @@ class AmdMemoryFamily(EventSetFamily):
             fmt = ctx.event(*_split(event))
             id_field = None if fmt is None else kfd_id_field(fmt)
             if id_field is None:
-                code.missing[event] = ("not in this kernel (amdkfd tracepoints ship only with "
-                                       "AMD's DKMS driver)" if fmt is None else
-                                       "neither a 'pid' nor a 'pasid' number field")
+                code.missing[event] = (
+                    "not in this kernel (amdkfd tracepoints ship only with AMD's DKMS driver)"
+                    if fmt is None
+                    else "neither a 'pid' nor a 'pasid' number field"
+                )
                 continue
             have_new_evict |= kind == mm.KFD_EVICT_START
-            delay = (a("delay_jiffies") if kind == mm.KFD_SCHEDULE and fmt is not None
-                     and "delay_jiffies" in fmt.fields else None)
+            delay = (
+                a("delay_jiffies")
+                if kind == mm.KFD_SCHEDULE and fmt is not None and "delay_jiffies" in fmt.fields
+                else None
+            )
             code.probes.append(kfd_log_probe(f"tracepoint:{event}", ctx.gate, kind, a(id_field), delay))
             code.used_events.append(event)
             code.begin.append(f"{P}kfd_variant[{kind}] = {1 if id_field == 'pid' else 2};")
@@ -212,10 +254,13 @@ class AmdMemoryFamily(EventSetFamily):
             fmt = ctx.event(*_split(event))
             id_field = None if fmt is None else kfd_id_field(fmt)
             if have_new_evict or id_field is None:
-                code.missing[event] = ("old name, not needed: the worker events exist"
-                                       if have_new_evict else
-                                       "old name, not in this kernel" if fmt is None else
-                                       "neither a 'pid' nor a 'pasid' number field")
+                code.missing[event] = (
+                    "old name, not needed: the worker events exist"
+                    if have_new_evict
+                    else "old name, not in this kernel"
+                    if fmt is None
+                    else "neither a 'pid' nor a 'pasid' number field"
+                )
                 continue
             code.probes.append(kfd_log_probe(f"tracepoint:{event}", ctx.gate, kind, a(id_field)))
             code.used_events.append(event)
@@ -226,18 +271,24 @@ class AmdMemoryFamily(EventSetFamily):
         fmts = [ctx.event(*_split(e)) for e in KFD_MAP_EVENTS]
         if any(f is None for f in fmts):
             for event, fmt in zip(KFD_MAP_EVENTS, fmts, strict=True):
-                code.missing[event] = ("not in this kernel" if fmt is None else
-                                       "its start/end partner is missing")
+                code.missing[event] = (
+                    "not in this kernel" if fmt is None else "its start/end partner is missing"
+                )
             return
         filt = f"({ctx.pid_filter}) && ({ctx.gate})"
         k = ctx.key()  # "" or [rank] in a node program (the end fires in the mapping thread)
         code.probes.append(f"tracepoint:{start}\n/{filt}/\n{{\n  {P}kfdmap_ts[tid] = nsecs;\n}}")
-        code.probes.append("\n".join([
-            f"tracepoint:{end}\n/{P}kfdmap_ts[tid] != 0/\n{{",
-            f"  $d = nsecs - {P}kfdmap_ts[tid];",
-            f"  {P}kfdmap_n{k} = count(); {P}kfdmap_ns{k} = sum($d); {P}kfdmap_max_ns{k} = max($d);",
-            f"  delete({P}kfdmap_ts[tid]);",
-            "}"]))
+        code.probes.append(
+            "\n".join(
+                [
+                    f"tracepoint:{end}\n/{P}kfdmap_ts[tid] != 0/\n{{",
+                    f"  $d = nsecs - {P}kfdmap_ts[tid];",
+                    f"  {P}kfdmap_n{k} = count(); {P}kfdmap_ns{k} = sum($d); {P}kfdmap_max_ns{k} = max($d);",
+                    f"  delete({P}kfdmap_ts[tid]);",
+                    "}",
+                ]
+            )
+        )
         code.used_events.extend(KFD_MAP_EVENTS)
         code.end.append(f"clear({P}kfdmap_ts);")
 
@@ -256,9 +307,13 @@ class AmdMemoryFamily(EventSetFamily):
         metrics: dict[str, Any] = {}
         notes: dict[str, str] = {}
         if seen(*BO_MOVE_EVENTS):
-            bo = mm.derive_bo_moves(mm.keyed(maps, f"{P}hops"), mm.keyed(maps, f"{P}hop_bytes"),
-                                    mm.keyed(maps, f"{P}twohop"), mm.keyed(maps, f"{P}twohop_bytes"),
-                                    node_key)
+            bo = mm.derive_bo_moves(
+                mm.keyed(maps, f"{P}hops"),
+                mm.keyed(maps, f"{P}hop_bytes"),
+                mm.keyed(maps, f"{P}twohop"),
+                mm.keyed(maps, f"{P}twohop_bytes"),
+                node_key,
+            )
             bo["moves_per_sec"] = mm.per_second(bo["moves"], window_s)
             metrics["bo_moves"] = bo
         else:
@@ -270,34 +325,45 @@ class AmdMemoryFamily(EventSetFamily):
                 table = mm.keyed(maps, f"{P}vm_{key}s")
                 pages = mm.keyed(maps, f"{P}vm_{key}_pages")
                 metrics[f"vm_{key}s"] = {
-                    "count": mm.total(table), "bytes": mm.total(pages) * mm.AMDGPU_GPU_PAGE,
+                    "count": mm.total(table),
+                    "bytes": mm.total(pages) * mm.AMDGPU_GPU_PAGE,
                     "in_traced_processes": table.get((own,), 0),
-                    "in_other_contexts": table.get((0,), 0)}
+                    "in_other_contexts": table.get((0,), 0),
+                }
                 if node_key is not None:
                     metrics[f"vm_{key}s"]["in_other_local_ranks"] = sum(
-                        n for (t,), n in table.items() if t not in (0, own))
+                        n for (t,), n in table.items() if t not in (0, own)
+                    )
             else:
                 metrics[f"vm_{key}s"] = None
                 notes[f"vm_{key}s"] = f"{event.split(':')[1]} not attached"
-        metrics["evictions"] = self._evictions(maps, context) if seen(
-            *KFD_WORKER_EVENTS, *KFD_OLD_EVENTS) else None
+        metrics["evictions"] = (
+            self._evictions(maps, context) if seen(*KFD_WORKER_EVENTS, *KFD_OLD_EVENTS) else None
+        )
         if metrics["evictions"] is None:
-            notes["evictions"] = ("amdkfd evict/restore tracepoints not attached (they exist only "
-                                  "with AMD's DKMS amdgpu driver)")
+            notes["evictions"] = (
+                "amdkfd evict/restore tracepoints not attached (they exist only "
+                "with AMD's DKMS amdgpu driver)"
+            )
         if seen(*KFD_MAP_EVENTS):
             n = mm.scalar(maps, f"{P}kfdmap_n")
             metrics["kfd_map_to_gpu"] = {
                 "count": n,
                 "avg_us": mm.scalar(maps, f"{P}kfdmap_ns") / n / 1e3 if n else None,
-                "max_us": mm.scalar(maps, f"{P}kfdmap_max_ns") / 1e3 if n else None}
+                "max_us": mm.scalar(maps, f"{P}kfdmap_max_ns") / 1e3 if n else None,
+            }
         else:
             metrics["kfd_map_to_gpu"] = None
         metrics["notes"] = notes
         metrics["summary"] = guide_summary(metrics, window_s)
-        coverage = {"statement": (
-            "amdgpu BO events: every BO of the GPU in the window (no owner field; split by "
-            "context); amdkfd evict/restore: attributed by the events' own pid/pasid"
-            if have else "no amdgpu/amdkfd memory tracepoint on this kernel: GPU memory not covered")}
+        coverage = {
+            "statement": (
+                "amdgpu BO events: every BO of the GPU in the window (no owner field; split by "
+                "context); amdkfd evict/restore: attributed by the events' own pid/pasid"
+                if have
+                else "no amdgpu/amdkfd memory tracepoint on this kernel: GPU memory not covered"
+            )
+        }
         return FamilyResult(self.name, self.section, metrics, coverage)
 
     @staticmethod
@@ -310,8 +376,12 @@ class AmdMemoryFamily(EventSetFamily):
             cell = by_type.setdefault(mm.placement_name(ttype), {"count": 0, "bytes": 0})
             cell["count"] += n
             cell["bytes"] += pages.get((ttype, _traced), 0) * page
-        return {"count": mm.total(counts), "bytes": mm.total(pages) * page, "by_placement": by_type,
-                "in_traced_processes": sum(n for (_, t), n in counts.items() if t == own)}
+        return {
+            "count": mm.total(counts),
+            "bytes": mm.total(pages) * page,
+            "by_placement": by_type,
+            "in_traced_processes": sum(n for (_, t), n in counts.items() if t == own),
+        }
 
     @staticmethod
     def _evictions(maps: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
@@ -319,8 +389,7 @@ class AmdMemoryFamily(EventSetFamily):
         events = mm.kfd_events_from_log(log)
         counted = mm.total(mm.keyed(maps, f"{P}kfd_count"))
         variants = {v for (_k,), v in mm.keyed(maps, f"{P}kfd_variant").items()}
-        variant = "pid" if variants == {1} else "pasid" if variants == {2} else \
-            "mixed" if variants else None
+        variant = "pid" if variants == {1} else "pasid" if variants == {2} else "mixed" if variants else None
         pids = [int(p) for p in context.get("pids") or []]
         ids, attribution = _traced_kfd_ids(variant, pids)
         summary = mm.summarize_evictions(mm.pair_evictions(events), ids, mm.window_seconds(context))
@@ -329,23 +398,33 @@ class AmdMemoryFamily(EventSetFamily):
         summary["events_counted"] = counted
         summary["log_truncated"] = counted > len(events)
         summary["restore_delay"] = mm.restore_delay_note(
-            {k[0]: v for k, v in mm.keyed(maps, f"{P}kfd_delay").items()}, mm.kernel_hz())
+            {k[0]: v for k, v in mm.keyed(maps, f"{P}kfd_delay").items()}, mm.kernel_hz()
+        )
         return summary
 
 
 def _traced_kfd_ids(variant: str | None, pids: list[int]) -> tuple[set[int], dict[str, Any]]:
     """Which amdkfd ids are ours: the pids themselves (pid variant) or their pasids from sysfs."""
     if variant == "pid":
-        return set(pids), {"variant": "pid", "ids": sorted(pids),
-                           "how": "the events' pid field is the process's lead thread id"}
+        return set(pids), {
+            "variant": "pid",
+            "ids": sorted(pids),
+            "how": "the events' pid field is the process's lead thread id",
+        }
     pasids = {pid: mm.read_kfd_pasid(pid, KFD_PROC_ROOT) for pid in pids}
     found = {p for p in pasids.values() if p is not None}
     ids = found | (set(pids) if variant == "mixed" else set())
-    return ids, {"variant": variant, "ids": sorted(ids),
-                 "pasid_of_pid": {str(k): v for k, v in pasids.items()},
-                 "how": ("pasid from /sys/class/kfd/kfd/proc/<pid>/pasid" if found else
-                         "no pasid readable for the traced processes: their evictions cannot be "
-                         "told apart and are listed under other_processes")}
+    return ids, {
+        "variant": variant,
+        "ids": sorted(ids),
+        "pasid_of_pid": {str(k): v for k, v in pasids.items()},
+        "how": (
+            "pasid from /sys/class/kfd/kfd/proc/<pid>/pasid"
+            if found
+            else "no pasid readable for the traced processes: their evictions cannot be "
+            "told apart and are listed under other_processes"
+        ),
+    }
 
 
 def guide_summary(metrics: dict[str, Any], window_s: float | None) -> dict[str, Any]:
@@ -367,11 +446,16 @@ def guide_summary(metrics: dict[str, Any], window_s: float | None) -> dict[str, 
         "restore_delay": ev["restore_delay"] if ev else None,
         "rates_over_window_s": window_s,
     }
-    out.update(mm.legacy_aliases(out["evict_restore_pairs"], out["eviction_rate_per_sec"],
-                                 out["avg_evict_to_restore_us"]))
-    out["legacy_aliases_meaning"] = ("total_faults = evict/restore pairs, fault_rate_per_sec = "
-                                     "evictions per second, avg_fault_latency_us = average "
-                                     "evict→restore time; not GPU page faults")
+    out.update(
+        mm.legacy_aliases(
+            out["evict_restore_pairs"], out["eviction_rate_per_sec"], out["avg_evict_to_restore_us"]
+        )
+    )
+    out["legacy_aliases_meaning"] = (
+        "total_faults = evict/restore pairs, fault_rate_per_sec = "
+        "evictions per second, avg_fault_latency_us = average "
+        "evict→restore time; not GPU page faults"
+    )
     reasons = [f"{k}: {v}" for k, v in (metrics.get("notes") or {}).items()]
     if reasons:
         out["gpu_memory_reason"] = "; ".join(reasons)

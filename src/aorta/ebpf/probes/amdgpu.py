@@ -23,26 +23,36 @@ class AmdgpuFamily(ProbeFamily):
     name = "amdgpu"
     section = "queue"
     description = "amdgpu DRM jobs: cs_ioctl → sched_run_job → dma_fence_signaled"
-    rank_keyed_maps = ("@amdgpu_submits", "@amdgpu_s2d", "@amdgpu_dispatches", "@amdgpu_d2c_hist",
-                       "@amdgpu_d2c", *hist.recorder_maps("amdgpu_s2d_d"))
+    rank_keyed_maps = (
+        "@amdgpu_submits",
+        "@amdgpu_s2d",
+        "@amdgpu_dispatches",
+        "@amdgpu_d2c_hist",
+        "@amdgpu_d2c",
+        *hist.recorder_maps("amdgpu_s2d_d"),
+    )
 
     def wanted_events(self) -> list[str]:
-        return ["amdgpu:amdgpu_cs_ioctl", "amdgpu:amdgpu_sched_run_job",
-                "dma_fence:dma_fence_signaled"]
+        return ["amdgpu:amdgpu_cs_ioctl", "amdgpu:amdgpu_sched_run_job", "dma_fence:dma_fence_signaled"]
 
     def render(self, ctx: RenderContext) -> ProbeCode:
         code = ProbeCode()
         cs, run = ctx.event("amdgpu", "amdgpu_cs_ioctl"), ctx.event("amdgpu", "amdgpu_sched_run_job")
         if cs is None or run is None:
             for ev, fmt in (("amdgpu:amdgpu_cs_ioctl", cs), ("amdgpu:amdgpu_sched_run_job", run)):
-                code.missing[ev] = "tracepoint absent (no amdgpu driver loaded)" if fmt is None \
+                code.missing[ev] = (
+                    "tracepoint absent (no amdgpu driver loaded)"
+                    if fmt is None
                     else "unused: its partner event is absent"
+                )
             code.missing["dma_fence:dma_fence_signaled"] = "unused without amdgpu events"
             return code
         key_cs, key_run = int_key(ctx, cs, "context", "seqno"), int_key(ctx, run, "context", "seqno")
         if key_cs is None or key_run is None:
-            key_cs, key_run = (int_key(ctx, cs, "sched_job_id", mask32=False),
-                              int_key(ctx, run, "sched_job_id", mask32=False))
+            key_cs, key_run = (
+                int_key(ctx, cs, "sched_job_id", mask32=False),
+                int_key(ctx, run, "sched_job_id", mask32=False),
+            )
         if key_cs is None or key_run is None:
             code.missing["amdgpu:amdgpu_cs_ioctl"] = "no join key (context/seqno or sched_job_id)"
             return code
@@ -55,7 +65,8 @@ class AmdgpuFamily(ProbeFamily):
             f"tracepoint:amdgpu:amdgpu_cs_ioctl\n/{both(ctx.pid_filter, ctx.gate)}/\n{{\n"
             f"  @amdgpu_submit_ts[{key_cs}] = nsecs;\n"
             + (f"  @amdgpu_submit_rank[{key_cs}] = {ctx.rank};\n" if node else "")
-            + f"  @amdgpu_submits{k(ring_cs)} = count();\n}}")
+            + f"  @amdgpu_submits{k(ring_cs)} = count();\n}}"
+        )
         run_done_key = int_key(ctx, run, "context", "seqno")
         remember = f"    @amdgpu_run_ts[{run_done_key}] = nsecs;\n" if run_done_key else ""
         if node and run_done_key:
@@ -64,15 +75,19 @@ class AmdgpuFamily(ProbeFamily):
             f"tracepoint:amdgpu:amdgpu_sched_run_job\n/{ctx.gate}/\n{{\n"
             f"  $t = @amdgpu_submit_ts[{key_run}];\n"
             "  if ($t) {\n"
-            + (f"    $rk = @amdgpu_submit_rank[{key_run}];\n"
-               f"    delete(@amdgpu_submit_rank[{key_run}]);\n" if node else "")
+            + (
+                f"    $rk = @amdgpu_submit_rank[{key_run}];\n    delete(@amdgpu_submit_rank[{key_run}]);\n"
+                if node
+                else ""
+            )
             + f"{hist.record_code('amdgpu_s2d_d', 'nsecs - $t', prefix=ctx.prefix('$rk'))}\n"
             f"    @amdgpu_s2d{k(rank='$rk')} = stats(nsecs - $t);\n"
             f"    @amdgpu_dispatches{k(ring_run, rank='$rk')} = count();\n"
             f"    delete(@amdgpu_submit_ts[{key_run}]);\n{remember}"
             "  } else {\n"
             f"    @amdgpu_internal_jobs[{ring_run}] = count();\n"
-            "  }\n}")
+            "  }\n}"
+        )
         fence = ctx.event("dma_fence", "dma_fence_signaled")
         fence_key = int_key(ctx, fence, "context", "seqno") if fence is not None else None
         if run_done_key and fence_key:
@@ -81,14 +96,19 @@ class AmdgpuFamily(ProbeFamily):
                 f"tracepoint:dma_fence:dma_fence_signaled\n/{ctx.gate}/\n{{\n"
                 f"  $r = @amdgpu_run_ts[{fence_key}];\n"
                 "  if ($r) {\n"
-                + (f"    $rk = @amdgpu_run_rank[{fence_key}];\n"
-                   f"    delete(@amdgpu_run_rank[{fence_key}]);\n" if node else "")
+                + (
+                    f"    $rk = @amdgpu_run_rank[{fence_key}];\n    delete(@amdgpu_run_rank[{fence_key}]);\n"
+                    if node
+                    else ""
+                )
                 + f"    @amdgpu_d2c_hist{k(rank='$rk')} = hist(nsecs - $r);\n"
                 f"    @amdgpu_d2c{k(rank='$rk')} = stats(nsecs - $r);\n"
-                f"    delete(@amdgpu_run_ts[{fence_key}]);\n  }}\n}}")
+                f"    delete(@amdgpu_run_ts[{fence_key}]);\n  }}\n}}"
+            )
         else:
             code.missing["dma_fence:dma_fence_signaled"] = (
-                "tracepoint absent" if fence is None else "no (context, seqno) to join completions")
+                "tracepoint absent" if fence is None else "no (context, seqno) to join completions"
+            )
         code.end += ["clear(@amdgpu_submit_ts);", "clear(@amdgpu_run_ts);"]
         if node:
             code.end += ["clear(@amdgpu_submit_rank);", "clear(@amdgpu_run_rank);"]
@@ -101,13 +121,20 @@ class AmdgpuFamily(ProbeFamily):
         d2c = hist.stats(maps.get("@amdgpu_d2c"))
         s2d = hist.distribution(maps, "amdgpu_s2d_d")
         summary = jobs.job_summary(
-            "amdgpu", submits, dispatches, hist.stats(maps.get("@amdgpu_s2d")), s2d,
+            "amdgpu",
+            submits,
+            dispatches,
+            hist.stats(maps.get("@amdgpu_s2d")),
+            s2d,
             submissions_meaning="amdgpu_cs_ioctl of the traced processes (DRM command submission)",
             dispatches_meaning="amdgpu_sched_run_job joined to a traced submission by fence",
             hw_rings_meaning="ring names of dispatched traced jobs",
-            submit_to_dispatch_meaning="amdgpu_cs_ioctl → amdgpu_sched_run_job, same fence")
+            submit_to_dispatch_meaning="amdgpu_cs_ioctl → amdgpu_sched_run_job, same fence",
+        )
         metrics = {
-            "summary": summary, "submissions_per_ring": submits, "dispatches_per_ring": dispatches,
+            "summary": summary,
+            "submissions_per_ring": submits,
+            "dispatches_per_ring": dispatches,
             "jobs_without_traced_submission": internal,
             "submit_to_dispatch_hist_ns": hist.as_records(s2d["hist"]),
             "histogram_kind": "log-linear buckets of ns (4 per power of two)",
@@ -117,8 +144,10 @@ class AmdgpuFamily(ProbeFamily):
         coverage = {
             "source": "amdgpu tracepoints (amdgpu_cs_ioctl, amdgpu_sched_run_job) + dma_fence_signaled",
             "covered": "DRM command submissions (graphics, video, libdrm) of the traced processes",
-            "statement": (f"{KERNEL_BYPASS}. amdgpu_cs_ioctl sees only DRM submissions; jobs "
-                          "without a traced submission (kernel SDMA work, other processes) are "
-                          "counted apart."),
+            "statement": (
+                f"{KERNEL_BYPASS}. amdgpu_cs_ioctl sees only DRM submissions; jobs "
+                "without a traced submission (kernel SDMA work, other processes) are "
+                "counted apart."
+            ),
         }
         return FamilyResult(self.name, self.section, metrics, coverage)

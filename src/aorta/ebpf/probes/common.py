@@ -6,9 +6,11 @@ from aorta.ebpf.probes.base import RenderContext
 from aorta.ebpf.tracefs import EventFormat
 
 NO_TEXT = '"n/a"'
-KERNEL_BYPASS = ("HIP and CUDA kernel launches write packets to user-mode queues and ring a doorbell: "
-                 "no system call or tracepoint per launch, so per-kernel submissions are not "
-                 "visible to eBPF")
+KERNEL_BYPASS = (
+    "HIP and CUDA kernel launches write packets to user-mode queues and ring a doorbell: "
+    "no system call or tracepoint per launch, so per-kernel submissions are not "
+    "visible to eBPF"
+)
 
 
 def text(ctx: RenderContext, fmt: EventFormat, *names: str) -> str:

@@ -32,8 +32,10 @@ from aorta.ebpf.probes.base import (
 
 SUBMITTER_LABEL = "host"  # TraceTarget.thread_labels value of the thread that enqueues work
 _WORKER_COMM = re.compile(r"^aorta-hwq(\d+)$")
-SOURCE = ("doorbell eventfd writes (syscalls:sys_enter_write), the worker's first switch onto a CPU "
-          "after each (sched:sched_switch) and its doorbell read (syscalls:sys_exit_read), via eBPF")
+SOURCE = (
+    "doorbell eventfd writes (syscalls:sys_enter_write), the worker's first switch onto a CPU "
+    "after each (sched:sched_switch) and its doorbell read (syscalls:sys_exit_read), via eBPF"
+)
 PER_SUBMISSION_CAP = 16384  # per-submission records kept per run (counts and sums are never capped)
 DOORBELL_BYTES = 8  # an eventfd read returns its 8-byte counter
 _EVENTS = ("sched:sched_switch", "syscalls:sys_enter_write", "syscalls:sys_exit_read")
@@ -64,7 +66,8 @@ class CpuSchedFamily(ProbeFamily):
             code.used_events.append("sched:sched_migrate_task")
             code.probes.append(
                 f"tracepoint:sched:sched_migrate_task\n/@cpu_sched_track[{a('pid')}] && {gate}/\n"
-                f"{{\n  @cpu_sched_cpus[{a('pid')}, {a('dest_cpu')}] = 1;\n}}")
+                f"{{\n  @cpu_sched_cpus[{a('pid')}, {a('dest_cpu')}] = 1;\n}}"
+            )
         else:
             code.missing["sched:sched_migrate_task"] = "tracepoint absent: CPUs used not measured"
         if ctx.target.thread_labels:
@@ -82,13 +85,18 @@ class CpuSchedFamily(ProbeFamily):
         switch = ctx.event("sched", "sched_switch")
         write = ctx.event("syscalls", "sys_enter_write")
         read = ctx.event("syscalls", "sys_exit_read")
-        ok = {"sched:sched_switch": switch is not None and switch.has("next_pid"),
-              "syscalls:sys_enter_write": write is not None and write.has("fd"),
-              "syscalls:sys_exit_read": read is not None and read.has("ret")}
+        ok = {
+            "sched:sched_switch": switch is not None and switch.has("next_pid"),
+            "syscalls:sys_enter_write": write is not None and write.has("fd"),
+            "syscalls:sys_exit_read": read is not None and read.has("ret"),
+        }
         if not all(ok.values()):
             for ev, present in ok.items():
-                code.missing[ev] = ("tracepoint absent (or lacks its fields)" if not present
-                                    else "unused: another doorbell tracepoint is absent")
+                code.missing[ev] = (
+                    "tracepoint absent (or lacks its fields)"
+                    if not present
+                    else "unused: another doorbell tracepoint is absent"
+                )
             return
         a, gate = ctx.dialect.arg, ctx.gate
         cap = per_queue_cap(len(bells))
@@ -96,9 +104,13 @@ class CpuSchedFamily(ProbeFamily):
         # keyed by (owner pid, fd): a node's torchrun ranks share one program and their fd numbers
         # overlap; their queue numbers are made disjoint by the tracer (see queue_slice)
         for pid, fd, tid, queue in bells:  # stored +1 so that 0 (absent) means "not a doorbell"
-            code.begin.extend([f"@cpu_sched_bellq[{pid}, {fd}] = {queue + 1};",
-                               f"@cpu_sched_wq[{tid}] = {queue + 1};",
-                               f"@cpu_sched_qw[{queue}] = {tid};"])
+            code.begin.extend(
+                [
+                    f"@cpu_sched_bellq[{pid}, {fd}] = {queue + 1};",
+                    f"@cpu_sched_wq[{tid}] = {queue + 1};",
+                    f"@cpu_sched_qw[{queue}] = {tid};",
+                ]
+            )
         code.used_events.extend(_EVENTS)
         # submission: the host writes a doorbell; one ring per hand-off to an idle queue
         code.probes.append(
@@ -113,7 +125,8 @@ class CpuSchedFamily(ProbeFamily):
             "    if (@cpu_sched_bell[$w] || @cpu_sched_lat[$w]) { @cpu_sched_unconsumed[$q] = count(); }\n"
             "    @cpu_sched_bell[$w] = $t;\n    delete(@cpu_sched_lat[$w]);\n"
             "    @cpu_sched_bseq[$w] = $s;\n"
-            f"    if ($s < {cap}) {{ @cpu_sched_ring[$q, $s] = $t; }}\n  }}\n}}")
+            f"    if ($s < {cap}) {{ @cpu_sched_ring[$q, $s] = $t; }}\n  }}\n}}"
+        )
         # dispatch: the first switch-in of that worker after the ring (one lookup per switch)
         code.probes.append(
             "tracepoint:sched:sched_switch\n{\n"
@@ -121,7 +134,8 @@ class CpuSchedFamily(ProbeFamily):
             "  $b = @cpu_sched_bell[$n];\n"
             "  if ($b) {\n"
             "    @cpu_sched_lat[$n] = nsecs - $b + 1;\n"
-            "    delete(@cpu_sched_bell[$n]);\n  }\n}")
+            "    delete(@cpu_sched_bell[$n]);\n  }\n}"
+        )
         # consumption: the worker's doorbell read returns; closes the submission
         code.probes.append(
             f"tracepoint:syscalls:sys_exit_read\n/{a('ret')} == {DOORBELL_BYTES} && "
@@ -131,13 +145,21 @@ class CpuSchedFamily(ProbeFamily):
             "  if ($b || $l) {\n"
             "    $d = 0;\n    if (!$b) { $d = $l - 1; }\n"
             "    $q = @cpu_sched_wq[$k] - 1;\n    $s = @cpu_sched_bseq[$k];\n"
-            + "".join(f"    {line}\n" for line in hist.loglinear_index_code("s2d", "$d")) +
-            "    @cpu_sched_s2d[$q, $s2d_i] = count();\n    @cpu_sched_s2d_s[$q] = stats($d);\n"
+            + "".join(f"    {line}\n" for line in hist.loglinear_index_code("s2d", "$d"))
+            + "    @cpu_sched_s2d[$q, $s2d_i] = count();\n    @cpu_sched_s2d_s[$q] = stats($d);\n"
             f"    if ($s < {cap}) {{ @cpu_sched_sub[$q, $s] = $d; }}\n"
-            "    delete(@cpu_sched_bell[$k]);\n    delete(@cpu_sched_lat[$k]);\n  }\n}")
-        code.end.extend(["clear(@cpu_sched_bellq);", "clear(@cpu_sched_wq);", "clear(@cpu_sched_qw);",
-                         "clear(@cpu_sched_bell);", "clear(@cpu_sched_lat);",
-                         "clear(@cpu_sched_bseq);"])
+            "    delete(@cpu_sched_bell[$k]);\n    delete(@cpu_sched_lat[$k]);\n  }\n}"
+        )
+        code.end.extend(
+            [
+                "clear(@cpu_sched_bellq);",
+                "clear(@cpu_sched_wq);",
+                "clear(@cpu_sched_qw);",
+                "clear(@cpu_sched_bell);",
+                "clear(@cpu_sched_lat);",
+                "clear(@cpu_sched_bseq);",
+            ]
+        )
 
     def _render_switch_counts(self, ctx: RenderContext, code: ProbeCode) -> None:
         """Without doorbells (ebpf-attach): per-thread switches of the traced processes in the
@@ -147,8 +169,10 @@ class CpuSchedFamily(ProbeFamily):
             code.missing["sched:sched_switch"] = "tracepoint absent"
             return
         code.used_events.append("sched:sched_switch")
-        code.probes.append(f"tracepoint:sched:sched_switch\n/{ctx.pid_filter} && {ctx.gate}/\n{{\n"
-                           f"  @cpu_sched_switches{ctx.key('tid')} = count();\n}}")
+        code.probes.append(
+            f"tracepoint:sched:sched_switch\n/{ctx.pid_filter} && {ctx.gate}/\n{{\n"
+            f"  @cpu_sched_switches{ctx.key('tid')} = count();\n}}"
+        )
 
     def snapshot(self, target: TraceTarget) -> Any:
         """Per-thread kernel counters of the traced processes (on-CPU, run delay, switches)."""
@@ -173,46 +197,71 @@ class CpuSchedFamily(ProbeFamily):
         for tid in sorted(tids):
             worker = workers.get(tid)
             q = queues.get(worker["queue"]) if worker else None
-            edge_cpus = {c for c in (start.get(tid, {}).get("cpu"), stop.get(tid, {}).get("cpu"))
-                         if c is not None}
+            edge_cpus = {
+                c for c in (start.get(tid, {}).get("cpu"), stop.get(tid, {}).get("cpu")) if c is not None
+            }
             comm = stop.get(tid, {}).get("comm") or start.get(tid, {}).get("comm")
-            row = _thread_row(tid, comm, worker, q, tid in submitters,
-                              sorted(cpus.get(tid, set()) | edge_cpus), start, stop)
+            row = _thread_row(
+                tid, comm, worker, q, tid in submitters, sorted(cpus.get(tid, set()) | edge_cpus), start, stop
+            )
             if row["switches"] is None and tid in counted:  # not in both /proc snapshots
                 row["switches"] = counted[tid]
             rows.append(row)
         # the kernel divides its record store over every doorbell of the program (a node's
         # torchrun session holds every local rank's): the cap is the program's, not this rank's
         bells = context.get("doorbells_traced") or len(workers)
-        return self._summarise(rows, queues, workers, maps, list(context.get("attached") or []),
-                               per_queue_cap(bells))
+        return self._summarise(
+            rows, queues, workers, maps, list(context.get("attached") or []), per_queue_cap(bells)
+        )
 
-    def _summarise(self, rows: list[dict[str, Any]], queues: dict[int, dict[str, Any]],
-                   workers: dict[int, dict[str, Any]], maps: dict[str, Any],
-                   attached: list[str], cap: int) -> FamilyResult:
+    def _summarise(
+        self,
+        rows: list[dict[str, Any]],
+        queues: dict[int, dict[str, Any]],
+        workers: dict[int, dict[str, Any]],
+        maps: dict[str, Any],
+        attached: list[str],
+        cap: int,
+    ) -> FamilyResult:
         worker_rows = [r for r in rows if r["queue"] is not None]
         per_submission = _per_submission(maps)
-        summary = (_summary(queues, worker_rows, per_submission, cap)
-                   if workers and set(_EVENTS) <= set(attached) else None)
+        summary = (
+            _summary(queues, worker_rows, per_submission, cap)
+            if workers and set(_EVENTS) <= set(attached)
+            else None
+        )
         coverage = {
             "source": SOURCE,
             "covered": "doorbells of the CPU backend's queues and every thread of the traced "
-                       "processes, measurement window only",
-            "attribution": ("doorbell fd → queue and worker tid from the backend's registry"
-                            if workers else "per thread only (no queue registry for this target)"),
+            "processes, measurement window only",
+            "attribution": (
+                "doorbell fd → queue and worker tid from the backend's registry"
+                if workers
+                else "per thread only (no queue registry for this target)"
+            ),
             "threads_seen": len(rows),
         }
         merged = hist.merge(*(q["hist"] for q in queues.values()))
-        metrics = {"summary": summary, "threads": rows,
-                   "per_submission": per_submission,
-                   "submit_to_dispatch_hist_ns": hist.as_records(merged),
-                   "histogram_kind": ("log-linear buckets of ns (4 per power of two): doorbell write → "
-                                      "worker on a CPU")}
+        metrics = {
+            "summary": summary,
+            "threads": rows,
+            "per_submission": per_submission,
+            "submit_to_dispatch_hist_ns": hist.as_records(merged),
+            "histogram_kind": (
+                "log-linear buckets of ns (4 per power of two): doorbell write → worker on a CPU"
+            ),
+        }
         return FamilyResult(self.name, self.section, metrics, coverage)
 
 
-QUEUE_KEYED_MAPS = ("@cpu_sched_seq", "@cpu_sched_s2d_s", "@cpu_sched_s2d", "@cpu_sched_unconsumed",
-                    "@cpu_sched_ring", "@cpu_sched_sub")
+QUEUE_KEYED_MAPS = (
+    "@cpu_sched_seq",
+    "@cpu_sched_s2d_s",
+    "@cpu_sched_s2d",
+    "@cpu_sched_unconsumed",
+    "@cpu_sched_ring",
+    "@cpu_sched_sub",
+)
 
 
 def queue_slice(maps: dict[str, Any], first: int, count: int) -> dict[str, Any]:
@@ -237,8 +286,9 @@ def _queue_stats(maps: dict[str, Any]) -> dict[int, dict[str, Any]]:
     queues: dict[int, dict[str, Any]] = {}
 
     def queue(q: int) -> dict[str, Any]:
-        return queues.setdefault(q, {"submissions": 0, "dispatches": 0, "total_ns": 0, "hist": [],
-                                     "unconsumed": 0})
+        return queues.setdefault(
+            q, {"submissions": 0, "dispatches": 0, "total_ns": 0, "hist": [], "unconsumed": 0}
+        )
 
     for key, value in hist.keyed(maps.get("@cpu_sched_seq")).items():
         queue(int(key))["submissions"] = int(value)
@@ -277,8 +327,12 @@ def per_queue_cap(queues: int) -> int:
     return max(1, PER_SUBMISSION_CAP // max(1, queues))
 
 
-def _summary(queues: dict[int, dict[str, Any]], worker_rows: list[dict[str, Any]],
-             per_submission: list[list[Any]], cap: int) -> dict[str, Any]:
+def _summary(
+    queues: dict[int, dict[str, Any]],
+    worker_rows: list[dict[str, Any]],
+    per_submission: list[list[Any]],
+    cap: int,
+) -> dict[str, Any]:
     """The queue section's headline: counts behind every mean, exact P99 when all samples are kept."""
     n = sum(q["dispatches"] for q in queues.values())
     total = sum(q["total_ns"] for q in queues.values())
@@ -289,12 +343,16 @@ def _summary(queues: dict[int, dict[str, Any]], worker_rows: list[dict[str, Any]
     return {
         "source": "cpu_sched",
         "total_submissions": sum(q["submissions"] for q in queues.values()),
-        "submissions_meaning": ("doorbell writes: hand-offs of work to an idle CPU-backend queue "
-                                "(one eventfd write each), window only"),
+        "submissions_meaning": (
+            "doorbell writes: hand-offs of work to an idle CPU-backend queue "
+            "(one eventfd write each), window only"
+        ),
         "submissions_per_queue": {str(k): v["submissions"] for k, v in sorted(queues.items())},
         "total_dispatches": n,
-        "dispatches_meaning": ("those doorbells consumed by their worker, each timed at the "
-                               "worker's first switch onto a CPU after the write"),
+        "dispatches_meaning": (
+            "those doorbells consumed by their worker, each timed at the "
+            "worker's first switch onto a CPU after the write"
+        ),
         "unconsumed_doorbells": sum(q["unconsumed"] for q in queues.values()),
         "hw_rings_used": rings,
         "hw_rings_meaning": "CPU-backend queues whose worker thread ran in the window",
@@ -303,36 +361,52 @@ def _summary(queues: dict[int, dict[str, Any]], worker_rows: list[dict[str, Any]
         "submit_to_dispatch_p99_method": p99["method"] if p99 else None,
         "submit_to_dispatch_p99": p99,
         "submit_to_dispatch_samples": n,
-        "submit_to_dispatch_meaning": ("doorbell write → the worker's first switch onto a CPU after "
-                                       "it (0 when it was already running); mean over "
-                                       "total_dispatches"),
+        "submit_to_dispatch_meaning": (
+            "doorbell write → the worker's first switch onto a CPU after "
+            "it (0 when it was already running); mean over "
+            "total_dispatches"
+        ),
         "per_submission_records": len(per_submission),
         "per_submission_cap_per_queue": cap,
         "kernel_run_delay_total_ms": _sum_or_none([r["kernel_run_delay_ms"] for r in worker_rows]),
-        "run_delay_source": ("schedstat run_delay of the queue worker threads over the window: all "
-                             "their run-queue waits (after doorbells, GIL hand-offs, preemption)"),
+        "run_delay_source": (
+            "schedstat run_delay of the queue worker threads over the window: all "
+            "their run-queue waits (after doorbells, GIL hand-offs, preemption)"
+        ),
     }
 
 
-def _p99_record(samples: list[int], merged: list[tuple[int, int, int]],
-                n: int) -> dict[str, Any] | None:
+def _p99_record(samples: list[int], merged: list[tuple[int, int, int]], n: int) -> dict[str, Any] | None:
     """The P99 in hist.quantile's shape (ns): exact nearest rank when the per-submission store
     kept every dispatch, else the log-linear histogram's bucket with its error bound."""
     if not n:
         return None
     if len(samples) == n:
         value = exact_percentile(samples, 0.99)
-        return {"value": value, "method": "exact", "count": n, "bucket_min": value,
-                "bucket_max": value, "error_bound_pct": 0.0,
-                "detail": f"nearest rank of all {n} submissions"}
+        return {
+            "value": value,
+            "method": "exact",
+            "count": n,
+            "bucket_min": value,
+            "bucket_max": value,
+            "error_bound_pct": 0.0,
+            "detail": f"nearest rank of all {n} submissions",
+        }
     est = hist.percentile(merged, 0.99)
     if est is None:
         return None
     low, high = est["bucket_min"], est["bucket_max"]
-    return {"value": est["estimate"], "method": "log-linear", "count": n, "bucket_min": low,
-            "bucket_max": high, "error_bound_pct": 100.0 * (high - low) / low if low > 0 else None,
-            "detail": ("4 buckets per power of two, interpolated inside the bucket; the "
-                       "per-submission store was capped")}
+    return {
+        "value": est["estimate"],
+        "method": "log-linear",
+        "count": n,
+        "bucket_min": low,
+        "bucket_max": high,
+        "error_bound_pct": 100.0 * (high - low) / low if low > 0 else None,
+        "detail": (
+            "4 buckets per power of two, interpolated inside the bucket; the per-submission store was capped"
+        ),
+    }
 
 
 def _sum_or_none(values: list[float | None]) -> float | None:
@@ -342,9 +416,16 @@ def _sum_or_none(values: list[float | None]) -> float | None:
     return sum(v for v in values if v is not None)
 
 
-def _thread_row(tid: int, comm: str | None, worker: dict[str, Any] | None,
-                q: dict[str, Any] | None, submitter: bool, cpus: list[int],
-                start: dict[int, Any], stop: dict[int, Any]) -> dict[str, Any]:
+def _thread_row(
+    tid: int,
+    comm: str | None,
+    worker: dict[str, Any] | None,
+    q: dict[str, Any] | None,
+    submitter: bool,
+    cpus: list[int],
+    start: dict[int, Any],
+    stop: dict[int, Any],
+) -> dict[str, Any]:
     """One per-thread (= per queue on the CPU backend) row of the table."""
     helper = _WORKER_COMM.match(comm or "") if worker is None else None
     n = q["dispatches"] if q else 0
@@ -354,7 +435,8 @@ def _thread_row(tid: int, comm: str | None, worker: dict[str, Any] | None,
     vol = procstat.delta(start, stop, tid, "voluntary")
     invol = procstat.delta(start, stop, tid, "involuntary")
     return {
-        "tid": tid, "comm": comm,
+        "tid": tid,
+        "comm": comm,
         "queue": worker["queue"] if worker else None,
         # threads a queue worker started (torch/OpenMP pools) inherit its name: shown, not counted
         "helper_of_queue": int(helper.group(1)) if helper else None,

@@ -35,14 +35,27 @@ class GpuRuntimeFamily(ProbeFamily):
 
     name = "gpu_runtime"
     section = "queue"
-    description = ("uprobes on HIP/HSA/CUDA runtime libraries: launches per stream, doorbells per "
-                   "hardware queue, stream→queue mapping, launch and host-sync latency")
+    description = (
+        "uprobes on HIP/HSA/CUDA runtime libraries: launches per stream, doorbells per "
+        "hardware queue, stream→queue mapping, launch and host-sync latency"
+    )
     uses_uprobes = True
     # every map that outlives a call: stream handles and signals are per-process addresses, so a
     # node program (torchrun) keys them by rank first (two ranks may use the same address)
-    rank_keyed_maps = tuple(f"{P}{n}" for n in ("launches", "nested", "launch_ns", "streams",
-                                                "sync_ns", "queues", "doorbell", "rings",
-                                                "launch_rings"))
+    rank_keyed_maps = tuple(
+        f"{P}{n}"
+        for n in (
+            "launches",
+            "nested",
+            "launch_ns",
+            "streams",
+            "sync_ns",
+            "queues",
+            "doorbell",
+            "rings",
+            "launch_rings",
+        )
+    )
 
     def __init__(self, libraries: list[MappedLibrary] | None = None) -> None:
         """`libraries`: probe these instead of the ones the traced pids mapped (ebpf-info)."""
@@ -57,12 +70,16 @@ class GpuRuntimeFamily(ProbeFamily):
     # -- render --------------------------------------------------------------------------------
     def render(self, ctx: RenderContext) -> ProbeCode:
         code = ProbeCode()
-        libs = (self.libraries if self.libraries is not None
-                else runtime_libraries(with_descendants(ctx.target.pids)))
+        libs = (
+            self.libraries
+            if self.libraries is not None
+            else runtime_libraries(with_descendants(ctx.target.pids))
+        )
         self.attached, self.not_attached = [], []
         if not libs:
-            code.missing["uprobe:*"] = ("no HIP/HSA/CUDA runtime library is mapped by the traced "
-                                        "processes (see /proc/PID/maps)")
+            code.missing["uprobe:*"] = (
+                "no HIP/HSA/CUDA runtime library is mapped by the traced processes (see /proc/PID/maps)"
+            )
             return code
         pf, gate = ctx.pid_filter, ctx.gate
         for lib in libs:
@@ -80,13 +97,19 @@ class GpuRuntimeFamily(ProbeFamily):
                 if symbol is None:
                     reason = f"symbol not in {lib.mapped_as} (ELF .dynsym/.symtab)"
                     code.missing[event] = reason
-                    self.not_attached.append({"api": api.name, "library": lib.mapped_as,
-                                              "reason": reason})
+                    self.not_attached.append({"api": api.name, "library": lib.mapped_as, "reason": reason})
                     continue
                 code.probes.extend(_blocks(api, f"{lib.path}:{symbol}", pf, gate, ctx.prefix()))
                 code.used_events.append(event)
-                self.attached.append({"api": api.name, "symbol": symbol, "library": lib.mapped_as,
-                                      "probed_path": lib.path, "pid": lib.pid})
+                self.attached.append(
+                    {
+                        "api": api.name,
+                        "symbol": symbol,
+                        "library": lib.mapped_as,
+                        "probed_path": lib.path,
+                        "pid": lib.pid,
+                    }
+                )
         return code
 
     def render_state(self) -> dict[str, Any]:
@@ -112,36 +135,56 @@ class GpuRuntimeFamily(ProbeFamily):
         handles = m.join_streams(per_stream, context.get("stream_handles") or [])
         total_launches = sum(r["launches"] for r in per_stream.values())
         hsa_probed = any(a["api"].startswith("hsa_signal_store") for a in self.attached)
-        rings_used = (sorted(m.hex_handle(s) for s, r in queue_rows.items() if r["doorbell_rings"] > 0)
-                      if hsa_probed else None)
+        rings_used = (
+            sorted(m.hex_handle(s) for s, r in queue_rows.items() if r["doorbell_rings"] > 0)
+            if hsa_probed
+            else None
+        )
         created = m.pair_map(maps.get(f"{P}streams"))  # (api, handle) → count
         metrics = {
             "summary": m.family_summary(per_stream, rings_used) if self.attached else None,
-            "streams": sorted(per_stream.values(), key=lambda r: (r["stream_index"] is None,
-                                                                  r["stream_index"], r["handle"])),
+            "streams": sorted(
+                per_stream.values(), key=lambda r: (r["stream_index"] is None, r["stream_index"], r["handle"])
+            ),
             "queues": sorted(queue_rows.values(), key=lambda r: r["doorbell_signal"]),
-            "streams_created": [{"api": m.api_name(a), "handle": m.hex_handle(h), "calls": n}
-                                for (a, h), n in created.items()],
+            "streams_created": [
+                {"api": m.api_name(a), "handle": m.hex_handle(h), "calls": n} for (a, h), n in created.items()
+            ],
             "device_and_event_syncs": m.other_syncs(syncs),
-            "nested_launch_calls": {m.api_name(int(k)): int(v) for k, v in
-                                    hist.keyed(maps.get(f"{P}nested")).items() if k},
+            "nested_launch_calls": {
+                m.api_name(int(k)): int(v) for k, v in hist.keyed(maps.get(f"{P}nested")).items() if k
+            },
             "stream_handles_joined": handles,
             "launches_total": total_launches if self.attached else None,
             "hw_queues_used": len(rings_used) if self.attached and rings_used is not None else None,
             "streams_launching": len([r for r in per_stream.values() if r["launches"]]),
             "probes": {"attached": self.attached, "not_attached": self.not_attached},
-            "probe_cost": (m.probe_cost(context, total_launches,
-                                 sum(r["doorbell_rings"] for r in queue_rows.values()),
-                                 sum(v[0] for v in syncs.values() if v)) if self.attached else None),
+            "probe_cost": (
+                m.probe_cost(
+                    context,
+                    total_launches,
+                    sum(r["doorbell_rings"] for r in queue_rows.values()),
+                    sum(v[0] for v in syncs.values() if v),
+                )
+                if self.attached
+                else None
+            ),
         }
         coverage = {
-            "statement": (f"uprobes on {len(self.attached)} runtime entry points"
-                          if self.attached else "no GPU runtime entry point attached"),
-            "covered": ("launch calls through the exported HIP/CUDA entry points; doorbell stores "
-                        "through hsa_signal_store_*; HSA queues created after attach"),
-            "not_covered": ("kernels the runtime submits internally without an exported launch "
-                            "call (blit kernels for copies/memset), CUDA channel/doorbell writes "
-                            "(inside the closed driver), GPU-side dispatch and execution"),
+            "statement": (
+                f"uprobes on {len(self.attached)} runtime entry points"
+                if self.attached
+                else "no GPU runtime entry point attached"
+            ),
+            "covered": (
+                "launch calls through the exported HIP/CUDA entry points; doorbell stores "
+                "through hsa_signal_store_*; HSA queues created after attach"
+            ),
+            "not_covered": (
+                "kernels the runtime submits internally without an exported launch "
+                "call (blit kernels for copies/memset), CUDA channel/doorbell writes "
+                "(inside the closed driver), GPU-side dispatch and execution"
+            ),
         }
         return FamilyResult(self.name, self.section, metrics, coverage)
 

@@ -26,8 +26,9 @@ class Api:
 
 
 # older HIP releases declare hipExtModuleLaunchKernel without extern "C" (C++-mangled export)
-_HIP_EXT_MODULE_MANGLED = ("_Z24hipExtModuleLaunchKernelP18ihipModuleSymbol_tjjjjjjmP12ihipStream_t"
-                           "PPvS4_P11ihipEvent_tS6_j")
+_HIP_EXT_MODULE_MANGLED = (
+    "_Z24hipExtModuleLaunchKernelP18ihipModuleSymbol_tjjjjjjmP12ihipStream_tPPvS4_P11ihipEvent_tS6_j"
+)
 
 APIS: tuple[Api, ...] = (
     # HIP: hipLaunchKernel(const void*, dim3, dim3, void**, size_t shmem, hipStream_t)
@@ -39,8 +40,14 @@ APIS: tuple[Api, ...] = (
     Api(4, "hipModuleLaunchKernel", "launch", "hip", ("hipModuleLaunchKernel",), STACK2),
     Api(5, "hipModuleLaunchKernel_spt", "launch", "hip", ("hipModuleLaunchKernel_spt",), STACK2),
     # hipExtModuleLaunchKernel(f, 6 x uint32, size_t shmem, hipStream_t, params, extra, ev, ev, flags)
-    Api(6, "hipExtModuleLaunchKernel", "launch", "hip",
-        ("hipExtModuleLaunchKernel", _HIP_EXT_MODULE_MANGLED), STACK2),
+    Api(
+        6,
+        "hipExtModuleLaunchKernel",
+        "launch",
+        "hip",
+        ("hipExtModuleLaunchKernel", _HIP_EXT_MODULE_MANGLED),
+        STACK2,
+    ),
     # hipLaunchKernelExC(const hipLaunchConfig_t*, fn, args): stream at +32 (dim3, dim3, size_t);
     # hipDrvLaunchKernelEx(const HIP_LAUNCH_CONFIG*, f, params, extra): hStream at +32 (7 x uint)
     Api(7, "hipLaunchKernelExC", "launch", "hip", ("hipLaunchKernelExC",), CONFIG32),
@@ -62,8 +69,14 @@ APIS: tuple[Api, ...] = (
     Api(33, "hipStreamCreateWithPriority", "stream_create", "hip", ("hipStreamCreateWithPriority",), "arg0"),
     Api(41, "cudaStreamCreate", "stream_create", "cudart", ("cudaStreamCreate",), "arg0"),
     Api(42, "cudaStreamCreateWithFlags", "stream_create", "cudart", ("cudaStreamCreateWithFlags",), "arg0"),
-    Api(43, "cudaStreamCreateWithPriority", "stream_create", "cudart",
-        ("cudaStreamCreateWithPriority",), "arg0"),
+    Api(
+        43,
+        "cudaStreamCreateWithPriority",
+        "stream_create",
+        "cudart",
+        ("cudaStreamCreateWithPriority",),
+        "arg0",
+    ),
     Api(51, "cuStreamCreate", "stream_create", "cuda", ("cuStreamCreate",), "arg0"),
     Api(52, "cuStreamCreateWithPriority", "stream_create", "cuda", ("cuStreamCreateWithPriority",), "arg0"),
     # host synchronisation

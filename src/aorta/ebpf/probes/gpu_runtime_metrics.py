@@ -33,8 +33,9 @@ def stream_rows(maps: dict[str, Any], syncs: dict[str, Any]) -> dict[int, dict[s
             row["sync_calls"] += stats[0]
             row["sync_blocked_ms"] += stats[1] / 1e6
     for row in per_stream.values():
-        row["launch_avg_us"] = (row["latency_total_ns"] / row["latency_count"] / 1e3
-                                if row["latency_count"] else None)
+        row["launch_avg_us"] = (
+            row["latency_total_ns"] / row["latency_count"] / 1e3 if row["latency_count"] else None
+        )
     return per_stream
 
 
@@ -51,8 +52,11 @@ def queue_rows(maps: dict[str, Any], per_stream: dict[int, dict[str, Any]]) -> d
             rows[sig]["doorbell_rings"] = int(n)
     for (stream, sig), n in pair_map(maps.get(f"{P}launch_rings")).items():
         if sig not in rows:
-            rows[sig] = new_queue_row(sig, *doorbell_queue.get(sig, (None, None)),
-                                   "inferred: stored during a launch call (queue created before attach)")
+            rows[sig] = new_queue_row(
+                sig,
+                *doorbell_queue.get(sig, (None, None)),
+                "inferred: stored during a launch call (queue created before attach)",
+            )
         row = rows[sig]
         if row["source"].startswith("inferred"):
             row["doorbell_rings"] += n  # only in-launch stores are known for these
@@ -79,17 +83,22 @@ def family_summary(per_stream: dict[int, dict[str, Any]], rings_used: list[str] 
     return {
         "source": "gpu_runtime",
         "total_submissions": sum(r["launches"] for r in per_stream.values()),
-        "submissions_meaning": ("kernel launch calls into the GPU runtime (uprobes on the launch "
-                                "APIs, outermost calls, window only)"),
+        "submissions_meaning": (
+            "kernel launch calls into the GPU runtime (uprobes on the launch "
+            "APIs, outermost calls, window only)"
+        ),
         "total_dispatches": None,
         "dispatches_meaning": "not visible: the GPU's packet processor dispatches, not the host",
         "hw_rings_used": rings_used,
-        "hw_rings_meaning": ("HSA doorbell signals rung in the window (one per hardware queue); "
-                             "null when no HSA runtime is probed (CUDA hides its channels)"),
+        "hw_rings_meaning": (
+            "HSA doorbell signals rung in the window (one per hardware queue); "
+            "null when no HSA runtime is probed (CUDA hides its channels)"
+        ),
         "submit_to_dispatch_avg_us": None,
         "submit_to_dispatch_p99_us": None,
-        "submit_to_dispatch_meaning": ("not measured by this family: see launch_call_avg_us (host "
-                                       "launch cost)"),
+        "submit_to_dispatch_meaning": (
+            "not measured by this family: see launch_call_avg_us (host launch cost)"
+        ),
         "launch_call_avg_us": lat_total / lat_n / 1e3 if lat_n else None,
         "launch_call_total_ms": lat_total / 1e6 if lat_n else None,
         "launch_call_meaning": "uprobe entry → uretprobe return of launch calls (host time)",
@@ -104,8 +113,7 @@ def split_key(key: str) -> tuple[int, int]:
 
 def pair_map(value: Any) -> dict[tuple[int, int], int]:
     """A two-key map printed as {"a,b": n} → {(a, b): n} (unsigned)."""
-    return {split_key(k): n for k, n in hist.keyed(value).items()
-            if k.count(",") == 1 and isinstance(n, int)}
+    return {split_key(k): n for k, n in hist.keyed(value).items() if k.count(",") == 1 and isinstance(n, int)}
 
 
 def hex_handle(value: int) -> str:
@@ -115,29 +123,49 @@ def hex_handle(value: int) -> str:
 
 def new_stream_row(stream: int) -> dict[str, Any]:
     """An empty per-stream row (counts start at 0: filled only from printed maps)."""
-    return {"handle": hex_handle(stream), "stream_index": None, "launches": 0, "by_api": {},
-            "latency_count": 0, "latency_total_ns": 0, "launch_avg_us": None, "queues": [],
-            "sync_calls": 0, "sync_blocked_ms": 0.0}
+    return {
+        "handle": hex_handle(stream),
+        "stream_index": None,
+        "launches": 0,
+        "by_api": {},
+        "latency_count": 0,
+        "latency_total_ns": 0,
+        "launch_avg_us": None,
+        "queues": [],
+        "sync_calls": 0,
+        "sync_blocked_ms": 0.0,
+    }
 
 
 def new_queue_row(sig: int, qptr: int | None, qid: int | None, source: str) -> dict[str, Any]:
     """An empty per-doorbell row; `source` says how the doorbell became known."""
-    return {"doorbell_signal": hex_handle(sig), "queue": hex_handle(qptr) if qptr else None, "queue_id": qid,
-            "source": source, "doorbell_rings": 0, "streams": {}}
+    return {
+        "doorbell_signal": hex_handle(sig),
+        "queue": hex_handle(qptr) if qptr else None,
+        "queue_id": qid,
+        "source": source,
+        "doorbell_rings": 0,
+        "streams": {},
+    }
 
 
-def join_streams(per_stream: dict[int, dict[str, Any]],
-                  handles: list[dict[str, Any]]) -> dict[str, Any]:
+def join_streams(per_stream: dict[int, dict[str, Any]], handles: list[dict[str, Any]]) -> dict[str, Any]:
     """Label eBPF stream rows with the harness's stream index (GPU backend's `cuda_stream`)."""
-    by_handle = {int(h["handle"]) & (2**64 - 1): int(h["stream"]) for h in handles
-                 if isinstance(h.get("handle"), int) and isinstance(h.get("stream"), int)}
+    by_handle = {
+        int(h["handle"]) & (2**64 - 1): int(h["stream"])
+        for h in handles
+        if isinstance(h.get("handle"), int) and isinstance(h.get("stream"), int)
+    }
     for handle, index in by_handle.items():
         if handle in per_stream:
             per_stream[handle]["stream_index"] = index
-    return {"harness_streams": len(by_handle),
-            "matched": sum(1 for h in by_handle if h in per_stream and per_stream[h]["launches"]),
-            "ebpf_streams_not_in_harness": sum(1 for h, r in per_stream.items()
-                                               if h not in by_handle and r["launches"])}
+    return {
+        "harness_streams": len(by_handle),
+        "matched": sum(1 for h in by_handle if h in per_stream and per_stream[h]["launches"]),
+        "ebpf_streams_not_in_harness": sum(
+            1 for h, r in per_stream.items() if h not in by_handle and r["launches"]
+        ),
+    }
 
 
 def probe_cost(context: dict[str, Any], launches: int, rings: int, syncs: int) -> dict[str, Any]:
@@ -152,17 +180,28 @@ def probe_cost(context: dict[str, Any], launches: int, rings: int, syncs: int) -
     pair = start.get("entry_return_ns") if isinstance(start, dict) else None
     window_ms = (context.get("window") or {}).get("duration_ms")
     if not isinstance(entry, (int, float)) or not isinstance(pair, (int, float)):
-        return {"entry_probe_us": None, "entry_return_pair_us": None,
-                "reason": "probe costs were not measured (no window start)"}
+        return {
+            "entry_probe_us": None,
+            "entry_return_pair_us": None,
+            "reason": "probe costs were not measured (no window start)",
+        }
     spent_ns = (launches + syncs) * pair + rings * entry
-    return {"entry_probe_us": entry / 1e3, "entry_return_pair_us": pair / 1e3,
-            "per_launch_us": (pair + entry * rings / launches) / 1e3 if launches else None,
-            "hits_in_window": 2 * (launches + syncs) + rings,
-            "probe_time_in_window_ms": spent_ns / 1e6,
-            "window_share_pct": (100 * spent_ns / (window_ms * 1e6)
-                                 if isinstance(window_ms, (int, float)) and window_ms > 0 else None),
-            "meaning": ("host time spent in uprobe traps: costs timed in the tracer right before "
-                        "the window (llabs entry probe vs labs; ffsll entry+return vs ffs; medians "
-                        "of 3 x 100 calls) x calls counted in the window (launch and sync calls: "
-                        "entry+return; doorbell rings: entry); share = that time / window duration, "
-                        "all threads together")}
+    return {
+        "entry_probe_us": entry / 1e3,
+        "entry_return_pair_us": pair / 1e3,
+        "per_launch_us": (pair + entry * rings / launches) / 1e3 if launches else None,
+        "hits_in_window": 2 * (launches + syncs) + rings,
+        "probe_time_in_window_ms": spent_ns / 1e6,
+        "window_share_pct": (
+            100 * spent_ns / (window_ms * 1e6)
+            if isinstance(window_ms, (int, float)) and window_ms > 0
+            else None
+        ),
+        "meaning": (
+            "host time spent in uprobe traps: costs timed in the tracer right before "
+            "the window (llabs entry probe vs labs; ffsll entry+return vs ffs; medians "
+            "of 3 x 100 calls) x calls counted in the window (launch and sync calls: "
+            "entry+return; doorbell rings: entry); share = that time / window duration, "
+            "all threads together"
+        ),
+    }

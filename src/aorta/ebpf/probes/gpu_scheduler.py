@@ -26,8 +26,13 @@ class GpuSchedulerFamily(ProbeFamily):
     name = "gpu_scheduler"
     section = "queue"
     description = "generic DRM scheduler jobs (old and new tracepoint names)"
-    rank_keyed_maps = ("@gpu_scheduler_queued", "@gpu_scheduler_q2r", "@gpu_scheduler_run",
-                       "@gpu_scheduler_r2d", *hist.recorder_maps("gpu_scheduler_q2r_d"))
+    rank_keyed_maps = (
+        "@gpu_scheduler_queued",
+        "@gpu_scheduler_q2r",
+        "@gpu_scheduler_run",
+        "@gpu_scheduler_r2d",
+        *hist.recorder_maps("gpu_scheduler_q2r_d"),
+    )
 
     def wanted_events(self) -> list[str]:
         return [f"gpu_scheduler:{e}" for e in (*NEW, *OLD)]
@@ -46,15 +51,17 @@ class GpuSchedulerFamily(ProbeFamily):
             code.missing[f"gpu_scheduler:{n}"] = "tracepoint absent (no drm_sched driver loaded)"
         return code
 
-    def _render(self, ctx: RenderContext, code: ProbeCode, names: tuple[str, ...],
-                fmts: list[Any]) -> None:
+    def _render(self, ctx: RenderContext, code: ProbeCode, names: tuple[str, ...], fmts: list[Any]) -> None:
         queue_fmt, run_fmt, done_fmt = fmts
         if names is NEW:
             key_q = int_key(ctx, queue_fmt, "fence_context", "fence_seqno", mask32=False)
             key_r = int_key(ctx, run_fmt, "fence_context", "fence_seqno", mask32=False)
             done_key_r = key_r
-            done_key = (int_key(ctx, done_fmt, "fence_context", "fence_seqno", mask32=False)
-                        if done_fmt is not None else None)
+            done_key = (
+                int_key(ctx, done_fmt, "fence_context", "fence_seqno", mask32=False)
+                if done_fmt is not None
+                else None
+            )
         else:
             key_q = int_key(ctx, queue_fmt, "id", mask32=False)
             key_r = int_key(ctx, run_fmt, "id", mask32=False)
@@ -71,33 +78,43 @@ class GpuSchedulerFamily(ProbeFamily):
             f"tracepoint:gpu_scheduler:{names[0]}\n/{both(ctx.pid_filter, ctx.gate)}/\n{{\n"
             f"  @gpu_scheduler_queue_ts[{key_q}] = nsecs;\n"
             + (f"  @gpu_scheduler_queue_rank[{key_q}] = {ctx.rank};\n" if node else "")
-            + f"  @gpu_scheduler_queued{k(ring_q)} = count();\n}}")
-        remember = (f"    @gpu_scheduler_run_ts[{done_key_r}] = nsecs;\n"
-                    if done_key_r and done_key else "")
+            + f"  @gpu_scheduler_queued{k(ring_q)} = count();\n}}"
+        )
+        remember = f"    @gpu_scheduler_run_ts[{done_key_r}] = nsecs;\n" if done_key_r and done_key else ""
         if node and remember:
             remember += f"    @gpu_scheduler_run_rank[{done_key_r}] = $rk;\n"
         code.probes.append(
             f"tracepoint:gpu_scheduler:{names[1]}\n/{ctx.gate}/\n{{\n"
             f"  $t = @gpu_scheduler_queue_ts[{key_r}];\n"
             "  if ($t) {\n"
-            + (f"    $rk = @gpu_scheduler_queue_rank[{key_r}];\n"
-               f"    delete(@gpu_scheduler_queue_rank[{key_r}]);\n" if node else "")
+            + (
+                f"    $rk = @gpu_scheduler_queue_rank[{key_r}];\n"
+                f"    delete(@gpu_scheduler_queue_rank[{key_r}]);\n"
+                if node
+                else ""
+            )
             + f"{hist.record_code('gpu_scheduler_q2r_d', 'nsecs - $t', prefix=ctx.prefix('$rk'))}\n"
             f"    @gpu_scheduler_q2r{k(rank='$rk')} = stats(nsecs - $t);\n"
             f"    @gpu_scheduler_run{k(ring_r, rank='$rk')} = count();\n"
             f"    delete(@gpu_scheduler_queue_ts[{key_r}]);\n{remember}"
             "  } else {\n"
-            f"    @gpu_scheduler_untraced_jobs[{ring_r}] = count();\n  }}\n}}")
+            f"    @gpu_scheduler_untraced_jobs[{ring_r}] = count();\n  }}\n}}"
+        )
         if done_key_r and done_key:
             code.used_events.append(f"gpu_scheduler:{names[2]}")
             code.probes.append(
                 f"tracepoint:gpu_scheduler:{names[2]}\n/{ctx.gate}/\n{{\n"
                 f"  $r = @gpu_scheduler_run_ts[{done_key}];\n"
                 "  if ($r) {\n"
-                + (f"    $rk = @gpu_scheduler_run_rank[{done_key}];\n"
-                   f"    delete(@gpu_scheduler_run_rank[{done_key}]);\n" if node else "")
+                + (
+                    f"    $rk = @gpu_scheduler_run_rank[{done_key}];\n"
+                    f"    delete(@gpu_scheduler_run_rank[{done_key}]);\n"
+                    if node
+                    else ""
+                )
                 + f"    @gpu_scheduler_r2d{k(rank='$rk')} = stats(nsecs - $r);\n"
-                f"    delete(@gpu_scheduler_run_ts[{done_key}]);\n  }}\n}}")
+                f"    delete(@gpu_scheduler_run_ts[{done_key}]);\n  }}\n}}"
+            )
         else:
             code.missing[f"gpu_scheduler:{names[2]}"] = "absent or no fence identity to join"
         code.end += ["clear(@gpu_scheduler_queue_ts);", "clear(@gpu_scheduler_run_ts);"]
@@ -111,17 +128,28 @@ class GpuSchedulerFamily(ProbeFamily):
         r2d = hist.stats(maps.get("@gpu_scheduler_r2d"))
         q2r = hist.distribution(maps, "gpu_scheduler_q2r_d")
         summary = jobs.job_summary(
-            "gpu_scheduler", queued, run, hist.stats(maps.get("@gpu_scheduler_q2r")), q2r,
+            "gpu_scheduler",
+            queued,
+            run,
+            hist.stats(maps.get("@gpu_scheduler_q2r")),
+            q2r,
             submissions_meaning="drm_sched jobs queued by the traced processes",
             dispatches_meaning="those jobs handed to the hardware ring (run)",
             hw_rings_meaning="scheduler (ring) names of dispatched traced jobs",
-            submit_to_dispatch_meaning="job queued → job run, same job identity")
-        metrics = {"summary": summary, "queued_per_ring": queued, "run_per_ring": run,
-                   "jobs_without_traced_submission": untraced,
-                   "submit_to_dispatch_hist_ns": hist.as_records(q2r["hist"]),
-                   "histogram_kind": "log-linear buckets of ns (4 per power of two)",
-                   "run_to_done_avg_us": jobs.avg_us(r2d)}
-        coverage = {"source": "gpu_scheduler tracepoints",
-                    "covered": "drm_sched jobs of the traced processes (any DRM driver)",
-                    "statement": f"{KERNEL_BYPASS}; drm_sched sees only kernel-submitted jobs."}
+            submit_to_dispatch_meaning="job queued → job run, same job identity",
+        )
+        metrics = {
+            "summary": summary,
+            "queued_per_ring": queued,
+            "run_per_ring": run,
+            "jobs_without_traced_submission": untraced,
+            "submit_to_dispatch_hist_ns": hist.as_records(q2r["hist"]),
+            "histogram_kind": "log-linear buckets of ns (4 per power of two)",
+            "run_to_done_avg_us": jobs.avg_us(r2d),
+        }
+        coverage = {
+            "source": "gpu_scheduler tracepoints",
+            "covered": "drm_sched jobs of the traced processes (any DRM driver)",
+            "statement": f"{KERNEL_BYPASS}; drm_sched sees only kernel-submitted jobs.",
+        }
         return FamilyResult(self.name, self.section, metrics, coverage)

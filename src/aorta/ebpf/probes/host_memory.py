@@ -15,8 +15,10 @@ from aorta.ebpf.probes.amd_memory import traced_flag
 from aorta.ebpf.probes.base import EventSetFamily, FamilyResult, ProbeCode, RenderContext
 
 P = "@hostmem_"
-RECLAIM_KINDS = {"direct": ("vmscan", "mm_vmscan_direct_reclaim_begin", "mm_vmscan_direct_reclaim_end"),
-                 "memcg": ("vmscan", "mm_vmscan_memcg_reclaim_begin", "mm_vmscan_memcg_reclaim_end")}
+RECLAIM_KINDS = {
+    "direct": ("vmscan", "mm_vmscan_direct_reclaim_begin", "mm_vmscan_direct_reclaim_end"),
+    "memcg": ("vmscan", "mm_vmscan_memcg_reclaim_begin", "mm_vmscan_memcg_reclaim_end"),
+}
 
 
 class HostMemoryFamily(EventSetFamily):
@@ -24,21 +26,37 @@ class HostMemoryFamily(EventSetFamily):
 
     name = "hostmem"
     section = "memory"
-    description = ("host memory pressure: user page faults, mmap/munmap, direct and cgroup reclaim "
-                   "episodes of the traced processes; page migrations and kswapd wake-ups")
+    description = (
+        "host memory pressure: user page faults, mmap/munmap, direct and cgroup reclaim "
+        "episodes of the traced processes; page migrations and kswapd wake-ups"
+    )
 
     # per-process maps: keyed [rank, pid] in a node program (torchrun)
-    rank_keyed_maps = tuple(f"{P}{n}" for n in (
-        "faults", "faults_write", "mmap", "mmap_bytes", "munmap", "munmap_bytes", "kswapd_woken_by",
-        *(f"{kind}{end}" for kind in RECLAIM_KINDS for end in ("", "_ns", "_max_ns", "_pages"))))
+    rank_keyed_maps = tuple(
+        f"{P}{n}"
+        for n in (
+            "faults",
+            "faults_write",
+            "mmap",
+            "mmap_bytes",
+            "munmap",
+            "munmap_bytes",
+            "kswapd_woken_by",
+            *(f"{kind}{end}" for kind in RECLAIM_KINDS for end in ("", "_ns", "_max_ns", "_pages")),
+        )
+    )
 
     def wanted_events(self) -> list[str]:
         """Every event this family can use."""
         events = ["exceptions:page_fault_user", "syscalls:sys_enter_mmap", "syscalls:sys_enter_munmap"]
         for system, begin, end in RECLAIM_KINDS.values():
             events += [f"{system}:{begin}", f"{system}:{end}"]
-        return [*events, "migrate:mm_migrate_pages", "vmscan:mm_vmscan_kswapd_wake",
-                "vmscan:mm_vmscan_wakeup_kswapd"]
+        return [
+            *events,
+            "migrate:mm_migrate_pages",
+            "vmscan:mm_vmscan_kswapd_wake",
+            "vmscan:mm_vmscan_wakeup_kswapd",
+        ]
 
     def render(self, ctx: RenderContext) -> ProbeCode:
         """Probe blocks for the events present; missing ones listed with the reason."""
@@ -60,54 +78,83 @@ class HostMemoryFamily(EventSetFamily):
             return True
 
         if need("exceptions", "page_fault_user", "error_code"):
-            code.probes.append("\n".join([
-                f"tracepoint:exceptions:page_fault_user\n/{both}/\n{{",
-                f"  {P}faults{k} = count();",
-                f"  if ({a('error_code')} & 2) {{ {P}faults_write{k} = count(); }}",
-                "}"]))
+            code.probes.append(
+                "\n".join(
+                    [
+                        f"tracepoint:exceptions:page_fault_user\n/{both}/\n{{",
+                        f"  {P}faults{k} = count();",
+                        f"  if ({a('error_code')} & 2) {{ {P}faults_write{k} = count(); }}",
+                        "}",
+                    ]
+                )
+            )
         for call in ("mmap", "munmap"):
             if need("syscalls", f"sys_enter_{call}", "len"):
-                code.probes.append("\n".join([
-                    f"tracepoint:syscalls:sys_enter_{call}\n/{both}/\n{{",
-                    f"  {P}{call}{k} = count(); {P}{call}_bytes{k} = sum({a('len')});",
-                    "}"]))
+                code.probes.append(
+                    "\n".join(
+                        [
+                            f"tracepoint:syscalls:sys_enter_{call}\n/{both}/\n{{",
+                            f"  {P}{call}{k} = count(); {P}{call}_bytes{k} = sum({a('len')});",
+                            "}",
+                        ]
+                    )
+                )
         for code_no, (kind, (system, begin, end)) in enumerate(RECLAIM_KINDS.items(), start=1):
             begin_fmt, end_fmt = ctx.event(system, begin), ctx.event(system, end)
             if begin_fmt is None or end_fmt is None:
                 for ev, fmt in ((begin, begin_fmt), (end, end_fmt)):
-                    code.missing[f"{system}:{ev}"] = ("not in this kernel" if fmt is None
-                                                      else "its begin/end partner is missing")
+                    code.missing[f"{system}:{ev}"] = (
+                        "not in this kernel" if fmt is None else "its begin/end partner is missing"
+                    )
                 continue
             pages_field = end_fmt.fields.get("nr_reclaimed")
             has_pages = pages_field is not None and pages_field.is_integer
             code.used_events += [f"{system}:{begin}", f"{system}:{end}"]
-            code.probes.append("\n".join([
-                f"tracepoint:{system}:{begin}\n/{ctx.gate}/\n{{",
-                f"  {P}reclaim_all[{code_no}] = count();",
-                f"  if ({ctx.pid_filter}) {{ {P}{kind}_ts[tid] = nsecs; }}",
-                "}"]))
-            code.probes.append("\n".join([
-                f"tracepoint:{system}:{end}\n/{P}{kind}_ts[tid] != 0/\n{{",
-                f"  $d = nsecs - {P}{kind}_ts[tid];",
-                f"  {P}{kind}{k} = count(); {P}{kind}_ns{k} = sum($d);",
-                f"  {P}{kind}_max_ns{k} = max($d);",
-                *([f"  {P}{kind}_pages{k} = sum({a('nr_reclaimed')});"] if has_pages else []),
-                f"  delete({P}{kind}_ts[tid]);",
-                "}"]))
+            code.probes.append(
+                "\n".join(
+                    [
+                        f"tracepoint:{system}:{begin}\n/{ctx.gate}/\n{{",
+                        f"  {P}reclaim_all[{code_no}] = count();",
+                        f"  if ({ctx.pid_filter}) {{ {P}{kind}_ts[tid] = nsecs; }}",
+                        "}",
+                    ]
+                )
+            )
+            code.probes.append(
+                "\n".join(
+                    [
+                        f"tracepoint:{system}:{end}\n/{P}{kind}_ts[tid] != 0/\n{{",
+                        f"  $d = nsecs - {P}{kind}_ts[tid];",
+                        f"  {P}{kind}{k} = count(); {P}{kind}_ns{k} = sum($d);",
+                        f"  {P}{kind}_max_ns{k} = max($d);",
+                        *([f"  {P}{kind}_pages{k} = sum({a('nr_reclaimed')});"] if has_pages else []),
+                        f"  delete({P}{kind}_ts[tid]);",
+                        "}",
+                    ]
+                )
+            )
             code.end.append(f"clear({P}{kind}_ts);")
         if need("migrate", "mm_migrate_pages", "succeeded", "failed"):
-            code.probes.append("\n".join([
-                f"tracepoint:migrate:mm_migrate_pages\n/{ctx.gate}/\n{{",
-                f"  {traced_flag(ctx.pid_filter, ctx.rank)}",
-                f"  {P}migrated[$traced] = sum({a('succeeded')});",
-                f"  {P}migrate_failed[$traced] = sum({a('failed')});",
-                "}"]))
+            code.probes.append(
+                "\n".join(
+                    [
+                        f"tracepoint:migrate:mm_migrate_pages\n/{ctx.gate}/\n{{",
+                        f"  {traced_flag(ctx.pid_filter, ctx.rank)}",
+                        f"  {P}migrated[$traced] = sum({a('succeeded')});",
+                        f"  {P}migrate_failed[$traced] = sum({a('failed')});",
+                        "}",
+                    ]
+                )
+            )
         if need("vmscan", "mm_vmscan_kswapd_wake"):
-            code.probes.append(f"tracepoint:vmscan:mm_vmscan_kswapd_wake\n/{ctx.gate}/\n{{\n"
-                               f"  {P}kswapd_wakes = count();\n}}")
+            code.probes.append(
+                f"tracepoint:vmscan:mm_vmscan_kswapd_wake\n/{ctx.gate}/\n{{\n  {P}kswapd_wakes = count();\n}}"
+            )
         if need("vmscan", "mm_vmscan_wakeup_kswapd"):
-            code.probes.append(f"tracepoint:vmscan:mm_vmscan_wakeup_kswapd\n/{both}/\n{{\n"
-                               f"  {P}kswapd_woken_by{k} = count();\n}}")
+            code.probes.append(
+                f"tracepoint:vmscan:mm_vmscan_wakeup_kswapd\n/{both}/\n{{\n"
+                f"  {P}kswapd_woken_by{k} = count();\n}}"
+            )
         self.attached = set(code.used_events)
         return code
 
@@ -124,16 +171,20 @@ class HostMemoryFamily(EventSetFamily):
         metrics: dict[str, Any] = {}
         if seen("exceptions:page_fault_user"):
             faults = per_pid("faults")
-            metrics["page_faults"] = {"count": sum(faults.values()),
-                                      "write": sum(per_pid("faults_write").values()),
-                                      "per_sec": mm.per_second(sum(faults.values()), window_s),
-                                      "per_process": faults}
+            metrics["page_faults"] = {
+                "count": sum(faults.values()),
+                "write": sum(per_pid("faults_write").values()),
+                "per_sec": mm.per_second(sum(faults.values()), window_s),
+                "per_process": faults,
+            }
         else:
             metrics["page_faults"] = None
         for call in ("mmap", "munmap"):
             if seen(f"syscalls:sys_enter_{call}"):
-                metrics[call] = {"count": sum(per_pid(call).values()),
-                                 "bytes": sum(per_pid(f"{call}_bytes").values())}
+                metrics[call] = {
+                    "count": sum(per_pid(call).values()),
+                    "bytes": sum(per_pid(f"{call}_bytes").values()),
+                }
             else:
                 metrics[call] = None
         everyone = mm.keyed(maps, f"{P}reclaim_all")
@@ -145,32 +196,42 @@ class HostMemoryFamily(EventSetFamily):
             ns = sum(per_pid(f"{kind}_ns").values())
             maxes = per_pid(f"{kind}_max_ns").values()
             metrics[f"{kind}_reclaim"] = {
-                "episodes": count, "total_ms": ns / 1e6,
+                "episodes": count,
+                "total_ms": ns / 1e6,
                 "avg_us": ns / count / 1e3 if count else None,
                 "max_us": max(maxes) / 1e3 if maxes else None,
                 "pages_reclaimed": sum(per_pid(f"{kind}_pages").values()),
                 "per_process": per_pid(kind),
-                "episodes_machine_wide": everyone.get((code_no,), 0)}
+                "episodes_machine_wide": everyone.get((code_no,), 0),
+            }
         if seen("migrate:mm_migrate_pages"):
             mig = mm.keyed(maps, f"{P}migrated")
             failed = mm.keyed(maps, f"{P}migrate_failed")
             own = int(context.get("rank_key") or 1)  # $traced: 1, or the rank key (node)
-            metrics["page_migrations"] = {"pages": mm.total(mig), "failed": mm.total(failed),
-                                          "by_traced_processes": mig.get((own,), 0)}
+            metrics["page_migrations"] = {
+                "pages": mm.total(mig),
+                "failed": mm.total(failed),
+                "by_traced_processes": mig.get((own,), 0),
+            }
         else:
             metrics["page_migrations"] = None
-        metrics["kswapd_wakeups"] = mm.scalar(maps, f"{P}kswapd_wakes") \
-            if seen("vmscan:mm_vmscan_kswapd_wake") else None
-        metrics["kswapd_woken_by_traced"] = sum(per_pid("kswapd_woken_by").values()) \
-            if seen("vmscan:mm_vmscan_wakeup_kswapd") else None
+        metrics["kswapd_wakeups"] = (
+            mm.scalar(maps, f"{P}kswapd_wakes") if seen("vmscan:mm_vmscan_kswapd_wake") else None
+        )
+        metrics["kswapd_woken_by_traced"] = (
+            sum(per_pid("kswapd_woken_by").values()) if seen("vmscan:mm_vmscan_wakeup_kswapd") else None
+        )
         metrics["summary"] = host_summary(metrics)
-        coverage = {"statement": "traced processes (and their children) in the measurement window; "
-                                 "migrations and kswapd wake-ups machine-wide"}
+        coverage = {
+            "statement": "traced processes (and their children) in the measurement window; "
+            "migrations and kswapd wake-ups machine-wide"
+        }
         return FamilyResult(self.name, self.section, metrics, coverage)
 
 
 def host_summary(metrics: dict[str, Any]) -> dict[str, Any]:
     """The CPU-side lines shown beside the GPU numbers of docs/guide.md (null when not attached)."""
+
     def pick(name: str, key: str) -> Any:
         value = metrics.get(name)
         return value.get(key) if isinstance(value, dict) else None
@@ -178,17 +239,20 @@ def host_summary(metrics: dict[str, Any]) -> dict[str, Any]:
     return {
         "host_page_faults": pick("page_faults", "count"),
         "host_page_faults_per_sec": pick("page_faults", "per_sec"),
-        "host_mmap_calls": pick("mmap", "count"), "host_mmap_bytes": pick("mmap", "bytes"),
-        "host_munmap_calls": pick("munmap", "count"), "host_munmap_bytes": pick("munmap", "bytes"),
+        "host_mmap_calls": pick("mmap", "count"),
+        "host_mmap_bytes": pick("mmap", "bytes"),
+        "host_munmap_calls": pick("munmap", "count"),
+        "host_munmap_bytes": pick("munmap", "bytes"),
         "host_direct_reclaim_episodes": pick("direct_reclaim", "episodes"),
         "host_direct_reclaim_ms": pick("direct_reclaim", "total_ms"),
         "host_memcg_reclaim_episodes": pick("memcg_reclaim", "episodes"),
         "host_memcg_reclaim_ms": pick("memcg_reclaim", "total_ms"),
-        "host_reclaimed_pages": (None if metrics.get("direct_reclaim") is None and
-                                 metrics.get("memcg_reclaim") is None else
-                                 (pick("direct_reclaim", "pages_reclaimed") or 0) +
-                                 (pick("memcg_reclaim", "pages_reclaimed") or 0)),
+        "host_reclaimed_pages": (
+            None
+            if metrics.get("direct_reclaim") is None and metrics.get("memcg_reclaim") is None
+            else (pick("direct_reclaim", "pages_reclaimed") or 0)
+            + (pick("memcg_reclaim", "pages_reclaimed") or 0)
+        ),
         "host_page_migrations": pick("page_migrations", "pages"),
         "host_kswapd_wakeups": metrics.get("kswapd_wakeups"),
     }
-

@@ -17,10 +17,18 @@ def avg_us(st: tuple[int, int] | None) -> float | None:
     return st[1] / st[0] / 1e3 if st and st[0] else None
 
 
-def job_summary(source: str, submits: dict[str, int], dispatches: dict[str, int],
-                s2d: tuple[int, int] | None, s2d_dist: dict[str, Any], *,
-                submissions_meaning: str, dispatches_meaning: str, hw_rings_meaning: str,
-                submit_to_dispatch_meaning: str) -> dict[str, Any]:
+def job_summary(
+    source: str,
+    submits: dict[str, int],
+    dispatches: dict[str, int],
+    s2d: tuple[int, int] | None,
+    s2d_dist: dict[str, Any],
+    *,
+    submissions_meaning: str,
+    dispatches_meaning: str,
+    hw_rings_meaning: str,
+    submit_to_dispatch_meaning: str,
+) -> dict[str, Any]:
     """The summary dict (same keys, same order) that every driver-job family reports."""
     p99 = hist.quantile(s2d_dist, 0.99)
     return {

@@ -22,8 +22,13 @@ from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderC
 from aorta.ebpf.probes.common import KERNEL_BYPASS
 
 KFD_TYPE = 0x4B
-COMMANDS = {0x02: "CREATE_QUEUE", 0x03: "DESTROY_QUEUE", 0x07: "UPDATE_QUEUE",
-            0x0C: "WAIT_EVENTS", 0x1A: "SET_CU_MASK"}
+COMMANDS = {
+    0x02: "CREATE_QUEUE",
+    0x03: "DESTROY_QUEUE",
+    0x07: "UPDATE_QUEUE",
+    0x0C: "WAIT_EVENTS",
+    0x1A: "SET_CU_MASK",
+}
 QUEUE_TYPES = {0: "COMPUTE", 1: "SDMA", 2: "COMPUTE_AQL", 3: "SDMA_XGMI", 4: "SDMA_BY_ENG_ID"}
 # offsets in struct kfd_ioctl_create_queue_args (stable since 4.x): queue_type, queue_priority
 CQ_TYPE_OFF, CQ_PRIO_OFF = 40, 48
@@ -49,8 +54,13 @@ class KfdFamily(ProbeFamily):
     name = "kfd"
     section = "queue"
     description = "AMD KFD ioctls (CREATE/DESTROY_QUEUE, WAIT_EVENTS) and sysfs queue inventory"
-    rank_keyed_maps = ("@kfd_calls", "@kfd_lat", "@kfd_created", "@kfd_errors",
-                       *hist.recorder_maps("kfd_wait_d"))
+    rank_keyed_maps = (
+        "@kfd_calls",
+        "@kfd_lat",
+        "@kfd_created",
+        "@kfd_errors",
+        *hist.recorder_maps("kfd_wait_d"),
+    )
 
     def __init__(self, device: str = KFD_DEVICE, force: bool = False) -> None:
         """`device`/`force` exist for tests: exercise the probes on a machine without a GPU."""
@@ -60,8 +70,12 @@ class KfdFamily(ProbeFamily):
         self.force = force
 
     def wanted_events(self) -> list[str]:
-        return ["syscalls:sys_enter_ioctl", "syscalls:sys_exit_ioctl",
-                "syscalls:sys_enter_openat", "syscalls:sys_exit_openat"]
+        return [
+            "syscalls:sys_enter_ioctl",
+            "syscalls:sys_exit_ioctl",
+            "syscalls:sys_enter_openat",
+            "syscalls:sys_exit_openat",
+        ]
 
     def render(self, ctx: RenderContext) -> ProbeCode:
         code = ProbeCode()
@@ -84,17 +98,18 @@ class KfdFamily(ProbeFamily):
             code.used_events += ["syscalls:sys_enter_openat", "syscalls:sys_exit_openat"]
             code.probes.append(
                 f"tracepoint:syscalls:sys_enter_openat\n/{ctx.pid_filter}/\n{{\n"
-                f"  if (str({a('filename')}) == \"{self.device}\") {{ @kfd_opening[tid] = 1; }}\n}}")
+                f'  if (str({a("filename")}) == "{self.device}") {{ @kfd_opening[tid] = 1; }}\n}}'
+            )
             code.probes.append(
                 f"tracepoint:syscalls:sys_exit_openat\n/@kfd_opening[tid]/\n{{\n"
                 f"  if ({a('ret')} >= 0) {{ @kfd_fd[pid, {a('ret')}] = 1; }}\n"
-                "  delete(@kfd_opening[tid]);\n}")
+                "  delete(@kfd_opening[tid]);\n}"
+            )
         else:
             code.missing["syscalls:sys_enter_openat"] = "absent: only fds open at start are known"
         phase = f"({ctx.gate} ? 1 : 0)"
         k = ctx.key
-        created = k(f"*(uint32*)uptr($p + {CQ_TYPE_OFF})", f"*(uint32*)uptr($p + {CQ_PRIO_OFF})",
-                    "$ph")
+        created = k(f"*(uint32*)uptr($p + {CQ_TYPE_OFF})", f"*(uint32*)uptr($p + {CQ_PRIO_OFF})", "$ph")
         code.used_events += ["syscalls:sys_enter_ioctl", "syscalls:sys_exit_ioctl"]
         code.probes.append(
             f"tracepoint:syscalls:sys_enter_ioctl\n/{ctx.pid_filter} && @kfd_fd[pid, {a('fd')}]/\n{{\n"
@@ -102,7 +117,8 @@ class KfdFamily(ProbeFamily):
             f"  if ((($cmd >> 8) & 0xff) == {KFD_TYPE}) {{\n"
             "    @kfd_ts[tid] = nsecs;\n"
             "    @kfd_nr[tid] = $cmd & 0xff;\n"
-            "    @kfd_arg[tid] = $arg;\n  }\n}")
+            "    @kfd_arg[tid] = $arg;\n  }\n}"
+        )
         code.probes.append(
             f"tracepoint:syscalls:sys_exit_ioctl\n/@kfd_ts[tid]/\n{{\n"
             # read the ctx field once, first: the verifier rejects ctx reads after branches
@@ -118,9 +134,15 @@ class KfdFamily(ProbeFamily):
             "    $p = @kfd_arg[tid];\n"
             f"    @kfd_created{created} = count();\n  }}\n"
             f"  if ($ret != 0) {{ @kfd_errors{k('$nr')} = count(); }}\n"
-            "  delete(@kfd_ts[tid]); delete(@kfd_nr[tid]); delete(@kfd_arg[tid]);\n}")
-        code.end += ["clear(@kfd_ts);", "clear(@kfd_nr);", "clear(@kfd_arg);", "clear(@kfd_fd);",
-                     "clear(@kfd_opening);"]
+            "  delete(@kfd_ts[tid]); delete(@kfd_nr[tid]); delete(@kfd_arg[tid]);\n}"
+        )
+        code.end += [
+            "clear(@kfd_ts);",
+            "clear(@kfd_nr);",
+            "clear(@kfd_arg);",
+            "clear(@kfd_fd);",
+            "clear(@kfd_opening);",
+        ]
         return code
 
     def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
@@ -141,24 +163,34 @@ class KfdFamily(ProbeFamily):
             parts = key.split(",")
             if len(parts) == 3:
                 qtype, prio, ph = (int(p) for p in parts)
-                created.append({"queue_type": QUEUE_TYPES.get(qtype, str(qtype)), "priority": prio,
-                                "in_window": ph == 1, "count": int(value)})
+                created.append(
+                    {
+                        "queue_type": QUEUE_TYPES.get(qtype, str(qtype)),
+                        "priority": prio,
+                        "in_window": ph == 1,
+                        "count": int(value),
+                    }
+                )
         wait = hist.distribution(maps, "kfd_wait_d")
         wait_p99 = hist.quantile(wait, 0.99)
         inventory = queue_inventory(context.get("pids", []))
         metrics = {
-            "summary": None, "ioctls": calls, "queues_created": created,
+            "summary": None,
+            "ioctls": calls,
+            "queues_created": created,
             "wait_events_p99_us": wait_p99["value"] / 1e3 if wait_p99 else None,
             "wait_events_p99": wait_p99,
             "wait_events_hist_ns": hist.as_records(wait["hist"]),
             "sysfs_inventory": inventory,
             "multiplexing": multiplexing_verdict(created, inventory, context.get("streams")),
         }
-        coverage = {"source": "syscalls:sys_enter/exit_ioctl on /dev/kfd + sysfs "
-                              "/sys/class/kfd/kfd/proc/<pid>/queues",
-                    "covered": "KFD ioctls of the traced processes since attach (window and "
-                               "outside it reported apart)",
-                    "statement": f"{KERNEL_BYPASS}; KFD shows queue creation and host waits only."}
+        coverage = {
+            "source": "syscalls:sys_enter/exit_ioctl on /dev/kfd + sysfs "
+            "/sys/class/kfd/kfd/proc/<pid>/queues",
+            "covered": "KFD ioctls of the traced processes since attach (window and "
+            "outside it reported apart)",
+            "statement": f"{KERNEL_BYPASS}; KFD shows queue creation and host waits only.",
+        }
         return FamilyResult(self.name, self.section, metrics, coverage)
 
 
@@ -180,8 +212,9 @@ def queue_inventory(pids: list[int]) -> dict[str, Any]:
     return {"queues": out, "count": len(out), "source": str(SYSFS_PROC)}
 
 
-def multiplexing_verdict(created: list[dict[str, Any]], inventory: dict[str, Any],
-                         streams: int | None) -> dict[str, Any]:
+def multiplexing_verdict(
+    created: list[dict[str, Any]], inventory: dict[str, Any], streams: int | None
+) -> dict[str, Any]:
     """Hardware compute queues vs streams requested → multiplexed, one per stream, or unknown."""
     compute = None
     if inventory.get("queues") is not None:
@@ -193,8 +226,10 @@ def multiplexing_verdict(created: list[dict[str, Any]], inventory: dict[str, Any
     if compute is None or not streams:
         return {"verdict": None, "reason": "no KFD queue information (not an AMD GPU run)"}
     if compute == 0:
-        return {"verdict": None, "reason": "no compute queues seen: were they created before "
-                                           "tracing started?", "source": source}
+        return {
+            "verdict": None,
+            "reason": "no compute queues seen: were they created before tracing started?",
+            "source": source,
+        }
     verdict = "multiplexed" if compute < streams else "one hardware queue per stream"
-    return {"verdict": verdict, "hardware_compute_queues": compute, "streams": streams,
-            "source": source}
+    return {"verdict": verdict, "hardware_compute_queues": compute, "streams": streams, "source": source}

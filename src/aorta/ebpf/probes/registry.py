@@ -35,6 +35,9 @@ def families_for(queue: bool, memory: bool, gpu_runtime: bool = False) -> list[P
 
     gpu_runtime comes first: where it saw launches, its summary is the queue section's summary.
     """
-    paths = (([GPU_RUNTIME_FAMILY] if gpu_runtime else []) + (QUEUE_FAMILIES if queue else [])
-             + (MEMORY_FAMILIES if memory else []))
+    paths = (
+        ([GPU_RUNTIME_FAMILY] if gpu_runtime else [])
+        + (QUEUE_FAMILIES if queue else [])
+        + (MEMORY_FAMILIES if memory else [])
+    )
     return [_load(p) for p in paths]

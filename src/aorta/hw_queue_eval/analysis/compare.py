@@ -65,8 +65,9 @@ def normalize_latency(result: dict[str, Any]) -> dict[str, float]:
         return {k: float(lat[k]) for k in LATENCY_KEYS if isinstance(lat.get(k), (int, float))}
     old = result.get("latency")
     if isinstance(old, dict):
-        return {k: float(old[f"{k}_ms"]) for k in LATENCY_KEYS
-                if isinstance(old.get(f"{k}_ms"), (int, float))}
+        return {
+            k: float(old[f"{k}_ms"]) for k in LATENCY_KEYS if isinstance(old.get(f"{k}_ms"), (int, float))
+        }
     return {}
 
 
@@ -78,8 +79,9 @@ def _policy_of(result: dict[str, Any], point_key: dict[str, Any] | None) -> str 
     return None
 
 
-def compare_point(result: dict[str, Any], point_key: dict[str, Any] | None = None,
-                      policy: str | None = None) -> Point:
+def compare_point(
+    result: dict[str, Any], point_key: dict[str, Any] | None = None, policy: str | None = None
+) -> Point:
     """A Point from one run-like dict (ours or upstream); UsageError when it lacks the basics."""
     workload = result.get("workload_name") or (point_key or {}).get("workload")
     streams = result.get("stream_count", (point_key or {}).get("streams"))
@@ -91,21 +93,30 @@ def compare_point(result: dict[str, Any], point_key: dict[str, Any] | None = Non
     for name in (*EBPF_SECTIONS, *EBPF_ALIASES):
         if isinstance(result.get(name), dict):
             ebpf[EBPF_ALIASES.get(name, name)] = result[name]
-    switch = (result.get("switch_latency") or {})
+    switch = result.get("switch_latency") or {}
     block = result.get("repeats") or {}
-    runs = [r for r in block.get("per_repeat") or [] if r.get("status") == "ok"] \
-        if isinstance(block, dict) else []
+    runs = (
+        [r for r in block.get("per_repeat") or [] if r.get("status") == "ok"]
+        if isinstance(block, dict)
+        else []
+    )
     return Point(
-        workload=workload, streams=streams,
+        workload=workload,
+        streams=streams,
         policy=policy if policy is not None else _policy_of(result, point_key),
         iteration_ms=[float(x) for x in samples if isinstance(x, (int, float))],
-        throughput=result.get("throughput"), throughput_unit=result.get("throughput_unit"),
+        throughput=result.get("throughput"),
+        throughput_unit=result.get("throughput_unit"),
         work_per_iteration=(result.get("metadata") or {}).get("work_per_iteration"),
         latency=normalize_latency(result),
         settings={k: config.get(k) for k in MUST_MATCH if config.get(k) is not None},
-        single={"switch_overhead_ms": switch.get("switch_overhead_ms"),
-                "concurrency": (result.get("concurrency") or {}).get("achieved")},
-        ebpf=ebpf, runs=runs or [run_summary(result)])
+        single={
+            "switch_overhead_ms": switch.get("switch_overhead_ms"),
+            "concurrency": (result.get("concurrency") or {}).get("achieved"),
+        },
+        ebpf=ebpf,
+        runs=runs or [run_summary(result)],
+    )
 
 
 def group_repeats(points: list[Point]) -> list[Point]:
@@ -140,43 +151,55 @@ def load_points(path: str | os.PathLike[str]) -> tuple[str, list[Point], list[st
                 points.append(compare_point(entry["result"], key))
                 repeats.append((points[-1].key, key.get("repeat")))
             if len(set(repeats)) != len(repeats):
-                raise UsageError("the same (workload, streams, policy, repeat) appears twice: "
-                                 "points cannot be paired unambiguously")
+                raise UsageError(
+                    "the same (workload, streams, policy, repeat) appears twice: "
+                    "points cannot be paired unambiguously"
+                )
             points = group_repeats(points)  # --repeats: the repeats of a key are its runs
         elif isinstance(data.get("results"), list):  # upstream sweep
             points = [compare_point(r) for r in data["results"] if isinstance(r, dict)]
         elif isinstance(data.get("policies"), dict):  # upstream policy evaluation
-            points = [compare_point(r, policy=name) for name, r in data["policies"].items()
-                      if isinstance(r, dict)]
+            points = [
+                compare_point(r, policy=name) for name, r in data["policies"].items() if isinstance(r, dict)
+            ]
         elif kind in (None, "run"):
             if data.get("status", "ok") != "ok":
-                raise UsageError(f"{path}: run status is {data.get('status')!r} "
-                                 f"({data.get('error')}); compare needs an ok run")
+                raise UsageError(
+                    f"{path}: run status is {data.get('status')!r} "
+                    f"({data.get('error')}); compare needs an ok run"
+                )
             points = [compare_point(data)]
         else:
-            raise UsageError(f"{path}: unknown result kind {kind!r}: compare reads run, sweep "
-                             "and policy-sweep files")
+            raise UsageError(
+                f"{path}: unknown result kind {kind!r}: compare reads run, sweep and policy-sweep files"
+            )
     except UsageError as exc:
         raise UsageError(str(exc) if str(exc).startswith(str(path)) else f"{path}: {exc}") from None
     if not points:
         raise UsageError(f"{path}: no finished points to compare")
     keys = [p.key for p in points]
     if len(set(keys)) != len(keys):
-        raise UsageError(f"{path}: the same (workload, streams, policy) appears twice: "
-                         "points cannot be paired unambiguously")
+        raise UsageError(
+            f"{path}: the same (workload, streams, policy) appears twice: "
+            "points cannot be paired unambiguously"
+        )
     return str(kind or "run"), points, notes
 
 
 #: run-level metrics with a verdict: (summary key, label, unit or None for the point's unit,
 #: higher is better)
-VERDICT_METRICS = (("throughput", "throughput", None, True),
-                   ("latency_p50_ms", "iteration time P50", "ms", False))
+VERDICT_METRICS = (
+    ("throughput", "throughput", None, True),
+    ("latency_p50_ms", "iteration time P50", "ms", False),
+)
 #: run-level metrics shown with their change and CI but no verdict (too noisy to gate on)
 INFO_METRICS = (("latency_p99_ms", "iteration time P99", "ms", False),)
 #: eBPF leaves that are bookkeeping, not measurements of the workload (never diffed)
-EBPF_SKIP = re.compile(r"(^|\.)(window|bpftrace|coverage|stderr|probe_cost|attach_s|stop_s|"
-                       r"events_attached|events_missing|probes_attached|lost_event_records|"
-                       r"status|error)(\.|$)|monotonic|timestamp|_ns$|(^|\.)(pid|tid)s?(\.|$)")
+EBPF_SKIP = re.compile(
+    r"(^|\.)(window|bpftrace|coverage|stderr|probe_cost|attach_s|stop_s|"
+    r"events_attached|events_missing|probes_attached|lost_event_records|"
+    r"status|error)(\.|$)|monotonic|timestamp|_ns$|(^|\.)(pid|tid)s?(\.|$)"
+)
 
 
 def run_values(point: Point, name: str) -> list[float]:
@@ -194,35 +217,52 @@ def _iqr(values: list[float]) -> float | None:
     return median_iqr(values)[1] if len(values) >= 2 else None
 
 
-def _run_rows(base: Point, test: Point, threshold: float,
-              metrics: tuple[tuple[str, str, str | None, bool], ...]) -> list[dict[str, Any]]:
+def _run_rows(
+    base: Point, test: Point, threshold: float, metrics: tuple[tuple[str, str, str | None, bool], ...]
+) -> list[dict[str, Any]]:
     rows = []
     for name, label, unit, higher in metrics:
         b, t = run_values(base, name), run_values(test, name)
         if not b or not t:
             continue
         cmp = compare_runs(b, t, threshold, higher_is_better=higher).to_dict()
-        rows.append({"metric": label, "unit": unit or base.throughput_unit,
-                     "higher_is_better": higher, "statistic": f"{name}, one value per run",
-                     "base_iqr": _iqr(b), "test_iqr": _iqr(t), **cmp})
+        rows.append(
+            {
+                "metric": label,
+                "unit": unit or base.throughput_unit,
+                "higher_is_better": higher,
+                "statistic": f"{name}, one value per run",
+                "base_iqr": _iqr(b),
+                "test_iqr": _iqr(t),
+                **cmp,
+            }
+        )
     return rows
 
 
 def _info_rows(base: Point, test: Point, threshold: float) -> list[dict[str, Any]]:
     rows = [{**row, "verdict": None} for row in _run_rows(base, test, threshold, INFO_METRICS)]
     for name, value in base.single.items():
-        rows.append({"metric": name, "unit": "", "base_median": value,
-                     "test_median": test.single.get(name), "base_n": 1, "test_n": 1,
-                     "change_pct": _change(value, test.single.get(name)), "verdict": None,
-                     "statistic": "representative run"})
+        rows.append(
+            {
+                "metric": name,
+                "unit": "",
+                "base_median": value,
+                "test_median": test.single.get(name),
+                "base_n": 1,
+                "test_n": 1,
+                "change_pct": _change(value, test.single.get(name)),
+                "verdict": None,
+                "statistic": "representative run",
+            }
+        )
     return rows
 
 
 def _attached_families(section: dict[str, Any]) -> set[str]:
     """Families of an eBPF section that attached at least one event."""
     families = section.get("families") or {}
-    return {name for name, fam in families.items()
-            if isinstance(fam, dict) and fam.get("events_attached")}
+    return {name for name, fam in families.items() if isinstance(fam, dict) and fam.get("events_attached")}
 
 
 def _comparable_leaves(section: Any) -> dict[str, float]:
@@ -242,7 +282,7 @@ def _comparable_leaves(section: Any) -> dict[str, float]:
                 continue
             # the engine copies a family's summary to the section's top level: show it once
             prefix = "metrics.summary."
-            if parts[2].startswith(prefix) and parts[2][len(prefix):] in flat:
+            if parts[2].startswith(prefix) and parts[2][len(prefix) :] in flat:
                 continue
         out[key] = value
     return out
@@ -259,21 +299,28 @@ def ebpf_diff(base: Point, test: Point) -> dict[str, Any]:
             continue
         for side, sec in (("base", b_sec), ("test", t_sec)):
             if isinstance(sec, dict) and sec.get("status", "ok") != "ok":
-                skipped.append(f"{section}: {side} traced {sec.get('status')} "
-                               f"({sec.get('error')}): not compared")
+                skipped.append(
+                    f"{section}: {side} traced {sec.get('status')} ({sec.get('error')}): not compared"
+                )
         b, t = _comparable_leaves(b_sec), _comparable_leaves(t_sec)
         for key in sorted(set(b) & set(t)):
             if b[key] == 0 and t[key] == 0:
                 continue
-            rows.append({"section": section, "key": key, "base": b[key], "test": t[key],
-                         "change_pct": _change(b[key], t[key]),
-                         "summary": not key.startswith("families.")})
+            rows.append(
+                {
+                    "section": section,
+                    "key": key,
+                    "base": b[key],
+                    "test": t[key],
+                    "change_pct": _change(b[key], t[key]),
+                    "summary": not key.startswith("families."),
+                }
+            )
     # summary figures first, then by the size of the change
     rows.sort(key=lambda r: (not r["summary"], -abs(r["change_pct"] or 0.0)))
     b_traced = any(_is_traced(base.ebpf.get(s)) for s in EBPF_SECTIONS)
     t_traced = any(_is_traced(test.ebpf.get(s)) for s in EBPF_SECTIONS)
-    return {"base_traced": b_traced, "test_traced": t_traced, "rows": rows, "skipped": skipped,
-            "note": None}
+    return {"base_traced": b_traced, "test_traced": t_traced, "rows": rows, "skipped": skipped, "note": None}
 
 
 def _is_traced(section: Any) -> bool:
@@ -287,20 +334,24 @@ def tracing_note(diff: dict[str, Any], metrics: list[dict[str, Any]]) -> str | N
     if diff["base_traced"] == diff["test_traced"]:
         return None
     traced = "test" if diff["test_traced"] else "base"
-    head = (f"{traced} was traced with eBPF and the other side was not: the difference below is "
-            "the tracing overhead plus run-to-run noise")
+    head = (
+        f"{traced} was traced with eBPF and the other side was not: the difference below is "
+        "the tracing overhead plus run-to-run noise"
+    )
     tput = next((m for m in metrics if m["metric"] == "throughput"), None)
     if tput is None:
         return head
     change = tput["change_pct"]
     runs = f"{tput['base_n']} vs {tput['test_n']} runs"
     if tput["verdict"] in ("regression", "improvement"):
-        return (f"{head}; throughput {change:+.1f}% is distinguishable from it ({tput['reason']})")
+        return f"{head}; throughput {change:+.1f}% is distinguishable from it ({tput['reason']})"
     if tput["verdict"] == "unchanged":
         return f"{head}; no overhead beyond the threshold was measured ({runs})"
-    return (f"{head}; throughput {fmt_pct(change)} is NOT distinguishable from run-to-run noise "
-            f"({tput['reason']}). Measure the overhead with interleaved repeats: "
-            "sudo PYTHONPATH=src python bench/ebpf_overhead.py --pairs 5")
+    return (
+        f"{head}; throughput {fmt_pct(change)} is NOT distinguishable from run-to-run noise "
+        f"({tput['reason']}). Measure the overhead with interleaved repeats: "
+        "sudo PYTHONPATH=src python bench/ebpf_overhead.py --pairs 5"
+    )
 
 
 def fmt_pct(value: float | None) -> str:
@@ -312,11 +363,15 @@ def _check_compatible(base: Point, test: Point) -> None:
     for name in MUST_MATCH:
         b, t = base.settings.get(name), test.settings.get(name)
         if b is not None and t is not None and b != t:
-            raise UsageError(f"{key_text(base.key)}: base ran with {name} {b!r}, test with {t!r}: "
-                             "not comparable; rerun with the same setting")
+            raise UsageError(
+                f"{key_text(base.key)}: base ran with {name} {b!r}, test with {t!r}: "
+                "not comparable; rerun with the same setting"
+            )
     if base.throughput_unit and test.throughput_unit and base.throughput_unit != test.throughput_unit:
-        raise UsageError(f"{key_text(base.key)}: throughput units differ ({base.throughput_unit} vs "
-                         f"{test.throughput_unit})")
+        raise UsageError(
+            f"{key_text(base.key)}: throughput units differ ({base.throughput_unit} vs "
+            f"{test.throughput_unit})"
+        )
 
 
 def compare_files(base_path: str, test_paths: list[str], threshold: float = 5.0) -> dict[str, Any]:
@@ -338,23 +393,45 @@ def compare_files(base_path: str, test_paths: list[str], threshold: float = 5.0)
             metrics = _run_rows(base, point, threshold, VERDICT_METRICS)
             diff = ebpf_diff(base, point)
             diff["note"] = tracing_note(diff, metrics)
-            pairs.append({"workload": point.workload, "streams": point.streams,
-                          "policy": point.policy, "runs": [len(base.runs), len(point.runs)],
-                          "metrics": metrics, "info": _info_rows(base, point, threshold),
-                          "ebpf": diff})
+            pairs.append(
+                {
+                    "workload": point.workload,
+                    "streams": point.streams,
+                    "policy": point.policy,
+                    "runs": [len(base.runs), len(point.runs)],
+                    "metrics": metrics,
+                    "info": _info_rows(base, point, threshold),
+                    "ebpf": diff,
+                }
+            )
         if not pairs:
-            raise UsageError(f"nothing to pair: base {base_path} has "
-                             f"{sorted(key_text(k) for k in base_by_key)}, test {path} has "
-                             f"{sorted(key_text(p.key) for p in points)}; points pair by "
-                             "(workload, streams, policy)")
+            raise UsageError(
+                f"nothing to pair: base {base_path} has "
+                f"{sorted(key_text(k) for k in base_by_key)}, test {path} has "
+                f"{sorted(key_text(p.key) for p in points)}; points pair by "
+                "(workload, streams, policy)"
+            )
         test_keys = {p.key for p in points}
-        regressions = sum(1 for pair in pairs for m in pair["metrics"]
-                          if m["verdict"] == "regression")
-        tests.append({"file": path, "kind": kind, "pairs": pairs, "regressions": regressions,
-                      "only_in_base": [key_text(k) for k in base_by_key if k not in test_keys],
-                      "only_in_test": [key_text(k) for k in test_keys if k not in base_by_key]})
-    return {"kind": "comparison", "base": base_path, "base_kind": base_kind,
-            "threshold_pct": threshold, "alpha": ALPHA, "min_runs": MIN_RUNS,
-            "unit_of_evidence": "runs (one summary per fresh-process run), not iterations",
-            "tests": tests, "notes": notes,
-            "regression": any(t["regressions"] for t in tests)}
+        regressions = sum(1 for pair in pairs for m in pair["metrics"] if m["verdict"] == "regression")
+        tests.append(
+            {
+                "file": path,
+                "kind": kind,
+                "pairs": pairs,
+                "regressions": regressions,
+                "only_in_base": [key_text(k) for k in base_by_key if k not in test_keys],
+                "only_in_test": [key_text(k) for k in test_keys if k not in base_by_key],
+            }
+        )
+    return {
+        "kind": "comparison",
+        "base": base_path,
+        "base_kind": base_kind,
+        "threshold_pct": threshold,
+        "alpha": ALPHA,
+        "min_runs": MIN_RUNS,
+        "unit_of_evidence": "runs (one summary per fresh-process run), not iterations",
+        "tests": tests,
+        "notes": notes,
+        "regression": any(t["regressions"] for t in tests),
+    }

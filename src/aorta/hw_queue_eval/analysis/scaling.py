@@ -87,7 +87,8 @@ def scaling_point(result: dict[str, Any]) -> ScalingPoint | None:
         throughput=float(result["throughput"]),
         work_per_iteration=(result.get("metadata") or {}).get("work_per_iteration"),
         latency_p99_ms=lat.get("p99"),
-        dispatch_p99_us=dispatch_p99_us(result))
+        dispatch_p99_us=dispatch_p99_us(result),
+    )
 
 
 def _median(values: list[float | None]) -> float | None:
@@ -114,14 +115,21 @@ def group_points(results: list[dict[str, Any]]) -> list[ScalingPoint]:
         group = by_streams[streams]
         tputs = [p.throughput for p in group]
         ci = median_ci(tputs)
-        points.append(ScalingPoint(
-            streams=streams, throughput=ci.median,
-            work_per_iteration=group[0].work_per_iteration,
-            latency_p99_ms=_median([p.latency_p99_ms for p in group]),
-            dispatch_p99_us=_median([p.dispatch_p99_us for p in group]),
-            runs=len(group), throughput_low=ci.low, throughput_high=ci.high, ci_level=ci.level,
-            iqr_over_median=max(iqr[streams]) if iqr.get(streams) else None,
-            throughput_runs=tputs))
+        points.append(
+            ScalingPoint(
+                streams=streams,
+                throughput=ci.median,
+                work_per_iteration=group[0].work_per_iteration,
+                latency_p99_ms=_median([p.latency_p99_ms for p in group]),
+                dispatch_p99_us=_median([p.dispatch_p99_us for p in group]),
+                runs=len(group),
+                throughput_low=ci.low,
+                throughput_high=ci.high,
+                ci_level=ci.level,
+                iqr_over_median=max(iqr[streams]) if iqr.get(streams) else None,
+                throughput_runs=tputs,
+            )
+        )
     return points
 
 
@@ -140,8 +148,9 @@ def efficiencies(points: list[ScalingPoint], work_scaling: str) -> list[float | 
     return [p.throughput / first.throughput / ideal_growth(first, p, work_scaling) for p in points]
 
 
-def captured(a: ScalingPoint, b: ScalingPoint, work_scaling: str,
-             t_a: float | None = None, t_b: float | None = None) -> float | None:
+def captured(
+    a: ScalingPoint, b: ScalingPoint, work_scaling: str, t_a: float | None = None, t_b: float | None = None
+) -> float | None:
     """Fraction of the ideal extra throughput the step a→b captured (None: no extra ideal work).
 
     `t_a`/`t_b` replace the medians (CI bounds give the step's best and worst case).
@@ -165,8 +174,10 @@ def step_trend(a: ScalingPoint, b: ScalingPoint) -> str:
         return "rising"
     if b.throughput_high < a.throughput_low:
         return "falling"
-    if a.throughput_low > 0 and (b.throughput_low / a.throughput_high >= 1 - FLAT_TOLERANCE
-                                 and b.throughput_high / a.throughput_low <= 1 + FLAT_TOLERANCE):
+    if a.throughput_low > 0 and (
+        b.throughput_low / a.throughput_high >= 1 - FLAT_TOLERANCE
+        and b.throughput_high / a.throughput_low <= 1 + FLAT_TOLERANCE
+    ):
         return "flat"
     return "uncertain"
 
@@ -180,15 +191,18 @@ def find_knee(points: list[ScalingPoint], work_scaling: str) -> tuple[int | None
     steps = []
     for a, b in itertools.pairwise(points):
         gain = captured(a, b, work_scaling)
-        step: dict[str, Any] = {"from": a.streams, "to": b.streams, "captured": gain,
-                                "trend": step_trend(a, b)}
+        step: dict[str, Any] = {
+            "from": a.streams,
+            "to": b.streams,
+            "captured": gain,
+            "trend": step_trend(a, b),
+        }
         if gain is None:
             step["note"] = "no extra ideal throughput in this step"
         steps.append(step)
     for index, k in enumerate(points[:-1]):
-        gains = [captured(k, b, work_scaling) for b in points[index + 1:]]
-        if any(g is not None for g in gains) and \
-                all(g is None or g < KNEE_GAIN_FRACTION for g in gains):
+        gains = [captured(k, b, work_scaling) for b in points[index + 1 :]]
+        if any(g is not None for g in gains) and all(g is None or g < KNEE_GAIN_FRACTION for g in gains):
             return k.streams, steps
     return None, steps
 
@@ -242,18 +256,29 @@ def pool_size_of(result: dict[str, Any]) -> tuple[int | None, str]:
     return None, "not known (runtime-managed, GPU_MAX_HW_QUEUES unset)"
 
 
-def verdict_text(knee: int | None, last: int, pool: int | None, cores: int | None,
-                 backend: str | None, latency_jump: int | None, dispatch_jump: int | None) -> str:
+def verdict_text(
+    knee: int | None,
+    last: int,
+    pool: int | None,
+    cores: int | None,
+    backend: str | None,
+    latency_jump: int | None,
+    dispatch_jump: int | None,
+) -> str:
     """One line that only claims what the data shows."""
     if knee is None:
         text = f"throughput still scales up to {last} streams (the largest measured)"
     elif pool is not None and knee == pool:
-        text = (f"throughput stops scaling at {knee} streams = the hardware-queue pool: "
-                "streams beyond it share queues")
+        text = (
+            f"throughput stops scaling at {knee} streams = the hardware-queue pool: "
+            "streams beyond it share queues"
+        )
     elif backend == "cpu" and cores is not None and knee == cores:
-        text = (f"throughput stops scaling at {knee} streams = the CPU core count ({cores}): "
-                "worker queues compete for cores"
-                + (f" before the queue pool ({pool}) is full" if pool and pool > knee else ""))
+        text = (
+            f"throughput stops scaling at {knee} streams = the CPU core count ({cores}): "
+            "worker queues compete for cores"
+            + (f" before the queue pool ({pool}) is full" if pool and pool > knee else "")
+        )
     else:
         pool_text = f"pool {pool}" if pool is not None else "pool size unknown"
         core_text = f", {cores} cores" if backend == "cpu" and cores else ""
@@ -265,19 +290,20 @@ def verdict_text(knee: int | None, last: int, pool: int | None, cores: int | Non
     return text
 
 
-def confidence_of(points: list[ScalingPoint], knee: int | None,
-                  work_scaling: str) -> tuple[str, str]:
+def confidence_of(points: list[ScalingPoint], knee: int | None, work_scaling: str) -> tuple[str, str]:
     """(high | low | unknown, why): whether the CIs separate the knee from its neighbours."""
     fewest = min(p.runs for p in points)
     if fewest < MIN_RUNS:
-        return "unknown", (f"{fewest} run(s) at some point: run-to-run noise not measured; "
-                           f"rerun with --repeats {MIN_RUNS} (or more)")
+        return "unknown", (
+            f"{fewest} run(s) at some point: run-to-run noise not measured; "
+            f"rerun with --repeats {MIN_RUNS} (or more)"
+        )
     level = min(p.ci_level or 0.0 for p in points)
     index = {p.streams: i for i, p in enumerate(points)}
     doubts = []
     if knee is not None:
         k = points[index[knee]]
-        for b in points[index[knee] + 1:]:  # best case for b, worst for K: still below?
+        for b in points[index[knee] + 1 :]:  # best case for b, worst for K: still below?
             gain = captured(k, b, work_scaling, k.throughput_low, b.throughput_high)
             if gain is not None and gain >= KNEE_GAIN_FRACTION:
                 doubts.append(f"{knee}→{b.streams} may still scale within the CIs")
@@ -302,8 +328,9 @@ def analyze(results: list[dict[str, Any]], work_scaling: str) -> ScalingAnalysis
     points = group_points(results)
     if len(points) < 2:
         return None
-    first_result = min((r for r in results if scaling_point(r) is not None),
-                       key=lambda r: int(r["stream_count"]))
+    first_result = min(
+        (r for r in results if scaling_point(r) is not None), key=lambda r: int(r["stream_count"])
+    )
     pool, pool_source = pool_size_of(first_result)
     env = first_result.get("environment") or {}
     backend = env.get("backend") or (first_result.get("config") or {}).get("backend")
@@ -313,14 +340,19 @@ def analyze(results: list[dict[str, Any]], work_scaling: str) -> ScalingAnalysis
     lat_jump = find_jump(points, "latency_p99_ms")
     disp_jump = find_jump(points, "dispatch_p99_us")
     confidence, why = confidence_of(points, knee, work_scaling)
-    unstable = [{"streams": p.streams, "iqr_over_median": p.iqr_over_median} for p in points
-                if p.iqr_over_median is not None and p.iqr_over_median > INSTABILITY_IQR_RATIO]
+    unstable = [
+        {"streams": p.streams, "iqr_over_median": p.iqr_over_median}
+        for p in points
+        if p.iqr_over_median is not None and p.iqr_over_median > INSTABILITY_IQR_RATIO
+    ]
     warnings = []
     if unstable:
         worst = max(u["iqr_over_median"] for u in unstable)
-        warnings.append(f"unstable points (iteration IQR/median > {INSTABILITY_IQR_RATIO:.0%}, up "
-                        f"to {worst:.0%}): {', '.join(str(u['streams']) for u in unstable)} "
-                        "streams; the verdict is weakened by them")
+        warnings.append(
+            f"unstable points (iteration IQR/median > {INSTABILITY_IQR_RATIO:.0%}, up "
+            f"to {worst:.0%}): {', '.join(str(u['streams']) for u in unstable)} "
+            "streams; the verdict is weakened by them"
+        )
         if confidence == "high":
             confidence, why = "low", why + "; weakened by unstable points"
     verdict = verdict_text(knee, points[-1].streams, pool, cores, backend, lat_jump, disp_jump)
@@ -328,13 +360,26 @@ def analyze(results: list[dict[str, Any]], work_scaling: str) -> ScalingAnalysis
     if unstable:
         verdict += f"; unstable points at {', '.join(str(u['streams']) for u in unstable)} streams"
     return ScalingAnalysis(
-        stream_counts=[p.streams for p in points], efficiency=efficiencies(points, work_scaling),
-        peak_streams=peak.streams, peak_throughput=peak.throughput, knee_streams=knee,
-        steps=steps, latency_jump_streams=lat_jump, dispatch_jump_streams=disp_jump,
-        pool_size=pool, pool_source=pool_source, cpu_cores=cores, backend=backend,
-        verdict=verdict, runs_per_point=[p.runs for p in points],
-        throughput_ci=[None if p.throughput_low is None else [p.throughput_low, p.throughput_high]
-                       for p in points],
+        stream_counts=[p.streams for p in points],
+        efficiency=efficiencies(points, work_scaling),
+        peak_streams=peak.streams,
+        peak_throughput=peak.throughput,
+        knee_streams=knee,
+        steps=steps,
+        latency_jump_streams=lat_jump,
+        dispatch_jump_streams=disp_jump,
+        pool_size=pool,
+        pool_source=pool_source,
+        cpu_cores=cores,
+        backend=backend,
+        verdict=verdict,
+        runs_per_point=[p.runs for p in points],
+        throughput_ci=[
+            None if p.throughput_low is None else [p.throughput_low, p.throughput_high] for p in points
+        ],
         ci_level=min((p.ci_level for p in points if p.ci_level is not None), default=None),
-        confidence=confidence, confidence_reason=why, unstable_points=unstable,
-        warnings=warnings)
+        confidence=confidence,
+        confidence_reason=why,
+        unstable_points=unstable,
+        warnings=warnings,
+    )

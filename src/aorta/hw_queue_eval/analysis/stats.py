@@ -116,8 +116,13 @@ class SampleComparison:
         return asdict(self)
 
 
-def compare_samples(base: Sequence[float], test: Sequence[float], threshold_pct: float = 5.0,
-                    higher_is_better: bool = False, alpha: float = ALPHA) -> SampleComparison:
+def compare_samples(
+    base: Sequence[float],
+    test: Sequence[float],
+    threshold_pct: float = 5.0,
+    higher_is_better: bool = False,
+    alpha: float = ALPHA,
+) -> SampleComparison:
     """Median/IQR of both sides, relative change and a verdict.
 
     Verdict rule: fewer than MIN_SAMPLES on a side → inconclusive; |change| below the threshold →
@@ -129,25 +134,42 @@ def compare_samples(base: Sequence[float], test: Sequence[float], threshold_pct:
     change = None if not len(base) or b_med == 0 else (t_med - b_med) / abs(b_med) * 100.0
 
     def result(verdict: str, reason: str, mw: MannWhitney | None = None) -> SampleComparison:
-        return SampleComparison(b_med, b_iqr, len(base), t_med, t_iqr, len(test), change,
-                                None if mw is None else mw.p_value,
-                                None if mw is None else mw.method, verdict, reason)
+        return SampleComparison(
+            b_med,
+            b_iqr,
+            len(base),
+            t_med,
+            t_iqr,
+            len(test),
+            change,
+            None if mw is None else mw.p_value,
+            None if mw is None else mw.method,
+            verdict,
+            reason,
+        )
 
     if min(len(base), len(test)) < MIN_SAMPLES:
-        return result("inconclusive", f"too few samples (n={len(base)} vs {len(test)}; "
-                                      f"need ≥ {MIN_SAMPLES} per side)")
+        return result(
+            "inconclusive", f"too few samples (n={len(base)} vs {len(test)}; need ≥ {MIN_SAMPLES} per side)"
+        )
     mw = mann_whitney_u(base, test)
     if change is None:
         return result("inconclusive", "base median is 0: relative change undefined", mw)
     if abs(change) < threshold_pct:
         return result("unchanged", f"|change| {abs(change):.1f}% < threshold {threshold_pct:g}%", mw)
     if mw.p_value >= alpha:
-        return result("inconclusive", f"change {change:+.1f}% not significant "
-                                      f"(p={mw.p_value:.3g} ≥ {alpha:g}): add iterations", mw)
+        return result(
+            "inconclusive",
+            f"change {change:+.1f}% not significant (p={mw.p_value:.3g} ≥ {alpha:g}): add iterations",
+            mw,
+        )
     worse = change < 0 if higher_is_better else change > 0
     verdict = "regression" if worse else "improvement"
-    return result(verdict, f"change {change:+.1f}% ≥ threshold {threshold_pct:g}% and "
-                           f"p={mw.p_value:.3g} < {alpha:g}", mw)
+    return result(
+        verdict,
+        f"change {change:+.1f}% ≥ threshold {threshold_pct:g}% and p={mw.p_value:.3g} < {alpha:g}",
+        mw,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -156,13 +178,15 @@ def compare_samples(base: Sequence[float], test: Sequence[float], threshold_pct:
 
 MIN_RUNS = 3  # per side for a run-level test (3 vs 3 can only say unchanged / inconclusive)
 CI_TARGET = 0.95  # the confidence aimed at; small n reach less, and the achieved level is stated
-ONE_RUN_REASON = ("one run per side, run-to-run noise unknown — use --repeats "
-                  f"(≥ {MIN_RUNS}, 5 to detect a change at α = 0.05)")
+ONE_RUN_REASON = (
+    "one run per side, run-to-run noise unknown — use --repeats "
+    f"(≥ {MIN_RUNS}, 5 to detect a change at α = 0.05)"
+)
 
 
 def _binom_cdf_half(k: int, n: int) -> float:
     """P(Bin(n, 1/2) ≤ k)."""
-    return sum(math.comb(n, i) for i in range(0, k + 1)) / 2.0 ** n if k >= 0 else 0.0
+    return sum(math.comb(n, i) for i in range(0, k + 1)) / 2.0**n if k >= 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -205,8 +229,9 @@ def median_ci(values: Sequence[float], target: float = CI_TARGET) -> MedianCI:
     return MedianCI(n, med, float(x[best_k - 1]), float(x[n - best_k]), level, cv, spread)
 
 
-def shift_ci(base: Sequence[float], test: Sequence[float],
-             target: float = CI_TARGET) -> tuple[float, float, float] | None:
+def shift_ci(
+    base: Sequence[float], test: Sequence[float], target: float = CI_TARGET
+) -> tuple[float, float, float] | None:
     """CI of the relative change test/base − 1 in percent (Moses: order statistics of all
     pairwise log ratios, critical value from the exact U distribution) and its achieved level.
 
@@ -214,8 +239,9 @@ def shift_ci(base: Sequence[float], test: Sequence[float],
     """
     if min(len(base), len(test)) < 2 or min(*base, *test) <= 0:
         return None
-    logs = np.sort(np.log(np.asarray(test, float))[None, :]
-                   - np.log(np.asarray(base, float))[:, None], axis=None)
+    logs = np.sort(
+        np.log(np.asarray(test, float))[None, :] - np.log(np.asarray(base, float))[:, None], axis=None
+    )
     counts = _u_distribution(len(base), len(test))
     total = float(sum(counts))
     cdf = np.cumsum(counts) / total  # cdf[j] = P(U ≤ j)
@@ -251,9 +277,14 @@ class RunComparison:
         return asdict(self)
 
 
-def compare_runs(base: Sequence[float], test: Sequence[float], threshold_pct: float = 5.0,
-                 higher_is_better: bool = False, alpha: float = ALPHA,
-                 noise_floor_pct: float | None = None) -> RunComparison:
+def compare_runs(
+    base: Sequence[float],
+    test: Sequence[float],
+    threshold_pct: float = 5.0,
+    higher_is_better: bool = False,
+    alpha: float = ALPHA,
+    noise_floor_pct: float | None = None,
+) -> RunComparison:
     """Compare run-level values (benchstat/asv style): runs, not iterations, are the samples.
 
     ≥ MIN_RUNS per side: |change| < threshold → unchanged; Mann–Whitney p < alpha → regression or
@@ -270,15 +301,25 @@ def compare_runs(base: Sequence[float], test: Sequence[float], threshold_pct: fl
     ci = shift_ci(b, t)
     floors = [median_ci(side).spread_pct for side in (b, t) if len(side) >= MIN_RUNS]
     floors = [f for f in floors if f is not None]
-    floor = max([*floors, *([noise_floor_pct] if noise_floor_pct is not None else [])],
-                default=None)
+    floor = max([*floors, *([noise_floor_pct] if noise_floor_pct is not None else [])], default=None)
 
     def result(verdict: str, reason: str, mw: MannWhitney | None = None) -> RunComparison:
-        return RunComparison(b, t, b_med, t_med, len(b), len(t), change,
-                             None if ci is None else [ci[0], ci[1]],
-                             None if ci is None else ci[2],
-                             None if mw is None else mw.p_value,
-                             None if mw is None else mw.method, floor, verdict, reason)
+        return RunComparison(
+            b,
+            t,
+            b_med,
+            t_med,
+            len(b),
+            len(t),
+            change,
+            None if ci is None else [ci[0], ci[1]],
+            None if ci is None else ci[2],
+            None if mw is None else mw.p_value,
+            None if mw is None else mw.method,
+            floor,
+            verdict,
+            reason,
+        )
 
     if change is None:
         return result("inconclusive", "base median is 0: relative change undefined")
@@ -288,26 +329,47 @@ def compare_runs(base: Sequence[float], test: Sequence[float], threshold_pct: fl
         mw = mann_whitney_u(b, t)
         runs = f"{len(b)} vs {len(t)} runs"
         if abs(change) < threshold_pct:
-            return result("unchanged", f"|change| {abs(change):.1f}% < threshold "
-                                       f"{threshold_pct:g}% ({runs})", mw)
+            return result(
+                "unchanged", f"|change| {abs(change):.1f}% < threshold {threshold_pct:g}% ({runs})", mw
+            )
         if mw.p_value >= alpha:
-            hint = (f"; {len(b)} vs {len(t)} runs can never reach p < {alpha:g}, use ≥ 4 per side"
-                    if _min_p(len(b), len(t)) >= alpha else "")
-            return result("inconclusive", f"change {change:+.1f}% within run-to-run noise "
-                                          f"(p={mw.p_value:.3g} ≥ {alpha:g}, {runs}){hint}", mw)
-        return result(direction, f"change {change:+.1f}% ≥ threshold {threshold_pct:g}% and "
-                                 f"p={mw.p_value:.3g} < {alpha:g} over {runs}", mw)
+            hint = (
+                f"; {len(b)} vs {len(t)} runs can never reach p < {alpha:g}, use ≥ 4 per side"
+                if _min_p(len(b), len(t)) >= alpha
+                else ""
+            )
+            return result(
+                "inconclusive",
+                f"change {change:+.1f}% within run-to-run noise "
+                f"(p={mw.p_value:.3g} ≥ {alpha:g}, {runs}){hint}",
+                mw,
+            )
+        return result(
+            direction,
+            f"change {change:+.1f}% ≥ threshold {threshold_pct:g}% and "
+            f"p={mw.p_value:.3g} < {alpha:g} over {runs}",
+            mw,
+        )
     if floor is None:
         if len(b) == 1 and len(t) == 1:
             return result("inconclusive", ONE_RUN_REASON)
-        return result("inconclusive", f"{len(b)} vs {len(t)} runs and no measured noise floor: "
-                                       f"use --repeats ≥ {MIN_RUNS} on both sides")
+        return result(
+            "inconclusive",
+            f"{len(b)} vs {len(t)} runs and no measured noise floor: "
+            f"use --repeats ≥ {MIN_RUNS} on both sides",
+        )
     bar = max(floor, threshold_pct)
     if abs(change) > bar:
-        return result(direction, f"change {change:+.1f}% exceeds the measured run-to-run noise "
-                                 f"floor {floor:.1f}% and the threshold {threshold_pct:g}%")
-    return result("inconclusive", f"change {change:+.1f}% within the measured run-to-run noise "
-                                   f"floor {floor:.1f}% ({len(b)} vs {len(t)} runs)")
+        return result(
+            direction,
+            f"change {change:+.1f}% exceeds the measured run-to-run noise "
+            f"floor {floor:.1f}% and the threshold {threshold_pct:g}%",
+        )
+    return result(
+        "inconclusive",
+        f"change {change:+.1f}% within the measured run-to-run noise "
+        f"floor {floor:.1f}% ({len(b)} vs {len(t)} runs)",
+    )
 
 
 def _min_p(n1: int, n2: int) -> float:

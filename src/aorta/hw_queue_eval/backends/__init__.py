@@ -23,8 +23,10 @@ def resolve_device(device: str) -> str:
         return "cpu"
     if dev == "cuda" or dev.startswith("cuda:"):
         if not torch.cuda.is_available():
-            raise UsageError(f"--device {device}: torch sees no GPU on this machine "
-                             "(use --device cpu, or install a ROCm/CUDA build of torch)")
+            raise UsageError(
+                f"--device {device}: torch sees no GPU on this machine "
+                "(use --device cpu, or install a ROCm/CUDA build of torch)"
+            )
         index = 0 if dev == "cuda" else dev.split(":", 1)[1]
         try:
             index = int(index)
@@ -32,14 +34,14 @@ def resolve_device(device: str) -> str:
             raise UsageError(f"--device {device}: expected cuda:N with N a number") from None
         count = torch.cuda.device_count()
         if not 0 <= index < count:
-            raise UsageError(f"--device {device}: only {count} GPU(s) visible "
-                             f"(cuda:0..cuda:{count - 1})")
+            raise UsageError(f"--device {device}: only {count} GPU(s) visible (cuda:0..cuda:{count - 1})")
         return f"cuda:{index}"
     raise UsageError(f"--device {device!r} is not known: use auto, cpu, cuda or cuda:N")
 
 
-def create_backend(device: str, streams: int, threads_per_queue: int = 1,
-                   hw_queues: int | None = None) -> Backend:
+def create_backend(
+    device: str, streams: int, threads_per_queue: int = 1, hw_queues: int | None = None
+) -> Backend:
     """Build the backend for a resolved device string."""
     if device == "cpu":
         from aorta.hw_queue_eval.backends.cpu import CpuBackend

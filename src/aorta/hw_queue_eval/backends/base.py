@@ -184,8 +184,11 @@ class Backend(ABC):
 
     def queue_mapping(self) -> dict[str, Any]:
         """How streams map onto hardware queues, as far as this backend knows."""
-        return {"pool_size": None, "stream_to_queue": None,
-                "reason": "the runtime assigns hardware queues; see eBPF/KFD tracing"}
+        return {
+            "pool_size": None,
+            "stream_to_queue": None,
+            "reason": "the runtime assigns hardware queues; see eBPF/KFD tracing",
+        }
 
     def set_instrumentation(self, op_timing: bool, iteration_joins: bool) -> None:
         """Per-op device timing and per-iteration joins on or off (GPU); CPU: nothing to switch."""

@@ -48,11 +48,17 @@ MAX_KEPT_RINGS = 16384
 class _Task:
     """One entry in a hardware queue: an op, a wait on another stream's task, or a marker."""
 
-    __slots__ = ("done_ns", "enqueue_ns", "fn", "iteration", "kind", "label", "stream",
-                 "target", "waiter")
+    __slots__ = ("done_ns", "enqueue_ns", "fn", "iteration", "kind", "label", "stream", "target", "waiter")
 
-    def __init__(self, kind: int, stream: int, fn: Callable[[], Any] | None = None,
-                 label: int = -1, iteration: int = -1, target: _Task | None = None) -> None:
+    def __init__(
+        self,
+        kind: int,
+        stream: int,
+        fn: Callable[[], Any] | None = None,
+        label: int = -1,
+        iteration: int = -1,
+        target: _Task | None = None,
+    ) -> None:
         self.kind = kind
         self.stream = stream
         self.fn = fn
@@ -231,9 +237,10 @@ class _HardwareQueue:
 
     def submissions(self) -> list[SubmissionRecord]:
         """The window's kept rings paired with the worker's wake-ups (one read per ring, in order)."""
-        return [SubmissionRecord(self.index, seq, ring, rung, start, _KIND_NAMES[kind])
-                for seq, ((ring, rung), (start, kind)) in enumerate(zip(self.rings, self.wakes,
-                                                                         strict=False))]
+        return [
+            SubmissionRecord(self.index, seq, ring, rung, start, _KIND_NAMES[kind])
+            for seq, ((ring, rung), (start, kind)) in enumerate(zip(self.rings, self.wakes, strict=False))
+        ]
 
 
 class CpuStream(Stream):
@@ -285,8 +292,7 @@ class CpuBackend(Backend):
 
     name = "cpu"
 
-    def __init__(self, stream_count: int, pool_size: int | None = None,
-                 threads_per_queue: int = 1) -> None:
+    def __init__(self, stream_count: int, pool_size: int | None = None, threads_per_queue: int = 1) -> None:
         import torch
 
         self.device = "cpu"
@@ -347,7 +353,7 @@ class CpuBackend(Backend):
             queue.wakes.clear()
             queue.ring_count = queue.wake_count = 0
             queue.wake_kinds = [0] * len(_KIND_NAMES)
-        cap = self.row_cap if self.row_cap is not None else 2 ** 62
+        cap = self.row_cap if self.row_cap is not None else 2**62
         self._fold = OpFold(self.stream_count, self.labels, cap)
         self.fold_ns = 0
         self._window_start_ns = time.monotonic_ns()
@@ -389,11 +395,15 @@ class CpuBackend(Backend):
         if all(max(q.ring_count, q.wake_count) <= MAX_KEPT_RINGS for q in self._queues):
             kinds = Counter(s.first_kind for s in self.submissions())
         else:
-            kinds = Counter({name: sum(q.wake_kinds[k] for q in self._queues)
-                             for k, name in enumerate(_KIND_NAMES)})
-        return {"count": sum(per_queue.values()), "per_queue": per_queue,
-                "first_task_kinds": {k: v for k, v in kinds.items() if v},
-                "kept": sum(min(len(q.rings), len(q.wakes)) for q in self._queues)}
+            kinds = Counter(
+                {name: sum(q.wake_kinds[k] for q in self._queues) for k, name in enumerate(_KIND_NAMES)}
+            )
+        return {
+            "count": sum(per_queue.values()),
+            "per_queue": per_queue,
+            "first_task_kinds": {k: v for k, v in kinds.items() if v},
+            "kept": sum(min(len(q.rings), len(q.wakes)) for q in self._queues),
+        }
 
     def submissions(self) -> list[SubmissionRecord]:
         """Every doorbell ring of the window (call after stop_window), per queue in ring order."""
@@ -408,9 +418,12 @@ class CpuBackend(Backend):
         return None
 
     def queue_mapping(self) -> dict[str, Any]:
-        return {"pool_size": self.pool_size, "queues_created": len(self._queues),
-                "stream_to_queue": list(self._mapping),
-                "source": "cpu backend: HIP-like pool (GPU_MAX_HW_QUEUES)"}
+        return {
+            "pool_size": self.pool_size,
+            "queues_created": len(self._queues),
+            "stream_to_queue": list(self._mapping),
+            "source": "cpu backend: HIP-like pool (GPU_MAX_HW_QUEUES)",
+        }
 
     def workers(self) -> list[WorkerInfo]:
         return [WorkerInfo(q.tid or 0, q.index, tuple(q.streams), q.doorbell) for q in self._queues]
@@ -427,16 +440,21 @@ class CpuBackend(Backend):
                 if line.startswith("VmHWM:"):
                     peak = int(line.split()[1]) * 1024
         if peak is None:
-            return {"kind": "cpu_rss_peak", "peak_bytes": None,
-                    "reason": "/proc/self/status has no VmHWM"}
-        return {"kind": "cpu_rss_peak", "peak_bytes": peak,
-                "source": "VmHWM of this process, reset before warm-up"}
+            return {"kind": "cpu_rss_peak", "peak_bytes": None, "reason": "/proc/self/status has no VmHWM"}
+        return {
+            "kind": "cpu_rss_peak",
+            "peak_bytes": peak,
+            "source": "VmHWM of this process, reset before warm-up",
+        }
 
     def environment(self) -> dict[str, Any]:
         import os
 
-        return {"cpu_count": os.cpu_count(), "threads_per_queue": self.threads_per_queue,
-                "queue_pool_size": self.pool_size}
+        return {
+            "cpu_count": os.cpu_count(),
+            "threads_per_queue": self.threads_per_queue,
+            "queue_pool_size": self.pool_size,
+        }
 
     def close(self) -> None:
         if self._closed:

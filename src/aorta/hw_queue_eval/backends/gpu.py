@@ -65,15 +65,18 @@ class GpuBackend(Backend):
             raise UsageError(
                 f"--streams {stream_count}: PyTorch offers at most {MAX_DISTINCT_POOL_STREAMS} "
                 "distinct streams per device and priority (more would alias silently); "
-                f"use --streams ≤ {MAX_DISTINCT_POOL_STREAMS} on the GPU backend")
+                f"use --streams ≤ {MAX_DISTINCT_POOL_STREAMS} on the GPU backend"
+            )
         self.device = device
         self._torch_device = torch.device(device)
         torch.cuda.set_device(self._torch_device)
         created = [torch.cuda.Stream(device=self._torch_device) for _ in range(stream_count)]
         handles = {s.cuda_stream for s in created}
         if len(handles) != stream_count:
-            raise UsageError(f"PyTorch returned only {len(handles)} distinct streams for "
-                             f"--streams {stream_count}; use fewer streams")
+            raise UsageError(
+                f"PyTorch returned only {len(handles)} distinct streams for "
+                f"--streams {stream_count}; use fewer streams"
+            )
         self._streams = [GpuStream(i, s, self) for i, s in enumerate(created)]
         self._timer = torch.cuda.Stream(device=self._torch_device)
         self.recording = False
@@ -158,9 +161,12 @@ class GpuBackend(Backend):
         return [float(start.elapsed_time(end)) for start, end in self._iteration_events]
 
     def queue_mapping(self) -> dict[str, Any]:
-        return {"pool_size": None, "stream_to_queue": None,
-                "reason": "the GPU runtime assigns hardware queues (HIP: GPU_MAX_HW_QUEUES; "
-                          "CUDA: CUDA_DEVICE_MAX_CONNECTIONS); trace KFD queue creation to see it"}
+        return {
+            "pool_size": None,
+            "stream_to_queue": None,
+            "reason": "the GPU runtime assigns hardware queues (HIP: GPU_MAX_HW_QUEUES; "
+            "CUDA: CUDA_DEVICE_MAX_CONNECTIONS); trace KFD queue creation to see it",
+        }
 
     def stream_handles(self) -> list[dict[str, Any]]:
         """Stream index → the runtime's stream handle (torch `Stream.cuda_stream`, a cudaStream_t /
@@ -175,23 +181,26 @@ class GpuBackend(Backend):
     def memory_stats(self) -> dict[str, Any]:
         import torch
 
-        return {"kind": "gpu_allocator_peak",
-                "peak_bytes": int(torch.cuda.max_memory_allocated(self._torch_device)),
-                "peak_reserved_bytes": int(torch.cuda.max_memory_reserved(self._torch_device)),
-                "source": "torch.cuda caching allocator peaks on the target device"}
+        return {
+            "kind": "gpu_allocator_peak",
+            "peak_bytes": int(torch.cuda.max_memory_allocated(self._torch_device)),
+            "peak_reserved_bytes": int(torch.cuda.max_memory_reserved(self._torch_device)),
+            "source": "torch.cuda caching allocator peaks on the target device",
+        }
 
     def environment(self) -> dict[str, Any]:
         import torch
 
         props = torch.cuda.get_device_properties(self._torch_device)
-        return {"device_name": props.name,
-                "gpu_memory_bytes": int(props.total_memory),
-                "multiprocessors": int(props.multi_processor_count),
-                "gcn_arch": getattr(props, "gcnArchName", None),
-                "visible_gpus": torch.cuda.device_count(),
-                # where this GPU sits on the PCI bus: provenance reads its driver and clocks there
-                **{key: getattr(props, key, None)
-                   for key in ("pci_bus_id", "pci_device_id", "pci_domain_id")}}
+        return {
+            "device_name": props.name,
+            "gpu_memory_bytes": int(props.total_memory),
+            "multiprocessors": int(props.multi_processor_count),
+            "gcn_arch": getattr(props, "gcnArchName", None),
+            "visible_gpus": torch.cuda.device_count(),
+            # where this GPU sits on the PCI bus: provenance reads its driver and clocks there
+            **{key: getattr(props, key, None) for key in ("pci_bus_id", "pci_device_id", "pci_domain_id")},
+        }
 
     def close(self) -> None:
         self.pending.clear()

@@ -33,8 +33,17 @@ if TYPE_CHECKING:
 PASSTHROUGH_FLAGS = ("ebpf_trace", "ebpf_memory_trace", "ebpf_gpu_runtime")
 
 
-def build_config(workload: str, streams: str, iterations: str, warmup: str, device: str,
-                 size: str | None, sync_mode: str, seed: int, threads_per_queue: str) -> RunConfig:
+def build_config(
+    workload: str,
+    streams: str,
+    iterations: str,
+    warmup: str,
+    device: str,
+    size: str | None,
+    sync_mode: str,
+    seed: int,
+    threads_per_queue: str,
+) -> RunConfig:
     """Validate the run options (no torch) into a RunConfig; UsageError names the bad option."""
     info = get_info(workload)
     stream_count = parse_positive_int(streams, "--streams")
@@ -43,12 +52,19 @@ def build_config(workload: str, streams: str, iterations: str, warmup: str, devi
         raise UsageError(f"unknown --size {size!r}: use one of {', '.join(SIZES)}")
     if sync_mode not in SYNC_MODES:
         raise UsageError(f"unknown --sync-mode {sync_mode!r}: use one of {', '.join(SYNC_MODES)}")
-    return RunConfig(workload=workload, streams=stream_count,
-                     iterations=parse_positive_int(iterations, "--iterations"),
-                     warmup=parse_positive_int(warmup, "--warmup"),
-                     device=device, size=size, sync_mode=sync_mode, seed=check_seed(seed),
-                     threads_per_queue=check_threads_per_queue(
-                         parse_positive_int(threads_per_queue, "--threads-per-queue")))
+    return RunConfig(
+        workload=workload,
+        streams=stream_count,
+        iterations=parse_positive_int(iterations, "--iterations"),
+        warmup=parse_positive_int(warmup, "--warmup"),
+        device=device,
+        size=size,
+        sync_mode=sync_mode,
+        seed=check_seed(seed),
+        threads_per_queue=check_threads_per_queue(
+            parse_positive_int(threads_per_queue, "--threads-per-queue")
+        ),
+    )
 
 
 class Progress:
@@ -62,10 +78,15 @@ class Progress:
 
             from aorta.hw_queue_eval.report.console import make_console
 
-            self._bar = Progress(TextColumn("{task.description:<14}"), BarColumn(),
-                                 TextColumn("{task.completed}/{task.total}"),
-                                 TimeRemainingColumn(), console=make_console(stderr=True),
-                                 transient=True, refresh_per_second=2)
+            self._bar = Progress(
+                TextColumn("{task.description:<14}"),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total}"),
+                TimeRemainingColumn(),
+                console=make_console(stderr=True),
+                transient=True,
+                refresh_per_second=2,
+            )
             # the bar redraws from its own thread, holding the GIL ~0.7 ms a time on this
             # 2-core machine: 2 Hz instead of rich's 10 keeps that under 0.2 % of a window
 
@@ -96,21 +117,52 @@ class Progress:
 def run_options(func: Any) -> Any:
     """Options shared by run-like commands (run; sweep and policy-sweep reuse them)."""
     options = [
-        click.option("-i", "--iterations", default=str(DEFAULT_ITERATIONS), show_default=True,
-                     help="Measured iterations."),
-        click.option("-w", "--warmup", default=str(DEFAULT_WARMUP), show_default=True,
-                     help="Warm-up iterations (not measured)."),
-        click.option("-d", "--device", default="auto", show_default=True,
-                     help="auto (GPU if torch sees one, else CPU), cpu, cuda or cuda:N."),
-        click.option("--size", default=None,
-                     help="Size preset: small, medium or large (default: small on CPU, large on GPU)."),
-        click.option("--sync-mode", default="per_iteration", show_default=True,
-                     help="per_iteration: one host wait per iteration (latency samples); "
-                          "end_only: one wait at the end (window time only)."),
-        click.option("--seed", default=DEFAULT_SEED, show_default=True, type=int,
-                     help="Seed for the workload's inputs."),
-        click.option("--threads-per-queue", default="1", show_default=True,
-                     help="CPU backend: intra-op threads per worker queue."),
+        click.option(
+            "-i",
+            "--iterations",
+            default=str(DEFAULT_ITERATIONS),
+            show_default=True,
+            help="Measured iterations.",
+        ),
+        click.option(
+            "-w",
+            "--warmup",
+            default=str(DEFAULT_WARMUP),
+            show_default=True,
+            help="Warm-up iterations (not measured).",
+        ),
+        click.option(
+            "-d",
+            "--device",
+            default="auto",
+            show_default=True,
+            help="auto (GPU if torch sees one, else CPU), cpu, cuda or cuda:N.",
+        ),
+        click.option(
+            "--size",
+            default=None,
+            help="Size preset: small, medium or large (default: small on CPU, large on GPU).",
+        ),
+        click.option(
+            "--sync-mode",
+            default="per_iteration",
+            show_default=True,
+            help="per_iteration: one host wait per iteration (latency samples); "
+            "end_only: one wait at the end (window time only).",
+        ),
+        click.option(
+            "--seed",
+            default=DEFAULT_SEED,
+            show_default=True,
+            type=int,
+            help="Seed for the workload's inputs.",
+        ),
+        click.option(
+            "--threads-per-queue",
+            default="1",
+            show_default=True,
+            help="CPU backend: intra-op threads per worker queue.",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
@@ -120,12 +172,22 @@ def run_options(func: Any) -> Any:
 def gpu_control_options(func: Any) -> Any:
     """--lock-clocks / --power-limit for commands that run measurements (run, policy-sweep)."""
     options = [
-        click.option("--lock-clocks", "lock_clocks", default=None, metavar="LEVEL",
-                     help="Lock the target GPU's clocks at LEVEL 0 (lowest) … 7 (highest) for the "
-                          "run; the prior state is restored afterwards (needs root)."),
-        click.option("--power-limit", "power_limit", default=None, metavar="WATTS",
-                     help="Cap the target GPU's power at WATTS for the run; the prior cap is "
-                          "restored afterwards (needs root)."),
+        click.option(
+            "--lock-clocks",
+            "lock_clocks",
+            default=None,
+            metavar="LEVEL",
+            help="Lock the target GPU's clocks at LEVEL 0 (lowest) … 7 (highest) for the "
+            "run; the prior state is restored afterwards (needs root).",
+        ),
+        click.option(
+            "--power-limit",
+            "power_limit",
+            default=None,
+            metavar="WATTS",
+            help="Cap the target GPU's power at WATTS for the run; the prior cap is "
+            "restored afterwards (needs root).",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
@@ -139,7 +201,8 @@ def gpu_request(lock_clocks: str | None, power_limit: str | None) -> GpuRequest:
 
     return GpuRequest(
         clock_level=None if lock_clocks is None else validate_clock_level(lock_clocks),
-        power_limit_w=None if power_limit is None else validate_power_limit(power_limit))
+        power_limit_w=None if power_limit is None else validate_power_limit(power_limit),
+    )
 
 
 def gpu_control_context(device: str, request: GpuRequest) -> Any:
@@ -168,17 +231,26 @@ def gpu_control_context(device: str, request: GpuRequest) -> Any:
 
 
 TRACING_FLAGS: list[tuple[str, str, str]] = [
-    ("--ebpf-trace", "ebpf_trace",
-     "Trace driver/kernel queue activity with eBPF during the measurement window (needs root or "
-     "sudo -n; without them the run goes on and the result says why tracing is off)."),
-    ("--ebpf-memory-trace", "ebpf_memory_trace",
-     "Trace memory pressure with eBPF during the measurement window: GPU buffer moves, maps and "
-     "evictions (amdgpu/amdkfd) and host page faults, reclaim and migrations. With --ebpf-trace "
-     "both share one bpftrace process."),
-    ("--ebpf-gpu-runtime", "ebpf_gpu_runtime",
-     "Also put uprobes on the GPU runtime the process loaded (HIP/HSA or CUDA): kernel launches per "
-     "stream, doorbell rings per hardware queue, launch and host-sync latency. Implies "
-     "--ebpf-trace. Opt-in: a uprobe costs microseconds per launch (see docs/ebpf.md)."),
+    (
+        "--ebpf-trace",
+        "ebpf_trace",
+        "Trace driver/kernel queue activity with eBPF during the measurement window (needs root or "
+        "sudo -n; without them the run goes on and the result says why tracing is off).",
+    ),
+    (
+        "--ebpf-memory-trace",
+        "ebpf_memory_trace",
+        "Trace memory pressure with eBPF during the measurement window: GPU buffer moves, maps and "
+        "evictions (amdgpu/amdkfd) and host page faults, reclaim and migrations. With --ebpf-trace "
+        "both share one bpftrace process.",
+    ),
+    (
+        "--ebpf-gpu-runtime",
+        "ebpf_gpu_runtime",
+        "Also put uprobes on the GPU runtime the process loaded (HIP/HSA or CUDA): kernel launches per "
+        "stream, doorbell rings per hardware queue, launch and host-sync latency. Implies "
+        "--ebpf-trace. Opt-in: a uprobe costs microseconds per launch (see docs/ebpf.md).",
+    ),
 ]
 
 

@@ -28,15 +28,23 @@ def register(group: click.Group) -> None:
 
 @click.command("list")
 @click.option("-c", "--category", type=click.Choice(CATEGORIES), help="Only this category.")
-@click.option("--sensitivity", type=click.Choice(SENSITIVITIES),
-              help="Only workloads with this switch sensitivity.")
-@click.option("-v", "--verbose", is_flag=True,
-              help="Show what each workload models and which stream plays which role.")
-@click.option("-s", "--streams", "streams", default=None,
-              help="With -v: show stream roles at this count (default: each one's recommended).")
+@click.option(
+    "--sensitivity", type=click.Choice(SENSITIVITIES), help="Only workloads with this switch sensitivity."
+)
+@click.option(
+    "-v", "--verbose", is_flag=True, help="Show what each workload models and which stream plays which role."
+)
+@click.option(
+    "-s",
+    "--streams",
+    "streams",
+    default=None,
+    help="With -v: show stream roles at this count (default: each one's recommended).",
+)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also write JSON here.")
-def list_command(category: str | None, sensitivity: str | None, verbose: bool,
-                 streams: str | None, output: str | None) -> None:
+def list_command(
+    category: str | None, sensitivity: str | None, verbose: bool, streams: str | None, output: str | None
+) -> None:
     """List workloads by category, with stream limits and throughput units."""
     if output:
         check_output_path(output)
@@ -47,15 +55,24 @@ def list_command(category: str | None, sensitivity: str | None, verbose: bool,
         if info.category != current:
             current = info.category
             click.echo(f"\n{current}:")
-        click.echo(f"  {info.name:<22} streams {info.min_streams}-{info.max_streams} "
-                   f"(rec. {info.recommended_streams:>2})  switch {info.switch_sensitivity:<8} "
-                   f"{info.throughput_unit}")
+        click.echo(
+            f"  {info.name:<22} streams {info.min_streams}-{info.max_streams} "
+            f"(rec. {info.recommended_streams:>2})  switch {info.switch_sensitivity:<8} "
+            f"{info.throughput_unit}"
+        )
         if verbose:
             for line in verbose_lines(info.name, count):
                 click.echo(f"      {line}")
     if output:
-        atomic_write_json(output, {"kind": "workload_list", "workloads": [
-            {**info.__dict__, "models": get_workload_class(info.name).MODELS} for info in infos]})
+        atomic_write_json(
+            output,
+            {
+                "kind": "workload_list",
+                "workloads": [
+                    {**info.__dict__, "models": get_workload_class(info.name).MODELS} for info in infos
+                ],
+            },
+        )
 
 
 def format_streams(indices: list[int]) -> str:
@@ -76,10 +93,14 @@ def verbose_lines(name: str, streams: int | None) -> list[str]:
 
     cls = get_workload_class(name)
     info = cls.INFO
-    count = streams if streams is not None and \
-        info.min_streams <= streams <= info.max_streams else info.recommended_streams
-    roles = "; ".join(f"{role}: {format_streams(idx)}"
-                      for role, idx in cls.stream_roles(count).items() if idx)
+    count = (
+        streams
+        if streams is not None and info.min_streams <= streams <= info.max_streams
+        else info.recommended_streams
+    )
+    roles = "; ".join(
+        f"{role}: {format_streams(idx)}" for role, idx in cls.stream_roles(count).items() if idx
+    )
     note = "" if streams is None or count == streams else f" ({streams} is outside its range)"
     text = (cls.MODELS or info.description) + f" Work per iteration: {info.work_scaling}."
     return [*textwrap.wrap(text, 90), f"at {count} streams{note}: {roles}"]
@@ -106,8 +127,7 @@ def gpu_devices_seen_by_kernel() -> dict[str, Any]:
             if name:
                 kfd_nodes.append(name)
     nvidia = sorted(p.name for p in Path("/dev").glob("nvidia[0-9]*"))
-    return {"amd_kfd": os.path.exists("/dev/kfd"), "amd_gpu_nodes": kfd_nodes,
-            "nvidia_devices": nvidia}
+    return {"amd_kfd": os.path.exists("/dev/kfd"), "amd_gpu_nodes": kfd_nodes, "nvidia_devices": nvidia}
 
 
 def tracing_readiness() -> dict[str, Any]:
@@ -152,16 +172,21 @@ def info_command(as_json: bool, output: str | None) -> None:
     data = collect_info()
     if save_and_print_json(data, output, as_json):
         return
-    click.echo(f"aorta {data['aorta']}  python {data['python']}  torch {data['torch']}  "
-               f"numpy {data['numpy']}")
+    click.echo(
+        f"aorta {data['aorta']}  python {data['python']}  torch {data['torch']}  numpy {data['numpy']}"
+    )
     click.echo(f"kernel {data['kernel']}, {data['cpu_count']} CPUs")
     gpus = data["gpus_seen_by_kernel"]
-    click.echo(f"GPUs seen by the kernel: AMD KFD {'yes' if gpus['amd_kfd'] else 'no'} "
-               f"{gpus['amd_gpu_nodes'] or ''}; NVIDIA {gpus['nvidia_devices'] or 'none'}")
+    click.echo(
+        f"GPUs seen by the kernel: AMD KFD {'yes' if gpus['amd_kfd'] else 'no'} "
+        f"{gpus['amd_gpu_nodes'] or ''}; NVIDIA {gpus['nvidia_devices'] or 'none'}"
+    )
     click.echo(f"default backend: {data['default_backend']}")
     click.echo(f"hardware-queue pool: {data['queue_pool_size']} (GPU_MAX_HW_QUEUES)")
-    click.echo("queue env knobs: " + ", ".join(f"{k}={v if v is not None else '(unset)'}"
-                                               for k, v in data["env_knobs"].items()))
+    click.echo(
+        "queue env knobs: "
+        + ", ".join(f"{k}={v if v is not None else '(unset)'}" for k, v in data["env_knobs"].items())
+    )
     tracing = data["tracing"]
     click.echo(f"tracing: {tracing['verdict']}")
     for line in tracing.get("details", []):

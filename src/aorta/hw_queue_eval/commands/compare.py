@@ -20,19 +20,39 @@ def register(group: click.Group) -> None:
 
 @click.command("compare")
 @click.option("-b", "--baseline", "base", required=True, help="Base result (run, sweep, policy-sweep).")
-@click.option("-t", "--test", "tests", required=True, multiple=True,
-              help="Test result; repeat -t to compare several against the base.")
-@click.option("--threshold", default="5", show_default=True,
-              help="Minimum change (percent) that counts as a regression or improvement.")
+@click.option(
+    "-t",
+    "--test",
+    "tests",
+    required=True,
+    multiple=True,
+    help="Test result; repeat -t to compare several against the base.",
+)
+@click.option(
+    "--threshold",
+    default="5",
+    show_default=True,
+    help="Minimum change (percent) that counts as a regression or improvement.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON on stdout.")
 @click.option("--markdown", is_flag=True, help="Print a Markdown summary (for CI comments).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also write the JSON here.")
-@click.option("--force", is_flag=True,
-              help="Replace an -o file that is not a comparison (e.g. a sweep checkpoint).")
-@click.option("-v", "--verbose", is_flag=True,
-              help="Show every comparable eBPF value (default: at most 10 per point).")
-def compare_command(base: str, tests: tuple[str, ...], threshold: str, as_json: bool,
-                    markdown: bool, output: str | None, force: bool, verbose: bool = False) -> None:
+@click.option(
+    "--force", is_flag=True, help="Replace an -o file that is not a comparison (e.g. a sweep checkpoint)."
+)
+@click.option(
+    "-v", "--verbose", is_flag=True, help="Show every comparable eBPF value (default: at most 10 per point)."
+)
+def compare_command(
+    base: str,
+    tests: tuple[str, ...],
+    threshold: str,
+    as_json: bool,
+    markdown: bool,
+    output: str | None,
+    force: bool,
+    verbose: bool = False,
+) -> None:
     """Compare TEST results against BASE, point by point; exit 0 ok, 1 regression, 2 bad input.
 
     Runs are the samples: give files made with --repeats (≥ 3 runs per side for a verdict, 5 to

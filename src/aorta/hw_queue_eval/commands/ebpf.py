@@ -36,16 +36,29 @@ def parse_duration(text: str) -> float:
 
 @click.command("ebpf-info")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-@click.option("--show-script", is_flag=True,
-              help="Print the exact bpftrace program a run with the given flags would load here.")
+@click.option(
+    "--show-script",
+    is_flag=True,
+    help="Print the exact bpftrace program a run with the given flags would load here.",
+)
 @tracing_options
-@click.option("--pid", "pid_text", default=None,
-              help="With --show-script --ebpf-gpu-runtime: render the uprobes for the GPU runtime "
-                   "libraries this process has mapped.")
+@click.option(
+    "--pid",
+    "pid_text",
+    default=None,
+    help="With --show-script --ebpf-gpu-runtime: render the uprobes for the GPU runtime "
+    "libraries this process has mapped.",
+)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also write JSON here.")
-def ebpf_info_command(as_json: bool, show_script: bool, output: str | None, ebpf_trace: bool = False,
-                      ebpf_memory_trace: bool = False, ebpf_gpu_runtime: bool = False,
-                      pid_text: str | None = None) -> None:
+def ebpf_info_command(
+    as_json: bool,
+    show_script: bool,
+    output: str | None,
+    ebpf_trace: bool = False,
+    ebpf_memory_trace: bool = False,
+    ebpf_gpu_runtime: bool = False,
+    pid_text: str | None = None,
+) -> None:
     """What eBPF can trace on this machine (AORTA_TRACEFS overrides the tracefs root). Exit 0."""
     from aorta.ebpf.capabilities import full_report
 
@@ -54,15 +67,19 @@ def ebpf_info_command(as_json: bool, show_script: bool, output: str | None, ebpf
     if show_script:
         pid = _pid(pid_text) if pid_text else None  # bad input: exit 2 (not a finding)
         try:
-            script = _script(ebpf_trace or not ebpf_memory_trace, ebpf_memory_trace,
-                             ebpf_gpu_runtime, pid)
+            script = _script(ebpf_trace or not ebpf_memory_trace, ebpf_memory_trace, ebpf_gpu_runtime, pid)
         except UsageError as exc:  # ebpf-info reports what it finds and exits 0
             script, problem = None, str(exc)
             click.echo(f"ebpf-info: {exc}", err=True)
         else:
             problem = None
-        data = {"kind": "ebpf_script", "queue": ebpf_trace or not ebpf_memory_trace,
-                "memory": ebpf_memory_trace, "program": script, "error": problem}
+        data = {
+            "kind": "ebpf_script",
+            "queue": ebpf_trace or not ebpf_memory_trace,
+            "memory": ebpf_memory_trace,
+            "program": script,
+            "error": problem,
+        }
         if not save_and_print_json(data, output, as_json) and script is not None:
             click.echo(script, nl=False)
         return
@@ -103,17 +120,23 @@ def _script(queue: bool, memory: bool, gpu_runtime: bool = False, pid: int | Non
     traced = pid or os.getpid()
     # a CPU-backend run registers one doorbell per queue: show the probes with one stand-in
     bells = ((traced, SHOW_DOORBELL_FD, traced, 0),) if queue and stand_in else ()
-    target = TraceTarget(pids=(traced,), follow_children=True,
-                         thread_labels={traced: "q0"} if bells else {}, doorbells=bells)
+    target = TraceTarget(
+        pids=(traced,), follow_children=True, thread_labels={traced: "q0"} if bells else {}, doorbells=bells
+    )
     try:
         program = engine.make_program(queue, memory, target, tracefs, version, gpu_runtime=gpu_runtime)
     except ProgramError as exc:
         raise UsageError(f"cannot render the program: {exc}") from None
-    head = [f"// tracefs: {tracefs.root}; bpftrace {'.'.join(map(str, version)) if version else '?'}"
-            + (f"; traced process {pid}" if not stand_in else
-               f"; pid {traced} stands for the traced process")
-            + (f"; fd {SHOW_DOORBELL_FD} and tid {traced} for queue 0's doorbell and worker "
-               "(a CPU-backend run registers one per queue)" if bells else "")]
+    head = [
+        f"// tracefs: {tracefs.root}; bpftrace {'.'.join(map(str, version)) if version else '?'}"
+        + (f"; traced process {pid}" if not stand_in else f"; pid {traced} stands for the traced process")
+        + (
+            f"; fd {SHOW_DOORBELL_FD} and tid {traced} for queue 0's doorbell and worker "
+            "(a CPU-backend run registers one per queue)"
+            if bells
+            else ""
+        )
+    ]
     for family, missing in program.missing.items():
         for event, why in missing.items():
             head.append(f"// {family}: not attached {event}: {why}")
@@ -126,11 +149,13 @@ def gpu_runtime_report() -> dict[str, Any]:
     from aorta.ebpf.runtime_libs import RUNTIME_LIBS
     from aorta.ebpf.uprobes import handshake_library
 
-    return {"flag": "--ebpf-gpu-runtime (ebpf-attach: automatic when a runtime library is mapped)",
-            "libraries": {k: p.pattern for k, p in RUNTIME_LIBS.items()},
-            "symbols": {k: [a.name for a in APIS if a.lib == k] for k in RUNTIME_LIBS},
-            "uprobe_handshake_library": handshake_library(),
-            "available": handshake_library() is not None}
+    return {
+        "flag": "--ebpf-gpu-runtime (ebpf-attach: automatic when a runtime library is mapped)",
+        "libraries": {k: p.pattern for k, p in RUNTIME_LIBS.items()},
+        "symbols": {k: [a.name for a in APIS if a.lib == k] for k in RUNTIME_LIBS},
+        "uprobe_handshake_library": handshake_library(),
+        "available": handshake_library() is not None,
+    }
 
 
 def _print_info(data: dict[str, Any]) -> None:
@@ -145,9 +170,15 @@ def _print_info(data: dict[str, Any]) -> None:
 @tracing_options
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the sections as JSON here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON on stdout.")
-def ebpf_attach_command(pid_text: str, duration: str, output: str | None, as_json: bool,
-                        ebpf_trace: bool = False, ebpf_memory_trace: bool = False,
-                        ebpf_gpu_runtime: bool = False) -> None:
+def ebpf_attach_command(
+    pid_text: str,
+    duration: str,
+    output: str | None,
+    as_json: bool,
+    ebpf_trace: bool = False,
+    ebpf_memory_trace: bool = False,
+    ebpf_gpu_runtime: bool = False,
+) -> None:
     """Trace a running process (threads and child processes) for a while; print and save."""
     from aorta.ebpf import engine
     from aorta.ebpf.probes.base import TraceTarget
@@ -167,8 +198,10 @@ def ebpf_attach_command(pid_text: str, duration: str, output: str | None, as_jso
         raise UsageError(f"process {pid} {state}: check `ps -p {pid}`")
     group = thread_group_of(pid)
     if group is not None and group != pid:
-        raise UsageError(f"{pid} is a thread of process {group}, not a process: use --pid {group} "
-                         "(its threads are traced with it)")
+        raise UsageError(
+            f"{pid} is a thread of process {group}, not a process: use --pid {group} "
+            "(its threads are traced with it)"
+        )
     seconds = parse_duration(duration)
     if output:
         check_output_path(output)
@@ -182,8 +215,9 @@ def ebpf_attach_command(pid_text: str, duration: str, output: str | None, as_jso
     # ones it starts later are followed by the program
     target = TraceTarget(pids=tuple(with_descendants((pid,))), follow_children=True)
     try:
-        program = engine.make_program(queue, ebpf_memory_trace, target, ready.tracefs, ready.version,
-                                      gpu_runtime=gpu_runtime)
+        program = engine.make_program(
+            queue, ebpf_memory_trace, target, ready.tracefs, ready.version, gpu_runtime=gpu_runtime
+        )
         session = engine.start_session(program, ready)
     except (ProgramError, SessionError) as exc:
         raise UsageError(f"could not start tracing: {exc}") from None
@@ -198,16 +232,21 @@ def ebpf_attach_command(pid_text: str, duration: str, output: str | None, as_jso
     except BaseException:
         session.abort()
         raise
-    context = {"workers": [], "window": engine.window_info(out), "pids": list(target.pids),
-               "streams": None}
+    context = {"workers": [], "window": engine.window_info(out), "pids": list(target.pids), "streams": None}
     results = engine.collect_results(program, out, context)
     sections = engine.build_sections(program, out, results, ready, queue, ebpf_memory_trace)
     if "ebpf_queue_metrics" in sections:
         sections["ebpf_queue_metrics"]["interpretation"] = engine.interpret_queue(
-            sections["ebpf_queue_metrics"], None)
-    data = {"kind": "ebpf_attach", "pid": pid, "duration_s": seconds,
-            "process_exited_early": not process_running(pid),
-            "traced_pids": sorted(int(k) for k in (out.maps.get("@aorta_pids") or {})), **sections}
+            sections["ebpf_queue_metrics"], None
+        )
+    data = {
+        "kind": "ebpf_attach",
+        "pid": pid,
+        "duration_s": seconds,
+        "process_exited_early": not process_running(pid),
+        "traced_pids": sorted(int(k) for k in (out.maps.get("@aorta_pids") or {})),
+        **sections,
+    }
     if not save_and_print_json(data, output, as_json):
         render_queue_block(sections.get("ebpf_queue_metrics"), make_console())
         render_memory_block(sections.get("ebpf_memory_metrics"), make_console())

@@ -33,29 +33,63 @@ def register(group: click.Group) -> None:
 @click.command("policy-sweep")
 @click.argument("workload")
 @click.option("-s", "--streams", required=True, help="Number of streams, e.g. 16.")
-@click.option("--policies", default=None,
-              help="Comma-separated policy names (default: baseline,priority_lc,priority_be; "
-                   "with --policy-file: baseline and every policy in the file).")
-@click.option("--policy-file", type=click.Path(dir_okay=False), default=None,
-              help="TOML file of extra policies (see docs/policies.md).")
-@click.option("--repeats", default="1", show_default=True,
-              help="Run every policy N times, in a shuffled order each round, and aggregate.")
+@click.option(
+    "--policies",
+    default=None,
+    help="Comma-separated policy names (default: baseline,priority_lc,priority_be; "
+    "with --policy-file: baseline and every policy in the file).",
+)
+@click.option(
+    "--policy-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="TOML file of extra policies (see docs/policies.md).",
+)
+@click.option(
+    "--repeats",
+    default="1",
+    show_default=True,
+    help="Run every policy N times, in a shuffled order each round, and aggregate.",
+)
 @click.option("--timeout", default=None, help="Seconds one point may run before it is stopped.")
 @run_options
 @gpu_control_options
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-              help="Checkpointed JSON (default: policy_sweep_WORKLOAD_sN.json).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Checkpointed JSON (default: policy_sweep_WORKLOAD_sN.json).",
+)
 @click.option("--resume", is_flag=True, help="Reuse the ok points of an earlier -o file.")
-@click.option("--nproc-per-node", "nproc_per_node", default=None, metavar="N",
-              help="Run every point under torchrun with N ranks on this node "
-                   "(docs/distributed.md).")
-def policy_sweep_command(workload: str, streams: str, policies: str | None,
-                         policy_file: str | None, repeats: str, timeout: str | None,
-                         iterations: str, warmup: str, device: str, size: str | None,
-                         sync_mode: str, seed: int, threads_per_queue: str,
-                         lock_clocks: str | None, power_limit: str | None, output: str | None,
-                         resume: bool, nproc_per_node: str | None = None,
-                         **passthrough: Any) -> None:
+@click.option(
+    "--nproc-per-node",
+    "nproc_per_node",
+    default=None,
+    metavar="N",
+    help="Run every point under torchrun with N ranks on this node (docs/distributed.md).",
+)
+def policy_sweep_command(
+    workload: str,
+    streams: str,
+    policies: str | None,
+    policy_file: str | None,
+    repeats: str,
+    timeout: str | None,
+    iterations: str,
+    warmup: str,
+    device: str,
+    size: str | None,
+    sync_mode: str,
+    seed: int,
+    threads_per_queue: str,
+    lock_clocks: str | None,
+    power_limit: str | None,
+    output: str | None,
+    resume: bool,
+    nproc_per_node: str | None = None,
+    **passthrough: Any,
+) -> None:
     """Run WORKLOAD under each queue policy and compare them against baseline."""
     import dataclasses
 
@@ -78,16 +112,17 @@ def policy_sweep_command(workload: str, streams: str, policies: str | None,
         summarize,
     )
 
-    config = build_config(workload, streams, iterations, warmup, device, size, sync_mode, seed,
-                          threads_per_queue)
+    config = build_config(
+        workload, streams, iterations, warmup, device, size, sync_mode, seed, threads_per_queue
+    )
     chosen = resolve_policies(policies, policy_file)
     rounds = parse_positive_int(repeats, "--repeats")
     if rounds > MAX_REPEATS:
-        raise UsageError(f"--repeats {rounds} is more than {MAX_REPEATS} rounds (each runs every "
-                         "policy once): use fewer")
+        raise UsageError(
+            f"--repeats {rounds} is more than {MAX_REPEATS} rounds (each runs every policy once): use fewer"
+        )
     timeout_s = parse_timeout(timeout)
-    nproc = None if nproc_per_node is None else parse_positive_int(nproc_per_node,
-                                                                   "--nproc-per-node")
+    nproc = None if nproc_per_node is None else parse_positive_int(nproc_per_node, "--nproc-per-node")
     flags = [f"--{name.replace('_', '-')}" for name, on in passthrough.items() if on]
     base = gpu_request(lock_clocks, power_limit)
     output = output or f"policy_sweep_{config.workload}_s{config.streams}.json"
@@ -109,14 +144,30 @@ def policy_sweep_command(workload: str, streams: str, policies: str | None,
                 control.close()
 
     order = schedule(chosen, rounds, config.seed)
-    header = {"workload": config.workload, "streams": config.streams, "device": config.device,
-              "backend": "cpu" if config.device == "cpu" else "gpu", "repeats": rounds,
-              "policies": [p.to_dict() for p in chosen], "gpu_control_request": base.to_dict(),
-              "gpu_control_target": None if target is None else target.describe(),
-              "run_config": config.to_dict(), "run_flags": flags, "schedule": order,
-              "nproc_per_node": nproc}
-    fingerprinted = ["workload", "streams", "device", "repeats", "policies",
-                     "gpu_control_request", "run_config", "run_flags"]
+    header = {
+        "workload": config.workload,
+        "streams": config.streams,
+        "device": config.device,
+        "backend": "cpu" if config.device == "cpu" else "gpu",
+        "repeats": rounds,
+        "policies": [p.to_dict() for p in chosen],
+        "gpu_control_request": base.to_dict(),
+        "gpu_control_target": None if target is None else target.describe(),
+        "run_config": config.to_dict(),
+        "run_flags": flags,
+        "schedule": order,
+        "nproc_per_node": nproc,
+    }
+    fingerprinted = [
+        "workload",
+        "streams",
+        "device",
+        "repeats",
+        "policies",
+        "gpu_control_request",
+        "run_config",
+        "run_flags",
+    ]
     if nproc is not None:  # absent otherwise: earlier files still resume
         fingerprinted.append("nproc_per_node")
     header["fingerprint"] = fingerprint({k: header[k] for k in fingerprinted})
@@ -131,24 +182,34 @@ def policy_sweep_command(workload: str, streams: str, policies: str | None,
         for repeat, names in enumerate(order, start=1):
             for name in names:
                 done += 1
-                key = {"workload": config.workload, "streams": config.streams, "policy": name,
-                       "repeat": repeat}
+                key = {
+                    "workload": config.workload,
+                    "streams": config.streams,
+                    "policy": name,
+                    "repeat": repeat,
+                }
                 if resume and file.done(key):
-                    click.echo(f"[{done}/{total}] {name} (repeat {repeat}): kept from {output}",
-                               err=True)
+                    click.echo(f"[{done}/{total}] {name} (repeat {repeat}): kept from {output}", err=True)
                     continue
                 click.echo(f"[{done}/{total}] {name} (repeat {repeat})…", err=True)
-                point = run_policy_point(by_name[name], repeat, config, base, target, timeout_s,
-                                         flags, nproc_per_node=nproc,
-                                         open_driver=gpus.driver_for)
+                point = run_policy_point(
+                    by_name[name],
+                    repeat,
+                    config,
+                    base,
+                    target,
+                    timeout_s,
+                    flags,
+                    nproc_per_node=nproc,
+                    open_driver=gpus.driver_for,
+                )
                 file.record(point, state="running")
                 if point["status"] != "ok":
                     click.echo(f"  {point['status']}: {point['error']}", err=True)
     except (KeyboardInterrupt, Terminated) as exc:
         state = "terminated" if isinstance(exc, Terminated) else "interrupted"
         file.save(state=state)
-        click.echo(f"\n{state}: {len(file.points)} point(s) saved in {output}; "
-                   "--resume continues", err=True)
+        click.echo(f"\n{state}: {len(file.points)} point(s) saved in {output}; --resume continues", err=True)
         raise (Terminated() if state == "terminated" else Interrupted()) from None
     summary = summarize(file.points, chosen)
     file.save(state="complete", summary=summary)
@@ -159,8 +220,12 @@ def policy_sweep_command(workload: str, streams: str, policies: str | None,
 
 
 @click.command("restore")
-@click.option("-o", "--output", type=click.Path(dir_okay=False),
-              help="Also write what was restored, skipped or failed as JSON here.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    help="Also write what was restored, skipped or failed as JSON here.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print that JSON instead of text.")
 def restore_command(output: str | None, as_json: bool) -> None:
     """Put GPU clocks/power back from state files left by a process that was killed hard."""
@@ -176,12 +241,18 @@ def restore_command(output: str | None, as_json: bool) -> None:
         try:
             record = gpu_state.read_state(path)
             if gpu_state.owner_alive(record):
-                outcomes.append({"state_file": str(path), "status": "skipped",
-                                 "message": f"pid {record.get('pid')} is still running and will "
-                                            "restore the device itself when it ends"})
+                outcomes.append(
+                    {
+                        "state_file": str(path),
+                        "status": "skipped",
+                        "message": f"pid {record.get('pid')} is still running and will "
+                        "restore the device itself when it ends",
+                    }
+                )
                 continue
-            outcomes.append({"state_file": str(path), "status": "restored",
-                             "message": restore_from_file(path)})
+            outcomes.append(
+                {"state_file": str(path), "status": "restored", "message": restore_from_file(path)}
+            )
         except AortaError as exc:  # the state file stays: its device may still be changed
             outcomes.append({"state_file": str(path), "status": "error", "message": str(exc)})
     data = {"kind": "restore", "state_dir": str(gpu_state.state_dir()), "outcomes": outcomes}

@@ -15,15 +15,15 @@ def register(group: click.Group) -> None:
 
 @click.command("report")
 @click.argument("result_file", type=click.Path(dir_okay=False))
-@click.option("-o", "--output", "output_dir",
-              help="Folder for the PNGs and index.html [default: <result>_report].")
+@click.option(
+    "-o", "--output", "output_dir", help="Folder for the PNGs and index.html [default: <result>_report]."
+)
 def report_command(result_file: str, output_dir: str | None) -> None:
     """Plots (PNG) and one HTML page for RESULT_FILE (a run or a sweep)."""
     from aorta.hw_queue_eval.report.html import write_report
     from aorta.hw_queue_eval.results.run_result import load_result
 
-    out = check_output_dir(output_dir or f"{Path(result_file).with_suffix('')}_report",
-                           "report folder")
+    out = check_output_dir(output_dir or f"{Path(result_file).with_suffix('')}_report", "report folder")
     data = load_result(result_file)  # validated against the schema, then upgraded
     written = write_report(data, out, result_file)
     for path in written:

@@ -36,16 +36,15 @@ def register(group: click.Group) -> None:
     group.add_command(run_command)
 
 
-
-
 def _trace_of(result: dict[str, Any]) -> dict[str, Any]:
     from aorta.hw_queue_eval.report.trace import build_trace
 
     return build_trace(result)
 
 
-def _write_outputs(result: dict[str, Any], output: str | None,
-                   trace_out: str | None) -> tuple[list[str], str]:
+def _write_outputs(
+    result: dict[str, Any], output: str | None, trace_out: str | None
+) -> tuple[list[str], str]:
     """Write -o and --trace-out: (what was written, "" or the one-line error). On a failed write
     (disk full) the file is kept in a private temp folder that the error names."""
     import json
@@ -53,8 +52,10 @@ def _write_outputs(result: dict[str, Any], output: str | None,
     from aorta.common.atomicio import atomic_write_json
 
     written: list[str] = []
-    for what, path, build in (("result", output, lambda: result),
-                              ("trace", trace_out, lambda: _trace_of(result))):
+    for what, path, build in (
+        ("result", output, lambda: result),
+        ("trace", trace_out, lambda: _trace_of(result)),
+    ):
         if not path:
             continue
         data = build()
@@ -65,8 +66,7 @@ def _write_outputs(result: dict[str, Any], output: str | None,
             kept = keep_unsaved(os.path.basename(path), text.encode("utf-8"))
             if kept is None:  # the temp folder is full too: stdout is the last place left
                 click.echo(text)
-                return written, (f"{exc}; the {what} was printed above as JSON (no room in the "
-                                 "temp folder)")
+                return written, (f"{exc}; the {what} was printed above as JSON (no room in the temp folder)")
             return written, f"{exc}; the {what} is kept in {kept}: move it where there is room"
         written.append(what)
     return written, ""
@@ -79,28 +79,61 @@ def _write_outputs(result: dict[str, Any], output: str | None,
 @gpu_control_options
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the result JSON here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result JSON on stdout.")
-@click.option("--trace-out", type=click.Path(dir_okay=False),
-              help="Write a Chrome/Perfetto trace of every measured op here (ui.perfetto.dev).")
-@click.option("--force", is_flag=True,
-              help="Replace an -o file that is not a run result (e.g. a sweep checkpoint).")
-@click.option("--op-timing/--no-op-timing", default=True, show_default=True,
-              help="Time every op (GPU: a start/end event pair per op). Off: no per-op rows, "
-                   "no switch analysis, less instrumentation in the window.")
-@click.option("--repeats", default="1", show_default=True,
-              help="Run N times, each in a fresh process, and keep every run's summary with the "
-                   "median and its CI; compare needs ≥ 3 per side for a verdict (5 to detect a "
-                   "change at α = 0.05). 1 = one in-process run, as before.")
+@click.option(
+    "--trace-out",
+    type=click.Path(dir_okay=False),
+    help="Write a Chrome/Perfetto trace of every measured op here (ui.perfetto.dev).",
+)
+@click.option(
+    "--force", is_flag=True, help="Replace an -o file that is not a run result (e.g. a sweep checkpoint)."
+)
+@click.option(
+    "--op-timing/--no-op-timing",
+    default=True,
+    show_default=True,
+    help="Time every op (GPU: a start/end event pair per op). Off: no per-op rows, "
+    "no switch analysis, less instrumentation in the window.",
+)
+@click.option(
+    "--repeats",
+    default="1",
+    show_default=True,
+    help="Run N times, each in a fresh process, and keep every run's summary with the "
+    "median and its CI; compare needs ≥ 3 per side for a verdict (5 to detect a "
+    "change at α = 0.05). 1 = one in-process run, as before.",
+)
 @tracing_options
-@click.option("--dist-timeout", default="300", show_default=True, metavar="SECONDS",
-              help="Under torchrun: timeout of every collective and barrier, so a dead rank "
-                   "stops the others instead of hanging them.")
-def run_command(workload: str, streams: str, iterations: str, warmup: str, device: str,
-                size: str | None, sync_mode: str, seed: int, threads_per_queue: str,
-                lock_clocks: str | None, power_limit: str | None,
-                output: str | None, as_json: bool, trace_out: str | None, force: bool = False,
-                op_timing: bool = True, repeats: str = "1", ebpf_trace: bool = False,
-                ebpf_memory_trace: bool = False, ebpf_gpu_runtime: bool = False,
-                dist_timeout: str = "300") -> None:
+@click.option(
+    "--dist-timeout",
+    default="300",
+    show_default=True,
+    metavar="SECONDS",
+    help="Under torchrun: timeout of every collective and barrier, so a dead rank "
+    "stops the others instead of hanging them.",
+)
+def run_command(
+    workload: str,
+    streams: str,
+    iterations: str,
+    warmup: str,
+    device: str,
+    size: str | None,
+    sync_mode: str,
+    seed: int,
+    threads_per_queue: str,
+    lock_clocks: str | None,
+    power_limit: str | None,
+    output: str | None,
+    as_json: bool,
+    trace_out: str | None,
+    force: bool = False,
+    op_timing: bool = True,
+    repeats: str = "1",
+    ebpf_trace: bool = False,
+    ebpf_memory_trace: bool = False,
+    ebpf_gpu_runtime: bool = False,
+    dist_timeout: str = "300",
+) -> None:
     """Run WORKLOAD on N streams and measure throughput, latency and queue behaviour.
 
     Under torchrun every rank runs it; rank 0 prints the per-rank table and writes -o.
@@ -113,8 +146,9 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
     from aorta.hw_queue_eval.report.ebpf_blocks import render_ebpf
     from aorta.hw_queue_eval.run.harness import run_benchmark
 
-    config = build_config(workload, streams, iterations, warmup, device, size, sync_mode, seed,
-                          threads_per_queue)
+    config = build_config(
+        workload, streams, iterations, warmup, device, size, sync_mode, seed, threads_per_queue
+    )
     config = dataclasses.replace(config, op_timing=op_timing)
     request = gpu_request(lock_clocks, power_limit)
     check_distinct_outputs({"-o": output, "--trace-out": trace_out})
@@ -123,15 +157,27 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
     dist_env = torchrun_env()
     if dist_env is not None:
         if not request.empty:
-            raise UsageError("under torchrun, --lock-clocks/--power-limit are not supported yet "
-                             "(the ranks would race on one GPU setting): set them without "
-                             "torchrun first (see docs/distributed.md)")
+            raise UsageError(
+                "under torchrun, --lock-clocks/--power-limit are not supported yet "
+                "(the ranks would race on one GPU setting): set them without "
+                "torchrun first (see docs/distributed.md)"
+            )
         if parse_positive_int(repeats, "--repeats") > 1:
-            raise UsageError("under torchrun, --repeats is not supported: repeat the torchrun "
-                             "command, or use sweep --nproc-per-node N --repeats R")
-        _run_under_torchrun(config, dist_env, parse_positive_int(dist_timeout, "--dist-timeout"),
-                            output, as_json, trace_out, ebpf_trace, ebpf_memory_trace,
-                            ebpf_gpu_runtime)
+            raise UsageError(
+                "under torchrun, --repeats is not supported: repeat the torchrun "
+                "command, or use sweep --nproc-per-node N --repeats R"
+            )
+        _run_under_torchrun(
+            config,
+            dist_env,
+            parse_positive_int(dist_timeout, "--dist-timeout"),
+            output,
+            as_json,
+            trace_out,
+            ebpf_trace,
+            ebpf_memory_trace,
+            ebpf_gpu_runtime,
+        )
         return
     if output:
         check_output_path(output)
@@ -145,25 +191,37 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
     if runs > 1:
         if trace_out:
             raise UsageError("--trace-out records the ops of one run: use it without --repeats")
-        flags = [flag for flag, on in (("--ebpf-trace", ebpf_trace),
-                                       ("--ebpf-memory-trace", ebpf_memory_trace),
-                                       ("--ebpf-gpu-runtime", ebpf_gpu_runtime),
-                                       ("--no-op-timing", not op_timing)) if on]
+        flags = [
+            flag
+            for flag, on in (
+                ("--ebpf-trace", ebpf_trace),
+                ("--ebpf-memory-trace", ebpf_memory_trace),
+                ("--ebpf-gpu-runtime", ebpf_gpu_runtime),
+                ("--no-op-timing", not op_timing),
+            )
+            if on
+        ]
         _run_repeats(config, request, runs, flags, output, as_json)
         return
     tracer = build_tracer(ebpf_trace, ebpf_memory_trace, ebpf_gpu_runtime)
     config = dataclasses.replace(config, device=resolve_device(config.device))  # imports torch
     control = gpu_control_context(config.device, request)
     with control as gpu_report:  # clocks/power (if asked) applied and verified before the run
-        click.echo(f"Running {config.workload} on {config.streams} streams ({config.iterations} "
-                   f"iterations + {config.warmup} warm-up, device {config.device})…", err=True)
+        click.echo(
+            f"Running {config.workload} on {config.streams} streams ({config.iterations} "
+            f"iterations + {config.warmup} warm-up, device {config.device})…",
+            err=True,
+        )
         with Progress() as progress:
             run_benchmark = collaborators.current().benchmark_runner()
             result = run_benchmark(config, tracer=tracer, progress=progress).to_dict()
     if gpu_report is not None:
         result["gpu_control"] = gpu_report
-        click.echo(f"GPU control: {gpu_report['device']}: in effect "
-                   f"{gpu_report.get('in_effect')}, then {gpu_report['status']}", err=True)
+        click.echo(
+            f"GPU control: {gpu_report['device']}: in effect "
+            f"{gpu_report.get('in_effect')}, then {gpu_report['status']}",
+            err=True,
+        )
     written, unsaved = _write_outputs(result, output, trace_out)
     if as_json:
         click.echo(json.dumps(result, indent=2))
@@ -180,8 +238,9 @@ def run_command(workload: str, streams: str, iterations: str, warmup: str, devic
         raise click.exceptions.Exit(ExitCode.FAILED)
 
 
-def _run_repeats(config: RunConfig, request: GpuRequest, runs: int, flags: list[str],
-                 output: str | None, as_json: bool) -> None:
+def _run_repeats(
+    config: RunConfig, request: GpuRequest, runs: int, flags: list[str], output: str | None, as_json: bool
+) -> None:
     """`run --repeats N`: N fresh child runs back to back, one result with every repeat."""
     import json
 
@@ -192,22 +251,28 @@ def _run_repeats(config: RunConfig, request: GpuRequest, runs: int, flags: list[
     from aorta.hw_queue_eval.sweeps.policy_sweep import child_run_args
     from aorta.hw_queue_eval.sweeps.repeats import run_repeated
 
-    click.echo(f"Running {config.workload} on {config.streams} streams {runs} times, each in a "
-               f"fresh process ({config.iterations} iterations + {config.warmup} warm-up)…",
-               err=True)
+    click.echo(
+        f"Running {config.workload} on {config.streams} streams {runs} times, each in a "
+        f"fresh process ({config.iterations} iterations + {config.warmup} warm-up)…",
+        err=True,
+    )
 
     def on_repeat(repeat: int, outcome: dict[str, Any]) -> None:
         tput = (outcome.get("result") or {}).get("throughput")
-        text = f"{tput:.4g} {outcome['result'].get('throughput_unit')}" if tput is not None \
+        text = (
+            f"{tput:.4g} {outcome['result'].get('throughput_unit')}"
+            if tput is not None
             else f"{outcome['status']}: {outcome.get('error')}"
+        )
         click.echo(f"  repeat {repeat}/{runs}: {text} ({outcome['duration_s']:.1f} s)", err=True)
 
     with gpu_control_context(config.device, request) as gpu_report:
         result, outcomes = run_repeated(child_run_args(config, flags), runs, on_repeat=on_repeat)
     if result is None:
         first = outcomes[0]
-        raise MeasurementFailed(f"every repeat failed (repeat 1 {first['status']}: "
-                                   f"{first['error']}); nothing written")
+        raise MeasurementFailed(
+            f"every repeat failed (repeat 1 {first['status']}: {first['error']}); nothing written"
+        )
     if gpu_report is not None:
         result["gpu_control"] = gpu_report
     if output:
@@ -224,9 +289,17 @@ def _run_repeats(config: RunConfig, request: GpuRequest, runs: int, flags: list[
         raise click.exceptions.Exit(ExitCode.FAILED)
 
 
-def _run_under_torchrun(config: RunConfig, dist_env: Any, timeout_s: int, output: str | None,
-                        as_json: bool, trace_out: str | None, ebpf_trace: bool = False,
-                        ebpf_memory_trace: bool = False, ebpf_gpu_runtime: bool = False) -> None:
+def _run_under_torchrun(
+    config: RunConfig,
+    dist_env: Any,
+    timeout_s: int,
+    output: str | None,
+    as_json: bool,
+    trace_out: str | None,
+    ebpf_trace: bool = False,
+    ebpf_memory_trace: bool = False,
+    ebpf_gpu_runtime: bool = False,
+) -> None:
     """One rank of a torchrun job; rank 0 prints the table and alone writes -o/--trace-out.
 
     --ebpf-trace / --ebpf-memory-trace / --ebpf-gpu-runtime: local rank 0 of each node runs the
@@ -243,19 +316,24 @@ def _run_under_torchrun(config: RunConfig, dist_env: Any, timeout_s: int, output
     if lead and trace_out:
         check_output_path(trace_out, "trace file")
     if lead:
-        click.echo(f"Running {config.workload} on {config.streams} streams on each of "
-                   f"{dist_env.world_size} ranks ({config.iterations} iterations + "
-                   f"{config.warmup} warm-up)…", err=True)
+        click.echo(
+            f"Running {config.workload} on {config.streams} streams on each of "
+            f"{dist_env.world_size} ranks ({config.iterations} iterations + "
+            f"{config.warmup} warm-up)…",
+            err=True,
+        )
     tracer = None
     if ebpf_trace or ebpf_memory_trace or ebpf_gpu_runtime:
         from aorta.hw_queue_eval.distributed.node_tracer import NodeTracer
 
-        tracer = NodeTracer(dist_env, timeout_s, queue=ebpf_trace, memory=ebpf_memory_trace,
-                            gpu_runtime=ebpf_gpu_runtime)
+        tracer = NodeTracer(
+            dist_env, timeout_s, queue=ebpf_trace, memory=ebpf_memory_trace, gpu_runtime=ebpf_gpu_runtime
+        )
         if dist_env.local_rank == 0 and not tracer.ready.ok:
             click.echo(f"warning: eBPF tracing is off: {tracer.ready.reason}", err=True)
-    combined = run_distributed(config, dist_env, timeout_s, tracer=tracer,
-                               benchmark=collaborators.current().benchmark_runner())
+    combined = run_distributed(
+        config, dist_env, timeout_s, tracer=tracer, benchmark=collaborators.current().benchmark_runner()
+    )
     if combined is None:
         return  # not rank 0: rank 0 reports for everyone
     if output:
@@ -271,7 +349,6 @@ def _run_under_torchrun(config: RunConfig, dist_env: Any, timeout_s: int, output
         for line in format_rank_table(combined):
             click.echo(line)
         if output:
-            click.echo(f"\nresult written to {output} (every rank's result under "
-                       "distributed.rank_results)")
+            click.echo(f"\nresult written to {output} (every rank's result under distributed.rank_results)")
     if combined["status"] != "ok":
         raise click.exceptions.Exit(ExitCode.FAILED)

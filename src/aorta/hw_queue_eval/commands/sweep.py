@@ -33,8 +33,11 @@ def _describe(point: dict[str, Any], unit: str) -> str:
         streams = f"{streams} (repeat {point['key']['repeat']})"
     if point["status"] == "ok":
         tput = point["result"].get("throughput")
-        return (f"  {streams:>3} streams: ok  {tput:.2f} {unit}  ({point['duration_s']:.1f} s)"
-                if tput is not None else f"  {streams:>3} streams: ok")
+        return (
+            f"  {streams:>3} streams: ok  {tput:.2f} {unit}  ({point['duration_s']:.1f} s)"
+            if tput is not None
+            else f"  {streams:>3} streams: ok"
+        )
     return f"  {streams:>3} streams: {point['status'].upper()}  {point.get('error')}"
 
 
@@ -43,25 +46,55 @@ def _describe(point: dict[str, Any], unit: str) -> str:
 @click.option("-s", "--streams", required=True, help="Stream counts, e.g. 1,2,4,8,16,32.")
 @run_options
 @gpu_control_options
-@click.option("-o", "--output", type=click.Path(dir_okay=False),
-              help="Sweep file, rewritten after every point [default: <workload>_sweep.json].")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    help="Sweep file, rewritten after every point [default: <workload>_sweep.json].",
+)
 @click.option("--resume", is_flag=True, help="Keep the points already done in -o; run the rest.")
 @click.option("--timeout", default=None, help="Seconds one point may run before it is stopped.")
-@click.option("--trace-out", default=None,
-              help="Perfetto trace per point: a folder, or a prefix (PREFIX-s<N>.trace.json).")
-@click.option("--repeats", default="1", show_default=True,
-              help="Run every stream count N times (fresh process each, rounds shuffled); the "
-                   "knee and peak then come from medians with CIs. 1 = one run per point: the "
-                   "verdict's confidence is 'unknown'.")
-@click.option("--nproc-per-node", "nproc_per_node", default=None, metavar="N",
-              help="Run every point under torchrun with N ranks on this node "
-                   "(docs/distributed.md); the point keeps every rank's result.")
-def sweep_command(workload: str, streams: str, iterations: str, warmup: str, device: str,
-                  size: str | None, sync_mode: str, seed: int, threads_per_queue: str,
-                  lock_clocks: str | None, power_limit: str | None,
-                  output: str | None, resume: bool, timeout: str | None, trace_out: str | None,
-                  repeats: str = "1", nproc_per_node: str | None = None,
-                  **passthrough: Any) -> None:
+@click.option(
+    "--trace-out",
+    default=None,
+    help="Perfetto trace per point: a folder, or a prefix (PREFIX-s<N>.trace.json).",
+)
+@click.option(
+    "--repeats",
+    default="1",
+    show_default=True,
+    help="Run every stream count N times (fresh process each, rounds shuffled); the "
+    "knee and peak then come from medians with CIs. 1 = one run per point: the "
+    "verdict's confidence is 'unknown'.",
+)
+@click.option(
+    "--nproc-per-node",
+    "nproc_per_node",
+    default=None,
+    metavar="N",
+    help="Run every point under torchrun with N ranks on this node "
+    "(docs/distributed.md); the point keeps every rank's result.",
+)
+def sweep_command(
+    workload: str,
+    streams: str,
+    iterations: str,
+    warmup: str,
+    device: str,
+    size: str | None,
+    sync_mode: str,
+    seed: int,
+    threads_per_queue: str,
+    lock_clocks: str | None,
+    power_limit: str | None,
+    output: str | None,
+    resume: bool,
+    timeout: str | None,
+    trace_out: str | None,
+    repeats: str = "1",
+    nproc_per_node: str | None = None,
+    **passthrough: Any,
+) -> None:
     """Run WORKLOAD at each stream count in its own process; checkpoint after every point."""
     from aorta.hw_queue_eval.report.console import make_console
     from aorta.hw_queue_eval.report.tables import render_sweep
@@ -77,22 +110,37 @@ def sweep_command(workload: str, streams: str, iterations: str, warmup: str, dev
 
     info = get_info(workload)
     counts, dropped = plan_stream_counts(info, parse_stream_list(streams))
-    config = build_config(workload, str(counts[0]), iterations, warmup, device, size, sync_mode,
-                          seed, threads_per_queue)
+    config = build_config(
+        workload, str(counts[0]), iterations, warmup, device, size, sync_mode, seed, threads_per_queue
+    )
     request = gpu_request(lock_clocks, power_limit)
     output = output or f"{workload}_sweep.json"
     check_output_path(output, "sweep file")
     hold_output_lock(output, "sweep file")
     flags = [f"--{name.replace('_', '-')}" for name, on in passthrough.items() if on]
     spec = SweepSpec(
-        workload=workload, info=info, stream_counts=counts, dropped=dropped,
-        run_options={"iterations": config.iterations, "warmup": config.warmup,
-                     "device": config.device, "size": config.size, "sync_mode": config.sync_mode,
-                     "seed": config.seed, "threads_per_queue": config.threads_per_queue},
-        output=output, timeout_s=parse_timeout(timeout), trace_out=trace_out, flags=flags,
+        workload=workload,
+        info=info,
+        stream_counts=counts,
+        dropped=dropped,
+        run_options={
+            "iterations": config.iterations,
+            "warmup": config.warmup,
+            "device": config.device,
+            "size": config.size,
+            "sync_mode": config.sync_mode,
+            "seed": config.seed,
+            "threads_per_queue": config.threads_per_queue,
+        },
+        output=output,
+        timeout_s=parse_timeout(timeout),
+        trace_out=trace_out,
+        flags=flags,
         repeats=parse_positive_int(repeats, "--repeats"),
-        nproc_per_node=None if nproc_per_node is None
-        else parse_positive_int(nproc_per_node, "--nproc-per-node"))
+        nproc_per_node=None
+        if nproc_per_node is None
+        else parse_positive_int(nproc_per_node, "--nproc-per-node"),
+    )
     if trace_out and spec.repeats > 1:
         raise UsageError("--trace-out writes one trace per stream count: use it without --repeats")
     if trace_out:
@@ -101,31 +149,39 @@ def sweep_command(workload: str, streams: str, iterations: str, warmup: str, dev
     for note in file.notes:
         click.echo(note, err=True)
     if dropped:
-        click.echo(f"note: dropped stream counts {dropped}: {workload} runs on "
-                   f"{info.min_streams}..{info.max_streams} streams", err=True)
+        click.echo(
+            f"note: dropped stream counts {dropped}: {workload} runs on "
+            f"{info.min_streams}..{info.max_streams} streams",
+            err=True,
+        )
     runs = f", {spec.repeats} repeats in shuffled rounds" if spec.repeats > 1 else ""
-    click.echo(f"Sweeping {workload} over {counts} streams ({config.iterations} iterations + "
-               f"{config.warmup} warm-up each, one child process per point{runs}) → {output}",
-               err=True)
+    click.echo(
+        f"Sweeping {workload} over {counts} streams ({config.iterations} iterations + "
+        f"{config.warmup} warm-up each, one child process per point{runs}) → {output}",
+        err=True,
+    )
     # clocks/power held for the whole sweep by this process, restored on every exit path
     with gpu_control_context(config.device, request) as gpu_report, Progress() as progress:
         if gpu_report is not None:
             file.header["gpu_control"] = gpu_report  # the same dict ends as "restored"
 
         def on_point(n: int, point: dict[str, Any] | None, done: int, total: int) -> None:
-            progress.log(f"  {n:>3} streams: already done (resumed)" if point is None
-                         else _describe(point, info.throughput_unit))
+            progress.log(
+                f"  {n:>3} streams: already done (resumed)"
+                if point is None
+                else _describe(point, info.throughput_unit)
+            )
             progress("sweep", done, total)
 
         try:
-            run_sweep(spec, file, on_point,
-                      build_command=collaborators.current().point_command_builder())
+            run_sweep(spec, file, on_point, build_command=collaborators.current().point_command_builder())
         except (KeyboardInterrupt, Terminated) as exc:
             state = "terminated" if isinstance(exc, Terminated) else "interrupted"
             file.save(state=state, analysis=analysis_of(file.points, info.work_scaling))
             finished = sum(1 for p in file.points if p.get("status") == "ok")
-            click.echo(f"\n{state}: {finished} finished points kept in {output}; "
-                       "continue with --resume", err=True)
+            click.echo(
+                f"\n{state}: {finished} finished points kept in {output}; continue with --resume", err=True
+            )
             raise (Terminated() if state == "terminated" else Interrupted()) from None
     analysis = analysis_of(file.points, info.work_scaling)
     if gpu_report is not None:

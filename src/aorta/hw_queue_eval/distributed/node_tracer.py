@@ -48,15 +48,32 @@ from aorta.hw_queue_eval.tracing.window_tracer import EbpfTracer, family_context
 
 QUEUE_STRIDE = 1000  # rank slot k's queue q is k * QUEUE_STRIDE + q in the node's program
 _WAIT_SLICE_S = 0.2  # how often a waiting rank looks for another rank's failure report
-_OUTPUT_FIELDS = ("maps", "lost_events", "lost_records", "attached_probes", "stderr", "exit_code",
-                  "stop_signal", "attach_s", "stop_s", "probe_cost", "map_keys_max")
+_OUTPUT_FIELDS = (
+    "maps",
+    "lost_events",
+    "lost_records",
+    "attached_probes",
+    "stderr",
+    "exit_code",
+    "stop_signal",
+    "attach_s",
+    "stop_s",
+    "probe_cost",
+    "map_keys_max",
+)
 
 
 class NodeTracer(EbpfTracer):
     """harness.WindowTracer for one torchrun rank; only local rank 0 runs bpftrace."""
 
-    def __init__(self, env: distributed.DistEnv, timeout_s: float, queue: bool = True,
-                 memory: bool = False, gpu_runtime: bool = False) -> None:
+    def __init__(
+        self,
+        env: distributed.DistEnv,
+        timeout_s: float,
+        queue: bool = True,
+        memory: bool = False,
+        gpu_runtime: bool = False,
+    ) -> None:
         self.env = env
         self.lead = env.local_rank == 0
         self.timeout_s = timeout_s
@@ -86,15 +103,22 @@ class NodeTracer(EbpfTracer):
             else:
                 self.status, self.error = reply.get("status", "error"), reply.get("error")
             return
-        ranks = [mine] + [json.loads(self._wait(f"target/{r}", f"local rank {r}'s threads"))
-                          for r in range(1, self.env.local_world_size)]
+        ranks = [mine] + [
+            json.loads(self._wait(f"target/{r}", f"local rank {r}'s threads"))
+            for r in range(1, self.env.local_world_size)
+        ]
         reply: dict[str, Any] = {"bpftrace": self.ready.describe() if self.ready else {}}
         if self.ready.ok and self.ready.tracefs is not None:
             try:
                 check_siblings(ranks)
-                self.program = engine.make_program(self.queue, self.memory, node_target(ranks),
-                                                   self.ready.tracefs, self.ready.version,
-                                                   families=self.families)
+                self.program = engine.make_program(
+                    self.queue,
+                    self.memory,
+                    node_target(ranks),
+                    self.ready.tracefs,
+                    self.ready.version,
+                    families=self.families,
+                )
                 self.session = engine.start_session(self.program, self.ready)
                 self.token = self.program.token
                 reply["token"] = self.token
@@ -150,8 +174,7 @@ class NodeTracer(EbpfTracer):
             if self.lead and self.token is not None and not self._published:
                 # the other local ranks wait for the output: tell them instead of letting them hang
                 _store().set(self._key("output"), json.dumps({"error": reason}))
-            sections = engine.unavailable_sections(reason, self.queue, self.memory, "error",
-                                                   self.ready)
+            sections = engine.unavailable_sections(reason, self.queue, self.memory, "error", self.ready)
         warn_in_result(context.get("result"), sections)
         return sections
 
@@ -180,16 +203,17 @@ class NodeTracer(EbpfTracer):
         fam_context["snapshots"] = self.snapshots
         fam_context["doorbells_traced"] = shared["doorbells"]
         fam_context["rank_key"] = rank_key(slot)
-        sections = sections_for(program, mine, self.ready, self.queue, self.memory, context,
-                                fam_context)
+        sections = sections_for(program, mine, self.ready, self.queue, self.memory, context, fam_context)
         for key in ("ebpf_queue_metrics", "ebpf_memory_metrics"):
             section = sections.get(key)
             if not isinstance(section, dict):
                 continue
             if isinstance(section.get("window"), dict):
-                section["window"]["scope"] = ("node: from the first local rank's window start to "
-                                              "the last one's stop (this rank's own window is its "
-                                              "total_time_ms)")
+                section["window"]["scope"] = (
+                    "node: from the first local rank's window start to "
+                    "the last one's stop (this rank's own window is its "
+                    "total_time_ms)"
+                )
             section["node_tracer"] = node_info(self.env, shared)
         return sections
 
@@ -212,9 +236,11 @@ class NodeTracer(EbpfTracer):
                 if failed:
                     raise UsageError(f"rank {self.env.rank} stopped: {failed[0]}") from None
                 if time.monotonic() > deadline:
-                    raise UsageError(f"rank {self.env.rank}: waited {self.timeout_s:g} s for "
-                                     f"{what} (eBPF hand-over): raise --dist-timeout or check "
-                                     f"that rank") from exc
+                    raise UsageError(
+                        f"rank {self.env.rank}: waited {self.timeout_s:g} s for "
+                        f"{what} (eBPF hand-over): raise --dist-timeout or check "
+                        f"that rank"
+                    ) from exc
                 time.sleep(max(0.0, _WAIT_SLICE_S - (time.monotonic() - began)))  # no busy loop
 
 
@@ -230,23 +256,30 @@ def check_siblings(ranks: list[dict[str, Any]]) -> None:
         except (OSError, IndexError, ValueError):
             parent = None
         if parent != agent:
-            raise ValueError(f"local rank {slot} handed over pid {pid}, which torchrun's agent "
-                             f"(pid {agent}) did not start: not traced")
+            raise ValueError(
+                f"local rank {slot} handed over pid {pid}, which torchrun's agent "
+                f"(pid {agent}) did not start: not traced"
+            )
 
 
 def node_info(env: distributed.DistEnv, shared: dict[str, Any]) -> dict[str, Any]:
     """Who traced this rank and which numbers are its own (`node_tracer` in each section)."""
     return {
-        "node_rank": env.node_rank, "traced_by": "local rank 0",
-        "local_ranks_traced": env.local_world_size, "bpftrace_pid": shared["bpftrace_pid"],
-        "traced_pids": shared["pids"], "rank_key": rank_key(env.local_rank),
-        "scope": ("per rank: submissions, dispatches, latencies, threads, GPU runtime launches "
-                  "and queues, KFD ioctls, DRM jobs, page faults, mmap, reclaim, BO traffic in "
-                  "its processes (keyed by this rank's pid, queues and rank key); per node: "
-                  "window (first rank's start to last rank's stop), lost_events, "
-                  "dropped_updates, probe_cost, bpftrace, machine-wide counts (reclaim "
-                  "episodes_machine_wide, kswapd wake-ups, page migrations' totals, BO traffic "
-                  "in other contexts, jobs without a traced submission)"),
+        "node_rank": env.node_rank,
+        "traced_by": "local rank 0",
+        "local_ranks_traced": env.local_world_size,
+        "bpftrace_pid": shared["bpftrace_pid"],
+        "traced_pids": shared["pids"],
+        "rank_key": rank_key(env.local_rank),
+        "scope": (
+            "per rank: submissions, dispatches, latencies, threads, GPU runtime launches "
+            "and queues, KFD ioctls, DRM jobs, page faults, mmap, reclaim, BO traffic in "
+            "its processes (keyed by this rank's pid, queues and rank key); per node: "
+            "window (first rank's start to last rank's stop), lost_events, "
+            "dropped_updates, probe_cost, bpftrace, machine-wide counts (reclaim "
+            "episodes_machine_wide, kswapd wake-ups, page migrations' totals, BO traffic "
+            "in other contexts, jobs without a traced submission)"
+        ),
     }
 
 
@@ -271,57 +304,83 @@ def node_target(ranks: list[dict[str, Any]]) -> TraceTarget:
                 raise ValueError(f"queue {queue} of pid {pid} is outside 0..{QUEUE_STRIDE - 1}")
             labels[int(w["tid"])] = f"p{pid}/q{queue}"
             if w.get("doorbell_fd") is not None:
-                bells.append((pid, int(w["doorbell_fd"]), int(w["tid"]),
-                              slot * QUEUE_STRIDE + queue))
+                bells.append((pid, int(w["doorbell_fd"]), int(w["tid"]), slot * QUEUE_STRIDE + queue))
         if rank.get("submitter_tid"):
             labels[int(rank["submitter_tid"])] = f"p{pid}/{SUBMITTER_LABEL}"
-    return TraceTarget(pids=tuple(int(r["pid"]) for r in ranks), follow_children=True,
-                       thread_labels=labels, doorbells=tuple(bells), window_ranks=len(ranks),
-                       rank_keys=True)
+    return TraceTarget(
+        pids=tuple(int(r["pid"]) for r in ranks),
+        follow_children=True,
+        thread_labels=labels,
+        doorbells=tuple(bells),
+        window_ranks=len(ranks),
+        rank_keys=True,
+    )
 
 
 def _own_threads(backend: Any) -> dict[str, Any]:
     """This rank's pid, queue workers (tid, queue, doorbell fd) and submitting thread."""
-    workers = [{"tid": w.tid, "queue": w.queue, "doorbell_fd": w.doorbell_fd}
-               for w in backend.workers() if w.tid]
-    return {"pid": os.getpid(), "workers": workers,
-            "submitter_tid": threading.get_native_id() if workers else None}
+    workers = [
+        {"tid": w.tid, "queue": w.queue, "doorbell_fd": w.doorbell_fd} for w in backend.workers() if w.tid
+    ]
+    return {
+        "pid": os.getpid(),
+        "workers": workers,
+        "submitter_tid": threading.get_native_id() if workers else None,
+    }
 
 
 def _published(output: SessionOutput, program: Program, bpftrace_pid: int | None) -> dict[str, Any]:
     """What the other local ranks need to build their sections (JSON)."""
     data = {name: getattr(output, name) for name in _OUTPUT_FIELDS}
     data["helper_errors"] = [[*k, v] for k, v in output.helper_errors.items()]
-    data.update({"text": program.text, "token": program.token, "used_events": program.used_events,
-                 "missing": program.missing, "marker_event": program.marker_event,
-                 "bpftrace_pid": bpftrace_pid,
-                 "pids": list(program.target.pids) if program.target else [],
-                 "doorbells": len(program.target.doorbells) if program.target else 0})
+    data.update(
+        {
+            "text": program.text,
+            "token": program.token,
+            "used_events": program.used_events,
+            "missing": program.missing,
+            "marker_event": program.marker_event,
+            "bpftrace_pid": bpftrace_pid,
+            "pids": list(program.target.pids) if program.target else [],
+            "doorbells": len(program.target.doorbells) if program.target else 0,
+        }
+    )
     return data
 
 
 def _output_from(data: dict[str, Any]) -> SessionOutput:
     output = SessionOutput(**{name: data[name] for name in _OUTPUT_FIELDS})
-    output.helper_errors = {(str(h), int(r), int(line), int(col)): int(n)
-                            for h, r, line, col, n in data.get("helper_errors", [])}
+    output.helper_errors = {
+        (str(h), int(r), int(line), int(col)): int(n) for h, r, line, col, n in data.get("helper_errors", [])
+    }
     return output
 
 
 def _program_from(data: dict[str, Any], families: list[ProbeFamily]) -> Program:
     """The node's program as far as collecting needs it (this rank's families, restored)."""
-    return Program(text=data["text"], token=int(data["token"]), families=families,
-                   used_events=data["used_events"], missing=data["missing"],
-                   marker_event=data["marker_event"])
+    return Program(
+        text=data["text"],
+        token=int(data["token"]),
+        families=families,
+        used_events=data["used_events"],
+        missing=data["missing"],
+        marker_event=data["marker_event"],
+    )
 
 
 def _remote_readiness(described: dict[str, Any]) -> engine.Readiness:
     """The lead's bpftrace as its sections describe it (this rank runs none)."""
     version = described.get("version")
     return engine.Readiness(
-        ok=True, reason=None, bpftrace=described.get("path"),
+        ok=True,
+        reason=None,
+        bpftrace=described.get("path"),
         version=tuple(int(x) for x in version.split(".")) if version else None,  # type: ignore[arg-type]
-        prefix=None, privilege=described.get("privilege") or "n/a (local rank 0 traces)",
-        tracefs=None, tracefs_note=described.get("tracefs") or "n/a")
+        prefix=None,
+        privilege=described.get("privilege") or "n/a (local rank 0 traces)",
+        tracefs=None,
+        tracefs_note=described.get("tracefs") or "n/a",
+    )
 
 
 def _store() -> Any:

@@ -45,8 +45,9 @@ def _int_env(env: Mapping[str, str], name: str, default: int | None = None) -> i
     raw = env.get(name)
     if raw is None or raw.strip() == "":
         if default is None:
-            raise UsageError(f"torchrun environment incomplete: {name} is not set "
-                             "(start the run with torchrun)")
+            raise UsageError(
+                f"torchrun environment incomplete: {name} is not set (start the run with torchrun)"
+            )
         return default
     try:
         return int(raw)
@@ -59,13 +60,17 @@ def torchrun_env(environ: Mapping[str, str] | None = None) -> DistEnv | None:
     env = os.environ if environ is None else environ
     if "TORCHELASTIC_RUN_ID" not in env and "LOCAL_RANK" not in env:
         return None
-    dist_env = DistEnv(rank=_int_env(env, "RANK"), world_size=_int_env(env, "WORLD_SIZE"),
-                       local_rank=_int_env(env, "LOCAL_RANK"),
-                       local_world_size=_int_env(env, "LOCAL_WORLD_SIZE", 1),
-                       node_rank=_int_env(env, "GROUP_RANK", 0))
+    dist_env = DistEnv(
+        rank=_int_env(env, "RANK"),
+        world_size=_int_env(env, "WORLD_SIZE"),
+        local_rank=_int_env(env, "LOCAL_RANK"),
+        local_world_size=_int_env(env, "LOCAL_WORLD_SIZE", 1),
+        node_rank=_int_env(env, "GROUP_RANK", 0),
+    )
     if not 0 <= dist_env.rank < dist_env.world_size:
-        raise UsageError(f"torchrun environment: RANK {dist_env.rank} is outside WORLD_SIZE "
-                         f"{dist_env.world_size}")
+        raise UsageError(
+            f"torchrun environment: RANK {dist_env.rank} is outside WORLD_SIZE {dist_env.world_size}"
+        )
     return dist_env
 
 
@@ -77,8 +82,9 @@ def rank_device(device: str, env: DistEnv) -> str:
     if dev == "cpu":
         return "cpu"
     if dev.startswith("cuda:"):
-        raise UsageError(f"--device {device}: under torchrun each rank uses cuda:LOCAL_RANK; "
-                         "use --device cuda or auto")
+        raise UsageError(
+            f"--device {device}: under torchrun each rank uses cuda:LOCAL_RANK; use --device cuda or auto"
+        )
     if dev not in ("auto", "cuda"):
         raise UsageError(f"--device {device!r} is not known: use auto, cpu or cuda")
     if not torch.cuda.is_available():
@@ -87,8 +93,9 @@ def rank_device(device: str, env: DistEnv) -> str:
         return "cpu"
     count = torch.cuda.device_count()
     if env.local_rank >= count:
-        raise UsageError(f"local rank {env.local_rank} has no GPU: only {count} visible; use "
-                         f"--nproc-per-node ≤ {count}")
+        raise UsageError(
+            f"local rank {env.local_rank} has no GPU: only {count} visible; use --nproc-per-node ≤ {count}"
+        )
     return f"cuda:{env.local_rank}"
 
 
@@ -134,9 +141,13 @@ def make_barrier(backend: str, timeout_s: float) -> Callable[[], None]:
     return barrier
 
 
-def run_distributed(config: RunConfig, env: DistEnv, timeout_s: float = DEFAULT_TIMEOUT_S,
-                    tracer: Any = None,
-                    benchmark: Callable[..., Any] | None = None) -> dict[str, Any] | None:
+def run_distributed(
+    config: RunConfig,
+    env: DistEnv,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    tracer: Any = None,
+    benchmark: Callable[..., Any] | None = None,
+) -> dict[str, Any] | None:
     """Run `config` on this rank; rank 0 returns the combined result, the others None.
 
     `benchmark` measures this rank's run (default harness.run_benchmark); whatever it raises is
@@ -156,8 +167,9 @@ def run_distributed(config: RunConfig, env: DistEnv, timeout_s: float = DEFAULT_
     dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
     try:
         try:
-            result = benchmark(replace(config, device=device), tracer=tracer,
-                               barrier=make_barrier(backend, timeout_s)).to_dict()
+            result = benchmark(
+                replace(config, device=device), tracer=tracer, barrier=make_barrier(backend, timeout_s)
+            ).to_dict()
         except Exception as exc:
             others = failed_ranks(env)
             if others:  # our collective failed because another rank died first: name it
@@ -174,22 +186,37 @@ def run_distributed(config: RunConfig, env: DistEnv, timeout_s: float = DEFAULT_
 
 def rank_info(env: DistEnv, backend: str) -> dict[str, Any]:
     """This rank's identity in the job, for its result."""
-    return {"mode": "torchrun", "backend": backend, "rank": env.rank,
-            "world_size": env.world_size, "local_rank": env.local_rank,
-            "local_world_size": env.local_world_size, "node_rank": env.node_rank,
-            "hostname": socket.gethostname(), "pid": os.getpid()}
+    return {
+        "mode": "torchrun",
+        "backend": backend,
+        "rank": env.rank,
+        "world_size": env.world_size,
+        "local_rank": env.local_rank,
+        "local_world_size": env.local_world_size,
+        "node_rank": env.node_rank,
+        "hostname": socket.gethostname(),
+        "pid": os.getpid(),
+    }
 
 
 def rank_summary(result: dict[str, Any]) -> dict[str, Any]:
     """One row of the per-rank table."""
     info = result["distributed"]
     latency = result.get("latency_ms") or {}
-    return {"rank": info["rank"], "node_rank": info["node_rank"],
-            "local_rank": info["local_rank"], "hostname": info["hostname"], "pid": info["pid"],
-            "throughput": result.get("throughput"), "unit": result.get("throughput_unit"),
-            "p50_ms": latency.get("p50"), "p99_ms": latency.get("p99"),
-            "window_ms": result.get("total_time_ms"), "status": result.get("status"),
-            "verification_passed": (result.get("verification") or {}).get("passed")}
+    return {
+        "rank": info["rank"],
+        "node_rank": info["node_rank"],
+        "local_rank": info["local_rank"],
+        "hostname": info["hostname"],
+        "pid": info["pid"],
+        "throughput": result.get("throughput"),
+        "unit": result.get("throughput_unit"),
+        "p50_ms": latency.get("p50"),
+        "p99_ms": latency.get("p99"),
+        "window_ms": result.get("total_time_ms"),
+        "status": result.get("status"),
+        "verification_passed": (result.get("verification") or {}).get("passed"),
+    }
 
 
 def combine(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -207,14 +234,17 @@ def combine(results: list[dict[str, Any]]) -> dict[str, Any]:
         "ranks": rows,
         "aggregate": {
             "throughput_sum": sum(throughputs) if len(throughputs) == len(rows) else None,
-            "throughput_note": "sum over ranks of each rank's throughput (every rank runs the "
-                               "full workload)",
+            "throughput_note": "sum over ranks of each rank's throughput (every rank runs the full workload)",
             "unit": results[0].get("throughput_unit"),
-            "window_ms_max": max(windows), "window_ms_median": statistics.median(windows),
-            "straggler": {"rank": slowest["rank"], "window_ms": slowest["window_ms"],
-                          "lag_ms": slowest["window_ms"] - fastest,
-                          "definition": "rank with the longest window; lag = its window minus "
-                                        "the shortest window"}},
+            "window_ms_max": max(windows),
+            "window_ms_median": statistics.median(windows),
+            "straggler": {
+                "rank": slowest["rank"],
+                "window_ms": slowest["window_ms"],
+                "lag_ms": slowest["window_ms"] - fastest,
+                "definition": "rank with the longest window; lag = its window minus the shortest window",
+            },
+        },
         "rank_results": results,
     }
     if any(r["status"] != "ok" for r in rows):
@@ -233,17 +263,24 @@ def format_rank_table(combined: dict[str, Any]) -> list[str]:
     def num(value: Any, fmt: str = ".3g") -> str:
         return "n/a" if value is None else format(value, fmt)
 
-    lines = [f"{'rank':>4} {'node':>4} {'local':>5} {'throughput':>12} {'p50 ms':>9} "
-             f"{'p99 ms':>9} {'window ms':>10}  status"]
+    lines = [
+        f"{'rank':>4} {'node':>4} {'local':>5} {'throughput':>12} {'p50 ms':>9} "
+        f"{'p99 ms':>9} {'window ms':>10}  status"
+    ]
     for row in dist_info["ranks"]:
-        mark = "  ← straggler" if row["rank"] == agg["straggler"]["rank"] and \
-            len(dist_info["ranks"]) > 1 else ""
-        lines.append(f"{row['rank']:>4} {row['node_rank']:>4} {row['local_rank']:>5} "
-                     f"{num(row['throughput']):>12} {num(row['p50_ms']):>9} "
-                     f"{num(row['p99_ms']):>9} {num(row['window_ms'], '.1f'):>10}  "
-                     f"{row['status']}{mark}")
-    lines.append(f"aggregate: {num(agg['throughput_sum'])} {unit} over "
-                 f"{len(dist_info['ranks'])} ranks on {dist_info['nodes']} node(s); window max "
-                 f"{agg['window_ms_max']:.1f} ms; straggler rank {agg['straggler']['rank']} "
-                 f"(+{agg['straggler']['lag_ms']:.1f} ms vs the fastest)")
+        mark = (
+            "  ← straggler" if row["rank"] == agg["straggler"]["rank"] and len(dist_info["ranks"]) > 1 else ""
+        )
+        lines.append(
+            f"{row['rank']:>4} {row['node_rank']:>4} {row['local_rank']:>5} "
+            f"{num(row['throughput']):>12} {num(row['p50_ms']):>9} "
+            f"{num(row['p99_ms']):>9} {num(row['window_ms'], '.1f'):>10}  "
+            f"{row['status']}{mark}"
+        )
+    lines.append(
+        f"aggregate: {num(agg['throughput_sum'])} {unit} over "
+        f"{len(dist_info['ranks'])} ranks on {dist_info['nodes']} node(s); window max "
+        f"{agg['window_ms_max']:.1f} ms; straggler rank {agg['straggler']['rank']} "
+        f"(+{agg['straggler']['lag_ms']:.1f} ms vs the fastest)"
+    )
     return lines

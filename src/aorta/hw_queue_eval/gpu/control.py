@@ -35,10 +35,14 @@ from aorta.hw_queue_eval.gpu.drivers.nvml import Pynvml
 from aorta.hw_queue_eval.gpu.drivers.rocm_smi import RocmSmi
 from aorta.hw_queue_eval.results.run_result import utc_timestamp
 
-CPU_NOT_APPLICABLE = ("not applicable on the CPU backend: it has no GPU clocks or power cap to "
-                      "set (run on a GPU, or drop the clock/power setting)")
-_VISIBLE_ENV = {"nvidia": ("CUDA_VISIBLE_DEVICES",),
-                "amd": ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")}
+CPU_NOT_APPLICABLE = (
+    "not applicable on the CPU backend: it has no GPU clocks or power cap to "
+    "set (run on a GPU, or drop the clock/power setting)"
+)
+_VISIBLE_ENV = {
+    "nvidia": ("CUDA_VISIBLE_DEVICES",),
+    "amd": ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"),
+}
 
 
 @dataclass(frozen=True)
@@ -93,8 +97,10 @@ def _physical_index(vendor: str, logical: int) -> int:
             continue
         items = [x.strip() for x in raw.split(",") if x.strip()]
         if not all(x.isdigit() for x in items) or logical >= len(items):
-            raise UsageError(f"cannot tell which physical GPU cuda:{logical} is from "
-                             f"{name}={raw!r}: use numeric indices to control clocks/power")
+            raise UsageError(
+                f"cannot tell which physical GPU cuda:{logical} is from "
+                f"{name}={raw!r}: use numeric indices to control clocks/power"
+            )
         return int(items[logical])
     return logical
 
@@ -179,21 +185,29 @@ def _restore_device(driver: GpuDriver, record: dict[str, Any]) -> dict[str, Any]
     try:
         after = driver.snapshot()
     except GpuControlError as exc:
-        raise DeviceLeftChanged(f"could not read GPU {record['index']} back after restoring it: "
-                                f"{exc}; run `python -m aorta.hw_queue_eval restore`") from None
+        raise DeviceLeftChanged(
+            f"could not read GPU {record['index']} back after restoring it: "
+            f"{exc}; run `python -m aorta.hw_queue_eval restore`"
+        ) from None
     if "power_limit_w" in applied and prior.get("power_limit_w") is not None:
         now = after.get("power_limit_w")
         if now is None or abs(now - prior["power_limit_w"]) > POWER_TOLERANCE_W:
-            errors.append(f"power cap reads {now} W after restore, expected "
-                          f"{prior['power_limit_w']} W")
-    if "clock_level" in applied and "perf_level" in prior["clock"] \
-            and after["clock"].get("perf_level") != prior["clock"]["perf_level"]:
-        errors.append(f"performance level reads {after['clock'].get('perf_level')!r} after "
-                      f"restore, expected {prior['clock']['perf_level']!r}")
+            errors.append(f"power cap reads {now} W after restore, expected {prior['power_limit_w']} W")
+    if (
+        "clock_level" in applied
+        and "perf_level" in prior["clock"]
+        and after["clock"].get("perf_level") != prior["clock"]["perf_level"]
+    ):
+        errors.append(
+            f"performance level reads {after['clock'].get('perf_level')!r} after "
+            f"restore, expected {prior['clock']['perf_level']!r}"
+        )
     if errors:
-        raise DeviceLeftChanged(f"could not put GPU {record['index']} back as found: "
-                              f"{'; '.join(errors + soft)}; run `python -m aorta.hw_queue_eval "
-                              "restore`")
+        raise DeviceLeftChanged(
+            f"could not put GPU {record['index']} back as found: "
+            f"{'; '.join(errors + soft)}; run `python -m aorta.hw_queue_eval "
+            "restore`"
+        )
     return after
 
 
@@ -207,8 +221,10 @@ def restore_from_file(path: Path) -> str:
     finally:
         _close(driver)
     gpu_state.remove_state(path)
-    return (f"restored {record['vendor']} GPU {record['index']} to its prior state "
-            f"(left changed by pid {record.get('pid')} at {record.get('started')})")
+    return (
+        f"restored {record['vendor']} GPU {record['index']} to its prior state "
+        f"(left changed by pid {record.get('pid')} at {record.get('started')})"
+    )
 
 
 def _check_power_in_range(driver: GpuDriver, record: dict[str, Any], path: Path) -> None:
@@ -218,10 +234,13 @@ def _check_power_in_range(driver: GpuDriver, record: dict[str, Any], path: Path)
         return
     snap = driver.snapshot()
     low, high = snap.get("power_min_w"), snap.get("power_max_w")
-    if (low is not None and watts < low - POWER_TOLERANCE_W) or \
-            (high is not None and watts > high + POWER_TOLERANCE_W):
-        raise UsageError(f"state file {path}: prior power cap {watts:g} W is outside what GPU "
-                         f"{record['index']} accepts ({low:g}..{high:g} W); it was left in place")
+    if (low is not None and watts < low - POWER_TOLERANCE_W) or (
+        high is not None and watts > high + POWER_TOLERANCE_W
+    ):
+        raise UsageError(
+            f"state file {path}: prior power cap {watts:g} W is outside what GPU "
+            f"{record['index']} accepts ({low:g}..{high:g} W); it was left in place"
+        )
 
 
 def recover_stale_states(echo: Any = None) -> list[str]:
@@ -253,16 +272,23 @@ def recover_stale_states(echo: Any = None) -> list[str]:
 class GpuControl:
     """Context manager: snapshot → state file → apply → verify; restore on every exit path."""
 
-    def __init__(self, target: GpuTarget, request: GpuRequest,
-                 open_driver: Callable[[GpuTarget], GpuDriver] | None = None) -> None:
+    def __init__(
+        self,
+        target: GpuTarget,
+        request: GpuRequest,
+        open_driver: Callable[[GpuTarget], GpuDriver] | None = None,
+    ) -> None:
         self.target = target
         self.request = request
         self.open_driver = open_driver or DeviceGpus().driver_for
         self.driver: GpuDriver | None = None
         self.record: dict[str, Any] | None = None
         self.path: Path | None = None
-        self.report: dict[str, Any] = {"requested": request.to_dict(),
-                                       "device": target.describe(), "status": "not_started"}
+        self.report: dict[str, Any] = {
+            "requested": request.to_dict(),
+            "device": target.describe(),
+            "status": "not_started",
+        }
 
     def preflight(self) -> dict[str, Any]:
         """Tool present, device readable, requested power within its limits (changes nothing)."""
@@ -270,18 +296,24 @@ class GpuControl:
         if path.exists():
             record = gpu_state.read_state(path)
             if gpu_state.owner_alive(record) and record.get("pid") != os.getpid():
-                raise UsageError(f"{self.target.describe()} is being controlled by running pid "
-                                 f"{record.get('pid')} (state file {path}); wait for it to end")
+                raise UsageError(
+                    f"{self.target.describe()} is being controlled by running pid "
+                    f"{record.get('pid')} (state file {path}); wait for it to end"
+                )
             restore_from_file(path)
         gpu_state.ensure_state_dir()
         self.driver = self.driver or self.open_driver(self.target)
         snap = self.driver.snapshot()
         watts = self.request.power_limit_w
         low, high = snap.get("power_min_w"), snap.get("power_max_w")
-        if watts is not None and ((low is not None and watts < low - POWER_TOLERANCE_W)
-                                  or (high is not None and watts > high + POWER_TOLERANCE_W)):
-            raise UsageError(f"power limit {watts:g} W is outside what "
-                             f"{self.target.describe()} accepts ({low:g}..{high:g} W)")
+        if watts is not None and (
+            (low is not None and watts < low - POWER_TOLERANCE_W)
+            or (high is not None and watts > high + POWER_TOLERANCE_W)
+        ):
+            raise UsageError(
+                f"power limit {watts:g} W is outside what "
+                f"{self.target.describe()} accepts ({low:g}..{high:g} W)"
+            )
         return snap
 
     def __enter__(self) -> dict[str, Any]:
@@ -291,11 +323,18 @@ class GpuControl:
             self.close()
             raise
         assert self.driver is not None
-        self.record = {"vendor": self.target.vendor, "index": self.target.index,
-                       "tool": self.driver.tool, "simulated": self.target.simulated,
-                       "pid": os.getpid(), "pid_start_ticks": gpu_state.process_start_ticks(
-                           os.getpid()), "started": utc_timestamp(), "argv": list(sys.argv),
-                       "prior": prior, "applied": {}}
+        self.record = {
+            "vendor": self.target.vendor,
+            "index": self.target.index,
+            "tool": self.driver.tool,
+            "simulated": self.target.simulated,
+            "pid": os.getpid(),
+            "pid_start_ticks": gpu_state.process_start_ticks(os.getpid()),
+            "started": utc_timestamp(),
+            "argv": list(sys.argv),
+            "prior": prior,
+            "applied": {},
+        }
         self.report["tool"] = self.driver.tool  # which backend acts: amdsmi, rocm-smi, …
         self.path = gpu_state.write_state(self.record)  # before anything changes
         try:
@@ -328,20 +367,29 @@ class GpuControl:
         if target_clock is not None:
             mhz = in_effect.get("clock_mhz")
             if mhz is None or abs(mhz - target_clock["mhz"]) > max(15, 0.01 * target_clock["mhz"]):
-                problems.append(f"clock reads {in_effect.get('clock_mhz')} MHz, expected "
-                                f"{target_clock['mhz']} MHz (level {target_clock['level']})")
+                problems.append(
+                    f"clock reads {in_effect.get('clock_mhz')} MHz, expected "
+                    f"{target_clock['mhz']} MHz (level {target_clock['level']})"
+                )
             in_effect["clock_level"] = target_clock["level"] if not problems else None
             in_effect["clock_target"] = target_clock
         if self.request.power_limit_w is not None:
             now = in_effect.get("power_limit_w")
             if now is None or abs(now - self.request.power_limit_w) > POWER_TOLERANCE_W:
-                problems.append(f"power cap reads {now} W, expected "
-                                f"{self.request.power_limit_w:g} W")
-        self.report.update({"status": "applied", "tool": self.driver.tool, "prior": prior,
-                            "in_effect": in_effect, "verified": not problems})
+                problems.append(f"power cap reads {now} W, expected {self.request.power_limit_w:g} W")
+        self.report.update(
+            {
+                "status": "applied",
+                "tool": self.driver.tool,
+                "prior": prior,
+                "in_effect": in_effect,
+                "verified": not problems,
+            }
+        )
         if problems:
-            raise GpuControlError(f"{self.target.describe()}: setting did not take effect: "
-                                  f"{'; '.join(problems)}")
+            raise GpuControlError(
+                f"{self.target.describe()}: setting did not take effect: {'; '.join(problems)}"
+            )
 
     def close(self) -> None:
         """Release the driver (amdsmi_shut_down for the library); a later use opens it again."""
@@ -361,8 +409,11 @@ class GpuControl:
                 self.report.update({"status": "restore_failed", "restore_error": str(exc)})
                 if stopping is None:
                     raise
-                why = (f"exit {stopping.code}" if isinstance(stopping, SystemExit)
-                       else str(stopping).strip() or type(stopping).__name__)
+                why = (
+                    f"exit {stopping.code}"
+                    if isinstance(stopping, SystemExit)
+                    else str(stopping).strip() or type(stopping).__name__
+                )
                 raise DeviceLeftChanged(f"{exc} (while stopping after: {why})") from stopping
             gpu_state.remove_state(self.path)
             self.report.update({"status": "restored", "after_restore": self.driver.in_effect(after)})

@@ -33,13 +33,20 @@ _NAME_RE = re.compile(r"^[a-z][a-z0-9_\-]{0,47}$")
 _ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 #: Runtime variables a policy must not set: they change which device runs, so the device whose
 #: clocks/power are controlled would no longer be the device that is measured.
-_ENV_FORBIDDEN = ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
-                  "GPU_DEVICE_ORDINAL", "CUDA_DEVICE_ORDER")
+_ENV_FORBIDDEN = (
+    "HIP_VISIBLE_DEVICES",
+    "CUDA_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "GPU_DEVICE_ORDINAL",
+    "CUDA_DEVICE_ORDER",
+)
 _POLICY_KEYS = {"description", "clock_level", "power_limit_w", "env"}
 #: Names that load code or name a file/folder (refused with that reason): LD_*, PYTHON*, …PATH,
 #: …LIB, …_FILE, …_DIR, …_OUT, …PLUGIN, …INJECTION… (HSA_TOOLS_LIB, CUDA_INJECTION64_PATH, …).
-_LOADS_OR_WRITES = re.compile(r"^(LD_|PYTHON)|PATH|LIB|FILE|DIR|_OUT|PLUGIN|PRELOAD|INJECT|"
-                              r"TOOLS|_SO$|_CONF|CACHE_|HOME|PREFIX")
+_LOADS_OR_WRITES = re.compile(
+    r"^(LD_|PYTHON)|PATH|LIB|FILE|DIR|_OUT|PLUGIN|PRELOAD|INJECT|"
+    r"TOOLS|_SO$|_CONF|CACHE_|HOME|PREFIX"
+)
 
 
 @dataclass(frozen=True)
@@ -62,8 +69,7 @@ class EnvVar:
                 return str(value)
             raise UsageError(f"{what}={value!r}: give 0 or 1 (or true/false)")
         if self.kind == "int":
-            text = str(value) if isinstance(value, (int, str)) and not isinstance(value, bool) \
-                else ""
+            text = str(value) if isinstance(value, (int, str)) and not isinstance(value, bool) else ""
             if not re.fullmatch(r"[0-9]{1,6}", text) or not self.low <= int(text) <= self.high:
                 raise UsageError(f"{what}={value!r}: give a whole number {self.low}..{self.high}")
             return str(int(text))
@@ -78,25 +84,27 @@ def _bool(doc: str) -> EnvVar:
 
 #: The only variables a policy may set, with their value types (docs/policies.md lists them).
 ALLOWED_ENV: dict[str, EnvVar] = {
-    "GPU_MAX_HW_QUEUES": EnvVar("int", 1, 64, doc="HIP: hardware queues per device (CPU "
-                                "backend: its pool of worker queues)"),
+    "GPU_MAX_HW_QUEUES": EnvVar(
+        "int", 1, 64, doc="HIP: hardware queues per device (CPU backend: its pool of worker queues)"
+    ),
     "HSA_XNACK": _bool("ROCr: retry GPU page faults (unified memory)"),
     "HSA_ENABLE_SDMA": _bool("ROCr: copies on SDMA engines (0: on compute queues)"),
     "HSA_ENABLE_INTERRUPT": _bool("ROCr: interrupt-driven waits (0: polling)"),
     "HIP_LAUNCH_BLOCKING": _bool("HIP: every launch waits for completion"),
     "HIP_FORCE_DEV_KERNARG": _bool("HIP: kernel arguments in device memory"),
-    "AMD_SERIALIZE_KERNEL": EnvVar("enum", choices=("0", "1", "2", "3"),
-                                   doc="HIP: wait before (1), after (2) or around (3) kernels"),
-    "AMD_SERIALIZE_COPY": EnvVar("enum", choices=("0", "1", "2", "3"),
-                                 doc="HIP: the same for copies"),
+    "AMD_SERIALIZE_KERNEL": EnvVar(
+        "enum", choices=("0", "1", "2", "3"), doc="HIP: wait before (1), after (2) or around (3) kernels"
+    ),
+    "AMD_SERIALIZE_COPY": EnvVar("enum", choices=("0", "1", "2", "3"), doc="HIP: the same for copies"),
     "DEBUG_HIP_IGNORE_STREAM_PRIORITY": _bool("HIP: ignore stream priorities"),
-    "CUDA_DEVICE_MAX_CONNECTIONS": EnvVar("int", 1, 32, doc="CUDA: hardware work queues "
-                                          "(connections) per device"),
+    "CUDA_DEVICE_MAX_CONNECTIONS": EnvVar(
+        "int", 1, 32, doc="CUDA: hardware work queues (connections) per device"
+    ),
     "CUDA_LAUNCH_BLOCKING": _bool("CUDA: every launch waits for completion"),
-    "CUDA_MODULE_LOADING": EnvVar("enum", choices=("LAZY", "EAGER"),
-                                  doc="CUDA: when kernels are loaded"),
-    "NCCL_DEBUG": EnvVar("enum", choices=("VERSION", "WARN", "INFO", "TRACE"),
-                         doc="NCCL/RCCL: log level (on stderr)"),
+    "CUDA_MODULE_LOADING": EnvVar("enum", choices=("LAZY", "EAGER"), doc="CUDA: when kernels are loaded"),
+    "NCCL_DEBUG": EnvVar(
+        "enum", choices=("VERSION", "WARN", "INFO", "TRACE"), doc="NCCL/RCCL: log level (on stderr)"
+    ),
     "PYTORCH_NO_CUDA_MEMORY_CACHING": _bool("PyTorch: no caching allocator (CUDA)"),
     "PYTORCH_NO_HIP_MEMORY_CACHING": _bool("PyTorch: no caching allocator (ROCm)"),
     "OMP_NUM_THREADS": EnvVar("int", 1, 4096, doc="OpenMP threads (CPU)"),
@@ -122,25 +130,45 @@ class Policy:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict for the JSON file (the request, not what took effect)."""
-        return {"name": self.name, "description": self.description,
-                "clock_level": self.clock_level, "power_limit_w": self.power_limit_w,
-                "env": dict(self.env), "source": self.source}
+        return {
+            "name": self.name,
+            "description": self.description,
+            "clock_level": self.clock_level,
+            "power_limit_w": self.power_limit_w,
+            "env": dict(self.env),
+            "source": self.source,
+        }
 
 
-BUILTIN_POLICIES: dict[str, Policy] = {p.name: p for p in (
-    Policy("baseline", "Nothing changed: the machine as found."),
-    Policy("priority_lc", "Latency-critical: clocks locked at the highest level (7).",
-           clock_level=7),
-    Policy("priority_be", "Best-effort: low clock level (2) and a 150 W power cap.",
-           clock_level=2, power_limit_w=150.0),
-    Policy("multi_tenant_fair", "Two hardware queues per device (GPU_MAX_HW_QUEUES=2).",
-           env={"GPU_MAX_HW_QUEUES": "2"}),
-    Policy("high_queue", "Eight hardware queues per device (GPU_MAX_HW_QUEUES=8).",
-           env={"GPU_MAX_HW_QUEUES": "8"}),
-    Policy("default_uvm", "XNACK on: retry GPU page faults (unified memory), HSA_XNACK=1.",
-           env={"HSA_XNACK": "1"}),
-    Policy("xnack_off", "XNACK off, HSA_XNACK=0.", env={"HSA_XNACK": "0"}),
-)}
+BUILTIN_POLICIES: dict[str, Policy] = {
+    p.name: p
+    for p in (
+        Policy("baseline", "Nothing changed: the machine as found."),
+        Policy("priority_lc", "Latency-critical: clocks locked at the highest level (7).", clock_level=7),
+        Policy(
+            "priority_be",
+            "Best-effort: low clock level (2) and a 150 W power cap.",
+            clock_level=2,
+            power_limit_w=150.0,
+        ),
+        Policy(
+            "multi_tenant_fair",
+            "Two hardware queues per device (GPU_MAX_HW_QUEUES=2).",
+            env={"GPU_MAX_HW_QUEUES": "2"},
+        ),
+        Policy(
+            "high_queue",
+            "Eight hardware queues per device (GPU_MAX_HW_QUEUES=8).",
+            env={"GPU_MAX_HW_QUEUES": "8"},
+        ),
+        Policy(
+            "default_uvm",
+            "XNACK on: retry GPU page faults (unified memory), HSA_XNACK=1.",
+            env={"HSA_XNACK": "1"},
+        ),
+        Policy("xnack_off", "XNACK off, HSA_XNACK=0.", env={"HSA_XNACK": "0"}),
+    )
+}
 
 
 #: env variables that change what the CPU backend does: its queue pool (GPU_MAX_HW_QUEUES, see
@@ -152,8 +180,11 @@ CPU_EFFECTIVE_PREFIXES = ("OMP_", "MKL_", "TORCH_", "PYTORCH_")
 
 def cpu_ignored_env(policy: Policy) -> list[str]:
     """The policy's env variables that have no effect on the CPU backend."""
-    return sorted(name for name in policy.env if name not in CPU_EFFECTIVE_ENV
-                  and not name.startswith(CPU_EFFECTIVE_PREFIXES))
+    return sorted(
+        name
+        for name in policy.env
+        if name not in CPU_EFFECTIVE_ENV and not name.startswith(CPU_EFFECTIVE_PREFIXES)
+    )
 
 
 def not_applicable_reason(policy: Policy, backend: str) -> str | None:
@@ -166,10 +197,12 @@ def not_applicable_reason(policy: Policy, backend: str) -> str | None:
     ignored = cpu_ignored_env(policy)
     if len(ignored) < len(policy.env):
         return None
-    return (f"not applicable on the CPU backend: {', '.join(ignored)} "
-            f"{'is a GPU-runtime variable' if len(ignored) == 1 else 'are GPU-runtime variables'}"
-            " the CPU backend never reads (only GPU_MAX_HW_QUEUES and OMP_/MKL_/TORCH_ "
-            "variables change it); run on a GPU to measure it")
+    return (
+        f"not applicable on the CPU backend: {', '.join(ignored)} "
+        f"{'is a GPU-runtime variable' if len(ignored) == 1 else 'are GPU-runtime variables'}"
+        " the CPU backend never reads (only GPU_MAX_HW_QUEUES and OMP_/MKL_/TORCH_ "
+        "variables change it); run on a GPU to measure it"
+    )
 
 
 def validate_clock_level(value: Any, what: str = "--lock-clocks") -> int:
@@ -179,8 +212,7 @@ def validate_clock_level(value: Any, what: str = "--lock-clocks") -> int:
     try:
         level = int(str(value).strip())
     except ValueError:
-        raise UsageError(f"{what} {value!r}: give a whole number 0 (lowest) … 7 (highest)") \
-            from None
+        raise UsageError(f"{what} {value!r}: give a whole number 0 (lowest) … 7 (highest)") from None
     if level not in CLOCK_LEVELS:
         raise UsageError(f"{what} {level}: clock levels are 0 (lowest) … 7 (highest)")
     return level
@@ -208,16 +240,21 @@ def validate_env(env: Any, where: str) -> dict[str, str]:
         if not isinstance(name, str) or not _ENV_NAME_RE.fullmatch(name):
             raise UsageError(f"{where}: env name {name!r} is not of the form [A-Z_][A-Z0-9_]*")
         if name in _ENV_FORBIDDEN:
-            raise UsageError(f"{where}: env {name} changes which device runs; select the device "
-                             "with --device instead")
+            raise UsageError(
+                f"{where}: env {name} changes which device runs; select the device with --device instead"
+            )
         spec = ALLOWED_ENV.get(name)
         if spec is None:
             if _LOADS_OR_WRITES.search(name):
-                raise UsageError(f"{where}: env {name} names a file, folder or library that the "
-                                 "runtime would load or write; a policy may not set it (the "
-                                 "child may run as root)")
-            raise UsageError(f"{where}: env {name} is not a variable a policy may set; allowed: "
-                             f"{', '.join(sorted(ALLOWED_ENV))} (docs/policies.md)")
+                raise UsageError(
+                    f"{where}: env {name} names a file, folder or library that the "
+                    "runtime would load or write; a policy may not set it (the "
+                    "child may run as root)"
+                )
+            raise UsageError(
+                f"{where}: env {name} is not a variable a policy may set; allowed: "
+                f"{', '.join(sorted(ALLOWED_ENV))} (docs/policies.md)"
+            )
         clean[name] = spec.check(value, f"{where}: env {name}")
     return clean
 
@@ -230,19 +267,22 @@ def _policy_from_table(name: str, table: Any, path: str) -> Policy:
         raise UsageError(f"{where}: expected a table [policies.{name}]")
     unknown = sorted(set(table) - _POLICY_KEYS)
     if unknown:
-        raise UsageError(f"{where}: unknown key(s) {', '.join(unknown)} "
-                         f"(known: {', '.join(sorted(_POLICY_KEYS))})")
+        raise UsageError(
+            f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(_POLICY_KEYS))})"
+        )
     description = table.get("description", "")
     if not isinstance(description, str):
         raise UsageError(f"{where}: description must be a string")
     clock = table.get("clock_level")
     power = table.get("power_limit_w")
     policy = Policy(
-        name=name, description=description,
+        name=name,
+        description=description,
         clock_level=None if clock is None else validate_clock_level(clock, f"{where}: clock_level"),
-        power_limit_w=None if power is None else validate_power_limit(power,
-                                                                      f"{where}: power_limit_w"),
-        env=validate_env(table.get("env", {}), where), source=str(path))
+        power_limit_w=None if power is None else validate_power_limit(power, f"{where}: power_limit_w"),
+        env=validate_env(table.get("env", {}), where),
+        source=str(path),
+    )
     if not policy.needs_gpu_control and not policy.env and name != "baseline":
         raise UsageError(f"{where}: sets nothing (give clock_level, power_limit_w or env)")
     return policy
@@ -261,8 +301,10 @@ def load_policy_file(path: str) -> dict[str, Policy]:
     tables = data.get("policies")
     extra = sorted(set(data) - {"policies"})
     if extra:
-        raise UsageError(f"--policy-file {path}: unknown top-level key(s) {', '.join(extra)}; "
-                         "put each policy under [policies.NAME]")
+        raise UsageError(
+            f"--policy-file {path}: unknown top-level key(s) {', '.join(extra)}; "
+            "put each policy under [policies.NAME]"
+        )
     if not isinstance(tables, dict) or not tables:
         raise UsageError(f"--policy-file {path} defines no [policies.NAME] table")
     return {name: _policy_from_table(name, table, path) for name, table in tables.items()}
@@ -279,8 +321,9 @@ def resolve_policies(names: str | None, policy_file: str | None) -> list[Policy]
         from_file = load_policy_file(policy_file)
         available.update(from_file)  # a file may redefine a built-in; the file's source says so
     if names is None or not names.strip():
-        wanted: Iterable[str] = (["baseline", *[n for n in from_file if n != "baseline"]]
-                                 if from_file else DEFAULT_POLICIES)
+        wanted: Iterable[str] = (
+            ["baseline", *[n for n in from_file if n != "baseline"]] if from_file else DEFAULT_POLICIES
+        )
     else:
         wanted = [n.strip() for n in names.split(",")]
     chosen: list[Policy] = []
@@ -288,8 +331,10 @@ def resolve_policies(names: str | None, policy_file: str | None) -> list[Policy]
         if not name:
             raise UsageError(f"--policies {names!r}: an item is empty (stray comma?)")
         if name not in available:
-            raise UsageError(f"unknown policy {name!r}: known are {', '.join(sorted(available))}"
-                             " (or define it in --policy-file)")
+            raise UsageError(
+                f"unknown policy {name!r}: known are {', '.join(sorted(available))}"
+                " (or define it in --policy-file)"
+            )
         if any(p.name == name for p in chosen):
             raise UsageError(f"--policies {names!r}: {name} is listed twice")
         chosen.append(available[name])

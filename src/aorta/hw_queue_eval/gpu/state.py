@@ -33,8 +33,9 @@ def state_dir() -> Path:
     xdg = os.environ.get("XDG_STATE_HOME")
     home = os.path.expanduser("~")
     if not xdg and not os.path.isabs(home):  # no HOME and no passwd entry: never a relative path
-        raise UsageError("no home folder to keep GPU state files in: set HOME, XDG_STATE_HOME "
-                         "or AORTA_STATE_DIR")
+        raise UsageError(
+            "no home folder to keep GPU state files in: set HOME, XDG_STATE_HOME or AORTA_STATE_DIR"
+        )
     base = Path(xdg) if xdg else Path(home) / ".local" / "state"
     return base / "aorta"
 
@@ -43,11 +44,14 @@ def _check_dir(path: Path) -> None:
     """Refuse a folder that is a symlink, not a folder, or writable by others / not ours."""
     st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        raise UsageError(f"state folder {path} is a symbolic link or not a folder; remove it "
-                         "or set AORTA_STATE_DIR")
+        raise UsageError(
+            f"state folder {path} is a symbolic link or not a folder; remove it or set AORTA_STATE_DIR"
+        )
     if st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        raise UsageError(f"state folder {path} is not owned by this user or is writable by "
-                         "others; fix its owner/mode (0700) or set AORTA_STATE_DIR")
+        raise UsageError(
+            f"state folder {path} is not owned by this user or is writable by "
+            "others; fix its owner/mode (0700) or set AORTA_STATE_DIR"
+        )
 
 
 def ensure_state_dir() -> Path:
@@ -57,8 +61,9 @@ def ensure_state_dir() -> Path:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         _check_dir(path)
     except OSError as exc:
-        raise UsageError(f"cannot create state folder {path}: {exc.strerror}; "
-                         "set AORTA_STATE_DIR to a writable folder") from None
+        raise UsageError(
+            f"cannot create state folder {path}: {exc.strerror}; set AORTA_STATE_DIR to a writable folder"
+        ) from None
     return path
 
 
@@ -73,7 +78,7 @@ def process_start_ticks(pid: int) -> int | None:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = text[text.rfind(")") + 2:].split()
+    fields = text[text.rfind(")") + 2 :].split()
     try:
         return int(fields[19])  # field 22 of stat, counted after "pid (comm)"
     except (IndexError, ValueError):
@@ -103,16 +108,29 @@ def read_state(path: Path) -> dict[str, Any]:
     data = read_json_file(path, "state file")
     problem = record_problem(data, path.name)
     if problem:
-        raise UsageError(f"state file {path} is not a valid aorta GPU state file ({problem}); "
-                         "it was left in place: check it, then restore the GPU by hand or "
-                         "remove it")
+        raise UsageError(
+            f"state file {path} is not a valid aorta GPU state file ({problem}); "
+            "it was left in place: check it, then restore the GPU by hand or "
+            "remove it"
+        )
     return data
 
 
 #: Performance levels a state file may name (what rocm-smi and amdsmi report); anything else —
 #: an option such as `--help` — is refused before a tool sees it.
-PERF_LEVELS = frozenset({"auto", "low", "high", "manual", "stable_std", "stable_peak",
-                         "stable_min_mclk", "stable_min_sclk", "determinism"})
+PERF_LEVELS = frozenset(
+    {
+        "auto",
+        "low",
+        "high",
+        "manual",
+        "stable_std",
+        "stable_peak",
+        "stable_min_mclk",
+        "stable_min_sclk",
+        "determinism",
+    }
+)
 TOOLS = {"nvidia": ("nvidia-smi", "pynvml"), "amd": ("rocm-smi", "amdsmi")}
 MAX_INDEX = 63
 _MIN_W, _MAX_W = 1.0, 5000.0  # as policies.MIN_POWER_W / MAX_POWER_W
@@ -123,8 +141,12 @@ def _is_int(value: Any) -> bool:
 
 
 def _is_watts(value: Any) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value) and _MIN_W <= value <= _MAX_W)
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and _MIN_W <= value <= _MAX_W
+    )
 
 
 def _clock_problem(vendor: str, clock: Any) -> str | None:
@@ -136,11 +158,17 @@ def _clock_problem(vendor: str, clock: Any) -> str | None:
             return "prior.clock.supported_mhz is not a list of whole MHz"
         return None
     if clock.get("perf_level") not in PERF_LEVELS:
-        return (f"prior.clock.perf_level {clock.get('perf_level')!r} is not one of "
-                f"{', '.join(sorted(PERF_LEVELS))}")
+        return (
+            f"prior.clock.perf_level {clock.get('perf_level')!r} is not one of "
+            f"{', '.join(sorted(PERF_LEVELS))}"
+        )
     levels = clock.get("levels_mhz")
-    if not isinstance(levels, list) or not levels or len(levels) > 64 \
-            or not all(_is_int(v) and 0 < v < 100_000 for v in levels):
+    if (
+        not isinstance(levels, list)
+        or not levels
+        or len(levels) > 64
+        or not all(_is_int(v) and 0 < v < 100_000 for v in levels)
+    ):
         return "prior.clock.levels_mhz is not a list of 1..64 clock levels in MHz"
     step = clock.get("sclk_level")
     if step is not None and not (_is_int(step) and 0 <= step < len(levels)):

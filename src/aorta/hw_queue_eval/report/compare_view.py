@@ -21,10 +21,14 @@ def md_escape(value: Any) -> str:
 def _plain(value: Any) -> str:
     return str(value)
 
-VERDICT_STYLE = {"regression": "bold red", "improvement": "green", "unchanged": "dim",
-                 "inconclusive": "yellow"}
-HEADERS = ["Point", "Metric", "Base median (runs)", "Test median (runs)", "Change [CI]", "p",
-           "Verdict"]
+
+VERDICT_STYLE = {
+    "regression": "bold red",
+    "improvement": "green",
+    "unchanged": "dim",
+    "inconclusive": "yellow",
+}
+HEADERS = ["Point", "Metric", "Base median (runs)", "Test median (runs)", "Change [CI]", "p", "Verdict"]
 EBPF_DEFAULT_LINES = 10
 
 
@@ -45,8 +49,7 @@ def change_text(m: dict[str, Any]) -> str:
 
 
 def _point_name(pair: dict[str, Any]) -> str:
-    return f"{pair['workload']} @ {pair['streams']}" + \
-        (f" [{pair['policy']}]" if pair.get("policy") else "")
+    return f"{pair['workload']} @ {pair['streams']}" + (f" [{pair['policy']}]" if pair.get("policy") else "")
 
 
 def metric_rows(test: dict[str, Any], esc: Callable[[Any], str] = _plain) -> list[list[str]]:
@@ -54,19 +57,30 @@ def metric_rows(test: dict[str, Any], esc: Callable[[Any], str] = _plain) -> lis
     rows = []
     for pair in test["pairs"]:
         point = esc(_point_name(pair))
-        for m in [*pair["metrics"], *[i for i in pair.get("info", []) if i.get("base_n", 1) > 1
-                                      or i.get("test_n", 1) > 1 or "base_runs" in i]]:
+        for m in [
+            *pair["metrics"],
+            *[
+                i
+                for i in pair.get("info", [])
+                if i.get("base_n", 1) > 1 or i.get("test_n", 1) > 1 or "base_runs" in i
+            ],
+        ]:
             unit = f" {m['unit']}" if m.get("unit") else ""
-            rows.append([point, esc(m["metric"] + unit),
-                         _median_iqr(m["base_median"], m["base_iqr"], m["base_n"]),
-                         _median_iqr(m["test_median"], m["test_iqr"], m["test_n"]),
-                         change_text(m), fmt(m["p_value"], ".3g", none="—"),
-                         m["verdict"] or "info"])
+            rows.append(
+                [
+                    point,
+                    esc(m["metric"] + unit),
+                    _median_iqr(m["base_median"], m["base_iqr"], m["base_n"]),
+                    _median_iqr(m["test_median"], m["test_iqr"], m["test_n"]),
+                    change_text(m),
+                    fmt(m["p_value"], ".3g", none="—"),
+                    m["verdict"] or "info",
+                ]
+            )
     return rows
 
 
-def _ebpf_lines(test: dict[str, Any], verbose: bool = False,
-                esc: Callable[[Any], str] = _plain) -> list[str]:
+def _ebpf_lines(test: dict[str, Any], verbose: bool = False, esc: Callable[[Any], str] = _plain) -> list[str]:
     """Per pair: the tracing note, skipped sections, then at most EBPF_DEFAULT_LINES measured
     values (summary figures first, then the largest changes); all of them with verbose.
     `esc` quotes input-file text."""
@@ -79,8 +93,10 @@ def _ebpf_lines(test: dict[str, Any], verbose: bool = False,
         lines += [f"{where}: {esc(text)}" for text in ebpf.get("skipped", [])]
         rows = ebpf["rows"] if verbose else ebpf["rows"][:EBPF_DEFAULT_LINES]
         for row in rows:
-            lines.append(f"{where}: {esc(row['section'] + '.' + row['key'])}: "
-                         f"{row['base']:.4g} → {row['test']:.4g} ({fmt(row['change_pct'], '+.1f', '%')})")
+            lines.append(
+                f"{where}: {esc(row['section'] + '.' + row['key'])}: "
+                f"{row['base']:.4g} → {row['test']:.4g} ({fmt(row['change_pct'], '+.1f', '%')})"
+            )
         hidden = len(ebpf["rows"]) - len(rows)
         if hidden:
             lines.append(f"{where}: … {hidden} more eBPF values (--verbose shows all)")
@@ -94,15 +110,18 @@ def overall_line(cmp: dict[str, Any]) -> str:
     counted = f"runs per point: {', '.join(map(str, runs))}" if runs else ""
     if cmp["regression"]:
         n = sum(t["regressions"] for t in cmp["tests"])
-        return (f"RESULT: {n} regressed metric(s) beyond {cmp['threshold_pct']:g}% and the "
-                f"run-to-run noise ({counted})")
+        return (
+            f"RESULT: {n} regressed metric(s) beyond {cmp['threshold_pct']:g}% and the "
+            f"run-to-run noise ({counted})"
+        )
     unsure = sum(1 for m in metrics if m["verdict"] == "inconclusive")
     if unsure and unsure == len(metrics):
-        return (f"RESULT: inconclusive — no metric could be told apart from run-to-run noise "
-                f"({counted}); rerun both sides with --repeats 5")
+        return (
+            f"RESULT: inconclusive — no metric could be told apart from run-to-run noise "
+            f"({counted}); rerun both sides with --repeats 5"
+        )
     tail = f"; {unsure} metric(s) inconclusive" if unsure else ""
-    return (f"RESULT: no regression beyond {cmp['threshold_pct']:g}% (p < {cmp['alpha']:g}, "
-            f"{counted}){tail}")
+    return f"RESULT: no regression beyond {cmp['threshold_pct']:g}% (p < {cmp['alpha']:g}, {counted}){tail}"
 
 
 def render_console(cmp: dict[str, Any], console: Any, verbose: bool = False) -> None:
@@ -122,15 +141,17 @@ def render_console(cmp: dict[str, Any], console: Any, verbose: bool = False) -> 
         for pair in test["pairs"]:
             for m in pair["metrics"]:
                 if m["verdict"] != "unchanged":
-                    console.print(f"  {pair['workload']} @ {pair['streams']} {m['metric']}: "
-                                  f"{m['verdict']}: {m['reason']}", markup=False)
+                    console.print(
+                        f"  {pair['workload']} @ {pair['streams']} {m['metric']}: "
+                        f"{m['verdict']}: {m['reason']}",
+                        markup=False,
+                    )
         lines = _ebpf_lines(test, verbose)
         if lines:
             console.print("\n[bold]eBPF[/bold]")
             for line in lines:
                 console.print(f"  {line}", markup=False)
-        for label, keys in (("only in base", test["only_in_base"]),
-                            ("only in test", test["only_in_test"])):
+        for label, keys in (("only in base", test["only_in_base"]), ("only in test", test["only_in_test"])):
             if keys:
                 console.print(f"  not compared ({label}): {', '.join(keys)}", markup=False)
     for note in cmp.get("notes", []):
@@ -142,8 +163,12 @@ def to_markdown(cmp: dict[str, Any], verbose: bool = False) -> str:
     """A Markdown summary for CI comments; every string from the input files is escaped."""
     out = [f"### aorta compare (threshold {cmp['threshold_pct']:g}%, α = {cmp['alpha']:g})", ""]
     for test in cmp["tests"]:
-        out += [f"**{md_escape(cmp['base'])}** → **{md_escape(test['file'])}**", "",
-                "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+        out += [
+            f"**{md_escape(cmp['base'])}** → **{md_escape(test['file'])}**",
+            "",
+            "| " + " | ".join(HEADERS) + " |",
+            "|" + "---|" * len(HEADERS),
+        ]
         for row in metric_rows(test, md_escape):
             if row[-1] == "regression":
                 row[-1] = "**regression**"
@@ -151,8 +176,7 @@ def to_markdown(cmp: dict[str, Any], verbose: bool = False) -> str:
         lines = _ebpf_lines(test, verbose, md_escape)
         if lines:
             out += ["", "eBPF:", *[f"- {line}" for line in lines]]
-        for label, keys in (("only in base", test["only_in_base"]),
-                            ("only in test", test["only_in_test"])):
+        for label, keys in (("only in base", test["only_in_base"]), ("only in test", test["only_in_test"])):
             if keys:
                 out.append(f"\nnot compared ({label}): {', '.join(md_escape(k) for k in keys)}")
         out.append("")

@@ -36,22 +36,32 @@ def render_run(result: dict[str, Any], console: Any) -> None:
     cfg = result.get("config", {})
     env = result.get("environment", {})
     qmap = result.get("queue_mapping") or {}
-    _block(console, "CONFIGURATION", [
-        ("Workload", f"{result['workload_name']} ({result.get('metadata', {}).get('category')})"),
-        ("Streams", str(result["stream_count"])),
-        ("Backend / device", f"{cfg.get('backend')} / {env.get('device_name') or cfg.get('device')}"),
-        ("Size preset", str(cfg.get("size"))),
-        ("Iterations / warm-up", f"{cfg.get('iterations')} / {cfg.get('warmup')}"),
-        ("Sync mode", str(cfg.get("sync_mode"))),
-        ("HW queue pool", fmt(qmap.get("pool_size"), "d", none="runtime-managed")),
-    ])
-    _block(console, "THROUGHPUT", [
-        ("Throughput", fmt(result.get("throughput"), ".2f", f" {result.get('throughput_unit')}")),
-    ])
+    _block(
+        console,
+        "CONFIGURATION",
+        [
+            ("Workload", f"{result['workload_name']} ({result.get('metadata', {}).get('category')})"),
+            ("Streams", str(result["stream_count"])),
+            ("Backend / device", f"{cfg.get('backend')} / {env.get('device_name') or cfg.get('device')}"),
+            ("Size preset", str(cfg.get("size"))),
+            ("Iterations / warm-up", f"{cfg.get('iterations')} / {cfg.get('warmup')}"),
+            ("Sync mode", str(cfg.get("sync_mode"))),
+            ("HW queue pool", fmt(qmap.get("pool_size"), "d", none="runtime-managed")),
+        ],
+    )
+    _block(
+        console,
+        "THROUGHPUT",
+        [
+            ("Throughput", fmt(result.get("throughput"), ".2f", f" {result.get('throughput_unit')}")),
+        ],
+    )
     lat = result.get("latency_ms")
     if lat:
-        rows = [(k.upper() if k.startswith("p") else k.capitalize(), fmt(lat[k], ".3f", " ms"))
-                for k in ("mean", "p50", "p95", "p99", "min", "max", "std")]
+        rows = [
+            (k.upper() if k.startswith("p") else k.capitalize(), fmt(lat[k], ".3f", " ms"))
+            for k in ("mean", "p50", "p95", "p99", "min", "max", "std")
+        ]
         rows.append(("IQR", fmt(lat.get("iqr"), ".3f", " ms")))
         _block(console, "LATENCY (per iteration)", rows)
     else:
@@ -64,11 +74,11 @@ def render_run(result: dict[str, Any], console: Any) -> None:
     sw = result.get("switch_latency") or {}
     conc = result.get("concurrency") or {}
     rows = switch_rows(sw)
-    rows.append(("Streams with an op in flight", fmt(conc.get("achieved"), ".2f",
-                                                     " (avg, wall clock)")))
+    rows.append(("Streams with an op in flight", fmt(conc.get("achieved"), ".2f", " (avg, wall clock)")))
     if conc.get("on_cpu_queues") is not None:
-        rows.append(("Queues running on a CPU", fmt(conc.get("on_cpu_queues"), ".2f",
-                                                    " (avg, kernel on-CPU time)")))
+        rows.append(
+            ("Queues running on a CPU", fmt(conc.get("on_cpu_queues"), ".2f", " (avg, kernel on-CPU time)"))
+        )
     if qmap.get("stream_to_queue") is not None:
         rows.append(("Streams → queues", _mapping_text(qmap["stream_to_queue"])))
     _block(console, "QUEUE SWITCH ANALYSIS", rows)
@@ -79,16 +89,28 @@ def render_run(result: dict[str, Any], console: Any) -> None:
     rows = [("Window", fmt(result.get("total_time_ms"), ".2f", " ms"))]
     inst = result.get("instrumentation") or {}
     if inst.get("cost_ratio") is not None:
-        rows.append(("Instrumentation cost", f"{inst['cost_ratio']:+.1%} window time vs an "
-                     f"uninstrumented window ({inst['plain_window_ms']:.2f} ms; op timing "
-                     f"{'on' if inst.get('op_timing') else 'off'}, per-iteration sync "
-                     f"{'on' if inst.get('per_iteration_sync') else 'off'})"))
+        rows.append(
+            (
+                "Instrumentation cost",
+                f"{inst['cost_ratio']:+.1%} window time vs an "
+                f"uninstrumented window ({inst['plain_window_ms']:.2f} ms; op timing "
+                f"{'on' if inst.get('op_timing') else 'off'}, per-iteration sync "
+                f"{'on' if inst.get('per_iteration_sync') else 'off'})",
+            )
+        )
     if per_stream:
-        rows.append(("Per-stream busy (min/max)",
-                     f"{min(per_stream):.2f} / {max(per_stream):.2f} ms"))
+        rows.append(("Per-stream busy (min/max)", f"{min(per_stream):.2f} / {max(per_stream):.2f} ms"))
         rows.append(("Ops measured", f"{sum(counts)} ({min(counts)}–{max(counts)} per stream)"))
-    rows.append(("Peak memory", fmt((mem.get("peak_bytes") or 0) / 2**20 if mem.get("peak_bytes")
-                                    else None, ".1f", f" MiB ({mem.get('kind')})")))
+    rows.append(
+        (
+            "Peak memory",
+            fmt(
+                (mem.get("peak_bytes") or 0) / 2**20 if mem.get("peak_bytes") else None,
+                ".1f",
+                f" MiB ({mem.get('kind')})",
+            ),
+        )
+    )
     ver = result.get("verification") or {}
     rows.append(("Verification", "passed" if ver.get("passed") else f"FAILED ({ver})"))
     _block(console, "TIMING", rows)
@@ -108,16 +130,27 @@ def switch_rows(sw: dict[str, Any]) -> list[tuple[str, str]]:
     if not switches:
         return [("Stream switches", f"0 ({sw.get('reason') or 'none observed'})")]
     overhead = sw.get("switch_overhead_ms")
-    value = (f"{overhead * 1000:+.2f} µs (gap spread {(sw.get('spread_ms') or 0) * 1000:.2f} µs)"
-             if overhead is not None else f"n/a ({sw.get('reason')})")
-    rows = [("Switch overhead (like for like)", value),
-             ("Switches matched / all", f"{sw.get('matched_switch_count')} / {switches} "
-                                        f"(same kinds before and after: "
-                                        f"{sw.get('matched_on_both_kinds')}, same previous kind: "
-                                        f"{sw.get('matched_on_previous_kind')}; "
-                                        f"{sw.get('no_switch_count')} same-stream gaps)")]
-    lanes = [f"{lane}: {info.get('reason')}" for lane, info in (sw.get("per_lane") or {}).items()
-             if info.get("switch_overhead_ms") is None and info.get("switches")]
+    value = (
+        f"{overhead * 1000:+.2f} µs (gap spread {(sw.get('spread_ms') or 0) * 1000:.2f} µs)"
+        if overhead is not None
+        else f"n/a ({sw.get('reason')})"
+    )
+    rows = [
+        ("Switch overhead (like for like)", value),
+        (
+            "Switches matched / all",
+            f"{sw.get('matched_switch_count')} / {switches} "
+            f"(same kinds before and after: "
+            f"{sw.get('matched_on_both_kinds')}, same previous kind: "
+            f"{sw.get('matched_on_previous_kind')}; "
+            f"{sw.get('no_switch_count')} same-stream gaps)",
+        ),
+    ]
+    lanes = [
+        f"{lane}: {info.get('reason')}"
+        for lane, info in (sw.get("per_lane") or {}).items()
+        if info.get("switch_overhead_ms") is None and info.get("switches")
+    ]
     if lanes:
         rows.append(("Lanes without a like-for-like pair", "; ".join(lanes)))
     return rows
@@ -137,8 +170,10 @@ def interpret(result: dict[str, Any]) -> list[str]:
     qmap = result.get("queue_mapping") or {}
     pool = qmap.get("pool_size")
     if pool is not None and streams > pool:
-        lines.append(f"{streams} streams share {pool} hardware queues: streams on one queue "
-                     "run one after another (head-of-line blocking).")
+        lines.append(
+            f"{streams} streams share {pool} hardware queues: streams on one queue "
+            "run one after another (head-of-line blocking)."
+        )
     line = concurrency_line(result.get("concurrency") or {}, streams)
     if line:
         lines.append(line)
@@ -155,14 +190,18 @@ def concurrency_line(conc: dict[str, Any], streams: int) -> str | None:
     """Parallelism: on-CPU queues where the kernel counted them, else streams in flight; says which."""
     wall, on_cpu = conc.get("achieved"), conc.get("on_cpu_queues")
     if on_cpu is not None:
-        text = (f"Queue threads ran on {on_cpu:.2f} CPUs at once on average (kernel on-CPU time); "
-                f"{fmt(wall, '.2f')} of {streams} streams had an op in flight (wall clock)")
+        text = (
+            f"Queue threads ran on {on_cpu:.2f} CPUs at once on average (kernel on-CPU time); "
+            f"{fmt(wall, '.2f')} of {streams} streams had an op in flight (wall clock)"
+        )
         if wall is not None and wall > on_cpu * 1.1:
             text += ": the difference is time ops waited for a CPU"
         return text + "."
     if wall is not None:
-        return (f"On average {wall:.2f} of {streams} streams had an op in flight (wall clock; "
-                "time on the device is not visible per stream).")
+        return (
+            f"On average {wall:.2f} of {streams} streams had an op in flight (wall clock; "
+            "time on the device is not visible per stream)."
+        )
     return None
 
 
@@ -171,10 +210,14 @@ def switch_line(sw: dict[str, Any]) -> str | None:
     overhead, spread = sw.get("switch_overhead_ms"), sw.get("spread_ms")
     if overhead is None or not sw.get("outside_spread"):
         if overhead is not None and spread is not None:
-            return (f"No switch cost measurable: the like-for-like difference "
-                    f"{overhead * 1000:+.2f} µs is inside the gaps' spread ({spread * 1000:.2f} µs).")
+            return (
+                f"No switch cost measurable: the like-for-like difference "
+                f"{overhead * 1000:+.2f} µs is inside the gaps' spread ({spread * 1000:.2f} µs)."
+            )
         return None
     more = "more" if overhead > 0 else "less"
-    return (f"Switching between streams on a lane costs {abs(overhead) * 1000:.2f} µs {more} than "
-            f"continuing on the same stream between the same op kinds (spread "
-            f"{(spread or 0) * 1000:.2f} µs; {sw.get('matched_switch_count')} switches matched).")
+    return (
+        f"Switching between streams on a lane costs {abs(overhead) * 1000:.2f} µs {more} than "
+        f"continuing on the same stream between the same op kinds (spread "
+        f"{(spread or 0) * 1000:.2f} µs; {sw.get('matched_switch_count')} switches matched)."
+    )

@@ -29,25 +29,32 @@ def render_queue_block(section: dict[str, Any] | None, console: Any) -> None:
     for key in ("submissions_meaning", "dispatches_meaning", "submit_to_dispatch_meaning"):
         if section.get(key):
             console.print(f"  [dim]{key.split('_meaning')[0]}: {section[key]}[/dim]")
-    threads = (((section.get("families") or {}).get("cpu_sched") or {}).get("metrics") or {}) \
-        .get("threads") or []
+    threads = (((section.get("families") or {}).get("cpu_sched") or {}).get("metrics") or {}).get(
+        "threads"
+    ) or []
     if threads:
-        console.print("  per thread (kernel view; (qN) = helper thread started by queue N; "
-                      "subm = doorbell rings, s→d = doorbell → on CPU):")
-        console.print(f"    {'queue':>6} {'streams':<10} {'tid':>7} {'subm':>6} {'disp':>6} "
-                      f"{'s→d avg':>9} {'s→d p99':>9} {'on-CPU':>8} {'rq wait':>8} {'switch':>6} "
-                      f"{'preempt':>7} cpus")
+        console.print(
+            "  per thread (kernel view; (qN) = helper thread started by queue N; "
+            "subm = doorbell rings, s→d = doorbell → on CPU):"
+        )
+        console.print(
+            f"    {'queue':>6} {'streams':<10} {'tid':>7} {'subm':>6} {'disp':>6} "
+            f"{'s→d avg':>9} {'s→d p99':>9} {'on-CPU':>8} {'rq wait':>8} {'switch':>6} "
+            f"{'preempt':>7} cpus"
+        )
         for row in threads:
             if "submissions" not in row:  # a v1 file: its per-thread columns were different
                 continue
-            console.print(f"    {_role(row):>6} {_streams(row)[:10]:<10} {row['tid']:>7} "
-                          f"{row['submissions']:>6} {row['dispatches']:>6} "
-                          f"{fmt(row['submit_to_dispatch_avg_us'], '.1f', 'us'):>9} "
-                          f"{fmt(row['submit_to_dispatch_p99_us'], '.1f', 'us'):>9} "
-                          f"{fmt(row['on_cpu_ms'], '.1f', 'ms'):>8} "
-                          f"{fmt(row['kernel_run_delay_ms'], '.1f', 'ms'):>8} "
-                          f"{fmt(row['switches'], 'd'):>6} "
-                          f"{fmt(row['involuntary'], 'd'):>7} {row['cpus']}")
+            console.print(
+                f"    {_role(row):>6} {_streams(row)[:10]:<10} {row['tid']:>7} "
+                f"{row['submissions']:>6} {row['dispatches']:>6} "
+                f"{fmt(row['submit_to_dispatch_avg_us'], '.1f', 'us'):>9} "
+                f"{fmt(row['submit_to_dispatch_p99_us'], '.1f', 'us'):>9} "
+                f"{fmt(row['on_cpu_ms'], '.1f', 'ms'):>8} "
+                f"{fmt(row['kernel_run_delay_ms'], '.1f', 'ms'):>8} "
+                f"{fmt(row['switches'], 'd'):>6} "
+                f"{fmt(row['involuntary'], 'd'):>7} {row['cpus']}"
+            )
     render_gpu_runtime_rows(section, console)
     for line in section.get("interpretation") or []:
         console.print(f"  • {line}")
@@ -118,18 +125,22 @@ def render_comparison_block(section: dict[str, Any] | None, console: Any) -> Non
     n = section.get("compared")
     counted = f"  (n={n})" if isinstance(n, int) else ""
     harness_label = section.get("harness_label") or "CUDA switch overhead"
-    labelled(console, "eBPF submit→dispatch",
-             fmt(section.get("kernel_submit_to_dispatch_ms"), ".3f", " ms") + counted)
-    labelled(console, harness_label,
-             fmt(section.get("harness_submit_to_start_ms"), ".3f", " ms") + counted)
+    labelled(
+        console,
+        "eBPF submit→dispatch",
+        fmt(section.get("kernel_submit_to_dispatch_ms"), ".3f", " ms") + counted,
+    )
+    labelled(console, harness_label, fmt(section.get("harness_submit_to_start_ms"), ".3f", " ms") + counted)
     coverage = fmt(section.get("coverage_pct"), ".1f", "%")
     if isinstance(section.get("harness_submissions"), int):
         beyond = section.get("beyond_record_cap") or 0
         cap_note = f", {beyond} beyond the per-submission record cap" if beyond else ""
-        coverage += (f"  ({section.get('matched_submissions')} of "
-                     f"{section['harness_submissions'] - beyond} harness submissions matched"
-                     f"{cap_note}; kernel counted {section.get('kernel_submissions')} of "
-                     f"{section['harness_submissions']}; lost events {section.get('lost_events')})")
+        coverage += (
+            f"  ({section.get('matched_submissions')} of "
+            f"{section['harness_submissions'] - beyond} harness submissions matched"
+            f"{cap_note}; kernel counted {section.get('kernel_submissions')} of "
+            f"{section['harness_submissions']}; lost events {section.get('lost_events')})"
+        )
     labelled(console, "Measurement accuracy", coverage)
     labelled(console, "Kernel-visible share", fmt(section.get("kernel_visible_share_pct"), ".1f", "%"))
     _notes(section, console, ("kernel_meaning", "harness_meaning", "coverage_meaning", "reason"))
@@ -148,8 +159,10 @@ def _render_v1_comparison(section: dict[str, Any], console: Any) -> None:
     labelled(console, "eBPF submit→dispatch", fmt(section.get("ebpf_submit_to_dispatch_ms"), ".3f", " ms"))
     labelled(console, "Harness dispatch delay", fmt(section.get("harness_dispatch_delay_ms"), ".3f", " ms"))
     labelled(console, "Kernel-visible share", fmt(section.get("measurement_accuracy_pct"), ".1f", "%"))
-    console.print("  [dim]old result file: the two means cover different populations and the "
-                  "percentage is a ratio of sums, not coverage (see docs/ebpf.md)[/dim]")
+    console.print(
+        "  [dim]old result file: the two means cover different populations and the "
+        "percentage is a ratio of sums, not coverage (see docs/ebpf.md)[/dim]"
+    )
 
 
 def render_ebpf(result: dict[str, Any], console: Any) -> None:

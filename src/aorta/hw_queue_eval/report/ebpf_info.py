@@ -42,9 +42,13 @@ def render_summary(summary: dict[str, Any]) -> None:
     _event_list("amdgpu tracepoints", summary["amdgpu_tracepoints"])
     _event_list("amdkfd tracepoints", summary["amdkfd_tracepoints"])
     variant = summary["kfd_variant"]
-    _line("KFD variant", {"kfd_evict_process_worker_*": "kfd_evict_process_worker_* (newer amdkfd)",
-                          "kfd_evict_process": "kfd_evict_process (older amdkfd)"}.get(
-        variant or "", "none (no amdkfd eviction tracepoints)"))
+    _line(
+        "KFD variant",
+        {
+            "kfd_evict_process_worker_*": "kfd_evict_process_worker_* (newer amdkfd)",
+            "kfd_evict_process": "kfd_evict_process (older amdkfd)",
+        }.get(variant or "", "none (no amdkfd eviction tracepoints)"),
+    )
     dev = summary["kfd_device"]
     _line("KFD device", f"{dev['path']} {'present' if dev['exists'] else 'absent'}")
 
@@ -79,11 +83,15 @@ def render_details(data: dict[str, Any]) -> None:
     click.echo("Details")
     click.echo("=======")
     if bt["path"]:
-        click.echo(f"  bpftrace:   {bt['path']} {bt['version'] or '?'} "
-                   f"(tracepoint args as {bt['args_syntax'] or '?'})")
+        click.echo(
+            f"  bpftrace:   {bt['path']} {bt['version'] or '?'} "
+            f"(tracepoint args as {bt['args_syntax'] or '?'})"
+        )
     caps = ", ".join(k for k, v in priv["effective_caps"].items() if v) or "none"
-    click.echo(f"  privileges: euid {priv['euid']}; effective caps: {caps}; sudo -n: "
-               f"{priv['sudo_note']}; launch: {priv['launch']}")
+    click.echo(
+        f"  privileges: euid {priv['euid']}; effective caps: {caps}; sudo -n: "
+        f"{priv['sudo_note']}; launch: {priv['launch']}"
+    )
     click.echo(f"  tracefs:    {data['tracefs']['note']}")
     click.echo(f"  lockdown:   {data['lockdown']}")
     click.echo(f"  BTF:        {'yes' if data['btf'] else 'no'}")
@@ -99,10 +107,12 @@ def render_details(data: dict[str, Any]) -> None:
     click.echo(f"  gpu_scheduler naming: {named[0] if named else 'none (no drm_sched tracepoints)'}")
     gpu = data.get("gpu_runtime")
     if gpu:
-        click.echo(f"  gpu_runtime (uprobes, {gpu['flag']}): "
-                   + ("available" if gpu["available"] else "NOT available (no C library for the "
-                      "uprobe handshake)") + "; probes "
-                   + ", ".join(f"{k}: {len(v)} symbols" for k, v in gpu["symbols"].items()))
+        click.echo(
+            f"  gpu_runtime (uprobes, {gpu['flag']}): "
+            + ("available" if gpu["available"] else "NOT available (no C library for the uprobe handshake)")
+            + "; probes "
+            + ", ".join(f"{k}: {len(v)} symbols" for k, v in gpu["symbols"].items())
+        )
     for mode, verdict in data["modes"].items():
         if verdict["available"]:
             state = f"available (families that attach: {', '.join(verdict['families_with_events'])})"

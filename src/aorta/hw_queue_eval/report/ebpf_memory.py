@@ -26,26 +26,53 @@ def render_memory_block(section: dict[str, Any] | None, console: Any) -> None:
         return
     na = _na(section)
     moves = section.get("bo_moves")
-    _line(console, "BO moves (migrations)", na if moves is None else
-          f"{moves}  ({fmt(section.get('bo_moves_per_sec'), '.1f')} /sec)")
+    _line(
+        console,
+        "BO moves (migrations)",
+        na if moves is None else f"{moves}  ({fmt(section.get('bo_moves_per_sec'), '.1f')} /sec)",
+    )
     _line(console, "Migration volume", fmt(section.get("migration_volume_mb"), ".1f", " MB", none=na))
     maps, unmaps = section.get("bo_maps"), section.get("bo_unmaps")
-    _line(console, "BO maps / unmaps", na if maps is None and unmaps is None else
-          f"{fmt(maps, 'd')} / {fmt(unmaps, 'd')}")
+    _line(
+        console,
+        "BO maps / unmaps",
+        na if maps is None and unmaps is None else f"{fmt(maps, 'd')} / {fmt(unmaps, 'd')}",
+    )
     ev, rs = section.get("evictions"), section.get("restores")
     _line(console, "Evictions / restores", na if ev is None else f"{ev} / {rs}")
     _line(console, "Eviction rate", fmt(section.get("eviction_rate_per_sec"), ".2f", " /sec", none=na))
-    _line(console, "Avg evict latency", fmt(section.get("avg_evict_to_restore_us"), ".1f", " us",
-                                            none=na if ev is None else "n/a (no evict→restore pair)"))
+    _line(
+        console,
+        "Avg evict latency",
+        fmt(
+            section.get("avg_evict_to_restore_us"),
+            ".1f",
+            " us",
+            none=na if ev is None else "n/a (no evict→restore pair)",
+        ),
+    )
     faults = section.get("host_page_faults")
-    _line(console, "Host page faults", fmt(faults, "d") if faults is None else
-          f"{faults}  ({fmt(section.get('host_page_faults_per_sec'), '.0f')} /sec)")
-    _line(console, "Host mmap / munmap",
-          f"{fmt(section.get('host_mmap_calls'), 'd')} / {fmt(section.get('host_munmap_calls'), 'd')}")
+    _line(
+        console,
+        "Host page faults",
+        fmt(faults, "d")
+        if faults is None
+        else f"{faults}  ({fmt(section.get('host_page_faults_per_sec'), '.0f')} /sec)",
+    )
+    _line(
+        console,
+        "Host mmap / munmap",
+        f"{fmt(section.get('host_mmap_calls'), 'd')} / {fmt(section.get('host_munmap_calls'), 'd')}",
+    )
     for label, key in (("Direct reclaim", "direct"), ("Cgroup reclaim", "memcg")):
         episodes = section.get(f"host_{key}_reclaim_episodes")
-        _line(console, label, "n/a" if episodes is None else
-              f"{episodes} episodes, {fmt(section.get(f'host_{key}_reclaim_ms'), '.2f', ' ms')} stalled")
+        _line(
+            console,
+            label,
+            "n/a"
+            if episodes is None
+            else f"{episodes} episodes, {fmt(section.get(f'host_{key}_reclaim_ms'), '.2f', ' ms')} stalled",
+        )
     _line(console, "Page migrations", fmt(section.get("host_page_migrations"), "d"))
     _line(console, "kswapd wake-ups", fmt(section.get("host_kswapd_wakeups"), "d"))
     _line(console, "Lost events", str(section.get("lost_events")))
@@ -59,9 +86,11 @@ def render_memory_block(section: dict[str, Any] | None, console: Any) -> None:
         console.print(f"  [dim]{delay.get('note')}[/dim]")
     if section.get("gpu_memory_reason"):
         console.print(f"  [dim]GPU memory: {section['gpu_memory_reason']}[/dim]")
-    console.print("  [dim]Evictions are KFD process evictions (queues stopped, buffers moved); "
-                  "JSON aliases total_faults/fault_rate_per_sec/avg_fault_latency_us mean "
-                  "evict→restore pairs, evictions/s, evict→restore time — not GPU page faults.[/dim]")
+    console.print(
+        "  [dim]Evictions are KFD process evictions (queues stopped, buffers moved); "
+        "JSON aliases total_faults/fault_rate_per_sec/avg_fault_latency_us mean "
+        "evict→restore pairs, evictions/s, evict→restore time — not GPU page faults.[/dim]"
+    )
     for family in ("amdmem", "hostmem"):
         data = (section.get("families") or {}).get(family) or {}
         statement = (data.get("coverage") or {}).get("statement")

@@ -14,8 +14,9 @@ def labelled(console: Any, label: str, value: str, width: int = 22) -> None:
     console.print(f"  {label + ':':<{width}}{value}")
 
 
-def open_block(section: dict[str, Any] | None, console: Any, title: str,
-               unavailable: str = "tracing {status}") -> bool:
+def open_block(
+    section: dict[str, Any] | None, console: Any, title: str, unavailable: str = "tracing {status}"
+) -> bool:
     """Print a block's title, or why its section is not ok; True when the body should follow.
 
     Shared by every eBPF block so the header and the not-ok line read the same everywhere;
@@ -31,7 +32,7 @@ def open_block(section: dict[str, Any] | None, console: Any, title: str,
 
 
 def dropped_text(section: dict[str, Any]) -> str | None:
-    """"N (map count, …)": updates full maps refused; None for results without the field."""
+    """ "N (map count, …)": updates full maps refused; None for results without the field."""
     cap = section.get("map_capacity")
     if not isinstance(cap, dict):
         return None

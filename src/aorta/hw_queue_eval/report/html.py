@@ -40,21 +40,25 @@ class Plot:
 
 def _table(headers: list[str], rows: list[list[Any]]) -> str:
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
-                   for row in rows)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
 def _figure(plot: Plot) -> str:
     data = base64.b64encode(plot.png).decode("ascii")
     caption = html.escape(plot.title + (f": {plot.caption}" if plot.caption else ""))
-    return (f'<figure data-file="{plot.filename}"><img alt="{html.escape(plot.title)}" '
-            f'src="data:image/png;base64,{data}"><figcaption>{caption} '
-            f'(<a href="{plot.filename}">{plot.filename}</a>)</figcaption></figure>')
+    return (
+        f'<figure data-file="{plot.filename}"><img alt="{html.escape(plot.title)}" '
+        f'src="data:image/png;base64,{data}"><figcaption>{caption} '
+        f'(<a href="{plot.filename}">{plot.filename}</a>)</figcaption></figure>'
+    )
 
 
-_SECTION_SHORT = {"ebpf_queue_metrics": "queue", "ebpf_memory_metrics": "memory",
-                  "ebpf_vs_cuda_comparison": "vs_cuda"}
+_SECTION_SHORT = {
+    "ebpf_queue_metrics": "queue",
+    "ebpf_memory_metrics": "memory",
+    "ebpf_vs_cuda_comparison": "vs_cuda",
+}
 
 
 def histogram_filename(section: str, name: str, prefix: str = "") -> str:
@@ -74,8 +78,13 @@ def _ebpf_plots(result: dict[str, Any], prefix: str = "") -> list[Plot]:
     out = []
     for section in EBPF_SECTIONS:
         for name, buckets in plots.find_histograms(result.get(section) or {}):
-            out.append(Plot(histogram_filename(section, name, prefix), f"eBPF {section}: {name}",
-                            plots.ebpf_histogram(name, buckets)))
+            out.append(
+                Plot(
+                    histogram_filename(section, name, prefix),
+                    f"eBPF {section}: {name}",
+                    plots.ebpf_histogram(name, buckets),
+                )
+            )
     return out
 
 
@@ -84,46 +93,67 @@ def _ebpf_tables(result: dict[str, Any]) -> str:
     for section in EBPF_SECTIONS:
         flat = flatten_numbers(result.get(section) or {})
         if flat:
-            parts.append(f"<h3>{section}</h3>" + _table(["value", ""], [[k, f"{v:.6g}"]
-                                                                         for k, v in flat.items()]))
+            parts.append(
+                f"<h3>{section}</h3>" + _table(["value", ""], [[k, f"{v:.6g}"] for k, v in flat.items()])
+            )
     return "".join(parts) or '<p class="note">not traced with eBPF</p>'
 
 
 def sweep_page(sweep: dict[str, Any]) -> tuple[str, list[Plot], list[str]]:
     """(HTML body, plots, notes) for a sweep file."""
-    results = [p["result"] for p in sweep.get("points", [])
-               if p.get("status") == "ok" and p.get("result")]
+    results = [p["result"] for p in sweep.get("points", []) if p.get("status") == "ok" and p.get("result")]
     notes, figures = [], []
     for filename, title, png in (
-            ("throughput_vs_streams.png", "Throughput vs streams", plots.sweep_throughput(sweep, results)),
-            ("p99_vs_streams.png", "P99 latency vs streams", plots.sweep_latency(sweep, results))):
+        ("throughput_vs_streams.png", "Throughput vs streams", plots.sweep_throughput(sweep, results)),
+        ("p99_vs_streams.png", "P99 latency vs streams", plots.sweep_latency(sweep, results)),
+    ):
         if png is None:
             notes.append(f"{title}: no point has the data")
         else:
             figures.append(Plot(filename, title, png))
     analysis = sweep.get("analysis") or {}
     headers, rows = sweep_table(sweep)
-    failed = [f"{p['key'].get('streams')} streams {p.get('status')}: {p.get('error')}"
-              for p in sweep.get("points", []) if p.get("status") != "ok"]
-    body = [f"<h1>Sweep: {html.escape(str(sweep.get('workload')))}</h1>",
-            f'<p class="verdict">{html.escape(analysis.get("verdict") or NO_ANALYSIS)}</p>',
-            *[f'<p class="note">warning: {html.escape(w)}</p>'
-              for w in analysis.get("warnings") or []]]
+    failed = [
+        f"{p['key'].get('streams')} streams {p.get('status')}: {p.get('error')}"
+        for p in sweep.get("points", [])
+        if p.get("status") != "ok"
+    ]
+    body = [
+        f"<h1>Sweep: {html.escape(str(sweep.get('workload')))}</h1>",
+        f'<p class="verdict">{html.escape(analysis.get("verdict") or NO_ANALYSIS)}</p>',
+        *[f'<p class="note">warning: {html.escape(w)}</p>' for w in analysis.get("warnings") or []],
+    ]
     if analysis:
-        body.append(_table(["", ""], [
-            ["peak", f"{fmt(analysis.get('peak_throughput'), '.2f')} {sweep.get('throughput_unit')} "
-                     f"at {analysis.get('peak_streams')} streams"],
-            ["knee (throughput stops scaling)", fmt(analysis.get("knee_streams"), "d", none="none")],
-            ["hardware-queue pool", f"{fmt(analysis.get('pool_size'), 'd', none='unknown')} "
-                                    f"({analysis.get('pool_source')})"],
-            ["P99 latency jump at", fmt(analysis.get("latency_jump_streams"), "d", none="none")],
-            ["eBPF dispatch P99 jump at", fmt(analysis.get("dispatch_jump_streams"), "d",
-                                              none="none / not traced")]]))
+        body.append(
+            _table(
+                ["", ""],
+                [
+                    [
+                        "peak",
+                        f"{fmt(analysis.get('peak_throughput'), '.2f')} {sweep.get('throughput_unit')} "
+                        f"at {analysis.get('peak_streams')} streams",
+                    ],
+                    ["knee (throughput stops scaling)", fmt(analysis.get("knee_streams"), "d", none="none")],
+                    [
+                        "hardware-queue pool",
+                        f"{fmt(analysis.get('pool_size'), 'd', none='unknown')} "
+                        f"({analysis.get('pool_source')})",
+                    ],
+                    ["P99 latency jump at", fmt(analysis.get("latency_jump_streams"), "d", none="none")],
+                    [
+                        "eBPF dispatch P99 jump at",
+                        fmt(analysis.get("dispatch_jump_streams"), "d", none="none / not traced"),
+                    ],
+                ],
+            )
+        )
     body.append("<h2>Points</h2>" + _table(headers, rows))
     body += [f'<p class="note">{html.escape(line)}</p>' for line in failed]
     body.append("<h2>Plots</h2>" + "".join(_figure(p) for p in figures))
-    body.append("<h2>Run options</h2>" + _table(["option", "value"], [
-        [k, v] for k, v in (sweep.get("run_options") or {}).items()]))
+    body.append(
+        "<h2>Run options</h2>"
+        + _table(["option", "value"], [[k, v] for k, v in (sweep.get("run_options") or {}).items()])
+    )
     return "\n".join(body), figures, notes
 
 
@@ -148,24 +178,31 @@ def run_page(result: dict[str, Any]) -> tuple[str, list[Plot], list[str]]:
         ["throughput", f"{fmt(result.get('throughput'), '.2f')} {result.get('throughput_unit')}"],
         *[[f"latency {k}", fmt(lat.get(k), ".3f", " ms")] for k in ("p50", "p95", "p99", "mean")],
         *[[label.lower(), value] for label, value in switch_rows(sw)],
-        ["streams with an op in flight (wall)",
-         fmt((result.get("concurrency") or {}).get("achieved"), ".2f")],
-        ["queues running on a CPU (on-CPU)",
-         fmt((result.get("concurrency") or {}).get("on_cpu_queues"), ".2f")],
+        [
+            "streams with an op in flight (wall)",
+            fmt((result.get("concurrency") or {}).get("achieved"), ".2f"),
+        ],
+        [
+            "queues running on a CPU (on-CPU)",
+            fmt((result.get("concurrency") or {}).get("on_cpu_queues"), ".2f"),
+        ],
         ["hardware queues", f"{qmap.get('queues_created')} of pool {qmap.get('pool_size')}"],
         ["stream → queue", str(qmap.get("stream_to_queue"))],
     ]
     per_label = (result.get("ops") or {}).get("per_label") or {}
-    label_rows = [[label, s["count"], fmt(s["p50"], ".4f"), fmt(s["p99"], ".4f")]
-                  for label, s in per_label.items() if s]
-    body = [f"<h1>Run: {html.escape(str(result.get('workload_name')))} on "
-            f"{result.get('stream_count')} streams</h1>",
-            _table(["", ""], key_rows),
-            "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in interpret(result)) + "</ul>",
-            *[f'<p class="note">warning: {html.escape(w)}</p>' for w in result.get("warnings", [])],
-            "<h2>Ops by label</h2>" + _table(["label", "count", "p50 ms", "p99 ms"], label_rows),
-            "<h2>Plots</h2>" + "".join(_figure(p) for p in figures),
-            "<h2>eBPF</h2>" + _ebpf_tables(result)]
+    label_rows = [
+        [label, s["count"], fmt(s["p50"], ".4f"), fmt(s["p99"], ".4f")] for label, s in per_label.items() if s
+    ]
+    body = [
+        f"<h1>Run: {html.escape(str(result.get('workload_name')))} on "
+        f"{result.get('stream_count')} streams</h1>",
+        _table(["", ""], key_rows),
+        "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in interpret(result)) + "</ul>",
+        *[f'<p class="note">warning: {html.escape(w)}</p>' for w in result.get("warnings", [])],
+        "<h2>Ops by label</h2>" + _table(["label", "count", "p50 ms", "p99 ms"], label_rows),
+        "<h2>Plots</h2>" + "".join(_figure(p) for p in figures),
+        "<h2>eBPF</h2>" + _ebpf_tables(result),
+    ]
     return "\n".join(body), figures, notes
 
 
@@ -175,11 +212,15 @@ def policy_page(data: dict[str, Any]) -> tuple[str, list[Plot], list[str]]:
 
     summary = data.get("summary")
     if not isinstance(summary, dict) or not summary.get("rows"):
-        raise UsageError("report: this policy-sweep file has no summary (interrupted before the "
-                         "end?): finish it with `policy-sweep … --resume` first")
+        raise UsageError(
+            "report: this policy-sweep file has no summary (interrupted before the "
+            "end?): finish it with `policy-sweep … --resume` first"
+        )
     notes, figures = [], []
-    for filename, title, metric in (("policy_throughput.png", "Throughput per policy", "throughput"),
-                                    ("policy_p99.png", "P99 latency per policy", "p99")):
+    for filename, title, metric in (
+        ("policy_throughput.png", "Throughput per policy", "throughput"),
+        ("policy_p99.png", "P99 latency per policy", "p99"),
+    ):
         png = plots.policy_plot(data, metric)
         if png is None:
             notes.append(f"{title}: no policy has a measurement")
@@ -190,21 +231,42 @@ def policy_page(data: dict[str, Any]) -> tuple[str, list[Plot], list[str]]:
         ci = row.get("throughput_ci") or {}
         vs = (row.get("vs_baseline") or {}).get("throughput") or {}
         tput = fmt(row.get("throughput"), ".4g") + (
-            f" [{ci['low']:.4g}, {ci['high']:.4g}]" if ci.get("low") is not None else "")
-        rows.append([row["policy"], row.get("status"), tput,
-                     fmt(vs.get("change_pct"), "+.1f", "%") + (f" {vs['verdict']}" if vs else ""),
-                     fmt((row.get("latency_ms") or {}).get("p99"), ".3f"), effect_text(row)])
+            f" [{ci['low']:.4g}, {ci['high']:.4g}]" if ci.get("low") is not None else ""
+        )
+        rows.append(
+            [
+                row["policy"],
+                row.get("status"),
+                tput,
+                fmt(vs.get("change_pct"), "+.1f", "%") + (f" {vs['verdict']}" if vs else ""),
+                fmt((row.get("latency_ms") or {}).get("p99"), ".3f"),
+                effect_text(row),
+            ]
+        )
     unit = next((r.get("throughput_unit") for r in summary["rows"] if r.get("throughput_unit")), "")
-    best = [f"Best throughput: {(summary.get('best_throughput') or {}).get('text')}",
-            f"Best P99: {(summary.get('best_p99') or {}).get('text')}"]
-    body = [f"<h1>Policy sweep: {html.escape(str(data.get('workload')))} on "
-            f"{data.get('streams')} streams ({html.escape(str(data.get('backend')))} backend, "
-            f"{data.get('repeats')} repeat(s))</h1>",
-            *[f'<p class="verdict">{html.escape(line)}</p>' for line in best],
-            _table(["policy", "status", f"throughput ({unit}) median [CI]", "Δ vs baseline",
-                    "P99 ms", "in effect / reason"], rows),
-            f'<p class="note">{html.escape(summary.get("verdict_rule") or "")}</p>',
-            "<h2>Plots</h2>" + "".join(_figure(p) for p in figures)]
+    best = [
+        f"Best throughput: {(summary.get('best_throughput') or {}).get('text')}",
+        f"Best P99: {(summary.get('best_p99') or {}).get('text')}",
+    ]
+    body = [
+        f"<h1>Policy sweep: {html.escape(str(data.get('workload')))} on "
+        f"{data.get('streams')} streams ({html.escape(str(data.get('backend')))} backend, "
+        f"{data.get('repeats')} repeat(s))</h1>",
+        *[f'<p class="verdict">{html.escape(line)}</p>' for line in best],
+        _table(
+            [
+                "policy",
+                "status",
+                f"throughput ({unit}) median [CI]",
+                "Δ vs baseline",
+                "P99 ms",
+                "in effect / reason",
+            ],
+            rows,
+        ),
+        f'<p class="note">{html.escape(summary.get("verdict_rule") or "")}</p>',
+        "<h2>Plots</h2>" + "".join(_figure(p) for p in figures),
+    ]
     return "\n".join(body), figures, notes
 
 
@@ -216,8 +278,7 @@ def page_for(data: dict[str, Any]) -> tuple[str, list[Plot], list[str]]:
         return sweep_page(data)
     if data.get("kind") in (None, "run") and "stream_count" in data:
         return run_page(data)
-    raise UsageError(f"report draws run, sweep and policy-sweep files, not kind "
-                     f"{data.get('kind')!r}")
+    raise UsageError(f"report draws run, sweep and policy-sweep files, not kind {data.get('kind')!r}")
 
 
 def write_report(data: dict[str, Any], out_dir: Path, source: str) -> list[Path]:
@@ -228,10 +289,12 @@ def write_report(data: dict[str, Any], out_dir: Path, source: str) -> list[Path]
     """
     body, figures, notes = page_for(data)  # everything drawn before anything is written
     notes_html = "".join(f'<p class="note">not drawn: {html.escape(n)}</p>' for n in notes)
-    page = (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>aorta report: "
-            f"{html.escape(source)}</title><style>{STYLE}</style></head><body>{body}{notes_html}"
-            f'<p class="note">source: {html.escape(source)}; written by aorta '
-            f"{html.escape(str((data.get('tool') or {}).get('version')))}</p></body></html>\n")
+    page = (
+        f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>aorta report: '
+        f"{html.escape(source)}</title><style>{STYLE}</style></head><body>{body}{notes_html}"
+        f'<p class="note">source: {html.escape(source)}; written by aorta '
+        f"{html.escape(str((data.get('tool') or {}).get('version')))}</p></body></html>\n"
+    )
     with OutputFolder(out_dir, "report folder") as folder:
         written = [folder.write_bytes(plot.filename, plot.png) for plot in figures]
         written.append(folder.write_text("index.html", page))

@@ -35,14 +35,27 @@ def _mark_knee_and_pool(ax: Any, analysis: dict[str, Any] | None) -> None:
     if not analysis:
         return
     if analysis.get("knee_streams") is not None:
-        ax.axvline(analysis["knee_streams"], color="tab:red", linestyle="-", alpha=0.6,
-                   label=f"knee: {analysis['knee_streams']} streams")
+        ax.axvline(
+            analysis["knee_streams"],
+            color="tab:red",
+            linestyle="-",
+            alpha=0.6,
+            label=f"knee: {analysis['knee_streams']} streams",
+        )
     if analysis.get("pool_size") is not None:
-        ax.axvline(analysis["pool_size"], color="tab:gray", linestyle="--",
-                   label=f"hardware-queue pool: {analysis['pool_size']}")
+        ax.axvline(
+            analysis["pool_size"],
+            color="tab:gray",
+            linestyle="--",
+            label=f"hardware-queue pool: {analysis['pool_size']}",
+        )
     if analysis.get("backend") == "cpu" and analysis.get("cpu_cores"):
-        ax.axvline(analysis["cpu_cores"], color="tab:olive", linestyle=":",
-                   label=f"CPU cores: {analysis['cpu_cores']}")
+        ax.axvline(
+            analysis["cpu_cores"],
+            color="tab:olive",
+            linestyle=":",
+            label=f"CPU cores: {analysis['cpu_cores']}",
+        )
 
 
 def _stream_axis(ax: Any, streams: Sequence[int]) -> None:
@@ -67,20 +80,29 @@ def sweep_throughput(sweep: dict[str, Any], results: list[dict[str, Any]]) -> by
     fig = _figure()
     ax = fig.add_subplot()
     repeated = any(p.runs > 1 for p in grouped)
-    ax.plot(streams, tput, "o-", color="tab:blue",
-            label="median over runs" if repeated else "measured (one run per point)")
+    ax.plot(
+        streams,
+        tput,
+        "o-",
+        color="tab:blue",
+        label="median over runs" if repeated else "measured (one run per point)",
+    )
     if repeated:
         with_ci = [p for p in grouped if p.throughput_low is not None]
         if with_ci:
             level = min(p.ci_level or 0.0 for p in with_ci)
-            ax.fill_between([p.streams for p in with_ci], [p.throughput_low for p in with_ci],
-                            [p.throughput_high for p in with_ci], color="tab:blue", alpha=0.2,
-                            label=f"{level:.0%} CI of the median")
+            ax.fill_between(
+                [p.streams for p in with_ci],
+                [p.throughput_low for p in with_ci],
+                [p.throughput_high for p in with_ci],
+                color="tab:blue",
+                alpha=0.2,
+                label=f"{level:.0%} CI of the median",
+            )
         xs = [p.streams for p in grouped for _ in p.throughput_runs]
         ys = [t for p in grouped for t in p.throughput_runs]
         ax.plot(xs, ys, ".", color="tab:blue", alpha=0.45, label="each run")
-    eff = dict(zip(analysis.get("stream_counts") or [], analysis.get("efficiency") or [],
-                   strict=False))
+    eff = dict(zip(analysis.get("stream_counts") or [], analysis.get("efficiency") or [], strict=False))
     ideal = [t / eff[s] for s, t in points if eff.get(s)]
     if len(ideal) == len(points):
         ax.plot(streams, ideal, ":", color="tab:green", label="ideal (work each point does)")
@@ -102,14 +124,17 @@ def sweep_latency(sweep: dict[str, Any], results: list[dict[str, Any]]) -> bytes
     for r in results:
         if r.get("latency_ms"):
             per.setdefault(r["stream_count"], []).append(
-                (r["latency_ms"]["p50"], r["latency_ms"]["p99"], dispatch_p99_us(r)))
+                (r["latency_ms"]["p50"], r["latency_ms"]["p99"], dispatch_p99_us(r))
+            )
 
     def med(values: list[Any]) -> Any:
         clean = [v for v in values if v is not None]
         return statistics.median(clean) if clean else None
 
-    rows = [(n, med([v[0] for v in per[n]]), med([v[1] for v in per[n]]),
-             med([v[2] for v in per[n]])) for n in sorted(per)]  # medians over repeats
+    rows = [
+        (n, med([v[0] for v in per[n]]), med([v[1] for v in per[n]]), med([v[2] for v in per[n]]))
+        for n in sorted(per)
+    ]  # medians over repeats
     if not rows:
         return None
     streams = [r[0] for r in rows]
@@ -121,14 +146,18 @@ def sweep_latency(sweep: dict[str, Any], results: list[dict[str, Any]]) -> bytes
     _mark_knee_and_pool(ax, analysis)
     if analysis.get("latency_jump_streams") is not None:
         jump = analysis["latency_jump_streams"]
-        ax.annotate("P99 jump", (jump, dict(zip(streams, [r[2] for r in rows], strict=True))[jump]),
-                    textcoords="offset points", xytext=(8, 8), color="tab:red")
+        ax.annotate(
+            "P99 jump",
+            (jump, dict(zip(streams, [r[2] for r in rows], strict=True))[jump]),
+            textcoords="offset points",
+            xytext=(8, 8),
+            color="tab:red",
+        )
     _stream_axis(ax, streams)
     ax.set_ylabel("iteration latency (ms)")
     if any(r[3] is not None for r in rows):
         ax2 = ax.twinx()
-        ax2.plot(streams, [r[3] for r in rows], "^-.", color="tab:purple",
-                 label="eBPF submit→dispatch P99")
+        ax2.plot(streams, [r[3] for r in rows], "^-.", color="tab:purple", label="eBPF submit→dispatch P99")
         ax2.set_ylabel("kernel dispatch P99 (µs)")
         ax2.legend(fontsize="small", loc="lower right")
     ax.set_title(f"{sweep.get('workload')}: P99 latency vs streams")
@@ -177,24 +206,31 @@ def op_timeline(result: dict[str, Any]) -> tuple[bytes | None, str]:
     bars: dict[tuple[int, int], list[tuple[float, float]]] = {}
     for r in rows:
         bars.setdefault((r[cols["label"]], r[cols["stream"]]), []).append(
-            (r[cols["start_us"]] / 1e3, (r[cols["end_us"]] - r[cols["start_us"]]) / 1e3))
+            (r[cols["start_us"]] / 1e3, (r[cols["end_us"]] - r[cols["start_us"]]) / 1e3)
+        )
     seen: set[int] = set()
     for (label_index, stream), spans in sorted(bars.items()):
         name = labels[label_index] if label_index < len(labels) else str(label_index)
-        ax.broken_barh(spans, (stream - 0.4, 0.8), facecolors=f"C{label_index % 10}",
-                       label=None if label_index in seen else name)
+        ax.broken_barh(
+            spans,
+            (stream - 0.4, 0.8),
+            facecolors=f"C{label_index % 10}",
+            label=None if label_index in seen else name,
+        )
         seen.add(label_index)
     ax.legend(fontsize="small", loc="upper right")
     mapping = (result.get("queue_mapping") or {}).get("stream_to_queue") or []
     ax.set_yticks(range(streams))
-    ax.set_yticklabels([f"s{s}" + (f" (q{mapping[s]})" if s < len(mapping) else "")
-                        for s in range(streams)])
+    ax.set_yticklabels([f"s{s}" + (f" (q{mapping[s]})" if s < len(mapping) else "") for s in range(streams)])
     ax.invert_yaxis()
     ax.set_xlabel("time since window start (ms)")
     ax.set_title(f"{result.get('workload_name')}: ops per stream")
     ax.grid(True, axis="x", alpha=0.3)
-    caption = (f"first {len(shown)} of {len(iterations)} measured iterations"
-               if len(iterations) > len(shown) else f"all {len(iterations)} measured iterations")
+    caption = (
+        f"first {len(shown)} of {len(iterations)} measured iterations"
+        if len(iterations) > len(shown)
+        else f"all {len(iterations)} measured iterations"
+    )
     return _png(fig), caption
 
 
@@ -205,8 +241,11 @@ def find_histograms(section: Any, path: str = "") -> list[tuple[str, list[dict[s
     if isinstance(section, dict):
         for key, value in section.items():
             found += find_histograms(value, f"{path}.{key}" if path else str(key))
-    elif isinstance(section, list) and section and all(
-            isinstance(b, dict) and "count" in b and BOUND_KEYS & b.keys() for b in section):
+    elif (
+        isinstance(section, list)
+        and section
+        and all(isinstance(b, dict) and "count" in b and BOUND_KEYS & b.keys() for b in section)
+    ):
         found.append((path, section))
     return found
 
@@ -272,12 +311,19 @@ def policy_figure(data: dict[str, Any], metric: str = "throughput") -> Any:
         if metric == "throughput":
             runs = [r["throughput"] for r in row.get("runs") or [] if r.get("throughput") is not None]
         else:
-            runs = [r["latency_p99_ms"] for r in row.get("runs") or []
-                    if r.get("latency_p99_ms") is not None]
+            runs = [r["latency_p99_ms"] for r in row.get("runs") or [] if r.get("latency_p99_ms") is not None]
         if not runs:
-            ax.text(i, 0.03, (row.get("status") or "n/a").replace("_", " "), rotation=90,
-                    ha="center", va="bottom", fontsize="small", color="tab:gray",
-                    transform=ax.get_xaxis_transform())
+            ax.text(
+                i,
+                0.03,
+                (row.get("status") or "n/a").replace("_", " "),
+                rotation=90,
+                ha="center",
+                va="bottom",
+                fontsize="small",
+                color="tab:gray",
+                transform=ax.get_xaxis_transform(),
+            )
             continue
         median = float(np.median(runs))
         color = "tab:gray" if row["policy"] == "baseline" else "tab:blue"
@@ -286,8 +332,7 @@ def policy_figure(data: dict[str, Any], metric: str = "throughput") -> Any:
             from aorta.hw_queue_eval.analysis.stats import median_ci
 
             ci = median_ci(runs)
-            ax.errorbar(i, median, yerr=[[median - ci.low], [ci.high - median]], color="black",
-                        capsize=5)
+            ax.errorbar(i, median, yerr=[[median - ci.low], [ci.high - median]], color="black", capsize=5)
         ax.plot([i] * len(runs), runs, ".", color="black", alpha=0.6)
     ax.set_xticks(range(len(names)))
     ax.set_xticklabels(names, rotation=30, ha="right")
@@ -298,8 +343,11 @@ def policy_figure(data: dict[str, Any], metric: str = "throughput") -> Any:
     else:
         ax.set_ylabel("P99 iteration latency (ms), median over repeats")
     repeats = data.get("repeats")
-    ax.set_title(f"{data.get('workload')} @ {data.get('streams')} streams, {repeats} repeat(s)\n"
-                 "bar: median; whisker: CI of the median; dots: runs", fontsize="medium")
+    ax.set_title(
+        f"{data.get('workload')} @ {data.get('streams')} streams, {repeats} repeat(s)\n"
+        "bar: median; whisker: CI of the median; dots: runs",
+        fontsize="medium",
+    )
     ax.grid(True, axis="y", alpha=0.3)
     return fig
 

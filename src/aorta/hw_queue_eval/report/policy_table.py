@@ -6,8 +6,7 @@ from typing import Any
 
 from aorta.hw_queue_eval.report.console import fmt
 
-_VERDICT_WORD = {"improvement": "better", "regression": "worse", "unchanged": "same",
-                 "inconclusive": "n.s."}
+_VERDICT_WORD = {"improvement": "better", "regression": "worse", "unchanged": "same", "inconclusive": "n.s."}
 
 
 def _delta(cmp: dict[str, Any] | None) -> str:
@@ -23,8 +22,7 @@ def _num(value: float | None) -> str:
     """A throughput with as many decimals as its size needs (25876, 38.04, 0.002462)."""
     if value is None:
         return "n/a"
-    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.2f}" if abs(value) >= 1 \
-        else f"{value:.4g}"
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.2f}" if abs(value) >= 1 else f"{value:.4g}"
 
 
 def effect_text(row: dict[str, Any]) -> str:
@@ -44,8 +42,7 @@ def effect_text(row: dict[str, Any]) -> str:
         parts.append(f"NOT in child env: {', '.join(eff['env_mismatch'])}")
     if eff.get("clock_mhz") is not None:
         level = eff.get("clock_level")
-        parts.append(f"clock {'L' + str(level) + ' ' if level is not None else ''}"
-                     f"{eff['clock_mhz']:g} MHz")
+        parts.append(f"clock {'L' + str(level) + ' ' if level is not None else ''}{eff['clock_mhz']:g} MHz")
     if eff.get("power_limit_w") is not None:
         parts.append(f"cap {eff['power_limit_w']:g} W")
     if eff.get("gpu_verified") is False:
@@ -60,12 +57,22 @@ def render_policy_table(data: dict[str, Any], console: Any) -> None:
     summary = data["summary"]
     rows = summary["rows"]
     unit = next((r.get("throughput_unit") for r in rows if r.get("throughput_unit")), "")
-    table = Table(title=f"POLICY SWEEP: {data['workload']} on {data['streams']} streams "
-                        f"({data['backend']} backend, {data['repeats']} repeat(s))")
-    for name, justify in (("Policy", "left"), (f"Tput {unit}", "right"), ("Δ tput", "right"),
-                          ("P50 ms", "right"), ("P95 ms", "right"), ("P99 ms", "right"),
-                          ("Δ latency", "right"), ("Switch µs", "right"), ("In flight", "right"),
-                          ("Pool", "right")):
+    table = Table(
+        title=f"POLICY SWEEP: {data['workload']} on {data['streams']} streams "
+        f"({data['backend']} backend, {data['repeats']} repeat(s))"
+    )
+    for name, justify in (
+        ("Policy", "left"),
+        (f"Tput {unit}", "right"),
+        ("Δ tput", "right"),
+        ("P50 ms", "right"),
+        ("P95 ms", "right"),
+        ("P99 ms", "right"),
+        ("Δ latency", "right"),
+        ("Switch µs", "right"),
+        ("In flight", "right"),
+        ("Pool", "right"),
+    ):
         table.add_column(name, justify=justify, no_wrap=True)
     ci_note = "" if data["repeats"] < 2 else " [CI of the change, %]"
     for row in rows:
@@ -74,13 +81,23 @@ def render_policy_table(data: dict[str, Any], console: Any) -> None:
         switch = row.get("switch_overhead_ms")
         pool = (row.get("in_effect") or {}).get("queue_pool_size")
         ci = row.get("throughput_ci") or {}
-        tput = _num(row.get("throughput")) if ci.get("low") is None else \
-            f"{_num(ci['median'])} [{_num(ci['low'])}, {_num(ci['high'])}]"
+        tput = (
+            _num(row.get("throughput"))
+            if ci.get("low") is None
+            else f"{_num(ci['median'])} [{_num(ci['low'])}, {_num(ci['high'])}]"
+        )
         table.add_row(
-            row["policy"], tput, _delta(vs.get("throughput")),
-            fmt(lat.get("p50"), ".3f"), fmt(lat.get("p95"), ".3f"), fmt(lat.get("p99"), ".3f"),
-            _delta(vs.get("latency")), fmt(None if switch is None else switch * 1000, ".1f"),
-            fmt(row.get("concurrency"), ".2f"), fmt(pool, "d", none="—"))
+            row["policy"],
+            tput,
+            _delta(vs.get("throughput")),
+            fmt(lat.get("p50"), ".3f"),
+            fmt(lat.get("p95"), ".3f"),
+            fmt(lat.get("p99"), ".3f"),
+            _delta(vs.get("latency")),
+            fmt(None if switch is None else switch * 1000, ".1f"),
+            fmt(row.get("concurrency"), ".2f"),
+            fmt(pool, "d", none="—"),
+        )
     if not console.is_terminal:  # files and pipes: no 80-column squeeze
         console.width = max(console.width, 200)
     console.print(table)
@@ -94,19 +111,27 @@ def render_policy_table(data: dict[str, Any], console: Any) -> None:
         if best and best.get("text"):
             console.print(f"{label} {best['text']}", markup=False)
     if summary.get("not_applicable"):
-        console.print(f"Not ranked (not applicable here): {', '.join(summary['not_applicable'])}",
-                      markup=False)
+        console.print(
+            f"Not ranked (not applicable here): {', '.join(summary['not_applicable'])}", markup=False
+        )
     if summary.get("queue_pool_changed"):
         pools = ", ".join(f"{k} {v}" for k, v in summary["queue_pools"].items())
-        console.print(f"Queue pool differs between policies ({pools}): GPU_MAX_HW_QUEUES sets the "
-                      "pool of hardware queues the streams share, so these policies change the "
-                      "measurement.")
+        console.print(
+            f"Queue pool differs between policies ({pools}): GPU_MAX_HW_QUEUES sets the "
+            "pool of hardware queues the streams share, so these policies change the "
+            "measurement."
+        )
     target = data.get("gpu_control_target") or ""
     if "simulated" in target and data.get("backend") == "cpu":
-        console.print(f"Clock/power acted on {target}, not on the device that ran the workload "
-                      "(CPU backend): their rows measure nothing about clocks or power.")
-    console.print("Tput = median over repeats of the window throughput [CI of the median with "
-                  "≥ 2 repeats]; P50/P95/P99 = median over repeats of each repeat's percentile. "
-                  f"Δ = change of those medians vs baseline{ci_note} with a verdict (better / worse / same "
-                  f"/ n.s. = not significant) from compare's statistics, {summary['verdict_rule']}.",
-                  markup=False, style="dim")
+        console.print(
+            f"Clock/power acted on {target}, not on the device that ran the workload "
+            "(CPU backend): their rows measure nothing about clocks or power."
+        )
+    console.print(
+        "Tput = median over repeats of the window throughput [CI of the median with "
+        "≥ 2 repeats]; P50/P95/P99 = median over repeats of each repeat's percentile. "
+        f"Δ = change of those medians vs baseline{ci_note} with a verdict (better / worse / same "
+        f"/ n.s. = not significant) from compare's statistics, {summary['verdict_rule']}.",
+        markup=False,
+        style="dim",
+    )

@@ -33,13 +33,21 @@ def sweep_table(sweep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     for point in sweep.get("points", []):
         groups.setdefault(point.get("key", {}).get("streams"), []).append(point)
     repeated = any("repeat" in (p.get("key") or {}) for p in sweep.get("points", []))
-    traced = any(p.get("result") and p["result"].get("ebpf_queue_metrics")
-                 for p in sweep.get("points", []))
+    traced = any(p.get("result") and p["result"].get("ebpf_queue_metrics") for p in sweep.get("points", []))
     level = analysis.get("ci_level")
-    tput_head = f"Throughput ({unit})" + (
-        f" median [{level:.0%} CI]" if repeated and level else "")
-    headers = ["Streams", "Status", tput_head, "Efficiency", "P50 ms", "P95 ms",
-               "P99 ms", "Switch ovh µs", "In flight (wall)", "Queues"]
+    tput_head = f"Throughput ({unit})" + (f" median [{level:.0%} CI]" if repeated and level else "")
+    headers = [
+        "Streams",
+        "Status",
+        tput_head,
+        "Efficiency",
+        "P50 ms",
+        "P95 ms",
+        "P99 ms",
+        "Switch ovh µs",
+        "In flight (wall)",
+        "Queues",
+    ]
     if repeated:
         headers.insert(2, "Runs")
     if traced:
@@ -49,8 +57,11 @@ def sweep_table(sweep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         points = groups[streams]
         results = [p["result"] for p in points if p.get("status") == "ok" and p.get("result")]
         usable = [r for r in results if r.get("throughput") is not None]
-        status = ("ok" if len(results) == len(points) else
-                  ", ".join(sorted({p.get("status", "?") for p in points if p.get("status") != "ok"})))
+        status = (
+            "ok"
+            if len(results) == len(points)
+            else ", ".join(sorted({p.get("status", "?") for p in points if p.get("status") != "ok"}))
+        )
         if repeated:
             status = f"{status} ({len(results)}/{len(points)})" if results else status
         if not usable:
@@ -60,20 +71,27 @@ def sweep_table(sweep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         lats = [r.get("latency_ms") or {} for r in usable]
         sw = _median([(r.get("switch_latency") or {}).get("switch_overhead_ms") for r in usable])
         qmap = usable[0].get("queue_mapping") or {}
-        queues = (f"{qmap.get('queues_created')}/{qmap.get('pool_size')}"
-                  if qmap.get("pool_size") is not None else fmt(qmap.get("queues_created"), "d"))
+        queues = (
+            f"{qmap.get('queues_created')}/{qmap.get('pool_size')}"
+            if qmap.get("pool_size") is not None
+            else fmt(qmap.get("queues_created"), "d")
+        )
         row = [str(streams), status]
         if repeated:
             row.append(str(len(usable)))
-        row += [throughput_cell([r["throughput"] for r in usable]),
-                fmt(eff.get(streams), ".0%"),
-                *[fmt(_median([lat.get(k) for lat in lats]), ".3f") for k in ("p50", "p95", "p99")],
-                fmt(None if sw is None else sw * 1000, ".1f"),
-                fmt(_median([(r.get("concurrency") or {}).get("achieved") for r in usable]), ".2f"),
-                queues]
+        row += [
+            throughput_cell([r["throughput"] for r in usable]),
+            fmt(eff.get(streams), ".0%"),
+            *[fmt(_median([lat.get(k) for lat in lats]), ".3f") for k in ("p50", "p95", "p99")],
+            fmt(None if sw is None else sw * 1000, ".1f"),
+            fmt(_median([(r.get("concurrency") or {}).get("achieved") for r in usable]), ".2f"),
+            queues,
+        ]
         if traced:
-            row += [fmt(_median([dispatch_avg_us(r) for r in usable]), ".1f"),
-                    fmt(_median([dispatch_p99_us(r) for r in usable]), ".1f")]
+            row += [
+                fmt(_median([dispatch_avg_us(r) for r in usable]), ".1f"),
+                fmt(_median([dispatch_p99_us(r) for r in usable]), ".1f"),
+            ]
         rows.append(row)
     return headers, rows
 
@@ -93,17 +111,23 @@ def render_sweep(sweep: dict[str, Any], console: Any) -> None:
     console.print(table)
     for point in sweep.get("points", []):
         if point.get("status") != "ok":
-            console.print(f"  {point.get('key', {}).get('streams')} streams {point.get('status')}: "
-                          f"{point.get('error')}", markup=False)
+            console.print(
+                f"  {point.get('key', {}).get('streams')} streams {point.get('status')}: "
+                f"{point.get('error')}",
+                markup=False,
+            )
     analysis = sweep.get("analysis")
     if analysis:
-        what = "median throughput" if max(analysis.get("runs_per_point") or [1]) > 1 \
-            else "throughput"
-        console.print(f"\n[bold]SCALING[/bold]\n  peak {what}: {analysis['peak_throughput']:.2f} "
-                      f"{sweep.get('throughput_unit')} at {analysis['peak_streams']} streams")
+        what = "median throughput" if max(analysis.get("runs_per_point") or [1]) > 1 else "throughput"
+        console.print(
+            f"\n[bold]SCALING[/bold]\n  peak {what}: {analysis['peak_throughput']:.2f} "
+            f"{sweep.get('throughput_unit')} at {analysis['peak_streams']} streams"
+        )
         pool = analysis.get("pool_size")
-        console.print(f"  hardware-queue pool: {pool if pool is not None else 'unknown'} "
-                      f"({analysis.get('pool_source')})")
+        console.print(
+            f"  hardware-queue pool: {pool if pool is not None else 'unknown'} "
+            f"({analysis.get('pool_source')})"
+        )
         console.print(f"  verdict: {analysis['verdict']}", markup=False)
         for warning in analysis.get("warnings") or []:
             console.print(f"  warning: {warning}", markup=False)

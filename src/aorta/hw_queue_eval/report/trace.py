@@ -82,18 +82,39 @@ def wait_flows(result: dict[str, Any], ops: list[dict[str, Any]]) -> list[dict[s
             continue  # the waiting op was never launched in the window, or ops were truncated
         src, dst = before[target_op], after[waiter_op]
         name = f"s{waiter} waits s{target}"
-        events.append({"ph": "s", "id": flow_id, "name": name, "cat": "wait", "pid": PID_STREAMS,
-                       "tid": target + 1, "ts": src["end_us"]})
-        events.append({"ph": "f", "bp": "e", "id": flow_id, "name": name, "cat": "wait",
-                       "pid": PID_STREAMS, "tid": waiter + 1, "ts": max(dst["start_us"],
-                                                                        src["end_us"])})
+        events.append(
+            {
+                "ph": "s",
+                "id": flow_id,
+                "name": name,
+                "cat": "wait",
+                "pid": PID_STREAMS,
+                "tid": target + 1,
+                "ts": src["end_us"],
+            }
+        )
+        events.append(
+            {
+                "ph": "f",
+                "bp": "e",
+                "id": flow_id,
+                "name": name,
+                "cat": "wait",
+                "pid": PID_STREAMS,
+                "tid": waiter + 1,
+                "ts": max(dst["start_us"], src["end_us"]),
+            }
+        )
     return events
 
 
 def _ebpf_events(result: dict[str, Any], window_us: float) -> list[dict[str, Any]]:
     events = []
-    sections = {k: result.get(k) for k in ("ebpf_queue_metrics", "ebpf_memory_metrics",
-                                           "ebpf_vs_cuda_comparison") if result.get(k)}
+    sections = {
+        k: result.get(k)
+        for k in ("ebpf_queue_metrics", "ebpf_memory_metrics", "ebpf_vs_cuda_comparison")
+        if result.get(k)
+    }
     if not sections:
         return events
     events.append(_meta(PID_EBPF, None, "process_name", "eBPF (kernel aggregates over the window)"))
@@ -101,15 +122,23 @@ def _ebpf_events(result: dict[str, Any], window_us: float) -> list[dict[str, Any
     counters = 0
     for section, data in sections.items():
         flat = flatten_numbers(data)
-        events.append({"ph": "i", "s": "p", "name": section, "pid": PID_EBPF, "tid": 1, "ts": 0.0,
-                       "args": flat})
+        events.append(
+            {"ph": "i", "s": "p", "name": section, "pid": PID_EBPF, "tid": 1, "ts": 0.0, "args": flat}
+        )
         for key, value in flat.items():
             if counters >= MAX_EBPF_COUNTERS:
                 break
             counters += 1
             for ts in (0.0, window_us):
-                events.append({"ph": "C", "name": f"{section}.{key}", "pid": PID_EBPF, "ts": ts,
-                               "args": {"value": value}})
+                events.append(
+                    {
+                        "ph": "C",
+                        "name": f"{section}.{key}",
+                        "pid": PID_EBPF,
+                        "ts": ts,
+                        "args": {"value": value},
+                    }
+                )
     return events
 
 
@@ -117,51 +146,99 @@ def build_trace(result: dict[str, Any]) -> dict[str, Any]:
     """The trace-event object for one run result (uses its `op_intervals` table)."""
     ops, _ = _op_rows(result)
     events: list[dict[str, Any]] = [
-        _meta(PID_STREAMS, None, "process_name", f"streams ({result.get('workload_name')}, "
-                                                 f"{result.get('stream_count')} streams)"),
+        _meta(
+            PID_STREAMS,
+            None,
+            "process_name",
+            f"streams ({result.get('workload_name')}, {result.get('stream_count')} streams)",
+        ),
     ]
     qmap = result.get("queue_mapping") or {}
     mapping = qmap.get("stream_to_queue") or []
     queues = sorted({op["queue"] for op in ops if op["queue"] is not None})
-    events.append(_meta(PID_QUEUES, None, "process_name", "hardware queues" if queues else
-                        f"hardware queues (not observed: {qmap.get('reason') or 'no queue ids'})"))
+    events.append(
+        _meta(
+            PID_QUEUES,
+            None,
+            "process_name",
+            "hardware queues"
+            if queues
+            else f"hardware queues (not observed: {qmap.get('reason') or 'no queue ids'})",
+        )
+    )
     for stream in range(int(result.get("stream_count") or 0)):
         queue = mapping[stream] if stream < len(mapping) else None
         suffix = f" → queue {queue}" if queue is not None else ""
         events.append(_meta(PID_STREAMS, stream + 1, "thread_name", f"stream {stream}{suffix}"))
-        events.append({"ph": "M", "pid": PID_STREAMS, "tid": stream + 1,
-                       "name": "thread_sort_index", "args": {"sort_index": stream}})
+        events.append(
+            {
+                "ph": "M",
+                "pid": PID_STREAMS,
+                "tid": stream + 1,
+                "name": "thread_sort_index",
+                "args": {"sort_index": stream},
+            }
+        )
     for queue in queues:
         events.append(_meta(PID_QUEUES, queue + 1, "thread_name", f"queue {queue}"))
     for op in ops:
         dur = max(0.0, op["end_us"] - op["start_us"])
         wait = None if op["ready_us"] is None else round(op["start_us"] - op["ready_us"], 3)
-        args = {"iteration": op["iteration"], "stream": op["stream"], "queue": op["queue"],
-                "ready_to_start_us": wait}
-        events.append({"ph": "X", "name": op["name"], "cat": "op", "pid": PID_STREAMS,
-                       "tid": op["stream"] + 1, "ts": op["start_us"], "dur": dur, "args": args})
+        args = {
+            "iteration": op["iteration"],
+            "stream": op["stream"],
+            "queue": op["queue"],
+            "ready_to_start_us": wait,
+        }
+        events.append(
+            {
+                "ph": "X",
+                "name": op["name"],
+                "cat": "op",
+                "pid": PID_STREAMS,
+                "tid": op["stream"] + 1,
+                "ts": op["start_us"],
+                "dur": dur,
+                "args": args,
+            }
+        )
         if op["queue"] is not None:
-            events.append({"ph": "X", "name": f"s{op['stream']} {op['name']}", "cat": "op",
-                           "pid": PID_QUEUES, "tid": op["queue"] + 1, "ts": op["start_us"],
-                           "dur": dur, "args": args})
+            events.append(
+                {
+                    "ph": "X",
+                    "name": f"s{op['stream']} {op['name']}",
+                    "cat": "op",
+                    "pid": PID_QUEUES,
+                    "tid": op["queue"] + 1,
+                    "ts": op["start_us"],
+                    "dur": dur,
+                    "args": args,
+                }
+            )
     flows = wait_flows(result, ops)
     events += flows
     for ts, level in busy_stream_counter(ops):
-        events.append({"ph": "C", "name": "busy streams", "pid": PID_STREAMS, "ts": ts,
-                       "args": {"busy": level}})
+        events.append(
+            {"ph": "C", "name": "busy streams", "pid": PID_STREAMS, "ts": ts, "args": {"busy": level}}
+        )
     window_us = float(result.get("total_time_ms") or 0.0) * 1000.0
     events += _ebpf_events(result, window_us)
     table = result.get("op_intervals") or {}
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"workload": result.get("workload_name"),
-                          "streams": result.get("stream_count"),
-                          "clock": "µs since the measurement-window start (op_intervals clock)",
-                          "window_start_monotonic_ns":
-                              (result.get("metadata") or {}).get("window_start_monotonic_ns"),
-                          "ops_in_trace": len(ops), "ops_measured": table.get("total_ops"),
-                          "waits_in_trace": len(flows) // 2,
-                          "truncated": bool(table.get("truncated")),
-                          "note": None if ops else "the run recorded no op intervals"}}
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "workload": result.get("workload_name"),
+            "streams": result.get("stream_count"),
+            "clock": "µs since the measurement-window start (op_intervals clock)",
+            "window_start_monotonic_ns": (result.get("metadata") or {}).get("window_start_monotonic_ns"),
+            "ops_in_trace": len(ops),
+            "ops_measured": table.get("total_ops"),
+            "waits_in_trace": len(flows) // 2,
+            "truncated": bool(table.get("truncated")),
+            "note": None if ops else "the run recorded no op intervals",
+        },
+    }
 
 
 def validate_trace(trace: Any) -> list[str]:
@@ -184,7 +261,8 @@ def validate_trace(trace: Any) -> list[str]:
             problems.append(f"event {i}: flow event needs an integer id")
         if ph in ("X", "i", "s", "f") and not isinstance(event.get("tid"), int):
             problems.append(f"event {i}: needs an integer tid")
-        if ph == "C" and not all(isinstance(v, (int, float))
-                                 for v in (event.get("args") or {None: None}).values()):
+        if ph == "C" and not all(
+            isinstance(v, (int, float)) for v in (event.get("args") or {None: None}).values()
+        ):
             problems.append(f"event {i}: counter args must be numbers")
     return problems

@@ -34,6 +34,7 @@ def _read(path: Path) -> str | None:
 
 # -- aorta's own commit ----------------------------------------------------------------------------
 
+
 def source_checkout(package_dir: Path | None = None) -> Path | None:
     """The checkout aorta runs from (`<root>/src/aorta` is this package), or None when installed."""
     package = (package_dir or Path(aorta.__file__).parent).resolve()
@@ -94,7 +95,7 @@ def git_commit(package_dir: Path | None = None) -> tuple[str | None, str | None]
     head = head.strip()
     if _SHA.fullmatch(head):  # detached HEAD
         return head, None
-    ref = head[len("ref:"):].strip() if head.startswith("ref:") else ""
+    ref = head[len("ref:") :].strip() if head.startswith("ref:") else ""
     if not _REF.fullmatch(ref) or ".." in ref:
         return None, f"the git HEAD of {root} is not a commit or a branch"
     sha = _resolve_ref(git_dir, ref)
@@ -107,11 +108,11 @@ def git_commit(package_dir: Path | None = None) -> tuple[str | None, str | None]
 def tool_info() -> dict[str, Any]:
     """The result's `tool` section: name, version, git commit (null with the reason)."""
     sha, reason = git_commit()
-    return {"name": "aorta", "version": aorta.__version__, "git_commit": sha,
-            "git_commit_reason": reason}
+    return {"name": "aorta", "version": aorta.__version__, "git_commit": sha, "git_commit_reason": reason}
 
 
 # -- GPU driver and clocks -------------------------------------------------------------------------
+
 
 def gpu_vendor(environment: dict[str, Any]) -> str | None:
     """nvidia / amd from the torch build the run used, None on the CPU backend."""
@@ -124,8 +125,7 @@ def gpu_driver(environment: dict[str, Any], root: Path = Path("/")) -> dict[str,
     """The kernel driver of the GPU: name, version and the file it came from (null + reason)."""
     vendor = gpu_vendor(environment)
     if vendor is None:
-        return {"name": None, "version": None, "source": None,
-                "reason": "CPU backend: no GPU driver in use"}
+        return {"name": None, "version": None, "source": None, "reason": "CPU backend: no GPU driver in use"}
     if vendor == "nvidia":
         source = root / "sys/module/nvidia/version"
         version = (_read(source) or "").strip()
@@ -135,25 +135,35 @@ def gpu_driver(environment: dict[str, Any], root: Path = Path("/")) -> dict[str,
             version = match.group(1) if match else ""
         if version:
             return {"name": "nvidia", "version": version, "source": str(source), "reason": None}
-        return {"name": "nvidia", "version": None, "source": None,
-                "reason": "neither /sys/module/nvidia/version nor /proc/driver/nvidia/version "
-                          "is readable"}
+        return {
+            "name": "nvidia",
+            "version": None,
+            "source": None,
+            "reason": "neither /sys/module/nvidia/version nor /proc/driver/nvidia/version is readable",
+        }
     source = root / "sys/module/amdgpu/version"
     version = (_read(source) or "").strip()
     if version:
         return {"name": "amdgpu", "version": version, "source": str(source), "reason": None}
     if (root / "sys/module/amdgpu").is_dir():
-        return {"name": "amdgpu", "version": None, "source": None,
-                "reason": "the kernel's own (in-tree) amdgpu has no module version: it is the "
-                          "kernel's (environment.kernel)"}
-    return {"name": "amdgpu", "version": None, "source": None,
-            "reason": "the amdgpu module is not loaded here (a container without /sys/module?)"}
+        return {
+            "name": "amdgpu",
+            "version": None,
+            "source": None,
+            "reason": "the kernel's own (in-tree) amdgpu has no module version: it is the "
+            "kernel's (environment.kernel)",
+        }
+    return {
+        "name": "amdgpu",
+        "version": None,
+        "source": None,
+        "reason": "the amdgpu module is not loaded here (a container without /sys/module?)",
+    }
 
 
 def pci_address(environment: dict[str, Any]) -> str | None:
     """The GPU's PCI address (domain:bus:device.0) from the backend's device properties."""
-    bus, dev, domain = (environment.get(k) for k in ("pci_bus_id", "pci_device_id",
-                                                       "pci_domain_id"))
+    bus, dev, domain = (environment.get(k) for k in ("pci_bus_id", "pci_device_id", "pci_domain_id"))
     if not all(isinstance(v, int) and v >= 0 for v in (bus, dev, domain)):
         return None
     return f"{domain:04x}:{bus:02x}:{dev:02x}.0"
@@ -169,8 +179,14 @@ def _current_dpm_mhz(text: str | None) -> int | None:
 
 
 def _unread_clocks(reason: str) -> dict[str, Any]:
-    return {"graphics_mhz": None, "memory_mhz": None, "performance_level": None, "source": None,
-            "when": CLOCKS_WHEN, "reason": reason}
+    return {
+        "graphics_mhz": None,
+        "memory_mhz": None,
+        "performance_level": None,
+        "source": None,
+        "when": CLOCKS_WHEN,
+        "reason": reason,
+    }
 
 
 def amd_clocks(address: str, root: Path = Path("/")) -> dict[str, Any]:
@@ -180,9 +196,14 @@ def amd_clocks(address: str, root: Path = Path("/")) -> dict[str, Any]:
     if graphics is None:
         return _unread_clocks(f"{device}/pp_dpm_sclk is not readable or marks no current level")
     level = (_read(device / "power_dpm_force_performance_level") or "").strip() or None
-    return {"graphics_mhz": graphics, "memory_mhz": _current_dpm_mhz(_read(device / "pp_dpm_mclk")),
-            "performance_level": level, "source": f"{device}/pp_dpm_sclk, pp_dpm_mclk",
-            "when": CLOCKS_WHEN, "reason": None}
+    return {
+        "graphics_mhz": graphics,
+        "memory_mhz": _current_dpm_mhz(_read(device / "pp_dpm_mclk")),
+        "performance_level": level,
+        "source": f"{device}/pp_dpm_sclk, pp_dpm_mclk",
+        "when": CLOCKS_WHEN,
+        "reason": None,
+    }
 
 
 def nvidia_clocks(address: str) -> dict[str, Any]:
@@ -190,8 +211,9 @@ def nvidia_clocks(address: str) -> dict[str, Any]:
     try:
         import pynvml
     except ImportError:
-        return _unread_clocks("reading NVIDIA clocks needs the pynvml package (aorta does not "
-                              "run nvidia-smi for this)")
+        return _unread_clocks(
+            "reading NVIDIA clocks needs the pynvml package (aorta does not run nvidia-smi for this)"
+        )
     try:
         pynvml.nvmlInit()
         try:
@@ -203,8 +225,14 @@ def nvidia_clocks(address: str) -> dict[str, Any]:
     except Exception as exc:  # NVMLError and its many subclasses; never stop a finished run
         why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return _unread_clocks(f"NVML could not read the clocks: {why}")
-    return {"graphics_mhz": graphics, "memory_mhz": memory, "performance_level": None,
-            "source": "NVML (pynvml) clock info: SM, MEM", "when": CLOCKS_WHEN, "reason": None}
+    return {
+        "graphics_mhz": graphics,
+        "memory_mhz": memory,
+        "performance_level": None,
+        "source": "NVML (pynvml) clock info: SM, MEM",
+        "when": CLOCKS_WHEN,
+        "reason": None,
+    }
 
 
 def gpu_clocks(environment: dict[str, Any], root: Path = Path("/")) -> dict[str, Any]:

@@ -113,8 +113,7 @@ def validate_run_dict(data: Any) -> list[str]:
         return ["top level is not a JSON object"]
     problems = [f"missing key {k!r}" for k in REQUIRED_KEYS if k not in data]
     if data.get("schema_version") != SCHEMA_VERSION:
-        problems.append(f"schema_version is {data.get('schema_version')!r}, "
-                        f"expected {SCHEMA_VERSION}")
+        problems.append(f"schema_version is {data.get('schema_version')!r}, expected {SCHEMA_VERSION}")
     if data.get("kind") != RESULT_KIND:
         problems.append(f"kind is {data.get('kind')!r}, expected 'run'")
     if data.get("status") not in ("ok", "failed"):
@@ -145,13 +144,22 @@ def load_result(path: str | os.PathLike[str]) -> dict[str, Any]:
     data = read_json_file(path, "result file")
     if not isinstance(data, dict):
         raise UsageError(f"{path} is not an aorta result: top level is not a JSON object")
-    if "schema_version" in data or "workload_name" in data or "results" in data \
-            or "points" in data or "policies" in data:
+    if (
+        "schema_version" in data
+        or "workload_name" in data
+        or "results" in data
+        or "points" in data
+        or "policies" in data
+    ):
         version = data.get("schema_version")
         if isinstance(version, int) and version > SCHEMA_VERSION:
-            raise UsageError(f"{path} has schema_version {version}, newer than this aorta reads "
-                             f"({SCHEMA_VERSION}): upgrade aorta")
+            raise UsageError(
+                f"{path} has schema_version {version}, newer than this aorta reads "
+                f"({SCHEMA_VERSION}): upgrade aorta"
+            )
         check_input(path, data)
         return upgrade(data)
-    raise UsageError(f"{path} is not an aorta result (no schema_version/workload_name): "
-                     "was it written by `run`, `sweep` or `policy-sweep`?")
+    raise UsageError(
+        f"{path} is not an aorta result (no schema_version/workload_name): "
+        "was it written by `run`, `sweep` or `policy-sweep`?"
+    )

@@ -31,9 +31,12 @@ def upgrade(data: dict[str, Any]) -> dict[str, Any]:
     if out.get("kind") == "run":
         _upgrade_run(out)
     if isinstance(out.get("points"), list):
-        out["points"] = [{**p, "result": upgrade(p["result"])}
-                         if isinstance(p, dict) and isinstance(p.get("result"), dict) else p
-                         for p in out["points"]]
+        out["points"] = [
+            {**p, "result": upgrade(p["result"])}
+            if isinstance(p, dict) and isinstance(p.get("result"), dict)
+            else p
+            for p in out["points"]
+        ]
     return out
 
 
@@ -50,19 +53,20 @@ def _upgrade_run(run: dict[str, Any]) -> None:
         switch["upgrade_note"] = "recomputed like for like from this v1 file's op_intervals"
     else:
         switch = metrics.unmeasured_switch_analysis(
-            "v1 file without op intervals: its switch overhead compared unlike gaps and cannot "
-            "be recomputed")
+            "v1 file without op intervals: its switch overhead compared unlike gaps and cannot be recomputed"
+        )
     switch["v1"] = old
     run["switch_latency"] = switch
     conc = run.get("concurrency")
     if isinstance(conc, dict):
-        run["concurrency"] = {"on_cpu_queues": None, "on_cpu_reason": "not measured by schema v1",
-                              **conc}
+        run["concurrency"] = {"on_cpu_queues": None, "on_cpu_reason": "not measured by schema v1", **conc}
     comparison = run.get("ebpf_vs_cuda_comparison")
     if isinstance(comparison, dict):
         run["ebpf_vs_cuda_comparison"] = {
-            "status": "v1", "v1": comparison,
-            "error": "written by schema v1, whose comparison mixed populations; re-run to compare"}
+            "status": "v1",
+            "v1": comparison,
+            "error": "written by schema v1, whose comparison mixed populations; re-run to compare",
+        }
 
 
 def ops_from_intervals(table: Any) -> list[OpRecord]:
@@ -78,9 +82,17 @@ def ops_from_intervals(table: Any) -> list[OpRecord]:
     try:
         for row in table.get("rows") or []:
             it, stream, queue, label, ready, start, end = (row[i] for i in idx)
-            ops.append(OpRecord(int(it), int(stream), queue, str(labels[label]),
-                                None if ready is None else round(ready * 1e3),
-                                round(start * 1e3), round(end * 1e3)))
+            ops.append(
+                OpRecord(
+                    int(it),
+                    int(stream),
+                    queue,
+                    str(labels[label]),
+                    None if ready is None else round(ready * 1e3),
+                    round(start * 1e3),
+                    round(end * 1e3),
+                )
+            )
     except (TypeError, ValueError, IndexError, KeyError, OverflowError):
         return []  # a malformed table: the figure cannot be recomputed (null with the reason)
     return ops

@@ -41,12 +41,10 @@ def _run_schema() -> dict[str, Any]:
     schema.pop("$id", None)
     schema["required"] = ["workload_name", "stream_count"]
     # every layout this aorta reads: older versions go through the v1 reader (upgrade.py) after
-    schema["properties"]["schema_version"] = {"type": "integer",
-                                              "enum": list(range(1, SCHEMA_VERSION + 1))}
+    schema["properties"]["schema_version"] = {"type": "integer", "enum": list(range(1, SCHEMA_VERSION + 1))}
     per_label = schema["properties"]["ops"]["properties"]["per_label"]["additionalProperties"]
     per_label["oneOf"][1]["required"] = ["count", "p50", "p99"]
-    schema["properties"]["latency"] = {"type": ["object", "null"],
-                                       "additionalProperties": _NUM_OR_NULL}
+    schema["properties"]["latency"] = {"type": ["object", "null"], "additionalProperties": _NUM_OR_NULL}
     return schema
 
 
@@ -84,23 +82,35 @@ def _point_schema(key: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-_SWEEP_KEY = {"type": "object", "required": ["workload", "streams"],
-              "properties": {"workload": {"type": "string"},
-                             "streams": {"type": "integer", "minimum": 1}}}
-_POLICY_KEY = {"type": "object", "required": ["workload", "streams", "policy"],
-               "properties": {"workload": {"type": "string"},
-                              "streams": {"type": "integer", "minimum": 1},
-                              "policy": {"type": "string"},
-                              "repeat": {"type": "integer", "minimum": 1}}}
+_SWEEP_KEY = {
+    "type": "object",
+    "required": ["workload", "streams"],
+    "properties": {"workload": {"type": "string"}, "streams": {"type": "integer", "minimum": 1}},
+}
+_POLICY_KEY = {
+    "type": "object",
+    "required": ["workload", "streams", "policy"],
+    "properties": {
+        "workload": {"type": "string"},
+        "streams": {"type": "integer", "minimum": 1},
+        "policy": {"type": "string"},
+        "repeat": {"type": "integer", "minimum": 1},
+    },
+}
 _ANALYSIS = {
     "type": ["object", "null"],
     "properties": {
         "stream_counts": {"type": "array", "items": {"type": "integer"}},
         "efficiency": {"type": "array", "items": _NUM_OR_NULL},
-        "peak_streams": _INT_OR_NULL, "peak_throughput": _NUM_OR_NULL,
-        "knee_streams": _INT_OR_NULL, "latency_jump_streams": _INT_OR_NULL,
-        "dispatch_jump_streams": _INT_OR_NULL, "pool_size": _INT_OR_NULL,
-        "pool_source": _STR_OR_NULL, "cpu_cores": _INT_OR_NULL, "backend": _STR_OR_NULL,
+        "peak_streams": _INT_OR_NULL,
+        "peak_throughput": _NUM_OR_NULL,
+        "knee_streams": _INT_OR_NULL,
+        "latency_jump_streams": _INT_OR_NULL,
+        "dispatch_jump_streams": _INT_OR_NULL,
+        "pool_size": _INT_OR_NULL,
+        "pool_source": _STR_OR_NULL,
+        "cpu_cores": _INT_OR_NULL,
+        "backend": _STR_OR_NULL,
         "verdict": _STR_OR_NULL,
         "steps": {"type": "array", "items": {"type": "object"}},
     },
@@ -109,41 +119,63 @@ _POLICY_SUMMARY = {
     "type": ["object", "null"],
     "properties": {
         "rows": {"type": "array", "items": {"type": "object"}},
-        "best_throughput": _OBJ_OR_NULL, "best_p99": _OBJ_OR_NULL,
+        "best_throughput": _OBJ_OR_NULL,
+        "best_p99": _OBJ_OR_NULL,
         "not_applicable": {"type": "array", "items": {"type": "string"}},
-        "queue_pools": _OBJ_OR_NULL, "verdict_rule": _STR_OR_NULL,
+        "queue_pools": _OBJ_OR_NULL,
+        "verdict_rule": _STR_OR_NULL,
     },
 }
 _CHECKPOINT_HEADER = {
     "schema_version": {"type": "integer", "enum": list(range(1, SCHEMA_VERSION + 1))},
-    "created": {"type": "string"}, "updated": {"type": "string"},
-    "fingerprint": {"type": "string"}, "state": {"type": "string"},
-    "workload": {"type": "string"}, "throughput_unit": _STR_OR_NULL,
-    "run_options": {"type": "object"}, "settings": _OBJ_OR_NULL, "flags": {"type": "array"},
+    "created": {"type": "string"},
+    "updated": {"type": "string"},
+    "fingerprint": {"type": "string"},
+    "state": {"type": "string"},
+    "workload": {"type": "string"},
+    "throughput_unit": _STR_OR_NULL,
+    "run_options": {"type": "object"},
+    "settings": _OBJ_OR_NULL,
+    "flags": {"type": "array"},
     "stream_counts": {"type": "array", "items": {"type": "integer"}},
 }
 SWEEP_SCHEMA = {
-    "type": "object", "required": ["kind"],
-    "properties": {**_CHECKPOINT_HEADER, "kind": {"const": "sweep"},
-                   "points": {"type": "array", "items": _point_schema(_SWEEP_KEY)},
-                   "analysis": _ANALYSIS},
+    "type": "object",
+    "required": ["kind"],
+    "properties": {
+        **_CHECKPOINT_HEADER,
+        "kind": {"const": "sweep"},
+        "points": {"type": "array", "items": _point_schema(_SWEEP_KEY)},
+        "analysis": _ANALYSIS,
+    },
 }
 POLICY_SWEEP_SCHEMA = {
-    "type": "object", "required": ["kind"],
-    "properties": {**_CHECKPOINT_HEADER, "kind": {"enum": ["policy_sweep", "policy-sweep"]},
-                   "streams": {"type": "integer", "minimum": 1},
-                   "repeats": {"type": "integer", "minimum": 1},
-                   "summary": _POLICY_SUMMARY,
-                   "points": {"type": "array", "items": _point_schema(_POLICY_KEY)}},
+    "type": "object",
+    "required": ["kind"],
+    "properties": {
+        **_CHECKPOINT_HEADER,
+        "kind": {"enum": ["policy_sweep", "policy-sweep"]},
+        "streams": {"type": "integer", "minimum": 1},
+        "repeats": {"type": "integer", "minimum": 1},
+        "summary": _POLICY_SUMMARY,
+        "points": {"type": "array", "items": _point_schema(_POLICY_KEY)},
+    },
 }
+
 
 def _upstream(kind: str) -> dict[str, Any]:
     """The upstream tool's layouts: runs typed as ours (its field names are the same)."""
     if kind == "results":
-        return {"type": "object", "required": ["results"],
-                "properties": {"results": {"type": "array", "items": _run_schema()}}}
-    return {"type": "object", "required": ["policies"],
-            "properties": {"policies": {"type": "object", "additionalProperties": _run_schema()}}}
+        return {
+            "type": "object",
+            "required": ["results"],
+            "properties": {"results": {"type": "array", "items": _run_schema()}},
+        }
+    return {
+        "type": "object",
+        "required": ["policies"],
+        "properties": {"policies": {"type": "object", "additionalProperties": _run_schema()}},
+    }
 
 
 def schema_for(data: Any) -> tuple[str, dict[str, Any]]:
@@ -158,8 +190,9 @@ def schema_for(data: Any) -> tuple[str, dict[str, Any]]:
     if kind in ("policy_sweep", "policy-sweep"):
         return "policy-sweep file", POLICY_SWEEP_SCHEMA
     if kind is not None:
-        raise UsageError(f"unknown result kind {str(kind)[:40]!r}: run, sweep and policy-sweep "
-                         "files are read")
+        raise UsageError(
+            f"unknown result kind {str(kind)[:40]!r}: run, sweep and policy-sweep files are read"
+        )
     if "schema_version" not in data:
         if "results" in data:
             return "upstream sweep", _upstream("results")
@@ -167,8 +200,10 @@ def schema_for(data: Any) -> tuple[str, dict[str, Any]]:
             return "upstream policy evaluation", _upstream("policies")
         if "workload_name" in data:
             return "upstream run result", _run_schema()
-    raise UsageError("not an aorta result (no kind, schema_version or workload_name): was it "
-                     "written by `run`, `sweep` or `policy-sweep`?")
+    raise UsageError(
+        "not an aorta result (no kind, schema_version or workload_name): was it "
+        "written by `run`, `sweep` or `policy-sweep`?"
+    )
 
 
 def problem(data: Any, schema: dict[str, Any]) -> str | None:
@@ -197,7 +232,8 @@ def _strict_validator() -> Any:
 
     base = jsonschema.Draft202012Validator
     checker = base.TYPE_CHECKER.redefine(
-        "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool))
+        "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool)
+    )
     return jsonschema.validators.extend(base, type_checker=checker)
 
 
@@ -209,8 +245,7 @@ def check_input(path: str | os.PathLike[str], data: Any) -> str:
         raise UsageError(f"{path}: {exc}") from None
     found = problem(data, schema)
     if found is not None:
-        raise UsageError(f"{path}: invalid {what}: {found}; regenerate it with aorta or fix that "
-                         "field")
+        raise UsageError(f"{path}: invalid {what}: {found}; regenerate it with aorta or fix that field")
     return what
 
 

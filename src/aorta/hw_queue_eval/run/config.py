@@ -68,8 +68,7 @@ def check_threads_per_queue(count: int) -> int:
     """Intra-op threads per worker: at most this machine's CPU count (more cannot run at once)."""
     cpus = os.cpu_count() or 1
     if count > cpus:
-        raise UsageError(f"--threads-per-queue {count} exceeds this machine's {cpus} CPUs: "
-                         f"use 1..{cpus}")
+        raise UsageError(f"--threads-per-queue {count} exceeds this machine's {cpus} CPUs: use 1..{cpus}")
     return count
 
 
@@ -82,8 +81,7 @@ def parse_timeout(value: str | None) -> float | None:
     except ValueError:
         raise UsageError(f"--timeout must be seconds, got {value!r}") from None
     if not 0 < seconds <= MAX_TIMEOUT_S:  # also refuses nan, inf and 1e400 (= inf)
-        raise UsageError(f"--timeout must be > 0 and at most {MAX_TIMEOUT_S:g} seconds, "
-                         f"got {value!r}")
+        raise UsageError(f"--timeout must be > 0 and at most {MAX_TIMEOUT_S:g} seconds, got {value!r}")
     return seconds
 
 
@@ -116,20 +114,39 @@ def hw_queue_pool_size(environ: dict[str, str] | None = None) -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise UsageError(f"GPU_MAX_HW_QUEUES={raw!r} is not a number: unset it or give 1..64") \
-            from None
+        raise UsageError(f"GPU_MAX_HW_QUEUES={raw!r} is not a number: unset it or give 1..64") from None
     if not 1 <= value <= MAX_HW_QUEUES:
         raise UsageError(f"GPU_MAX_HW_QUEUES={value} is outside 1..{MAX_HW_QUEUES}")
     return value
 
 
-ENV_KNOBS = ("GPU_MAX_HW_QUEUES", "HSA_XNACK", "CUDA_DEVICE_MAX_CONNECTIONS",
-             "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "DEBUG_HIP_IGNORE_STREAM_PRIORITY")
+ENV_KNOBS = (
+    "GPU_MAX_HW_QUEUES",
+    "HSA_XNACK",
+    "CUDA_DEVICE_MAX_CONNECTIONS",
+    "HIP_VISIBLE_DEVICES",
+    "CUDA_VISIBLE_DEVICES",
+    "DEBUG_HIP_IGNORE_STREAM_PRIORITY",
+)
 
 #: Prefixes of the GPU-runtime variables a policy may set (gpu/policies.py); a result records every
 #: set variable with one of them (`runtime_env`), so a policy's variables can be read back.
-RUNTIME_ENV_PREFIXES = ("GPU_", "HSA_", "HIP_", "ROCR_", "AMD_", "HCC_", "DEBUG_HIP_", "CUDA_",
-                        "NCCL_", "RCCL_", "PYTORCH_", "TORCH_", "OMP_", "MKL_")
+RUNTIME_ENV_PREFIXES = (
+    "GPU_",
+    "HSA_",
+    "HIP_",
+    "ROCR_",
+    "AMD_",
+    "HCC_",
+    "DEBUG_HIP_",
+    "CUDA_",
+    "NCCL_",
+    "RCCL_",
+    "PYTORCH_",
+    "TORCH_",
+    "OMP_",
+    "MKL_",
+)
 
 
 def env_knobs(environ: dict[str, str] | None = None) -> dict[str, str | None]:

@@ -39,20 +39,26 @@ class QuietGc:
     def stop(self) -> dict[str, Any]:
         """Collect the window's cyclic garbage, restore the collector; the result's `gc` entry."""
         if not self._active:
-            return {"disabled_in_window": False,
-                    "reason": "the window did not start, so the collector was not touched"}
+            return {
+                "disabled_in_window": False,
+                "reason": "the window did not start, so the collector was not touched",
+            }
         self._active = False
         deferred = gc.collect()
         if self._was_enabled:
             gc.enable()
-        return {"disabled_in_window": True,
-                "collected_before_window": self._collected_before,
-                "collect_before_window_ms": round(self._collect_ms, 3),
-                "cyclic_garbage_after_window": deferred,
-                "meaning": ("automatic cyclic GC off from the last warm-up iteration to the end "
-                            "of the measured window(s), after one full collection; "
-                            "cyclic_garbage_after_window = objects it would have had to collect "
-                            "meanwhile, freed right after")}
+        return {
+            "disabled_in_window": True,
+            "collected_before_window": self._collected_before,
+            "collect_before_window_ms": round(self._collect_ms, 3),
+            "cyclic_garbage_after_window": deferred,
+            "meaning": (
+                "automatic cyclic GC off from the last warm-up iteration to the end "
+                "of the measured window(s), after one full collection; "
+                "cyclic_garbage_after_window = objects it would have had to collect "
+                "meanwhile, freed right after"
+            ),
+        }
 
     def abort(self) -> None:
         """Restore the collector on an error path (nothing to report)."""

@@ -53,9 +53,12 @@ def _noop_progress(phase: str, done: int, total: int) -> None:
     return None
 
 
-def compact_ops(ops: list[OpRecord],
-                waits: list[tuple[int, int, int, int]] | None = None,
-                total_ops: int | None = None, total_waits: int | None = None) -> dict[str, Any]:
+def compact_ops(
+    ops: list[OpRecord],
+    waits: list[tuple[int, int, int, int]] | None = None,
+    total_ops: int | None = None,
+    total_waits: int | None = None,
+) -> dict[str, Any]:
     """Op intervals as a compact table (µs from window start) for reports and trace export.
 
     `ops` are sorted by start; the first MAX_STORED_OPS become rows. `total_ops` counts every op
@@ -72,32 +75,56 @@ def compact_ops(ops: list[OpRecord],
         if op.label not in index:
             index[op.label] = len(labels)
             labels.append(op.label)
-        rows.append([op.iteration, op.stream, op.queue, index[op.label],
-                     None if op.ready_ns is None else round(op.ready_ns / 1e3, 3),
-                     round(op.start_ns / 1e3, 3), round(op.end_ns / 1e3, 3)])
-    return {"columns": ["iteration", "stream", "queue", "label", "ready_us", "start_us", "end_us"],
-            "labels": labels, "rows": rows, "truncated": total > len(rows),
-            "total_ops": total, "row_selection": ROW_SELECTION,
-            "waits": {"columns": ["waiter_stream", "waiter_op", "target_stream", "target_op"],
-                      "note": "op = ordinal of the op among its stream's ops in the window",
-                      "rows": [list(w) for w in wait_rows],
-                      "total": len(waits or []) if total_waits is None else total_waits}}
+        rows.append(
+            [
+                op.iteration,
+                op.stream,
+                op.queue,
+                index[op.label],
+                None if op.ready_ns is None else round(op.ready_ns / 1e3, 3),
+                round(op.start_ns / 1e3, 3),
+                round(op.end_ns / 1e3, 3),
+            ]
+        )
+    return {
+        "columns": ["iteration", "stream", "queue", "label", "ready_us", "start_us", "end_us"],
+        "labels": labels,
+        "rows": rows,
+        "truncated": total > len(rows),
+        "total_ops": total,
+        "row_selection": ROW_SELECTION,
+        "waits": {
+            "columns": ["waiter_stream", "waiter_op", "target_stream", "target_op"],
+            "note": "op = ordinal of the op among its stream's ops in the window",
+            "rows": [list(w) for w in wait_rows],
+            "total": len(waits or []) if total_waits is None else total_waits,
+        },
+    }
 
 
 def _handoffs(totals: dict[str, Any] | None) -> dict[str, Any]:
     """The harness's own count of hand-offs to an idle queue (doorbell rings) in the window."""
     if totals is None:
-        return {"count": None, "per_queue": None,
-                "reason": "this backend's hand-offs are not visible to the host (user-mode queues)"}
+        return {
+            "count": None,
+            "per_queue": None,
+            "reason": "this backend's hand-offs are not visible to the host (user-mode queues)",
+        }
     per_queue = {str(q): n for q, n in totals["per_queue"].items() if n}
-    return {"count": totals["count"], "per_queue": per_queue,
-            "meaning": "hand-offs of work to an idle queue: one doorbell (eventfd) write each",
-            "source": "harness"}
+    return {
+        "count": totals["count"],
+        "per_queue": per_queue,
+        "meaning": "hand-offs of work to an idle queue: one doorbell (eventfd) write each",
+        "source": "harness",
+    }
 
 
-def run_benchmark(config: RunConfig, tracer: WindowTracer | None = None,
-                  progress: ProgressFn = _noop_progress,
-                  barrier: Callable[[], None] | None = None) -> RunResult:
+def run_benchmark(
+    config: RunConfig,
+    tracer: WindowTracer | None = None,
+    progress: ProgressFn = _noop_progress,
+    barrier: Callable[[], None] | None = None,
+) -> RunResult:
     """Run `config` once and return its RunResult (status ok, or failed verification noted).
 
     `barrier` (torchrun: a process-group barrier) is called before warm-up and right before the
@@ -118,9 +145,15 @@ def run_benchmark(config: RunConfig, tracer: WindowTracer | None = None,
         backend.close()
 
 
-def _run_on_backend(config: RunConfig, backend: Backend, workload_cls: type[Workload], size: str,
-                    tracer: WindowTracer | None, progress: ProgressFn,
-                    barrier: Callable[[], None] | None = None) -> RunResult:
+def _run_on_backend(
+    config: RunConfig,
+    backend: Backend,
+    workload_cls: type[Workload],
+    size: str,
+    tracer: WindowTracer | None,
+    progress: ProgressFn,
+    barrier: Callable[[], None] | None = None,
+) -> RunResult:
     workload = workload_cls(config.streams, size, backend.torch_device(), config.seed)
     workload.setup()
     backend.reset_memory_peak()
@@ -130,15 +163,21 @@ def _run_on_backend(config: RunConfig, backend: Backend, workload_cls: type[Work
 
     quiet_gc = QuietGc()
     try:
-        return _warm_up_and_measure(config, backend, workload, size, tracer, progress, barrier,
-                                    quiet_gc)
+        return _warm_up_and_measure(config, backend, workload, size, tracer, progress, barrier, quiet_gc)
     finally:
         quiet_gc.abort()  # no-op once stop() has reported
 
 
-def _warm_up_and_measure(config: RunConfig, backend: Backend, workload: Workload, size: str,
-                         tracer: WindowTracer | None, progress: ProgressFn,
-                         barrier: Callable[[], None] | None, quiet_gc: QuietGc) -> RunResult:
+def _warm_up_and_measure(
+    config: RunConfig,
+    backend: Backend,
+    workload: Workload,
+    size: str,
+    tracer: WindowTracer | None,
+    progress: ProgressFn,
+    barrier: Callable[[], None] | None,
+    quiet_gc: QuietGc,
+) -> RunResult:
     """Warm-up, verification, the measured window(s); automatic GC off from the last warm-up
     iteration on."""
     streams = backend.streams
@@ -199,12 +238,24 @@ def _warm_up_and_measure(config: RunConfig, backend: Backend, workload: Workload
     folded = backend.folded_ops() if ops else None
     device_times = backend.iteration_times_ms()
     on_cpu = oncpu.on_cpu_concurrency(cpu_start, cpu_stop, window_ns / 1e6)
-    instrumentation = _instrumentation(config, backend, workload, window_ns, per_iteration,
-                                       progress)
+    instrumentation = _instrumentation(config, backend, workload, window_ns, per_iteration, progress)
     instrumentation["gc"] = quiet_gc.stop()
-    return _assemble(config, backend, workload, size, OpWindow(ops, folded), window_ns,
-                     per_iteration, host_times, device_times, verification, tracer,
-                     backend.submissions(), on_cpu, instrumentation)
+    return _assemble(
+        config,
+        backend,
+        workload,
+        size,
+        OpWindow(ops, folded),
+        window_ns,
+        per_iteration,
+        host_times,
+        device_times,
+        verification,
+        tracer,
+        backend.submissions(),
+        on_cpu,
+        instrumentation,
+    )
 
 
 def measure_instrumentation(config: RunConfig, backend: Backend) -> bool:
@@ -214,8 +265,7 @@ def measure_instrumentation(config: RunConfig, backend: Backend) -> bool:
     return backend.name == "gpu"
 
 
-def plain_window_ns(config: RunConfig, backend: Backend, workload: Workload,
-                    progress: ProgressFn) -> int:
+def plain_window_ns(config: RunConfig, backend: Backend, workload: Workload, progress: ProgressFn) -> int:
     """Wall time of the same iterations with no op timing, no per-iteration joins or host
     waits: one host wait at the end (the instrumentation-free baseline of this run)."""
     backend.set_instrumentation(op_timing=False, iteration_joins=False)
@@ -230,8 +280,14 @@ def plain_window_ns(config: RunConfig, backend: Backend, workload: Workload,
     return time.perf_counter_ns() - start
 
 
-def _instrumentation(config: RunConfig, backend: Backend, workload: Workload, window_ns: int,
-                     per_iteration: bool, progress: ProgressFn) -> dict[str, Any]:
+def _instrumentation(
+    config: RunConfig,
+    backend: Backend,
+    workload: Workload,
+    window_ns: int,
+    per_iteration: bool,
+    progress: ProgressFn,
+) -> dict[str, Any]:
     """What the measured window carried, and its cost against an uninstrumented window."""
     fold_ns = getattr(backend, "fold_ns", None)
     info: dict[str, Any] = {
@@ -239,29 +295,51 @@ def _instrumentation(config: RunConfig, backend: Backend, workload: Workload, wi
         "op_fold_ms": None if fold_ns is None else fold_ns / 1e6,
         "per_iteration_sync": per_iteration,
         "instrumented_window_ms": window_ns / 1e6,
-        "plain_window_ms": None, "cost_ratio": None, "plain_throughput": None,
-        "definition": ("cost_ratio = instrumented window / uninstrumented window - 1, same "
-                       "iterations, same process, the uninstrumented window right after"),
+        "plain_window_ms": None,
+        "cost_ratio": None,
+        "plain_throughput": None,
+        "definition": (
+            "cost_ratio = instrumented window / uninstrumented window - 1, same "
+            "iterations, same process, the uninstrumented window right after"
+        ),
     }
     if not measure_instrumentation(config, backend):
-        info["reason"] = ("not measured on the CPU backend by default (its per-op clock reads "
-                          "cannot be switched off); on GPU it is")
+        info["reason"] = (
+            "not measured on the CPU backend by default (its per-op clock reads "
+            "cannot be switched off); on GPU it is"
+        )
         return info
     plain_ns = plain_window_ns(config, backend, workload, progress)
     work = workload.work_per_iteration() * config.iterations
-    info.update({"plain_window_ms": plain_ns / 1e6,
-                 "cost_ratio": window_ns / plain_ns - 1 if plain_ns > 0 else None,
-                 "plain_throughput": metrics.throughput(
-                     work, plain_ns / 1e9, UNIT_SCALE[workload.INFO.throughput_unit]),
-                 "reason": None})
+    info.update(
+        {
+            "plain_window_ms": plain_ns / 1e6,
+            "cost_ratio": window_ns / plain_ns - 1 if plain_ns > 0 else None,
+            "plain_throughput": metrics.throughput(
+                work, plain_ns / 1e9, UNIT_SCALE[workload.INFO.throughput_unit]
+            ),
+            "reason": None,
+        }
+    )
     return info
 
 
-def _assemble(config: RunConfig, backend: Backend, workload: Workload, size: str,
-              window: OpWindow, window_ns: int, per_iteration: bool,
-              host_times: list[float], device_times: list[float] | None, verification: Any,
-              tracer: WindowTracer | None, submissions: list[SubmissionRecord] | None,
-              on_cpu: dict[str, Any], instrumentation: dict[str, Any]) -> RunResult:
+def _assemble(
+    config: RunConfig,
+    backend: Backend,
+    workload: Workload,
+    size: str,
+    window: OpWindow,
+    window_ns: int,
+    per_iteration: bool,
+    host_times: list[float],
+    device_times: list[float] | None,
+    verification: Any,
+    tracer: WindowTracer | None,
+    submissions: list[SubmissionRecord] | None,
+    on_cpu: dict[str, Any],
+    instrumentation: dict[str, Any],
+) -> RunResult:
     info = workload.INFO
     window_ms = window_ns / 1e6
     handoffs = backend.handoff_totals() if submissions is not None else None
@@ -281,8 +359,10 @@ def _assemble(config: RunConfig, backend: Backend, workload: Workload, size: str
             warnings.append(warning)
     else:
         latency, iteration_times = None, None
-        latency_note = iteration_note = ("sync-mode end_only: iterations are not synchronised "
-                                         "individually, so only the window time is measured")
+        latency_note = iteration_note = (
+            "sync-mode end_only: iterations are not synchronised "
+            "individually, so only the window time is measured"
+        )
 
     work = workload.work_per_iteration() * config.iterations
     tput = metrics.throughput(work, window_ns / 1e9, UNIT_SCALE[info.throughput_unit])
@@ -296,8 +376,10 @@ def _assemble(config: RunConfig, backend: Backend, workload: Workload, size: str
     if idle_streams:
         warnings.append(f"streams without work in the window: {idle_streams}")
     if not verification.passed:
-        warnings.append(f"verification FAILED: max relative error {verification.max_rel_error:.3g}"
-                        f" > {verification.tolerance:g}")
+        warnings.append(
+            f"verification FAILED: max relative error {verification.max_rel_error:.3g}"
+            f" > {verification.tolerance:g}"
+        )
 
     config_dict = config.to_dict()
     config_dict.update({"device": backend.device, "size": size, "backend": backend.name})
@@ -313,40 +395,67 @@ def _assemble(config: RunConfig, backend: Backend, workload: Workload, size: str
         iteration_times_ms=iteration_times,
         iteration_times_note=iteration_note,
         total_time_ms=window_ms,
-        switch_latency=(window.switch_analysis() if config.op_timing else
-                        metrics.unmeasured_switch_analysis("per-op timing off (--no-op-timing)")),
+        switch_latency=(
+            window.switch_analysis()
+            if config.op_timing
+            else metrics.unmeasured_switch_analysis("per-op timing off (--no-op-timing)")
+        ),
         instrumentation=instrumentation,
-        concurrency={"achieved": concurrency_value, "window_ms": window_ms,
-                     "definition": ("streams with an op in flight (wall clock): sum of per-stream "
-                                    "busy time / window time"),
-                     **on_cpu},
+        concurrency={
+            "achieved": concurrency_value,
+            "window_ms": window_ms,
+            "definition": (
+                "streams with an op in flight (wall clock): sum of per-stream busy time / window time"
+            ),
+            **on_cpu,
+        },
         per_stream_times_ms=busy,
         per_stream_op_counts=counts,
-        ops={"count": window.total, "per_label": window.per_label(),
-             "ready_to_start_ms": delays,
-             "ready_to_start_note": (None if delays else
-                                     "per-op timing off (--no-op-timing)" if not config.op_timing
-                                     else "the backend cannot observe when an op became ready"),
-             "handoffs": _handoffs(handoffs),
-             "statistics": window.statistics_note() if ops else None},
+        ops={
+            "count": window.total,
+            "per_label": window.per_label(),
+            "ready_to_start_ms": delays,
+            "ready_to_start_note": (
+                None
+                if delays
+                else "per-op timing off (--no-op-timing)"
+                if not config.op_timing
+                else "the backend cannot observe when an op became ready"
+            ),
+            "handoffs": _handoffs(handoffs),
+            "statistics": window.statistics_note() if ops else None,
+        },
         queue_mapping=backend.queue_mapping(),
         memory=backend.memory_stats(),
         verification=verification.to_dict(),
         warnings=warnings,
-        metadata={"workload": workload.describe(), "category": info.category,
-                  "switch_sensitivity": info.switch_sensitivity,
-                  "work_scaling": info.work_scaling,
-                  "work_per_iteration": workload.work_per_iteration(),
-                  "workers": [w.__dict__ for w in backend.workers()],
-                  "window_start_monotonic_ns": getattr(backend, "window_start_ns", None)},
-        op_intervals=(compact_ops(ops, backend.window_waits(), window.total,
-                                  backend.window_wait_count()) if ops else None),
+        metadata={
+            "workload": workload.describe(),
+            "category": info.category,
+            "switch_sensitivity": info.switch_sensitivity,
+            "work_scaling": info.work_scaling,
+            "work_per_iteration": workload.work_per_iteration(),
+            "workers": [w.__dict__ for w in backend.workers()],
+            "window_start_monotonic_ns": getattr(backend, "window_start_ns", None),
+        },
+        op_intervals=(
+            compact_ops(ops, backend.window_waits(), window.total, backend.window_wait_count())
+            if ops
+            else None
+        ),
         status="ok" if verification.passed else "failed",
         error=None if verification.passed else "verification failed",
     )
     if tracer is not None:
-        sections = tracer.finish({"result": result, "ops": ops, "backend": backend,
-                                  "submissions": submissions, "handoff_totals": handoffs})
+        sections = tracer.finish(
+            {
+                "result": result,
+                "ops": ops,
+                "backend": backend,
+                "submissions": submissions,
+                "handoff_totals": handoffs,
+            }
+        )
         for key, value in sections.items():
             setattr(result, key, value)
     return result

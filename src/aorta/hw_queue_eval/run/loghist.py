@@ -42,8 +42,7 @@ def representatives(keys: np.ndarray) -> np.ndarray:
     return np.where(keys == 0, 0.0, np.sign(keys) * mag)
 
 
-def weighted_percentiles(values: np.ndarray, counts: np.ndarray,
-                         qs: Sequence[float]) -> list[float]:
+def weighted_percentiles(values: np.ndarray, counts: np.ndarray, qs: Sequence[float]) -> list[float]:
     """Percentiles (0–100) of values repeated `counts` times: linear interpolation between
     closest ranks, the same definition as np.percentile on the expanded sample."""
     order = np.argsort(values, kind="stable")
@@ -106,8 +105,9 @@ class LogHistogram:
         counts = np.fromiter(self.counts.values(), dtype=np.int64, count=len(self.counts))
         return representatives(keys), counts
 
-    def percentiles(self, qs: Sequence[float], low: float | None = None,
-                    high: float | None = None) -> list[float]:
+    def percentiles(
+        self, qs: Sequence[float], low: float | None = None, high: float | None = None
+    ) -> list[float]:
         """Percentiles from the representatives, clamped to the exact [low, high] when known."""
         values, counts = self.items()
         result = weighted_percentiles(values, counts, qs)

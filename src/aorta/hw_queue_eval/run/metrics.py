@@ -55,8 +55,10 @@ def stability_warning(stats: dict[str, Any] | None) -> str | None:
         return None
     ratio = stats["iqr"] / stats["median"]
     if ratio > INSTABILITY_IQR_RATIO:
-        return (f"unstable: IQR/median = {ratio:.0%} (> {INSTABILITY_IQR_RATIO:.0%}); "
-                "use more iterations or a quieter machine")
+        return (
+            f"unstable: IQR/median = {ratio:.0%} (> {INSTABILITY_IQR_RATIO:.0%}); "
+            "use more iterations or a quieter machine"
+        )
     return None
 
 
@@ -130,8 +132,15 @@ def lane_gaps(ops: Sequence[Any]) -> list[LaneGap]:
             i = bisect.bisect_right(end_times, op.start_ns) - 1
             if i >= 0 and ends[i].iteration == op.iteration:
                 prev = ends[i]
-                gaps.append(LaneGap(lane, prev.label, op.label, prev.stream != op.stream,
-                                    (op.start_ns - prev.end_ns) / 1e6))
+                gaps.append(
+                    LaneGap(
+                        lane,
+                        prev.label,
+                        op.label,
+                        prev.stream != op.stream,
+                        (op.start_ns - prev.end_ns) / 1e6,
+                    )
+                )
     return gaps
 
 
@@ -167,11 +176,15 @@ def match_gaps(gaps: Sequence[LaneGap]) -> tuple[list[MatchedGroup], int]:
     unmatched = 0
     for (lane, after, before), values in switch.items():
         if same_pair.get((lane, after, before)):
-            groups.append(MatchedGroup(lane, after, before, values, same_pair[(lane, after, before)],
-                                       "previous and next op kind"))
+            groups.append(
+                MatchedGroup(
+                    lane, after, before, values, same_pair[(lane, after, before)], "previous and next op kind"
+                )
+            )
         elif same_after.get((lane, after)):
-            groups.append(MatchedGroup(lane, after, before, values, same_after[(lane, after)],
-                                       "previous op kind"))
+            groups.append(
+                MatchedGroup(lane, after, before, values, same_after[(lane, after)], "previous op kind")
+            )
         else:
             unmatched += len(values)
     return groups, unmatched
@@ -226,8 +239,7 @@ def switch_analysis(ops: Sequence[Any]) -> dict[str, Any]:
     return switch_summary(groups, lane_counts, bool(ops))
 
 
-def folded_switch_analysis(histograms: dict[tuple[Any, str, str, bool], LogHistogram]
-                           ) -> dict[str, Any]:
+def folded_switch_analysis(histograms: dict[tuple[Any, str, str, bool], LogHistogram]) -> dict[str, Any]:
     """The switch analysis from lane-gap histograms (opfold), same definitions and matching."""
     switch: dict[tuple[Any, str, str], LogHistogram] = {}
     same_pair: dict[tuple[Any, str, str], LogHistogram] = {}
@@ -243,11 +255,15 @@ def folded_switch_analysis(histograms: dict[tuple[Any, str, str, bool], LogHisto
     groups = []
     for (lane, after, before), hist in switch.items():
         if (lane, after, before) in same_pair:
-            groups.append(MatchedGroup(lane, after, before, hist, same_pair[(lane, after, before)],
-                                       "previous and next op kind"))
+            groups.append(
+                MatchedGroup(
+                    lane, after, before, hist, same_pair[(lane, after, before)], "previous and next op kind"
+                )
+            )
         elif (lane, after) in same_after:
-            groups.append(MatchedGroup(lane, after, before, hist, same_after[(lane, after)],
-                                       "previous op kind"))
+            groups.append(
+                MatchedGroup(lane, after, before, hist, same_after[(lane, after)], "previous op kind")
+            )
     return switch_summary(groups, lane_counts, bool(histograms) or None)
 
 
@@ -256,8 +272,9 @@ def _pair_order(group: MatchedGroup) -> tuple[int, str, str, str]:
     return -len(group.switch), str(group.lane), group.after, group.before
 
 
-def switch_summary(groups: Sequence[MatchedGroup], lane_counts: dict[Any, list[int]],
-                   recorded: bool | None) -> dict[str, Any]:
+def switch_summary(
+    groups: Sequence[MatchedGroup], lane_counts: dict[Any, list[int]], recorded: bool | None
+) -> dict[str, Any]:
     """The switch_latency section from matched groups and per-lane [switch, no-switch] counts.
 
     `recorded`: whether any op was recorded (False gives the "no ops recorded" reason; None: ops
@@ -270,14 +287,18 @@ def switch_summary(groups: Sequence[MatchedGroup], lane_counts: dict[Any, list[i
         lane_overhead, _, lane_matched = _like_for_like([g for g in groups if g.lane == lane])
         lane_switches = lane_counts[lane][0]
         per_lane[str(lane)] = {
-            "switches": lane_switches, "matched_switches": lane_matched,
+            "switches": lane_switches,
+            "matched_switches": lane_matched,
             "switch_overhead_ms": lane_overhead,
-            "reason": (None if lane_overhead is not None else _null_reason(lane_switches))}
+            "reason": (None if lane_overhead is not None else _null_reason(lane_switches)),
+        }
     both = sum(len(g.switch) for g in groups if g.matched_on == "previous and next op kind")
     result: dict[str, Any] = {
-        "definition": ("switch-weighted mean over (lane, previous op kind, next op kind) of "
-                       "median(gap after another stream's op) - median(gap after the same "
-                       "stream's op between the same kinds, else after the same previous kind)"),
+        "definition": (
+            "switch-weighted mean over (lane, previous op kind, next op kind) of "
+            "median(gap after another stream's op) - median(gap after the same "
+            "stream's op between the same kinds, else after the same previous kind)"
+        ),
         "switch_count": switches,
         "no_switch_count": sum(c[1] for c in lane_counts.values()),
         "matched_switch_count": matched,
@@ -288,12 +309,19 @@ def switch_summary(groups: Sequence[MatchedGroup], lane_counts: dict[Any, list[i
         "spread_definition": "IQR of every matched gap minus the median of its group",
         "outside_spread": None if overhead is None else abs(overhead) > (spread or 0.0),
         "per_lane": per_lane,
-        "pairs": [{"lane": None if g.lane is None else str(g.lane), "after": g.after,
-                   "before": g.before, "matched_on": g.matched_on,
-                   "switch_gaps": len(g.switch), "no_switch_gaps": len(g.baseline),
-                   "switch_gap_median_ms": _median(g.switch),
-                   "no_switch_gap_median_ms": _median(g.baseline)}
-                  for g in sorted(groups, key=_pair_order)[:MAX_REPORTED_PAIRS]],
+        "pairs": [
+            {
+                "lane": None if g.lane is None else str(g.lane),
+                "after": g.after,
+                "before": g.before,
+                "matched_on": g.matched_on,
+                "switch_gaps": len(g.switch),
+                "no_switch_gaps": len(g.baseline),
+                "switch_gap_median_ms": _median(g.switch),
+                "no_switch_gap_median_ms": _median(g.baseline),
+            }
+            for g in sorted(groups, key=_pair_order)[:MAX_REPORTED_PAIRS]
+        ],
         "reason": None,
     }
     if recorded is False:
@@ -306,16 +334,23 @@ def switch_summary(groups: Sequence[MatchedGroup], lane_counts: dict[Any, list[i
 def unmeasured_switch_analysis(reason: str) -> dict[str, Any]:
     """The switch_latency layout with every figure null and the reason (nothing was measured)."""
     result = switch_analysis([])
-    result.update(switch_count=None, no_switch_count=None, matched_switch_count=None,
-                  matched_on_both_kinds=None, matched_on_previous_kind=None, reason=reason)
+    result.update(
+        switch_count=None,
+        no_switch_count=None,
+        matched_switch_count=None,
+        matched_on_both_kinds=None,
+        matched_on_previous_kind=None,
+        reason=reason,
+    )
     return result
 
 
 def _null_reason(switches: int) -> str:
     if not switches:
         return "no stream switches on a shared lane were observed"
-    return ("no like-for-like pairs: no switch gap has a same-stream gap after the same op kind "
-            "on the same lane")
+    return (
+        "no like-for-like pairs: no switch gap has a same-stream gap after the same op kind on the same lane"
+    )
 
 
 def ready_to_start_delays_ms(ops: Sequence[Any]) -> list[float]:

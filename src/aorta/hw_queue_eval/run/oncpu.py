@@ -23,21 +23,31 @@ def snapshot(worker_tids: list[int]) -> dict[int, int] | None:
         return None
     counters = procstat.task_counters([os.getpid()])
     wanted = set(worker_tids)
-    out = {tid: c["exec_ns"] for tid, c in counters.items()
-           if c.get("exec_ns") is not None
-           and (tid in wanted or QUEUE_THREAD_COMM.match(c.get("comm") or ""))}
+    out = {
+        tid: c["exec_ns"]
+        for tid, c in counters.items()
+        if c.get("exec_ns") is not None and (tid in wanted or QUEUE_THREAD_COMM.match(c.get("comm") or ""))
+    }
     return out if wanted & set(out) else None
 
 
-def on_cpu_concurrency(start: dict[int, int] | None, stop: dict[int, int] | None,
-                       window_ms: float) -> dict[str, Any]:
+def on_cpu_concurrency(
+    start: dict[int, int] | None, stop: dict[int, int] | None, window_ms: float
+) -> dict[str, Any]:
     """Average number of queue threads on a CPU over the window, or null with the reason."""
     if start is None or stop is None:
-        return {"on_cpu_queues": None, "on_cpu_ms": None,
-                "on_cpu_reason": "no per-thread on-CPU counters (GPU backend, or no schedstat)"}
+        return {
+            "on_cpu_queues": None,
+            "on_cpu_ms": None,
+            "on_cpu_reason": "no per-thread on-CPU counters (GPU backend, or no schedstat)",
+        }
     if window_ms <= 0:
         return {"on_cpu_queues": None, "on_cpu_ms": None, "on_cpu_reason": "empty window"}
     # a thread born inside the window starts at 0 on-CPU time
     total_ns = sum(ns - start.get(tid, 0) for tid, ns in stop.items())
-    return {"on_cpu_queues": total_ns / 1e6 / window_ms, "on_cpu_ms": total_ns / 1e6,
-            "on_cpu_reason": None, "on_cpu_source": SOURCE}
+    return {
+        "on_cpu_queues": total_ns / 1e6 / window_ms,
+        "on_cpu_ms": total_ns / 1e6,
+        "on_cpu_reason": None,
+        "on_cpu_source": SOURCE,
+    }

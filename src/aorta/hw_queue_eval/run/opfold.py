@@ -79,11 +79,18 @@ class RunningSummary:
         if not self.count:
             return None
         q1, p50, q3, p95, p99 = self.hist.percentiles([25, 50, 75, 95, 99], self.low, self.high)
-        return {"count": self.count, "mean": self.total / self.count / 1e6,
-                "std": math.sqrt(self.m2 / (self.count - 1)) / 1e6 if self.count > 1 else 0.0,
-                "min": self.low / 1e6, "max": self.high / 1e6,  # type: ignore[operator]
-                "p50": p50 / 1e6, "p95": p95 / 1e6, "p99": p99 / 1e6, "median": p50 / 1e6,
-                "iqr": (q3 - q1) / 1e6}
+        return {
+            "count": self.count,
+            "mean": self.total / self.count / 1e6,
+            "std": math.sqrt(self.m2 / (self.count - 1)) / 1e6 if self.count > 1 else 0.0,
+            "min": self.low / 1e6,
+            "max": self.high / 1e6,  # type: ignore[operator]
+            "p50": p50 / 1e6,
+            "p95": p95 / 1e6,
+            "p99": p99 / 1e6,
+            "median": p50 / 1e6,
+            "iqr": (q3 - q1) / 1e6,
+        }
 
 
 class OpFold:
@@ -128,13 +135,13 @@ class OpFold:
     def _fold(self, queue: int, c: np.ndarray) -> None:
         st, lab, rdy, s, e = (c[:, i] for i in range(1, WORDS))
         duration = e - s
-        self.counts += np.bincount(st, minlength=self.stream_count)[:self.stream_count]
+        self.counts += np.bincount(st, minlength=self.stream_count)[: self.stream_count]
         # float sums of int ns are exact below 2**53 ns (104 days) per chunk and stream
-        self.busy_ns += np.bincount(st, weights=duration, minlength=self.stream_count
-                                    )[:self.stream_count].astype(np.int64)
+        self.busy_ns += np.bincount(st, weights=duration, minlength=self.stream_count)[
+            : self.stream_count
+        ].astype(np.int64)
         for label in _distinct(lab):
-            self.durations[label].add(duration if len(self.labels) == 1 else
-                                      duration[lab == label])
+            self.durations[label].add(duration if len(self.labels) == 1 else duration[lab == label])
         self.delays.add(s - rdy)
         last = self._last.get(queue)
         self._last[queue] = c[-1].copy()
@@ -143,8 +150,10 @@ class OpFold:
             p_it, p_st, p_lab, p_end = it[:-1], st[:-1], lab[:-1], e[:-1]
             it, st, lab, s = it[1:], st[1:], lab[1:], s[1:]
         else:
-            p_it, p_st, p_lab, p_end = (np.concatenate(([last[i]], col[:-1]))
-                                        for i, col in ((_IT, it), (_ST, st), (_LAB, lab), (_E, e)))
+            p_it, p_st, p_lab, p_end = (
+                np.concatenate(([last[i]], col[:-1]))
+                for i, col in ((_IT, it), (_ST, st), (_LAB, lab), (_E, e))
+            )
         same = p_it == it  # a gap only between ops of one iteration
         if not same.all():
             p_st, p_lab, p_end, st, lab, s = (x[same] for x in (p_st, p_lab, p_end, st, lab, s))
@@ -157,7 +166,8 @@ class OpFold:
             pair, sw = divmod(group, 2)
             after, before = divmod(pair, _LABEL_LIMIT)
             self.gaps[(queue, after, before, bool(sw))].add_key_array(
-                keys if len(groups) == 1 else keys[code == group])
+                keys if len(groups) == 1 else keys[code == group]
+            )
 
     def _keep(self, queue: int, c: np.ndarray) -> None:
         """Keep the rows that start before the cut; move the cut earlier when over the cap."""
@@ -176,9 +186,11 @@ class OpFold:
 
     def rows(self) -> np.ndarray:
         """The rows kept (queue + the 6 words), sorted by (start, stream)."""
-        parts = self._kept if self.folding else [
-            np.hstack((np.full((len(c), 1), q, dtype=np.int64), as_rows(c)))
-            for q, c in self._stored]
+        parts = (
+            self._kept
+            if self.folding
+            else [np.hstack((np.full((len(c), 1), q, dtype=np.int64), as_rows(c))) for q, c in self._stored]
+        )
         if not parts:
             return np.zeros((0, WORDS + 1), dtype=np.int64)
         return _sorted_rows(np.vstack(parts))
@@ -192,17 +204,21 @@ class OpFold:
             self._stored.reverse()
             while self._stored:
                 q, chunk = self._stored.pop()
-                ops.extend(OpRecord(it, st, q, labels[lab], rdy - t0, s - t0, e - t0)
-                           for it, st, lab, rdy, s, e in chunk)
+                ops.extend(
+                    OpRecord(it, st, q, labels[lab], rdy - t0, s - t0, e - t0)
+                    for it, st, lab, rdy, s, e in chunk
+                )
                 del chunk
             ops.sort(key=lambda op: (op.start_ns, op.stream))
             return ops
         rows = self.rows()
-        rows[:, 1 + _RDY:] -= t0
+        rows[:, 1 + _RDY :] -= t0
         ops: list[OpRecord] = []
         for block in range(0, len(rows), 8192):  # small temporary lists: no second copy at peak
-            ops.extend(OpRecord(it, st, q, labels[lab], rdy, s, e)
-                       for q, it, st, lab, rdy, s, e in rows[block:block + 8192].tolist())
+            ops.extend(
+                OpRecord(it, st, q, labels[lab], rdy, s, e)
+                for q, it, st, lab, rdy, s, e in rows[block : block + 8192].tolist()
+            )
         return ops
 
     def statistics(self) -> FoldedOps | None:
@@ -252,8 +268,10 @@ class FoldedOps:
 
     def per_label(self) -> dict[str, Any]:
         labels = self.fold.labels
-        return {labels[k]: v.summary_ms()
-                for k, v in sorted(self.fold.durations.items(), key=lambda kv: labels[kv[0]])}
+        return {
+            labels[k]: v.summary_ms()
+            for k, v in sorted(self.fold.durations.items(), key=lambda kv: labels[kv[0]])
+        }
 
     def lane_gap_histograms(self) -> dict[tuple[int, str, str, bool], LogHistogram]:
         """(lane, previous op label, next op label, switch) → histogram of gaps in ns."""
@@ -262,14 +280,20 @@ class FoldedOps:
 
     def note(self) -> dict[str, Any]:
         """How the figures of this run were computed (the result's `ops.statistics`)."""
-        return {"source": "every op of the window, folded as it completed",
-                "ops": self.total, "rows_kept": self.fold._kept_n,
-                "exact": ("counts, busy times, and count/mean/std/min/max of op durations and "
-                          "ready→start delays"),
-                "percentile_relative_error": RELATIVE_ERROR,
-                "approximate": ("p50/p95/p99/median/iqr and the switch analysis medians: "
-                                "log-bucket histogram, each within the relative error of the "
-                                "exact value (iqr within it of p25 + p75)")}
+        return {
+            "source": "every op of the window, folded as it completed",
+            "ops": self.total,
+            "rows_kept": self.fold._kept_n,
+            "exact": (
+                "counts, busy times, and count/mean/std/min/max of op durations and ready→start delays"
+            ),
+            "percentile_relative_error": RELATIVE_ERROR,
+            "approximate": (
+                "p50/p95/p99/median/iqr and the switch analysis medians: "
+                "log-bucket histogram, each within the relative error of the "
+                "exact value (iqr within it of p25 + p75)"
+            ),
+        }
 
 
 class OpWindow:
@@ -314,6 +338,10 @@ class OpWindow:
         """How this run's op figures were computed (the result's `ops.statistics`)."""
         if self.folded is not None:
             return self.folded.note()
-        return {"source": "every op of the window, kept as rows", "ops": len(self.rows),
-                "rows_kept": len(self.rows), "exact": "every figure",
-                "percentile_relative_error": 0.0}
+        return {
+            "source": "every op of the window, kept as rows",
+            "ops": len(self.rows),
+            "rows_kept": len(self.rows),
+            "exact": "every figure",
+            "percentile_relative_error": 0.0,
+        }

@@ -47,8 +47,7 @@ class CheckpointFile:
         self.notes: list[str] = []  # what --resume set aside, for the command to show
 
     @classmethod
-    def resume(cls, path: str | os.PathLike[str], kind: str,
-               header: dict[str, Any]) -> CheckpointFile:
+    def resume(cls, path: str | os.PathLike[str], kind: str, header: dict[str, Any]) -> CheckpointFile:
         """Load an earlier file of the same kind and fingerprint (UsageError if it differs).
 
         As root, a file owned by another user is refused (a planted checkpoint's fake points
@@ -56,11 +55,15 @@ class CheckpointFile:
         """
         data = read_owned_json(path, f"--resume: {kind} checkpoint")
         if not isinstance(data, dict) or data.get("kind") != kind:
-            raise UsageError(f"--resume: {path} is not a {kind} file (kind "
-                             f"{data.get('kind') if isinstance(data, dict) else None!r})")
+            raise UsageError(
+                f"--resume: {path} is not a {kind} file (kind "
+                f"{data.get('kind') if isinstance(data, dict) else None!r})"
+            )
         if data.get("fingerprint") != header.get("fingerprint"):
-            raise UsageError(f"--resume: {path} was made with other settings (workload, size, "
-                             "iterations …); use the same options or another -o")
+            raise UsageError(
+                f"--resume: {path} was made with other settings (workload, size, "
+                "iterations …); use the same options or another -o"
+            )
         points = data.get("points")
         if not isinstance(points, list):
             raise UsageError(f"--resume: {path} has no list of points; use another -o")
@@ -73,20 +76,22 @@ class CheckpointFile:
                 file.points.append(point)
             else:  # never trusted as done: the point is measured again
                 key = point.get("key") if isinstance(point, dict) else None
-                file.notes.append(f"resume: point {json.dumps(key)[:80]} in {path} is invalid "
-                                  f"({found}): it will be measured again")
+                file.notes.append(
+                    f"resume: point {json.dumps(key)[:80]} in {path} is invalid "
+                    f"({found}): it will be measured again"
+                )
         from aorta.hw_queue_eval.results.upgrade import upgrade
 
         # valid points in the current layout (a v1 file's points are read through the v1 reader)
-        file.points = [p for p in upgrade({**data, "points": file.points}).get("points", [])
-                       if isinstance(p, dict)]
+        file.points = [
+            p for p in upgrade({**data, "points": file.points}).get("points", []) if isinstance(p, dict)
+        ]
         return file
 
     def done(self, key: dict[str, Any]) -> bool:
         """True if a point with this key finished ok."""
         wanted = _key_text(key)
-        return any(_key_text(p.get("key", {})) == wanted and p.get("status") == "ok"
-                   for p in self.points)
+        return any(_key_text(p.get("key", {})) == wanted and p.get("status") == "ok" for p in self.points)
 
     def record(self, point: dict[str, Any], **extra: Any) -> None:
         """Add or replace the point with the same key, then rewrite the file atomically.
@@ -99,10 +104,16 @@ class CheckpointFile:
         self.save(**extra)
 
     def to_dict(self, **extra: Any) -> dict[str, Any]:
-        return {"schema_version": SCHEMA_VERSION, "kind": self.kind,
-                "tool": dict(tool_info()),
-                "created": self.created, "updated": utc_timestamp(), **self.header,
-                "points": self.points, **extra}
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "kind": self.kind,
+            "tool": dict(tool_info()),
+            "created": self.created,
+            "updated": utc_timestamp(),
+            **self.header,
+            "points": self.points,
+            **extra,
+        }
 
     def save(self, **extra: Any) -> None:
         """Write the whole file atomically (temp file, fsync, rename).
@@ -117,13 +128,15 @@ class CheckpointFile:
             text = json.dumps(data, indent=2, allow_nan=False) + "\n"
             kept = keep_unsaved(os.path.basename(self.path), text.encode("utf-8"))
             where = f"kept in {kept}" if kept else "not kept (no room in the temp folder either)"
-            raise WriteError(f"{exc}; the {self.kind} file with every finished point is {where}"
-                             f"{': --resume from it once there is room' if kept else ''}") \
-                from None
+            raise WriteError(
+                f"{exc}; the {self.kind} file with every finished point is {where}"
+                f"{': --resume from it once there is room' if kept else ''}"
+            ) from None
 
 
-def open_or_resume(path: str | os.PathLike[str], kind: str, header: dict[str, Any],
-                   resume: bool) -> CheckpointFile:
+def open_or_resume(
+    path: str | os.PathLike[str], kind: str, header: dict[str, Any], resume: bool
+) -> CheckpointFile:
     """A fresh file, or the earlier one with --resume; never silently overwrites finished points."""
     if resume and os.path.exists(path):
         return CheckpointFile.resume(path, kind, header)
@@ -132,9 +145,14 @@ def open_or_resume(path: str | os.PathLike[str], kind: str, header: dict[str, An
             old = read_json_file(path, f"{kind} file")
         except UsageError:
             old = None
-        finished = [p for p in (old or {}).get("points", []) if isinstance(p, dict)
-                    and p.get("status") == "ok"] if isinstance(old, dict) else []
+        finished = (
+            [p for p in (old or {}).get("points", []) if isinstance(p, dict) and p.get("status") == "ok"]
+            if isinstance(old, dict)
+            else []
+        )
         if finished:
-            raise UsageError(f"{path} already holds {len(finished)} finished {kind} points: "
-                             "add --resume to continue it, or choose another -o")
+            raise UsageError(
+                f"{path} already holds {len(finished)} finished {kind} points: "
+                "add --resume to continue it, or choose another -o"
+            )
     return CheckpointFile(path, kind, header)

@@ -39,8 +39,12 @@ class PointOutcome:
     returncode: int | None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"status": self.status, "error": self.error, "duration_s": self.duration_s,
-                "returncode": self.returncode}
+        return {
+            "status": self.status,
+            "error": self.error,
+            "duration_s": self.duration_s,
+            "returncode": self.returncode,
+        }
 
 
 def _stop_group(proc: subprocess.Popen[str]) -> None:
@@ -75,27 +79,45 @@ def remove_stale_point_dirs(temp_root: str | None = None) -> list[str]:
     return removed
 
 
-def point_command(run_args: Sequence[str], out_path: str,
-                  nproc_per_node: int | None = None, package_dir: str | None = None) -> list[str]:
+def point_command(
+    run_args: Sequence[str], out_path: str, nproc_per_node: int | None = None, package_dir: str | None = None
+) -> list[str]:
     """The child's argv: `run` directly, or through torchrun (--standalone: one node, a free
     rendezvous port) with `nproc_per_node` ranks, whose rank 0 writes `out_path`."""
     if nproc_per_node is None:
-        return python_module_command("aorta.hw_queue_eval", "run", *run_args, "-o", out_path,
-                                     package_dir=package_dir)
+        return python_module_command(
+            "aorta.hw_queue_eval", "run", *run_args, "-o", out_path, package_dir=package_dir
+        )
     if package_dir is not None:
         raise ValueError("another package folder is not supported under torchrun")
-    return [sys.executable, "-I", "-m", "torch.distributed.run", "--standalone",
-            "--nproc-per-node", str(nproc_per_node),
-            "-m", "aorta.hw_queue_eval", "run", *run_args, "-o", out_path]
+    return [
+        sys.executable,
+        "-I",
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(nproc_per_node),
+        "-m",
+        "aorta.hw_queue_eval",
+        "run",
+        *run_args,
+        "-o",
+        out_path,
+    ]
 
 
 #: builds a point's child argv from (run args, result path, ranks per node or None)
 PointCommand = Callable[[Sequence[str], str, int | None], list[str]]
 
 
-def run_point(run_args: Sequence[str], env_overrides: Mapping[str, str] | None = None,
-              timeout_s: float | None = None, nproc_per_node: int | None = None,
-              build_command: PointCommand = point_command) -> PointOutcome:
+def run_point(
+    run_args: Sequence[str],
+    env_overrides: Mapping[str, str] | None = None,
+    timeout_s: float | None = None,
+    nproc_per_node: int | None = None,
+    build_command: PointCommand = point_command,
+) -> PointOutcome:
     """Run `python -m aorta.hw_queue_eval run RUN_ARGS -o <tmp>` and return its outcome.
 
     The child is isolated from the working directory and PYTHON* (`procs.python_module_command`).
@@ -114,16 +136,29 @@ def run_point(run_args: Sequence[str], env_overrides: Mapping[str, str] | None =
     out_path = os.path.join(tmpdir, "point.json")
     cmd = build_command(run_args, out_path, nproc_per_node)
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, text=True, start_new_session=True,
-                            preexec_fn=die_with_parent(), cwd=tmpdir)
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+        preexec_fn=die_with_parent(),
+        cwd=tmpdir,
+    )
     try:
         try:
             _, stderr = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             _stop_group(proc)
-            return PointOutcome("timeout", None, f"no result after {timeout_s:g} s; stopped",
-                                time.monotonic() - started, proc.returncode)
+            return PointOutcome(
+                "timeout",
+                None,
+                f"no result after {timeout_s:g} s; stopped",
+                time.monotonic() - started,
+                proc.returncode,
+            )
         duration = time.monotonic() - started
         if proc.returncode == 2:
             return PointOutcome("failed", None, _last_error_line(stderr), duration, 2)

@@ -34,9 +34,23 @@ def schedule(policies: Sequence[Policy], repeats: int, seed: int) -> list[list[s
 
 def child_run_args(config: RunConfig, flags: Sequence[str] = ()) -> list[str]:
     """`run` arguments that reproduce `config` (plus on/off `flags`) in a child process."""
-    args = [config.workload, "--streams", str(config.streams), "-i", str(config.iterations),
-            "-w", str(config.warmup), "-d", config.device, "--sync-mode", config.sync_mode,
-            "--seed", str(config.seed), "--threads-per-queue", str(config.threads_per_queue)]
+    args = [
+        config.workload,
+        "--streams",
+        str(config.streams),
+        "-i",
+        str(config.iterations),
+        "-w",
+        str(config.warmup),
+        "-d",
+        config.device,
+        "--sync-mode",
+        config.sync_mode,
+        "--seed",
+        str(config.seed),
+        "--threads-per-queue",
+        str(config.threads_per_queue),
+    ]
     if config.size:
         args += ["--size", config.size]
     return [*args, *flags]
@@ -46,12 +60,13 @@ def point_request(policy: Policy, base: GpuRequest) -> GpuRequest:
     """The clock/power to apply for a policy: its own settings over the command-line ones."""
     return GpuRequest(
         clock_level=policy.clock_level if policy.clock_level is not None else base.clock_level,
-        power_limit_w=(policy.power_limit_w if policy.power_limit_w is not None
-                       else base.power_limit_w))
+        power_limit_w=(policy.power_limit_w if policy.power_limit_w is not None else base.power_limit_w),
+    )
 
 
-def in_effect(policy: Policy, result: dict[str, Any] | None,
-              gpu_report: dict[str, Any] | None) -> dict[str, Any]:
+def in_effect(
+    policy: Policy, result: dict[str, Any] | None, gpu_report: dict[str, Any] | None
+) -> dict[str, Any]:
     """Settings as read back: env seen by the child, queue pool built, clock/power read."""
     environment = (result or {}).get("environment") or {}
     env_seen = {**(environment.get("env_knobs") or {}), **(environment.get("runtime_env") or {})}
@@ -66,38 +81,63 @@ def in_effect(policy: Policy, result: dict[str, Any] | None,
         "queue_pool_note": qmap.get("reason") or qmap.get("source"),
     }
     if gpu_report is None:
-        effect.update({"clock_level": None, "clock_mhz": None, "power_limit_w": None,
-                       "gpu_note": "clocks and power not changed: left as found (not read)"})
+        effect.update(
+            {
+                "clock_level": None,
+                "clock_mhz": None,
+                "power_limit_w": None,
+                "gpu_note": "clocks and power not changed: left as found (not read)",
+            }
+        )
     else:
         got = gpu_report.get("in_effect") or {}
-        effect.update({"clock_level": got.get("clock_level"), "clock_mhz": got.get("clock_mhz"),
-                       "power_limit_w": got.get("power_limit_w"),
-                       "gpu_verified": gpu_report.get("verified"),
-                       "gpu_tool": gpu_report.get("tool"),
-                       "gpu_device": gpu_report.get("device"),
-                       "gpu_status_after": gpu_report.get("status")})
+        effect.update(
+            {
+                "clock_level": got.get("clock_level"),
+                "clock_mhz": got.get("clock_mhz"),
+                "power_limit_w": got.get("power_limit_w"),
+                "gpu_verified": gpu_report.get("verified"),
+                "gpu_tool": gpu_report.get("tool"),
+                "gpu_device": gpu_report.get("device"),
+                "gpu_status_after": gpu_report.get("status"),
+            }
+        )
     return effect
 
 
-def run_policy_point(policy: Policy, repeat: int, config: RunConfig, base: GpuRequest,
-                     target: GpuTarget | None, timeout_s: float | None,
-                     flags: Sequence[str] = (),
-                     nproc_per_node: int | None = None,
-                     open_driver: Callable[[GpuTarget], GpuDriver] | None = None) -> dict[str, Any]:
+def run_policy_point(
+    policy: Policy,
+    repeat: int,
+    config: RunConfig,
+    base: GpuRequest,
+    target: GpuTarget | None,
+    timeout_s: float | None,
+    flags: Sequence[str] = (),
+    nproc_per_node: int | None = None,
+    open_driver: Callable[[GpuTarget], GpuDriver] | None = None,
+) -> dict[str, Any]:
     """One policy once: apply clock/power (if any), run the child with the env, restore.
 
     `open_driver` opens the driver of `target` (default: its vendor library or tool)."""
-    key = {"workload": config.workload, "streams": config.streams, "policy": policy.name,
-           "repeat": repeat}
+    key = {"workload": config.workload, "streams": config.streams, "policy": policy.name, "repeat": repeat}
     request = point_request(policy, base)
     point: dict[str, Any] = {"key": key, "policy": policy.to_dict(), "request": request.to_dict()}
     backend = "cpu" if config.device == "cpu" else "gpu"
-    reason = CPU_NOT_APPLICABLE if not request.empty and target is None \
-        else not_applicable_reason(policy, backend)
+    reason = (
+        CPU_NOT_APPLICABLE if not request.empty and target is None else not_applicable_reason(policy, backend)
+    )
     if reason is not None:
-        point.update({"status": "not_applicable", "error": reason, "result": None,
-                      "duration_s": 0.0, "returncode": None, "gpu_control": None,
-                      "in_effect": None})
+        point.update(
+            {
+                "status": "not_applicable",
+                "error": reason,
+                "result": None,
+                "duration_s": 0.0,
+                "returncode": None,
+                "gpu_control": None,
+                "in_effect": None,
+            }
+        )
         return point
     if backend == "cpu" and cpu_ignored_env(policy):
         point["ignored_env"] = cpu_ignored_env(policy)
@@ -107,11 +147,20 @@ def run_policy_point(policy: Policy, repeat: int, config: RunConfig, base: GpuRe
         control = GpuControl(target, request, open_driver=open_driver)
     point["conditions"] = conditions()
     with control as gpu_report:
-        outcome = run_point(child_run_args(config, flags), env_overrides=dict(policy.env),
-                            timeout_s=timeout_s, nproc_per_node=nproc_per_node)
+        outcome = run_point(
+            child_run_args(config, flags),
+            env_overrides=dict(policy.env),
+            timeout_s=timeout_s,
+            nproc_per_node=nproc_per_node,
+        )
     point.update(outcome.to_dict())
-    point.update({"result": outcome.result, "gpu_control": gpu_report,
-                  "in_effect": in_effect(policy, outcome.result, gpu_report)})
+    point.update(
+        {
+            "result": outcome.result,
+            "gpu_control": gpu_report,
+            "in_effect": in_effect(policy, outcome.result, gpu_report),
+        }
+    )
     return point
 
 
@@ -133,35 +182,37 @@ def _policy_row(name: str, points: list[dict[str, Any]]) -> dict[str, Any]:
         row.update({"status": "not_applicable", "reason": na[0]["error"]})
         return row
     if not ok:
-        row.update({"status": "failed",
-                    "reason": failed[0].get("error") if failed else "no point ran"})
+        row.update({"status": "failed", "reason": failed[0].get("error") if failed else "no point ran"})
         return row
     results = [p["result"] for p in ok]
     runs = [run_summary(r) for r in results]
-    pools = sorted({p["in_effect"]["queue_pool_size"] for p in ok
-                    if p["in_effect"]["queue_pool_size"] is not None})
+    pools = sorted(
+        {p["in_effect"]["queue_pool_size"] for p in ok if p["in_effect"]["queue_pool_size"] is not None}
+    )
     effect = dict(ok[0]["in_effect"])
     if len(pools) > 1:
         effect["queue_pool_size"] = None
         effect["queue_pool_note"] = f"differed between repeats: {pools}"
     tputs = [r["throughput"] for r in runs if r["throughput"] is not None]
-    row.update({
-        "status": "ok" if not failed else "partial",
-        "reason": failed[0].get("error") if failed else None,
-        "throughput_unit": results[0].get("throughput_unit"),
-        "runs": runs,
-        "throughput_per_repeat": tputs,
-        "throughput": _median(tputs),
-        "throughput_ci": _ci(tputs),
-        "latency_ms": {k: _median([r[f"latency_{k}_ms"] for r in runs])
-                       for k in ("p50", "p95", "p99")},
-        "latency_statistic": "median over repeats of each repeat's percentile",
-        "switch_overhead_ms": _median([(r.get("switch_latency") or {}).get("switch_overhead_ms")
-                                       for r in results]),
-        "concurrency": _median([(r.get("concurrency") or {}).get("achieved") for r in results]),
-        "in_effect": effect,
-        "ignored_env": ok[0].get("ignored_env") or [],
-    })
+    row.update(
+        {
+            "status": "ok" if not failed else "partial",
+            "reason": failed[0].get("error") if failed else None,
+            "throughput_unit": results[0].get("throughput_unit"),
+            "runs": runs,
+            "throughput_per_repeat": tputs,
+            "throughput": _median(tputs),
+            "throughput_ci": _ci(tputs),
+            "latency_ms": {k: _median([r[f"latency_{k}_ms"] for r in runs]) for k in ("p50", "p95", "p99")},
+            "latency_statistic": "median over repeats of each repeat's percentile",
+            "switch_overhead_ms": _median(
+                [(r.get("switch_latency") or {}).get("switch_overhead_ms") for r in results]
+            ),
+            "concurrency": _median([(r.get("concurrency") or {}).get("achieved") for r in results]),
+            "in_effect": effect,
+            "ignored_env": ok[0].get("ignored_env") or [],
+        }
+    )
     return row
 
 
@@ -169,20 +220,26 @@ def _values(row: dict[str, Any], name: str) -> list[float]:
     return [r[name] for r in row.get("runs") or [] if r.get(name) is not None]
 
 
-def _best(rows: list[dict[str, Any]], metric: str, baseline: dict[str, Any] | None,
-          repeats: int) -> dict[str, Any]:
+def _best(
+    rows: list[dict[str, Any]], metric: str, baseline: dict[str, Any] | None, repeats: int
+) -> dict[str, Any]:
     """The applicable policy that beats baseline beyond noise on `metric` (vs_baseline key),
     or why none is named."""
     if baseline is None:
         return {"policy": None, "text": "no baseline policy ran ok: nothing to rank against"}
-    others = [r for r in rows if r["policy"] != BASELINE and r.get("vs_baseline")
-              and (r["vs_baseline"] or {}).get(metric)]
+    others = [
+        r
+        for r in rows
+        if r["policy"] != BASELINE and r.get("vs_baseline") and (r["vs_baseline"] or {}).get(metric)
+    ]
     if not others:
         return {"policy": None, "text": "no other applicable policy ran ok"}
     if repeats < MIN_RUNS:
-        return {"policy": None,
-                "text": f"not ranked: {repeats} run(s) per policy, run-to-run noise unknown — "
-                        f"use --repeats {MIN_RUNS} (5 to detect a change at α = 0.05)"}
+        return {
+            "policy": None,
+            "text": f"not ranked: {repeats} run(s) per policy, run-to-run noise unknown — "
+            f"use --repeats {MIN_RUNS} (5 to detect a change at α = 0.05)",
+        }
     better = [r for r in others if r["vs_baseline"][metric]["verdict"] == "improvement"]
     if better:
         higher = metric == "throughput"
@@ -190,21 +247,23 @@ def _best(rows: list[dict[str, Any]], metric: str, baseline: dict[str, Any] | No
         cmp = best["vs_baseline"][metric]
         ci = cmp.get("change_ci_pct")
         ci_text = f" [{ci[0]:+.1f}, {ci[1]:+.1f}] at {cmp['change_ci_level']:.0%}" if ci else ""
-        return {"policy": best["policy"], "change_pct": cmp["change_pct"],
-                "change_ci_pct": ci, "p_value": cmp["p_value"],
-                "text": f"{best['policy']} ({cmp['change_pct']:+.1f}%{ci_text} vs baseline, "
-                        f"p={cmp['p_value']:.3g}, {cmp['base_n']} vs {cmp['test_n']} runs)"}
+        return {
+            "policy": best["policy"],
+            "change_pct": cmp["change_pct"],
+            "change_ci_pct": ci,
+            "p_value": cmp["p_value"],
+            "text": f"{best['policy']} ({cmp['change_pct']:+.1f}%{ci_text} vs baseline, "
+            f"p={cmp['p_value']:.3g}, {cmp['base_n']} vs {cmp['test_n']} runs)",
+        }
     if all(r["vs_baseline"][metric]["verdict"] == "regression" for r in others):
-        return {"policy": BASELINE,
-                "text": "baseline (every other applicable policy is worse beyond noise)"}
+        return {"policy": BASELINE, "text": "baseline (every other applicable policy is worse beyond noise)"}
     return {"policy": None, "text": "no policy differs beyond noise from baseline"}
 
 
 def summarize(points: list[dict[str, Any]], policies: Sequence[Policy]) -> dict[str, Any]:
     """Per-policy rows (run-level statistics over repeats), deltas vs baseline from the same
     per-repeat values, and best lines over applicable policies beyond noise."""
-    rows = [_policy_row(p.name, [pt for pt in points if pt["key"]["policy"] == p.name])
-            for p in policies]
+    rows = [_policy_row(p.name, [pt for pt in points if pt["key"]["policy"] == p.name]) for p in policies]
     by_name = {r["policy"]: r for r in rows}
     base = by_name.get(BASELINE) if by_name.get(BASELINE, {}).get("runs") else None
     for row in rows:
@@ -215,12 +274,15 @@ def summarize(points: list[dict[str, Any]], policies: Sequence[Policy]) -> dict[
             row["vs_baseline"] = {"reason": "no baseline policy ran ok in this sweep"}
             continue
         vs: dict[str, Any] = {}
-        for label, name, higher in (("throughput", "throughput", True),
-                                    ("latency", "latency_p50_ms", False),
-                                    ("p99", "latency_p99_ms", False)):
+        for label, name, higher in (
+            ("throughput", "throughput", True),
+            ("latency", "latency_p50_ms", False),
+            ("p99", "latency_p99_ms", False),
+        ):
             b, t = _values(base, name), _values(row, name)
-            vs[label] = compare_runs(b, t, THRESHOLD_PCT, higher_is_better=higher).to_dict() \
-                if b and t else None
+            vs[label] = (
+                compare_runs(b, t, THRESHOLD_PCT, higher_is_better=higher).to_dict() if b and t else None
+            )
         row["vs_baseline"] = vs
     repeats = min((len(r.get("runs") or []) for r in rows if r.get("runs")), default=0)
     measured = [r for r in rows if r.get("throughput") is not None]
@@ -232,9 +294,11 @@ def summarize(points: list[dict[str, Any]], policies: Sequence[Policy]) -> dict[
         "not_applicable": [r["policy"] for r in rows if r.get("status") == "not_applicable"],
         "queue_pools": pools,
         "queue_pool_changed": len({v for v in pools.values() if v is not None}) > 1,
-        "verdict_rule": (f"as `compare`: runs are the samples — Mann–Whitney U over the "
-                         f"per-repeat values (window throughput; each repeat's P50 and P99), "
-                         f"|change of the medians| ≥ {THRESHOLD_PCT:g}% and p < 0.05 for "
-                         f"better/worse, ≥ {MIN_RUNS} repeats per policy; not-applicable "
-                         "policies are never ranked"),
+        "verdict_rule": (
+            f"as `compare`: runs are the samples — Mann–Whitney U over the "
+            f"per-repeat values (window throughput; each repeat's P50 and P99), "
+            f"|change of the medians| ≥ {THRESHOLD_PCT:g}% and p < 0.05 for "
+            f"better/worse, ≥ {MIN_RUNS} repeats per policy; not-applicable "
+            "policies are never ranked"
+        ),
     }

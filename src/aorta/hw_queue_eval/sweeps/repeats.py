@@ -17,13 +17,11 @@ from typing import Any
 from aorta.hw_queue_eval.analysis.stats import median_ci
 
 #: run-level values kept per repeat, with the direction that is better
-RUN_METRICS: dict[str, bool] = {"throughput": True, "latency_p50_ms": False,
-                                "latency_p99_ms": False}
+RUN_METRICS: dict[str, bool] = {"throughput": True, "latency_p50_ms": False, "latency_p99_ms": False}
 
 
 def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
-        else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def run_summary(result: dict[str, Any]) -> dict[str, Any]:
@@ -60,9 +58,10 @@ def aggregate(summaries: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def representative(results: Sequence[dict[str, Any]]) -> int:
     """Index of the run whose throughput is the (lower) median: its details stand for the set."""
-    order = sorted(range(len(results)),
-                   key=lambda i: (results[i].get("throughput") is None,
-                                  results[i].get("throughput") or 0.0))
+    order = sorted(
+        range(len(results)),
+        key=lambda i: (results[i].get("throughput") is None, results[i].get("throughput") or 0.0),
+    )
     usable = [i for i in order if results[i].get("throughput") is not None] or order
     return usable[(len(usable) - 1) // 2]
 
@@ -90,33 +89,40 @@ def interleaved_schedule(items: Sequence[Any], repeats: int, seed: int) -> list[
     return rounds
 
 
-def repeats_block(results: Sequence[dict[str, Any]], outcomes: Sequence[dict[str, Any]],
-                  requested: int) -> dict[str, Any]:
+def repeats_block(
+    results: Sequence[dict[str, Any]], outcomes: Sequence[dict[str, Any]], requested: int
+) -> dict[str, Any]:
     """The `repeats` key of a run result made of several child runs."""
     per_repeat = []
     for outcome in outcomes:
-        entry = {"repeat": outcome["repeat"], "status": outcome["status"],
-                 "error": outcome.get("error"), "duration_s": outcome.get("duration_s"),
-                 "conditions": outcome.get("conditions")}
+        entry = {
+            "repeat": outcome["repeat"],
+            "status": outcome["status"],
+            "error": outcome.get("error"),
+            "duration_s": outcome.get("duration_s"),
+            "conditions": outcome.get("conditions"),
+        }
         if outcome.get("result") is not None and outcome["status"] == "ok":
             entry.update(run_summary(outcome["result"]))
         per_repeat.append(entry)
     ok = [e for e in per_repeat if e["status"] == "ok"]
     rep = representative(results) if results else None
     return {
-        "requested": requested, "ok": len(ok),
+        "requested": requested,
+        "ok": len(ok),
         "method": "each repeat in a fresh child process (`run` without --repeats), back to back",
         "representative_repeat": None if rep is None else ok[rep]["repeat"],
         "representative_note": "the other top-level fields of this file are those of the "
-                               "representative repeat (median throughput); statistics over all "
-                               "repeats are under repeats.stats",
+        "representative repeat (median throughput); statistics over all "
+        "repeats are under repeats.stats",
         "per_repeat": per_repeat,
         "stats": aggregate(ok),
     }
 
 
-def run_repeated(run_args: Sequence[str], repeats: int, timeout_s: float | None = None,
-                 on_repeat: Any = None) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+def run_repeated(
+    run_args: Sequence[str], repeats: int, timeout_s: float | None = None, on_repeat: Any = None
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """`run RUN_ARGS` `repeats` times, each in a fresh child: (one run result with `repeats`,
     or None when every repeat failed; the outcome of each repeat).
 
@@ -129,8 +135,7 @@ def run_repeated(run_args: Sequence[str], repeats: int, timeout_s: float | None 
     for repeat in range(1, repeats + 1):
         cond = conditions()
         outcome = run_point(list(run_args), timeout_s=timeout_s)
-        entry = {"repeat": repeat, **outcome.to_dict(), "result": outcome.result,
-                 "conditions": cond}
+        entry = {"repeat": repeat, **outcome.to_dict(), "result": outcome.result, "conditions": cond}
         outcomes.append(entry)
         if on_repeat is not None:
             on_repeat(repeat, entry)
@@ -143,6 +148,8 @@ def run_repeated(run_args: Sequence[str], repeats: int, timeout_s: float | None 
     failed = [o for o in outcomes if o not in ok]
     if failed:
         combined.setdefault("warnings", [])
-        combined["warnings"] = [*combined["warnings"], *(
-            f"repeat {o['repeat']} {o['status']}: {o['error']}" for o in failed)]
+        combined["warnings"] = [
+            *combined["warnings"],
+            *(f"repeat {o['repeat']} {o['status']}: {o['error']}" for o in failed),
+        ]
     return combined, outcomes

@@ -32,9 +32,11 @@ def plan_stream_counts(info: WorkloadInfo, counts: list[int]) -> tuple[list[int]
     kept = [n for n in counts if info.min_streams <= n <= info.max_streams]
     dropped = [n for n in counts if n not in kept]
     if not kept:
-        raise UsageError(f"none of --streams {','.join(map(str, counts))} is within "
-                         f"{info.name}'s range {info.min_streams}..{info.max_streams}: "
-                         "choose counts inside it")
+        raise UsageError(
+            f"none of --streams {','.join(map(str, counts))} is within "
+            f"{info.name}'s range {info.min_streams}..{info.max_streams}: "
+            "choose counts inside it"
+        )
     return kept, dropped
 
 
@@ -65,8 +67,12 @@ class SweepSpec:
 
     def settings(self) -> dict[str, Any]:
         """What must match for a finished point to be reused by --resume."""
-        settings = {"workload": self.workload, "run_options": self.run_options,
-                    "flags": sorted(self.flags), "env_knobs": env_knobs()}
+        settings = {
+            "workload": self.workload,
+            "run_options": self.run_options,
+            "flags": sorted(self.flags),
+            "env_knobs": env_knobs(),
+        }
         if self.nproc_per_node is not None:  # absent otherwise: older sweep files still resume
             settings["nproc_per_node"] = self.nproc_per_node
         if self.repeats > 1:  # one-repeat sweeps keep the fingerprint they always had
@@ -75,8 +81,7 @@ class SweepSpec:
 
     def schedule(self) -> list[list[int]]:
         """Stream counts per round: as given for one repeat, else shuffled every round."""
-        return interleaved_schedule(self.stream_counts, self.repeats,
-                                    int(self.run_options.get("seed") or 0))
+        return interleaved_schedule(self.stream_counts, self.repeats, int(self.run_options.get("seed") or 0))
 
     def key(self, streams: int, repeat: int) -> dict[str, Any]:
         """Checkpoint key: {workload, streams} (plus `repeat` when repeating)."""
@@ -84,13 +89,21 @@ class SweepSpec:
         return {**key, "repeat": repeat} if self.repeats > 1 else key
 
     def header(self) -> dict[str, Any]:
-        return {"workload": self.workload, "throughput_unit": self.info.throughput_unit,
-                "repeats": self.repeats, "schedule": self.schedule(),
-                "work_scaling": self.info.work_scaling, "stream_counts": self.stream_counts,
-                "dropped_stream_counts": self.dropped, "run_options": self.run_options,
-                "flags": self.flags, "timeout_s": self.timeout_s,
-                "nproc_per_node": self.nproc_per_node,
-                "settings": self.settings(), "fingerprint": fingerprint(self.settings())}
+        return {
+            "workload": self.workload,
+            "throughput_unit": self.info.throughput_unit,
+            "repeats": self.repeats,
+            "schedule": self.schedule(),
+            "work_scaling": self.info.work_scaling,
+            "stream_counts": self.stream_counts,
+            "dropped_stream_counts": self.dropped,
+            "run_options": self.run_options,
+            "flags": self.flags,
+            "timeout_s": self.timeout_s,
+            "nproc_per_node": self.nproc_per_node,
+            "settings": self.settings(),
+            "fingerprint": fingerprint(self.settings()),
+        }
 
     def child_args(self, streams: int) -> list[str]:
         args = [self.workload, "--streams", str(streams)]
@@ -122,13 +135,18 @@ def load_conditions_warning(points: list[dict[str, Any]]) -> str | None:
     if len(sessions) < 2:
         return None
     cores = next((c.get("cpu_count") for c in conds if c.get("cpu_count")), None)
-    load_text = (f"; 1-min load {min(loads):.2f} … {max(loads):.2f}"
-                 + (f" on {cores} cores" if cores else "")) if loads else ""
+    load_text = (
+        (f"; 1-min load {min(loads):.2f} … {max(loads):.2f}" + (f" on {cores} cores" if cores else ""))
+        if loads
+        else ""
+    )
     differ = bool(loads) and max(loads) - min(loads) > 0.5 * (cores or 1)
-    return (f"points come from {len(sessions)} sessions (--resume){load_text}"
-            + (": the load differed, so throughput across these points may not be comparable; "
-               "rerun the sweep in one go (or with --repeats) for a clean comparison"
-               if differ else ""))
+    return f"points come from {len(sessions)} sessions (--resume){load_text}" + (
+        ": the load differed, so throughput across these points may not be comparable; "
+        "rerun the sweep in one go (or with --repeats) for a clean comparison"
+        if differ
+        else ""
+    )
 
 
 def analysis_of(points: list[dict[str, Any]], work_scaling: str) -> dict[str, Any] | None:
@@ -152,17 +170,19 @@ def open_checkpoint(spec: SweepSpec, resume: bool) -> CheckpointFile:
 PointCallback = Callable[[int, dict[str, Any] | None, int, int], None]
 
 
-def run_sweep(spec: SweepSpec, file: CheckpointFile,
-              on_point: PointCallback = lambda n, point, done, total: None,
-              build_command: PointCommand = point_command) -> CheckpointFile:
+def run_sweep(
+    spec: SweepSpec,
+    file: CheckpointFile,
+    on_point: PointCallback = lambda n, point, done, total: None,
+    build_command: PointCommand = point_command,
+) -> CheckpointFile:
     """Run every pending point, recording each one as it ends; returns the checkpoint file.
 
     `on_point(streams, point_or_None_if_skipped, done, total)` reports progress; `build_command`
     makes each point's child argv. KeyboardInterrupt propagates after the child is stopped; every
     finished point is already on disk.
     """
-    plan = [(repeat, streams) for repeat, order in enumerate(spec.schedule(), start=1)
-            for streams in order]
+    plan = [(repeat, streams) for repeat, order in enumerate(spec.schedule(), start=1) for streams in order]
     total = len(plan)
     file.save(state="running", analysis=analysis_of(file.points, spec.info.work_scaling))
     for done, (repeat, streams) in enumerate(plan, start=1):
@@ -171,14 +191,23 @@ def run_sweep(spec: SweepSpec, file: CheckpointFile,
             on_point(streams, None, done, total)
             continue
         cond = conditions()
-        outcome = run_point(spec.child_args(streams), timeout_s=spec.timeout_s,
-                            nproc_per_node=spec.nproc_per_node, build_command=build_command)
-        point = {"key": key, **outcome.to_dict(), "result": outcome.result, "conditions": cond,
-                 "trace_file": trace_path_for(spec.trace_out, spec.workload, streams)
-                 if outcome.status == "ok" else None}
+        outcome = run_point(
+            spec.child_args(streams),
+            timeout_s=spec.timeout_s,
+            nproc_per_node=spec.nproc_per_node,
+            build_command=build_command,
+        )
+        point = {
+            "key": key,
+            **outcome.to_dict(),
+            "result": outcome.result,
+            "conditions": cond,
+            "trace_file": trace_path_for(spec.trace_out, spec.workload, streams)
+            if outcome.status == "ok"
+            else None,
+        }
         others = [p for p in file.points if p.get("key") != key]
-        file.record(point, state="running",
-                    analysis=analysis_of([*others, point], spec.info.work_scaling))
+        file.record(point, state="running", analysis=analysis_of([*others, point], spec.info.work_scaling))
         on_point(streams, point, done, total)
     file.save(state="complete", analysis=analysis_of(file.points, spec.info.work_scaling))
     return file

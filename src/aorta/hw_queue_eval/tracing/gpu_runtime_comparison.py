@@ -19,8 +19,10 @@ import itertools
 from collections import defaultdict
 from typing import Any
 
-FORMULA = ("accuracy = 100 * launches on the harness's streams (uprobes, joined by stream handle) / "
-           "ops the harness issued, same window")
+FORMULA = (
+    "accuracy = 100 * launches on the harness's streams (uprobes, joined by stream handle) / "
+    "ops the harness issued, same window"
+)
 
 
 def op_gaps_ns(ops: list[Any]) -> list[int]:
@@ -35,8 +37,7 @@ def op_gaps_ns(ops: list[Any]) -> list[int]:
     return gaps
 
 
-def compare_gpu_runtime(queue_section: dict[str, Any], ops: list[Any],
-                        streams: int | None) -> dict[str, Any]:
+def compare_gpu_runtime(queue_section: dict[str, Any], ops: list[Any], streams: int | None) -> dict[str, Any]:
     """The comparison section from the gpu_runtime family; null values carry a reason."""
     family = ((queue_section.get("families") or {}).get("gpu_runtime") or {}).get("metrics") or {}
     rows = family.get("streams") or []
@@ -47,25 +48,41 @@ def compare_gpu_runtime(queue_section: dict[str, Any], ops: list[Any],
     if not ops:
         reason = "the harness recorded no ops in the window"
     elif not joined:
-        reason = ("no launch was attributed to a harness stream: the backend recorded no stream "
-                  "handles, or the runtime was called with other handles")
+        reason = (
+            "no launch was attributed to a harness stream: the backend recorded no stream "
+            "handles, or the runtime was called with other handles"
+        )
     return {
-        "status": "ok", "error": None, "formula": FORMULA, "kernel_source": "gpu_runtime",
+        "status": "ok",
+        "error": None,
+        "formula": FORMULA,
+        "kernel_source": "gpu_runtime",
         "coverage_pct": 100.0 * matched / len(ops) if ops and joined else None,
-        "coverage_meaning": ("launches the uprobes saw on the harness's streams per op the harness "
-                             "issued (< 50 %: events missed; > 100 %: ops launching several kernels)"),
+        "coverage_meaning": (
+            "launches the uprobes saw on the harness's streams per op the harness "
+            "issued (< 50 %: events missed; > 100 %: ops launching several kernels)"
+        ),
         "reason": reason,
         "launches_matched": matched,
         "launches_total": family.get("launches_total"),
         "harness_ops": len(ops),
-        "per_stream": [{"stream": r["stream_index"], "handle": r["handle"], "launches": r["launches"],
-                        "ops": sum(1 for op in ops if op.stream == r["stream_index"]),
-                        "launch_call_avg_us": r.get("launch_avg_us")} for r in joined],
+        "per_stream": [
+            {
+                "stream": r["stream_index"],
+                "handle": r["handle"],
+                "launches": r["launches"],
+                "ops": sum(1 for op in ops if op.stream == r["stream_index"]),
+                "launch_call_avg_us": r.get("launch_avg_us"),
+            }
+            for r in joined
+        ],
         "ebpf_launch_call_avg_us": (queue_section.get("launch_call_avg_us")),
         "ebpf_meaning": "host time inside the runtime's launch call (uprobe entry → return)",
         "harness_op_gap_avg_us": sum(gaps) / len(gaps) / 1e3 if gaps else None,
-        "harness_meaning": ("mean device idle gap between consecutive ops on one stream (GPU "
-                            "events): next start − previous end"),
+        "harness_meaning": (
+            "mean device idle gap between consecutive ops on one stream (GPU "
+            "events): next start − previous end"
+        ),
         "hw_queues_used": family.get("hw_queues_used"),
         "streams": streams,
     }

@@ -24,73 +24,108 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-FORMULA = ("per submission (doorbell ring): kernel = doorbell write → worker on a CPU; harness = "
-           "doorbell write → worker starts the handed work; accuracy (coverage) = 100 * matched / "
-           "harness submissions; kernel-visible share = 100 * sum(kernel) / sum(harness) over matched")
-COVERAGE_MEANING = ("share of the harness's submissions (hand-offs to an idle queue) that the kernel "
-                    "trace matched: same queue, same ring number, write time inside the harness's "
-                    "bracket; < 50 % means events were missed")
+FORMULA = (
+    "per submission (doorbell ring): kernel = doorbell write → worker on a CPU; harness = "
+    "doorbell write → worker starts the handed work; accuracy (coverage) = 100 * matched / "
+    "harness submissions; kernel-visible share = 100 * sum(kernel) / sum(harness) over matched"
+)
+COVERAGE_MEANING = (
+    "share of the harness's submissions (hand-offs to an idle queue) that the kernel "
+    "trace matched: same queue, same ring number, write time inside the harness's "
+    "bracket; < 50 % means events were missed"
+)
 HARNESS_LABEL_CPU = "Harness submit→start"  # the CPU backend's own name: there is no CUDA here
-NO_HANDOFFS = ("the harness cannot see hand-offs on this backend (GPU launches go to user-mode "
-               "queues), so there is no common population to compare")
+NO_HANDOFFS = (
+    "the harness cannot see hand-offs on this backend (GPU launches go to user-mode "
+    "queues), so there is no common population to compare"
+)
 
 
-def compare_with_harness(queue_section: dict[str, Any], submissions: list[Any] | None,
-                         kernel_records: list[list[Any]] | None,
-                         totals: dict[str, Any] | None = None) -> dict[str, Any]:
+def compare_with_harness(
+    queue_section: dict[str, Any],
+    submissions: list[Any] | None,
+    kernel_records: list[list[Any]] | None,
+    totals: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The comparison section; null values carry a reason.
 
     `submissions` may hold only each queue's first rings (backends/cpu.py keeps at least the
     kernel's per-queue record cap); `totals` (Backend.handoff_totals) then counts them all.
     """
     if queue_section.get("status") != "ok":
-        return {"status": queue_section.get("status"), "error": queue_section.get("error"),
-                "formula": FORMULA}
+        return {
+            "status": queue_section.get("status"),
+            "error": queue_section.get("error"),
+            "formula": FORMULA,
+        }
     source = queue_section.get("source")
-    base: dict[str, Any] = {"status": "ok", "error": None, "formula": FORMULA,
-                            "kernel_source": source, "lost_events": queue_section.get("lost_events")}
+    base: dict[str, Any] = {
+        "status": "ok",
+        "error": None,
+        "formula": FORMULA,
+        "kernel_source": source,
+        "lost_events": queue_section.get("lost_events"),
+    }
     if source != "cpu_sched" or submissions is None:
-        return {**base, "kernel_submit_to_dispatch_ms": _ms(queue_section.get("submit_to_dispatch_avg_us")),
-                "kernel_submit_to_dispatch_count": queue_section.get("total_dispatches"),
-                "harness_submit_to_start_ms": None, "coverage_pct": None,
-                "kernel_visible_share_pct": None, "reason": NO_HANDOFFS}
+        return {
+            **base,
+            "kernel_submit_to_dispatch_ms": _ms(queue_section.get("submit_to_dispatch_avg_us")),
+            "kernel_submit_to_dispatch_count": queue_section.get("total_dispatches"),
+            "harness_submit_to_start_ms": None,
+            "coverage_pct": None,
+            "kernel_visible_share_pct": None,
+            "reason": NO_HANDOFFS,
+        }
     harness_n = totals["count"] if totals else len(submissions)
     kernel_n = queue_section.get("total_submissions")
     # the kernel keeps per-submission records for the first `cap` rings of each queue only
     cap = queue_section.get("per_submission_cap_per_queue")
     recordable = [s for s in submissions if not isinstance(cap, int) or s.seq < cap]
     pairs, unmatched = match_submissions(recordable, kernel_records or [])
-    body = {**base,
-            "population": "submissions: hand-offs of work to an idle queue (doorbell rings), window only",
-            "harness_submissions": harness_n,
-            "kernel_submissions": kernel_n,
-            "submissions_equal": kernel_n == harness_n,
-            "matched_submissions": len(pairs),
-            "unmatched": unmatched,
-            "beyond_record_cap": harness_n - len(recordable),
-            "coverage_pct": 100.0 * len(pairs) / len(recordable) if recordable else None,
-            "coverage_meaning": COVERAGE_MEANING,
-            "harness_label": HARNESS_LABEL_CPU,
-            "first_task_kinds": (dict(totals["first_task_kinds"]) if totals else
-                                 dict(Counter(s.first_kind for s in submissions)))}
+    body = {
+        **base,
+        "population": "submissions: hand-offs of work to an idle queue (doorbell rings), window only",
+        "harness_submissions": harness_n,
+        "kernel_submissions": kernel_n,
+        "submissions_equal": kernel_n == harness_n,
+        "matched_submissions": len(pairs),
+        "unmatched": unmatched,
+        "beyond_record_cap": harness_n - len(recordable),
+        "coverage_pct": 100.0 * len(pairs) / len(recordable) if recordable else None,
+        "coverage_meaning": COVERAGE_MEANING,
+        "harness_label": HARNESS_LABEL_CPU,
+        "first_task_kinds": (
+            dict(totals["first_task_kinds"]) if totals else dict(Counter(s.first_kind for s in submissions))
+        ),
+    }
     if not pairs:
-        return {**body, "kernel_submit_to_dispatch_ms": None, "harness_submit_to_start_ms": None,
-                "kernel_visible_share_pct": None,
-                "reason": "no submission in the window" if not harness_n else
-                          "no harness submission was matched by a kernel record"}
+        return {
+            **body,
+            "kernel_submit_to_dispatch_ms": None,
+            "harness_submit_to_start_ms": None,
+            "kernel_visible_share_pct": None,
+            "reason": "no submission in the window"
+            if not harness_n
+            else "no harness submission was matched by a kernel record",
+        }
     body.update(_means(pairs, "kernel_submit_to_dispatch_ms", "harness_submit_to_start_ms"))
     body["kernel_meaning"] = "doorbell write → the worker's first switch onto a CPU after it (kernel)"
-    body["harness_meaning"] = ("doorbell write → the worker starts the work it was handed (harness "
-                               "clock, CLOCK_MONOTONIC); over the same matched submissions")
+    body["harness_meaning"] = (
+        "doorbell write → the worker starts the work it was handed (harness "
+        "clock, CLOCK_MONOTONIC); over the same matched submissions"
+    )
     ops = [(k, h) for k, h, kind in pairs if kind == "op"]
-    body["op_submissions"] = ({"count": len(ops), **_means([(k, h, "op") for k, h in ops],
-                                                          "kernel_ms", "harness_to_op_start_ms")}
-                              if ops else {"count": 0})
+    body["op_submissions"] = (
+        {"count": len(ops), **_means([(k, h, "op") for k, h in ops], "kernel_ms", "harness_to_op_start_ms")}
+        if ops
+        else {"count": 0}
+    )
     return body
 
 
-def match_submissions(submissions: list[Any], kernel_records: list[list[Any]]
-                      ) -> tuple[list[tuple[int, int, str]], dict[str, int]]:
+def match_submissions(
+    submissions: list[Any], kernel_records: list[list[Any]]
+) -> tuple[list[tuple[int, int, str]], dict[str, int]]:
     """(kernel ns, harness ns, first task kind) per matched submission, and why others did not match."""
     kernel = {(int(r[0]), int(r[1])): r for r in kernel_records}
     pairs: list[tuple[int, int, str]] = []
@@ -112,9 +147,12 @@ def _means(pairs: list[tuple[int, int, str]], kernel_key: str, harness_key: str)
     """Both means over the same pairs, their count, and the kernel's share of the harness sum."""
     k_total = sum(k for k, _, _ in pairs)
     h_total = sum(h for _, h, _ in pairs)
-    return {kernel_key: k_total / len(pairs) / 1e6, harness_key: h_total / len(pairs) / 1e6,
-            "compared": len(pairs),
-            "kernel_visible_share_pct": 100.0 * k_total / h_total if h_total > 0 else None}
+    return {
+        kernel_key: k_total / len(pairs) / 1e6,
+        harness_key: h_total / len(pairs) / 1e6,
+        "compared": len(pairs),
+        "kernel_visible_share_pct": 100.0 * k_total / h_total if h_total > 0 else None,
+    }
 
 
 def _ms(us: Any) -> float | None:

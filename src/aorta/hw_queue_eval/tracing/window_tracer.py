@@ -22,8 +22,9 @@ from aorta.hw_queue_eval.tracing.harness_comparison import compare_with_harness
 class EbpfTracer:
     """Implements harness.WindowTracer with aorta.ebpf."""
 
-    def __init__(self, queue: bool, memory: bool, ready: engine.Readiness | None = None,
-                 gpu_runtime: bool = False) -> None:
+    def __init__(
+        self, queue: bool, memory: bool, ready: engine.Readiness | None = None, gpu_runtime: bool = False
+    ) -> None:
         self.queue = queue or gpu_runtime
         self.gpu_runtime = gpu_runtime
         self.memory = memory
@@ -44,13 +45,17 @@ class EbpfTracer:
             self.submitter_tid = threading.get_native_id()
             labels[self.submitter_tid] = SUBMITTER_LABEL
         pid = os.getpid()
-        doorbells = tuple((pid, w.doorbell_fd, w.tid, w.queue) for w in workers
-                          if w.doorbell_fd is not None)
-        target = TraceTarget(pids=(pid,), follow_children=True, thread_labels=labels,
-                             doorbells=doorbells)
+        doorbells = tuple((pid, w.doorbell_fd, w.tid, w.queue) for w in workers if w.doorbell_fd is not None)
+        target = TraceTarget(pids=(pid,), follow_children=True, thread_labels=labels, doorbells=doorbells)
         try:
-            self.program = engine.make_program(self.queue, self.memory, target, self.ready.tracefs,
-                                               self.ready.version, gpu_runtime=self.gpu_runtime)
+            self.program = engine.make_program(
+                self.queue,
+                self.memory,
+                target,
+                self.ready.tracefs,
+                self.ready.version,
+                gpu_runtime=self.gpu_runtime,
+            )
             self.session = engine.start_session(self.program, self.ready)
         except (ProgramError, SessionError, OSError) as exc:
             self.status, self.error = "error", str(exc)
@@ -70,23 +75,24 @@ class EbpfTracer:
             sections = self._finish(context)
         except Exception as exc:  # a tracer bug must not lose the benchmark's numbers
             self.abort()
-            sections = engine.unavailable_sections(f"tracer failed: {type(exc).__name__}: {exc}",
-                                                   self.queue, self.memory, "error", self.ready)
+            sections = engine.unavailable_sections(
+                f"tracer failed: {type(exc).__name__}: {exc}", self.queue, self.memory, "error", self.ready
+            )
         warn_in_result(context.get("result"), sections)
         return sections
 
     def _finish(self, context: dict[str, Any]) -> dict[str, Any]:
         if self.session is None or self.program is None:
-            sections = engine.unavailable_sections(self.error or "not started", self.queue,
-                                                   self.memory, self.status, self.ready)
+            sections = engine.unavailable_sections(
+                self.error or "not started", self.queue, self.memory, self.status, self.ready
+            )
             if self.queue:
                 sections["ebpf_vs_cuda_comparison"] = {"status": self.status, "error": self.error}
             return sections
         output = self.session.stop()
         self.session = None
         fam_context = family_context(context, os.getpid(), self.submitter_tid, output)
-        return sections_for(self.program, output, self.ready, self.queue, self.memory, context,
-                            fam_context)
+        return sections_for(self.program, output, self.ready, self.queue, self.memory, context, fam_context)
 
     def abort(self) -> None:
         """Stop bpftrace now (exceptions, Ctrl+C): no orphan, temp files removed."""
@@ -95,35 +101,48 @@ class EbpfTracer:
             self.session = None
 
 
-def family_context(context: dict[str, Any], pid: int, submitter_tid: int | None,
-                   output: Any) -> dict[str, Any]:
+def family_context(
+    context: dict[str, Any], pid: int, submitter_tid: int | None, output: Any
+) -> dict[str, Any]:
     """What the families' collect needs from one benchmark process (its workers, pid, streams)."""
     backend = context.get("backend")
     workers = [w.__dict__ for w in backend.workers()] if backend is not None else []
     result = context.get("result")
-    return {"workers": workers, "window": engine.window_info(output), "pids": [pid],
-            "streams": getattr(result, "stream_count", None),
-            "submitter_tids": [submitter_tid] if submitter_tid else [],
-            "stream_handles": stream_handles(backend)}
+    return {
+        "workers": workers,
+        "window": engine.window_info(output),
+        "pids": [pid],
+        "streams": getattr(result, "stream_count", None),
+        "submitter_tids": [submitter_tid] if submitter_tid else [],
+        "stream_handles": stream_handles(backend),
+    }
 
 
-def sections_for(program: Program, output: Any, ready: engine.Readiness, queue: bool, memory: bool,
-                 context: dict[str, Any], fam_context: dict[str, Any]) -> dict[str, Any]:
+def sections_for(
+    program: Program,
+    output: Any,
+    ready: engine.Readiness,
+    queue: bool,
+    memory: bool,
+    context: dict[str, Any],
+    fam_context: dict[str, Any],
+) -> dict[str, Any]:
     """The result sections of one process from a stopped session's output."""
     results = engine.collect_results(program, output, fam_context)
     sections = engine.build_sections(program, output, results, ready, queue, memory)
     if queue:
         queue_section = sections["ebpf_queue_metrics"]
-        queue_section["interpretation"] = engine.interpret_queue(queue_section,
-                                                                 fam_context["streams"])
+        queue_section["interpretation"] = engine.interpret_queue(queue_section, fam_context["streams"])
         family = (queue_section.get("families") or {}).get("cpu_sched") or {}
         # per-submission kernel records feed the comparison; the JSON keeps counts and sums
         records = (family.get("metrics") or {}).pop("per_submission", None)
         sections["ebpf_vs_cuda_comparison"] = (
             compare_gpu_runtime(queue_section, context.get("ops") or [], fam_context["streams"])
             if queue_section.get("source") == "gpu_runtime"
-            else compare_with_harness(queue_section, context.get("submissions"), records,
-                                      context.get("handoff_totals")))
+            else compare_with_harness(
+                queue_section, context.get("submissions"), records, context.get("handoff_totals")
+            )
+        )
     return sections
 
 

@@ -23,24 +23,31 @@ from aorta.hw_queue_eval.workloads.collectives import Collectives
 
 class ActivationCheckpoint(Workload):
     INFO = WorkloadInfo(
-        name="activation_ckpt", category="distributed",
+        name="activation_ckpt",
+        category="distributed",
         description="Checkpointed forward, recompute on side streams, backward + grad all-reduce",
-        min_streams=4, max_streams=12, recommended_streams=6, switch_sensitivity="high",
-        throughput_unit="samples/sec", work_scaling="fixed")
+        min_streams=4,
+        max_streams=12,
+        recommended_streams=6,
+        switch_sensitivity="high",
+        throughput_unit="samples/sec",
+        work_scaling="fixed",
+    )
     SIZES = {
         "small": {"batch": 16, "hidden": 64, "layers": 10},
         "medium": {"batch": 128, "hidden": 1024, "layers": 10},
         "large": {"batch": 1024, "hidden": 4096, "layers": 20},
     }
-    MODELS = ("Activation checkpointing: stream 0 runs forward (keeping only segment inputs) then "
-              "backward, last segment first; streams 2.. recompute segment activations from "
-              "their checkpoints (the backward of a segment waits for its recompute); stream 1 "
-              "all-reduces each segment's weight gradients once its backward is done.")
+    MODELS = (
+        "Activation checkpointing: stream 0 runs forward (keeping only segment inputs) then "
+        "backward, last segment first; streams 2.. recompute segment activations from "
+        "their checkpoints (the backward of a segment waits for its recompute); stream 1 "
+        "all-reduces each segment's weight gradients once its backward is done."
+    )
 
     @classmethod
     def stream_roles(cls, streams: int) -> dict[str, list[int]]:
-        return {"forward+backward": [0], "comms (grad all-reduce)": [1],
-                "recompute": list(range(2, streams))}
+        return {"forward+backward": [0], "comms (grad all-reduce)": [1], "recompute": list(range(2, streams))}
 
     def setup(self) -> None:
         import torch
@@ -56,14 +63,15 @@ class ActivationCheckpoint(Workload):
             start += size
         gen, dev = self.generator(), self.device
         self.x = self.randn(gen, b, h)
-        self.w = [self.randn(gen, h, h, scale=h ** -0.5) for _ in range(layers)]
+        self.w = [self.randn(gen, h, h, scale=h**-0.5) for _ in range(layers)]
         self.grad_out = self.randn(gen, b, h)
         self.fwd = [torch.empty(b, h, device=dev) for _ in range(2)]
         self.ckpt = [torch.empty(b, h, device=dev) for _ in self.segments]
         # one buffer set per segment: two segments must never write one boundary activation
         # (a recompute writes pre-ReLU values first, and the next segment would read them)
-        self.recomputed = [[torch.empty(b, h, device=dev) for _ in range(len(seg) + 1)]
-                           for seg in self.segments]
+        self.recomputed = [
+            [torch.empty(b, h, device=dev) for _ in range(len(seg) + 1)] for seg in self.segments
+        ]
         self.gy = [torch.empty(b, h, device=dev) for _ in range(2)]
         self.gw = [torch.empty(h, h, device=dev) for _ in range(layers)]
         self.gw_reduced = [torch.empty(h, h, device=dev) for _ in range(layers)]
@@ -78,14 +86,16 @@ class ActivationCheckpoint(Workload):
         for k, seg in enumerate(self.segments):  # forward: keep each segment's input only
             main.launch(lambda k=k, src=src: self.ckpt[k].copy_(src), "checkpoint")
             for layer in seg:
-                dst = self.y if layer == seg[-1] and k == len(self.segments) - 1 \
-                    else self.fwd[step % 2]
-                main.launch(lambda src=src, dst=dst, layer=layer:
-                            torch.mm(src, self.w[layer], out=dst).relu_(), "forward")
+                dst = self.y if layer == seg[-1] and k == len(self.segments) - 1 else self.fwd[step % 2]
+                main.launch(
+                    lambda src=src, dst=dst, layer=layer: torch.mm(src, self.w[layer], out=dst).relu_(),
+                    "forward",
+                )
                 src, step = dst, step + 1
         for stream in recompute:
             stream.wait(main)  # checkpoints exist once the forward pass is done
         for k, seg in enumerate(self.segments):
+
             def redo(k: int = k, seg: list[int] = seg) -> None:
                 acts = self.recomputed[k]
                 acts[0].copy_(self.ckpt[k])
@@ -102,8 +112,13 @@ class ActivationCheckpoint(Workload):
                 dst = self.gy[step % 2]
                 acts = self.recomputed[k]
 
-                def backward(layer: int = layer, gy: Any = gy, dst: Any = dst, a_in: Any = acts[i],
-                             a_out: Any = acts[i + 1]) -> None:
+                def backward(
+                    layer: int = layer,
+                    gy: Any = gy,
+                    dst: Any = dst,
+                    a_in: Any = acts[i],
+                    a_out: Any = acts[i + 1],
+                ) -> None:
                     gz = gy * (a_out > 0)
                     torch.mm(a_in.t(), gz, out=self.gw[layer])
                     torch.mm(gz, self.w[layer].t(), out=dst)
@@ -112,9 +127,10 @@ class ActivationCheckpoint(Workload):
                 gy, step = dst, step + 1
             comms.wait(main)
             for layer in seg:
-                comms.launch(lambda layer=layer: self.comm.all_reduce(self.gw_reduced[layer],
-                                                                      self.gw[layer]),
-                             "all_reduce")
+                comms.launch(
+                    lambda layer=layer: self.comm.all_reduce(self.gw_reduced[layer], self.gw[layer]),
+                    "all_reduce",
+                )
         self.last_grad_input = gy
 
     def work_per_iteration(self) -> float:
@@ -133,9 +149,13 @@ class ActivationCheckpoint(Workload):
             pairs.append((self.gw_reduced[layer], (acts[layer].t() @ gz) * self.comm.world_size))
             gy = gz @ self.w[layer].t()
         pairs.append((self.last_grad_input, gy))
-        return compare_tensors(pairs, 1e-3, "output, all-reduced weight gradients and input "
-                                            "gradient vs serial recomputation")
+        return compare_tensors(
+            pairs, 1e-3, "output, all-reduced weight gradients and input gradient vs serial recomputation"
+        )
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "collectives": self.comm.describe(),
-                "segments": [[seg[0], seg[-1]] for seg in self.segments]}
+        return {
+            **super().describe(),
+            "collectives": self.comm.describe(),
+            "segments": [[seg[0], seg[-1]] for seg in self.segments],
+        }

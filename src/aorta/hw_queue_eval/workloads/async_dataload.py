@@ -16,26 +16,34 @@ from aorta.hw_queue_eval.workloads.transfer import copy, host_buffer
 
 class AsyncDataload(Workload):
     INFO = WorkloadInfo(
-        name="async_dataload", category="pipeline",
+        name="async_dataload",
+        category="pipeline",
         description="Pinned host→device batch copies on loader streams feeding compute streams",
-        min_streams=4, max_streams=12, recommended_streams=6, switch_sensitivity="medium",
-        throughput_unit="images/sec", work_scaling="fixed")
+        min_streams=4,
+        max_streams=12,
+        recommended_streams=6,
+        switch_sensitivity="medium",
+        throughput_unit="images/sec",
+        work_scaling="fixed",
+    )
     SIZES = {
         "small": {"batches": 6, "images": 8, "pixels": 3 * 32 * 32, "hidden": 64, "classes": 10},
-        "medium": {"batches": 12, "images": 64, "pixels": 3 * 64 * 64, "hidden": 512,
-                   "classes": 100},
-        "large": {"batches": 12, "images": 256, "pixels": 3 * 224 * 224, "hidden": 1024,
-                  "classes": 1000},
+        "medium": {"batches": 12, "images": 64, "pixels": 3 * 64 * 64, "hidden": 512, "classes": 100},
+        "large": {"batches": 12, "images": 256, "pixels": 3 * 224 * 224, "hidden": 1024, "classes": 1000},
     }
-    MODELS = ("Asynchronous data loading: loader streams (first half, rounded down) copy batches "
-              "host→device (pinned + non_blocking on GPU; a memcpy op on the CPU backend) and "
-              "normalise them; compute streams wait for a batch's loader and run the model on it.")
+    MODELS = (
+        "Asynchronous data loading: loader streams (first half, rounded down) copy batches "
+        "host→device (pinned + non_blocking on GPU; a memcpy op on the CPU backend) and "
+        "normalise them; compute streams wait for a batch's loader and run the model on it."
+    )
 
     @classmethod
     def stream_roles(cls, streams: int) -> dict[str, list[int]]:
         loaders = streams // 2
-        return {"loader (H2D copy + normalise)": list(range(loaders)),
-                "compute": list(range(loaders, streams))}
+        return {
+            "loader (H2D copy + normalise)": list(range(loaders)),
+            "compute": list(range(loaders, streams)),
+        }
 
     def setup(self) -> None:
         import torch
@@ -44,10 +52,9 @@ class AsyncDataload(Workload):
         nb, n, px, h, c = p["batches"], p["images"], p["pixels"], p["hidden"], p["classes"]
         self.require_memory(4 * (2 * nb * n * px + px * h + h * c + nb * n * c))
         gen, dev = self.generator(), self.device
-        self.host = [host_buffer(dev, n, px, source=torch.rand(n, px, generator=gen))
-                     for _ in range(nb)]
-        self.w1 = self.randn(gen, px, h, scale=px ** -0.5)
-        self.w2 = self.randn(gen, h, c, scale=h ** -0.5)
+        self.host = [host_buffer(dev, n, px, source=torch.rand(n, px, generator=gen)) for _ in range(nb)]
+        self.w1 = self.randn(gen, px, h, scale=px**-0.5)
+        self.w2 = self.randn(gen, h, c, scale=h**-0.5)
         self.staged = [torch.empty(n, px, device=dev) for _ in range(nb)]
         self.logits = [torch.empty(n, c, device=dev) for _ in range(nb)]
 
@@ -61,8 +68,10 @@ class AsyncDataload(Workload):
             loader.launch(lambda b=b: copy(self.staged[b], self.host[b]), "h2d_copy")
             loader.launch(lambda b=b: self.staged[b].sub_(0.5).mul_(4.0), "normalise")
             worker.wait(loader)  # the batch is on the device before the model reads it
-            worker.launch(lambda b=b: torch.mm(torch.relu(self.staged[b] @ self.w1), self.w2,
-                                               out=self.logits[b]), "model")
+            worker.launch(
+                lambda b=b: torch.mm(torch.relu(self.staged[b] @ self.w1), self.w2, out=self.logits[b]),
+                "model",
+            )
 
     def work_per_iteration(self) -> float:
         return float(self.params["batches"] * self.params["images"])
@@ -78,5 +87,7 @@ class AsyncDataload(Workload):
 
     def describe(self) -> dict[str, Any]:
         p = self.params
-        return {**super().describe(),
-                "copied_bytes_per_iteration": 4 * p["batches"] * p["images"] * p["pixels"]}
+        return {
+            **super().describe(),
+            "copied_bytes_per_iteration": 4 * p["batches"] * p["images"] * p["pixels"],
+        }

@@ -12,8 +12,15 @@ from typing import Any, ClassVar
 
 from aorta.common.errors import UsageError
 
-UNIT_SCALE = {"GFLOPS": 1e9, "TFLOPS": 1e12, "tokens/sec": 1.0, "samples/sec": 1.0,
-              "queries/sec": 1.0, "images/sec": 1.0, "GB/s": 1e9}
+UNIT_SCALE = {
+    "GFLOPS": 1e9,
+    "TFLOPS": 1e12,
+    "tokens/sec": 1.0,
+    "samples/sec": 1.0,
+    "queries/sec": 1.0,
+    "images/sec": 1.0,
+    "GB/s": 1e9,
+}
 
 
 @dataclass(frozen=True)
@@ -33,8 +40,10 @@ class WorkloadInfo:
     def check_streams(self, streams: int) -> None:
         """UsageError unless `streams` is within this workload's range."""
         if not self.min_streams <= streams <= self.max_streams:
-            raise UsageError(f"{self.name} runs on {self.min_streams}..{self.max_streams} streams "
-                             f"(recommended {self.recommended_streams}), got {streams}")
+            raise UsageError(
+                f"{self.name} runs on {self.min_streams}..{self.max_streams} streams "
+                f"(recommended {self.recommended_streams}), got {streams}"
+            )
 
 
 @dataclass
@@ -47,8 +56,12 @@ class VerifyResult:
     checked: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"passed": self.passed, "max_rel_error": self.max_rel_error,
-                "tolerance": self.tolerance, "checked": self.checked}
+        return {
+            "passed": self.passed,
+            "max_rel_error": self.max_rel_error,
+            "tolerance": self.tolerance,
+            "checked": self.checked,
+        }
 
 
 class Workload(ABC):
@@ -110,8 +123,11 @@ class Workload(ABC):
 
     def describe(self) -> dict[str, Any]:
         """Size parameters and how the streams are used, for the result metadata."""
-        return {"size": self.size, "params": dict(self.params),
-                "stream_roles": self.stream_roles(self.stream_count)}
+        return {
+            "size": self.size,
+            "params": dict(self.params),
+            "stream_roles": self.stream_roles(self.stream_count),
+        }
 
 
 def split_groups(streams: int, groups: int) -> list[list[int]]:
@@ -140,5 +156,4 @@ def compare_tensors(pairs: list[tuple[Any, Any]], tolerance: float, checked: str
     for actual, expected in pairs:
         scale = float(expected.abs().max().item()) or 1.0
         worst = max(worst, float((actual.float() - expected.float()).abs().max().item()) / scale)
-    return VerifyResult(passed=worst <= tolerance, max_rel_error=worst, tolerance=tolerance,
-                        checked=checked)
+    return VerifyResult(passed=worst <= tolerance, max_rel_error=worst, tolerance=tolerance, checked=checked)

@@ -61,8 +61,16 @@ class Collectives:
     def describe(self) -> dict[str, Any]:
         """What the collectives were, for the result metadata."""
         if self.real:
-            return {"mode": "torch.distributed", "backend": self.backend, "rank": self.rank,
-                    "world_size": self.world_size}
-        return {"mode": "single_process", "rank": 0, "world_size": 1,
-                "note": "not under torchrun: each collective runs over one rank (a copy into its "
-                        "output buffer); run under torchrun for real collectives"}
+            return {
+                "mode": "torch.distributed",
+                "backend": self.backend,
+                "rank": self.rank,
+                "world_size": self.world_size,
+            }
+        return {
+            "mode": "single_process",
+            "rank": 0,
+            "world_size": 1,
+            "note": "not under torchrun: each collective runs over one rank (a copy into its "
+            "output buffer); run under torchrun for real collectives",
+        }

@@ -15,19 +15,27 @@ from aorta.hw_queue_eval.workloads.base import VerifyResult, Workload, WorkloadI
 
 class ContinuousBatch(Workload):
     INFO = WorkloadInfo(
-        name="continuous_batch", category="inference",
+        name="continuous_batch",
+        category="inference",
         description="Prefill of new requests overlapping decode of running ones",
-        min_streams=4, max_streams=16, recommended_streams=8, switch_sensitivity="high",
-        throughput_unit="tokens/sec", work_scaling="fixed")
+        min_streams=4,
+        max_streams=16,
+        recommended_streams=8,
+        switch_sensitivity="high",
+        throughput_unit="tokens/sec",
+        work_scaling="fixed",
+    )
     SIZES = {
         "small": {"requests": 8, "prompt": 32, "hidden": 64, "decode_steps": 4},
         "medium": {"requests": 16, "prompt": 256, "hidden": 1024, "decode_steps": 16},
         "large": {"requests": 32, "prompt": 2048, "hidden": 4096, "decode_steps": 32},
     }
-    MODELS = ("Continuous batching: the first half of the streams (rounded down) prefill requests' "
-              "prompts into their KV caches; the others decode (attention over the request's KV "
-              "cache, one token per step) and start a request only after waiting for its "
-              "prefill. Throughput counts prompt + generated tokens.")
+    MODELS = (
+        "Continuous batching: the first half of the streams (rounded down) prefill requests' "
+        "prompts into their KV caches; the others decode (attention over the request's KV "
+        "cache, one token per step) and start a request only after waiting for its "
+        "prefill. Throughput counts prompt + generated tokens."
+    )
 
     @classmethod
     def stream_roles(cls, streams: int) -> dict[str, list[int]]:
@@ -41,10 +49,10 @@ class ContinuousBatch(Workload):
         r, t, h = p["requests"], p["prompt"], p["hidden"]
         gen, dev = self.generator(), self.device
         self.prompts = [self.randn(gen, t, h) for _ in range(r)]
-        self.w_k = self.randn(gen, h, h, scale=h ** -0.5)
-        self.w_v = self.randn(gen, h, h, scale=h ** -0.5)
-        self.w_q = self.randn(gen, h, h, scale=h ** -0.5)
-        self.w_o = self.randn(gen, h, h, scale=h ** -0.5)
+        self.w_k = self.randn(gen, h, h, scale=h**-0.5)
+        self.w_v = self.randn(gen, h, h, scale=h**-0.5)
+        self.w_q = self.randn(gen, h, h, scale=h**-0.5)
+        self.w_o = self.randn(gen, h, h, scale=h**-0.5)
         self.keys = [torch.empty(t, h, device=dev) for _ in range(r)]
         self.values = [torch.empty(t, h, device=dev) for _ in range(r)]
         self.tokens = [torch.empty(p["decode_steps"], h, device=dev) for _ in range(r)]

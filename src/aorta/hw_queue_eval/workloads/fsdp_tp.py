@@ -24,20 +24,28 @@ from aorta.hw_queue_eval.workloads.collectives import Collectives
 
 class FsdpTp(Workload):
     INFO = WorkloadInfo(
-        name="fsdp_tp", category="distributed",
+        name="fsdp_tp",
+        category="distributed",
         description="FSDP all-gather prefetch + tensor-parallel shards + reduce-scatter",
-        min_streams=4, max_streams=16, recommended_streams=10, switch_sensitivity="high",
-        throughput_unit="samples/sec", work_scaling="fixed")
+        min_streams=4,
+        max_streams=16,
+        recommended_streams=10,
+        switch_sensitivity="high",
+        throughput_unit="samples/sec",
+        work_scaling="fixed",
+    )
     SIZES = {
         "small": {"batch": 16, "hidden": 64, "layers": 3},
         "medium": {"batch": 128, "hidden": 1024, "layers": 4},
         "large": {"batch": 1024, "hidden": 8192, "layers": 4},
     }
-    MODELS = ("FSDP + tensor parallelism over a stack of layers: the comms stream all-gathers each "
-              "layer's sharded parameters one layer ahead (prefetch) and reduce-scatters each "
-              "layer's gradient stand-in; every other stream is a tensor-parallel shard computing "
-              "a column slice of each layer after waiting for the gathered parameters and for "
-              "all shards of the previous layer. Real collectives under torchrun.")
+    MODELS = (
+        "FSDP + tensor parallelism over a stack of layers: the comms stream all-gathers each "
+        "layer's sharded parameters one layer ahead (prefetch) and reduce-scatters each "
+        "layer's gradient stand-in; every other stream is a tensor-parallel shard computing "
+        "a column slice of each layer after waiting for the gathered parameters and for "
+        "all shards of the previous layer. Real collectives under torchrun."
+    )
 
     @classmethod
     def stream_roles(cls, streams: int) -> dict[str, list[int]]:
@@ -51,20 +59,22 @@ class FsdpTp(Workload):
         b, h, layers = p["batch"], p["hidden"], p["layers"]
         world = self.comm.world_size
         if h * h % world or h % world:
-            raise UsageError(f"fsdp_tp: hidden size {h} is not divisible by the world size "
-                             f"{world}: use a world size that divides {h}")
+            raise UsageError(
+                f"fsdp_tp: hidden size {h} is not divisible by the world size "
+                f"{world}: use a world size that divides {h}"
+            )
         self.require_memory(4 * (layers * h * h * 2 + layers * b * h * 2 + b * h))
         gen, dev = self.generator(), self.device
         self.x = self.randn(gen, b, h)
-        self.full = [self.randn(gen, h, h, scale=h ** -0.5) for _ in range(layers)]
+        self.full = [self.randn(gen, h, h, scale=h**-0.5) for _ in range(layers)]
         chunk = h * h // world
         rank = self.comm.rank
-        self.shard = [w.flatten()[rank * chunk:(rank + 1) * chunk].clone() for w in self.full]
+        self.shard = [w.flatten()[rank * chunk : (rank + 1) * chunk].clone() for w in self.full]
         self.gathered = [torch.empty(h, h, device=dev) for _ in range(layers)]
         self.act = [torch.empty(b, h, device=dev) for _ in range(layers)]
         self.grad_shard = [torch.empty(b * h // world, device=dev) for _ in range(layers)]
         widths = split_sizes(h, self.stream_count - 1)
-        self.cols = [(sum(widths[:i]), sum(widths[:i + 1])) for i in range(len(widths))]
+        self.cols = [(sum(widths[:i]), sum(widths[: i + 1])) for i in range(len(widths))]
 
     def run_iteration(self, streams: list[Any]) -> None:
         import torch
@@ -73,8 +83,9 @@ class FsdpTp(Workload):
         layers = self.params["layers"]
 
         def gather(layer: int) -> None:
-            comms.launch(lambda: self.comm.all_gather(self.gathered[layer].view(-1),
-                                                      self.shard[layer]), "all_gather")
+            comms.launch(
+                lambda: self.comm.all_gather(self.gathered[layer].view(-1), self.shard[layer]), "all_gather"
+            )
             for stream in shards:
                 stream.wait(comms)  # the layer's parameters are gathered before it is used
 
@@ -96,8 +107,12 @@ class FsdpTp(Workload):
                 gather(layer + 1)  # prefetch: overlaps this layer's compute
             for stream in shards:
                 comms.wait(stream)
-            comms.launch(lambda layer=layer: self.comm.reduce_scatter(
-                self.grad_shard[layer], self.act[layer].view(-1)), "reduce_scatter")
+            comms.launch(
+                lambda layer=layer: self.comm.reduce_scatter(
+                    self.grad_shard[layer], self.act[layer].view(-1)
+                ),
+                "reduce_scatter",
+            )
 
     def work_per_iteration(self) -> float:
         return float(self.params["batch"])
@@ -112,10 +127,12 @@ class FsdpTp(Workload):
             a = torch.relu(a @ w)
             pairs.append((self.act[layer], a))
             chunk = a.numel() // world
-            pairs.append((self.grad_shard[layer],
-                          a.flatten()[rank * chunk:(rank + 1) * chunk] * world))
-        return compare_tensors(pairs, 1e-3, f"{len(self.full)} layers' activations and "
-                                            "reduce-scattered gradients vs serial recomputation")
+            pairs.append((self.grad_shard[layer], a.flatten()[rank * chunk : (rank + 1) * chunk] * world))
+        return compare_tensors(
+            pairs,
+            1e-3,
+            f"{len(self.full)} layers' activations and reduce-scattered gradients vs serial recomputation",
+        )
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "collectives": self.comm.describe()}

@@ -23,21 +23,27 @@ from aorta.hw_queue_eval.workloads.collectives import Collectives
 
 class GradAccum(Workload):
     INFO = WorkloadInfo(
-        name="grad_accum", category="distributed",
+        name="grad_accum",
+        category="distributed",
         description="Micro-batch gradient accumulation with an early per-bucket all-reduce",
-        min_streams=2, max_streams=16, recommended_streams=6, switch_sensitivity="medium",
-        throughput_unit="samples/sec", work_scaling="fixed")
+        min_streams=2,
+        max_streams=16,
+        recommended_streams=6,
+        switch_sensitivity="medium",
+        throughput_unit="samples/sec",
+        work_scaling="fixed",
+    )
     SIZES = {
         "small": {"micro_batches": 15, "micro_batch": 16, "in": 64, "out": 64, "buckets": 4},
-        "medium": {"micro_batches": 15, "micro_batch": 128, "in": 1024, "out": 1024,
-                   "buckets": 4},
-        "large": {"micro_batches": 30, "micro_batch": 512, "in": 4096, "out": 4096,
-                  "buckets": 8},
+        "medium": {"micro_batches": 15, "micro_batch": 128, "in": 1024, "out": 1024, "buckets": 4},
+        "large": {"micro_batches": 30, "micro_batch": 512, "in": 4096, "out": 4096, "buckets": 8},
     }
-    MODELS = ("Gradient accumulation: each compute stream (1..) accumulates the gradients of its "
-              "micro-batches (round-robin) bucket by bucket; stream 0 waits for each bucket on "
-              "every compute stream, sums the partials and all-reduces the bucket while later "
-              "buckets are still computed (early all-reduce; real collective under torchrun).")
+    MODELS = (
+        "Gradient accumulation: each compute stream (1..) accumulates the gradients of its "
+        "micro-batches (round-robin) bucket by bucket; stream 0 waits for each bucket on "
+        "every compute stream, sums the partials and all-reduces the bucket while later "
+        "buckets are still computed (early all-reduce; real collective under torchrun)."
+    )
 
     @classmethod
     def stream_roles(cls, streams: int) -> dict[str, list[int]]:
@@ -50,16 +56,17 @@ class GradAccum(Workload):
         p = self.params
         m, mb, n_in, n_out = p["micro_batches"], p["micro_batch"], p["in"], p["out"]
         gen, dev = self.generator(), self.device
-        self.w = self.randn(gen, n_in, n_out, scale=n_in ** -0.5)
+        self.w = self.randn(gen, n_in, n_out, scale=n_in**-0.5)
         self.x = [self.randn(gen, mb, n_in) for _ in range(m)]
         self.t = [self.randn(gen, mb, n_out) for _ in range(m)]
         widths = split_sizes(n_out, p["buckets"])
-        self.cols = [(sum(widths[:i]), sum(widths[:i + 1])) for i in range(len(widths))]
+        self.cols = [(sum(widths[:i]), sum(widths[: i + 1])) for i in range(len(widths))]
         compute = self.stream_count - 1
         self.assigned = [list(range(s, m, compute)) for s in range(compute)]
         self.err = [torch.empty(mb, n_out, device=dev) for _ in range(compute)]
-        self.partial = [[torch.empty(n_in, hi - lo, device=dev) for lo, hi in self.cols]
-                        for _ in range(compute)]
+        self.partial = [
+            [torch.empty(n_in, hi - lo, device=dev) for lo, hi in self.cols] for _ in range(compute)
+        ]
         self.summed = [torch.empty(n_in, hi - lo, device=dev) for lo, hi in self.cols]
         self.grad = [torch.empty(n_in, hi - lo, device=dev) for lo, hi in self.cols]
 
@@ -86,8 +93,9 @@ class GradAccum(Workload):
                 if r >= len(self.assigned[s]):
                     continue
                 mb = self.assigned[s][r]
-                stream.launch(lambda s=s, mb=mb: torch.sub(self.x[mb] @ self.w, self.t[mb],
-                                                           out=self.err[s]), "forward")
+                stream.launch(
+                    lambda s=s, mb=mb: torch.sub(self.x[mb] @ self.w, self.t[mb], out=self.err[s]), "forward"
+                )
                 if r != len(self.assigned[s]) - 1:
                     for b in range(len(self.cols)):
                         stream.launch(self._grad_op(s, mb, b, r == 0), "grad_bucket")
@@ -116,9 +124,13 @@ class GradAccum(Workload):
             grad += x.t() @ (x @ self.w - t)
         grad *= self.comm.world_size
         pairs = [(self.grad[b], grad[:, lo:hi]) for b, (lo, hi) in enumerate(self.cols)]
-        return compare_tensors(pairs, 1e-3, f"{len(pairs)} all-reduced gradient buckets vs "
-                                            "serial accumulation")
+        return compare_tensors(
+            pairs, 1e-3, f"{len(pairs)} all-reduced gradient buckets vs serial accumulation"
+        )
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "collectives": self.comm.describe(),
-                "micro_batches_per_stream": [len(a) for a in self.assigned]}
+        return {
+            **super().describe(),
+            "collectives": self.comm.describe(),
+            "micro_batches_per_stream": [len(a) for a in self.assigned],
+        }

@@ -20,18 +20,26 @@ from aorta.hw_queue_eval.workloads.base import (
 
 class GraphSubgraphs(Workload):
     INFO = WorkloadInfo(
-        name="graph_subgraphs", category="latency_sensitive",
+        name="graph_subgraphs",
+        category="latency_sensitive",
         description="Fork/join of independent MLP branches, one branch per stream",
-        min_streams=4, max_streams=32, recommended_streams=8, switch_sensitivity="high",
-        throughput_unit="samples/sec", work_scaling="fixed")
+        min_streams=4,
+        max_streams=32,
+        recommended_streams=8,
+        switch_sensitivity="high",
+        throughput_unit="samples/sec",
+        work_scaling="fixed",
+    )
     SIZES = {
         "small": {"batch": 32, "hidden": 64, "branch_width": 256},
         "medium": {"batch": 256, "hidden": 512, "branch_width": 2048},
         "large": {"batch": 2048, "hidden": 4096, "branch_width": 16384},
     }
-    MODELS = ("Fork/join: stream 0 runs the fork (input projection), every other stream one "
-              "branch MLP that waits for the fork; stream 0 waits for all branches and joins "
-              "(sum + residual). The branches split one fixed width: work per sample is fixed.")
+    MODELS = (
+        "Fork/join: stream 0 runs the fork (input projection), every other stream one "
+        "branch MLP that waits for the fork; stream 0 waits for all branches and joins "
+        "(sum + residual). The branches split one fixed width: work per sample is fixed."
+    )
 
     @classmethod
     def stream_roles(cls, streams: int) -> dict[str, list[int]]:
@@ -45,9 +53,9 @@ class GraphSubgraphs(Workload):
         self.widths = split_sizes(p["branch_width"], self.stream_count - 1)
         gen, dev = self.generator(), self.device
         self.x = self.randn(gen, b, h)
-        self.w_in = self.randn(gen, h, h, scale=h ** -0.5)
-        self.w1 = [self.randn(gen, h, w, scale=h ** -0.5) for w in self.widths]
-        self.w2 = [self.randn(gen, w, h, scale=w ** -0.5) for w in self.widths]
+        self.w_in = self.randn(gen, h, h, scale=h**-0.5)
+        self.w1 = [self.randn(gen, h, w, scale=h**-0.5) for w in self.widths]
+        self.w2 = [self.randn(gen, w, h, scale=w**-0.5) for w in self.widths]
         self.xp = torch.empty(b, h, device=dev)
         self.hid = [torch.empty(b, w, device=dev) for w in self.widths]
         self.out = [torch.empty(b, h, device=dev) for _ in self.widths]
@@ -72,8 +80,7 @@ class GraphSubgraphs(Workload):
                 self.hid[i].relu_()
 
             stream.launch(up, "branch_up")
-            stream.launch(lambda i=i: torch.mm(self.hid[i], self.w2[i], out=self.out[i]),
-                          "branch_down")
+            stream.launch(lambda i=i: torch.mm(self.hid[i], self.w2[i], out=self.out[i]), "branch_down")
         for i in range(len(self.widths)):
             main.wait(streams[i + 1])
 

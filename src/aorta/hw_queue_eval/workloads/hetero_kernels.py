@@ -13,19 +13,27 @@ from aorta.hw_queue_eval.workloads.base import VerifyResult, Workload, WorkloadI
 
 class HeteroKernels(Workload):
     INFO = WorkloadInfo(
-        name="hetero_kernels", category="latency_sensitive",
+        name="hetero_kernels",
+        category="latency_sensitive",
         description="Large GEMMs interleaved with tiny element-wise kernels (convoy effect)",
-        min_streams=1, max_streams=64, recommended_streams=8, switch_sensitivity="critical",
-        throughput_unit="GFLOPS", work_scaling="per_stream")
+        min_streams=1,
+        max_streams=64,
+        recommended_streams=8,
+        switch_sensitivity="critical",
+        throughput_unit="GFLOPS",
+        work_scaling="per_stream",
+    )
     SIZES = {
         "small": {"gemm": 384, "gemms": 2, "tiny": 1024, "tiny_ops": 8},
         "medium": {"gemm": 512, "gemms": 2, "tiny": 4096, "tiny_ops": 16},
         "large": {"gemm": 4096, "gemms": 2, "tiny": 65536, "tiny_ops": 32},
     }
 
-    MODELS = ("Large GEMM chains on the first half of the streams (rounded up) and chains of tiny "
-              "element-wise kernels on the rest; independent streams, no waits. On 1 stream that "
-              "stream carries both (the serial baseline).")
+    MODELS = (
+        "Large GEMM chains on the first half of the streams (rounded up) and chains of tiny "
+        "element-wise kernels on the rest; independent streams, no waits. On 1 stream that "
+        "stream carries both (the serial baseline)."
+    )
 
     @classmethod
     def stream_roles(cls, streams: int) -> dict[str, list[int]]:
@@ -48,8 +56,8 @@ class HeteroKernels(Workload):
         gen = self.generator()
         self.a, self.b, self.c, self.x, self.y = [], [], [], [], []
         for _ in range(self.stream_count):
-            self.a.append(self.randn(gen, n, n, scale=n ** -0.5))
-            self.b.append(self.randn(gen, n, n, scale=n ** -0.5))
+            self.a.append(self.randn(gen, n, n, scale=n**-0.5))
+            self.b.append(self.randn(gen, n, n, scale=n**-0.5))
             self.c.append([torch.empty(n, n, device=self.device) for _ in range(2)])
             self.x.append(self.randn(gen, t))
             self.y.append([torch.empty(t, device=self.device) for _ in range(2)])
@@ -72,8 +80,7 @@ class HeteroKernels(Workload):
         src = self.x[s]
         for k in range(self.params["tiny_ops"]):
             dst = self.y[s][k % 2]
-            ops.append((lambda src=src, dst=dst: torch.add(src, 1.0, alpha=0.5, out=dst),
-                        "tiny_add"))
+            ops.append((lambda src=src, dst=dst: torch.add(src, 1.0, alpha=0.5, out=dst), "tiny_add"))
             src = dst
         return ops
 
@@ -87,7 +94,7 @@ class HeteroKernels(Workload):
         n, t = self.params["gemm"], self.params["tiny"]
         flops = 0.0
         for big, tiny in self.roles():
-            flops += (2.0 * n ** 3 * self.params["gemms"]) if big else 0.0
+            flops += (2.0 * n**3 * self.params["gemms"]) if big else 0.0
             flops += (2.0 * t * self.params["tiny_ops"]) if tiny else 0.0
         return flops
 
@@ -109,6 +116,8 @@ class HeteroKernels(Workload):
 
     def describe(self) -> dict[str, Any]:
         roles = self.roles()
-        return {**super().describe(),
-                "large_streams": [i for i, r in enumerate(roles) if r[0]],
-                "small_streams": [i for i, r in enumerate(roles) if r[1]]}
+        return {
+            **super().describe(),
+            "large_streams": [i for i, r in enumerate(roles) if r[0]],
+            "small_streams": [i for i, r in enumerate(roles) if r[1]],
+        }

@@ -9,10 +9,16 @@ from aorta.hw_queue_eval.workloads.base import VerifyResult, Workload, WorkloadI
 
 class LargeGemmOnly(Workload):
     INFO = WorkloadInfo(
-        name="large_gemm_only", category="latency_sensitive",
+        name="large_gemm_only",
+        category="latency_sensitive",
         description="One large GEMM per stream: compute-bound baseline",
-        min_streams=1, max_streams=16, recommended_streams=4, switch_sensitivity="low",
-        throughput_unit="TFLOPS", work_scaling="per_stream")
+        min_streams=1,
+        max_streams=16,
+        recommended_streams=4,
+        switch_sensitivity="low",
+        throughput_unit="TFLOPS",
+        work_scaling="per_stream",
+    )
     SIZES = {"small": {"n": 384}, "medium": {"n": 1024}, "large": {"n": 8192}}
 
     MODELS = "One GEMM per stream, independent streams, no waits: the compute-bound baseline."
@@ -22,8 +28,8 @@ class LargeGemmOnly(Workload):
 
         n = self.params["n"]
         gen = self.generator()
-        self.a = [self.randn(gen, n, n, scale=n ** -0.5) for _ in range(self.stream_count)]
-        self.b = [self.randn(gen, n, n, scale=n ** -0.5) for _ in range(self.stream_count)]
+        self.a = [self.randn(gen, n, n, scale=n**-0.5) for _ in range(self.stream_count)]
+        self.b = [self.randn(gen, n, n, scale=n**-0.5) for _ in range(self.stream_count)]
         self.c = [torch.empty(n, n, device=self.device) for _ in range(self.stream_count)]
 
     def run_iteration(self, streams: list[Any]) -> None:

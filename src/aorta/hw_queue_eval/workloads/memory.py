@@ -6,7 +6,7 @@ from typing import Any
 
 from aorta.common.errors import UsageError
 
-GIB = 1024 ** 3
+GIB = 1024**3
 
 
 def available_bytes(device: Any) -> int | None:
@@ -27,10 +27,11 @@ def available_bytes(device: Any) -> int | None:
     return None
 
 
-def check_fits(workload: str, size: str, device: Any, nbytes: int,
-               available: int | None = None) -> None:
+def check_fits(workload: str, size: str, device: Any, nbytes: int, available: int | None = None) -> None:
     """UsageError naming the size needed when `nbytes` exceed what `device` has free."""
     free = available_bytes(device) if available is None else available
     if free is not None and nbytes > free:
-        raise UsageError(f"{workload} --size {size} needs {nbytes / GIB:.2f} GiB on {device}, only "
-                         f"{free / GIB:.2f} GiB free: use a smaller --size or free memory")
+        raise UsageError(
+            f"{workload} --size {size} needs {nbytes / GIB:.2f} GiB on {device}, only "
+            f"{free / GIB:.2f} GiB free: use a smaller --size or free memory"
+        )

@@ -18,20 +18,28 @@ from aorta.hw_queue_eval.workloads.collectives import Collectives
 
 class MixtureOfExperts(Workload):
     INFO = WorkloadInfo(
-        name="moe", category="distributed",
+        name="moe",
+        category="distributed",
         description="Gating stream, one stream per expert (top-k routing), a combine",
-        min_streams=4, max_streams=32, recommended_streams=16, switch_sensitivity="critical",
-        throughput_unit="tokens/sec", work_scaling="fixed")
+        min_streams=4,
+        max_streams=32,
+        recommended_streams=16,
+        switch_sensitivity="critical",
+        throughput_unit="tokens/sec",
+        work_scaling="fixed",
+    )
     SIZES = {
         "small": {"tokens": 256, "hidden": 128, "ffn": 256, "top_k": 2},
         "medium": {"tokens": 1024, "hidden": 512, "ffn": 1024, "top_k": 2},
         "large": {"tokens": 8192, "hidden": 4096, "ffn": 8192, "top_k": 2},
     }
 
-    MODELS = ("A mixture-of-experts layer: stream 0 computes the router (gate GEMM + softmax); "
-              "each other stream is one expert that waits for the router, picks its top tokens "
-              "(expert-choice, fixed capacity) and runs its FFN; stream 0 waits for every expert "
-              "and combines. Tokens are fixed: more streams mean more, smaller experts.")
+    MODELS = (
+        "A mixture-of-experts layer: stream 0 computes the router (gate GEMM + softmax); "
+        "each other stream is one expert that waits for the router, picks its top tokens "
+        "(expert-choice, fixed capacity) and runs its FFN; stream 0 waits for every expert "
+        "and combines. Tokens are fixed: more streams mean more, smaller experts."
+    )
 
     @classmethod
     def stream_roles(cls, streams: int) -> dict[str, list[int]]:
@@ -54,9 +62,9 @@ class MixtureOfExperts(Workload):
         gen = self.generator()
         dev = self.device
         self.x = self.randn(gen, t, h)
-        self.w_gate = self.randn(gen, h, e, scale=h ** -0.5)
-        self.w1 = [self.randn(gen, h, f, scale=h ** -0.5) for _ in range(e)]
-        self.w2 = [self.randn(gen, f, h, scale=f ** -0.5) for _ in range(e)]
+        self.w_gate = self.randn(gen, h, e, scale=h**-0.5)
+        self.w1 = [self.randn(gen, h, f, scale=h**-0.5) for _ in range(e)]
+        self.w2 = [self.randn(gen, f, h, scale=f**-0.5) for _ in range(e)]
         self.logits = torch.empty(t, e, device=dev)
         self.probs = torch.empty(t, e, device=dev)
         self.gate_vals = [torch.empty(c, device=dev) for _ in range(e)]
@@ -68,8 +76,10 @@ class MixtureOfExperts(Workload):
         self.y = torch.empty(t, h, device=dev)
         self.comm = Collectives()
         if self.comm.real and t % self.comm.world_size:
-            raise UsageError(f"moe: {t} tokens do not split over {self.comm.world_size} ranks: "
-                             "use a world size that divides the token count")
+            raise UsageError(
+                f"moe: {t} tokens do not split over {self.comm.world_size} ranks: "
+                "use a world size that divides the token count"
+            )
         self.exchanged = torch.empty(t, h, device=dev) if self.comm.real else None
 
     def _expert_ops(self, e: int) -> list[tuple[Any, str]]:
@@ -133,10 +143,16 @@ class MixtureOfExperts(Workload):
             world, rank = self.comm.world_size, self.comm.rank
             mine = y.chunk(world)[rank]
             pairs += [(chunk, mine) for chunk in self.exchanged.chunk(world)]
-        return compare_tensors(pairs, 1e-3, "combined output (and exchanged tokens under "
-                                            "torchrun) vs serial recomputation")
+        return compare_tensors(
+            pairs, 1e-3, "combined output (and exchanged tokens under torchrun) vs serial recomputation"
+        )
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "collectives": self.comm.describe(),
-                "experts": self.experts, "capacity": self.capacity,
-                "gate_stream": 0, "expert_streams": list(range(1, self.stream_count))}
+        return {
+            **super().describe(),
+            "collectives": self.comm.describe(),
+            "experts": self.experts,
+            "capacity": self.capacity,
+            "gate_stream": 0,
+            "expert_streams": list(range(1, self.stream_count)),
+        }

@@ -23,20 +23,27 @@ STAGES = ("embed", "retrieve", "rerank", "generate")
 
 class RagPipeline(Workload):
     INFO = WorkloadInfo(
-        name="rag_pipeline", category="inference",
+        name="rag_pipeline",
+        category="inference",
         description="4-stage RAG pipeline (embed, retrieve, rerank, generate) over micro-batches",
-        min_streams=4, max_streams=12, recommended_streams=8, switch_sensitivity="high",
-        throughput_unit="queries/sec", work_scaling="fixed")
+        min_streams=4,
+        max_streams=12,
+        recommended_streams=8,
+        switch_sensitivity="high",
+        throughput_unit="queries/sec",
+        work_scaling="fixed",
+    )
     SIZES = {
         "small": {"micro_batches": 6, "queries": 8, "hidden": 64, "docs": 512, "top_k": 4},
         "medium": {"micro_batches": 6, "queries": 32, "hidden": 512, "docs": 16384, "top_k": 8},
-        "large": {"micro_batches": 12, "queries": 128, "hidden": 1024, "docs": 262144,
-                  "top_k": 16},
+        "large": {"micro_batches": 12, "queries": 128, "hidden": 1024, "docs": 262144, "top_k": 16},
     }
-    MODELS = ("Retrieval-augmented generation as a pipeline: the streams form four stage groups "
-              "(embed, retrieve = similarity + top-k over a document matrix, rerank, generate); "
-              "each query micro-batch waits for its previous stage, so micro-batches overlap "
-              "across stages.")
+    MODELS = (
+        "Retrieval-augmented generation as a pipeline: the streams form four stage groups "
+        "(embed, retrieve = similarity + top-k over a document matrix, rerank, generate); "
+        "each query micro-batch waits for its previous stage, so micro-batches overlap "
+        "across stages."
+    )
 
     @classmethod
     def stream_roles(cls, streams: int) -> dict[str, list[int]]:
@@ -50,9 +57,9 @@ class RagPipeline(Workload):
         self.require_memory(4 * (d * h + m * q * (3 * h + k * h + 2 * k)))
         gen, dev = self.generator(), self.device
         self.raw = [self.randn(gen, q, h) for _ in range(m)]
-        self.w_embed = self.randn(gen, h, h, scale=h ** -0.5)
-        self.docs = self.randn(gen, d, h, scale=h ** -0.5)
-        self.w_rerank = self.randn(gen, h, h, scale=h ** -0.5)
+        self.w_embed = self.randn(gen, h, h, scale=h**-0.5)
+        self.docs = self.randn(gen, d, h, scale=h**-0.5)
+        self.w_rerank = self.randn(gen, h, h, scale=h**-0.5)
         self.w_gen = self.randn(gen, 2 * h, h, scale=(2 * h) ** -0.5)
         self.emb = [torch.empty(q, h, device=dev) for _ in range(m)]
         self.scores = [torch.empty(q, k, device=dev) for _ in range(m)]
@@ -66,13 +73,13 @@ class RagPipeline(Workload):
         if stage == "embed":
             torch.tanh(self.raw[m] @ self.w_embed, out=self.emb[m])
         elif stage == "retrieve":
-            torch.topk(self.emb[m] @ self.docs.t(), self.params["top_k"], dim=1,
-                       out=(self.scores[m], self.idx[m]))
+            torch.topk(
+                self.emb[m] @ self.docs.t(), self.params["top_k"], dim=1, out=(self.scores[m], self.idx[m])
+            )
         elif stage == "rerank":
             self.context[m].copy_(self._rerank(self.emb[m], self.idx[m]))
         else:
-            torch.tanh(torch.cat([self.emb[m], self.context[m]], dim=1) @ self.w_gen,
-                       out=self.answer[m])
+            torch.tanh(torch.cat([self.emb[m], self.context[m]], dim=1) @ self.w_gen, out=self.answer[m])
 
     def _rerank(self, emb: Any, idx: Any) -> Any:
         """Cross-score the retrieved documents and mix them by their softmax weights."""

@@ -21,11 +21,24 @@ from aorta.hw_queue_eval.workloads.torch_compile import TorchCompile
 from aorta.hw_queue_eval.workloads.zero_offload import ZeroOffload
 
 _WORKLOADS: dict[str, type[Workload]] = {
-    cls.INFO.name: cls for cls in (
-        HeteroKernels, TinyKernelStress, LargeGemmOnly, GraphSubgraphs,
-        CommsComputeOverlap, FsdpTp, MixtureOfExperts, ActivationCheckpoint, GradAccum,
-        SpeculativeDecode, ContinuousBatch, RagPipeline,
-        AsyncDataload, ZeroOffload, TorchCompile)
+    cls.INFO.name: cls
+    for cls in (
+        HeteroKernels,
+        TinyKernelStress,
+        LargeGemmOnly,
+        GraphSubgraphs,
+        CommsComputeOverlap,
+        FsdpTp,
+        MixtureOfExperts,
+        ActivationCheckpoint,
+        GradAccum,
+        SpeculativeDecode,
+        ContinuousBatch,
+        RagPipeline,
+        AsyncDataload,
+        ZeroOffload,
+        TorchCompile,
+    )
 }
 CATEGORIES = ("latency_sensitive", "distributed", "inference", "pipeline")
 SENSITIVITIES = ("critical", "high", "medium", "low")
@@ -41,8 +54,9 @@ def get_workload_class(name: str) -> type[Workload]:
     try:
         return _WORKLOADS[name]
     except KeyError:
-        raise UsageError(f"unknown workload {name!r}; known: {', '.join(workload_names())} "
-                         "(see `list`)") from None
+        raise UsageError(
+            f"unknown workload {name!r}; known: {', '.join(workload_names())} (see `list`)"
+        ) from None
 
 
 def get_info(name: str) -> WorkloadInfo:
@@ -50,15 +64,19 @@ def get_info(name: str) -> WorkloadInfo:
     return get_workload_class(name).INFO
 
 
-def list_workloads(category: str | None = None,
-                   sensitivity: str | None = None) -> list[WorkloadInfo]:
+def list_workloads(category: str | None = None, sensitivity: str | None = None) -> list[WorkloadInfo]:
     """Catalogue entries, filtered by category and/or switch sensitivity."""
     if category is not None and category not in CATEGORIES:
         raise UsageError(f"unknown category {category!r}; known: {', '.join(CATEGORIES)}")
     if sensitivity is not None and sensitivity not in SENSITIVITIES:
         raise UsageError(f"unknown sensitivity {sensitivity!r}; known: {', '.join(SENSITIVITIES)}")
     infos = [cls.INFO for cls in _WORKLOADS.values()]
-    return sorted((i for i in infos
-                   if (category is None or i.category == category)
-                   and (sensitivity is None or i.switch_sensitivity == sensitivity)),
-                  key=lambda i: (CATEGORIES.index(i.category), i.name))
+    return sorted(
+        (
+            i
+            for i in infos
+            if (category is None or i.category == category)
+            and (sensitivity is None or i.switch_sensitivity == sensitivity)
+        ),
+        key=lambda i: (CATEGORIES.index(i.category), i.name),
+    )

@@ -15,23 +15,49 @@ from aorta.hw_queue_eval.workloads.base import VerifyResult, Workload, WorkloadI
 
 class SpeculativeDecode(Workload):
     INFO = WorkloadInfo(
-        name="speculative_decode", category="inference",
+        name="speculative_decode",
+        category="inference",
         description="Draft model proposes tokens; target model verifies them on parallel streams",
-        min_streams=4, max_streams=12, recommended_streams=6, switch_sensitivity="high",
-        throughput_unit="tokens/sec", work_scaling="fixed")
+        min_streams=4,
+        max_streams=12,
+        recommended_streams=6,
+        switch_sensitivity="high",
+        throughput_unit="tokens/sec",
+        work_scaling="fixed",
+    )
     SIZES = {
-        "small": {"batch": 4, "draft_hidden": 32, "hidden": 128, "vocab": 256, "lookahead": 10,
-                  "target_layers": 2},
-        "medium": {"batch": 8, "draft_hidden": 256, "hidden": 1024, "vocab": 4096,
-                   "lookahead": 10, "target_layers": 4},
-        "large": {"batch": 32, "draft_hidden": 1024, "hidden": 4096, "vocab": 32000,
-                  "lookahead": 10, "target_layers": 8},
+        "small": {
+            "batch": 4,
+            "draft_hidden": 32,
+            "hidden": 128,
+            "vocab": 256,
+            "lookahead": 10,
+            "target_layers": 2,
+        },
+        "medium": {
+            "batch": 8,
+            "draft_hidden": 256,
+            "hidden": 1024,
+            "vocab": 4096,
+            "lookahead": 10,
+            "target_layers": 4,
+        },
+        "large": {
+            "batch": 32,
+            "draft_hidden": 1024,
+            "hidden": 4096,
+            "vocab": 32000,
+            "lookahead": 10,
+            "target_layers": 8,
+        },
     }
-    MODELS = ("Speculative decoding: stream 0 runs the draft model one proposed token per step; "
-              "streams 2.. each verify proposed positions with the target model (position i on "
-              "verifier i mod (S-2)), each waiting for the draft step that produced it; stream 1 "
-              "waits for every verifier and accepts the agreeing prefix. Throughput counts "
-              "verified positions (batch × lookahead).")
+    MODELS = (
+        "Speculative decoding: stream 0 runs the draft model one proposed token per step; "
+        "streams 2.. each verify proposed positions with the target model (position i on "
+        "verifier i mod (S-2)), each waiting for the draft step that produced it; stream 1 "
+        "waits for every verifier and accepts the agreeing prefix. Throughput counts "
+        "verified positions (batch × lookahead)."
+    )
 
     @classmethod
     def stream_roles(cls, streams: int) -> dict[str, list[int]]:
@@ -44,11 +70,11 @@ class SpeculativeDecode(Workload):
         b, hd, h, v, k = p["batch"], p["draft_hidden"], p["hidden"], p["vocab"], p["lookahead"]
         gen, dev = self.generator(), self.device
         self.state = self.randn(gen, b, hd)
-        self.w_draft = self.randn(gen, hd, hd, scale=hd ** -0.5)
-        self.w_draft_head = self.randn(gen, hd, v, scale=hd ** -0.5)
-        self.w_up = self.randn(gen, hd, h, scale=hd ** -0.5)
-        self.w_target = [self.randn(gen, h, h, scale=h ** -0.5) for _ in range(p["target_layers"])]
-        self.w_head = self.randn(gen, h, v, scale=h ** -0.5)
+        self.w_draft = self.randn(gen, hd, hd, scale=hd**-0.5)
+        self.w_draft_head = self.randn(gen, hd, v, scale=hd**-0.5)
+        self.w_up = self.randn(gen, hd, h, scale=hd**-0.5)
+        self.w_target = [self.randn(gen, h, h, scale=h**-0.5) for _ in range(p["target_layers"])]
+        self.w_head = self.randn(gen, h, v, scale=h**-0.5)
         self.draft_states = [torch.empty(b, hd, device=dev) for _ in range(k)]
         self.draft_tokens = [torch.empty(b, dtype=torch.long, device=dev) for _ in range(k)]
         self.target_tokens = [torch.empty(b, dtype=torch.long, device=dev) for _ in range(k)]
@@ -77,15 +103,17 @@ class SpeculativeDecode(Workload):
             draft.launch(lambda i=i: self._draft_step(i), "draft_step")
             verifier = verifiers[i % len(verifiers)]
             verifier.wait(draft)  # position i exists once its draft step ran
-            verifier.launch(lambda i=i: self.target_tokens[i].copy_(
-                self._target(self.draft_states[i])), "target_verify")
+            verifier.launch(
+                lambda i=i: self.target_tokens[i].copy_(self._target(self.draft_states[i])), "target_verify"
+            )
         for verifier in verifiers:
             accept.wait(verifier)
         accept.wait(draft)
 
         def accept_prefix() -> None:
-            agree = torch.stack([t == d for t, d in zip(self.target_tokens, self.draft_tokens,
-                                                        strict=True)], dim=1)
+            agree = torch.stack(
+                [t == d for t, d in zip(self.target_tokens, self.draft_tokens, strict=True)], dim=1
+            )
             self.accepted.copy_(agree.long().cumprod(dim=1).sum(dim=1))
 
         accept.launch(accept_prefix, "accept")
@@ -107,5 +135,6 @@ class SpeculativeDecode(Workload):
             agree.append(target_token == draft_token)
         accepted = torch.stack(agree, dim=1).long().cumprod(dim=1).sum(dim=1)
         pairs.append((self.accepted, accepted))
-        return compare_tensors(pairs, 0.0, "draft tokens, target tokens and accepted lengths vs "
-                                           "serial decoding (exact)")
+        return compare_tensors(
+            pairs, 0.0, "draft tokens, target tokens and accepted lengths vs serial decoding (exact)"
+        )

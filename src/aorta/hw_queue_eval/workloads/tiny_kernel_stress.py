@@ -12,18 +12,26 @@ from aorta.hw_queue_eval.workloads.base import VerifyResult, Workload, WorkloadI
 
 class TinyKernelStress(Workload):
     INFO = WorkloadInfo(
-        name="tiny_kernel_stress", category="latency_sensitive",
+        name="tiny_kernel_stress",
+        category="latency_sensitive",
         description="Chains of tiny kernels on every stream: pure launch/switch overhead",
-        min_streams=1, max_streams=64, recommended_streams=16, switch_sensitivity="critical",
-        throughput_unit="GFLOPS", work_scaling="per_stream")
+        min_streams=1,
+        max_streams=64,
+        recommended_streams=16,
+        switch_sensitivity="critical",
+        throughput_unit="GFLOPS",
+        work_scaling="per_stream",
+    )
     SIZES = {
         "small": {"numel": 256, "ops": 16},
         "medium": {"numel": 1024, "ops": 32},
         "large": {"numel": 4096, "ops": 128},
     }
 
-    MODELS = ("A chain of tiny element-wise kernels on every stream, independent streams, no waits: "
-              "launch, dispatch and switch overhead only.")
+    MODELS = (
+        "A chain of tiny element-wise kernels on every stream, independent streams, no waits: "
+        "launch, dispatch and switch overhead only."
+    )
 
     def setup(self) -> None:
         import torch
@@ -31,8 +39,7 @@ class TinyKernelStress(Workload):
         gen = self.generator()
         n = self.params["numel"]
         self.x = [self.randn(gen, n) for _ in range(self.stream_count)]
-        self.buf = [[torch.empty(n, device=self.device) for _ in range(2)]
-                    for _ in range(self.stream_count)]
+        self.buf = [[torch.empty(n, device=self.device) for _ in range(2)] for _ in range(self.stream_count)]
 
     def run_iteration(self, streams: list[Any]) -> None:
         import torch

@@ -57,27 +57,37 @@ def compile_error(exc: BaseException, device: Any) -> UsageError:
     """A one-line UsageError saying why inductor could not compile on this backend."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     reason = lines[0] if lines else type(exc).__name__
-    return UsageError(f"torch_compile: inductor could not compile for {device}: "
-                      f"{type(exc).__name__}: {reason[:300]} (CPU needs a C++ compiler such as "
-                      "gcc; GPU needs triton)")
+    return UsageError(
+        f"torch_compile: inductor could not compile for {device}: "
+        f"{type(exc).__name__}: {reason[:300]} (CPU needs a C++ compiler such as "
+        "gcc; GPU needs triton)"
+    )
 
 
 class TorchCompile(Workload):
     INFO = WorkloadInfo(
-        name="torch_compile", category="pipeline",
+        name="torch_compile",
+        category="pipeline",
         description="Diamond DAG of torch.compile (inductor) regions across streams",
-        min_streams=4, max_streams=12, recommended_streams=8, switch_sensitivity="medium",
-        throughput_unit="samples/sec", work_scaling="fixed")
+        min_streams=4,
+        max_streams=12,
+        recommended_streams=8,
+        switch_sensitivity="medium",
+        throughput_unit="samples/sec",
+        work_scaling="fixed",
+    )
     SIZES = {
         "small": {"batch": 16, "hidden": 64},
         "medium": {"batch": 256, "hidden": 1024},
         "large": {"batch": 2048, "hidden": 4096},
     }
-    MODELS = ("A diamond of compiled regions (torch.compile, inductor): stream 0 runs the entry "
-              "region; streams 1..S-2 each run a branch region (own weights) on the entry output "
-              "after waiting for the entry; the last stream waits for every branch, sums them and runs "
-              "the exit region. Compiled once before warm-up; compile time is reported, never "
-              "measured in the window.")
+    MODELS = (
+        "A diamond of compiled regions (torch.compile, inductor): stream 0 runs the entry "
+        "region; streams 1..S-2 each run a branch region (own weights) on the entry output "
+        "after waiting for the entry; the last stream waits for every branch, sums them and runs "
+        "the exit region. Compiled once before warm-up; compile time is reported, never "
+        "measured in the window."
+    )
 
     @classmethod
     def stream_roles(cls, streams: int) -> dict[str, list[int]]:
@@ -90,9 +100,9 @@ class TorchCompile(Workload):
         branches = self.stream_count - 2
         gen, dev = self.generator(), self.device
         self.x = self.randn(gen, b, h)
-        self.w_entry = self.randn(gen, h, h, scale=h ** -0.5)
-        self.w_branch = [self.randn(gen, h, h, scale=h ** -0.5) for _ in range(branches)]
-        self.w_exit = self.randn(gen, h, h, scale=h ** -0.5)
+        self.w_entry = self.randn(gen, h, h, scale=h**-0.5)
+        self.w_branch = [self.randn(gen, h, h, scale=h**-0.5) for _ in range(branches)]
+        self.w_exit = self.randn(gen, h, h, scale=h**-0.5)
         self.mid = torch.empty(b, h, device=dev)
         self.branch_out = [torch.empty(b, h, device=dev) for _ in range(branches)]
         self.acc = torch.empty(b, h, device=dev)
@@ -110,12 +120,13 @@ class TorchCompile(Workload):
 
     def run_iteration(self, streams: list[Any]) -> None:
         entry, branches, exit_stream = streams[0], streams[1:-1], streams[-1]
-        entry.launch(lambda: self.mid.copy_(self.fn["entry"](self.x, self.w_entry)),
-                     "compiled_entry")
+        entry.launch(lambda: self.mid.copy_(self.fn["entry"](self.x, self.w_entry)), "compiled_entry")
         for i, stream in enumerate(branches):
             stream.wait(entry)
-            stream.launch(lambda i=i: self.branch_out[i].copy_(
-                self.fn["branch"](self.mid, self.w_branch[i])), "compiled_branch")
+            stream.launch(
+                lambda i=i: self.branch_out[i].copy_(self.fn["branch"](self.mid, self.w_branch[i])),
+                "compiled_branch",
+            )
             exit_stream.wait(stream)
 
         def join() -> None:
@@ -124,8 +135,7 @@ class TorchCompile(Workload):
                 self.acc.add_(out)
 
         exit_stream.launch(join, "sum_branches")
-        exit_stream.launch(lambda: self.y.copy_(self.fn["exit"](self.acc, self.w_exit)),
-                           "compiled_exit")
+        exit_stream.launch(lambda: self.y.copy_(self.fn["exit"](self.acc, self.w_exit)), "compiled_exit")
 
     def work_per_iteration(self) -> float:
         return float(self.params["batch"])
@@ -133,12 +143,18 @@ class TorchCompile(Workload):
     def verify(self) -> VerifyResult:
         mid = entry_region(self.x, self.w_entry)
         acc = sum(branch_region(mid, w) for w in self.w_branch)
-        return compare_tensors([(self.y, exit_region(acc, self.w_exit))], 1e-3,
-                               "compiled diamond output vs eager serial recomputation")
+        return compare_tensors(
+            [(self.y, exit_region(acc, self.w_exit))],
+            1e-3,
+            "compiled diamond output vs eager serial recomputation",
+        )
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "compile_seconds": round(self.compile_seconds, 6),
-                "compiled_earlier_in_process": self.reused,
-                "compile_note": "first call of the 3 torch.compile(backend='inductor') regions in "
-                                "setup, before warm-up, excluded from the measurement window; "
-                                "near zero when this process compiled the same shapes before"}
+        return {
+            **super().describe(),
+            "compile_seconds": round(self.compile_seconds, 6),
+            "compiled_earlier_in_process": self.reused,
+            "compile_note": "first call of the 3 torch.compile(backend='inductor') regions in "
+            "setup, before warm-up, excluded from the measurement window; "
+            "near zero when this process compiled the same shapes before",
+        }

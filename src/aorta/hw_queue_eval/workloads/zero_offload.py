@@ -37,19 +37,27 @@ def adam_step(p: Any, m: Any, v: Any, g: Any) -> tuple[Any, Any, Any]:
 
 class ZeroOffload(Workload):
     INFO = WorkloadInfo(
-        name="zero_offload", category="pipeline",
+        name="zero_offload",
+        category="pipeline",
         description="Grads offloaded to host, CPU Adam step, params uploaded back (ZeRO-Offload)",
-        min_streams=4, max_streams=12, recommended_streams=6, switch_sensitivity="medium",
-        throughput_unit="samples/sec", work_scaling="fixed")
+        min_streams=4,
+        max_streams=12,
+        recommended_streams=6,
+        switch_sensitivity="medium",
+        throughput_unit="samples/sec",
+        work_scaling="fixed",
+    )
     SIZES = {
         "small": {"layers": 6, "batch": 16, "hidden": 64},
         "medium": {"layers": 6, "batch": 128, "hidden": 1024},
         "large": {"layers": 12, "batch": 512, "hidden": 8192},
     }
-    MODELS = ("ZeRO-Offload: four stage groups: compute (weight gradient on the device), offload "
-              "(device→host copy), host optimizer (Adam on host memory), upload (host→device "
-              "copy); each stage of a layer waits for the previous one, layers pipeline. Pinned + "
-              "non_blocking copies on GPU, memcpy ops on the CPU backend.")
+    MODELS = (
+        "ZeRO-Offload: four stage groups: compute (weight gradient on the device), offload "
+        "(device→host copy), host optimizer (Adam on host memory), upload (host→device "
+        "copy); each stage of a layer waits for the previous one, layers pipeline. Pinned + "
+        "non_blocking copies on GPU, memcpy ops on the CPU backend."
+    )
 
     @classmethod
     def stream_roles(cls, streams: int) -> dict[str, list[int]]:
@@ -72,13 +80,15 @@ class ZeroOffload(Workload):
         gen, dev = self.generator(), self.device
         self.x = [self.randn(gen, b, h) for _ in range(layers)]
         self.t = [self.randn(gen, b, h) for _ in range(layers)]
-        self.w = [self.randn(gen, h, h, scale=h ** -0.5) for _ in range(layers)]
+        self.w = [self.randn(gen, h, h, scale=h**-0.5) for _ in range(layers)]
         self.grad = [torch.empty(h, h, device=dev) for _ in range(layers)]
         self.p0 = [host_buffer(dev, h, h, source=w) for w in self.w]
-        self.m0 = [host_buffer(dev, h, h, source=torch.rand(h, h, generator=gen) * 1e-2)
-                   for _ in range(layers)]
-        self.v0 = [host_buffer(dev, h, h, source=torch.rand(h, h, generator=gen) * 1e-4)
-                   for _ in range(layers)]
+        self.m0 = [
+            host_buffer(dev, h, h, source=torch.rand(h, h, generator=gen) * 1e-2) for _ in range(layers)
+        ]
+        self.v0 = [
+            host_buffer(dev, h, h, source=torch.rand(h, h, generator=gen) * 1e-4) for _ in range(layers)
+        ]
         self.g_host = [host_buffer(dev, h, h) for _ in range(layers)]
         self.p_new = [host_buffer(dev, h, h) for _ in range(layers)]
         self.m_new = [host_buffer(dev, h, h) for _ in range(layers)]
@@ -100,8 +110,10 @@ class ZeroOffload(Workload):
 
         groups = [[streams[i] for i in g] for g in self.stream_roles(self.stream_count).values()]
         ops = [
-            (lambda i: torch.mm(self.x[i].t(), self.x[i] @ self.w[i] - self.t[i],
-                                out=self.grad[i]), "weight_grad"),
+            (
+                lambda i: torch.mm(self.x[i].t(), self.x[i] @ self.w[i] - self.t[i], out=self.grad[i]),
+                "weight_grad",
+            ),
             (lambda i: copy(self.g_host[i], self.grad[i]), "d2h_copy"),
             (self._optimizer, "cpu_adam"),
             (lambda i: copy(self.w_new[i], self.p_new[i]), "h2d_copy"),
@@ -123,12 +135,18 @@ class ZeroOffload(Workload):
         for i in range(self.params["layers"]):
             g = self.x[i].t() @ (self.x[i] @ self.w[i] - self.t[i])
             p, m, v = adam_step(self.p0[i], self.m0[i], self.v0[i], g.cpu())
-            pairs += [(self.g_host[i], g.cpu()), (self.m_new[i], m), (self.v_new[i], v),
-                      (self.w_new[i].cpu(), p)]
-        return compare_tensors(pairs, 1e-3, "offloaded gradients, host Adam state and uploaded "
-                                            "parameters vs serial recomputation")
+            pairs += [
+                (self.g_host[i], g.cpu()),
+                (self.m_new[i], m),
+                (self.v_new[i], v),
+                (self.w_new[i].cpu(), p),
+            ]
+        return compare_tensors(
+            pairs,
+            1e-3,
+            "offloaded gradients, host Adam state and uploaded parameters vs serial recomputation",
+        )
 
     def describe(self) -> dict[str, Any]:
         h = self.params["hidden"]
-        return {**super().describe(),
-                "copied_bytes_per_iteration": 2 * 4 * h * h * self.params["layers"]}
+        return {**super().describe(), "copied_bytes_per_iteration": 2 * 4 * h * h * self.params["layers"]}

@@ -24,20 +24,29 @@ def amdsmi_sclk(freq: Any, index: int) -> tuple[list[int], int | None]:
     list values in Hz, others in MHz (told apart by size); some Python wrappers return only
     `num_supported - 1` values, which would shift the 0..7 mapping, so that is an error.
     """
-    if not isinstance(freq, dict) or not isinstance(freq.get("frequency"), list | tuple) \
-            or not isinstance(freq.get("current"), int):
+    if (
+        not isinstance(freq, dict)
+        or not isinstance(freq.get("frequency"), list | tuple)
+        or not isinstance(freq.get("current"), int)
+    ):
         shape = sorted(freq) if isinstance(freq, dict) else type(freq).__name__
-        raise GpuControlError(f"amdsmi_get_clk_freq(SYS) on GPU {index} returned an unknown shape "
-                              f"{shape}: expected num_supported/current/frequency; nothing changed")
+        raise GpuControlError(
+            f"amdsmi_get_clk_freq(SYS) on GPU {index} returned an unknown shape "
+            f"{shape}: expected num_supported/current/frequency; nothing changed"
+        )
     values = list(freq["frequency"])
     count = freq.get("num_supported", len(values))
     if count != len(values):
-        raise GpuControlError(f"amdsmi_get_clk_freq(SYS) on GPU {index} lists {len(values)} sclk "
-                              f"frequencies for num_supported={count} (this amdsmi version drops "
-                              "levels): the level mapping would be wrong; nothing changed")
+        raise GpuControlError(
+            f"amdsmi_get_clk_freq(SYS) on GPU {index} lists {len(values)} sclk "
+            f"frequencies for num_supported={count} (this amdsmi version drops "
+            "levels): the level mapping would be wrong; nothing changed"
+        )
     if not values or not all(isinstance(v, int | float) and v > 0 for v in values):
-        raise GpuControlError(f"amdsmi_get_clk_freq(SYS) on GPU {index} returned no usable sclk "
-                              f"frequencies ({values!r}); nothing changed")
+        raise GpuControlError(
+            f"amdsmi_get_clk_freq(SYS) on GPU {index} returned no usable sclk "
+            f"frequencies ({values!r}); nothing changed"
+        )
     scale = 1e6 if max(values) >= _HZ_FLOOR else 1.0
     levels = [round(v / scale) for v in values]
     current = freq["current"]
@@ -53,12 +62,16 @@ def amdsmi_power(info: Any, index: int) -> dict[str, float | None]:
     """
     if not isinstance(info, dict) or not isinstance(info.get("power_cap"), int | float):
         shape = sorted(info) if isinstance(info, dict) else type(info).__name__
-        raise GpuControlError(f"amdsmi_get_power_cap_info on GPU {index} returned an unknown shape "
-                              f"{shape}: expected power_cap (µW); nothing changed")
+        raise GpuControlError(
+            f"amdsmi_get_power_cap_info on GPU {index} returned an unknown shape "
+            f"{shape}: expected power_cap (µW); nothing changed"
+        )
     if info["power_cap"] < _MICROWATT_FLOOR:
-        raise GpuControlError(f"amdsmi_get_power_cap_info on GPU {index} reports power_cap="
-                              f"{info['power_cap']}, not a microwatt value: unknown unit (a host "
-                              "driver reporting watts?); nothing changed")
+        raise GpuControlError(
+            f"amdsmi_get_power_cap_info on GPU {index} reports power_cap="
+            f"{info['power_cap']}, not a microwatt value: unknown unit (a host "
+            "driver reporting watts?); nothing changed"
+        )
 
     def watts(*keys: str) -> float | None:
         for key in keys:
@@ -70,9 +83,12 @@ def amdsmi_power(info: Any, index: int) -> dict[str, float | None]:
     low, high = watts("min_power_cap"), watts("max_power_cap")
     if low is None or high is None or low > high:  # both or neither: the range check needs both
         low = high = None
-    return {"power_limit_w": info["power_cap"] / 1e6,
-            "power_default_w": watts("default_power_cap", "power_cap_default"),
-            "power_min_w": low, "power_max_w": high}
+    return {
+        "power_limit_w": info["power_cap"] / 1e6,
+        "power_default_w": watts("default_power_cap", "power_cap_default"),
+        "power_min_w": low,
+        "power_max_w": high,
+    }
 
 
 class AmdSmi:
@@ -94,8 +110,9 @@ class AmdSmi:
         self.handle: Any = None
         error = getattr(amdsmi, "AmdSmiException", None)
         if not (isinstance(error, type) and issubclass(error, BaseException)):
-            raise GpuControlError("the amdsmi module has no AmdSmiException: unknown amdsmi "
-                                  "version, not used")
+            raise GpuControlError(
+                "the amdsmi module has no AmdSmiException: unknown amdsmi version, not used"
+            )
         self.error: type[BaseException] = error
         self._open()
 
@@ -113,8 +130,7 @@ class AmdSmi:
             raise GpuControlError(f"amdsmi cannot list GPUs: {_one_line(exc)}") from None
         if not 0 <= self.index < len(handles):
             self._shut_down()
-            raise GpuControlError(f"amdsmi sees {len(handles)} GPU(s): there is no GPU "
-                                  f"{self.index}")
+            raise GpuControlError(f"amdsmi sees {len(handles)} GPU(s): there is no GPU {self.index}")
         self.handle = handles[self.index]
 
     def _shut_down(self) -> None:
@@ -132,13 +148,13 @@ class AmdSmi:
         self._open()
         func = getattr(self.lib, name, None)
         if func is None:
-            raise GpuControlError(f"this amdsmi has no {name} (an older version?): nothing changed "
-                                  "through it")
+            raise GpuControlError(
+                f"this amdsmi has no {name} (an older version?): nothing changed through it"
+            )
         try:
             return func(self.handle, *args)
         except self.error as exc:
-            raise GpuControlError(f"amdsmi {name} on GPU {self.index} failed: "
-                                  f"{_one_line(exc)}") from None
+            raise GpuControlError(f"amdsmi {name} on GPU {self.index} failed: {_one_line(exc)}") from None
 
     def _enum(self, enum_name: str, member: str) -> Any:
         value = getattr(getattr(self.lib, enum_name, None), member, None)
@@ -163,8 +179,10 @@ class AmdSmi:
             name = ""
         name = name.removeprefix("AMDSMI_DEV_PERF_LEVEL_").lower()
         if not name:
-            raise GpuControlError(f"amdsmi_get_gpu_perf_level on GPU {self.index} returned "
-                                  f"{value!r}: unknown shape; nothing changed")
+            raise GpuControlError(
+                f"amdsmi_get_gpu_perf_level on GPU {self.index} returned "
+                f"{value!r}: unknown shape; nothing changed"
+            )
         return name
 
     def _set_perf(self, name: str) -> None:
@@ -176,10 +194,10 @@ class AmdSmi:
     def snapshot(self) -> dict[str, Any]:
         perf = self._perf_name(self._call("amdsmi_get_gpu_perf_level"))
         levels, current = amdsmi_sclk(
-            self._call("amdsmi_get_clk_freq", self._enum("AmdSmiClkType", "SYS")), self.index)
+            self._call("amdsmi_get_clk_freq", self._enum("AmdSmiClkType", "SYS")), self.index
+        )
         power = amdsmi_power(self._call("amdsmi_get_power_cap_info"), self.index)
-        return {**power, "clock": {"perf_level": perf, "sclk_level": current,
-                                   "levels_mhz": levels}}
+        return {**power, "clock": {"perf_level": perf, "sclk_level": current, "levels_mhz": levels}}
 
     def set_clock_level(self, level: int, snap: dict[str, Any]) -> dict[str, Any]:
         levels = snap["clock"]["levels_mhz"]

@@ -63,16 +63,20 @@ class GpuDriver(Protocol):
 def run_tool(argv: list[str]) -> str:
     """Run a vendor tool; GpuControlError with its last output line if it fails."""
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S,
-                              check=False, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=TOOL_TIMEOUT_S,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
-        raise GpuControlError(f"`{' '.join(argv)}` did not answer in {TOOL_TIMEOUT_S:g} s") \
-            from None
+        raise GpuControlError(f"`{' '.join(argv)}` did not answer in {TOOL_TIMEOUT_S:g} s") from None
     except OSError as exc:
         raise GpuControlError(f"cannot run {argv[0]}: {exc.strerror}") from None
     if proc.returncode != 0:
-        lines = [line.strip() for line in (proc.stdout + proc.stderr).splitlines()
-                 if line.strip()]
+        lines = [line.strip() for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
         last = lines[-1] if lines else "no output"
         raise GpuControlError(f"`{' '.join(argv)}` failed (exit {proc.returncode}): {last}")
     return proc.stdout
@@ -90,8 +94,10 @@ def which_tool(tool: str) -> str:
     """The vendor tool's path on PATH; UsageError naming what to install when it is missing."""
     path = shutil.which(tool)
     if path is None:
-        raise UsageError(f"{tool} not found on PATH: install the vendor tools (or the "
-                         "pynvml/amdsmi Python package) to control clocks and power")
+        raise UsageError(
+            f"{tool} not found on PATH: install the vendor tools (or the "
+            "pynvml/amdsmi Python package) to control clocks and power"
+        )
     return path
 
 

@@ -25,8 +25,14 @@ class NvidiaSmi(SmiTool):
     vendor = "nvidia"
     tool = "nvidia-smi"
     index_flag = "-i"
-    _FIELDS = ("power.limit", "power.default_limit", "power.min_limit", "power.max_limit",
-               "clocks.sm", "clocks.max.sm")
+    _FIELDS = (
+        "power.limit",
+        "power.default_limit",
+        "power.min_limit",
+        "power.max_limit",
+        "clocks.sm",
+        "clocks.max.sm",
+    )
 
     def snapshot(self) -> dict[str, Any]:
         out = self._smi(f"--query-gpu={','.join(self._FIELDS)}", "--format=csv,noheader,nounits")
@@ -38,13 +44,20 @@ class NvidiaSmi(SmiTool):
         fields = dict(zip(self._FIELDS, values, strict=True))
         clocks = self._smi("--query-supported-clocks=graphics", "--format=csv,noheader,nounits")
         supported = sorted({int(v) for v in (tool_number(x) for x in clocks.split()) if v})
-        return {"power_limit_w": fields["power.limit"],
-                "power_default_w": fields["power.default_limit"],
-                "power_min_w": fields["power.min_limit"], "power_max_w": fields["power.max_limit"],
-                "clock": {"sm_mhz": fields["clocks.sm"], "max_sm_mhz": fields["clocks.max.sm"],
-                          "supported_mhz": supported, "locked_mhz": None,
-                          "locked_note": "nvidia-smi cannot read whether clocks were locked "
-                                         "before; restore resets the lock (-rgc)"}}
+        return {
+            "power_limit_w": fields["power.limit"],
+            "power_default_w": fields["power.default_limit"],
+            "power_min_w": fields["power.min_limit"],
+            "power_max_w": fields["power.max_limit"],
+            "clock": {
+                "sm_mhz": fields["clocks.sm"],
+                "max_sm_mhz": fields["clocks.max.sm"],
+                "supported_mhz": supported,
+                "locked_mhz": None,
+                "locked_note": "nvidia-smi cannot read whether clocks were locked "
+                "before; restore resets the lock (-rgc)",
+            },
+        }
 
     def set_clock_level(self, level: int, snap: dict[str, Any]) -> dict[str, Any]:
         target = nvidia_clock_target(level, snap)

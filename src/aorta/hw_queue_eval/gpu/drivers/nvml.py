@@ -37,14 +37,19 @@ class Pynvml:
         supported: set[int] = set()
         for mem in self._call("nvmlDeviceGetSupportedMemoryClocks"):
             supported.update(self._call("nvmlDeviceGetSupportedGraphicsClocks", mem))
-        return {"power_limit_w": self._call("nvmlDeviceGetPowerManagementLimit") / 1000,
-                "power_default_w": self._call("nvmlDeviceGetPowerManagementDefaultLimit") / 1000,
-                "power_min_w": low / 1000, "power_max_w": high / 1000,
-                "clock": {"sm_mhz": self._call("nvmlDeviceGetClockInfo", nv.NVML_CLOCK_SM),
-                          "max_sm_mhz": self._call("nvmlDeviceGetMaxClockInfo", nv.NVML_CLOCK_SM),
-                          "supported_mhz": sorted(supported), "locked_mhz": None,
-                          "locked_note": "NVML cannot read whether clocks were locked before; "
-                                         "restore resets the lock"}}
+        return {
+            "power_limit_w": self._call("nvmlDeviceGetPowerManagementLimit") / 1000,
+            "power_default_w": self._call("nvmlDeviceGetPowerManagementDefaultLimit") / 1000,
+            "power_min_w": low / 1000,
+            "power_max_w": high / 1000,
+            "clock": {
+                "sm_mhz": self._call("nvmlDeviceGetClockInfo", nv.NVML_CLOCK_SM),
+                "max_sm_mhz": self._call("nvmlDeviceGetMaxClockInfo", nv.NVML_CLOCK_SM),
+                "supported_mhz": sorted(supported),
+                "locked_mhz": None,
+                "locked_note": "NVML cannot read whether clocks were locked before; restore resets the lock",
+            },
+        }
 
     def set_clock_level(self, level: int, snap: dict[str, Any]) -> dict[str, Any]:
         target = nvidia_clock_target(level, snap)

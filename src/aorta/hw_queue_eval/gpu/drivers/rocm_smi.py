@@ -13,8 +13,12 @@ def amd_in_effect(snap: dict[str, Any]) -> dict[str, Any]:
     clock = snap["clock"]
     step = clock.get("sclk_level")
     mhz = clock["levels_mhz"][step] if step is not None else None
-    return {"clock_mhz": mhz, "device_step": step, "perf_level": clock["perf_level"],
-            "power_limit_w": snap["power_limit_w"]}
+    return {
+        "clock_mhz": mhz,
+        "device_step": step,
+        "perf_level": clock["perf_level"],
+        "power_limit_w": snap["power_limit_w"],
+    }
 
 
 _GPU_LINE = re.compile(r"^GPU\[(\d+)\]\s*:\s*(.*)$")
@@ -51,11 +55,16 @@ class RocmSmi(SmiTool):
                 if level.group(3):
                     current = int(level.group(1))
         if perf is None or not levels:
-            raise GpuControlError(f"rocm-smi -d {self.index} showed no performance level or "
-                                  "sclk levels: is the index right?")
-        return {"power_limit_w": cap, "power_default_w": None, "power_min_w": None,
-                "power_max_w": None,
-                "clock": {"perf_level": perf, "sclk_level": current, "levels_mhz": levels}}
+            raise GpuControlError(
+                f"rocm-smi -d {self.index} showed no performance level or sclk levels: is the index right?"
+            )
+        return {
+            "power_limit_w": cap,
+            "power_default_w": None,
+            "power_min_w": None,
+            "power_max_w": None,
+            "clock": {"perf_level": perf, "sclk_level": current, "levels_mhz": levels},
+        }
 
     def set_clock_level(self, level: int, snap: dict[str, Any]) -> dict[str, Any]:
         levels = snap["clock"]["levels_mhz"]
