@@ -377,8 +377,8 @@ def _env(rank, local_rank, world=2):
 
 @pytest.fixture
 def store(monkeypatch):
-    from aorta.hw_queue_eval.distributed.torchrun import node_tracer
-    from aorta.hw_queue_eval.distributed.torchrun import torchrun as distributed
+    from aorta.hw_queue_eval.distributed import node_tracer
+    from aorta.hw_queue_eval.distributed import torchrun as distributed
 
     fake = FakeStore()
     monkeypatch.setattr(node_tracer, "_store", lambda: fake)
@@ -415,7 +415,7 @@ def test_gpu_backend_under_torchrun_gets_one_node_program_keyed_by_rank(store, m
     both ranks' pids, with the rank key as @aorta_pids' value and first in the per-rank maps."""
     from aorta.ebpf import engine
     from aorta.hw_queue_eval.distributed.node_tracer import NodeTracer
-    from aorta.hw_queue_eval.distributed.torchrun import node_tracer
+    from aorta.hw_queue_eval.distributed import node_tracer
 
     started = []
 
