@@ -98,6 +98,7 @@ class SessionWatch:
     def __init__(self, roots: list[int]) -> None:
         self.roots, self.seen = roots, set()
         self.parents: set[int] = set()  # of every bpftrace process (also `bpftrace --version`)
+        self.started_by: dict[int, tuple[int | None, str | None]] = {}  # session → its parent
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._scan, daemon=True)
         self._thread.start()
@@ -106,7 +107,10 @@ class SessionWatch:
         while not self._stop.is_set():
             for root in self.roots:
                 tree = _proc_tree(root) - {root}
-                self.seen |= {p for p in tree if _is_session(p)}
+                for p in tree:  # a bpftrace's own short-lived fork is not another session
+                    if p not in self.seen and _is_session(p) and _comm(_parent(p) or 0) != "bpftrace":
+                        self.seen.add(p)
+                        self.started_by[p] = (_parent(p), _comm(_parent(p) or 0))
                 self.parents |= {q for p in tree if _comm(p) == "bpftrace" and (q := _parent(p))}
             self._stop.wait(0.02)
 
@@ -239,7 +243,7 @@ def test_two_nodes_run_one_bpftrace_each(tmp_path):
     seen = [watch.stop() for watch in watches]
     for node, (_, stderr) in zip(nodes, outputs, strict=True):
         assert node.returncode == 0, stderr[-2000:]
-    assert [len(s) for s in seen] == [1, 1]
+    assert [len(s) for s in seen] == [1, 1], [w.started_by for w in watches]
     assert not seen[0] & seen[1]
     result = load_json(out)
     assert result["distributed"]["world_size"] == 4
@@ -414,8 +418,8 @@ def test_gpu_backend_under_torchrun_gets_one_node_program_keyed_by_rank(store, m
     """The GPU queue families are split per rank too: local rank 0 starts one program for
     both ranks' pids, with the rank key as @aorta_pids' value and first in the per-rank maps."""
     from aorta.ebpf import engine
-    from aorta.hw_queue_eval.distributed.node_tracer import NodeTracer
     from aorta.hw_queue_eval.distributed import node_tracer
+    from aorta.hw_queue_eval.distributed.node_tracer import NodeTracer
 
     started = []
 

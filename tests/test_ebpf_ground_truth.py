@@ -253,4 +253,9 @@ def test_known_delays_are_recovered(
     busy_ms = BUSY_NS / 1e6
     assert abs(result.ops["per_label"]["busy"]["mean"] - busy_ms) <= 0.10 * busy_ms
     worker = next(r for r in q["families"]["cpu_sched"]["metrics"]["threads"] if r["queue"] == 0)
-    assert abs(worker["on_cpu_ms"] - iterations * busy_ms) <= 0.10 * iterations * busy_ms, worker
+    # on CPU: every op's busy-wait, plus the worker loop's own Python steps per task (the hand-off
+    # read, the marker, the record), which grow when a loaded machine slows the interpreter;
+    # 0.5 ms per iteration bounds those (0.22 ms seen at load 3 on 2 cores); a window counted
+    # twice, or another thread's time, is far outside
+    assert worker["on_cpu_ms"] >= 0.90 * iterations * busy_ms, worker
+    assert worker["on_cpu_ms"] <= iterations * (busy_ms + 0.5), worker
