@@ -214,6 +214,13 @@ def test_cpu_backend_refuses_clock_and_power(fake: FakeGpus) -> None:
     assert fake.calls() == []
 
 
+#: a run that lasts until it is stopped, with clocks locked and power capped on fake GPU 0
+LONG_LOCKED_RUN = [
+    *("run", "hetero_kernels", "--streams", "4", "-d", "cpu", "-i", "1000000", "-w", "1"),
+    *("--lock-clocks", "5", "--power-limit", "150"),
+]
+
+
 def _changed(fake: FakeGpus) -> bool:
     dev = fake.devices()["nvidia"]["0"]
     return dev["locked"] is not None and dev["power_limit"] == 150.0
@@ -221,22 +228,7 @@ def _changed(fake: FakeGpus) -> bool:
 
 def _kill9_mid_run(fake: FakeGpus) -> None:
     proc = _popen(
-        [
-            "run",
-            "hetero_kernels",
-            "--streams",
-            "4",
-            "-d",
-            "cpu",
-            "-i",
-            "1000000",
-            "-w",
-            "1",
-            "--lock-clocks",
-            "5",
-            "--power-limit",
-            "150",
-        ],
+        LONG_LOCKED_RUN,
         fake.env(),
         fake.gpu("nvidia", 0),
     )
@@ -389,22 +381,7 @@ def test_sweep_holds_clocks_for_every_point_and_restores(fake: FakeGpus, tmp_pat
 @pytest.mark.slow
 def test_ctrl_c_mid_run_restores(fake: FakeGpus) -> None:
     proc = _popen(
-        [
-            "run",
-            "hetero_kernels",
-            "--streams",
-            "4",
-            "-d",
-            "cpu",
-            "-i",
-            "1000000",
-            "-w",
-            "1",
-            "--lock-clocks",
-            "5",
-            "--power-limit",
-            "150",
-        ],
+        LONG_LOCKED_RUN,
         fake.env(),
         fake.gpu("nvidia", 0),
     )

@@ -193,7 +193,8 @@ def test_commands_do_not_import_torch(tmp_path, args):
 def test_sweep_table_adds_ebpf_columns_when_traced():
     from aorta.hw_queue_eval.report.tables import sweep_table
 
-    traced = _run(2, 20, 1.0, ebpf={"submit_to_dispatch": {"avg_us": 12.3, "p99_us": 45.7}})
+    ebpf = {"status": "ok", "submit_to_dispatch_avg_us": 12.3, "submit_to_dispatch_p99_us": 45.7}
+    traced = _run(2, 20, 1.0, ebpf=ebpf)
     sweep = {
         "throughput_unit": "GFLOPS",
         "points": [

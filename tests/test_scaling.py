@@ -17,7 +17,12 @@ def _result(streams, throughput, p99, work, pool=4, backend="cpu", cores=64, dis
         "environment": {"backend": backend, "cpu_count": cores, "env_knobs": {}},
     }
     if dispatch is not None:
-        result["ebpf_queue_metrics"] = {"submit_to_dispatch": {"p99_us": dispatch}}
+        # the engine's layout: the summary of the family that saw the submissions, at top level
+        result["ebpf_queue_metrics"] = {
+            "status": "ok",
+            "source": "cpu_sched",
+            "submit_to_dispatch_p99_us": dispatch,
+        }
     return result
 
 
@@ -79,6 +84,21 @@ def test_dispatch_jump_from_ebpf_section():
     a = analyze(results, "per_stream")
     assert a.dispatch_jump_streams == 4
     assert "dispatch P99 jumps at 4 streams" in a.verdict
+
+
+def test_dispatch_p99_is_read_by_its_documented_key_only():
+    """Another family's figure never stands in for the summary's, and a failed trace has none."""
+    from aorta.hw_queue_eval.analysis.scaling import dispatch_avg_us, dispatch_p99_us
+
+    result = _result(4, 40, 1.0, 400, dispatch=12.5)
+    families = {"gpu_scheduler": {"metrics": {"summary": {"submit_to_dispatch_p99_us": 999.0}}}}
+    result["ebpf_queue_metrics"]["families"] = families
+    assert dispatch_p99_us(result) == 12.5
+    assert dispatch_avg_us(result) is None  # not measured: not borrowed from elsewhere
+    result["ebpf_queue_metrics"]["submit_to_dispatch_p99_us"] = None
+    assert dispatch_p99_us(result) is None
+    result["ebpf_queue_metrics"].update(status="error", submit_to_dispatch_p99_us=12.5)
+    assert dispatch_p99_us(result) is None
 
 
 def test_needs_two_points():

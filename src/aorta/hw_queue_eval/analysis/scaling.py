@@ -22,12 +22,9 @@ Definitions (docs/sweep-compare-report.md):
 from __future__ import annotations
 
 import itertools
-import re
 import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
-
-from aorta.common.flatten import flatten_numbers
 
 KNEE_GAIN_FRACTION = 0.2
 JUMP_RATIO = 1.5
@@ -53,28 +50,25 @@ class ScalingPoint:
     throughput_runs: list[float] = field(default_factory=list)
 
 
-_DISPATCH_P99 = re.compile(r"dispatch.*p99|p99.*dispatch")
-_DISPATCH_AVG = re.compile(r"dispatch.*(avg|mean)|(avg|mean).*dispatch")
-
-
-def _ebpf_dispatch_us(result: dict[str, Any], pattern: re.Pattern[str]) -> float | None:
-    """First numeric `ebpf_queue_metrics` leaf whose key matches `pattern`, in µs (keys ending _ms
-    are converted); None when the run was not traced or has no such value."""
-    flat = flatten_numbers(result.get("ebpf_queue_metrics") or {})
-    for key in sorted(flat):
-        if pattern.search(key.lower()):
-            return flat[key] * 1000.0 if key.lower().endswith("_ms") else flat[key]
-    return None
+def _ebpf_dispatch_us(result: dict[str, Any], key: str) -> float | None:
+    """A documented figure of the run's `ebpf_queue_metrics` (the summary of the family that saw
+    the traced submissions, named by its `source`); None when the run was not traced, tracing
+    failed, or no family measured it. Read by name: a figure of another family never stands in."""
+    section = result.get("ebpf_queue_metrics")
+    if not isinstance(section, dict) or section.get("status") != "ok":
+        return None
+    value = section.get(key)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def dispatch_p99_us(result: dict[str, Any]) -> float | None:
     """Kernel-measured submit→dispatch P99 (µs) of a traced run."""
-    return _ebpf_dispatch_us(result, _DISPATCH_P99)
+    return _ebpf_dispatch_us(result, "submit_to_dispatch_p99_us")
 
 
 def dispatch_avg_us(result: dict[str, Any]) -> float | None:
     """Kernel-measured submit→dispatch average (µs) of a traced run."""
-    return _ebpf_dispatch_us(result, _DISPATCH_AVG)
+    return _ebpf_dispatch_us(result, "submit_to_dispatch_avg_us")
 
 
 def scaling_point(result: dict[str, Any]) -> ScalingPoint | None:
