@@ -113,3 +113,34 @@ def test_quiet_gc_keeps_a_collector_that_was_off_off() -> None:
         gc.enable()
     unstarted = QuietGc().stop()
     assert unstarted["disabled_in_window"] is False and unstarted["reason"]
+
+
+class _SectionsTracer:
+    """A tracer that returns fixed sections: the harness must place them by name."""
+
+    def __init__(self, sections: dict) -> None:
+        self.sections = sections
+
+    def prepare(self, backend, workload) -> None: ...
+
+    def window_start(self) -> None: ...
+
+    def window_stop(self) -> None: ...
+
+    def abort(self) -> None: ...
+
+    def finish(self, context: dict) -> dict:
+        return self.sections
+
+
+def test_tracer_sections_land_on_their_fields_and_unknown_ones_are_refused() -> None:
+    from aorta.hw_queue_eval.run.config import RunConfig
+    from aorta.hw_queue_eval.run.harness import run_benchmark
+
+    config = RunConfig("tiny_kernel_stress", 2, iterations=2, warmup=1, device="cpu")
+    queue = {"status": "ok", "total_submissions": 7}
+    result = run_benchmark(config, _SectionsTracer({"ebpf_queue_metrics": queue}))
+    assert result.ebpf_queue_metrics == queue
+    assert result.ebpf_memory_metrics is None
+    with pytest.raises(RuntimeError, match="ebpf_queue_metric"):
+        run_benchmark(config, _SectionsTracer({"ebpf_queue_metric": queue}))  # a typo, not a field

@@ -44,6 +44,10 @@ class WindowTracer(Protocol):
     def abort(self) -> None: ...
 
 
+#: the result sections a tracer fills (RunResult fields, schema v2)
+TRACER_SECTIONS = ("ebpf_queue_metrics", "ebpf_memory_metrics", "ebpf_vs_cuda_comparison")
+
+
 def default_size(device: str) -> str:
     """CPU → small (the README command finishes in well under a minute on 2 cores); GPU → large."""
     return "small" if device == "cpu" else "large"
@@ -456,6 +460,10 @@ def _assemble(
                 "handoff_totals": handoffs,
             }
         )
-        for key, value in sections.items():
-            setattr(result, key, value)
+        unknown = set(sections) - set(TRACER_SECTIONS)
+        if unknown:  # a tracer bug, not user input: never a silent new attribute on the result
+            raise RuntimeError(f"tracer returned sections the result does not have: {sorted(unknown)}")
+        result.ebpf_queue_metrics = sections.get("ebpf_queue_metrics")
+        result.ebpf_memory_metrics = sections.get("ebpf_memory_metrics")
+        result.ebpf_vs_cuda_comparison = sections.get("ebpf_vs_cuda_comparison")
     return result
