@@ -3,13 +3,15 @@
 Runs `run WORKLOAD --streams N -d cpu` as fresh processes (childrun.run_point, as sweeps and
 `run --repeats` do), ROUNDS rounds, every (configuration, code state) pair once per round, the
 order rotating between rounds so drift of a shared machine hits every pair alike. Configurations:
-hetero_kernels @ 8 streams and tiny_kernel_stress @ 16 streams (issue 11). Code states: this
+hetero_kernels @ 8 streams and tiny_kernel_stress @ 16 streams, plus a control: plain torch
+matmuls in a fresh process without aorta, whose CV is the machine's own noise floor (a backend
+cannot be shown steadier than the machine it runs on). Code states: this
 tree, and with `--against REF` also the package at git REF (extracted into a private temp folder
 and run the same way), so a backend change is judged side by side, under the same load.
 
 Prints every run's window throughput with the 1-min load before it, then per configuration and
 code state: runs, mean, median with its order-statistic CI, CV (sample std / mean), spread
-((max − min) / median), mean window ms, and the verdict against the target (CV ≤ 5 %, issue 11,
+((max − min) / median), mean window ms, and the verdict against the target (CV ≤ 5 %
 on an otherwise idle machine), plus the load averages at the start and end of the bench. A CV
 above target while the start load was high says the machine was busy, not that the backend is
 noisy: the load lines tell which.
@@ -29,6 +31,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
@@ -61,8 +64,52 @@ def extract_package(ref: str, into: str) -> str:
         ["git", "-C", REPO, "archive", "--format=tar", commit, "src/aorta"], capture_output=True, check=True
     ).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(into, filter="data")
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(into, filter="data")
+        else:  # Python < 3.11.4 (Debian 12's 3.11.2): only plain files and folders under `into`
+            members = tar.getmembers()
+            for member in members:
+                parts = Path(member.name).parts
+                if member.name.startswith("/") or ".." in parts or not (member.isfile() or member.isdir()):
+                    raise UsageError(f"--against {ref!r}: unexpected archive entry {member.name!r}")
+            tar.extractall(into, members=members)
     return os.path.join(into, "src", "aorta")
+
+
+#: the machine's own noise floor: plain torch matmuls in a fresh process, no aorta, on every
+#: core, timed like a window (after warm-up); its CV is what any CPU measurement here can reach
+CONTROL = ("control: torch.mm", 0)
+_CONTROL_CODE = """
+import time, torch
+torch.manual_seed(0)
+torch.set_num_threads(max(1, __import__("os").cpu_count() or 1))
+a, b = torch.rand(384, 384), torch.rand(384, 384)
+for _ in range(20):
+    torch.mm(a, b)
+n = 400
+t0 = time.perf_counter()
+for _ in range(n):
+    torch.mm(a, b)
+dt = time.perf_counter() - t0
+print(2 * 384 ** 3 * n / dt / 1e9, dt * 1e3)
+"""
+
+
+def config_name(workload: str, streams: int) -> str:
+    """How a configuration is printed and keyed in the JSON."""
+    return "control: torch.mm, no aorta" if (workload, streams) == CONTROL else f"{workload} @ {streams}"
+
+
+def control_run() -> tuple[float, float] | None:
+    """(GFLOPS, window ms) of one control process, or None when it failed."""
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", _CONTROL_CODE], capture_output=True, text=True, check=False, timeout=300
+    )
+    if proc.returncode != 0:
+        print(f"control run failed: {proc.stderr.strip()[-300:]}", flush=True)
+        return None
+    gflops, window_ms = (float(x) for x in proc.stdout.split())
+    return gflops, window_ms
 
 
 def load_text(loads: tuple[float, float, float] | None = None) -> str:
@@ -126,17 +173,30 @@ def main(argv: list[str] | None = None) -> int:
 def run_bench(args: argparse.Namespace, states: list[tuple[str, str | None]]) -> int:
     """The interleaved rounds, the table, the JSON."""
     pairs = [(w, s, label, pkg) for w, s in CONFIGS for label, pkg in states]
+    pairs.append((*CONTROL, "—", None))
     start_loads = os.getloadavg()
     print(f"load at start: {load_text()}", flush=True)
-    tput: dict[tuple[str, str], list[float]] = {(f"{w} @ {s}", lab): [] for w, s, lab, _ in pairs}
+    tput: dict[tuple[str, str], list[float]] = {(config_name(w, s), lab): [] for w, s, lab, _ in pairs}
     windows: dict[tuple[str, str], list[float]] = {key: [] for key in tput}
     loads: dict[tuple[str, str], list[float]] = {key: [] for key in tput}
     by_round: dict[tuple[str, str], dict[int, float]] = {key: {} for key in tput}
     for round_index in range(args.rounds):
         shift = round_index % len(pairs)
         for workload, streams, label, package in pairs[shift:] + pairs[:shift]:
-            key = (f"{workload} @ {streams}", label)
+            key = (config_name(workload, streams), label)
             loads[key].append(os.getloadavg()[0])
+            if (workload, streams) == CONTROL:
+                measured = control_run()
+                if measured is not None:
+                    tput[key].append(measured[0])
+                    by_round[key][round_index] = measured[0]
+                    windows[key].append(measured[1])
+                    print(
+                        f"round {round_index + 1} {key[0]:<24} [{label}]: {measured[0]:.4g} GFLOPS, "
+                        f"window {measured[1]:.1f} ms (load {loads[key][-1]:.2f})",
+                        flush=True,
+                    )
+                continue
             outcome = run_point(
                 [
                     workload,
@@ -228,6 +288,8 @@ def print_paired(
     print(f"\npaired by round ({mine} / {other}, the two runs of a round ran back to back):")
     out: dict[str, Any] = {}
     for name in dict.fromkeys(key[0] for key in by_round):
+        if (name, mine) not in by_round or (name, other) not in by_round:
+            continue  # the control runs once per round, not per code state
         a, b = by_round[(name, mine)], by_round[(name, other)]
         ratios = [a[r] / b[r] for r in sorted(set(a) & set(b)) if b[r] > 0]
         if not ratios:
