@@ -192,7 +192,7 @@ def run_bench(args: argparse.Namespace, states: list[tuple[str, str | None]]) ->
                     by_round[key][round_index] = measured[0]
                     windows[key].append(measured[1])
                     print(
-                        f"round {round_index + 1} {key[0]:<24} [{label}]: {measured[0]:.4g} GFLOPS, "
+                        f"round {round_index + 1} {key[0]:<28} [{label}]: {measured[0]:.4g} GFLOPS, "
                         f"window {measured[1]:.1f} ms (load {loads[key][-1]:.2f})",
                         flush=True,
                     )
@@ -221,14 +221,14 @@ def run_bench(args: argparse.Namespace, states: list[tuple[str, str | None]]) ->
             by_round[key][round_index] = tput[key][-1]
             windows[key].append(float(outcome.result["total_time_ms"]))
             print(
-                f"round {round_index + 1} {key[0]:<24} [{label}]: {tput[key][-1]:.4g} "
+                f"round {round_index + 1} {key[0]:<28} [{label}]: {tput[key][-1]:.4g} "
                 f"{outcome.result['throughput_unit']}, window {windows[key][-1]:.1f} ms "
                 f"(load {loads[key][-1]:.2f})",
                 flush=True,
             )
     end_loads = os.getloadavg()
     print(
-        f"\n{'configuration':<24} {'code':<12} {'runs':>4} {'mean':>10} {'median [CI]':>34} "
+        f"\n{'configuration':<28} {'code':<12} {'runs':>4} {'mean':>10} {'median [CI]':>34} "
         f"{'CV':>6} {'spread':>7} {'window':>9}  verdict (CV ≤ {TARGET_CV_PCT:g} %)"
     )
     report: dict[str, Any] = {
@@ -244,7 +244,7 @@ def run_bench(args: argparse.Namespace, states: list[tuple[str, str | None]]) ->
     }
     for key, values in tput.items():
         if len(values) < 2:
-            print(f"{key[0]:<24} {key[1]:<12} {len(values):>4}  too few ok runs for a CV")
+            print(f"{key[0]:<28} {key[1]:<12} {len(values):>4}  too few ok runs for a CV")
             continue
         row = summarize(values, windows[key], start_loads[0])
         ci_text = (
@@ -253,7 +253,7 @@ def run_bench(args: argparse.Namespace, states: list[tuple[str, str | None]]) ->
             else f"{row['median']:.4g}"
         )
         print(
-            f"{key[0]:<24} {key[1]:<12} {row['runs']:>4} {row['mean']:>10.4g} {ci_text:>34} "
+            f"{key[0]:<28} {key[1]:<12} {row['runs']:>4} {row['mean']:>10.4g} {ci_text:>34} "
             f"{row['cv_pct']:>5.1f}% {row['spread_pct']:>6.1f}% {row['mean_window_ms']:>6.1f} ms"
             f"  {row['verdict']}"
         )
@@ -299,7 +299,7 @@ def print_paired(
         median = ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
         wins = sum(1 for r in ratios if r > 1)
         print(
-            f"  {name:<24} throughput ratio median {median:.3f} (range {ratios[0]:.3f}–"
+            f"  {name:<28} throughput ratio median {median:.3f} (range {ratios[0]:.3f}–"
             f"{ratios[-1]:.3f}); {mine} higher in {wins} of {len(ratios)} rounds"
         )
         out[name] = {"ratios": ratios, "median_ratio": median, "rounds_higher": wins}
