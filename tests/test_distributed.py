@@ -96,7 +96,9 @@ def _torchrun(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen
     )
 
 
-def _run_args(workload: str = "comms_compute_overlap", streams: int = 3) -> list[str]:
+def _run_args(workload: str = "comms_compute_overlap", streams: int = 3, iterations: int = 3) -> list[str]:
+    """`-m aorta.hw_queue_eval run …` for a torchrun job on the CPU backend; a huge `iterations`
+    makes a job that runs until a test stops it."""
     return [
         "-m",
         "aorta.hw_queue_eval",
@@ -107,7 +109,7 @@ def _run_args(workload: str = "comms_compute_overlap", streams: int = 3) -> list
         "-d",
         "cpu",
         "-i",
-        "3",
+        str(iterations),
         "-w",
         "1",
         "--dist-timeout",
@@ -319,13 +321,7 @@ def test_ctrl_c_on_torchrun_stops_every_rank_and_writes_nothing(tmp_path):
         "2",
         "--rdzv-endpoint",
         f"127.0.0.1:{_free_port()}",
-        *_run_args("hetero_kernels", 2)[:-6],
-        "-i",
-        "1000000",
-        "-w",
-        "1",
-        "--dist-timeout",
-        "60",
+        *_run_args("hetero_kernels", 2, iterations=1_000_000),
         "-o",
         str(out),
     )
