@@ -462,11 +462,11 @@ def test_a_lead_whose_tracer_breaks_tells_the_other_ranks_instead_of_hanging_the
     lead, other = NodeTracer(_env(0, 0), timeout_s=30), NodeTracer(_env(1, 1), timeout_s=30)
     lead.token = other.token = 7
     lead.session, lead.program = BrokenSession(), object()
-    section = lead.finish({})["ebpf_queue_metrics"]
+    section = lead.finish({}).ebpf_queue_metrics
     assert section["status"] == "error"
     assert "bpftrace vanished" in section["error"]
     started = time.monotonic()
-    section = other.finish({})["ebpf_queue_metrics"]
+    section = other.finish({}).ebpf_queue_metrics
     assert section["status"] == "error"
     assert "local rank 0: tracer failed" in section["error"]
     assert time.monotonic() - started < 5

@@ -736,7 +736,7 @@ def test_tracer_joins_launches_to_harness_ops(cuda: tuple[ctypes.CDLL, ctypes.CD
         stream_count, warnings = 3, []
 
     sections = tracer.finish({"backend": backend, "ops": ops, "result": _Result()})
-    q, cmp = sections["ebpf_queue_metrics"], sections["ebpf_vs_cuda_comparison"]
+    q, cmp = sections.ebpf_queue_metrics, sections.ebpf_vs_cuda_comparison
     assert q["status"] == "ok"
     assert q["source"] == "gpu_runtime"
     assert q["total_submissions"] == 12

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from aorta.hw_queue_eval.results.models import TracerSections
 from aorta.hw_queue_eval.run.config import RunConfig
 from aorta.hw_queue_eval.run.gcwindow import QuietGc
 from aorta.hw_queue_eval.run.harness import run_benchmark
@@ -129,8 +130,8 @@ class _SectionsTracer:
 
     def abort(self) -> None: ...
 
-    def finish(self, context: dict) -> dict:
-        return self.sections
+    def finish(self, context: dict) -> TracerSections:
+        return TracerSections.of(self.sections)
 
 
 def test_tracer_sections_land_on_their_fields_and_unknown_ones_are_refused() -> None:

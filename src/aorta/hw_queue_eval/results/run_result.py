@@ -15,6 +15,19 @@ from typing import Any
 
 from aorta.common.atomicio import atomic_write_json, read_json_file
 from aorta.common.errors import UsageError
+from aorta.hw_queue_eval.results.models import (
+    Concurrency,
+    Instrumentation,
+    Memory,
+    Metadata,
+    OpIntervals,
+    Ops,
+    QueueMapping,
+    Stats,
+    SwitchLatency,
+    TracerSections,
+    Verification,
+)
 from aorta.hw_queue_eval.results.schema import SCHEMA_VERSION, run_result_schema
 
 RESULT_KIND = "run"
@@ -39,23 +52,23 @@ class RunResult:
     environment: dict[str, Any]
     throughput: float | None
     throughput_unit: str
-    latency_ms: dict[str, Any] | None
+    latency_ms: Stats | None
     latency_note: str | None
     iteration_times_ms: list[float] | None
     iteration_times_note: str | None
     total_time_ms: float
-    switch_latency: dict[str, Any]
-    concurrency: dict[str, Any]
+    switch_latency: SwitchLatency
+    concurrency: Concurrency
     per_stream_times_ms: list[float] | None
     per_stream_op_counts: list[int] | None
-    ops: dict[str, Any]
-    queue_mapping: dict[str, Any]
-    memory: dict[str, Any]
-    verification: dict[str, Any] | None
+    ops: Ops
+    queue_mapping: QueueMapping
+    memory: Memory
+    verification: Verification | None
     warnings: list[str] = field(default_factory=list)
-    metadata: dict[str, Any] = field(default_factory=dict)
-    op_intervals: dict[str, Any] | None = None
-    instrumentation: dict[str, Any] | None = None
+    metadata: Metadata | dict[str, Any] = field(default_factory=dict)
+    op_intervals: OpIntervals | None = None
+    instrumentation: Instrumentation | None = None
     ebpf_queue_metrics: dict[str, Any] | None = None
     ebpf_memory_metrics: dict[str, Any] | None = None
     ebpf_vs_cuda_comparison: dict[str, Any] | None = None
@@ -63,6 +76,12 @@ class RunResult:
     error: str | None = None
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
     timestamp: str = field(default_factory=utc_timestamp)
+
+    def add_tracer_sections(self, sections: TracerSections) -> None:
+        """Put a window tracer's sections on their fields (each stays null when not traced)."""
+        self.ebpf_queue_metrics = sections.ebpf_queue_metrics
+        self.ebpf_memory_metrics = sections.ebpf_memory_metrics
+        self.ebpf_vs_cuda_comparison = sections.ebpf_vs_cuda_comparison
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of schema v2 (header keys first)."""

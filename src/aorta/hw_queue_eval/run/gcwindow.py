@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import gc
 import time
-from typing import Any
+
+from aorta.hw_queue_eval.results.models import GcWindow
 
 
 class QuietGc:
@@ -36,29 +37,29 @@ class QuietGc:
         gc.disable()
         self._active = True
 
-    def stop(self) -> dict[str, Any]:
+    def stop(self) -> GcWindow:
         """Collect the window's cyclic garbage, restore the collector; the result's `gc` entry."""
         if not self._active:
-            return {
-                "disabled_in_window": False,
-                "reason": "the window did not start, so the collector was not touched",
-            }
+            return GcWindow(
+                disabled_in_window=False,
+                reason="the window did not start, so the collector was not touched",
+            )
         self._active = False
         deferred = gc.collect()
         if self._was_enabled:
             gc.enable()
-        return {
-            "disabled_in_window": True,
-            "collected_before_window": self._collected_before,
-            "collect_before_window_ms": round(self._collect_ms, 3),
-            "cyclic_garbage_after_window": deferred,
-            "meaning": (
+        return GcWindow(
+            disabled_in_window=True,
+            collected_before_window=self._collected_before,
+            collect_before_window_ms=round(self._collect_ms, 3),
+            cyclic_garbage_after_window=deferred,
+            meaning=(
                 "automatic cyclic GC off from the last warm-up iteration to the end "
                 "of the measured window(s), after one full collection; "
                 "cyclic_garbage_after_window = objects it would have had to collect "
                 "meanwhile, freed right after"
             ),
-        }
+        )
 
     def abort(self) -> None:
         """Restore the collector on an error path (nothing to report)."""

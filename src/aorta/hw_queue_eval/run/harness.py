@@ -13,6 +13,15 @@ from typing import Any, Protocol
 
 from aorta.hw_queue_eval.backends import Backend, OpRecord, create_backend, resolve_device
 from aorta.hw_queue_eval.backends.base import SubmissionRecord
+from aorta.hw_queue_eval.results.models import (
+    Concurrency,
+    Handoffs,
+    Instrumentation,
+    Metadata,
+    OnCpu,
+    Ops,
+    TracerSections,
+)
 from aorta.hw_queue_eval.results.run_result import RunResult, collect_environment
 from aorta.hw_queue_eval.run import metrics, oncpu
 from aorta.hw_queue_eval.run.config import RunConfig
@@ -29,8 +38,8 @@ class WindowTracer(Protocol):
     """What the harness needs from a kernel tracer (aorta.ebpf implements it).
 
     `prepare` attaches (blocking until every probe is live) before warm-up; `window_start` and
-    `window_stop` bracket exactly the measurement window; `finish` returns result sections
-    (`ebpf_queue_metrics`, ...) and never raises for tracer problems (it reports them inside).
+    `window_stop` bracket exactly the measurement window; `finish` returns the result's tracer
+    sections (TracerSections) and never raises for tracer problems (it reports them inside).
     """
 
     def prepare(self, backend: Backend, workload: Workload) -> None: ...
@@ -39,13 +48,9 @@ class WindowTracer(Protocol):
 
     def window_stop(self) -> None: ...
 
-    def finish(self, context: dict[str, Any]) -> dict[str, Any]: ...
+    def finish(self, context: dict[str, Any]) -> TracerSections: ...
 
     def abort(self) -> None: ...
-
-
-#: the result sections a tracer fills (RunResult fields, schema v2)
-TRACER_SECTIONS = ("ebpf_queue_metrics", "ebpf_memory_metrics", "ebpf_vs_cuda_comparison")
 
 
 def default_size(device: str) -> str:
@@ -106,21 +111,21 @@ def compact_ops(
     }
 
 
-def _handoffs(totals: dict[str, Any] | None) -> dict[str, Any]:
+def _handoffs(totals: dict[str, Any] | None) -> Handoffs:
     """The harness's own count of hand-offs to an idle queue (doorbell rings) in the window."""
     if totals is None:
-        return {
-            "count": None,
-            "per_queue": None,
-            "reason": "this backend's hand-offs are not visible to the host (user-mode queues)",
-        }
+        return Handoffs(
+            count=None,
+            per_queue=None,
+            reason="this backend's hand-offs are not visible to the host (user-mode queues)",
+        )
     per_queue = {str(q): n for q, n in totals["per_queue"].items() if n}
-    return {
-        "count": totals["count"],
-        "per_queue": per_queue,
-        "meaning": "hand-offs of work to an idle queue: one doorbell (eventfd) write each",
-        "source": "harness",
-    }
+    return Handoffs(
+        count=totals["count"],
+        per_queue=per_queue,
+        meaning="hand-offs of work to an idle queue: one doorbell (eventfd) write each",
+        source="harness",
+    )
 
 
 def run_benchmark(
@@ -291,22 +296,22 @@ def _instrumentation(
     window_ns: int,
     per_iteration: bool,
     progress: ProgressFn,
-) -> dict[str, Any]:
+) -> Instrumentation:
     """What the measured window carried, and its cost against an uninstrumented window."""
     fold_ns = getattr(backend, "fold_ns", None)
-    info: dict[str, Any] = {
-        "op_timing": config.op_timing,
-        "op_fold_ms": None if fold_ns is None else fold_ns / 1e6,
-        "per_iteration_sync": per_iteration,
-        "instrumented_window_ms": window_ns / 1e6,
-        "plain_window_ms": None,
-        "cost_ratio": None,
-        "plain_throughput": None,
-        "definition": (
+    info = Instrumentation(
+        op_timing=config.op_timing,
+        op_fold_ms=None if fold_ns is None else fold_ns / 1e6,
+        per_iteration_sync=per_iteration,
+        instrumented_window_ms=window_ns / 1e6,
+        plain_window_ms=None,
+        cost_ratio=None,
+        plain_throughput=None,
+        definition=(
             "cost_ratio = instrumented window / uninstrumented window - 1, same "
             "iterations, same process, the uninstrumented window right after"
         ),
-    }
+    )
     if not measure_instrumentation(config, backend):
         info["reason"] = (
             "not measured on the CPU backend by default (its per-op clock reads "
@@ -315,16 +320,12 @@ def _instrumentation(
         return info
     plain_ns = plain_window_ns(config, backend, workload, progress)
     work = workload.work_per_iteration() * config.iterations
-    info.update(
-        {
-            "plain_window_ms": plain_ns / 1e6,
-            "cost_ratio": window_ns / plain_ns - 1 if plain_ns > 0 else None,
-            "plain_throughput": metrics.throughput(
-                work, plain_ns / 1e9, UNIT_SCALE[workload.INFO.throughput_unit]
-            ),
-            "reason": None,
-        }
+    info["plain_window_ms"] = plain_ns / 1e6
+    info["cost_ratio"] = window_ns / plain_ns - 1 if plain_ns > 0 else None
+    info["plain_throughput"] = metrics.throughput(
+        work, plain_ns / 1e9, UNIT_SCALE[workload.INFO.throughput_unit]
     )
+    info["reason"] = None
     return info
 
 
@@ -341,8 +342,8 @@ def _assemble(
     verification: Any,
     tracer: WindowTracer | None,
     submissions: list[SubmissionRecord] | None,
-    on_cpu: dict[str, Any],
-    instrumentation: dict[str, Any],
+    on_cpu: OnCpu,
+    instrumentation: Instrumentation,
 ) -> RunResult:
     info = workload.INFO
     window_ms = window_ns / 1e6
@@ -405,43 +406,43 @@ def _assemble(
             else metrics.unmeasured_switch_analysis("per-op timing off (--no-op-timing)")
         ),
         instrumentation=instrumentation,
-        concurrency={
-            "achieved": concurrency_value,
-            "window_ms": window_ms,
-            "definition": (
+        concurrency=Concurrency(
+            achieved=concurrency_value,
+            window_ms=window_ms,
+            definition=(
                 "streams with an op in flight (wall clock): sum of per-stream busy time / window time"
             ),
             **on_cpu,
-        },
+        ),
         per_stream_times_ms=busy,
         per_stream_op_counts=counts,
-        ops={
-            "count": window.total,
-            "per_label": window.per_label(),
-            "ready_to_start_ms": delays,
-            "ready_to_start_note": (
+        ops=Ops(
+            count=window.total,
+            per_label=window.per_label(),
+            ready_to_start_ms=delays,
+            ready_to_start_note=(
                 None
                 if delays
                 else "per-op timing off (--no-op-timing)"
                 if not config.op_timing
                 else "the backend cannot observe when an op became ready"
             ),
-            "handoffs": _handoffs(handoffs),
-            "statistics": window.statistics_note() if ops else None,
-        },
+            handoffs=_handoffs(handoffs),
+            statistics=window.statistics_note() if ops else None,
+        ),
         queue_mapping=backend.queue_mapping(),
         memory=backend.memory_stats(),
         verification=verification.to_dict(),
         warnings=warnings,
-        metadata={
-            "workload": workload.describe(),
-            "category": info.category,
-            "switch_sensitivity": info.switch_sensitivity,
-            "work_scaling": info.work_scaling,
-            "work_per_iteration": workload.work_per_iteration(),
-            "workers": [w.__dict__ for w in backend.workers()],
-            "window_start_monotonic_ns": getattr(backend, "window_start_ns", None),
-        },
+        metadata=Metadata(
+            workload=workload.describe(),
+            category=info.category,
+            switch_sensitivity=info.switch_sensitivity,
+            work_scaling=info.work_scaling,
+            work_per_iteration=workload.work_per_iteration(),
+            workers=[w.__dict__ for w in backend.workers()],
+            window_start_monotonic_ns=getattr(backend, "window_start_ns", None),
+        ),
         op_intervals=(
             compact_ops(ops, backend.window_waits(), window.total, backend.window_wait_count())
             if ops
@@ -451,19 +452,15 @@ def _assemble(
         error=None if verification.passed else "verification failed",
     )
     if tracer is not None:
-        sections = tracer.finish(
-            {
-                "result": result,
-                "ops": ops,
-                "backend": backend,
-                "submissions": submissions,
-                "handoff_totals": handoffs,
-            }
+        result.add_tracer_sections(
+            tracer.finish(
+                {
+                    "result": result,
+                    "ops": ops,
+                    "backend": backend,
+                    "submissions": submissions,
+                    "handoff_totals": handoffs,
+                }
+            )
         )
-        unknown = set(sections) - set(TRACER_SECTIONS)
-        if unknown:  # a tracer bug, not user input: never a silent new attribute on the result
-            raise RuntimeError(f"tracer returned sections the result does not have: {sorted(unknown)}")
-        result.ebpf_queue_metrics = sections.get("ebpf_queue_metrics")
-        result.ebpf_memory_metrics = sections.get("ebpf_memory_metrics")
-        result.ebpf_vs_cuda_comparison = sections.get("ebpf_vs_cuda_comparison")
     return result

@@ -23,33 +23,34 @@ from typing import Any
 
 import numpy as np
 
+from aorta.hw_queue_eval.results.models import LaneSwitches, Stats, SwitchLatency, SwitchPair
 from aorta.hw_queue_eval.run.loghist import LogHistogram, weighted_percentiles
 
 INSTABILITY_IQR_RATIO = 0.10
 MAX_REPORTED_PAIRS = 20
 
 
-def summarize(samples: Sequence[float]) -> dict[str, float | int] | None:
+def summarize(samples: Sequence[float]) -> Stats | None:
     """mean, std, min, max, p50/p95/p99, median and IQR of `samples`; None when empty."""
     if len(samples) == 0:
         return None
     arr = np.asarray(samples, dtype=float)
     q1, p50, q3, p95, p99 = np.percentile(arr, [25, 50, 75, 95, 99])
-    return {
-        "count": int(arr.size),
-        "mean": float(arr.mean()),
-        "std": float(arr.std(ddof=1)) if arr.size > 1 else 0.0,
-        "min": float(arr.min()),
-        "max": float(arr.max()),
-        "p50": float(p50),
-        "p95": float(p95),
-        "p99": float(p99),
-        "median": float(p50),
-        "iqr": float(q3 - q1),
-    }
+    return Stats(
+        count=int(arr.size),
+        mean=float(arr.mean()),
+        std=float(arr.std(ddof=1)) if arr.size > 1 else 0.0,
+        min=float(arr.min()),
+        max=float(arr.max()),
+        p50=float(p50),
+        p95=float(p95),
+        p99=float(p99),
+        median=float(p50),
+        iqr=float(q3 - q1),
+    )
 
 
-def stability_warning(stats: dict[str, Any] | None) -> str | None:
+def stability_warning(stats: Stats | None) -> str | None:
     """A warning when IQR/median exceeds 10 %, else None."""
     if not stats or stats["median"] <= 0:
         return None
@@ -229,7 +230,7 @@ def _like_for_like(groups: Sequence[MatchedGroup]) -> tuple[float | None, float 
     return weighted / matched, _residual_iqr(groups, medians), matched
 
 
-def switch_analysis(ops: Sequence[Any]) -> dict[str, Any]:
+def switch_analysis(ops: Sequence[Any]) -> SwitchLatency:
     """Like-for-like switch overhead (see docs/metrics.md), or null with the reason."""
     gaps = lane_gaps(ops)
     groups, _ = match_gaps(gaps)
@@ -239,7 +240,7 @@ def switch_analysis(ops: Sequence[Any]) -> dict[str, Any]:
     return switch_summary(groups, lane_counts, bool(ops))
 
 
-def folded_switch_analysis(histograms: dict[tuple[Any, str, str, bool], LogHistogram]) -> dict[str, Any]:
+def folded_switch_analysis(histograms: dict[tuple[Any, str, str, bool], LogHistogram]) -> SwitchLatency:
     """The switch analysis from lane-gap histograms (opfold), same definitions and matching."""
     switch: dict[tuple[Any, str, str], LogHistogram] = {}
     same_pair: dict[tuple[Any, str, str], LogHistogram] = {}
@@ -274,7 +275,7 @@ def _pair_order(group: MatchedGroup) -> tuple[int, str, str, str]:
 
 def switch_summary(
     groups: Sequence[MatchedGroup], lane_counts: dict[Any, list[int]], recorded: bool | None
-) -> dict[str, Any]:
+) -> SwitchLatency:
     """The switch_latency section from matched groups and per-lane [switch, no-switch] counts.
 
     `recorded`: whether any op was recorded (False gives the "no ops recorded" reason; None: ops
@@ -282,48 +283,48 @@ def switch_summary(
     """
     overhead, spread, matched = _like_for_like(groups)
     switches = sum(c[0] for c in lane_counts.values())
-    per_lane: dict[str, Any] = {}
+    per_lane: dict[str, LaneSwitches] = {}
     for lane in sorted(lane_counts, key=str):
         lane_overhead, _, lane_matched = _like_for_like([g for g in groups if g.lane == lane])
         lane_switches = lane_counts[lane][0]
-        per_lane[str(lane)] = {
-            "switches": lane_switches,
-            "matched_switches": lane_matched,
-            "switch_overhead_ms": lane_overhead,
-            "reason": (None if lane_overhead is not None else _null_reason(lane_switches)),
-        }
+        per_lane[str(lane)] = LaneSwitches(
+            switches=lane_switches,
+            matched_switches=lane_matched,
+            switch_overhead_ms=lane_overhead,
+            reason=None if lane_overhead is not None else _null_reason(lane_switches),
+        )
     both = sum(len(g.switch) for g in groups if g.matched_on == "previous and next op kind")
-    result: dict[str, Any] = {
-        "definition": (
+    result = SwitchLatency(
+        definition=(
             "switch-weighted mean over (lane, previous op kind, next op kind) of "
             "median(gap after another stream's op) - median(gap after the same "
             "stream's op between the same kinds, else after the same previous kind)"
         ),
-        "switch_count": switches,
-        "no_switch_count": sum(c[1] for c in lane_counts.values()),
-        "matched_switch_count": matched,
-        "matched_on_both_kinds": both,
-        "matched_on_previous_kind": matched - both,
-        "switch_overhead_ms": overhead,
-        "spread_ms": spread,
-        "spread_definition": "IQR of every matched gap minus the median of its group",
-        "outside_spread": None if overhead is None else abs(overhead) > (spread or 0.0),
-        "per_lane": per_lane,
-        "pairs": [
-            {
-                "lane": None if g.lane is None else str(g.lane),
-                "after": g.after,
-                "before": g.before,
-                "matched_on": g.matched_on,
-                "switch_gaps": len(g.switch),
-                "no_switch_gaps": len(g.baseline),
-                "switch_gap_median_ms": _median(g.switch),
-                "no_switch_gap_median_ms": _median(g.baseline),
-            }
+        switch_count=switches,
+        no_switch_count=sum(c[1] for c in lane_counts.values()),
+        matched_switch_count=matched,
+        matched_on_both_kinds=both,
+        matched_on_previous_kind=matched - both,
+        switch_overhead_ms=overhead,
+        spread_ms=spread,
+        spread_definition="IQR of every matched gap minus the median of its group",
+        outside_spread=None if overhead is None else abs(overhead) > (spread or 0.0),
+        per_lane=per_lane,
+        pairs=[
+            SwitchPair(
+                lane=None if g.lane is None else str(g.lane),
+                after=g.after,
+                before=g.before,
+                matched_on=g.matched_on,
+                switch_gaps=len(g.switch),
+                no_switch_gaps=len(g.baseline),
+                switch_gap_median_ms=_median(g.switch),
+                no_switch_gap_median_ms=_median(g.baseline),
+            )
             for g in sorted(groups, key=_pair_order)[:MAX_REPORTED_PAIRS]
         ],
-        "reason": None,
-    }
+        reason=None,
+    )
     if recorded is False:
         result["reason"] = "no ops recorded"
     elif overhead is None:
@@ -331,7 +332,7 @@ def switch_summary(
     return result
 
 
-def unmeasured_switch_analysis(reason: str) -> dict[str, Any]:
+def unmeasured_switch_analysis(reason: str) -> SwitchLatency:
     """The switch_latency layout with every figure null and the reason (nothing was measured)."""
     result = switch_analysis([])
     result.update(
@@ -358,7 +359,7 @@ def ready_to_start_delays_ms(ops: Sequence[Any]) -> list[float]:
     return [(op.start_ns - op.ready_ns) / 1e6 for op in ops if op.ready_ns is not None]
 
 
-def per_label_summary(ops: Sequence[Any]) -> dict[str, dict[str, Any]]:
+def per_label_summary(ops: Sequence[Any]) -> dict[str, Stats | None]:
     """Per op label: count and duration statistics in ms."""
     by_label: dict[str, list[float]] = defaultdict(list)
     for op in ops:

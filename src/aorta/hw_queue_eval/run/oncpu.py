@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
 
 from aorta.ebpf import procstat
+from aorta.hw_queue_eval.results.models import OnCpu
 
 QUEUE_THREAD_COMM = re.compile(r"^aorta-hwq\d+$")
 SOURCE = "/proc/self/task/*/schedstat exec time of the queue threads, read at the window edges"
@@ -31,23 +31,21 @@ def snapshot(worker_tids: list[int]) -> dict[int, int] | None:
     return out if wanted & set(out) else None
 
 
-def on_cpu_concurrency(
-    start: dict[int, int] | None, stop: dict[int, int] | None, window_ms: float
-) -> dict[str, Any]:
+def on_cpu_concurrency(start: dict[int, int] | None, stop: dict[int, int] | None, window_ms: float) -> OnCpu:
     """Average number of queue threads on a CPU over the window, or null with the reason."""
     if start is None or stop is None:
-        return {
-            "on_cpu_queues": None,
-            "on_cpu_ms": None,
-            "on_cpu_reason": "no per-thread on-CPU counters (GPU backend, or no schedstat)",
-        }
+        return OnCpu(
+            on_cpu_queues=None,
+            on_cpu_ms=None,
+            on_cpu_reason="no per-thread on-CPU counters (GPU backend, or no schedstat)",
+        )
     if window_ms <= 0:
-        return {"on_cpu_queues": None, "on_cpu_ms": None, "on_cpu_reason": "empty window"}
+        return OnCpu(on_cpu_queues=None, on_cpu_ms=None, on_cpu_reason="empty window")
     # a thread born inside the window starts at 0 on-CPU time
     total_ns = sum(ns - start.get(tid, 0) for tid, ns in stop.items())
-    return {
-        "on_cpu_queues": total_ns / 1e6 / window_ms,
-        "on_cpu_ms": total_ns / 1e6,
-        "on_cpu_reason": None,
-        "on_cpu_source": SOURCE,
-    }
+    return OnCpu(
+        on_cpu_queues=total_ns / 1e6 / window_ms,
+        on_cpu_ms=total_ns / 1e6,
+        on_cpu_reason=None,
+        on_cpu_source=SOURCE,
+    )

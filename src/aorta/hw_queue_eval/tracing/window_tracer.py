@@ -15,6 +15,7 @@ from aorta.ebpf.probes.base import TraceTarget
 from aorta.ebpf.probes.cpu_sched import SUBMITTER_LABEL
 from aorta.ebpf.program import Program, ProgramError
 from aorta.ebpf.session import SessionError, TraceSession
+from aorta.hw_queue_eval.results.models import TracerSections
 from aorta.hw_queue_eval.tracing.gpu_runtime_comparison import compare_gpu_runtime
 from aorta.hw_queue_eval.tracing.harness_comparison import compare_with_harness
 
@@ -69,7 +70,7 @@ class EbpfTracer:
         if self.session is not None:
             self.session.window_stop()
 
-    def finish(self, context: dict[str, Any]) -> dict[str, Any]:
+    def finish(self, context: dict[str, Any]) -> TracerSections:
         """Stop bpftrace and turn its maps into result sections; never raises."""
         try:
             sections = self._finish(context)
@@ -79,7 +80,7 @@ class EbpfTracer:
                 f"tracer failed: {type(exc).__name__}: {exc}", self.queue, self.memory, "error", self.ready
             )
         warn_in_result(context.get("result"), sections)
-        return sections
+        return TracerSections.of(sections)
 
     def _finish(self, context: dict[str, Any]) -> dict[str, Any]:
         if self.session is None or self.program is None:
