@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aorta.ebpf import hist
 from aorta.ebpf.probes.amdgpu import AmdgpuFamily
+from aorta.ebpf.probes.base import FamilyResult
 from aorta.ebpf.probes.cpu_sched import CpuSchedFamily
 from aorta.ebpf.probes.kfd import multiplexing_verdict
 from aorta.ebpf.program import Program
@@ -321,3 +322,51 @@ def test_comparison_block_prints_counts_and_reads_old_files() -> None:
     assert "Kernel-visible share: 5.0%" in out.getvalue()
     assert "old result file" in out.getvalue()
     assert "Measurement accuracy" not in out.getvalue()
+
+
+def _queue_result(family: str, submissions: int, p99_us: float) -> FamilyResult:
+    """A queue family's collect output with only the summary keys every family reports."""
+    summary = {
+        "source": family,
+        "total_submissions": submissions,
+        "total_dispatches": submissions,
+        "hw_rings_used": [0] if submissions else [],
+        "submit_to_dispatch_avg_us": p99_us / 2 if submissions else None,
+        "submit_to_dispatch_p99_us": p99_us if submissions else None,
+    }
+    return FamilyResult(family, "queue", {"summary": summary}, {})
+
+
+def _queue_section(results: list[FamilyResult], backend: str | None) -> dict:
+    from aorta.ebpf import engine
+    from aorta.ebpf.session import SessionOutput
+
+    program = Program(text="", token=1, families=[])
+    ready = engine.Readiness(True, None, "/usr/bin/bpftrace", (0, 17, 0), [], "root", None, "test")
+    output = SessionOutput(exit_code=0)
+    return engine.build_sections(program, output, results, ready, True, False, backend)["ebpf_queue_metrics"]
+
+
+def test_queue_summary_comes_from_the_backends_documented_family() -> None:
+    """amdgpu precedes cpu_sched in the registry and saw events, yet a CPU run's figure is
+    cpu_sched's; a GPU run's is amdgpu's. Each whole, `source` naming the family."""
+    results = [_queue_result("amdgpu", 9, 900.0), _queue_result("cpu_sched", 4, 40.0)]
+    cpu = _queue_section(results, "cpu")
+    assert cpu["source"] == "cpu_sched"
+    assert cpu["submit_to_dispatch_p99_us"] == 40.0
+    assert cpu["total_submissions"] == 4
+    gpu = _queue_section(results, "gpu")
+    assert gpu["source"] == "amdgpu"
+    assert gpu["submit_to_dispatch_p99_us"] == 900.0
+    assert _queue_section(results, None)["source"] == "amdgpu"  # ebpf-attach: a GPU process
+
+
+def test_queue_summary_is_null_when_the_documented_family_saw_nothing() -> None:
+    """Another family's events never stand in for the documented family's missing figure."""
+    results = [_queue_result("amdgpu", 9, 900.0), _queue_result("cpu_sched", 0, 0.0)]
+    section = _queue_section(results, "cpu")
+    assert "source" not in section
+    assert section["submit_to_dispatch_p99_us"] is None
+    assert section["total_submissions"] is None
+    assert section["summary_reason"].startswith("no queue family saw submissions")
+    assert section["families"]["amdgpu"]["metrics"]["summary"]["submit_to_dispatch_p99_us"] == 900.0

@@ -12,7 +12,7 @@ from typing import Any
 
 from aorta.ebpf import mapcap, marker
 from aorta.ebpf.probes.base import BpftraceDialect, FamilyResult, ProbeFamily, TraceTarget
-from aorta.ebpf.probes.registry import families_for
+from aorta.ebpf.probes.registry import families_for, queue_summary_families
 from aorta.ebpf.program import Program, build_program
 from aorta.ebpf.session import (
     SessionOutput,
@@ -181,25 +181,58 @@ def build_sections(
     ready: Readiness,
     queue: bool,
     memory: bool,
+    backend: str | None = None,
 ) -> dict[str, Any]:
-    """`ebpf_queue_metrics` / `ebpf_memory_metrics` for the requested modes."""
+    """`ebpf_queue_metrics` / `ebpf_memory_metrics` for the requested modes; `backend` ("cpu",
+    "gpu", None from outside) picks the queue summary's family (queue_summary_families)."""
     sections: dict[str, Any] = {}
     for wanted, section, key in (
         (queue, "queue", "ebpf_queue_metrics"),
         (memory, "memory", "ebpf_memory_metrics"),
     ):
         if wanted:
-            sections[key] = _section(
-                program, output, [r for r in results if r.section == section], ready, section
-            )
+            mine = [r for r in results if r.section == section]
+            summary = memory_summary(mine) if section == "memory" else queue_summary(mine, backend)
+            sections[key] = _section(program, output, mine, ready, section, summary)
     return sections
 
 
+def family_summary(result: FamilyResult) -> dict[str, Any] | None:
+    """The `summary` a family put in its metrics, or None."""
+    summary = result.metrics.get("summary") if isinstance(result.metrics, dict) else None
+    return summary if isinstance(summary, dict) else None
+
+
+def queue_summary(results: list[FamilyResult], backend: str | None) -> dict[str, Any]:
+    """The queue section's headline: the whole summary of the first family in
+    queue_summary_families(backend) that saw submissions, `source` naming it; {} when none did."""
+    by_name = {r.family: r for r in results}
+    for name in queue_summary_families(backend):
+        found = by_name.get(name)
+        summary = family_summary(found) if found is not None else None
+        if summary is not None and _has_events(summary):
+            return {**summary, "source": name}
+    return {}
+
+
+def memory_summary(results: list[FamilyResult]) -> dict[str, Any]:
+    """The memory section's headline: every memory family's summary side by side (GPU buffer
+    keys from amdmem, `host_*` keys from hostmem: disjoint, so none replaces another's)."""
+    summary: dict[str, Any] = {}
+    for r in results:
+        summary.update(family_summary(r) or {})
+    return summary
+
+
 def _section(
-    program: Program, output: SessionOutput, results: list[FamilyResult], ready: Readiness, section: str
+    program: Program,
+    output: SessionOutput,
+    results: list[FamilyResult],
+    ready: Readiness,
+    section: str,
+    summary: dict[str, Any],
 ) -> dict[str, Any]:
     families: dict[str, Any] = {}
-    summary: dict[str, Any] = {}
     for r in results:
         families[r.family] = {
             "metrics": r.metrics,
@@ -207,12 +240,6 @@ def _section(
             "events_attached": program.used_events.get(r.family, []),
             "events_missing": program.missing.get(r.family, {}),
         }
-        fam_summary = r.metrics.get("summary") if isinstance(r.metrics, dict) else None
-        if isinstance(fam_summary, dict):
-            if section == "memory":
-                summary.update(fam_summary)
-            elif not summary and _has_events(fam_summary):
-                summary = dict(fam_summary)
     lost = output.lost_events
     problem = exit_problem(output)
     # one program: a map that dropped updates is reported in every section it feeds

@@ -18,10 +18,25 @@ QUEUE_FAMILIES: list[str] = [
 ]
 # uprobes on the GPU runtime libraries: opt-in (--ebpf-gpu-runtime), a trap per call costs µs
 GPU_RUNTIME_FAMILY = "aorta.ebpf.probes.gpu_runtime:GpuRuntimeFamily"
+#: Whose summary heads the queue section, by the traced backend: the first family of this list
+#: that saw submissions of the traced processes (its `source` names it); no other family's figure
+#: ever stands in, whatever the registry order. The CPU backend's submissions are its doorbell
+#: writes, which only cpu_sched sees; a GPU process's launches are seen by gpu_runtime (opt-in),
+#: else its driver jobs by amdgpu, else by the generic DRM scheduler.
+QUEUE_SUMMARY_FAMILIES: dict[str, tuple[str, ...]] = {
+    "cpu": ("cpu_sched",),
+    "gpu": ("gpu_runtime", "amdgpu", "gpu_scheduler"),
+}
 MEMORY_FAMILIES: list[str] = [
     "aorta.ebpf.probes.amd_memory:AmdMemoryFamily",
     "aorta.ebpf.probes.host_memory:HostMemoryFamily",
 ]
+
+
+def queue_summary_families(backend: str | None) -> tuple[str, ...]:
+    """The families that may head the queue section for `backend` ("cpu", "gpu"), in order; a
+    process traced from outside (`ebpf-attach`, no backend) is treated as a GPU process."""
+    return QUEUE_SUMMARY_FAMILIES["cpu" if backend == "cpu" else "gpu"]
 
 
 def _load(path: str) -> ProbeFamily:
@@ -31,10 +46,8 @@ def _load(path: str) -> ProbeFamily:
 
 
 def families_for(queue: bool, memory: bool, gpu_runtime: bool = False) -> list[ProbeFamily]:
-    """Fresh family instances for the requested tracing modes, queue families first.
-
-    gpu_runtime comes first: where it saw launches, its summary is the queue section's summary.
-    """
+    """Fresh family instances for the requested tracing modes, queue families first (the order of
+    `families` in the sections; which summary heads them is QUEUE_SUMMARY_FAMILIES' rule)."""
     paths = (
         ([GPU_RUNTIME_FAMILY] if gpu_runtime else [])
         + (QUEUE_FAMILIES if queue else [])

@@ -130,7 +130,8 @@ def sections_for(
 ) -> dict[str, Any]:
     """The result sections of one process from a stopped session's output."""
     results = engine.collect_results(program, output, fam_context)
-    sections = engine.build_sections(program, output, results, ready, queue, memory)
+    backend = getattr(context.get("backend"), "name", None)
+    sections = engine.build_sections(program, output, results, ready, queue, memory, backend)
     if queue:
         queue_section = sections["ebpf_queue_metrics"]
         queue_section["interpretation"] = engine.interpret_queue(queue_section, fam_context["streams"])
