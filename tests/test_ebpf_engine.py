@@ -175,6 +175,9 @@ def test_run_ebpf_trace_end_to_end(ebpf_ready: None, cli, tmp_path: Path) -> Non
     from aorta.hw_queue_eval.results.run_result import validate_run_dict
 
     assert validate_run_dict(data) == []
+    from factories import schema_problem
+
+    assert schema_problem(data) is None  # the published schema, eBPF sections included
     q = data["ebpf_queue_metrics"]
     assert q["status"] == "ok"
     assert q["lost_events"] == 0
