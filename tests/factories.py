@@ -60,9 +60,11 @@ def queue_section(
     status: str = "ok",
     rings: Sequence[Any] = (0, 1, 2, 3),
     other_families: dict[str, QueueSummary] | None = None,
+    metrics: dict[str, Any] | None = None,
 ) -> EbpfQueueSection:
     """`ebpf_queue_metrics` as the engine writes it: the `source` family's summary at top level,
-    every family's own summary under families.<name>.metrics.summary."""
+    every family's own summary under families.<name>.metrics.summary (`metrics`: more of the
+    source family's own numbers, e.g. its submit_to_dispatch_hist_ns)."""
     summary = QueueSummary(
         source=source,
         total_submissions=submissions,
@@ -71,10 +73,11 @@ def queue_section(
         submit_to_dispatch_avg_us=avg_us,
         submit_to_dispatch_p99_us=p99_us,
     )
-    families = {
+    families: dict[str, Any] = {
         name: {"metrics": {"summary": fam}, "coverage": {"covered": "test"}}
-        for name, fam in {**(other_families or {}), source: summary}.items()
+        for name, fam in (other_families or {}).items()
     }
+    families[source] = {"metrics": {"summary": summary, **(metrics or {})}, "coverage": {"covered": "test"}}
     section = EbpfQueueSection(status=status, error=None if status == "ok" else "bpftrace failed")
     section.update(summary)
     section.update(lost_events=0, families=families)
@@ -127,7 +130,8 @@ def run_result(
     if throughput is None and times:
         throughput = work_per_iteration / (statistics.fmean(times) / 1e3) / 1e9
     iterations = len(times) if times else 5
-    config = RunConfig(workload, streams, iterations=iterations, warmup=1, device=backend, size=size)
+    device = "cpu" if backend == "cpu" else "cuda:0"
+    config = RunConfig(workload, streams, iterations=iterations, warmup=1, device=device, size=size)
     config_dict = {**config.to_dict(), "backend": backend}
     mapping = [s % pool_size for s in range(streams)] if pool_size else None
     window_ms = sum(times) if times else 1.0
@@ -140,7 +144,7 @@ def run_result(
             "kernel": "6.1.0",
             "python": "3.11.2",
             "backend": backend,
-            "device": backend,
+            "device": device,
             "env_knobs": {},
             "cpu_count": cpu_count,
         },

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from conftest import run_cli
+from factories import op_intervals, queue_section, run_result
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -21,42 +22,20 @@ def _rows(n_streams: int, iterations: int = 3) -> dict:
         for s in range(n_streams):
             rows.append([it, s, s % 4, s % 2, t, t + 1.0, t + 50.0])
         t += 60.0
-    return {
-        "columns": ["iteration", "stream", "queue", "label", "ready_us", "start_us", "end_us"],
-        "labels": ["gemm", "tiny_add"],
-        "rows": rows,
-        "total_ops": len(rows),
-        "truncated": False,
-    }
+    return op_intervals(rows, ["gemm", "tiny_add"])
 
 
 def _run(streams: int, throughput: float, p99: float, ebpf=None) -> dict:
     samples = [p99 * 0.8, p99 * 0.9, p99 * 0.85, p99, p99 * 0.7]
-    return {
-        "schema_version": 1,
-        "kind": "run",
-        "status": "ok",
-        "workload_name": "hetero_kernels",
-        "stream_count": streams,
-        "throughput": throughput,
-        "throughput_unit": "GFLOPS",
-        "latency_ms": {"p50": p99 * 0.85, "p95": p99 * 0.95, "p99": p99, "mean": p99 * 0.85},
-        "iteration_times_ms": samples,
-        "total_time_ms": 1.0,
-        "op_intervals": _rows(streams),
-        "metadata": {"work_per_iteration": 100.0 * streams},
-        "queue_mapping": {
-            "pool_size": 4,
-            "queues_created": min(streams, 4),
-            "stream_to_queue": [s % 4 for s in range(streams)],
-        },
-        "environment": {"backend": "cpu", "cpu_count": 2},
-        "switch_latency": {"switch_overhead_ms": None, "reason": "none"},
-        "concurrency": {"achieved": 1.5},
-        "ops": {"per_label": {}},
-        "warnings": [],
-        "ebpf_queue_metrics": ebpf,
-    }
+    return run_result(
+        streams=streams,
+        throughput=throughput,
+        iteration_times_ms=samples,
+        work_per_iteration=100.0 * streams,
+        cpu_count=2,
+        op_intervals=_rows(streams),
+        ebpf_queue_metrics=ebpf,
+    )
 
 
 def _sweep(tmp_path):
@@ -118,17 +97,16 @@ def test_sweep_report(tmp_path):
 
 @pytest.mark.slow
 def test_run_report_with_ebpf_histogram(tmp_path):
-    ebpf = {
-        "submit_to_dispatch_hist_us": [{"min": 0, "max": 1, "count": 5}, {"min": 2, "max": 3, "count": 9}],
-        "p99_us": 3.0,
-    }
+    hist_ns = [{"min": 1000, "max": 1249, "count": 5}, {"min": 2048, "max": 2559, "count": 9}]
+    ebpf = queue_section("cpu_sched", p99_us=2.5, metrics={"submit_to_dispatch_hist_ns": hist_ns})
     path = tmp_path / "run.json"
     path.write_text(json.dumps(_run(6, 50, 2.0, ebpf=ebpf)))
     out = tmp_path / "rep"
     proc = run_cli("report", str(path), "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     html = _check_html(
-        out, ["latency_distribution.png", "op_timeline.png", "ebpf_queue_submit_to_dispatch_hist.png"]
+        out,
+        ["latency_distribution.png", "op_timeline.png", "ebpf_queue_cpu_sched_submit_to_dispatch_hist.png"],
     )
     assert "all 3 measured iterations" in html
 
@@ -193,8 +171,7 @@ def test_commands_do_not_import_torch(tmp_path, args):
 def test_sweep_table_adds_ebpf_columns_when_traced():
     from aorta.hw_queue_eval.report.tables import sweep_table
 
-    ebpf = {"status": "ok", "submit_to_dispatch_avg_us": 12.3, "submit_to_dispatch_p99_us": 45.7}
-    traced = _run(2, 20, 1.0, ebpf=ebpf)
+    traced = _run(2, 20, 1.0, ebpf=queue_section("cpu_sched", avg_us=12.3, p99_us=45.7))
     sweep = {
         "throughput_unit": "GFLOPS",
         "points": [

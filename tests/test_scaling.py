@@ -5,25 +5,22 @@ from __future__ import annotations
 import pytest
 
 from aorta.hw_queue_eval.analysis.scaling import analyze
+from factories import queue_section, run_result
 
 
 def _result(streams, throughput, p99, work, pool=4, backend="cpu", cores=64, dispatch=None):
-    result = {
-        "stream_count": streams,
-        "throughput": throughput,
-        "latency_ms": {"p99": p99},
-        "metadata": {"work_per_iteration": work},
-        "queue_mapping": {"pool_size": pool},
-        "environment": {"backend": backend, "cpu_count": cores, "env_knobs": {}},
-    }
-    if dispatch is not None:
-        # the engine's layout: the summary of the family that saw the submissions, at top level
-        result["ebpf_queue_metrics"] = {
-            "status": "ok",
-            "source": "cpu_sched",
-            "submit_to_dispatch_p99_us": dispatch,
-        }
-    return result
+    """A run result from the test factory (iterations all `p99` ms long), traced when `dispatch`
+    (the summary family's submit→dispatch P99, µs) is given."""
+    return run_result(
+        streams=streams,
+        throughput=throughput,
+        iteration_times_ms=[p99] * 5,
+        work_per_iteration=work,
+        pool_size=pool,
+        backend=backend,
+        cpu_count=cores,
+        ebpf_queue_metrics=None if dispatch is None else queue_section("cpu_sched", p99_us=dispatch),
+    )
 
 
 def _per_stream_sweep(**kw):
@@ -68,8 +65,8 @@ def test_fixed_work_uses_stream_ratio():
 
 def test_still_scaling_and_unknown_pool():
     results = [
-        _result(1, 10, 1.0, 100, pool=None, backend="cuda"),
-        _result(2, 20, 1.0, 200, pool=None, backend="cuda"),
+        _result(1, 10, 1.0, 100, pool=None, backend="gpu"),
+        _result(2, 20, 1.0, 200, pool=None, backend="gpu"),
     ]
     a = analyze(results, "per_stream")
     assert a.knee_streams is None
@@ -90,9 +87,11 @@ def test_dispatch_p99_is_read_by_its_documented_key_only():
     """Another family's figure never stands in for the summary's, and a failed trace has none."""
     from aorta.hw_queue_eval.analysis.scaling import dispatch_avg_us, dispatch_p99_us
 
-    result = _result(4, 40, 1.0, 400, dispatch=12.5)
-    families = {"gpu_scheduler": {"metrics": {"summary": {"submit_to_dispatch_p99_us": 999.0}}}}
-    result["ebpf_queue_metrics"]["families"] = families
+    other = queue_section("gpu_scheduler", avg_us=500.0, p99_us=999.0)["families"]["gpu_scheduler"]
+    section = queue_section(
+        "cpu_sched", avg_us=None, p99_us=12.5, other_families={"gpu_scheduler": other["metrics"]["summary"]}
+    )
+    result = run_result(ebpf_queue_metrics=section)
     assert dispatch_p99_us(result) == 12.5
     assert dispatch_avg_us(result) is None  # not measured: not borrowed from elsewhere
     result["ebpf_queue_metrics"]["submit_to_dispatch_p99_us"] = None

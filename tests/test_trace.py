@@ -7,7 +7,9 @@ import itertools
 import pytest
 
 from aorta.hw_queue_eval.report.trace import build_trace, busy_stream_counter, validate_trace
+from aorta.hw_queue_eval.results.models import QueueMapping
 from conftest import load_json, run_cli
+from factories import op_intervals, queue_section, run_result
 
 
 @pytest.mark.slow
@@ -67,22 +69,15 @@ def test_busy_counter_merges_a_streams_ops():
 
 
 def test_ebpf_aggregates_become_counters_and_a_marker():
-    result = {
-        "workload_name": "w",
-        "stream_count": 1,
-        "total_time_ms": 2.0,
-        "op_intervals": {
-            "columns": ["iteration", "stream", "queue", "label", "ready_us", "start_us", "end_us"],
-            "labels": ["a"],
-            "rows": [[0, 0, 0, 0, None, 1.0, 2.0]],
-            "total_ops": 1,
-        },
-        "ebpf_queue_metrics": {"total_submissions": 800, "latency": {"p99_us": 45.7}},
-    }
+    result = run_result(
+        streams=1,
+        op_intervals=op_intervals([[0, 0, 0, 0, None, 1.0, 2.0]], ["a"]),
+        ebpf_queue_metrics=queue_section("cpu_sched", submissions=800, p99_us=45.7),
+    )
     trace = build_trace(result)
     assert validate_trace(trace) == []
     counters = {e["name"]: e for e in trace["traceEvents"] if e["ph"] == "C" and e["pid"] == 3}
-    assert counters["ebpf_queue_metrics.latency.p99_us"]["args"] == {"value": 45.7}
+    assert counters["ebpf_queue_metrics.submit_to_dispatch_p99_us"]["args"] == {"value": 45.7}
     marker = next(e for e in trace["traceEvents"] if e["ph"] == "i")
     assert marker["args"]["total_submissions"] == 800
 
@@ -95,22 +90,16 @@ def test_validate_trace_catches_bad_events():
 
 
 def test_gpu_like_result_without_queue_ids():
-    result = {
-        "workload_name": "w",
-        "stream_count": 2,
-        "total_time_ms": 1.0,
-        "queue_mapping": {
-            "pool_size": None,
-            "stream_to_queue": None,
-            "reason": "the GPU runtime assigns hardware queues",
-        },
-        "op_intervals": {
-            "columns": ["iteration", "stream", "queue", "label", "ready_us", "start_us", "end_us"],
-            "labels": ["mm"],
-            "rows": [[0, 0, None, 0, None, 1.0, 5.0], [0, 1, None, 0, None, 2.0, 6.0]],
-            "total_ops": 2,
-        },
-    }
+    rows = [[0, 0, None, 0, None, 1.0, 5.0], [0, 1, None, 0, None, 2.0, 6.0]]
+    result = run_result(
+        streams=2,
+        backend="gpu",
+        pool_size=None,
+        op_intervals=op_intervals(rows, ["mm"]),
+        queue_mapping=QueueMapping(
+            pool_size=None, stream_to_queue=None, reason="the GPU runtime assigns hardware queues"
+        ),
+    )
     trace = build_trace(result)
     assert validate_trace(trace) == []
     assert not [e for e in trace["traceEvents"] if e["ph"] == "X" and e["pid"] == 2]
