@@ -51,21 +51,16 @@ def stats(samples: Sequence[float]) -> Stats:
     return summary
 
 
-def queue_section(
+def queue_summary(
     source: str = "cpu_sched",
     *,
     submissions: int = 100,
     avg_us: float | None = 5.0,
     p99_us: float | None = 20.0,
-    status: str = "ok",
     rings: Sequence[Any] = (0, 1, 2, 3),
-    other_families: dict[str, QueueSummary] | None = None,
-    metrics: dict[str, Any] | None = None,
-) -> EbpfQueueSection:
-    """`ebpf_queue_metrics` as the engine writes it: the `source` family's summary at top level,
-    every family's own summary under families.<name>.metrics.summary (`metrics`: more of the
-    source family's own numbers, e.g. its submit_to_dispatch_hist_ns)."""
-    summary = QueueSummary(
+) -> QueueSummary:
+    """A queue family's `summary`: the keys every queue family reports."""
+    return QueueSummary(
         source=source,
         total_submissions=submissions,
         total_dispatches=submissions,
@@ -73,13 +68,34 @@ def queue_section(
         submit_to_dispatch_avg_us=avg_us,
         submit_to_dispatch_p99_us=p99_us,
     )
-    families: dict[str, Any] = {
-        name: {"metrics": {"summary": fam}, "coverage": {"covered": "test"}}
-        for name, fam in (other_families or {}).items()
+
+
+def family_entry(metrics: dict[str, Any], attached: Sequence[str] = ()) -> dict[str, Any]:
+    """One families.<name> entry as the engine writes it."""
+    return {
+        "metrics": metrics,
+        "coverage": {"covered": "test"},
+        "events_attached": list(attached),
+        "events_missing": {},
     }
-    families[source] = {"metrics": {"summary": summary, **(metrics or {})}, "coverage": {"covered": "test"}}
+
+
+def queue_section(
+    source: str = "cpu_sched",
+    *,
+    status: str = "ok",
+    metrics: dict[str, Any] | None = None,
+    other_families: dict[str, dict[str, Any]] | None = None,
+    **summary: Any,
+) -> EbpfQueueSection:
+    """`ebpf_queue_metrics` as the engine writes it: the `source` family's summary (queue_summary
+    of `summary`) at top level and under families.<source>.metrics.summary beside `metrics` (more
+    of its own numbers); `other_families`: name → metrics of families that attached nothing."""
+    head = queue_summary(source, **summary)
+    families = {name: family_entry(fam) for name, fam in (other_families or {}).items()}
+    families[source] = family_entry({"summary": head, **(metrics or {})}, ["sched:sched_switch"])
     section = EbpfQueueSection(status=status, error=None if status == "ok" else "bpftrace failed")
-    section.update(summary)
+    section.update(head)
     section.update(lost_events=0, families=families)
     return section
 

@@ -9,43 +9,19 @@ import numpy as np
 import pytest
 
 from conftest import run_cli
+from factories import queue_section, run_result
 
 
 def _run(samples, streams=4, workload="hetero_kernels", size="small", work=1e9, ebpf=None):
-    samples = [float(x) for x in samples]
-    lat = {
-        k: float(v)
-        for k, v in zip(
-            ("mean", "p50", "p95", "p99", "min", "max", "std"),
-            (
-                np.mean(samples),
-                *np.percentile(samples, [50, 95, 99]),
-                min(samples),
-                max(samples),
-                np.std(samples),
-            ),
-            strict=True,
-        )
-    }
-    return {
-        "schema_version": 1,
-        "kind": "run",
-        "status": "ok",
-        "error": None,
-        "workload_name": workload,
-        "stream_count": streams,
-        "config": {"size": size, "backend": "cpu", "sync_mode": "per_iteration"},
-        "throughput": work / (np.mean(samples) / 1e3) / 1e9,
-        "throughput_unit": "GFLOPS",
-        "latency_ms": lat,
-        "iteration_times_ms": samples,
-        "metadata": {"work_per_iteration": work},
-        "switch_latency": {"switch_overhead_ms": 0.01},
-        "concurrency": {"achieved": 2.0},
-        "ebpf_queue_metrics": ebpf,
-        "ebpf_memory_metrics": None,
-        "ebpf_vs_cuda_comparison": None,
-    }
+    """A run whose iterations took `samples` ms (tests/factories.py: the layout a run writes)."""
+    return run_result(
+        workload=workload,
+        streams=streams,
+        iteration_times_ms=[float(x) for x in samples],
+        size=size,
+        work_per_iteration=work,
+        ebpf_queue_metrics=ebpf,
+    )
 
 
 def _noisy(median, n, seed):
@@ -241,62 +217,44 @@ def test_upstream_sweep_with_old_latency_layout(tmp_path):
     assert data["tests"][0]["only_in_base"] == ["hetero_kernels @ 1 streams"]
 
 
-def _traced(p99_us, families=None, **extra):
-    """An ebpf_queue_metrics section as the engine writes it (summary, families, bookkeeping)."""
-    return {
-        "status": "ok",
-        "error": None,
-        "submit_to_dispatch": {"p99_us": p99_us},
-        "lost_events": 0,
-        "window": {
+def _traced(p99_us, metrics=None):
+    """An ebpf_queue_metrics section as the engine writes it (summary, families, bookkeeping):
+    cpu_sched heads it; amdgpu attached nothing."""
+    section = queue_section(
+        "cpu_sched", p99_us=p99_us, metrics=metrics, other_families={"amdgpu": {"submits": 0, "jobs": 0}}
+    )
+    section.update(
+        window={
             "start_monotonic_ns": 123456789 + p99_us,
             "stop_monotonic_ns": 223456789,
             "duration_ms": 100.0,
         },
-        "attach_s": 0.4 + p99_us / 1000,
-        "probe_cost": {"ns": p99_us},
-        "families": families or {},
-        **extra,
-    }
+        attach_s=0.4 + p99_us / 1000,
+        probe_cost={"ns": p99_us},
+    )
+    return section
 
 
 @pytest.mark.slow
 def test_ebpf_diff_shows_only_measured_comparable_values(tmp_path):
-    fams = {
-        "cpu_sched": {
-            "events_attached": ["sched:sched_wakeup"],
-            "metrics": {
-                "wakeups": 100,
-                "runq_p99_us": 8.0,  # summary: shown once
-                "summary": {"submit_to_dispatch": {"p99_us": 40}},
-            },
-        },
-        "amdgpu": {"events_attached": [], "metrics": {"submits": 0, "jobs": 0}},
-    }
-    fams_t = {
-        "cpu_sched": {
-            "events_attached": ["sched:sched_wakeup"],
-            "metrics": {
-                "wakeups": 120,
-                "runq_p99_us": 9.0,
-                "summary": {"submit_to_dispatch": {"p99_us": 50}},
-            },
-        },
-        "amdgpu": {"events_attached": [], "metrics": {"submits": 0, "jobs": 0}},
-    }
+    fams = {"wakeups": 100, "runq_p99_us": 8.0}
+    fams_t = {"wakeups": 120, "runq_p99_us": 9.0}
     base = _write(tmp_path, "b.json", _run(_noisy(10, 30, 1), ebpf=_traced(40, fams)))
     test = _write(tmp_path, "t.json", _run(_noisy(10, 30, 2), ebpf=_traced(50, fams_t)))
     untraced = _write(tmp_path, "u.json", _run(_noisy(10, 30, 3)))
     _, data = _compare("-b", base, "-t", test)
     rows = data["tests"][0]["pairs"][0]["ebpf"]["rows"]
     keys = [r["key"] for r in rows]
-    assert keys[0] == "submit_to_dispatch.p99_us"  # summary figures first
+    assert keys[0] == "submit_to_dispatch_p99_us"  # summary figures first, the largest change first
     assert rows[0]["change_pct"] == 25.0
     assert set(keys) == {
-        "submit_to_dispatch.p99_us",
+        "total_submissions",
+        "total_dispatches",
+        "submit_to_dispatch_avg_us",
+        "submit_to_dispatch_p99_us",
         "families.cpu_sched.metrics.wakeups",
         "families.cpu_sched.metrics.runq_p99_us",
-    }  # no timestamps, no 0 → 0,
+    }  # no timestamps, no 0 → 0 (lost_events), the summary once (not again under the family),
     # nothing from the family that did not attach, no bookkeeping (attach_s, probe_cost, window)
     _, data = _compare("-b", untraced, "-t", test)
     note = data["tests"][0]["pairs"][0]["ebpf"]["note"]
@@ -309,13 +267,15 @@ def test_ebpf_diff_shows_only_measured_comparable_values(tmp_path):
 def test_ebpf_lines_capped_unless_verbose(tmp_path):
     many = {f"m{i:02d}": float(i + 1) for i in range(25)}
     many_t = {f"m{i:02d}": float(i + 2) for i in range(25)}
-    base = _write(tmp_path, "b.json", _run(_noisy(10, 30, 1), ebpf={"status": "ok", **many}))
-    test = _write(tmp_path, "t.json", _run(_noisy(10, 30, 2), ebpf={"status": "ok", **many_t}))
+    base = _write(tmp_path, "b.json", _run(_noisy(10, 30, 1), ebpf=queue_section(metrics=many)))
+    test = _write(tmp_path, "t.json", _run(_noisy(10, 30, 2), ebpf=queue_section(metrics=many_t)))
     short = run_cli("compare", "-b", base, "-t", test).stdout
     full = run_cli("compare", "-b", base, "-t", test, "--verbose").stdout
-    assert sum("ebpf_queue_metrics.m" in line for line in short.splitlines()) == 10
-    assert "15 more eBPF values (--verbose shows all)" in short
-    assert sum("ebpf_queue_metrics.m" in line for line in full.splitlines()) == 25
+    # 29 values: the 4 summary figures (first) and the family's 25
+    assert sum("ebpf_queue_metrics." in line for line in short.splitlines()) == 10
+    assert "19 more eBPF values (--verbose shows all)" in short
+    assert sum("ebpf_queue_metrics." in line for line in full.splitlines()) == 29
+    assert sum("cpu_sched.metrics.m" in line for line in full.splitlines()) == 25
 
 
 @pytest.mark.slow

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from aorta.hw_queue_eval.analysis.scaling import analyze
-from factories import queue_section, run_result
+from factories import queue_section, queue_summary, run_result
 
 
 def _result(streams, throughput, p99, work, pool=4, backend="cpu", cores=64, dispatch=None):
@@ -87,10 +87,8 @@ def test_dispatch_p99_is_read_by_its_documented_key_only():
     """Another family's figure never stands in for the summary's, and a failed trace has none."""
     from aorta.hw_queue_eval.analysis.scaling import dispatch_avg_us, dispatch_p99_us
 
-    other = queue_section("gpu_scheduler", avg_us=500.0, p99_us=999.0)["families"]["gpu_scheduler"]
-    section = queue_section(
-        "cpu_sched", avg_us=None, p99_us=12.5, other_families={"gpu_scheduler": other["metrics"]["summary"]}
-    )
+    other = {"summary": queue_summary("gpu_scheduler", avg_us=500.0, p99_us=999.0)}
+    section = queue_section("cpu_sched", avg_us=None, p99_us=12.5, other_families={"gpu_scheduler": other})
     result = run_result(ebpf_queue_metrics=section)
     assert dispatch_p99_us(result) == 12.5
     assert dispatch_avg_us(result) is None  # not measured: not borrowed from elsewhere
