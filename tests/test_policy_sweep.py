@@ -230,15 +230,10 @@ def test_best_policy_only_among_applicable_ones_beyond_noise() -> None:
     noise is not named; a real gain is, with its CI."""
     from aorta.hw_queue_eval.gpu.policies import BUILTIN_POLICIES
     from aorta.hw_queue_eval.sweeps.policy_sweep import summarize
+    from factories import run_result
 
     def point(name, repeat, tput, status="ok"):
-        result = {
-            "throughput": tput,
-            "throughput_unit": "GFLOPS",
-            "stream_count": 8,
-            "workload_name": "w",
-            "latency_ms": {"p50": 100 / tput, "p95": 1, "p99": 1, "iqr": 0.01},
-        }
+        result = run_result(workload="w", streams=8, throughput=tput, iteration_times_ms=[100 / tput] * 5)
         return {
             "key": {"workload": "w", "streams": 8, "policy": name, "repeat": repeat},
             "status": status,
