@@ -178,7 +178,10 @@ def test_run_ebpf_trace_end_to_end(ebpf_ready: None, cli, tmp_path: Path) -> Non
     from factories import schema_problem
 
     assert schema_problem(data) is None  # the published schema, eBPF sections included
+    from aorta.hw_queue_eval.results.models import QUEUE_SUMMARY_KEYS
+
     q = data["ebpf_queue_metrics"]
+    assert set(QUEUE_SUMMARY_KEYS) <= set(q)
     assert q["status"] == "ok"
     assert q["lost_events"] == 0
     assert q["source"] == "cpu_sched"

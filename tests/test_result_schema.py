@@ -83,3 +83,39 @@ def test_factory_fixtures_validate_and_never_layouts_the_tracer_does_not_write()
     # an untraced section (no bpftrace) carries only its status and the reason
     untraced = {"status": "unavailable", "error": "bpftrace not found", "bpftrace": None}
     assert schema_problem({**traced, "ebpf_queue_metrics": untraced}) is None
+
+
+def test_every_section_of_a_real_run_has_exactly_its_models_keys(result_dict):
+    """The models describe what the producers write: a real run's section carries every required
+    key of its model and no key the model does not declare (nested sections too)."""
+    from aorta.hw_queue_eval.results import models
+
+    def check(model, section, where):
+        keys = set(section)
+        assert model.__required_keys__ <= keys, (where, model.__required_keys__ - keys)
+        declared = model.__required_keys__ | model.__optional_keys__
+        assert keys <= declared, (where, keys - declared)
+
+    for key, model in (
+        ("latency_ms", models.Stats),
+        ("switch_latency", models.SwitchLatency),
+        ("concurrency", models.Concurrency),
+        ("ops", models.Ops),
+        ("op_intervals", models.OpIntervals),
+        ("queue_mapping", models.QueueMapping),
+        ("memory", models.Memory),
+        ("verification", models.Verification),
+        ("metadata", models.Metadata),
+        ("instrumentation", models.Instrumentation),
+        ("tool", models.ToolInfo),
+    ):
+        check(model, result_dict[key], key)
+    check(models.Handoffs, result_dict["ops"]["handoffs"], "ops.handoffs")
+    check(models.OpWaits, result_dict["op_intervals"]["waits"], "op_intervals.waits")
+    check(models.GcWindow, result_dict["instrumentation"]["gc"], "instrumentation.gc")
+    for lane, row in result_dict["switch_latency"]["per_lane"].items():
+        check(models.LaneSwitches, row, f"switch_latency.per_lane.{lane}")
+    for pair in result_dict["switch_latency"]["pairs"]:
+        check(models.SwitchPair, pair, "switch_latency.pairs[]")
+    for label, stats in result_dict["ops"]["per_label"].items():
+        check(models.Stats, stats, f"ops.per_label.{label}")
