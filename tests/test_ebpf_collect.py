@@ -370,3 +370,15 @@ def test_queue_summary_is_null_when_the_documented_family_saw_nothing() -> None:
     assert section["total_submissions"] is None
     assert section["summary_reason"].startswith("no queue family saw submissions")
     assert section["families"]["amdgpu"]["metrics"]["summary"]["submit_to_dispatch_p99_us"] == 900.0
+
+
+def test_memory_families_summaries_never_overwrite_each_other() -> None:
+    """The memory section shows every memory family's summary side by side: their keys must be
+    disjoint, or one family's figure would silently replace the other's."""
+    from aorta.ebpf.probes.amd_memory import guide_summary
+    from aorta.ebpf.probes.host_memory import host_summary
+
+    gpu, host = set(guide_summary({}, None)), set(host_summary({}))
+    assert gpu
+    assert host
+    assert not gpu & host

@@ -19,7 +19,9 @@ from aorta.hw_queue_eval.results.models import (
     Instrumentation,
     Metadata,
     OnCpu,
+    OpIntervals,
     Ops,
+    OpWaits,
     TracerSections,
 )
 from aorta.hw_queue_eval.results.run_result import RunResult, collect_environment
@@ -67,7 +69,7 @@ def compact_ops(
     waits: list[tuple[int, int, int, int]] | None = None,
     total_ops: int | None = None,
     total_waits: int | None = None,
-) -> dict[str, Any]:
+) -> OpIntervals:
     """Op intervals as a compact table (µs from window start) for reports and trace export.
 
     `ops` are sorted by start; the first MAX_STORED_OPS become rows. `total_ops` counts every op
@@ -95,20 +97,20 @@ def compact_ops(
                 round(op.end_ns / 1e3, 3),
             ]
         )
-    return {
-        "columns": ["iteration", "stream", "queue", "label", "ready_us", "start_us", "end_us"],
-        "labels": labels,
-        "rows": rows,
-        "truncated": total > len(rows),
-        "total_ops": total,
-        "row_selection": ROW_SELECTION,
-        "waits": {
-            "columns": ["waiter_stream", "waiter_op", "target_stream", "target_op"],
-            "note": "op = ordinal of the op among its stream's ops in the window",
-            "rows": [list(w) for w in wait_rows],
-            "total": len(waits or []) if total_waits is None else total_waits,
-        },
-    }
+    return OpIntervals(
+        columns=["iteration", "stream", "queue", "label", "ready_us", "start_us", "end_us"],
+        labels=labels,
+        rows=rows,
+        truncated=total > len(rows),
+        total_ops=total,
+        row_selection=ROW_SELECTION,
+        waits=OpWaits(
+            columns=["waiter_stream", "waiter_op", "target_stream", "target_op"],
+            note="op = ordinal of the op among its stream's ops in the window",
+            rows=[list(w) for w in wait_rows],
+            total=len(waits or []) if total_waits is None else total_waits,
+        ),
+    )
 
 
 def _handoffs(totals: dict[str, Any] | None) -> Handoffs:
