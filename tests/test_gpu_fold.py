@@ -460,3 +460,25 @@ def test_a_rarely_used_stream_does_not_hold_back_the_lane(monkeypatch: pytest.Mo
     backend.stop_window()
     assert backend.folded_ops().total == 300 * 10 + 6
     assert max(held) <= backend.row_cap + 4 * 10 + 8 + 2  # rows + ~3 iterations + a chunk
+
+
+def test_iteration_events_are_read_in_bounded_memory_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--no-op-timing, per_iteration: no op events, but two per iteration on the timer stream;
+    they are read once CHUNK_ITERATIONS pairs are held, and the times are those of the device."""
+    device = install(monkeypatch)
+    monkeypatch.setattr(gpu, "CHUNK_ITERATIONS", 16)
+    backend = gpu.GpuBackend(2, "cuda:0")
+    backend.set_instrumentation(op_timing=False, iteration_joins=True)
+    backend.start_window()
+    most = 0
+    for iteration in range(200):
+        backend.begin_iteration(iteration)
+        with device.stream(backend.streams[iteration % 2].cuda_stream):
+            device.run((iteration % 5 + 1) * GRID_MS)  # an op of 1..5 grid steps
+        backend.end_iteration()
+        backend.synchronize()
+        most = max(most, backend.live_events())
+        backend.fold_pending()
+    assert most <= 2 * 16 + 1
+    times = backend.iteration_times_ms()
+    assert times == [(i % 5 + 1) * GRID_MS for i in range(200)]
