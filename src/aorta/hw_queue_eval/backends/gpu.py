@@ -246,7 +246,7 @@ class GpuBackend(Backend):
         return times or None
 
     def _release(self) -> None:
-        """Drop every event held and the fold's records (a new window, or close)."""
+        """Drop every event held (a new window, or close)."""
         for pending in self._pending:
             pending.clear()
         self._pending_ops = 0
