@@ -127,20 +127,31 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch):
 
 
 def _watch(backend: gpu.GpuBackend, seen: dict) -> None:
-    """Around each fold_pending: the most events and op records held, and whether the ops left
-    pending after it are never more than a chunk or the ops the device has not finished."""
-    seen.update(events=0, records=0, folds=0, over=0, in_flight=0, unreleased=0)
+    """Around each fold_pending: the most events and op records held (overall, and once the
+    window has more ops than rows), how many events were read inside the window, and whether
+    the ops left pending are never more than the rows (up to the cap), then a chunk or the ops
+    the device has not finished."""
+    seen.update(events=0, records=0, events_past_cap=0, folds=0, over=0, in_flight=0, unreleased=0)
+    seen.update(reads_below_cap=0)
     others = FakeEvent.alive - backend.live_events()  # events of earlier tests not collected yet
     fold_pending = backend.fold_pending
+    cap = harness.MAX_STORED_OPS
 
     def watched() -> None:
+        past_cap = len(TRUTH.ops) > cap
         seen["events"] = max(seen["events"], backend.live_events())
+        if seen.get("read"):  # since the first read past the cap
+            seen["events_past_cap"] = max(seen["events_past_cap"], backend.live_events())
+        seen["read"] = past_cap
         seen["records"] = max(seen["records"], backend.held_op_records())
         fold_pending()
         seen["folds"] += 1
+        if not past_cap:
+            seen["reads_below_cap"] = DEVICE.elapsed_calls
         in_flight = DEVICE.in_flight()
         seen["in_flight"] = max(seen["in_flight"], in_flight)
-        seen["over"] = max(seen["over"], backend.pending_ops - max(gpu.CHUNK_OPS - 1, in_flight))
+        allowed = max(gpu.CHUNK_OPS - 1, in_flight) if past_cap else cap
+        seen["over"] = max(seen["over"], backend.pending_ops - allowed)
         # the fake counts every event object alive: the backend keeps no hidden reference
         seen["unreleased"] = max(seen["unreleased"], FakeEvent.alive - others - backend.live_events())
 
@@ -186,17 +197,20 @@ def _op_figures(result: dict) -> dict:
 def test_below_the_cap_every_op_is_a_row_as_before(
     fake_gpu, monkeypatch: pytest.MonkeyPatch, sync_mode: str
 ) -> None:
-    """Read in chunks of 40 ops during the window, or only at its end (the unfolded path as it
-    was): the same rows and figures, equal to a recomputation from the device's own log."""
+    """A window with fewer ops than the row cap is read after it ends, as before: no event is
+    read inside it even with a chunk of 40 ops, and its rows and figures are those of a
+    recomputation from the device's own log."""
     figures = {}
     for chunk in (40, 10**9):
         monkeypatch.setattr(gpu, "CHUNK_OPS", chunk)
         fake_gpu.reset()
         TRUTH.__init__()
-        result = _run(sync_mode, iterations=60)
+        watch: dict = {}
+        result = _run(sync_mode, iterations=60, watch=watch)
         figures[chunk] = _op_figures(result)
         ops = TRUTH.records()
-        assert 40 * 3 < len(ops) < harness.MAX_STORED_OPS  # read mid-window, never folded
+        assert 40 * 3 < len(ops) < harness.MAX_STORED_OPS
+        assert watch["folds"] == 60 and watch["reads_below_cap"] == 0 and watch["over"] <= 0
         assert result["ops"]["count"] == len(ops)
         assert result["op_intervals"] == harness.compact_ops(
             ops, TRUTH.backend.window_waits(), len(ops), TRUTH.backend.window_wait_count()
@@ -218,10 +232,12 @@ def test_below_the_cap_every_op_is_a_row_as_before(
 def test_past_the_cap_memory_is_bounded_and_the_figures_exact(
     fake_gpu, monkeypatch: pytest.MonkeyPatch, sync_mode: str
 ) -> None:
-    """~6,000 ops, rows capped at 500, ops read in chunks of 64: events and records held stay
-    within one chunk + a few iterations' ops + the rows, whatever the length of the run."""
+    """~6,000 ops, rows capped at 500, ops read in chunks of 64: the events held are the cap's
+    ops' until the window passes the cap, then at most one chunk + an iteration's ops + those the
+    device has not finished, whatever the length of the run; the figures are exact."""
     chunk, cap, streams = 64, 500, 6
     monkeypatch.setattr(gpu, "CHUNK_OPS", chunk)
+    monkeypatch.setattr(gpu, "CHUNK_ITERATIONS", 16)
     monkeypatch.setattr(harness, "MAX_STORED_OPS", cap)
     watch: dict = {}
     result = _run(sync_mode, iterations=400, streams=streams, watch=watch)
@@ -230,15 +246,17 @@ def test_past_the_cap_memory_is_bounded_and_the_figures_exact(
     total = len(ops)
     assert total > 10 * cap
     assert watch["folds"] == 400
-    assert watch["over"] <= 0  # after a read only what the device has not run stays pending
+    assert watch["over"] <= 0  # past the cap, after a read only what is still running stays
     assert watch["unreleased"] <= 0
     if sync_mode == "per_iteration":  # every op before the host wait is read, none queried
         assert watch["in_flight"] == 0
-        assert DEVICE.queries <= 400  # at most each iteration's end event
+        assert DEVICE.queries == 0  # nor an iteration event: all complete after the host wait
     per_iteration_max = streams * Synthetic.MAX_OPS_PER_STREAM
     bound = chunk + per_iteration_max + watch["in_flight"]
-    assert watch["events"] <= 2 * bound + 2 * (chunk + 2) + 2 < total / 5
-    assert watch["records"] <= cap + 2 * bound + streams + 1 < total / 3
+    iteration_events = 2 * (16 + 2) if sync_mode == "per_iteration" else 0
+    assert watch["events_past_cap"] <= 2 * bound + iteration_events + 2 <= watch["events"] < total / 5
+    assert watch["events"] <= 2 * (cap + per_iteration_max) + iteration_events + 2  # the cap's ops
+    assert watch["records"] <= 2 * cap + bound + streams + 1 < total / 3
     # exact over every op
     assert result["ops"]["count"] == result["op_intervals"]["total_ops"] == total
     assert result["op_intervals"]["truncated"] and len(result["op_intervals"]["rows"]) <= cap

@@ -7,14 +7,15 @@ covers all streams without a host sync per stream. In end_only mode there are no
 joins, so iterations may overlap. `set_instrumentation` switches both (the harness measures what
 they cost against an uninstrumented window).
 
-Bounded memory: an op's two events are held only until they are seen complete. Between
-iterations (`fold_pending`, once a chunk of ops is pending) the ops that have completed are read
-(times relative to the window-start event, as always) into op records, handed to the same fold as
-the CPU backend's (run/opfold.py, device lane) and their events released; so are the iteration
-events. An op counts as complete when a `synchronize()` that began after its launch has returned
-(per_iteration mode: every op of the finished iterations, no event queried) or when its end
-event's `query()` says so; a stream's ops are read in order, stopping at its first incomplete op.
-No host wait is ever added for this.
+Bounded memory: a window with no more ops than the row cap is read after it ends, as it always
+was (no host work inside it). Once a window has launched more, its ops are read between
+iterations (`fold_pending`, once a chunk is pending) as they complete: their times (relative to
+the window-start event, as always) become op records for the same fold as the CPU backend's
+(run/opfold.py, device lane) and their events are released. An op counts as complete when a
+`synchronize()` that began after its launch has returned (per_iteration mode: every op of the
+finished iterations, no event queried) or when its end event's `query()` says so; a stream's ops
+are read in order, stopping at its first incomplete op. No host wait is ever added for this.
+Iteration events are read the same way every CHUNK_ITERATIONS iterations.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from aorta.hw_queue_eval.run.opfold import CHUNK_OPS, DEVICE, FoldedOps, LabelTa
 # PyTorch hands out streams from a pool of 32 per device and priority; asking for more aliases
 # silently, so two "streams" would be one. We refuse instead of measuring the wrong thing.
 MAX_DISTINCT_POOL_STREAMS = 32
-CHUNK_ITERATIONS = 1024  # iteration event pairs held before they are read (op timing off)
+CHUNK_ITERATIONS = 1024  # iteration event pairs held before they are read
 
 
 class GpuStream(Stream):
@@ -106,8 +107,9 @@ class GpuBackend(Backend):
         self._pending_ops = 0
         self._launched = 0  # ops launched in the window; the next one's seq
         self._synced = 0  # ops launched before the last synchronize() that returned: complete
+        self._iterations = self._iterations_synced = 0  # iteration event pairs recorded; complete
         self._last_end = [0] * stream_count  # per stream: end of its last op read
-        self._iteration_events: deque[tuple[Any, Any]] = deque()
+        self._iteration_events: deque[tuple[int, Any, Any]] = deque()  # (pair seq, start, end)
         self._iteration_ms: list[float] = []
         self._current_start: Any = None
         self._window_event: Any = None
@@ -122,9 +124,9 @@ class GpuBackend(Backend):
     def synchronize(self) -> None:
         import torch
 
-        launched = self._launched
+        launched, iterations = self._launched, self._iterations
         torch.cuda.synchronize(self._torch_device)  # one host wait, whatever the stream count
-        self._synced = launched
+        self._synced, self._iterations_synced = launched, iterations
 
     def launched_op(self, stream: int, label: str, start: Any, end: Any) -> None:
         """Hold an op's two recorded events until they are read (GpuStream.launch)."""
@@ -139,7 +141,7 @@ class GpuBackend(Backend):
         cap = self.row_cap if self.row_cap is not None else 2**62
         self._fold = OpFold(self.stream_count, self._labels.names, cap, device_lane=True)
         self.fold_ns = 0
-        self._launched = self._synced = 0
+        self._launched = self._synced = self._iterations = self._iterations_synced = 0
         self._last_end = [0] * self.stream_count
         self._iteration_ms = []
         self._window_event = torch.cuda.Event(enable_timing=True)
@@ -174,18 +176,22 @@ class GpuBackend(Backend):
             self._timer.wait_stream(stream.cuda_stream)
         end = torch.cuda.Event(enable_timing=True)
         end.record(self._timer)
-        self._iteration_events.append((self._current_start, end))
+        self._iteration_events.append((self._iterations, self._current_start, end))
+        self._iterations += 1
         self._current_start = None
 
     def fold_pending(self) -> None:
-        """Read the ops (and iteration events) that have completed into the fold, once a chunk
-        is pending; between iterations, never waiting for the device."""
+        """Read the ops that have completed into the fold once a chunk is pending, in a window
+        with more ops than the row cap (a smaller one is read after it ends, as before), and the
+        iteration events every CHUNK_ITERATIONS; between iterations, never waiting."""
         begin = time.perf_counter_ns()
-        if self._pending_ops >= CHUNK_OPS or len(self._iteration_events) >= CHUNK_ITERATIONS:
-            self._read_completed(final=False)
+        if self._pending_ops >= CHUNK_OPS and self._launched > self._fold.row_cap:
+            self._read_ops(final=False)
+        if len(self._iteration_events) >= CHUNK_ITERATIONS:
+            self._read_iterations(final=False)
         self.fold_ns += time.perf_counter_ns() - begin
 
-    def _read_completed(self, final: bool) -> None:
+    def _read_ops(self, final: bool) -> None:
         """Ops whose events are complete → op records (ns from the window-start event) → the
         fold; then the lane gaps of every op no op still pending could precede (devicelane.py).
 
@@ -210,9 +216,12 @@ class GpuBackend(Backend):
         self._fold.add(DEVICE, chunk)
         # ops launched from now on start after every op read so far ended
         self._fold.settle(None if final else min(bounds, default=max(self._last_end)))
+
+    def _read_iterations(self, final: bool) -> None:
+        """Iteration times of the event pairs that completed, in order (final: all)."""
         while self._iteration_events:
-            start, end = self._iteration_events[0]
-            if not final and not end.query():
+            seq, start, end = self._iteration_events[0]
+            if not final and seq >= self._iterations_synced and not end.query():
                 break
             self._iteration_events.popleft()
             self._iteration_ms.append(float(start.elapsed_time(end)))
@@ -221,7 +230,8 @@ class GpuBackend(Backend):
         self.recording = False
         self.dependencies.stop()
         self.synchronize()
-        self._read_completed(final=True)
+        self._read_ops(final=True)
+        self._read_iterations(final=True)
         return self._fold.records(0)
 
     def folded_ops(self) -> FoldedOps | None:
@@ -242,7 +252,9 @@ class GpuBackend(Backend):
         return self._pending_ops + self._fold.held()
 
     def iteration_times_ms(self) -> list[float] | None:
-        times = self._iteration_ms + [float(start.elapsed_time(end)) for start, end in self._iteration_events]
+        times = self._iteration_ms + [
+            float(start.elapsed_time(end)) for _, start, end in self._iteration_events
+        ]
         return times or None
 
     def _release(self) -> None:
