@@ -22,8 +22,8 @@ op (`metrics.lane_gaps`).
 The GPU backend folds its ops here too, as `device_lane`: a stream still runs its ops in order
 (busy time = sum of durations), but the lane is the whole device, where streams overlap, so lane
 gaps come from `devicelane.DeviceLane`; the ready time is unknown there (no delays folded), and
-per stream the gaps between consecutive ops (`stream_gaps`, what the eBPF GPU comparison shows)
-are summed exactly.
+per stream the gaps between consecutive ops (`FoldedOps.stream_gaps_ns`, what the eBPF GPU
+comparison shows) are summed exactly.
 """
 
 from __future__ import annotations
