@@ -453,9 +453,9 @@ def test_device_lane_by_hand() -> None:
 
 def test_a_rarely_used_stream_does_not_hold_back_the_lane(monkeypatch: pytest.MonkeyPatch) -> None:
     """Stream 1 runs one op every 50 iterations (a collective, say) while the device lags the
-    host: an op of its still running must not keep every op since its previous one waiting for
-    a lane gap. It starts after every op seen complete before its launch, so only ops after
-    that wait (a few iterations' worth), not 50 iterations of stream 0's."""
+    host: an idle stream holds nothing back (its next op starts after every op read so far), and
+    while its op runs only the ops read meanwhile wait for their lane gap (a few iterations'
+    worth), not every op since its previous op 50 iterations ago."""
     device = install(monkeypatch)
     monkeypatch.setattr(gpu, "CHUNK_OPS", 8)
     backend = gpu.GpuBackend(2, "cuda:0")
