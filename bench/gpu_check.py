@@ -7,7 +7,9 @@ default) and end_only without it, and each line carries the instrumentation cost
 measured: its window vs an uninstrumented window of the same iterations (`instr_cost` =
 instrumented / uninstrumented − 1). Then, as root (or with sudo -n), the eBPF points of
 _gpu_runtime_points.py: tiny_kernel_stress at 1/4/16 streams with --ebpf-trace --ebpf-gpu-runtime
-(launches seen == ops issued, HW queues vs streams, uprobe cost per launch).
+(launches seen == ops issued, HW queues vs streams, uprobe cost per launch). Last, the windows
+of _gpu_memory_points.py: past 200,000 ops (tiny_kernel_stress 16 streams, 120 and 360
+iterations per_iteration, 120 end_only), the op events held stay bounded and the op count exact.
 Usage: python bench/gpu_check.py [--device cuda:0] [--out DIR]
 """
 
@@ -18,6 +20,7 @@ import subprocess
 import sys
 
 from _gpu_check_args import parse_check_args
+from _gpu_memory_points import run_memory_points
 from _gpu_runtime_points import run_points
 
 POINTS = [(w, s) for w in ("hetero_kernels", "tiny_kernel_stress") for s in (1, 4, 16)]
@@ -91,6 +94,7 @@ def main() -> int:
             continue
         print(json.dumps({"mode": mode, **summarize(json.loads(path.read_text()))}))
     failed += run_points(args.device, args.iterations, out)
+    failed += run_memory_points(args.device)
     return 1 if failed else 0
 
 

@@ -585,6 +585,45 @@ def test_collect_and_gpu_comparison_recomputed_by_hand() -> None:
     assert compare_gpu_runtime(section, [], 2)["coverage_pct"] is None
 
 
+def test_gpu_comparison_past_the_row_cap_counts_every_op() -> None:
+    """A GPU window with more ops than rows: the comparison's harness figures come from the fold
+    (every op), equal to those over every op, not from the rows kept (hand-computed below)."""
+    from aorta.hw_queue_eval.backends.base import OpRecord
+    from aorta.hw_queue_eval.run.opfold import DEVICE, OpFold
+    from aorta.hw_queue_eval.tracing.gpu_runtime_comparison import compare_gpu_runtime
+
+    spans = {0: [(0, 0, 10), (0, 15, 20), (0, 30, 40)], 1: [(0, 0, 4), (0, 5, 6)]}
+    spans[1] += [(1, 100 + i, 100 + i) for i in range(5)]
+    fold = OpFold(2, ["k"], 3, device_lane=True)
+    for stream in (1, 0):  # one chunk per stream, each in its order
+        fold.add(DEVICE, [(it, stream, 0, 0, s, e) for it, s, e in spans[stream]])
+        fold.settle(None)
+    every = sorted(
+        (OpRecord(it, st, None, "k", None, s, e) for st, rows in spans.items() for it, s, e in rows),
+        key=lambda o: (o.start_ns, o.stream),
+    )
+    rows = fold.records(0)
+    assert rows == every[: len(rows)] and len(rows) <= 3
+    metrics = {
+        "streams": [
+            {"stream_index": 0, "handle": "0x1000", "launches": 5, "launch_avg_us": 14.0},
+            {"stream_index": 1, "handle": "0x2000", "launches": 3, "launch_avg_us": 10.0},
+        ],
+        "launches_total": 9,
+        "hw_queues_used": 2,
+    }
+    section = {"families": {"gpu_runtime": {"metrics": metrics}}, "launch_call_avg_us": 12.5}
+    folded = fold.statistics()
+    got = compare_gpu_runtime(section, rows, 2, folded)
+    assert got == compare_gpu_runtime(section, every, 2)
+    assert got["harness_ops"] == 10 and got["coverage_pct"] == 80.0
+    assert [p["ops"] for p in got["per_stream"]] == [3, 7]
+    gaps = [5, 10, 1, 94, 1, 1, 1, 1]  # stream 0: 10→15, 20→30; stream 1: 4→5, 6→100, then 1 ns apart
+    assert got["harness_op_gap_avg_us"] == sum(gaps) / len(gaps) / 1e3
+    # over the rows alone the figures would be wrong: the test can tell the two apart
+    assert compare_gpu_runtime(section, rows, 2)["harness_ops"] == len(rows) < 10
+
+
 @pytest.mark.slow
 @pytest.mark.ebpf
 def test_run_with_the_flag_on_the_cpu_backend_lists_the_family_as_not_attached(cli, tmp_path: Path) -> None:

@@ -4,60 +4,16 @@ the run's window to an uninstrumented window of the same iterations (checked on 
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any
-
 import pytest
 
 from aorta.hw_queue_eval.run.config import RunConfig
 from aorta.hw_queue_eval.run.harness import run_benchmark
-
-
-class FakeEvent:
-    """torch.cuda.Event: counts records; elapsed_time from a fake clock."""
-
-    created = 0
-
-    def __init__(self, enable_timing: bool = False) -> None:
-        FakeEvent.created += 1
-        self.t = 0.0
-
-    def record(self, stream: Any = None) -> None:
-        FakeClock.now += 1.0
-        self.t = FakeClock.now
-
-    def elapsed_time(self, other: FakeEvent) -> float:
-        return other.t - self.t
-
-
-class FakeClock:
-    now = 0.0
-
-
-class FakeStream:
-    """torch.cuda.Stream: counts wait_stream joins."""
-
-    waits = 0
-    serial = 0
-
-    def __init__(self, device: Any = None) -> None:
-        FakeStream.serial += 1
-        self.cuda_stream = FakeStream.serial
-
-    def wait_stream(self, other: FakeStream) -> None:
-        FakeStream.waits += 1
+from fake_cuda import FakeEvent, FakeStream, install
 
 
 @pytest.fixture
 def fake_cuda(monkeypatch):
-    import torch
-
-    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
-    monkeypatch.setattr(torch.cuda, "Stream", FakeStream)
-    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
-    monkeypatch.setattr(torch.cuda, "set_device", lambda d: None)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: None)
-    FakeEvent.created = FakeStream.waits = 0
+    install(monkeypatch)
     from aorta.hw_queue_eval.backends.gpu import GpuBackend
 
     return GpuBackend(4, "cuda:0")
@@ -80,7 +36,7 @@ def test_per_iteration_joins_every_stream_and_times_every_op(fake_cuda):
     _iterate(backend, 3, 2)
     # window start: 4 joins; per iteration: 4 waits on the start event + 4 on the end
     assert FakeStream.waits - waits0 == 4 + 3 * 8
-    assert len(backend.pending) == 3 * 4 * 2
+    assert backend.held_op_records() == 3 * 4 * 2  # below a chunk: nothing read yet
     assert len(backend.iteration_times_ms()) == 3
 
 
@@ -91,7 +47,7 @@ def test_end_only_without_op_timing_adds_nothing_per_iteration(fake_cuda):
     _iterate(backend, 3, 2)
     assert FakeStream.waits - waits0 == 4  # only the window start
     assert FakeEvent.created - events0 == 1  # only the window event
-    assert backend.pending == []
+    assert backend.held_op_records() == 0
     assert backend.iteration_times_ms() is None
     assert backend.stop_window() == []
 

@@ -12,8 +12,7 @@ from typing import Any
 class OpRecord:
     """One measured op. Times are ns on one clock, relative to the window start.
 
-    Slotted. The CPU backend builds these only for the rows a result keeps (opfold); the GPU
-    backend for every op of its window.
+    Slotted. Both backends build these only for the rows a result keeps (opfold).
 
     ready_ns: when the op could have started (enqueued, its stream's previous op done, its waits
     satisfied); None where the backend cannot know it (GPU).

@@ -33,13 +33,11 @@ from aorta.hw_queue_eval.backends.base import (
     WorkerInfo,
 )
 from aorta.hw_queue_eval.run.config import hw_queue_pool_size
-from aorta.hw_queue_eval.run.opfold import FoldedOps, OpFold
+from aorta.hw_queue_eval.run.opfold import CHUNK_OPS, FoldedOps, LabelTable, OpFold
 
 _OP, _WAIT, _MARK, _STOP = 0, 1, 2, 3
 _KIND_NAMES = ("op", "wait", "marker", "stop")
 _PR_SET_NAME = 15
-MAX_LABELS = 4096  # opfold packs label ids into 12 bits
-CHUNK_OPS = 16384  # a worker hands its op records to the host fold in chunks of this many ops
 # Rings kept per queue with their times: at least the eBPF per-queue record cap
 # (aorta.ebpf.probes.cpu_sched.per_queue_cap, ≤ PER_SUBMISSION_CAP), beyond it only counted.
 MAX_KEPT_RINGS = 16384
@@ -306,8 +304,8 @@ class CpuBackend(Backend):
         self._window_start_ns = 0
         self.dependencies = DependencyLog()
         self.stream_count = stream_count
-        self.labels: list[str] = []  # op label by id: workers record the id, not the string
-        self._label_ids: dict[str, int] = {}
+        self._label_table = LabelTable()  # workers record a label's id, not the string
+        self.labels = self._label_table.names
         self._fold = OpFold(stream_count, self.labels, 0)
         self.fold_ns = 0
         self._mapping = assign_queues(stream_count, self.pool_size)
@@ -337,13 +335,7 @@ class CpuBackend(Backend):
 
     def label_id(self, label: str) -> int:
         """The id workers record for `label` (host thread only)."""
-        found = self._label_ids.get(label)
-        if found is None:
-            if len(self.labels) >= MAX_LABELS:
-                raise ValueError(f"a workload may use at most {MAX_LABELS} op labels")
-            found = self._label_ids[label] = len(self.labels)
-            self.labels.append(label)
-        return found
+        return self._label_table.id(label)
 
     def start_window(self) -> None:
         for queue in self._queues:

@@ -6,19 +6,33 @@ waits for at the start and that waits for every worker stream at the end, so the
 covers all streams without a host sync per stream. In end_only mode there are no per-iteration
 joins, so iterations may overlap. `set_instrumentation` switches both (the harness measures what
 they cost against an uninstrumented window).
+
+Bounded memory: a window with no more ops than the row cap is read after it ends, as it always
+was (no host work inside it). Once a window has launched more, its ops are read between
+iterations (`fold_pending`, once a chunk is pending) as they complete: their times (relative to
+the window-start event, as always) become op records for the same fold as the CPU backend's
+(run/opfold.py, device lane) and their events are released. An op counts as complete when a
+`synchronize()` that began after its launch has returned (per_iteration mode: every op of the
+finished iterations, no event queried) or when its end event's `query()` says so; a stream's ops
+are read in order, stopping at its first incomplete op. No host wait is ever added for this.
+Iteration events are read the same way every CHUNK_ITERATIONS iterations.
 """
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from aorta.common.errors import UsageError
 from aorta.hw_queue_eval.backends.base import Backend, DependencyLog, OpRecord, Stream
+from aorta.hw_queue_eval.run.opfold import CHUNK_OPS, DEVICE, FoldedOps, LabelTable, OpFold
 
 # PyTorch hands out streams from a pool of 32 per device and priority; asking for more aliases
 # silently, so two "streams" would be one. We refuse instead of measuring the wrong thing.
 MAX_DISTINCT_POOL_STREAMS = 32
+CHUNK_ITERATIONS = 1024  # iteration event pairs held before they are read
 
 
 class GpuStream(Stream):
@@ -41,7 +55,7 @@ class GpuStream(Stream):
                 start.record(self.cuda_stream)
                 fn()
                 end.record(self.cuda_stream)
-                backend.pending.append((backend.iteration, self.index, label, start, end))
+                backend.launched_op(self.index, label, start, end)
             else:
                 fn()
 
@@ -84,8 +98,19 @@ class GpuBackend(Backend):
         self.iteration_joins = True
         self.dependencies = DependencyLog()
         self.iteration = -1
-        self.pending: list[tuple[int, int, str, Any, Any]] = []
-        self._iteration_events: list[tuple[Any, Any]] = []
+        self.stream_count = stream_count
+        self._labels = LabelTable()
+        self._fold = OpFold(stream_count, self._labels.names, 0, device_lane=True)
+        self.fold_ns = 0
+        # per stream, in launch order: (launch seq, iteration, label id, start event, end event)
+        self._pending: list[deque[tuple[int, int, int, Any, Any]]] = [deque() for _ in range(stream_count)]
+        self._pending_ops = 0
+        self._launched = 0  # ops launched in the window; the next one's seq
+        self._synced = 0  # ops launched before the last synchronize() that returned: complete
+        self._iterations = self._iterations_synced = 0  # iteration event pairs recorded; complete
+        self._last_end = [0] * stream_count  # per stream: end of its last op read
+        self._iteration_events: deque[tuple[int, Any, Any]] = deque()  # (pair seq, start, end)
+        self._iteration_ms: list[float] = []
         self._current_start: Any = None
         self._window_event: Any = None
 
@@ -99,13 +124,26 @@ class GpuBackend(Backend):
     def synchronize(self) -> None:
         import torch
 
+        launched, iterations = self._launched, self._iterations
         torch.cuda.synchronize(self._torch_device)  # one host wait, whatever the stream count
+        self._synced, self._iterations_synced = launched, iterations
+
+    def launched_op(self, stream: int, label: str, start: Any, end: Any) -> None:
+        """Hold an op's two recorded events until they are read (GpuStream.launch)."""
+        self._pending[stream].append((self._launched, self.iteration, self._labels.id(label), start, end))
+        self._launched += 1
+        self._pending_ops += 1
 
     def start_window(self) -> None:
         import torch
 
-        self.pending.clear()
-        self._iteration_events.clear()
+        self._release()
+        cap = self.row_cap if self.row_cap is not None else 2**62
+        self._fold = OpFold(self.stream_count, self._labels.names, cap, device_lane=True)
+        self.fold_ns = 0
+        self._launched = self._synced = self._iterations = self._iterations_synced = 0
+        self._last_end = [0] * self.stream_count
+        self._iteration_ms = []
         self._window_event = torch.cuda.Event(enable_timing=True)
         self._window_event.record(self._timer)
         for stream in self._streams:
@@ -138,27 +176,93 @@ class GpuBackend(Backend):
             self._timer.wait_stream(stream.cuda_stream)
         end = torch.cuda.Event(enable_timing=True)
         end.record(self._timer)
-        self._iteration_events.append((self._current_start, end))
+        self._iteration_events.append((self._iterations, self._current_start, end))
+        self._iterations += 1
         self._current_start = None
+
+    def fold_pending(self) -> None:
+        """Read the ops that have completed into the fold once a chunk is pending, in a window
+        with more ops than the row cap (a smaller one is read after it ends, as before), and the
+        iteration events every CHUNK_ITERATIONS; between iterations, never waiting."""
+        begin = time.perf_counter_ns()
+        if self._pending_ops >= CHUNK_OPS and self._launched > self._fold.row_cap:
+            self._read_ops(final=False)
+        if len(self._iteration_events) >= CHUNK_ITERATIONS:
+            self._read_iterations(final=False)
+        self.fold_ns += time.perf_counter_ns() - begin
+
+    def _read_ops(self, final: bool) -> None:
+        """Ops whose events are complete → op records (ns from the window-start event) → the
+        fold; then the lane gaps of every op no op still pending could precede (devicelane.py).
+
+        final: after the window's last synchronize(), so every op is complete."""
+        base = self._window_event
+        synced = self._synced
+        chunk: list[tuple[int, int, int, int, int, int]] = []
+        bounds = []
+        for stream, pending in enumerate(self._pending):
+            while pending:
+                seq, iteration, label, start, end = pending[0]
+                if seq >= synced and not end.query():
+                    # this op and the stream's later ones start at or after its last op read
+                    bounds.append(self._last_end[stream])
+                    break
+                pending.popleft()  # its events are released with the tuple
+                start_ns = int(base.elapsed_time(start) * 1e6)
+                end_ns = int(base.elapsed_time(end) * 1e6)
+                chunk.append((iteration, stream, label, 0, start_ns, end_ns))
+                self._last_end[stream] = end_ns
+        self._pending_ops -= len(chunk)
+        self._fold.add(DEVICE, chunk)
+        # ops launched from now on start after every op read so far ended
+        self._fold.settle(None if final else min(bounds, default=max(self._last_end)))
+
+    def _read_iterations(self, final: bool) -> None:
+        """Iteration times of the event pairs that completed, in order (final: all)."""
+        while self._iteration_events:
+            seq, start, end = self._iteration_events[0]
+            if not final and seq >= self._iterations_synced and not end.query():
+                break
+            self._iteration_events.popleft()
+            self._iteration_ms.append(float(start.elapsed_time(end)))
 
     def stop_window(self) -> list[OpRecord]:
         self.recording = False
         self.dependencies.stop()
         self.synchronize()
-        base = self._window_event
-        ops = []
-        for iteration, stream, label, start, end in self.pending:
-            start_ns = int(base.elapsed_time(start) * 1e6)
-            end_ns = int(base.elapsed_time(end) * 1e6)
-            ops.append(OpRecord(iteration, stream, None, label, None, start_ns, end_ns))
-        self.pending.clear()
-        ops.sort(key=lambda op: (op.start_ns, op.stream))
-        return ops
+        self._read_ops(final=True)
+        self._read_iterations(final=True)
+        return self._fold.records(0)
+
+    def folded_ops(self) -> FoldedOps | None:
+        return self._fold.statistics()
+
+    @property
+    def pending_ops(self) -> int:
+        """Ops whose events are held, not read yet."""
+        return self._pending_ops
+
+    def live_events(self) -> int:
+        """torch.cuda.Event objects this backend holds (ops and iterations not read yet)."""
+        held = 2 * self._pending_ops + 2 * len(self._iteration_events)
+        return held + (self._window_event is not None) + (self._current_start is not None)
+
+    def held_op_records(self) -> int:
+        """Op records held in host memory: pending events plus what the fold holds."""
+        return self._pending_ops + self._fold.held()
 
     def iteration_times_ms(self) -> list[float] | None:
-        if not self._iteration_events:
-            return None
-        return [float(start.elapsed_time(end)) for start, end in self._iteration_events]
+        times = self._iteration_ms + [
+            float(start.elapsed_time(end)) for _, start, end in self._iteration_events
+        ]
+        return times or None
+
+    def _release(self) -> None:
+        """Drop every event held (a new window, or close)."""
+        for pending in self._pending:
+            pending.clear()
+        self._pending_ops = 0
+        self._iteration_events.clear()
 
     def queue_mapping(self) -> dict[str, Any]:
         return {
@@ -203,4 +307,4 @@ class GpuBackend(Backend):
         }
 
     def close(self) -> None:
-        self.pending.clear()
+        self._release()

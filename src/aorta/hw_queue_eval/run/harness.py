@@ -459,6 +459,7 @@ def _assemble(
                 {
                     "result": result,
                     "ops": ops,
+                    "folded": window.folded,  # every op's figures when `ops` holds only the first
                     "backend": backend,
                     "submissions": submissions,
                     "handoff_totals": handoffs,

@@ -18,6 +18,12 @@ The fold relies on what makes a CPU lane a lane: one worker runs a queue's ops o
 so a stream's ops never overlap (its busy time, the union of its op intervals, is the sum of their
 durations) and the op a lane finished most recently before an op started is the lane's previous
 op (`metrics.lane_gaps`).
+
+The GPU backend folds its ops here too, as `device_lane`: a stream still runs its ops in order
+(busy time = sum of durations), but the lane is the whole device, where streams overlap, so lane
+gaps come from `devicelane.DeviceLane`; the ready time is unknown there (no delays folded), and
+per stream the gaps between consecutive ops (`FoldedOps.stream_gaps_ns`, what the eBPF GPU
+comparison shows) are summed exactly.
 """
 
 from __future__ import annotations
@@ -32,12 +38,33 @@ import numpy as np
 
 from aorta.hw_queue_eval.backends.base import OpRecord
 from aorta.hw_queue_eval.run import metrics
+from aorta.hw_queue_eval.run.devicelane import DeviceLane
 from aorta.hw_queue_eval.run.loghist import RELATIVE_ERROR, LogHistogram, bucket_keys
 
 WORDS = 6  # int64 words per op record: iteration, stream, label, ready, start, end
 _IT, _ST, _LAB, _RDY, _S, _E = range(WORDS)
-_LABEL_LIMIT = 1 << 12  # label ids below this (backends/cpu.py MAX_LABELS)
+MAX_LABELS = 1 << 12  # label ids are packed into 12 bits
+DEVICE = -1  # the queue word of ops on the device lane (GPU: queue unknown, OpRecord.queue None)
+CHUNK_OPS = 16384  # a backend hands its op records to the fold in chunks of about this many ops
 ROW_SELECTION = "the first ops of the window by start time (every op when not truncated)"
+
+
+class LabelTable:
+    """Op label → the small int id an op record carries (ids index `names`)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self._ids: dict[str, int] = {}
+
+    def id(self, label: str) -> int:
+        """The id of `label`, given on first use (host thread only)."""
+        found = self._ids.get(label)
+        if found is None:
+            if len(self.names) >= MAX_LABELS:
+                raise ValueError(f"a workload may use at most {MAX_LABELS} op labels")
+            found = self._ids[label] = len(self.names)
+            self.names.append(label)
+        return found
 
 
 class RunningSummary:
@@ -94,14 +121,23 @@ class RunningSummary:
 
 
 class OpFold:
-    """Every op of one window folded as chunks arrive; the first `row_cap` ops kept as rows."""
+    """Every op of one window folded as chunks arrive; the first `row_cap` ops kept as rows.
 
-    def __init__(self, stream_count: int, labels: list[str], row_cap: int) -> None:
+    device_lane (GPU): one lane for the whole device, ready times unknown (module docstring);
+    chunks then carry `DEVICE` as their queue and `settle` must follow each `add`.
+    """
+
+    def __init__(self, stream_count: int, labels: list[str], row_cap: int, device_lane: bool = False) -> None:
         self.stream_count = stream_count
         self.labels = labels  # the backend's label table (grows as new labels launch)
         self.row_cap = row_cap
+        self.device_lane = device_lane
         self.total = 0
         self.folding = False
+        self._device = DeviceLane(WORDS, _ST, _S, _E) if device_lane else None
+        self.stream_gap_ns = 0  # device lane: Σ per stream of next start − previous end (≥ 0)
+        self.stream_gap_count = 0
+        self._stream_end = np.full(stream_count, -1, dtype=np.int64)  # -1: no op yet
         self._stored: list[tuple[int, Chunk]] = []  # (queue, chunk) until the cap is passed
         self._kept: list[np.ndarray] = []  # rows of 7 words: queue first, then the 6 above
         self._kept_n = 0
@@ -110,11 +146,12 @@ class OpFold:
         self.busy_ns = np.zeros(stream_count, dtype=np.int64)
         self.durations: dict[int, RunningSummary] = defaultdict(RunningSummary)
         self.delays = RunningSummary()
-        self.gaps: dict[tuple[int, int, int, bool], LogHistogram] = defaultdict(LogHistogram)
+        self.gaps: dict[tuple[int | None, int, int, bool], LogHistogram] = defaultdict(LogHistogram)
         self._last: dict[int, np.ndarray] = {}  # queue -> its previous op record
 
     def add(self, queue: int, chunk: Chunk) -> None:
-        """One queue's next ops, in the order it ran them (WORDS-tuples, or an n × WORDS array)."""
+        """One queue's next ops, in the order it ran them (WORDS-tuples, or an n × WORDS array);
+        device lane: `DEVICE` and newly completed ops, each stream's in order."""
         if not len(chunk):
             return
         self.total += len(chunk)
@@ -142,6 +179,10 @@ class OpFold:
         ].astype(np.int64)
         for label in _distinct(lab):
             self.durations[label].add(duration if len(self.labels) == 1 else duration[lab == label])
+        if self._device is not None:
+            self._fold_stream_gaps(c)
+            self._device.push(c)
+            return
         self.delays.add(s - rdy)
         last = self._last.get(queue)
         self._last[queue] = c[-1].copy()
@@ -154,20 +195,64 @@ class OpFold:
                 np.concatenate(([last[i]], col[:-1]))
                 for i, col in ((_IT, it), (_ST, st), (_LAB, lab), (_E, e))
             )
-        same = p_it == it  # a gap only between ops of one iteration
+        self._count_gaps(queue, (p_it, p_st, p_lab, p_end), (it, st, lab, s))
+
+    def _count_gaps(
+        self, lane: int | None, previous: tuple[np.ndarray, ...], ops: tuple[np.ndarray, ...]
+    ) -> None:
+        """Add lane gaps: per op (iteration, stream, label, start) after its previous op
+        (iteration, stream, label, end); a gap only between ops of one iteration."""
+        p_it, p_st, p_lab, p_end = previous
+        it, st, lab, s = ops
+        same = p_it == it
         if not same.all():
             p_st, p_lab, p_end, st, lab, s = (x[same] for x in (p_st, p_lab, p_end, st, lab, s))
         if not len(s):
             return
-        code = (p_lab * _LABEL_LIMIT + lab) * 2 + (p_st != st)
+        code = (p_lab * MAX_LABELS + lab) * 2 + (p_st != st)
         keys = bucket_keys(s - p_end)
         groups = _distinct(code)
         for group in groups:
             pair, sw = divmod(group, 2)
-            after, before = divmod(pair, _LABEL_LIMIT)
-            self.gaps[(queue, after, before, bool(sw))].add_key_array(
+            after, before = divmod(pair, MAX_LABELS)
+            self.gaps[(lane, after, before, bool(sw))].add_key_array(
                 keys if len(groups) == 1 else keys[code == group]
             )
+
+    def _fold_stream_gaps(self, c: np.ndarray) -> None:
+        """Per stream, next start − previous end (clipped at 0) between consecutive ops."""
+        rows = c[np.argsort(c[:, _ST], kind="stable")]  # each stream's ops stay in order
+        st, s, e = rows[:, _ST], rows[:, _S], rows[:, _E]
+        first = np.ones(len(rows), dtype=bool)
+        first[1:] = st[1:] != st[:-1]
+        previous = np.empty_like(e)
+        previous[1:] = e[:-1]
+        previous[first] = self._stream_end[st[first]]
+        known = previous >= 0
+        self.stream_gap_ns += int(np.maximum(s[known] - previous[known], 0).sum())
+        self.stream_gap_count += int(known.sum())
+        last = np.ones(len(rows), dtype=bool)
+        last[:-1] = st[:-1] != st[1:]
+        self._stream_end[st[last]] = e[last]
+
+    def settle(self, horizon: int | None) -> None:
+        """Device lane: give the ops that start before `horizon` their lane gap (None: every op,
+        the window is over). The caller vouches that every op not handed over yet ends after
+        `horizon` and starts at or after it (devicelane.py)."""
+        if self._device is None or not self.folding:
+            return
+        previous, ops = self._device.settle(horizon)
+        if len(ops):
+            self._count_gaps(
+                None,
+                tuple(previous[:, i] for i in (_IT, _ST, _LAB, _E)),
+                tuple(ops[:, i] for i in (_IT, _ST, _LAB, _S)),
+            )
+
+    def held(self) -> int:
+        """Op records this fold holds: stored or kept as rows, and waiting on the device lane."""
+        stored = self.total if not self.folding else self._kept_n
+        return stored + (self._device.held() if self._device is not None else 0)
 
     def _keep(self, queue: int, c: np.ndarray) -> None:
         """Keep the rows that start before the cut; move the cut earlier when over the cap."""
@@ -199,15 +284,22 @@ class OpFold:
         """The kept rows as OpRecords, ns relative to `t0` (once, when the window is over:
         under the cap the stored chunks are freed as their ops are built)."""
         labels = self.labels
+        device = self.device_lane  # queue and ready unknown: None, as the GPU backend reports them
         if not self.folding:  # straight from the tuples, as before the fold existed
             ops = []
             self._stored.reverse()
             while self._stored:
                 q, chunk = self._stored.pop()
-                ops.extend(
-                    OpRecord(it, st, q, labels[lab], rdy - t0, s - t0, e - t0)
-                    for it, st, lab, rdy, s, e in chunk
-                )
+                if device:
+                    ops.extend(
+                        OpRecord(it, st, None, labels[lab], None, s - t0, e - t0)
+                        for it, st, lab, _, s, e in chunk
+                    )
+                else:
+                    ops.extend(
+                        OpRecord(it, st, q, labels[lab], rdy - t0, s - t0, e - t0)
+                        for it, st, lab, rdy, s, e in chunk
+                    )
                 del chunk
             ops.sort(key=lambda op: (op.start_ns, op.stream))
             return ops
@@ -216,7 +308,9 @@ class OpFold:
         ops: list[OpRecord] = []
         for block in range(0, len(rows), 8192):  # small temporary lists: no second copy at peak
             ops.extend(
-                OpRecord(it, st, q, labels[lab], rdy, s, e)
+                OpRecord(it, st, None, labels[lab], None, s, e)
+                if device
+                else OpRecord(it, st, q, labels[lab], rdy, s, e)
                 for q, it, st, lab, rdy, s, e in rows[block : block + 8192].tolist()
             )
         return ops
@@ -273,7 +367,13 @@ class FoldedOps:
             for k, v in sorted(self.fold.durations.items(), key=lambda kv: labels[kv[0]])
         }
 
-    def lane_gap_histograms(self) -> dict[tuple[int, str, str, bool], LogHistogram]:
+    def stream_gaps_ns(self) -> tuple[int, int] | None:
+        """(Σ, count) of per-stream gaps between consecutive ops (device lane); None otherwise."""
+        if not self.fold.device_lane:
+            return None
+        return self.fold.stream_gap_ns, self.fold.stream_gap_count
+
+    def lane_gap_histograms(self) -> dict[tuple[int | None, str, str, bool], LogHistogram]:
         """(lane, previous op label, next op label, switch) → histogram of gaps in ns."""
         labels = self.fold.labels
         return {(q, labels[a], labels[b], sw): h for (q, a, b, sw), h in self.fold.gaps.items()}
@@ -285,7 +385,8 @@ class FoldedOps:
             "ops": self.total,
             "rows_kept": self.fold._kept_n,
             "exact": (
-                "counts, busy times, and count/mean/std/min/max of op durations and ready→start delays"
+                "counts, busy times, and count/mean/std/min/max of op durations"
+                + ("" if self.fold.device_lane else " and ready→start delays")
             ),
             "percentile_relative_error": RELATIVE_ERROR,
             "approximate": (

@@ -37,15 +37,32 @@ def op_gaps_ns(ops: list[Any]) -> list[int]:
     return gaps
 
 
-def compare_gpu_runtime(queue_section: dict[str, Any], ops: list[Any], streams: int | None) -> dict[str, Any]:
-    """The comparison section from the gpu_runtime family; null values carry a reason."""
+def _op_figures(ops: list[Any], folded: Any) -> tuple[int, dict[Any, int], int, int]:
+    """(ops issued, ops per stream, Σ gaps ns, gaps) over every op of the window: from the rows,
+    or from the fold (opfold.FoldedOps) when the window had more ops than rows."""
+    if folded is not None:
+        gap_sum, gap_count = folded.stream_gaps_ns()
+        return folded.total, dict(enumerate(folded.per_stream_op_counts())), gap_sum, gap_count
+    per_stream: dict[Any, int] = defaultdict(int)
+    for op in ops:
+        per_stream[op.stream] += 1
+    gaps = op_gaps_ns(ops)
+    return len(ops), per_stream, sum(gaps), len(gaps)
+
+
+def compare_gpu_runtime(
+    queue_section: dict[str, Any], ops: list[Any], streams: int | None, folded: Any = None
+) -> dict[str, Any]:
+    """The comparison section from the gpu_runtime family; null values carry a reason.
+
+    `ops`: the window's op rows; `folded`: its folded figures when it had more ops than rows."""
     family = ((queue_section.get("families") or {}).get("gpu_runtime") or {}).get("metrics") or {}
     rows = family.get("streams") or []
     joined = [r for r in rows if r.get("stream_index") is not None]
     matched = sum(r["launches"] for r in joined)
-    gaps = op_gaps_ns(ops)
+    issued, per_stream, gap_sum, gap_count = _op_figures(ops, folded)
     reason = None
-    if not ops:
+    if not issued:
         reason = "the harness recorded no ops in the window"
     elif not joined:
         reason = (
@@ -57,7 +74,7 @@ def compare_gpu_runtime(queue_section: dict[str, Any], ops: list[Any], streams: 
         "error": None,
         "formula": FORMULA,
         "kernel_source": "gpu_runtime",
-        "coverage_pct": 100.0 * matched / len(ops) if ops and joined else None,
+        "coverage_pct": 100.0 * matched / issued if issued and joined else None,
         "coverage_meaning": (
             "launches the uprobes saw on the harness's streams per op the harness "
             "issued (< 50 %: events missed; > 100 %: ops launching several kernels)"
@@ -65,20 +82,20 @@ def compare_gpu_runtime(queue_section: dict[str, Any], ops: list[Any], streams: 
         "reason": reason,
         "launches_matched": matched,
         "launches_total": family.get("launches_total"),
-        "harness_ops": len(ops),
+        "harness_ops": issued,
         "per_stream": [
             {
                 "stream": r["stream_index"],
                 "handle": r["handle"],
                 "launches": r["launches"],
-                "ops": sum(1 for op in ops if op.stream == r["stream_index"]),
+                "ops": per_stream.get(r["stream_index"], 0),
                 "launch_call_avg_us": r.get("launch_avg_us"),
             }
             for r in joined
         ],
         "ebpf_launch_call_avg_us": (queue_section.get("launch_call_avg_us")),
         "ebpf_meaning": "host time inside the runtime's launch call (uprobe entry → return)",
-        "harness_op_gap_avg_us": sum(gaps) / len(gaps) / 1e3 if gaps else None,
+        "harness_op_gap_avg_us": gap_sum / gap_count / 1e3 if gap_count else None,
         "harness_meaning": (
             "mean device idle gap between consecutive ops on one stream (GPU "
             "events): next start − previous end"

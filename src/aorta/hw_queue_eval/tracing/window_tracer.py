@@ -139,7 +139,9 @@ def sections_for(
         # per-submission kernel records feed the comparison; the JSON keeps counts and sums
         records = (family.get("metrics") or {}).pop("per_submission", None)
         sections["ebpf_vs_cuda_comparison"] = (
-            compare_gpu_runtime(queue_section, context.get("ops") or [], fam_context["streams"])
+            compare_gpu_runtime(
+                queue_section, context.get("ops") or [], fam_context["streams"], context.get("folded")
+            )
             if queue_section.get("source") == "gpu_runtime"
             else compare_with_harness(
                 queue_section, context.get("submissions"), records, context.get("handoff_totals")
