@@ -68,19 +68,26 @@ def run_cli(
     )
 
 
-def run_cli_inprocess(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli_inprocess(
+    *args: str, env: dict[str, str] | None = None, fakes: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
     """`main(ARGS)` in this process, same exit code and streams as `run_cli`, without starting an
     interpreter: for tests of parsing, validation and their messages. Whatever needs a real
     process (signals, the child environment, cleanup of children, a run's own imports) keeps
-    `run_cli`. An exception escaping main fails the test as a traceback would."""
+    `run_cli`. An exception escaping main fails the test as a traceback would.
+
+    `fakes`: cli_with_fakes.py options (e.g. "--fake-gpu", "nvidia:0"), passed as the same
+    Collaborators that entry point would give main."""
     from click.testing import CliRunner
 
     from aorta.hw_queue_eval.cli import main
+    from cli_with_fakes import parse
 
+    collaborators, _ = parse([*fakes, "--"])
     sigterm = signal.getsignal(signal.SIGTERM)  # main installs its own handler
     with CliRunner().isolation(env=env) as (out, err, _both):
         try:
-            main(list(args))
+            main(list(args), collaborators)
             code: int = 0
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
