@@ -174,10 +174,9 @@ def test_single_node_two_ranks(tmp_path, workload, collectives):
     assert compared.returncode == 0, compared.stderr
 
 
-@pytest.mark.slow
 def test_clock_control_under_torchrun_refused_before_anything_starts(tmp_path):
     env = {"TORCHELASTIC_RUN_ID": "t", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
-    proc = run_cli(
+    proc = run_cli_inprocess(
         "run",
         "moe",
         "--streams",
