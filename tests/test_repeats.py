@@ -56,6 +56,7 @@ def test_repeats_bad_input_exit_2_nothing_written(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # a sibling worker's load leaves no idle core for 4 queues to use
 def test_queue_pool_1_vs_4_detected_over_interleaved_repeats(tmp_path: Path) -> None:
     """GPU_MAX_HW_QUEUES=1 serialises 8 streams on one worker; 4 lets two cores work. Over
     5 interleaved repeats per side (shuffled rounds, so load drift hits both) the run-level test
