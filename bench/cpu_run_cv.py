@@ -17,7 +17,9 @@ above target while the start load was high says the machine was busy, not that t
 noisy: the load lines tell which.
 
 Usage: python bench/cpu_run_cv.py [--rounds 6] [--iterations 30] [--warmup 3] [--against REF]
-       [--json FILE]
+       [--configs WORKLOAD@STREAMS,…] [--json FILE]
+(`--configs` replaces the two configurations, e.g. `--configs hetero_kernels@8`; the control
+always runs.)
 """
 
 from __future__ import annotations
@@ -140,6 +142,22 @@ def summarize(values: list[float], windows: list[float], start_load: float) -> d
     }
 
 
+def parse_configs(text: str) -> tuple[tuple[str, int], ...]:
+    """`--configs hetero_kernels@8,tiny_kernel_stress@16` → ((workload, streams), …)."""
+    from aorta.hw_queue_eval.workloads.registry import workload_names
+
+    configs = []
+    for item in text.split(","):
+        workload, _, streams = item.strip().partition("@")
+        if workload not in workload_names() or not streams.isdigit() or int(streams) < 1:
+            raise UsageError(
+                f"--configs: {item.strip()!r} is not WORKLOAD@STREAMS with a known workload "
+                f"(e.g. hetero_kernels@8; `aorta-hwq list` names them)"
+            )
+        configs.append((workload, int(streams)))
+    return tuple(dict.fromkeys(configs))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=6)
@@ -151,12 +169,19 @@ def main(argv: list[str] | None = None) -> int:
         metavar="REF",
         help="also run the package at this git commit/branch, interleaved",
     )
+    parser.add_argument(
+        "--configs",
+        default=None,
+        metavar="WORKLOAD@STREAMS,…",
+        help=f"configurations to run instead of {','.join(f'{w}@{s}' for w, s in CONFIGS)}",
+    )
     parser.add_argument("--json", default=None, help="also write the numbers here")
     args = parser.parse_args(argv)
     if args.rounds < 2:
         parser.error("--rounds must be at least 2 (a CV needs two runs)")
     tmp = tempfile.mkdtemp(prefix="aorta-cv-bench-")
     try:
+        args.configs = parse_configs(args.configs) if args.configs else CONFIGS
         if args.json:
             check_output_path(args.json)
         states: list[tuple[str, str | None]] = [("this tree", None)]
@@ -172,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_bench(args: argparse.Namespace, states: list[tuple[str, str | None]]) -> int:
     """The interleaved rounds, the table, the JSON."""
-    pairs = [(w, s, label, pkg) for w, s in CONFIGS for label, pkg in states]
+    pairs = [(w, s, label, pkg) for w, s in args.configs for label, pkg in states]
     pairs.append((*CONTROL, "—", None))
     start_loads = os.getloadavg()
     print(f"load at start: {load_text()}", flush=True)

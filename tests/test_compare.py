@@ -1,4 +1,7 @@
-"""compare: known outcomes on synthetic sample sets, pairing by key, bad input, upstream layouts."""
+"""compare: known outcomes on synthetic sample sets, pairing by key, bad input, upstream layouts.
+
+The command runs in-process (main(), same exit code and streams as a real process:
+test_cli.test_inprocess_helper_matches_a_real_process); a real process is not what these check."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli_inprocess as run_cli
 from factories import queue_section, run_result
 
 
@@ -61,7 +64,6 @@ def _verdicts(data, test=0):
 BASE5 = [10.0, 10.3, 9.8, 10.1, 9.9]  # iteration-time medians of five runs (ms)
 
 
-@pytest.mark.slow
 def test_clear_regression_over_runs_exits_1(tmp_path):
     base = _write(tmp_path, "b.json", _repeated(BASE5, seed=1))
     test = _write(tmp_path, "t.json", _repeated([m * 1.3 for m in BASE5], seed=10))
@@ -80,7 +82,6 @@ def test_clear_regression_over_runs_exits_1(tmp_path):
     assert 0.9 < tput["change_ci_level"] <= 1.0
 
 
-@pytest.mark.slow
 def test_clear_improvement_over_runs_exits_0(tmp_path):
     base = _write(tmp_path, "b.json", _repeated(BASE5, seed=1))
     test = _write(tmp_path, "t.json", _repeated([m * 0.75 for m in BASE5], seed=10))
@@ -89,7 +90,6 @@ def test_clear_improvement_over_runs_exits_0(tmp_path):
     assert set(_verdicts(data).values()) == {"improvement"}
 
 
-@pytest.mark.slow
 def test_one_run_per_side_is_inconclusive_whatever_the_change(tmp_path):
     """Iterations of one process are not independent: 30 % apart with tight iterations is still
     one run against one run."""
@@ -107,7 +107,6 @@ def test_one_run_per_side_is_inconclusive_whatever_the_change(tmp_path):
     assert "--repeats" in proc.stdout
 
 
-@pytest.mark.slow
 def test_three_runs_unchanged_or_inconclusive_never_significant(tmp_path):
     base = _write(tmp_path, "b.json", _repeated([10.0, 10.2, 9.9], seed=1))
     same = _write(tmp_path, "s.json", _repeated([10.1, 9.95, 10.05], seed=5))
@@ -119,7 +118,6 @@ def test_three_runs_unchanged_or_inconclusive_never_significant(tmp_path):
     assert "use ≥ 4 per side" in data["tests"][1]["pairs"][0]["metrics"][0]["reason"]
 
 
-@pytest.mark.slow
 def test_measured_noise_floor_decides_a_single_run(tmp_path):
     """A base with 5 runs carries its run-to-run spread; one test run beyond it is a verdict,
     one inside it is not."""
@@ -135,7 +133,6 @@ def test_measured_noise_floor_decides_a_single_run(tmp_path):
     assert _verdicts(data, 1)["throughput"] in ("inconclusive", "unchanged")
 
 
-@pytest.mark.slow
 def test_threshold_option_changes_the_verdict(tmp_path):
     base = _write(tmp_path, "b.json", _repeated(BASE5, seed=1))
     test = _write(tmp_path, "t.json", _repeated([m * 1.12 for m in BASE5], seed=10))
@@ -163,7 +160,6 @@ def _sweep(runs, repeats=False):
     }
 
 
-@pytest.mark.slow
 def test_sweeps_pair_by_stream_count_not_position_and_group_repeats(tmp_path):
     def runs(streams, medians, seed):
         return [_run(_noisy(m, 20, seed + i), streams=streams) for i, m in enumerate(medians)]
@@ -185,7 +181,6 @@ def test_sweeps_pair_by_stream_count_not_position_and_group_repeats(tmp_path):
     assert by_streams == {1: "unchanged", 2: "regression"}
 
 
-@pytest.mark.slow
 def test_upstream_sweep_with_old_latency_layout(tmp_path):
     old = []
     for streams, median in ((1, 10.0), (2, 20.0)):
@@ -235,7 +230,6 @@ def _traced(p99_us, metrics=None):
     return section
 
 
-@pytest.mark.slow
 def test_ebpf_diff_shows_only_measured_comparable_values(tmp_path):
     fams = {"wakeups": 100, "runq_p99_us": 8.0}
     fams_t = {"wakeups": 120, "runq_p99_us": 9.0}
@@ -263,7 +257,6 @@ def test_ebpf_diff_shows_only_measured_comparable_values(tmp_path):
     assert "bench/ebpf_overhead.py" in note
 
 
-@pytest.mark.slow
 def test_ebpf_lines_capped_unless_verbose(tmp_path):
     many = {f"m{i:02d}": float(i + 1) for i in range(25)}
     many_t = {f"m{i:02d}": float(i + 2) for i in range(25)}
@@ -278,7 +271,6 @@ def test_ebpf_lines_capped_unless_verbose(tmp_path):
     assert sum("cpu_sched.metrics.m" in line for line in full.splitlines()) == 25
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("test_data", "message"),
     [
@@ -299,7 +291,6 @@ def test_bad_or_mismatched_files_exit_2(tmp_path, test_data, message):
     assert "Traceback" not in proc.stderr
 
 
-@pytest.mark.slow
 def test_markdown_output(tmp_path):
     base = _write(tmp_path, "b.json", _repeated(BASE5, seed=1))
     test = _write(tmp_path, "t.json", _repeated([m * 1.3 for m in BASE5], seed=10))
@@ -310,7 +301,6 @@ def test_markdown_output(tmp_path):
     assert proc.stdout.rstrip().endswith("runs per point: 5)")
 
 
-@pytest.mark.slow
 def test_policy_sweeps_pair_by_policy(tmp_path):
     def policy_file(values):
         return {
@@ -335,7 +325,6 @@ def test_policy_sweeps_pair_by_policy(tmp_path):
     assert verdicts == {"baseline": "regression", "high_queue": "unchanged"}
 
 
-@pytest.mark.slow
 def test_same_point_twice_without_repeat_numbers_is_exit_2(tmp_path):
     twice = _write(
         tmp_path, "t.json", _sweep([_run(_noisy(10, 30, 1), streams=2), _run(_noisy(10, 30, 2), streams=2)])

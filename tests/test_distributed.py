@@ -13,7 +13,7 @@ import pytest
 from aorta.common.errors import UsageError
 from aorta.hw_queue_eval.distributed.torchrun import combine, format_rank_table, torchrun_env
 from aorta.hw_queue_eval.results.run_result import validate_run_dict
-from conftest import CLI_WITH_FAKES, load_json, run_cli, wait_until_measuring
+from conftest import CLI_WITH_FAKES, load_json, run_cli, run_cli_inprocess, wait_until_measuring
 
 
 def test_not_under_torchrun_without_its_environment():
@@ -170,14 +170,13 @@ def test_single_node_two_ranks(tmp_path, workload, collectives):
         assert collectives <= set(rank["ops"]["per_label"])  # issued on the comms stream
     assert "straggler" in stdout
     assert "aggregate:" in stdout
-    compared = run_cli("compare", "-b", str(out), "-t", str(out), "--json")
+    compared = run_cli_inprocess("compare", "-b", str(out), "-t", str(out), "--json")
     assert compared.returncode == 0, compared.stderr
 
 
-@pytest.mark.slow
 def test_clock_control_under_torchrun_refused_before_anything_starts(tmp_path):
     env = {"TORCHELASTIC_RUN_ID": "t", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
-    proc = run_cli(
+    proc = run_cli_inprocess(
         "run",
         "moe",
         "--streams",

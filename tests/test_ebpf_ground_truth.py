@@ -198,6 +198,7 @@ def _realtime_allowed() -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two CPUs: host on one, queue on the other")
 @pytest.mark.skipif(
     not _realtime_allowed(),

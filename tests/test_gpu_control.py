@@ -1,7 +1,10 @@
 """GPU clock/power control against fake nvidia-smi / rocm-smi executables (a real process boundary).
 
 The workload runs on the CPU backend; the CLI runs through tests/cli_with_fakes.py, whose GpuLocator
-points the control at a fake GPU (production has no such switch).
+points the control at a fake GPU (production has no such switch). Runs that measure, are stopped
+or are killed are real processes; refusals before any benchmark starts and `restore` call main()
+in-process with the same collaborators (run_cli_inprocess(fakes=…)); the vendor tools stay
+real processes either way.
 Every exit path — normal, error, SIGTERM, kill -9 then `restore` or the next start — must leave
 the simulated device exactly as found, and only the target device may be touched.
 """
@@ -19,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cli_command, load_json, run_cli, wait_until_measuring
+from conftest import cli_command, load_json, run_cli, run_cli_inprocess, wait_until_measuring
 from fake_smi import FakeGpus, initial_state
 
 FAST = ("-d", "cpu", "-i", "3", "-w", "1", "--size", "small")
@@ -146,7 +149,7 @@ def test_amd_apply_verify_restore(fake: FakeGpus, tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_setting_that_does_not_take_effect_is_an_error_and_restored(fake: FakeGpus, tmp_path: Path) -> None:
     out = tmp_path / "o.json"
-    proc = run_cli(
+    proc = run_cli_inprocess(
         "run",
         "hetero_kernels",
         "--streams",
@@ -167,9 +170,8 @@ def test_setting_that_does_not_take_effect_is_an_error_and_restored(fake: FakeGp
     assert fake.state_files() == []
 
 
-@pytest.mark.slow
 def test_missing_privileges_is_a_clear_error(fake: FakeGpus) -> None:
-    proc = run_cli(
+    proc = run_cli_inprocess(
         "run",
         "hetero_kernels",
         "--streams",
@@ -187,9 +189,8 @@ def test_missing_privileges_is_a_clear_error(fake: FakeGpus) -> None:
     assert fake.state_files() == []
 
 
-@pytest.mark.slow
 def test_power_outside_device_limits_refused_before_any_change(fake: FakeGpus) -> None:
-    proc = run_cli(
+    proc = run_cli_inprocess(
         "run",
         "hetero_kernels",
         "--streams",
@@ -206,9 +207,10 @@ def test_power_outside_device_limits_refused_before_any_change(fake: FakeGpus) -
     assert [v for v in _verbs(fake.calls()) if not v.startswith("read")] == []
 
 
-@pytest.mark.slow
 def test_cpu_backend_refuses_clock_and_power(fake: FakeGpus) -> None:
-    proc = run_cli("run", "hetero_kernels", "--streams", "4", *FAST, "--power-limit", "200", env=fake.env())
+    proc = run_cli_inprocess(
+        "run", "hetero_kernels", "--streams", "4", *FAST, "--power-limit", "200", env=fake.env()
+    )
     assert proc.returncode == 2
     assert "not applicable on the CPU backend" in proc.stderr
     assert fake.calls() == []
@@ -245,12 +247,12 @@ def _kill9_mid_run(fake: FakeGpus) -> None:
 @pytest.mark.slow
 def test_kill9_then_restore_command(fake: FakeGpus) -> None:
     _kill9_mid_run(fake)
-    proc = run_cli("restore", env=fake.env())
+    proc = run_cli_inprocess("restore", env=fake.env())
     assert proc.returncode == 0, proc.stderr
     assert "restored nvidia GPU 0 to its prior state" in proc.stdout
     assert fake.devices() == initial_state()
     assert fake.state_files() == []
-    again = run_cli("restore", env=fake.env())
+    again = run_cli_inprocess("restore", env=fake.env())
     assert again.returncode == 0
     assert "nothing to restore" in again.stdout
 
@@ -259,7 +261,7 @@ def test_kill9_then_restore_command(fake: FakeGpus) -> None:
 def test_restore_reports_as_json_file(fake: FakeGpus, tmp_path: Path) -> None:
     _kill9_mid_run(fake)
     out = tmp_path / "restore.json"
-    proc = run_cli("restore", "--json", "-o", str(out), env=fake.env())
+    proc = run_cli_inprocess("restore", "--json", "-o", str(out), env=fake.env())
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
     assert json.loads(proc.stdout) == data
@@ -394,12 +396,11 @@ def test_ctrl_c_mid_run_restores(fake: FakeGpus) -> None:
     assert fake.state_files() == []
 
 
-@pytest.mark.slow
 def test_policy_power_out_of_range_stops_before_any_run(fake: FakeGpus, tmp_path: Path) -> None:
     policies = tmp_path / "p.toml"
     policies.write_text("[policies.too_hot]\npower_limit_w = 450\n")
     out = tmp_path / "o.json"
-    proc = run_cli(
+    proc = run_cli_inprocess(
         "policy-sweep",
         "hetero_kernels",
         "--streams",
@@ -437,10 +438,9 @@ def test_restore_does_not_need_torch(fake: FakeGpus) -> None:
     assert "nothing to restore" in proc.stdout
 
 
-@pytest.mark.slow
 def test_missing_vendor_tool_is_a_clear_error_before_the_benchmark(fake: FakeGpus, tmp_path: Path) -> None:
     out = tmp_path / "o.json"
-    proc = run_cli(
+    proc = run_cli_inprocess(
         "run",
         "hetero_kernels",
         "--streams",
@@ -470,7 +470,7 @@ def test_unrestorable_state_file_warns_plain_runs_and_stops_control(fake: FakeGp
     assert "warning:" in plain.stderr
     assert "could not put GPU 0 back as found" in plain.stderr
     assert len(fake.state_files()) == 1, "kept for a later restore"
-    control = run_cli(
+    control = run_cli_inprocess(
         "run",
         "hetero_kernels",
         "--streams",
@@ -483,7 +483,7 @@ def test_unrestorable_state_file_warns_plain_runs_and_stops_control(fake: FakeGp
     )
     assert control.returncode == 3, control.stderr  # a device left changed, not a typo
     assert "could not put GPU 0 back" in control.stderr
-    restore = run_cli("restore", env=fake.env())
+    restore = run_cli_inprocess("restore", env=fake.env())
     assert restore.returncode == 0, restore.stderr
     assert fake.devices() == initial_state()
     assert fake.state_files() == []

@@ -126,7 +126,6 @@ def _sweep_checkpoint(path: Path) -> str:
     return path.read_text()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv",
     [
@@ -140,7 +139,7 @@ def test_a_sweep_checkpoint_is_not_replaced_without_force(tmp_path, argv):
     out = tmp_path / "sweep.json"
     before = _sweep_checkpoint(out)
     base = _write(tmp_path, "b.json", _run(_noisy(10, 30, 1)))
-    proc = run_cli(*[a.format(out=out, base=base) for a in argv])
+    proc = run_cli_inprocess(*[a.format(out=out, base=base) for a in argv])
     one_line_error(proc, "already holds a sweep file")
     assert "--force" in proc.stderr
     assert out.read_text() == before
@@ -150,18 +149,17 @@ def test_a_sweep_checkpoint_is_not_replaced_without_force(tmp_path, argv):
 def test_force_replaces_and_a_run_result_may_be_rewritten(tmp_path):
     out = tmp_path / "r.json"
     _sweep_checkpoint(out)
-    first = run_cli("run", "hetero_kernels", "--streams", "1", *TINY, "-o", str(out), "--force")
+    first = run_cli_inprocess("run", "hetero_kernels", "--streams", "1", *TINY, "-o", str(out), "--force")
     assert first.returncode == 0, first.stderr
     assert load_json(out)["kind"] == "run"
-    again = run_cli("run", "hetero_kernels", "--streams", "1", *TINY, "-o", str(out))
+    again = run_cli_inprocess("run", "hetero_kernels", "--streams", "1", *TINY, "-o", str(out))
     assert again.returncode == 0, again.stderr  # a run result is replaced by a run result
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("trace", ["{d}/r.json", "{d}/./r.json", "{d}/link/r.json"])
 def test_result_and_trace_on_the_same_file_refused(tmp_path, trace):
     (tmp_path / "link").symlink_to(tmp_path)
-    proc = run_cli(
+    proc = run_cli_inprocess(
         "run",
         "hetero_kernels",
         "--streams",
@@ -229,12 +227,12 @@ def test_disk_full_run_keeps_the_result_in_a_private_temp_file(full_disk, tmp_pa
     assert sorted(os.listdir(full_disk)) == ["filler"], "no temp file left on the full disk"
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the report draws its plots (matplotlib)
 def test_disk_full_report_leaves_no_folder_and_compare_is_one_line(full_disk, tmp_path):
     base = _write(tmp_path, "b.json", _run(_noisy(10, 30, 1)))
-    report = run_cli("report", base, "-o", str(full_disk / "rep"))
+    report = run_cli_inprocess("report", base, "-o", str(full_disk / "rep"))
     one_line_error(report, "No space left on device")
-    compare = run_cli("compare", "-b", base, "-t", base, "-o", str(full_disk / "c.json"))
+    compare = run_cli_inprocess("compare", "-b", base, "-t", base, "-o", str(full_disk / "c.json"))
     one_line_error(compare, "No space left on device")
     assert sorted(os.listdir(full_disk)) == ["filler"]
 
@@ -325,12 +323,11 @@ def fake(tmp_path: Path) -> FakeGpus:
     return FakeGpus(tmp_path)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("vendor", ["nvidia", "amd"])
 def test_a_valid_state_file_restores(fake, vendor):
     fake.state_dir.mkdir(mode=0o700)
     (fake.state_dir / f"gpu-{vendor}-0.json").write_text(json.dumps(_state(vendor)))
-    proc = run_cli("restore", env=fake.env())
+    proc = run_cli_inprocess("restore", env=fake.env())
     assert proc.returncode == 0, proc.stderr
     assert f"restored {vendor} GPU 0" in proc.stdout
     assert fake.state_files() == []
@@ -361,7 +358,6 @@ def test_restore_refuses_a_bad_state_file_and_leaves_it(fake, vendor, field, val
 EVIL = "x](https://evil.example) <img src=x onerror=alert(1)>\n# Owned | col *bold* `code`"
 
 
-@pytest.mark.slow
 def test_markdown_escapes_strings_from_the_input_files(tmp_path):
     base_data = _run(_noisy(10, 30, 1), workload=EVIL)
     test_data = _run(_noisy(12, 30, 2), workload=EVIL)
@@ -369,7 +365,7 @@ def test_markdown_escapes_strings_from_the_input_files(tmp_path):
         data["throughput_unit"] = "[u](javascript:alert(1))"
     base = _write(tmp_path, "b.json", base_data)
     test = _write(tmp_path, "t.json", test_data)
-    proc = run_cli("compare", "-b", base, "-t", test, "--markdown")
+    proc = run_cli_inprocess("compare", "-b", base, "-t", test, "--markdown")
     assert proc.returncode in (0, 1), proc.stderr
     text = proc.stdout
     assert "| Point | Metric |" in text  # the table is there …

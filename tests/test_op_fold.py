@@ -242,6 +242,7 @@ _RSS_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # two fresh processes that import torch
 def test_peak_rss_stays_flat_with_iterations() -> None:
     """N = 150 and 4N = 600 iterations (38,400 and 153,600 ops; rows capped at 5,000): before
     the fold every op stayed in memory (~340-500 B each: 40-60 MB more at 4N); now the figures

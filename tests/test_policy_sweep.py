@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import load_json, run_cli
+from conftest import load_json, run_cli, run_cli_inprocess
 from fake_smi import FakeGpus, initial_state
 
 FAST = ("-d", "cpu", "-i", "4", "-w", "1", "--size", "small")
@@ -165,18 +165,18 @@ def test_repeats_shuffle_and_resume(tmp_path: Path, fake: FakeGpus) -> None:
     assert row["latency_ms"]["p50"] == pytest.approx(  # median over repeats of each P50
         float(np.median([r["latency_p50_ms"] for r in row["runs"]]))
     )
-    cmp = run_cli("compare", "-b", str(out), "-t", str(out), "--json")
+    cmp = run_cli_inprocess("compare", "-b", str(out), "-t", str(out), "--json")
     assert cmp.returncode == 0, cmp.stderr
     pairs = json.loads(cmp.stdout)["tests"][0]["pairs"]
     assert sorted(p["policy"] for p in pairs) == ["baseline", "multi_tenant_fair"]
     assert {m["base_n"] for p in pairs for m in p["metrics"]} == {2}, "runs are the samples"
-    again = run_cli(*args, "--resume", env=fake.env())
+    again = run_cli_inprocess(*args, "--resume", env=fake.env())  # every point kept: no child
     assert again.returncode == 0, again.stderr
     assert again.stderr.count("kept from") == 4
-    fresh = run_cli(*args, env=fake.env())
+    fresh = run_cli_inprocess(*args, env=fake.env())
     assert fresh.returncode == 2
     assert "already holds 4 finished policy-sweep points" in fresh.stderr
-    other = run_cli(
+    other = run_cli_inprocess(
         "policy-sweep",
         "hetero_kernels",
         "--streams",

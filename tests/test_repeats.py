@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from aorta.hw_queue_eval.results.run_result import run_result_schema
-from conftest import load_json, run_cli
+from conftest import load_json, run_cli, run_cli_inprocess
 
 SMALL = ("-d", "cpu", "--size", "small", "-i", "6", "-w", "1")
 
@@ -35,21 +35,20 @@ def test_two_identical_repeated_runs_compare_without_regression(tmp_path: Path) 
         assert data["throughput"] == pytest.approx(float(np.median(tputs)))  # representative
         assert block["stats"]["throughput"]["level"] == pytest.approx(0.75)
         assert "REPEATS (3 of 3 ok" in proc.stdout
-    cmp = run_cli("compare", "-b", files[0], "-t", files[1], "--json")
+    cmp = run_cli_inprocess("compare", "-b", files[0], "-t", files[1], "--json")
     assert cmp.returncode == 0, cmp.stdout + cmp.stderr
     pair = json.loads(cmp.stdout)["tests"][0]["pairs"][0]
     assert pair["runs"] == [3, 3]
     assert {m["verdict"] for m in pair["metrics"]} <= {"unchanged", "inconclusive"}
 
 
-@pytest.mark.slow
 def test_repeats_bad_input_exit_2_nothing_written(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     for extra, message in (
         (("--repeats", "0"), "--repeats must be ≥ 1"),
         (("--repeats", "2", "--trace-out", str(tmp_path / "t.json")), "use it without --repeats"),
     ):
-        proc = run_cli("run", "hetero_kernels", "--streams", "2", *SMALL, *extra, "-o", str(out))
+        proc = run_cli_inprocess("run", "hetero_kernels", "--streams", "2", *SMALL, *extra, "-o", str(out))
         assert proc.returncode == 2, proc.stderr
         assert message in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr
@@ -57,6 +56,7 @@ def test_repeats_bad_input_exit_2_nothing_written(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # a sibling worker's load leaves no idle core for 4 queues to use
 def test_queue_pool_1_vs_4_detected_over_interleaved_repeats(tmp_path: Path) -> None:
     """GPU_MAX_HW_QUEUES=1 serialises 8 streams on one worker; 4 lets two cores work. Over
     5 interleaved repeats per side (shuffled rounds, so load drift hits both) the run-level test

@@ -1,4 +1,7 @@
-"""report: PNGs and one self-contained HTML page for sweeps and runs; no torch import."""
+"""report: PNGs and one self-contained HTML page for sweeps and runs; no torch import.
+
+The report itself runs in-process (main(), same exit code and streams as a real process); the
+no-torch check keeps a fresh interpreter, the only place an import can be seen."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli_inprocess as run_cli
 from factories import op_intervals, queue_section, run_result
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

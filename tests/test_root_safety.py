@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from aorta.common.procs import child_environment, python_module_command
-from conftest import load_json, run_cli
+from conftest import load_json, run_cli_inprocess
 
 NOBODY = 65534
 SETPRIV = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
@@ -282,7 +282,6 @@ LINKED_OUTPUT_CASES = [
 ]
 
 
-@pytest.mark.slow
 @needs_root
 @pytest.mark.parametrize("argv", LINKED_OUTPUT_CASES, ids=lambda a: " ".join(a[:3]))
 def test_no_write_through_a_planted_folder_link(planted_link, tmp_path, argv):
@@ -290,7 +289,7 @@ def test_no_write_through_a_planted_folder_link(planted_link, tmp_path, argv):
     fixture = tmp_path / "base.json"  # outputs are checked before inputs are read
     fixture.write_text("{}")
     args = [a.format(link=link, fixture=fixture) for a in argv]
-    proc = run_cli(*args, env={"AORTA_STATE_DIR": str(tmp_path / "state"), "SUDO_UID": ""})
+    proc = run_cli_inprocess(*args, env={"AORTA_STATE_DIR": str(tmp_path / "state"), "SUDO_UID": ""})
     assert proc.returncode == 2, proc.stderr
     assert "could have planted" in proc.stderr or "symbolic link" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
@@ -372,7 +371,6 @@ def test_report_folder_race_with_a_planted_link(world):
 # -- 5. planted checkpoints ----------------------------------------------------------------------
 
 
-@pytest.mark.slow
 @needs_root
 @pytest.mark.parametrize("plant", ["owner", "mode"])
 def test_resume_refuses_a_checkpoint_root_does_not_trust(tmp_path, plant):
@@ -382,7 +380,7 @@ def test_resume_refuses_a_checkpoint_root_does_not_trust(tmp_path, plant):
         os.chown(out, NOBODY, NOBODY)
     else:
         os.chmod(out, 0o666)
-    proc = run_cli(
+    proc = run_cli_inprocess(
         "sweep", "hetero_kernels", "--streams", "1", *TINY, "-o", str(out), "--resume", env={"SUDO_UID": ""}
     )
     assert proc.returncode == 2, proc.stderr
@@ -391,13 +389,12 @@ def test_resume_refuses_a_checkpoint_root_does_not_trust(tmp_path, plant):
     assert "Traceback" not in proc.stderr
 
 
-@pytest.mark.slow
 @needs_root
 def test_resume_accepts_the_invoking_users_checkpoint(tmp_path):
     out = tmp_path / "s.json"
     out.write_text(json.dumps({"kind": "sweep", "fingerprint": "x", "points": []}))
     os.chown(out, NOBODY, NOBODY)
-    proc = run_cli(
+    proc = run_cli_inprocess(
         "sweep",
         "hetero_kernels",
         "--streams",

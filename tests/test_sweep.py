@@ -97,10 +97,10 @@ def test_kill_9_mid_sweep_then_resume_loses_nothing(tmp_path):
     assert 2 <= len(before) < 4, "the sweep must be killed half-way"
     json.loads(out.read_text())  # still valid JSON after kill -9
 
-    again = run_cli(*args)  # without --resume: refuses to overwrite finished points
+    again = run_cli_inprocess(*args)  # without --resume: refuses to overwrite finished points
     assert again.returncode == 2
     assert "--resume" in again.stderr
-    other = run_cli(
+    other = run_cli_inprocess(
         "sweep",
         "hetero_kernels",
         "--streams",
@@ -236,10 +236,10 @@ def test_sweep_repeats_interleave_and_analyse_over_runs(tmp_path):
     assert analysis["throughput_ci"][0] == pytest.approx(ones)  # [min, max] of two runs
     assert "Runs" in proc.stdout
     assert "confidence unknown" in proc.stdout
-    cmp = run_cli("compare", "-b", str(out), "-t", str(out), "--json")
+    cmp = run_cli_inprocess("compare", "-b", str(out), "-t", str(out), "--json")
     assert cmp.returncode == 0
     assert [p["runs"] for p in json.loads(cmp.stdout)["tests"][0]["pairs"]] == [[2, 2], [2, 2]]
-    again = run_cli(
+    again = run_cli_inprocess(  # every point kept: no child starts
         "sweep", "hetero_kernels", "--streams", "1,2", *TINY, "--repeats", "2", "-o", str(out), "--resume"
     )
     assert again.returncode == 0

@@ -8,14 +8,14 @@ import pytest
 
 from aorta.hw_queue_eval.report.trace import build_trace, busy_stream_counter, validate_trace
 from aorta.hw_queue_eval.results.models import QueueMapping
-from conftest import load_json, run_cli
+from conftest import load_json, run_cli_inprocess
 from factories import op_intervals, queue_section, run_result
 
 
 @pytest.mark.slow
 def test_run_trace_out_structure(tmp_path):
     trace_path, result_path = tmp_path / "t.trace.json", tmp_path / "r.json"
-    proc = run_cli(
+    proc = run_cli_inprocess(  # the run's outputs are what is checked, not its process
         "run",
         "hetero_kernels",
         "--streams",
