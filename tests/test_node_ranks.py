@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -46,6 +47,22 @@ sys.stdin.readline()
 """
 
 PLAN = [(5, 3), (9, 40)]  # (launches, mmaps) per rank slot: different, so a mix-up shows
+
+
+def _voluntary_switches(pid: int) -> int:
+    """The process's main thread's voluntary context switches so far (/proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("voluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no voluntary_ctxt_switches in /proc/{pid}/status")
+
+
+def _wait_until(condition, timeout_s: float = 30.0) -> None:
+    """Poll until condition() holds; fail the test after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.005)
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +122,7 @@ def test_one_program_for_two_ranks_gives_each_its_own_launches_doorbells_and_mma
         session = engine.start_session(program, ready)
         session.window_start()
         streams = []
+        blocked_before = [_voluntary_switches(rank.pid) for rank in ranks]
         for rank in ranks:
             assert rank.stdin is not None and rank.stdout is not None
             rank.stdin.write("go\n")
@@ -112,6 +130,9 @@ def test_one_program_for_two_ranks_gives_each_its_own_launches_doorbells_and_mma
         for rank in ranks:
             streams.append({int(s) for s in rank.stdout.readline().split()})
         tasks = [{int(t) for t in os.listdir(f"/proc/{rank.pid}/task")} for rank in ranks]
+        for rank, before in zip(ranks, blocked_before, strict=True):
+            # each rank blocks on its next readline inside the window (a switch the window must see)
+            _wait_until(lambda: _voluntary_switches(rank.pid) > before)  # noqa: B023
         session.window_stop()
         out = session.stop()
         session = None
