@@ -1,16 +1,31 @@
-"""bench/cpu_run_cv.py: runs two code states interleaved and prints what the issue asks for
-(runs, mean, CV, verdict, load at start and end); bad input is one line, exit 2."""
+"""bench/cpu_run_cv.py: runs two code states and the plain-threads control interleaved and prints
+what the issue asks for (runs, mean, CV, control CV, backend/control ratio, verdict, the machine's
+steal and other processes' share, load at start and end); bad input is one line, exit 2. Its
+pure parts (the /proc/stat shares, the CV ratio, the verdict) are checked on known inputs."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "cpu_run_cv.py"
+CONTROL = BENCH.parent / "_plain_threads_control.py"
+
+
+def _module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("cpu_run_cv", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, module)  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:
@@ -25,6 +40,7 @@ def _bench(*args: str) -> subprocess.CompletedProcess[str]:
         ("--against", "no-such-ref-anywhere"),
         ("--against", "-x"),
         ("--rounds", "1"),
+        ("--iterations", "0"),
         ("--json", "/no/such/folder/x.json"),
     ],
 )
@@ -54,12 +70,98 @@ def test_two_code_states_side_by_side(tmp_path: Path) -> None:
     rows = {(r["configuration"], r["code"]): r for r in data["results"]}
     assert set(rows) == {
         (c, s) for c in ("hetero_kernels @ 8", "tiny_kernel_stress @ 16") for s in ("this tree", "HEAD")
-    } | {("control: torch.mm, no aorta", "—")}  # the machine's noise floor, once per round
+    } | {(c, "control") for c in ("hetero_kernels @ 8", "tiny_kernel_stress @ 16")}
     for row in rows.values():
-        assert row["runs"] == len(row["throughputs"]) == 2
+        assert row["runs"] == len(row["throughputs"]) == len(row["machine_per_run"]) == 2
         assert row["mean"] == pytest.approx(sum(row["throughputs"]) / 2)
-        assert row["verdict"].startswith(("meets target", "above target"))
+        for share in row["machine_per_run"]:
+            assert 0 <= share["others_cpu_pct"] <= 100 and 0 <= share["steal_pct"] <= 100
+    for name, per_state in data["comparison"].items():
+        assert set(per_state) == {"this tree", "HEAD"}
+        for entry in per_state.values():
+            assert entry["control_cv_pct"] == rows[(name, "control")]["cv_pct"]
+            assert entry["cv_ratio"]["ratio"] == pytest.approx(entry["cv_pct"] / entry["control_cv_pct"])
+            assert entry["verdict"].startswith(("meets target", "above target"))
     assert set(data["paired"]) == {"hetero_kernels @ 8", "tiny_kernel_stress @ 16"}
     assert len(data["load_start"]) == len(data["load_end"]) == 3
-    for text in ("load at start:", "load at end:", "verdict (CV ≤ 5 %)", "paired by round"):
+    assert set(data["machine"]) >= {"steal_pct", "iowait_pct", "others_cpu_pct", "busy"}
+    for text in (
+        "load at start:",
+        "load at end:",
+        "target CV ≤ 5 %",
+        "paired by round",
+        "backend/control",
+        "steal",
+    ):
         assert text in proc.stdout
+
+
+def test_control_runs_the_workloads_ops_and_verifies() -> None:
+    """The control computes what the workload computes (its verification passes) on one thread
+    per queue, one intra-op thread each, and its throughput is the workload's work / window."""
+    proc = subprocess.run(
+        [sys.executable, "-I", str(CONTROL), "hetero_kernels", "8", "4", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert data["verification_passed"] is True
+    assert data["threads"] == 4 and data["torch_threads"] == 1
+    assert len(data["iteration_times_ms"]) == 4
+    # small hetero_kernels @ 8: 4 GEMM streams × 2 GEMMs of 384³ + 4 tiny streams × 8 adds of 1024
+    work = (4 * 2 * 2.0 * 384**3 + 4 * 8 * 2.0 * 1024) * 4
+    assert data["throughput"] == pytest.approx(work / (data["total_time_ms"] / 1e3) / 1e9, rel=1e-9)
+    assert sum(data["iteration_times_ms"]) <= data["total_time_ms"]
+
+
+def test_machine_share_from_known_readings() -> None:
+    bench = _module()
+    ticks = bench.os.sysconf("SC_CLK_TCK")
+    # 1000 ticks over all cores: 500 idle, 100 iowait, 50 steal → 350 busy, of which the child used 1 s
+    before = bench.CpuTimes(idle=1000, iowait=10, steal=5, total=5000, children_cpu_s=2.0)
+    after = bench.CpuTimes(idle=1500, iowait=110, steal=55, total=6000, children_cpu_s=2.0 + 100 / ticks)
+    share = bench.machine_share(before, after)
+    assert share["steal_pct"] == pytest.approx(5.0)
+    assert share["iowait_pct"] == pytest.approx(10.0)
+    assert share["others_cpu_pct"] == pytest.approx(25.0)  # (350 − 100) / 1000
+    # the child used more than was counted busy (tick granularity): clamped at 0, not negative
+    greedy = bench.CpuTimes(idle=1500, iowait=110, steal=55, total=6000, children_cpu_s=2.0 + 400 / ticks)
+    assert bench.machine_share(before, greedy)["others_cpu_pct"] == 0.0
+    assert bench.machine_share(None, after)["others_cpu_pct"] is None
+    now = bench.CpuTimes.now()
+    assert now is not None and now.total > now.idle > 0
+
+
+def test_cv_ratio_and_its_interval() -> None:
+    bench = _module()
+    steady = [100.0, 101.0, 99.0, 100.5, 99.5, 100.0]
+    noisy = [100.0, 120.0, 80.0, 110.0, 90.0, 100.0]
+    ratio = bench.cv_ratio(noisy, steady)
+    cv = lambda xs: statistics.stdev(xs) / statistics.mean(xs)  # noqa: E731
+    assert ratio["ratio"] == pytest.approx(cv(noisy) / cv(steady))
+    assert 1.0 < ratio["low"] < ratio["ratio"] < ratio["high"]
+    same = bench.cv_ratio(steady, steady)
+    assert same["low"] < 1.0 < same["high"]
+    assert bench.cv_ratio([1.0], steady)["ratio"] is None
+    assert bench.cv_ratio(noisy, [5.0, 5.0, 5.0])["ratio"] is None  # a control without spread
+
+
+def test_verdict_tells_backend_noise_from_machine_noise() -> None:
+    bench = _module()
+    above = {"ratio": 3.0, "low": 1.5, "high": 6.0, "level": 0.9}
+    inside = {"ratio": 1.2, "low": 0.5, "high": 2.5, "level": 0.9}
+    assert bench.verdict(4.0, 2.0, above, None) == "meets target"
+    floor_high = bench.verdict(12.0, 8.0, inside, None)
+    assert (
+        "so is the machine's floor (control CV 8.0 %)" in floor_high and "within the control's" in floor_high
+    )
+    backend = bench.verdict(9.0, 3.0, above, None)
+    assert "the machine's floor meets it" in backend and "adds noise beyond the control's" in backend
+    busy = bench.verdict(9.0, 3.0, inside, "1-min load 2.00 at start")
+    assert busy.endswith("(machine busy: 1-min load 2.00 at start)")
+    assert bench.verdict(None, 3.0, inside, None).startswith("n/a")
+    assert bench.busy_reason(0.0, 50.0) == "other processes used 50 % of all cores"
+    assert bench.busy_reason(0.0, 1.0) is None
