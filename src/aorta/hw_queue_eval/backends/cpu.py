@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import sys
 import threading
 import time
 from collections import Counter, deque
@@ -115,6 +116,7 @@ class _HardwareQueue:
         self.backend = backend
         self.streams: list[int] = []
         self.tid: int | None = None
+        self.torch_threads: int | None = None  # intra-op threads torch reports inside the worker
         self.doorbell = os.eventfd(0, os.EFD_CLOEXEC)
         self._tasks: deque[_Task] = deque()
         self._lock = threading.Lock()
@@ -164,6 +166,7 @@ class _HardwareQueue:
         # OpenMP's thread count is a per-thread setting: without this each worker would start
         # its own team of intra-op threads and concurrency would no longer be the queue count.
         torch.set_num_threads(self.backend.threads_per_queue)
+        self.torch_threads = torch.get_num_threads()
         self._ready.set()
         self._drain()
 
@@ -448,12 +451,20 @@ class CpuBackend(Backend):
         }
 
     def environment(self) -> dict[str, Any]:
-        import os
+        """The settings that decide how the queue threads share the CPUs (docs/metrics.md)."""
+        import torch
 
         return {
             "cpu_count": os.cpu_count(),
+            "cpus_allowed": len(os.sched_getaffinity(0)),
             "threads_per_queue": self.threads_per_queue,
             "queue_pool_size": self.pool_size,
+            "torch_intra_op_threads": {
+                "host": torch.get_num_threads(),
+                "queues": [q.torch_threads for q in self._queues],
+            },
+            "torch_interop_threads": torch.get_num_interop_threads(),
+            "gil_switch_interval_s": sys.getswitchinterval(),
         }
 
     def close(self) -> None:
