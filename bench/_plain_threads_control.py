@@ -12,7 +12,8 @@ shows on this machine: the floor the backend is judged against.
 
 Usage (the bench runs it): python -I bench/_plain_threads_control.py WORKLOAD STREAMS ITERATIONS WARMUP
 Prints one JSON line: throughput, throughput_unit, total_time_ms, iteration_times_ms,
-verification_passed, threads, torch_threads.
+verification_passed, threads, torch_threads, on_cpu_threads (Σ on-CPU time of its threads / window,
+as the backend's `concurrency.on_cpu_queues`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torch
 
 from aorta.hw_queue_eval.backends.cpu import assign_queues
+from aorta.hw_queue_eval.run import oncpu
 from aorta.hw_queue_eval.run.config import hw_queue_pool_size
 from aorta.hw_queue_eval.workloads.base import UNIT_SCALE
 from aorta.hw_queue_eval.workloads.registry import get_workload_class
@@ -52,8 +54,10 @@ class _PlainStream:
         raise SystemExit("the plain-threads control supports workloads without cross-stream waits")
 
 
-def _worker(inbox: queue.SimpleQueue[Any], done: queue.SimpleQueue[None]) -> None:
+def _worker(inbox: queue.SimpleQueue[Any], done: queue.SimpleQueue[None], tids: list[int]) -> None:
     torch.set_num_threads(1)
+    tids.append(threading.get_native_id())
+    done.put(None)
     while True:
         item = inbox.get()
         if item is None:
@@ -73,9 +77,12 @@ def main(argv: list[str]) -> int:
     mapping = assign_queues(streams, hw_queue_pool_size())
     inboxes: list[queue.SimpleQueue[Any]] = [queue.SimpleQueue() for _ in range(max(mapping) + 1)]
     done: queue.SimpleQueue[None] = queue.SimpleQueue()
-    threads = [threading.Thread(target=_worker, args=(box, done), daemon=True) for box in inboxes]
+    tids: list[int] = []
+    threads = [threading.Thread(target=_worker, args=(box, done, tids), daemon=True) for box in inboxes]
     for thread in threads:
         thread.start()
+    for _ in threads:
+        done.get()  # every thread started and registered before warm-up
     plain = [_PlainStream(inboxes[q]) for q in mapping]
 
     def iteration() -> None:
@@ -95,12 +102,14 @@ def main(argv: list[str]) -> int:
         if passed is None:
             passed = workload.verify().passed
     times: list[float] = []
+    cpu_start = oncpu.snapshot(tids)
     start = time.perf_counter_ns()
     for _ in range(iterations):
         t0 = time.perf_counter_ns()
         iteration()
         times.append((time.perf_counter_ns() - t0) / 1e6)
     window_ns = time.perf_counter_ns() - start
+    on_cpu = oncpu.on_cpu_concurrency(cpu_start, oncpu.snapshot(tids), window_ns / 1e6)
     if was_enabled:
         gc.enable()
     for box in inboxes:
@@ -119,6 +128,7 @@ def main(argv: list[str]) -> int:
                 "verification_passed": passed,
                 "threads": len(threads),
                 "torch_threads": torch.get_num_threads(),
+                "on_cpu_threads": on_cpu["on_cpu_queues"],
             }
         )
     )

@@ -65,6 +65,7 @@ BUSY_LOAD_PER_CORE = 0.25  # start load above this × cores: "not idle" (the ben
 BUSY_OTHERS_PCT = 10.0  # other processes using more than this share of all cores: "not idle"
 BOOTSTRAP = 4000  # resamples for the CV ratio's interval
 RATIO_LEVEL = 0.90
+MIN_RUNS_FOR_INTERVAL = 4  # fewer runs a side: resamples are mostly ties, the interval means nothing
 
 
 def extract_package(ref: str, into: str) -> str:
@@ -141,13 +142,17 @@ def cv_ratio(
     backend: list[float], control: list[float], resamples: int = BOOTSTRAP, level: float = RATIO_LEVEL
 ) -> dict[str, float | None]:
     """Backend CV / control CV with a percentile-bootstrap interval (runs resampled on each side
-    independently, fixed seed); None where a side has fewer than 2 runs or no spread."""
+    independently, fixed seed); None where a side has fewer than 2 runs or no spread, the
+    interval None with fewer than MIN_RUNS_FOR_INTERVAL runs a side."""
     out: dict[str, float | None] = {"ratio": None, "low": None, "high": None, "level": level}
     if min(len(backend), len(control)) < 2:
         return out
     a, b = np.asarray(backend, float), np.asarray(control, float)
     cv_a, cv_b = a.std(ddof=1) / a.mean(), b.std(ddof=1) / b.mean()
     if cv_b <= 0:
+        return out
+    out["ratio"] = float(cv_a / cv_b)
+    if min(a.size, b.size) < MIN_RUNS_FOR_INTERVAL:
         return out
     rng = np.random.default_rng(0)
     ra = a[rng.integers(0, a.size, (resamples, a.size))]
@@ -158,7 +163,6 @@ def cv_ratio(
     tail = (1.0 - level) / 2 * 100
     out.update(
         {
-            "ratio": float(cv_a / cv_b),
             "low": float(np.percentile(ratios, tail)),
             "high": float(np.percentile(ratios, 100 - tail)),
         }
@@ -178,9 +182,11 @@ def verdict(
         text = "above target; machine floor unknown (no control CV)"
     else:
         low, high = ratio["low"], ratio["high"]
-        if low is not None and low > 1.0:
+        if low is None or high is None:
+            excess = "too few runs to tell the backend's noise from the machine's"
+        elif low > 1.0:
             excess = "the backend adds noise beyond the control's"
-        elif high is not None and high < 1.0:
+        elif high < 1.0:
             excess = "the backend is steadier than the control"
         else:
             excess = "the backend's CV is within the control's, as far as these runs can tell"
@@ -239,12 +245,19 @@ def load_text(loads: tuple[float, float, float] | None = None) -> str:
     return f"{one:.2f} / {five:.2f} / {fifteen:.2f} (1/5/15 min, {os.cpu_count()} cores)"
 
 
+def _num(value: float | None, spec: str, suffix: str = "") -> str:
+    """A number as `spec` formats it, or n/a."""
+    return "n/a" if value is None else f"{value:{spec}}{suffix}"
+
+
 def _mean(values: list[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     return sum(known) / len(known) if known else None
 
 
-def summarize(values: list[float], windows: list[float], shares: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize(
+    values: list[float], windows: list[float], shares: list[dict[str, Any]], on_cpu: list[float | None]
+) -> dict[str, Any]:
     """One (configuration, code state): the printed figures, as the JSON keeps them."""
     ci = median_ci(values)
     return {
@@ -254,6 +267,7 @@ def summarize(values: list[float], windows: list[float], shares: list[dict[str, 
         "mean_window_ms": sum(windows) / len(windows),
         "mean_others_cpu_pct": _mean([s["others_cpu_pct"] for s in shares]),
         "mean_steal_pct": _mean([s["steal_pct"] for s in shares]),
+        "mean_on_cpu_threads": _mean(on_cpu),
     }
 
 
@@ -289,41 +303,44 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-Measure = Callable[[], tuple[float, float, str] | None]
+#: one child run: throughput, window ms, unit, on-CPU threads (None when unmeasured); None: failed
+Measured = tuple[float, float, str, float | None]
+Measure = Callable[[], Measured | None]
 
 
 def _measure_one(
     args: argparse.Namespace, workload: str, streams: int, label: str, package: str | None, tmp: str
 ) -> Measure:
-    """A callable running one child: (throughput, window ms, unit) or None when it failed."""
+    """A callable running one child (the control or a backend run)."""
 
-    def run_control() -> tuple[float, float, str] | None:
+    def run_control() -> Measured | None:
         data = control_run(workload, streams, args.iterations, args.warmup, tmp)
         if data is None:
             return None
-        return float(data["throughput"]), float(data["total_time_ms"]), str(data["throughput_unit"])
+        return (
+            float(data["throughput"]),
+            float(data["total_time_ms"]),
+            str(data["throughput_unit"]),
+            data.get("on_cpu_threads"),
+        )
 
-    def run_backend() -> tuple[float, float, str] | None:
-        run_args = [
-            "--streams",
-            str(streams),
-            "-d",
-            "cpu",
-            "-i",
-            str(args.iterations),
-            "-w",
-            str(args.warmup),
-        ]
+    def run_backend() -> Measured | None:
+        run_args = ["-d", "cpu", "-i", str(args.iterations), "-w", str(args.warmup)]
         outcome = run_point(
-            [workload, *run_args], build_command=functools.partial(point_command, package_dir=package)
+            [workload, "--streams", str(streams), *run_args],
+            build_command=functools.partial(point_command, package_dir=package),
         )
         if outcome.status != "ok" or outcome.result is None:
-            print(
-                f"{config_name(workload, streams)} [{label}]: {outcome.status}: {outcome.error}", flush=True
-            )
+            name = config_name(workload, streams)
+            print(f"{name} [{label}]: {outcome.status}: {outcome.error}", flush=True)
             return None
         result = outcome.result
-        return float(result["throughput"]), float(result["total_time_ms"]), str(result["throughput_unit"])
+        return (
+            float(result["throughput"]),
+            float(result["total_time_ms"]),
+            str(result["throughput_unit"]),
+            (result.get("concurrency") or {}).get("on_cpu_queues"),
+        )
 
     return run_control if label == CONTROL else run_backend
 
@@ -338,6 +355,7 @@ def run_bench(args: argparse.Namespace, states: list[tuple[str, str | None]], tm
     windows: dict[tuple[str, str], list[float]] = {key: [] for key in keys}
     loads: dict[tuple[str, str], list[float]] = {key: [] for key in keys}
     shares: dict[tuple[str, str], list[dict[str, Any]]] = {key: [] for key in keys}
+    on_cpu: dict[tuple[str, str], list[float | None]] = {key: [] for key in keys}
     by_round: dict[tuple[str, str], dict[int, float]] = {key: {} for key in keys}
     bench_start = CpuTimes.now()
     for round_index in range(args.rounds):
@@ -350,8 +368,9 @@ def run_bench(args: argparse.Namespace, states: list[tuple[str, str | None]], tm
             share = machine_share(before, CpuTimes.now())
             if measured is None:
                 continue
-            value, window_ms, unit = measured
+            value, window_ms, unit, threads_on_cpu = measured
             tput[key].append(value)
+            on_cpu[key].append(threads_on_cpu)
             windows[key].append(window_ms)
             loads[key].append(load)
             shares[key].append(share)
@@ -359,8 +378,8 @@ def run_bench(args: argparse.Namespace, states: list[tuple[str, str | None]], tm
             others = share["others_cpu_pct"]
             print(
                 f"round {round_index + 1} {key[0]:<24} [{label}]: {value:.4g} {unit}, window "
-                f"{window_ms:.1f} ms (load {load:.2f}, others' CPU "
-                f"{'n/a' if others is None else f'{others:.0f} %'})",
+                f"{window_ms:.1f} ms, threads on CPU {_num(threads_on_cpu, '.2f')} (load {load:.2f}, "
+                f"others' CPU {_num(others, '.0f', ' %')})",
                 flush=True,
             )
     machine = machine_share(bench_start, CpuTimes.now())
@@ -381,14 +400,14 @@ def run_bench(args: argparse.Namespace, states: list[tuple[str, str | None]], tm
     }
     print(
         f"\n{'configuration':<24} {'code':<12} {'runs':>4} {'mean':>10} {'median [CI]':>34} "
-        f"{'CV':>6} {'spread':>7} {'window':>9} {'others':>7}"
+        f"{'CV':>6} {'spread':>7} {'window':>9} {'on CPU':>6} {'others':>7}"
     )
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for key, values in tput.items():
         if len(values) < 2:
             print(f"{key[0]:<24} {key[1]:<12} {len(values):>4}  too few ok runs for a CV")
             continue
-        row = rows[key] = summarize(values, windows[key], shares[key])
+        row = rows[key] = summarize(values, windows[key], shares[key], on_cpu[key])
         ci_text = (
             f"{row['median']:.4g} [{row['low']:.4g}, {row['high']:.4g}] {row['level']:.0%}"
             if row["low"] is not None
@@ -398,7 +417,7 @@ def run_bench(args: argparse.Namespace, states: list[tuple[str, str | None]], tm
         print(
             f"{key[0]:<24} {key[1]:<12} {row['runs']:>4} {row['mean']:>10.4g} {ci_text:>34} "
             f"{row['cv_pct']:>5.1f}% {row['spread_pct']:>6.1f}% {row['mean_window_ms']:>6.1f} ms "
-            f"{'n/a' if others is None else f'{others:.0f} %':>7}"
+            f"{_num(row['mean_on_cpu_threads'], '.2f'):>6} {_num(others, '.0f', ' %'):>7}"
         )
         report["results"].append(
             {
@@ -408,6 +427,7 @@ def run_bench(args: argparse.Namespace, states: list[tuple[str, str | None]], tm
                 "window_ms": windows[key],
                 "loadavg_1m": loads[key],
                 "machine_per_run": shares[key],
+                "on_cpu_threads": on_cpu[key],
                 **row,
             }
         )
@@ -425,11 +445,9 @@ def run_bench(args: argparse.Namespace, states: list[tuple[str, str | None]], tm
             control_cv = control["cv_pct"] if control else None
             ratio = cv_ratio(tput[(name, label)], tput[(name, CONTROL)]) if control else cv_ratio([], [])
             text = verdict(row["cv_pct"], control_cv, ratio, busy)
-            ratio_text = (
-                f"{ratio['ratio']:.2f} [{ratio['low']:.2f}, {ratio['high']:.2f}] {ratio['level']:.0%}"
-                if ratio["ratio"] is not None
-                else "n/a"
-            )
+            ratio_text = _num(ratio["ratio"], ".2f")
+            if ratio["low"] is not None:
+                ratio_text += f" [{ratio['low']:.2f}, {ratio['high']:.2f}] {ratio['level']:.0%}"
             control_text = "n/a" if control_cv is None else f"{control_cv:.1f} %"
             print(
                 f"  {name:<24} [{label}] CV {row['cv_pct']:.1f} %, control CV {control_text}, "

@@ -74,6 +74,8 @@ def test_two_code_states_side_by_side(tmp_path: Path) -> None:
     for row in rows.values():
         assert row["runs"] == len(row["throughputs"]) == len(row["machine_per_run"]) == 2
         assert row["mean"] == pytest.approx(sum(row["throughputs"]) / 2)
+        # the queue threads' (the control's threads') on-CPU time over the window, > 0 when they ran
+        assert len(row["on_cpu_threads"]) == 2 and all(0 < n <= 4 for n in row["on_cpu_threads"])
         for share in row["machine_per_run"]:
             assert 0 <= share["others_cpu_pct"] <= 100 and 0 <= share["steal_pct"] <= 100
     for name, per_state in data["comparison"].items():
@@ -146,6 +148,8 @@ def test_cv_ratio_and_its_interval() -> None:
     same = bench.cv_ratio(steady, steady)
     assert same["low"] < 1.0 < same["high"]
     assert bench.cv_ratio([1.0], steady)["ratio"] is None
+    few = bench.cv_ratio(noisy[:3], steady[:3])  # resamples of 3 runs are mostly ties: no interval
+    assert few["ratio"] == pytest.approx(cv(noisy[:3]) / cv(steady[:3])) and few["low"] is None
     assert bench.cv_ratio(noisy, [5.0, 5.0, 5.0])["ratio"] is None  # a control without spread
 
 
@@ -163,5 +167,7 @@ def test_verdict_tells_backend_noise_from_machine_noise() -> None:
     busy = bench.verdict(9.0, 3.0, inside, "1-min load 2.00 at start")
     assert busy.endswith("(machine busy: 1-min load 2.00 at start)")
     assert bench.verdict(None, 3.0, inside, None).startswith("n/a")
+    unsure = bench.verdict(9.0, 3.0, {"ratio": 3.0, "low": None, "high": None, "level": 0.9}, None)
+    assert unsure.endswith("too few runs to tell the backend's noise from the machine's")
     assert bench.busy_reason(0.0, 50.0) == "other processes used 50 % of all cores"
     assert bench.busy_reason(0.0, 1.0) is None
