@@ -25,8 +25,12 @@ interval, and the verdict against the target (CV ≤ 5 % on an otherwise idle ma
 whether the machine's floor (control CV) already misses it; and the bench's steal, iowait and
 others' CPU share over all its runs, and the load averages at the start and end.
 
+`--cpus 0` runs every child on CPU 0 only: thread placement, which decides most of
+tiny_kernel_stress's throughput on 2 vCPUs (docs/sweep-compare-report.md), is then the same in
+every run, so what is left is the rest of the noise.
+
 Usage: python bench/cpu_run_cv.py [--rounds 6] [--iterations 30] [--warmup 3] [--against REF]
-       [--json FILE]
+       [--cpus LIST] [--json FILE]
 """
 
 from __future__ import annotations
@@ -213,6 +217,21 @@ def busy_reason(start_load: float, others_pct: float | None) -> str | None:
     return ", ".join(reasons) or None
 
 
+def parse_cpus(text: str) -> set[int]:
+    """`--cpus` as a set of CPUs this process may use, or a UsageError naming the fix."""
+    allowed = os.sched_getaffinity(0)
+    try:
+        cpus = {int(part) for part in text.split(",") if part.strip()}
+    except ValueError:
+        cpus = set()
+    if not cpus or not cpus <= allowed:
+        raise UsageError(
+            f"--cpus {text!r} is not a list of this process's CPUs; give some of "
+            f"{','.join(map(str, sorted(allowed)))}, comma-separated"
+        )
+    return cpus
+
+
 def config_name(workload: str, streams: int) -> str:
     """How a configuration is printed and keyed in the JSON."""
     return f"{workload} @ {streams}"
@@ -282,6 +301,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="REF",
         help="also run the package at this git commit/branch, interleaved",
     )
+    parser.add_argument(
+        "--cpus",
+        default=None,
+        metavar="LIST",
+        help="run every child on these CPUs only (e.g. 0 or 0,1): thread placement held fixed",
+    )
     parser.add_argument("--json", default=None, help="also write the numbers here")
     args = parser.parse_args(argv)
     if args.rounds < 2:
@@ -292,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.json:
             check_output_path(args.json)
+        if args.cpus is not None:
+            os.sched_setaffinity(0, parse_cpus(args.cpus))  # the children inherit it
         states: list[tuple[str, str | None]] = [("this tree", None)]
         if args.against:
             states.append((args.against, extract_package(args.against, tmp)))
@@ -394,6 +421,7 @@ def run_bench(args: argparse.Namespace, states: list[tuple[str, str | None]], tm
         "warmup": args.warmup,
         "rounds": args.rounds,
         "states": [s[0] for s in states],
+        "cpus": sorted(os.sched_getaffinity(0)),
         "machine": {**machine, "busy": busy, "window": "from the first child's start to the last's end"},
         "results": [],
         "comparison": {},

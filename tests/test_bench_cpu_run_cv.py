@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -41,6 +42,8 @@ def _bench(*args: str) -> subprocess.CompletedProcess[str]:
         ("--against", "-x"),
         ("--rounds", "1"),
         ("--iterations", "0"),
+        ("--cpus", "999"),
+        ("--cpus", "x"),
         ("--json", "/no/such/folder/x.json"),
     ],
 )
@@ -87,6 +90,7 @@ def test_two_code_states_side_by_side(tmp_path: Path) -> None:
     assert set(data["paired"]) == {"hetero_kernels @ 8", "tiny_kernel_stress @ 16"}
     assert len(data["load_start"]) == len(data["load_end"]) == 3
     assert set(data["machine"]) >= {"steal_pct", "iowait_pct", "others_cpu_pct", "busy"}
+    assert data["cpus"] == sorted(os.sched_getaffinity(0))
     for text in (
         "load at start:",
         "load at end:",
