@@ -21,8 +21,10 @@ cores' time that was steal (the hypervisor ran someone else), iowait, and used b
 Prints every run, then per configuration and code state: runs, mean, median with its
 order-statistic CI, CV (sample std / mean), spread ((max − min) / median), mean window, others'
 CPU share; per configuration the backend's CV, the control's, their ratio with a bootstrap
-interval, and the verdict against the target (CV ≤ 5 % on an otherwise idle machine), which says
-whether the machine's floor (control CV) already misses it; and the bench's steal, iowait and
+interval, the CV of throughput per CPU received (throughput / threads on CPU, which leaves out
+how much of the cores the machine gave each run) for both, and the verdict against the target
+(CV ≤ 5 % on an otherwise idle machine), which says whether the machine's floor (control CV)
+already misses it; and the bench's steal, iowait and
 others' CPU share over all its runs, and the load averages at the start and end.
 
 `--cpus 0` runs every child on CPU 0 only: thread placement, which decides most of
@@ -287,7 +289,20 @@ def summarize(
         "mean_others_cpu_pct": _mean([s["others_cpu_pct"] for s in shares]),
         "mean_steal_pct": _mean([s["steal_pct"] for s in shares]),
         "mean_on_cpu_threads": _mean(on_cpu),
+        "per_cpu_cv_pct": per_cpu_cv(values, on_cpu),
     }
+
+
+def per_cpu_cv(values: list[float], on_cpu: list[float | None]) -> float | None:
+    """CV (%) of throughput / threads on CPU: the work per CPU-second the (queue) threads got.
+
+    It leaves out how much CPU the machine gave each run, so for compute-bound work it is the
+    part of the noise that is not the machine's share of the cores. None with fewer than 2 runs
+    that have an on-CPU figure."""
+    per_cpu = [v / n for v, n in zip(values, on_cpu, strict=True) if n]
+    if len(per_cpu) < 2:
+        return None
+    return float(np.std(per_cpu, ddof=1) / np.mean(per_cpu) * 100.0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -477,15 +492,20 @@ def run_bench(args: argparse.Namespace, states: list[tuple[str, str | None]], tm
             if ratio["low"] is not None:
                 ratio_text += f" [{ratio['low']:.2f}, {ratio['high']:.2f}] {ratio['level']:.0%}"
             control_text = "n/a" if control_cv is None else f"{control_cv:.1f} %"
+            control_per_cpu = control["per_cpu_cv_pct"] if control else None
             print(
                 f"  {name:<24} [{label}] CV {row['cv_pct']:.1f} %, control CV {control_text}, "
-                f"backend/control {ratio_text}: {text}"
+                f"backend/control {ratio_text}: {text}\n"
+                f"  {'':<24} per CPU received (throughput / threads on CPU): CV "
+                f"{_num(row['per_cpu_cv_pct'], '.1f', ' %')}, control {_num(control_per_cpu, '.1f', ' %')}"
             )
             report["comparison"].setdefault(name, {})[label] = {
                 "cv_pct": row["cv_pct"],
                 "control_cv_pct": control_cv,
                 "cv_ratio": ratio,
                 "verdict": text,
+                "per_cpu_cv_pct": row["per_cpu_cv_pct"],
+                "control_per_cpu_cv_pct": control_per_cpu,
             }
     if len(states) == 2:
         report["paired"] = print_paired(by_round, states)

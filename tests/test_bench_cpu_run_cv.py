@@ -87,6 +87,7 @@ def test_two_code_states_side_by_side(tmp_path: Path) -> None:
             assert entry["control_cv_pct"] == rows[(name, "control")]["cv_pct"]
             assert entry["cv_ratio"]["ratio"] == pytest.approx(entry["cv_pct"] / entry["control_cv_pct"])
             assert entry["verdict"].startswith(("meets target", "above target"))
+            assert entry["control_per_cpu_cv_pct"] == rows[(name, "control")]["per_cpu_cv_pct"]
     assert set(data["paired"]) == {"hetero_kernels @ 8", "tiny_kernel_stress @ 16"}
     assert len(data["load_start"]) == len(data["load_end"]) == 3
     assert set(data["machine"]) >= {"steal_pct", "iowait_pct", "others_cpu_pct", "busy"}
@@ -155,6 +156,15 @@ def test_cv_ratio_and_its_interval() -> None:
     few = bench.cv_ratio(noisy[:3], steady[:3])  # resamples of 3 runs are mostly ties: no interval
     assert few["ratio"] == pytest.approx(cv(noisy[:3]) / cv(steady[:3])) and few["low"] is None
     assert bench.cv_ratio(noisy, [5.0, 5.0, 5.0])["ratio"] is None  # a control without spread
+
+
+def test_per_cpu_cv_leaves_out_the_cpu_each_run_got() -> None:
+    bench = _module()
+    # the same work per CPU-second, on 1 or 2 CPUs: throughput CV large, per-CPU CV 0
+    assert bench.per_cpu_cv([100.0, 200.0, 150.0], [1.0, 2.0, 1.5]) == pytest.approx(0.0, abs=1e-9)
+    got = bench.per_cpu_cv([100.0, 220.0, 90.0], [1.0, 2.0, 1.0])
+    assert got == pytest.approx(statistics.stdev([100, 110, 90]) / 100 * 100)
+    assert bench.per_cpu_cv([100.0, 200.0], [1.0, None]) is None  # one run with a figure
 
 
 def test_verdict_tells_backend_noise_from_machine_noise() -> None:
