@@ -208,7 +208,10 @@ class _HardwareQueue:
                         if len(records) >= CHUNK_OPS:  # a full chunk goes to the host's fold
                             self.full.append(records)
                             self.records = []
-                    task.finish(end)
+                    task.done_ns = end  # _Task.finish inline (one call less per op): done first,
+                    waiter = task.waiter  # then the waiter, the order `_wait_for` relies on
+                    if waiter is not None:
+                        waiter.set()
                 elif kind == _STOP:
                     return
                 else:
@@ -256,8 +259,14 @@ class CpuStream(Stream):
         self._last: _Task | None = None
 
     def launch(self, fn: Callable[[], Any], label: str) -> None:
-        task = _Task(_OP, self.index, fn, self._backend.label_id(label), self._backend.iteration)
-        self._backend.dependencies.launched(self.index)
+        # the host's steps per op hold the GIL every queue thread waits for: a known label costs
+        # no method call (docs/sweep-compare-report.md, "Python steps per op")
+        backend = self._backend
+        label_id = backend.known_labels.get(label)
+        if label_id is None:
+            label_id = backend.label_id(label)
+        task = _Task(_OP, self.index, fn, label_id, backend.iteration)
+        backend.dependencies.launched(self.index)
         self._last = task
         self.queue.put(task)
 
@@ -310,7 +319,7 @@ class CpuBackend(Backend):
         self.dependencies = DependencyLog()
         self.stream_count = stream_count
         self.labels: list[str] = []  # op label by id: workers record the id, not the string
-        self._label_ids: dict[str, int] = {}
+        self.known_labels: dict[str, int] = {}  # label -> id (host thread only; see label_id)
         self._fold = OpFold(stream_count, self.labels, 0)
         self.fold_ns = 0
         self._mapping = assign_queues(stream_count, self.pool_size)
@@ -340,11 +349,11 @@ class CpuBackend(Backend):
 
     def label_id(self, label: str) -> int:
         """The id workers record for `label` (host thread only)."""
-        found = self._label_ids.get(label)
+        found = self.known_labels.get(label)
         if found is None:
             if len(self.labels) >= MAX_LABELS:
                 raise ValueError(f"a workload may use at most {MAX_LABELS} op labels")
-            found = self._label_ids[label] = len(self.labels)
+            found = self.known_labels[label] = len(self.labels)
             self.labels.append(label)
         return found
 
