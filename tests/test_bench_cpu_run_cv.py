@@ -153,8 +153,15 @@ def test_cv_ratio_and_its_interval() -> None:
     same = bench.cv_ratio(steady, steady)
     assert same["low"] < 1.0 < same["high"]
     assert bench.cv_ratio([1.0], steady)["ratio"] is None
-    few = bench.cv_ratio(noisy[:3], steady[:3])  # resamples of 3 runs are mostly ties: no interval
-    assert few["ratio"] == pytest.approx(cv(noisy[:3]) / cv(steady[:3])) and few["low"] is None
+    few = bench.cv_ratio(noisy[:2], steady[:2])  # 2 runs a side: a ratio, no interval
+    assert few["ratio"] == pytest.approx(cv(noisy[:2]) / cv(steady[:2])) and few["low"] is None
+    # the interval is the variance-ratio (F) test's: F(5, 5) 5 % and 95 % points 0.198 and 5.05
+    ratio = bench.cv_ratio(noisy, noisy)
+    assert ratio["ratio"] == pytest.approx(1.0)
+    assert ratio["low"] == pytest.approx(1 / 5.050**0.5, rel=0.02)
+    assert ratio["high"] == pytest.approx(1 / 0.198**0.5, rel=0.02)
+    low, high = bench.f_quantiles(9, 9, 0.90)  # tables: 0.315, 3.179
+    assert low == pytest.approx(0.315, rel=0.02) and high == pytest.approx(3.179, rel=0.02)
     assert bench.cv_ratio(noisy, [5.0, 5.0, 5.0])["ratio"] is None  # a control without spread
 
 
