@@ -162,7 +162,8 @@ def cv_ratio(
     spread, the interval None with fewer than MIN_RUNS_FOR_INTERVAL runs a side.
 
     A percentile bootstrap was tried first: from 6 runs a side it resamples mostly the same few
-    values and its interval is far too narrow (it called two identical code states different)."""
+    values and its interval is far too narrow (it called a backend noisier than the control whose
+    per-CPU CV matched the control's)."""
     out: dict[str, float | None] = {"ratio": None, "low": None, "high": None, "level": level}
     if min(len(backend), len(control)) < 2:
         return out
