@@ -212,6 +212,15 @@ def verdict(
     return text
 
 
+def per_cpu_note(cv_pct: float | None, per_cpu_pct: float | None) -> str:
+    """What the per-CPU CV says about a CV above target: whether the CPU each run got explains it."""
+    if cv_pct is None or per_cpu_pct is None or cv_pct <= TARGET_CV_PCT:
+        return ""
+    if per_cpu_pct <= TARGET_CV_PCT:
+        return " — within target per CPU: the spread above is how much CPU each run got"
+    return " — above target per CPU too: not only the CPU each run got"
+
+
 def busy_reason(start_load: float, others_pct: float | None) -> str | None:
     """Why the machine was not idle during the bench, or None."""
     cores = os.cpu_count() or 1
@@ -502,6 +511,7 @@ def run_bench(args: argparse.Namespace, states: list[tuple[str, str | None]], tm
                 f"backend/control {ratio_text}: {text}\n"
                 f"  {'':<24} per CPU received (throughput / threads on CPU): CV "
                 f"{_num(row['per_cpu_cv_pct'], '.1f', ' %')}, control {_num(control_per_cpu, '.1f', ' %')}"
+                f"{per_cpu_note(row['cv_pct'], row['per_cpu_cv_pct'])}"
             )
             report["comparison"].setdefault(name, {})[label] = {
                 "cv_pct": row["cv_pct"],

@@ -172,6 +172,9 @@ def test_per_cpu_cv_leaves_out_the_cpu_each_run_got() -> None:
     got = bench.per_cpu_cv([100.0, 220.0, 90.0], [1.0, 2.0, 1.0])
     assert got == pytest.approx(statistics.stdev([100, 110, 90]) / 100 * 100)
     assert bench.per_cpu_cv([100.0, 200.0], [1.0, None]) is None  # one run with a figure
+    assert bench.per_cpu_note(23.0, 3.1).endswith("the spread above is how much CPU each run got")
+    assert bench.per_cpu_note(40.0, 30.0).endswith("not only the CPU each run got")
+    assert bench.per_cpu_note(4.0, 3.0) == "" and bench.per_cpu_note(9.0, None) == ""
 
 
 def test_verdict_tells_backend_noise_from_machine_noise() -> None:
