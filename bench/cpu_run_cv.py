@@ -69,6 +69,7 @@ CONTROL_SCRIPT = os.path.join(REPO, "bench", "_plain_threads_control.py")
 CONTROL = "control"  # the code label of the plain-threads control rows
 BUSY_LOAD_PER_CORE = 0.25  # start load above this × cores: "not idle" (the bench adds its own)
 BUSY_OTHERS_PCT = 10.0  # other processes using more than this share of all cores: "not idle"
+BUSY_STEAL_PCT = 1.0  # the hypervisor running others on our vCPUs more than this: "not idle" either
 F_DRAWS = 200_000  # chi-square draws for the F quantiles of the CV ratio's interval
 RATIO_LEVEL = 0.90
 MIN_RUNS_FOR_INTERVAL = 3  # with 2 runs a side the F interval spans orders of magnitude
@@ -221,10 +222,12 @@ def per_cpu_note(cv_pct: float | None, per_cpu_pct: float | None) -> str:
     return " — above target per CPU too: not only the CPU each run got"
 
 
-def busy_reason(start_load: float, others_pct: float | None) -> str | None:
-    """Why the machine was not idle during the bench, or None."""
+def busy_reason(start_load: float, others_pct: float | None, steal_pct: float | None = None) -> str | None:
+    """Why the machine was not idle during the bench (its own load, or the hypervisor's), or None."""
     cores = os.cpu_count() or 1
     reasons = []
+    if steal_pct is not None and steal_pct > BUSY_STEAL_PCT:
+        reasons.append(f"the hypervisor took {steal_pct:.1f} % of the cores (steal)")
     if start_load > BUSY_LOAD_PER_CORE * cores:
         reasons.append(f"1-min load {start_load:.2f} at start")
     if others_pct is not None and others_pct > BUSY_OTHERS_PCT:
@@ -439,7 +442,7 @@ def run_bench(args: argparse.Namespace, states: list[tuple[str, str | None]], tm
             )
     machine = machine_share(bench_start, CpuTimes.now())
     end_loads = os.getloadavg()
-    busy = busy_reason(start_loads[0], machine["others_cpu_pct"])
+    busy = busy_reason(start_loads[0], machine["others_cpu_pct"], machine["steal_pct"])
     report: dict[str, Any] = {
         "load_start": list(start_loads),
         "load_end": list(end_loads),
@@ -533,7 +536,7 @@ def run_bench(args: argparse.Namespace, states: list[tuple[str, str | None]], tm
         f"\nload at start: {load_text(start_loads)}\nload at end:   {load_text(end_loads)}"
         f"\n(the bench's own runs add about 1–2 to the 1-min load; a start load above "
         f"{BUSY_LOAD_PER_CORE * (os.cpu_count() or 1):.2f} or other processes above "
-        f"{BUSY_OTHERS_PCT:g} % of the cores mark the machine busy)"
+        f"{BUSY_OTHERS_PCT:g} % of the cores or steal above {BUSY_STEAL_PCT:g} % mark the machine busy)"
     )
     if args.json:
         atomic_write_json(args.json, report)

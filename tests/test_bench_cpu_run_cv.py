@@ -195,3 +195,5 @@ def test_verdict_tells_backend_noise_from_machine_noise() -> None:
     assert unsure.endswith("too few runs to tell the backend's noise from the machine's")
     assert bench.busy_reason(0.0, 50.0) == "other processes used 50 % of all cores"
     assert bench.busy_reason(0.0, 1.0) is None
+    assert bench.busy_reason(0.0, 0.4, 3.1) == "the hypervisor took 3.1 % of the cores (steal)"
+    assert bench.busy_reason(0.0, 0.4, 0.5) is None
