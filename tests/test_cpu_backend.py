@@ -196,6 +196,28 @@ def test_each_queue_is_one_thread_no_hidden_intra_op_teams(backend_factory):
     assert sorted(c for c in comms if c.startswith("aorta-hwq")) == ["aorta-hwq0", "aorta-hwq1", "aorta-hwq2"]
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_environment_records_the_thread_settings_each_worker_runs_with(threads):
+    """What decides how the queue threads share the CPUs is in the result, as read inside each
+    worker (torch's intra-op count is per thread), not as asked for."""
+    import sys
+
+    import torch
+
+    before = torch.get_num_threads()
+    backend = CpuBackend(3, pool_size=2, threads_per_queue=threads)
+    try:
+        env = backend.environment()
+    finally:
+        backend.close()
+        torch.set_num_threads(before)  # the backend set it on this (the host) thread
+    assert env["threads_per_queue"] == threads
+    assert env["torch_intra_op_threads"] == {"host": threads, "queues": [threads, threads]}
+    assert env["torch_interop_threads"] >= 1
+    assert env["gil_switch_interval_s"] == sys.getswitchinterval()
+    assert 1 <= env["cpus_allowed"] <= env["cpu_count"]
+
+
 def test_handoffs_ring_the_doorbell_once_per_idle_queue(backend_factory):
     """Work handed to a busy queue rides with its batch; only hand-offs to an idle queue ring."""
     import os

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import sys
 import threading
 import time
 from collections import Counter, deque
@@ -113,6 +114,7 @@ class _HardwareQueue:
         self.backend = backend
         self.streams: list[int] = []
         self.tid: int | None = None
+        self.torch_threads: int | None = None  # intra-op threads torch reports inside the worker
         self.doorbell = os.eventfd(0, os.EFD_CLOEXEC)
         self._tasks: deque[_Task] = deque()
         self._lock = threading.Lock()
@@ -162,6 +164,7 @@ class _HardwareQueue:
         # OpenMP's thread count is a per-thread setting: without this each worker would start
         # its own team of intra-op threads and concurrency would no longer be the queue count.
         torch.set_num_threads(self.backend.threads_per_queue)
+        self.torch_threads = torch.get_num_threads()
         self._ready.set()
         self._drain()
 
@@ -203,7 +206,10 @@ class _HardwareQueue:
                         if len(records) >= CHUNK_OPS:  # a full chunk goes to the host's fold
                             self.full.append(records)
                             self.records = []
-                    task.finish(end)
+                    task.done_ns = end  # _Task.finish inline (one call less per op): done first,
+                    waiter = task.waiter  # then the waiter, the order `_wait_for` relies on
+                    if waiter is not None:
+                        waiter.set()
                 elif kind == _STOP:
                     return
                 else:
@@ -251,8 +257,14 @@ class CpuStream(Stream):
         self._last: _Task | None = None
 
     def launch(self, fn: Callable[[], Any], label: str) -> None:
-        task = _Task(_OP, self.index, fn, self._backend.label_id(label), self._backend.iteration)
-        self._backend.dependencies.launched(self.index)
+        # the host's steps per op hold the GIL every queue thread waits for: a known label costs
+        # no method call (docs/sweep-compare-report.md, "Python steps per op")
+        backend = self._backend
+        label_id = backend.known_labels.get(label)
+        if label_id is None:
+            label_id = backend.label_id(label)
+        task = _Task(_OP, self.index, fn, label_id, backend.iteration)
+        backend.dependencies.launched(self.index)
         self._last = task
         self.queue.put(task)
 
@@ -306,6 +318,7 @@ class CpuBackend(Backend):
         self.stream_count = stream_count
         self._label_table = LabelTable()  # workers record a label's id, not the string
         self.labels = self._label_table.names
+        self.known_labels = self._label_table.known  # label -> id (host thread only)
         self._fold = OpFold(stream_count, self.labels, 0)
         self.fold_ns = 0
         self._mapping = assign_queues(stream_count, self.pool_size)
@@ -440,12 +453,20 @@ class CpuBackend(Backend):
         }
 
     def environment(self) -> dict[str, Any]:
-        import os
+        """The settings that decide how the queue threads share the CPUs (docs/metrics.md)."""
+        import torch
 
         return {
             "cpu_count": os.cpu_count(),
+            "cpus_allowed": len(os.sched_getaffinity(0)),
             "threads_per_queue": self.threads_per_queue,
             "queue_pool_size": self.pool_size,
+            "torch_intra_op_threads": {
+                "host": torch.get_num_threads(),
+                "queues": [q.torch_threads for q in self._queues],
+            },
+            "torch_interop_threads": torch.get_num_interop_threads(),
+            "gil_switch_interval_s": sys.getswitchinterval(),
         }
 
     def close(self) -> None:

@@ -54,15 +54,15 @@ class LabelTable:
 
     def __init__(self) -> None:
         self.names: list[str] = []
-        self._ids: dict[str, int] = {}
+        self.known: dict[str, int] = {}  # label -> id; a hot path may read it before calling id()
 
     def id(self, label: str) -> int:
         """The id of `label`, given on first use (host thread only)."""
-        found = self._ids.get(label)
+        found = self.known.get(label)
         if found is None:
             if len(self.names) >= MAX_LABELS:
                 raise ValueError(f"a workload may use at most {MAX_LABELS} op labels")
-            found = self._ids[label] = len(self.names)
+            found = self.known[label] = len(self.names)
             self.names.append(label)
         return found
 
