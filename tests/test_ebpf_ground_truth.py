@@ -247,9 +247,14 @@ def test_known_delays_are_recovered(
     )
     assert ops["count"] == ops["compared"] == iterations
     assert cmp["coverage_pct"] == 100.0
-    # the forced wait, recovered by the kernel (doorbell → on CPU) and by the harness
+    # the forced wait, recovered by the kernel (doorbell → on CPU) and by the harness (doorbell →
+    # op start: the kernel's interval plus the worker's own steps once on CPU, so never shorter).
+    # The harness is held to the kernel's figure, its independent witness, rather than to the
+    # forced wait directly: on a busy machine both see the same extra wake-up delay (kernel 4.24,
+    # harness 4.50 for 4.04 forced was seen in a full CI run), which is real, not a harness error
     assert abs(ops["kernel_ms"] - forced_ms) <= 0.10 * forced_ms, (ops, forced_ms)
-    assert abs(ops["harness_to_op_start_ms"] - forced_ms) <= 0.10 * forced_ms, (ops, forced_ms)
+    assert ops["kernel_ms"] <= ops["harness_to_op_start_ms"], (ops, forced_ms)
+    assert ops["harness_to_op_start_ms"] - ops["kernel_ms"] <= 0.10 * forced_ms, (ops, forced_ms)
     # the op's known length: its harness duration, and the worker's on-CPU time in the kernel
     busy_ms = BUSY_NS / 1e6
     assert abs(result.ops["per_label"]["busy"]["mean"] - busy_ms) <= 0.10 * busy_ms
