@@ -26,6 +26,7 @@ from conftest import cli_command, load_json, run_cli, run_cli_inprocess, wait_un
 from fake_smi import FakeGpus, initial_state
 
 FAST = ("-d", "cpu", "-i", "3", "-w", "1", "--size", "small")
+RUN_4 = ("run", "hetero_kernels", "--streams", "4", *FAST)  # a short CPU run at 4 streams
 
 
 @pytest.fixture
@@ -74,11 +75,7 @@ def _wait_for(check: Callable[[], bool], proc: subprocess.Popen[str], timeout: f
 def test_nvidia_apply_verify_restore_order_and_values(fake: FakeGpus, tmp_path: Path) -> None:
     out = tmp_path / "locked.json"
     proc = run_cli(
-        "run",
-        "hetero_kernels",
-        "--streams",
-        "4",
-        *FAST,
+        *RUN_4,
         "--lock-clocks",
         "7",
         "--power-limit",
@@ -118,11 +115,7 @@ def test_nvidia_apply_verify_restore_order_and_values(fake: FakeGpus, tmp_path: 
 @pytest.mark.slow
 def test_amd_apply_verify_restore(fake: FakeGpus, tmp_path: Path) -> None:
     proc = run_cli(
-        "run",
-        "hetero_kernels",
-        "--streams",
-        "4",
-        *FAST,
+        *RUN_4,
         "--lock-clocks",
         "2",
         "--power-limit",
@@ -150,11 +143,7 @@ def test_amd_apply_verify_restore(fake: FakeGpus, tmp_path: Path) -> None:
 def test_setting_that_does_not_take_effect_is_an_error_and_restored(fake: FakeGpus, tmp_path: Path) -> None:
     out = tmp_path / "o.json"
     proc = run_cli_inprocess(
-        "run",
-        "hetero_kernels",
-        "--streams",
-        "4",
-        *FAST,
+        *RUN_4,
         "--power-limit",
         "150",
         "-o",
@@ -172,11 +161,7 @@ def test_setting_that_does_not_take_effect_is_an_error_and_restored(fake: FakeGp
 
 def test_missing_privileges_is_a_clear_error(fake: FakeGpus) -> None:
     proc = run_cli_inprocess(
-        "run",
-        "hetero_kernels",
-        "--streams",
-        "4",
-        *FAST,
+        *RUN_4,
         "--lock-clocks",
         "7",
         env=fake.env(FAKE_SMI_DENY="1"),
@@ -191,11 +176,7 @@ def test_missing_privileges_is_a_clear_error(fake: FakeGpus) -> None:
 
 def test_power_outside_device_limits_refused_before_any_change(fake: FakeGpus) -> None:
     proc = run_cli_inprocess(
-        "run",
-        "hetero_kernels",
-        "--streams",
-        "4",
-        *FAST,
+        *RUN_4,
         "--power-limit",
         "500",
         env=fake.env(),
@@ -208,9 +189,7 @@ def test_power_outside_device_limits_refused_before_any_change(fake: FakeGpus) -
 
 
 def test_cpu_backend_refuses_clock_and_power(fake: FakeGpus) -> None:
-    proc = run_cli_inprocess(
-        "run", "hetero_kernels", "--streams", "4", *FAST, "--power-limit", "200", env=fake.env()
-    )
+    proc = run_cli_inprocess(*RUN_4, "--power-limit", "200", env=fake.env())
     assert proc.returncode == 2
     assert "not applicable on the CPU backend" in proc.stderr
     assert fake.calls() == []
@@ -441,11 +420,7 @@ def test_restore_does_not_need_torch(fake: FakeGpus) -> None:
 def test_missing_vendor_tool_is_a_clear_error_before_the_benchmark(fake: FakeGpus, tmp_path: Path) -> None:
     out = tmp_path / "o.json"
     proc = run_cli_inprocess(
-        "run",
-        "hetero_kernels",
-        "--streams",
-        "4",
-        *FAST,
+        *RUN_4,
         "--lock-clocks",
         "7",
         "-o",
