@@ -88,6 +88,8 @@ def as_records(hist: list[tuple[int, int, int]]) -> list[dict[str, int]]:
 # and the error bound, and says which.
 
 SUB_BUCKETS = 4  # per power of two
+#: the `histogram_kind` a family writes beside its log-linear ns histogram
+LOGLINEAR_KIND = f"log-linear buckets of ns ({SUB_BUCKETS} per power of two)"
 EXACT_STORE_KEYS = 16384  # all CPUs together: stays far below the map key limit
 
 

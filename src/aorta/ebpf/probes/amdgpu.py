@@ -137,7 +137,7 @@ class AmdgpuFamily(ProbeFamily):
             "dispatches_per_ring": dispatches,
             "jobs_without_traced_submission": internal,
             "submit_to_dispatch_hist_ns": hist.as_records(s2d["hist"]),
-            "histogram_kind": "log-linear buckets of ns (4 per power of two)",
+            "histogram_kind": hist.LOGLINEAR_KIND,
             "dispatch_to_done_avg_us": jobs.avg_us(d2c),
             "dispatch_to_done_count": d2c[0] if d2c else 0,
         }

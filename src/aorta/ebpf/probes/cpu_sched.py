@@ -247,9 +247,7 @@ class CpuSchedFamily(ProbeFamily):
             "threads": rows,
             "per_submission": per_submission,
             "submit_to_dispatch_hist_ns": hist.as_records(merged),
-            "histogram_kind": (
-                "log-linear buckets of ns (4 per power of two): doorbell write → worker on a CPU"
-            ),
+            "histogram_kind": f"{hist.LOGLINEAR_KIND}: doorbell write → worker on a CPU",
         }
         return FamilyResult(self.name, self.section, metrics, coverage)
 

@@ -144,7 +144,7 @@ class GpuSchedulerFamily(ProbeFamily):
             "run_per_ring": run,
             "jobs_without_traced_submission": untraced,
             "submit_to_dispatch_hist_ns": hist.as_records(q2r["hist"]),
-            "histogram_kind": "log-linear buckets of ns (4 per power of two)",
+            "histogram_kind": hist.LOGLINEAR_KIND,
             "run_to_done_avg_us": jobs.avg_us(r2d),
         }
         coverage = {
