@@ -426,6 +426,7 @@ def test_gpu_backend_under_torchrun_gets_one_node_program_keyed_by_rank(store, m
 
     monkeypatch.setattr(engine, "start_session", fake_session)
     monkeypatch.setattr(node_tracer, "check_siblings", lambda ranks: None)
+    require_ebpf()  # CI=true: a failure, never a skip
     lead = NodeTracer(_env(0, 0), timeout_s=5, memory=True, gpu_runtime=True)
     other = NodeTracer(_env(1, 1), timeout_s=5, memory=True, gpu_runtime=True)
     if not lead.ready.ok:
