@@ -127,6 +127,22 @@ def private_tmpdir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
 
 
 @pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """Inside a pytest-xdist worker (`-n N`), a `serial` test runs (set-up, its module's fixtures,
+    call, tear-down) while no other worker's test does (machine_share.py); other tests share the
+    machine. A plain run is serial already. The lock folder is the run's own temp root, the
+    parent of each worker's --basetemp."""
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not item.config.option.basetemp:
+        yield
+        return
+    from machine_share import machine_share
+
+    alone = item.get_closest_marker("serial") is not None
+    with machine_share(Path(item.config.option.basetemp).parent, alone):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     """A failure caused by the machine refusing a new process or thread (EAGAIN, several suites at
     once) becomes a skip with that reason; any other failure stays one. CI=true keeps it a failure."""
@@ -233,16 +249,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Every real-eBPF test (marked `ebpf`, or asking for `ebpf_ready`) is also `slow`: starting
     bpftrace alone takes seconds, so the inner loop `-m "not slow"` leaves them to the full run.
 
-    Inside a pytest-xdist worker (`-n N`), `serial` tests are skipped with the reason: a sibling
-    worker's load or probe attaches shift the known delays they recover (seen: a forced 4.1 ms
-    hand-off read as 5.7 ms), so they run in the serial pass (`-m serial`, CONTRIBUTING.md)."""
-    parallel = os.environ.get("PYTEST_XDIST_WORKER")
+    `serial` tests (timing ground truths that need the machine to themselves) go first: in a
+    parallel run they then wait only for the workers' first tests, and the load average they
+    read is not yet raised by the rest of the suite."""
     for item in items:
         if item.get_closest_marker("ebpf") or "ebpf_ready" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
-        if parallel and item.get_closest_marker("serial"):
-            item.add_marker(
-                pytest.mark.skip(
-                    reason="needs the machine to itself: run `pytest -m serial` without -n (CONTRIBUTING.md)"
-                )
-            )
+    items.sort(key=lambda item: item.get_closest_marker("serial") is None)  # stable: serial first

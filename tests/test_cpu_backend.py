@@ -174,6 +174,33 @@ def test_close_stops_worker_threads():
     assert not {t.name for t in threading.enumerate()} & {"aorta-hwq0", "aorta-hwq1"}
 
 
+def test_close_ends_a_worker_whose_ring_a_ctrl_c_cut_off(monkeypatch):
+    """Ctrl+C can land between a launch's "queue no longer idle" and its doorbell write: the
+    worker then sleeps with a task nobody rang for. close() must still end it at once (it used
+    to wait 30 s per such queue for a join, and a Ctrl+C'd run hung past a minute)."""
+    import os
+
+    backend = CpuBackend(2, pool_size=2)
+    queue = backend.streams[0].queue
+    deadline = time.monotonic() + 30
+    while not queue._idle:  # the worker is asleep on its doorbell
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    real_write = os.eventfd_write
+
+    def interrupted(fd: int, value: int) -> None:
+        monkeypatch.setattr(os, "eventfd_write", real_write)
+        raise KeyboardInterrupt  # as the SIGINT handler raises it, just before the write
+
+    monkeypatch.setattr(os, "eventfd_write", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        backend.streams[0].launch(lambda: None, "cut")
+    began = time.monotonic()
+    backend.close()
+    assert time.monotonic() - began < 10
+    assert not {t.name for t in threading.enumerate()} & {"aorta-hwq0", "aorta-hwq1"}
+
+
 def test_each_queue_is_one_thread_no_hidden_intra_op_teams(backend_factory):
     import os
 

@@ -124,6 +124,14 @@ def test_kill_9_during_attach_leaves_nothing(ebpf_ready: None, tmp_path: Path, c
     assert _temp_folders(owners) == []
 
 
+def _wait_for_comm(pid: int, comm: str, timeout_s: float = 30.0) -> None:
+    """Block until process `pid` runs under `comm` (its exec is done); fail after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while Path(f"/proc/{pid}/comm").read_text().strip() != comm:
+        assert time.monotonic() < deadline, f"pid {pid} never became {comm!r}"
+        time.sleep(0.01)
+
+
 def test_start_kills_stale_tracers_and_folders(tmp_path: Path) -> None:
     """A tracer whose owner is gone (pid dead, or reused by a non-ancestor) is killed at the next
     start; one whose owner is its live parent is kept; folders go only when their pid is dead."""
@@ -141,7 +149,8 @@ def test_start_kills_stale_tracers_and_folders(tmp_path: Path) -> None:
     (tmp_path / f"{session.TEMP_PREFIX}{os.getpid()}-abc").mkdir()
     (tmp_path / f"{session.TEMP_PREFIX}99999999999999999999-x").mkdir()
     try:
-        time.sleep(0.2)
+        for proc in (orphan, foreign, kept):  # the sweep reads comm: wait for each exec, not a guess
+            _wait_for_comm(proc.pid, "bpftrace")
         out = session.remove_stale_sessions(str(tmp_path))
         assert set(out["killed"]) == {orphan.pid, foreign.pid}
         assert orphan.wait(5) == -signal.SIGKILL

@@ -151,7 +151,13 @@ class _HardwareQueue:
                     self.rings.append((before, rung))
 
     def stop(self) -> None:
-        self.put(_Task(_STOP, -1))
+        """End the worker: STOP goes last in its FIFO and the doorbell rings whatever `_idle`
+        says. A Ctrl+C landing between a put's `_idle = False` and its ring leaves the worker
+        asleep on a doorbell nobody rang; a put here would then not ring either."""
+        with self._lock:
+            self._tasks.append(_Task(_STOP, -1))
+            self._idle = False
+        os.eventfd_write(self.doorbell, 1)  # an extra ring to a busy worker is never read: it stops
         self._thread.join(timeout=30)
         if not self._thread.is_alive():
             os.close(self.doorbell)
