@@ -97,7 +97,7 @@ class SessionWatch:
 
     def __init__(self, roots: list[int]) -> None:
         self.roots, self.seen = roots, set()
-        self.parents: set[int] = set()  # of every bpftrace process (also `bpftrace --version`)
+        self.parents: set[int] = set()  # what started each bpftrace (also `bpftrace --version`)
         self.started_by: dict[int, tuple[int | None, str | None]] = {}  # session → its parent
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._scan, daemon=True)
@@ -111,7 +111,9 @@ class SessionWatch:
                     if p not in self.seen and _is_session(p) and _comm(_parent(p) or 0) != "bpftrace":
                         self.seen.add(p)
                         self.started_by[p] = (_parent(p), _comm(_parent(p) or 0))
-                self.parents |= {q for p in tree if _comm(p) == "bpftrace" and (q := _parent(p))}
+                self.parents |= {  # a bpftrace that forks is not a second process starting one
+                    q for p in tree if _comm(p) == "bpftrace" and (q := _parent(p)) and _comm(q) != "bpftrace"
+                }
             self._stop.wait(0.02)
 
     def stop(self) -> set[int]:

@@ -256,8 +256,10 @@ def test_known_delays_are_recovered(
     assert ops["kernel_ms"] <= ops["harness_to_op_start_ms"], (ops, forced_ms)
     assert ops["harness_to_op_start_ms"] - ops["kernel_ms"] <= 0.10 * forced_ms, (ops, forced_ms)
     # the op's known length: its harness duration, and the worker's on-CPU time in the kernel
+    # (the median: the spin ends by wall time, so one preemption of the worker by another process
+    # stretches that op by the whole slice; a mean of 20 moved 20 % on one such op, 2.42 ms)
     busy_ms = BUSY_NS / 1e6
-    assert abs(result.ops["per_label"]["busy"]["mean"] - busy_ms) <= 0.10 * busy_ms
+    assert abs(result.ops["per_label"]["busy"]["median"] - busy_ms) <= 0.10 * busy_ms
     worker = next(r for r in q["families"]["cpu_sched"]["metrics"]["threads"] if r["queue"] == 0)
     # on CPU: every op's busy-wait, plus the worker loop's own Python steps per task (the hand-off
     # read, the marker, the record), which grow when a loaded machine slows the interpreter;

@@ -341,6 +341,7 @@ def test_hip_launches_per_stream_doorbells_per_queue_and_mapping(hip: ctypes.CDL
     assert cost["window_share_pct"] == pytest.approx(100 * truth_n * per_launch * 1e3 / window_ns)
 
 
+@pytest.mark.serial  # launch and sync times held to 10 % of busy-waits: another worker's load stretches them
 @pytest.mark.slow
 @pytest.mark.ebpf
 def test_cuda_runtime_and_driver_launches_streams_and_syncs(cuda: tuple[ctypes.CDLL, ctypes.CDLL]) -> None:
