@@ -34,6 +34,14 @@ os.environ.setdefault(
 )
 
 
+# A terminal's Ctrl+C reaches a process whose SIGINT is at its default. pytest started in the
+# background by a shell (`&`) or as a pytest-xdist worker has SIGINT ignored, and an ignored
+# signal stays ignored across exec: Python then never raises KeyboardInterrupt, and every test
+# that sends SIGINT to a run or a sweep would wait for an exit that cannot come (three timed out
+# at 60 s under -n 4). A handler here is reset to the default in each process the tests start.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 #: the CLI with replaced collaborators (a fake GPU, a crashing point, a failing rank)
 CLI_WITH_FAKES = Path(__file__).resolve().parent / "cli_with_fakes.py"
 
