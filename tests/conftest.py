@@ -187,6 +187,29 @@ def _parents() -> dict[int, int]:
     return table
 
 
+def process_identity(pid: int) -> tuple[int, int] | None:
+    """(pid, start time in clock ticks since boot) of process `pid`; None when there is none.
+    With pid_max 32768 a busy suite reuses a pid within seconds: "is it still running?" must ask
+    about this identity, not the bare pid (a sweep's dead child once read as alive that way)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return pid, int(stat[stat.rindex(")") + 2 :].split()[19])  # field 22, starttime
+
+
+def still_running(identity: tuple[int, int] | None) -> bool:
+    """Whether that very process (same pid, same start time) runs; a zombie has ended."""
+    if identity is None:
+        return False
+    try:
+        stat = Path(f"/proc/{identity[0]}/stat").read_text()
+    except OSError:
+        return False
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return fields[0] != "Z" and int(fields[19]) == identity[1]
+
+
 def process_tree(pid: int) -> set[int]:
     """`pid` and all its live descendants."""
     parents = _parents()

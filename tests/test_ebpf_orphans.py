@@ -16,6 +16,7 @@ import pytest
 
 from aorta.common.procs import is_ancestor
 from aorta.ebpf import session
+from conftest import process_identity, still_running
 
 pytestmark = [pytest.mark.ebpf, pytest.mark.slow]
 
@@ -32,14 +33,6 @@ def _bpftraces() -> set[int]:
             except OSError:
                 continue
     return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
 
 
 def _temp_folders(owners: list[int]) -> list[str]:
@@ -86,15 +79,18 @@ def _commands(tmp: Path) -> dict[str, list[str]]:
     }
 
 
-def _kill_during_attach(cmd: list[str], delay_s: float, cwd: Path) -> tuple[int | None, int | None]:
-    """Start `cmd`, wait for its bpftrace, SIGKILL `cmd` `delay_s` later; (bpftrace, its owner)."""
+def _kill_during_attach(
+    cmd: list[str], delay_s: float, cwd: Path
+) -> tuple[tuple[int, int] | None, int | None]:
+    """Start `cmd`, wait for its bpftrace, SIGKILL `cmd` `delay_s` later; (the bpftrace's
+    process_identity, its owner)."""
     before = _bpftraces()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd)
     deadline, tracer, owner = time.monotonic() + 90, None, None
     while time.monotonic() < deadline and proc.poll() is None:
         mine = [p for p in _bpftraces() - before if is_ancestor(proc.pid, p)]
         if mine:  # the environment is readable a moment after exec renamed the process
-            tracer, owner = mine[0], session._owner_of(mine[0])
+            tracer, owner = process_identity(mine[0]), session._owner_of(mine[0])
             if owner is not None:
                 break
         time.sleep(0.02)
@@ -117,10 +113,10 @@ def test_kill_9_during_attach_leaves_nothing(ebpf_ready: None, tmp_path: Path, c
         tracers.append(tracer)
         owners.append(owner)
         deadline = time.monotonic() + 15
-        while _alive(tracer) and time.monotonic() < deadline:
+        while still_running(tracer) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _alive(tracer), f"{command}: bpftrace {tracer} outlived its killed parent"
-    assert not [t for t in tracers if _alive(t)]
+        assert not still_running(tracer), f"{command}: bpftrace {tracer} outlived its killed parent"
+    assert not [t for t in tracers if still_running(t)]
     assert _temp_folders(owners) == []
 
 

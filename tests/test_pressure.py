@@ -13,6 +13,7 @@ import pytest
 
 from aorta.common.errors import UsageError
 from aorta.tools import memory_pressure as pressure
+from conftest import process_identity, still_running
 
 
 @pytest.mark.parametrize(
@@ -147,13 +148,14 @@ def test_kill_9_of_the_helper_leaves_no_churner_and_no_file(tmp_path):
             ]
         time.sleep(0.05)
     assert churners, "the churner never started"
+    identities = [process_identity(p) for p in churners]
     assert not list(tmp_path.iterdir())  # the sparse file is unlinked while in use
     helper.kill()
     helper.wait()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(_alive(p) for p in churners):
+    while time.monotonic() < deadline and any(still_running(c) for c in identities):
         time.sleep(0.05)
-    assert not any(_alive(p) for p in churners), "the churner outlived the helper"
+    assert not any(still_running(c) for c in identities), "the churner outlived the helper"
     sleeper = [int(p) for p in (folder / "cgroup.procs").read_text().split()]
     try:
         assert str(folder.name) in pressure.remove_stale(place.path)
@@ -162,11 +164,3 @@ def test_kill_9_of_the_helper_leaves_no_churner_and_no_file(tmp_path):
         for pid in sleeper:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, 9)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import load_json, process_tree, run_cli, run_cli_inprocess
+from conftest import load_json, process_identity, process_tree, run_cli, run_cli_inprocess, still_running
 
 TINY = ["-i", "3", "-w", "1", "-d", "cpu", "--size", "small"]
 
@@ -68,15 +68,6 @@ def _ok_points(path: Path) -> list[dict]:
     except (FileNotFoundError, json.JSONDecodeError):
         return []
     return [p for p in data["points"] if p["status"] == "ok"]
-
-
-def _alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie waiting to be reaped has ended)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
 
 
 @pytest.mark.slow
@@ -161,10 +152,11 @@ def test_ctrl_c_keeps_finished_points_and_stops_the_child(tmp_path, sig, code, s
         assert time.monotonic() < deadline, "no point child started after the first point"
         assert sweep.poll() is None, "the sweep ended before its next point"
         time.sleep(0.02)
+    children = [process_identity(p) for p in child]
     sweep.send_signal(sig)
     _, stderr = sweep.communicate(timeout=60)
     assert sweep.returncode == code, stderr
-    assert not [p for p in child if _alive(p)], "the point's child outlived the sweep"
+    assert not [c for c in children if still_running(c)], "the point's child outlived the sweep"
     assert f"{state}: " in stderr
     assert "finished points kept" in stderr
     assert "Traceback" not in stderr
