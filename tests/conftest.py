@@ -146,7 +146,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     from machine_share import machine_share
 
     alone = item.get_closest_marker("serial") is not None
-    with machine_share(Path(item.config.option.basetemp).parent, alone):
+    workers = int(getattr(item.config, "workerinput", {}).get("workercount", 1))
+    with machine_share(Path(item.config.option.basetemp).parent, alone, workers):
         yield
 
 
@@ -271,9 +272,15 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Move everything collection created (test items, torch, numpy, matplotlib …) out of the
     collector's reach: every in-process run makes two full collections (run/gcwindow.py), and
     each would otherwise walk this whole heap again (0.2–0.5 s per run in a full session). Only
-    objects made before any test ran are frozen; each test's own garbage is collected as before."""
+    objects made before any test ran are frozen; each test's own garbage is collected as before.
+    A pytest-xdist worker then says it has collected (machine_share.py: serial tests wait for all)."""
     gc.collect()
     gc.freeze()
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and session.config.option.basetemp:
+        from machine_share import announce_collected
+
+        announce_collected(Path(session.config.option.basetemp).parent, worker)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

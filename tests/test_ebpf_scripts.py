@@ -97,9 +97,14 @@ def test_runnable_scripts_compile_and_run(ebpf_ready: None, name: str) -> None:
             stderr=subprocess.PIPE,
             text=True,
         )
-        first = _read_until_attached(proc)
-        time.sleep(0.5)  # let the busy process produce events while the probes are live
-        out, err = _interrupt(proc)
+        try:
+            first = _read_until_attached(proc)
+            time.sleep(0.5)  # let the busy process produce events while the probes are live
+            out, err = _interrupt(proc)
+        finally:
+            if proc.poll() is None:  # never leave a bpftrace behind (one outlived a failed run)
+                proc.kill()
+                proc.communicate()
     finally:
         busy.kill()
         busy.wait()

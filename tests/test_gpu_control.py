@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -48,14 +48,31 @@ def _verbs(calls: list[tuple[str, list[str]]]) -> list[str]:
     return verbs
 
 
+_STARTED: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_run_outlives_its_test() -> Iterator[None]:
+    """Kill what a test started and left running (a failed assertion before its own wait): a
+    leftover run of a million iterations would load every later test."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
 def _popen(args: list[str], env: dict[str, str], fakes: tuple[str, ...]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [*cli_command(*fakes), *args],
         env={**os.environ, **env},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    _STARTED.append(proc)
+    return proc
 
 
 def _wait_for(check: Callable[[], bool], proc: subprocess.Popen[str], timeout: float = 60) -> None:

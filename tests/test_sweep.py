@@ -154,7 +154,12 @@ def test_ctrl_c_keeps_finished_points_and_stops_the_child(tmp_path, sig, code, s
         time.sleep(0.02)
     children = [process_identity(p) for p in child]
     sweep.send_signal(sig)
-    _, stderr = sweep.communicate(timeout=60)
+    try:
+        _, stderr = sweep.communicate(timeout=60)
+    finally:
+        if sweep.poll() is None:  # a failed wait must not leave the sweep running
+            sweep.kill()
+            sweep.communicate()
     assert sweep.returncode == code, stderr
     assert not [c for c in children if still_running(c)], "the point's child outlived the sweep"
     assert f"{state}: " in stderr
