@@ -79,7 +79,7 @@ def test_queue_pool_1_vs_4_detected_over_interleaved_repeats(tmp_path: Path) -> 
         "--size",
         "small",
         "-i",
-        "8",
+        "30",  # windows of ~150 ms: at 8 (~50 ms) one run's noise could hide a 30 % effect
         "-w",
         "2",
         "-o",
@@ -94,18 +94,19 @@ def test_queue_pool_1_vs_4_detected_over_interleaved_repeats(tmp_path: Path) -> 
     assert tput["base_n"] == 5
     assert tput["test_n"] == 5
     assert tput["verdict"] != "improvement", tput  # one queue never beats four beyond noise
-    # queue threads on a CPU in the 4-queue runs (schedstat, each run's own window): a second
-    # core was really there for them, so a difference exists to detect. The 1-minute load
-    # average lags by a minute and counts this test's own threads, so it cannot tell.
+    # queue threads on a CPU in each 4-queue run (schedstat, that run's own window): only when
+    # every one of them had a second core for a quarter of its window does a difference exist in
+    # every run (idle here: 1.50-1.59, one queue at most 1 by construction). The 1-minute load
+    # average lags a minute and counts this test's own threads, so it cannot tell.
     on_cpu = [
         p["result"]["concurrency"]["on_cpu_queues"]
         for p in data["points"]
         if p["key"]["policy"] == "baseline" and p["status"] == "ok"
     ]
     assert len(on_cpu) == 5 and None not in on_cpu, on_cpu
-    if float(np.median(on_cpu)) < 1.1:  # one queue is at most 1 by construction
+    if min(on_cpu) < 1.25:
         pytest.skip(
-            f"no spare core for the 4 queues (median {np.median(on_cpu):.2f} queue threads on a CPU): "
+            f"a 4-queue run had no second core (queue threads on a CPU: {[round(x, 2) for x in on_cpu]}): "
             f"single_queue vs baseline {tput['change_pct']:+.1f}%, {tput['verdict']}"
         )
     assert tput["verdict"] == "regression", (tput, on_cpu)
