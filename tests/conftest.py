@@ -287,10 +287,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Every real-eBPF test (marked `ebpf`, or asking for `ebpf_ready`) is also `slow`: starting
     bpftrace alone takes seconds, so the inner loop `-m "not slow"` leaves them to the full run.
 
-    `serial` tests (timing ground truths that need the machine to themselves) go first: in a
-    parallel run they then wait only for the workers' first tests, and the load average they
-    read is not yet raised by the rest of the suite."""
+    In a pytest-xdist worker, `serial` tests (timing ground truths that need the machine to
+    themselves) go first, so they wait only for the workers' first tests rather than holding
+    three workers idle in the middle of the run. A plain run keeps the collection order."""
     for item in items:
         if item.get_closest_marker("ebpf") or "ebpf_ready" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
-    items.sort(key=lambda item: item.get_closest_marker("serial") is None)  # stable: serial first
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: item.get_closest_marker("serial") is None)  # stable: serial first
