@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -134,20 +135,28 @@ def private_tmpdir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     return folder
 
 
+def _xdist_run_folder(config: pytest.Config) -> Path | None:
+    """Inside a pytest-xdist worker, the run's own temp root (the parent of the worker's
+    --basetemp, shared by every worker of this run, made by pytest for root); None otherwise."""
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not config.option.basetemp:
+        return None
+    return Path(config.option.basetemp).parent
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
     """Inside a pytest-xdist worker (`-n N`), a `serial` test runs (set-up, its module's fixtures,
     call, tear-down) while no other worker's test does (machine_share.py); other tests share the
-    machine. A plain run is serial already. The lock folder is the run's own temp root, the
-    parent of each worker's --basetemp."""
-    if not os.environ.get("PYTEST_XDIST_WORKER") or not item.config.option.basetemp:
+    machine. A plain run is serial already."""
+    folder = _xdist_run_folder(item.config)
+    if folder is None:
         yield
         return
     from machine_share import machine_share
 
     alone = item.get_closest_marker("serial") is not None
     workers = int(getattr(item.config, "workerinput", {}).get("workercount", 1))
-    with machine_share(Path(item.config.option.basetemp).parent, alone, workers):
+    with machine_share(folder, alone, workers):
         yield
 
 
@@ -175,16 +184,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     )
 
 
+def _stat_fields(stat_file: Path) -> list[str] | None:
+    """The fields of a /proc …/stat file after the command name (field 3, the state, first);
+    None when it cannot be read (the process or thread is gone)."""
+    try:
+        stat = stat_file.read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2 :].split()
+
+
 def _parents() -> dict[int, int]:
     """pid → parent pid of every process now."""
     table = {}
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            table[int(entry.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+        if entry.name.isdigit() and (fields := _stat_fields(entry / "stat")) is not None:
+            table[int(entry.name)] = int(fields[1])
     return table
 
 
@@ -192,23 +207,24 @@ def process_identity(pid: int) -> tuple[int, int] | None:
     """(pid, start time in clock ticks since boot) of process `pid`; None when there is none.
     With pid_max 32768 a busy suite reuses a pid within seconds: "is it still running?" must ask
     about this identity, not the bare pid (a sweep's dead child once read as alive that way)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return pid, int(stat[stat.rindex(")") + 2 :].split()[19])  # field 22, starttime
+    fields = _stat_fields(Path(f"/proc/{pid}/stat"))
+    return None if fields is None else (pid, int(fields[19]))  # field 22, starttime
 
 
 def still_running(identity: tuple[int, int] | None) -> bool:
     """Whether that very process (same pid, same start time) runs; a zombie has ended."""
     if identity is None:
         return False
-    try:
-        stat = Path(f"/proc/{identity[0]}/stat").read_text()
-    except OSError:
-        return False
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return fields[0] != "Z" and int(fields[19]) == identity[1]
+    fields = _stat_fields(Path(f"/proc/{identity[0]}/stat"))
+    return fields is not None and fields[0] != "Z" and int(fields[19]) == identity[1]
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    """Poll `condition` every 5 ms until it holds; fail the test naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not reached in {timeout_s:g} s"
+        time.sleep(0.005)
 
 
 def process_tree(pid: int) -> set[int]:
@@ -276,11 +292,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     A pytest-xdist worker then says it has collected (machine_share.py: serial tests wait for all)."""
     gc.collect()
     gc.freeze()
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if worker and session.config.option.basetemp:
+    folder = _xdist_run_folder(session.config)
+    if folder is not None:
         from machine_share import announce_collected
 
-        announce_collected(Path(session.config.option.basetemp).parent, worker)
+        announce_collected(folder, os.environ["PYTEST_XDIST_WORKER"])
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -177,7 +177,7 @@ def test_close_stops_worker_threads():
 def test_close_ends_a_worker_whose_ring_a_ctrl_c_cut_off(monkeypatch):
     """Ctrl+C can land between a launch's "queue no longer idle" and its doorbell write: the
     worker then sleeps with a task nobody rang for. close() must still end it at once (it used
-    to wait 30 s per such queue for a join, and a Ctrl+C'd run hung past a minute)."""
+    to wait 30 s per such queue for a join)."""
     import os
 
     backend = CpuBackend(2, pool_size=2)

@@ -16,7 +16,7 @@ import pytest
 
 from aorta.common.procs import is_ancestor
 from aorta.ebpf import session
-from conftest import process_identity, still_running
+from conftest import process_identity, still_running, wait_until
 
 pytestmark = [pytest.mark.ebpf, pytest.mark.slow]
 
@@ -120,14 +120,6 @@ def test_kill_9_during_attach_leaves_nothing(ebpf_ready: None, tmp_path: Path, c
     assert _temp_folders(owners) == []
 
 
-def _wait_for_comm(pid: int, comm: str, timeout_s: float = 30.0) -> None:
-    """Block until process `pid` runs under `comm` (its exec is done); fail after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while Path(f"/proc/{pid}/comm").read_text().strip() != comm:
-        assert time.monotonic() < deadline, f"pid {pid} never became {comm!r}"
-        time.sleep(0.01)
-
-
 def test_start_kills_stale_tracers_and_folders(tmp_path: Path) -> None:
     """A tracer whose owner is gone (pid dead, or reused by a non-ancestor) is killed at the next
     start; one whose owner is its live parent is kept; folders go only when their pid is dead."""
@@ -146,7 +138,7 @@ def test_start_kills_stale_tracers_and_folders(tmp_path: Path) -> None:
     (tmp_path / f"{session.TEMP_PREFIX}99999999999999999999-x").mkdir()
     try:
         for proc in (orphan, foreign, kept):  # the sweep reads comm: wait for each exec, not a guess
-            _wait_for_comm(proc.pid, "bpftrace")
+            wait_until(lambda: proc.pid in _bpftraces(), f"exec of fake bpftrace {proc.pid}")  # noqa: B023
         out = session.remove_stale_sessions(str(tmp_path))
         assert set(out["killed"]) == {orphan.pid, foreign.pid}
         assert orphan.wait(5) == -signal.SIGKILL

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from aorta.ebpf.probes.cpu_sched import CpuSchedFamily
 from aorta.ebpf.probes.gpu_runtime import GpuRuntimeFamily
 from aorta.ebpf.probes.host_memory import HostMemoryFamily
 from aorta.ebpf.probes.ranks import rank_key, rank_keyed, rank_slice
+from conftest import wait_until
 from gpu_standins import build, gcc
 
 # one "rank": loads the HIP stand-in (and its HSA one), waits, then in the window creates two
@@ -55,14 +55,6 @@ def _voluntary_switches(pid: int) -> int:
         if line.startswith("voluntary_ctxt_switches:"):
             return int(line.split()[1])
     raise AssertionError(f"no voluntary_ctxt_switches in /proc/{pid}/status")
-
-
-def _wait_until(condition, timeout_s: float = 30.0) -> None:
-    """Poll until condition() holds; fail the test after timeout_s."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.005)
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +124,7 @@ def test_one_program_for_two_ranks_gives_each_its_own_launches_doorbells_and_mma
         tasks = [{int(t) for t in os.listdir(f"/proc/{rank.pid}/task")} for rank in ranks]
         for rank, before in zip(ranks, blocked_before, strict=True):
             # each rank blocks on its next readline inside the window (a switch the window must see)
-            _wait_until(lambda: _voluntary_switches(rank.pid) > before)  # noqa: B023
+            wait_until(lambda: _voluntary_switches(rank.pid) > before, f"rank {rank.pid} blocked again")  # noqa: B023
         session.window_stop()
         out = session.stop()
         session = None
