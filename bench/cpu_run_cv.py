@@ -50,7 +50,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -289,6 +288,11 @@ def _num(value: float | None, spec: str, suffix: str = "") -> str:
     return "n/a" if value is None else f"{value:{spec}}{suffix}"
 
 
+def _pct(value: float | None) -> str:
+    """A percentage to one decimal, or n/a."""
+    return _num(value, ".1f", " %")
+
+
 def _mean(values: list[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     return sum(known) / len(known) if known else None
@@ -386,17 +390,15 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-#: one child run: throughput, window ms, unit, on-CPU threads (None when unmeasured); None: failed
+#: one child run: throughput, window ms, unit, on-CPU threads (None when unmeasured)
 Measured = tuple[float, float, str, float | None]
-Measure = Callable[[], Measured | None]
 
 
-def _measure_one(
+def measure(
     args: argparse.Namespace, workload: str, streams: int, label: str, package: str | None, tmp: str
-) -> Measure:
-    """A callable running one child (the control or a backend run)."""
-
-    def run_control() -> Measured | None:
+) -> Measured | None:
+    """One child: the plain-threads control (label CONTROL) or a backend run; None when it failed."""
+    if label == CONTROL:
         data = control_run(workload, streams, args.iterations, args.warmup, tmp)
         if data is None:
             return None
@@ -406,26 +408,21 @@ def _measure_one(
             str(data["throughput_unit"]),
             data.get("on_cpu_threads"),
         )
-
-    def run_backend() -> Measured | None:
-        run_args = ["-d", "cpu", "-i", str(args.iterations), "-w", str(args.warmup)]
-        outcome = run_point(
-            [workload, "--streams", str(streams), *run_args],
-            build_command=functools.partial(point_command, package_dir=package),
-        )
-        if outcome.status != "ok" or outcome.result is None:
-            name = config_name(workload, streams)
-            print(f"{name} [{label}]: {outcome.status}: {outcome.error}", flush=True)
-            return None
-        result = outcome.result
-        return (
-            float(result["throughput"]),
-            float(result["total_time_ms"]),
-            str(result["throughput_unit"]),
-            (result.get("concurrency") or {}).get("on_cpu_queues"),
-        )
-
-    return run_control if label == CONTROL else run_backend
+    run_args = ["-d", "cpu", "-i", str(args.iterations), "-w", str(args.warmup)]
+    outcome = run_point(
+        [workload, "--streams", str(streams), *run_args],
+        build_command=functools.partial(point_command, package_dir=package),
+    )
+    if outcome.status != "ok" or outcome.result is None:
+        print(f"{config_name(workload, streams)} [{label}]: {outcome.status}: {outcome.error}", flush=True)
+        return None
+    result = outcome.result
+    return (
+        float(result["throughput"]),
+        float(result["total_time_ms"]),
+        str(result["throughput_unit"]),
+        (result.get("concurrency") or {}).get("on_cpu_queues"),
+    )
 
 
 def run_bench(args: argparse.Namespace, states: list[tuple[str, str | None]], tmp: str) -> int:
@@ -447,7 +444,7 @@ def run_bench(args: argparse.Namespace, states: list[tuple[str, str | None]], tm
             key = (config_name(workload, streams), label)
             load = os.getloadavg()[0]
             before = CpuTimes.now()
-            measured = _measure_one(args, workload, streams, label, package, tmp)()
+            measured = measure(args, workload, streams, label, package, tmp)
             share = machine_share(before, CpuTimes.now())
             if measured is None:
                 continue
@@ -527,18 +524,17 @@ def run_bench(args: argparse.Namespace, states: list[tuple[str, str | None]], tm
             if row is None:
                 continue
             control_cv = control["cv_pct"] if control else None
-            ratio = cv_ratio(tput[(name, label)], tput[(name, CONTROL)]) if control else cv_ratio([], [])
+            ratio = cv_ratio(tput[(name, label)], tput[(name, CONTROL)])  # None ratio without a control CV
             text = verdict(row["cv_pct"], control_cv, ratio, busy)
             ratio_text = _num(ratio["ratio"], ".2f")
             if ratio["low"] is not None:
                 ratio_text += f" [{ratio['low']:.2f}, {ratio['high']:.2f}] {ratio['level']:.0%}"
-            control_text = "n/a" if control_cv is None else f"{control_cv:.1f} %"
             control_per_cpu = control["per_cpu_cv_pct"] if control else None
             print(
-                f"  {name:<24} [{label}] CV {row['cv_pct']:.1f} %, control CV {control_text}, "
+                f"  {name:<24} [{label}] CV {row['cv_pct']:.1f} %, control CV {_pct(control_cv)}, "
                 f"backend/control {ratio_text}: {text}\n"
                 f"  {'':<24} per CPU received (throughput / threads on CPU): CV "
-                f"{_num(row['per_cpu_cv_pct'], '.1f', ' %')}, control {_num(control_per_cpu, '.1f', ' %')}"
+                f"{_pct(row['per_cpu_cv_pct'])}, control {_pct(control_per_cpu)}"
                 f"{per_cpu_note(row['cv_pct'], row['per_cpu_cv_pct'])}"
             )
             report["comparison"].setdefault(name, {})[label] = {
@@ -552,12 +548,9 @@ def run_bench(args: argparse.Namespace, states: list[tuple[str, str | None]], tm
     if len(states) == 2:
         report["paired"] = print_paired(by_round, states)
 
-    def pct(value: float | None) -> str:
-        return "n/a" if value is None else f"{value:.1f} %"
-
     print(
-        f"\nmachine over the bench (share of all cores' time): steal {pct(machine['steal_pct'])}, "
-        f"iowait {pct(machine['iowait_pct'])}, other processes {pct(machine['others_cpu_pct'])}"
+        f"\nmachine over the bench (share of all cores' time): steal {_pct(machine['steal_pct'])}, "
+        f"iowait {_pct(machine['iowait_pct'])}, other processes {_pct(machine['others_cpu_pct'])}"
         f"\nload at start: {load_text(start_loads)}\nload at end:   {load_text(end_loads)}"
         f"\n(the bench's own runs add about 1–2 to the 1-min load; a start load above "
         f"{BUSY_LOAD_PER_CORE * (os.cpu_count() or 1):.2f} or other processes above "
