@@ -516,7 +516,7 @@ def run_bench(args: argparse.Namespace, states: list[tuple[str, str | None]], tm
         "\nbackend noise vs the machine's (control: the same ops on plain threads), "
         f"target CV ≤ {TARGET_CV_PCT:g} %:"
     )
-    for workload, streams in CONFIGS:
+    for workload, streams in args.configs:
         name = config_name(workload, streams)
         control = rows.get((name, CONTROL))
         for label, _ in states:
