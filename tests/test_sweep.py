@@ -293,3 +293,19 @@ def test_pid_alive_survives_absurd_pids():
     assert parse_pid("99999999999999999999") is None
     assert parse_pid("\u0663") is None
     assert parse_pid(str(os.getpid())) == os.getpid()
+
+
+def test_a_point_child_starts_with_no_signal_held(tmp_path):
+    """run_point holds SIGINT/SIGTERM while the child starts (a Ctrl+C then lands once the child
+    is known and can be stopped): the child must get the mask back, or it could not be stopped."""
+    from aorta.hw_queue_eval.sweeps.childrun import run_point
+
+    report = (
+        "import json, sys\n"
+        "blocked = next(l.split()[1] for l in open('/proc/self/status') if l.startswith('SigBlk:'))\n"
+        "json.dump({'sigblk': blocked}, open(sys.argv[1], 'w'))\n"
+    )
+    outcome = run_point([], build_command=lambda _args, out, _n: [sys.executable, "-I", "-c", report, out])
+    assert outcome.status == "ok", outcome.error
+    assert int(outcome.result["sigblk"], 16) == 0
+    assert not signal.pthread_sigmask(signal.SIG_BLOCK, set())  # the parent's mask is back too

@@ -47,6 +47,21 @@ class PointOutcome:
         }
 
 
+#: what a user sends to stop a sweep: held while a point's child starts
+INTERRUPTS = {signal.SIGINT, signal.SIGTERM}
+
+
+def _with_mask(mask: set[signal.Signals], then: Callable[[], None]) -> Callable[[], None]:
+    """A `preexec_fn`: set the child's signal mask back to `mask` (the parent's before it held
+    INTERRUPTS), then run `then`."""
+
+    def preexec() -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        then()
+
+    return preexec
+
+
 def _stop_group(proc: subprocess.Popen[str]) -> None:
     """SIGTERM the child's process group, then SIGKILL after a grace period."""
     for sig, grace in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, TERM_GRACE_S)):
@@ -136,18 +151,27 @@ def run_point(
     out_path = os.path.join(tmpdir, "point.json")
     cmd = build_command(run_args, out_path, nproc_per_node)
     started = time.monotonic()
-    proc = subprocess.Popen(
-        cmd,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-        preexec_fn=die_with_parent(),
-        cwd=tmpdir,
-    )
+    # Ctrl+C/SIGTERM are held while the child starts: one landing after the fork but before Popen
+    # returns would leave a child this function never stops. The child gets the mask back first.
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, INTERRUPTS)
     try:
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+            preexec_fn=_with_mask(held, die_with_parent()),
+            cwd=tmpdir,
+        )
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        shutil.rmtree(tmpdir, ignore_errors=True)
+        raise
+    try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a held Ctrl+C lands here, `proc` known
         try:
             _, stderr = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
