@@ -18,6 +18,7 @@ iteration of ops held as events (all complete after each host wait).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -27,7 +28,8 @@ OPS_PER_ITERATION = 16 * 128
 ITERATIONS = 120
 
 _CHILD = textwrap.dedent("""
-    import json, resource, sys
+    import json, os, resource, sys
+    sys.path[:0] = sys.argv.pop(1).split(os.pathsep)  # -I ignores PYTHONPATH: the parent's folders
     from aorta.hw_queue_eval.backends import gpu
     from aorta.hw_queue_eval.run import harness
     from aorta.hw_queue_eval.run.config import RunConfig
@@ -70,11 +72,13 @@ _CHILD = textwrap.dedent("""
 """)
 
 
-def _point(device: str, mode: str, iterations: int) -> dict[str, Any]:
+def _point(device: str, mode: str, iterations: int, paths: list[str], env: dict[str, str]) -> dict[str, Any]:
     proc = subprocess.run(
-        [sys.executable, "-I", "-c", _CHILD, device, mode, str(iterations)],
+        [sys.executable, "-I", "-c", _CHILD, os.pathsep.join(paths), device, mode, str(iterations)],
         capture_output=True,
         text=True,
+        env=env,
+        cwd="/",
         check=False,
     )
     if proc.returncode != 0:
@@ -82,8 +86,16 @@ def _point(device: str, mode: str, iterations: int) -> dict[str, Any]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def run_memory_points(device: str) -> int:
-    """Print one JSON line per window and one verdict line; the number of failed checks."""
+def run_memory_points(device: str, paths: list[str], env: dict[str, str]) -> int:
+    """Print one JSON line per window and one verdict line; the number of failed checks.
+
+    The children import from `paths` (the carried tree, the installed wheels) with `env`. The CPU
+    backend holds no op events (nothing to bound): on `cpu` one line says the points were skipped.
+    """
+    if device.startswith("cpu"):
+        reason = "the CPU backend holds no GPU op events: the bounded-memory points need a GPU"
+        print(json.dumps({"check": "bounded_memory", "ran": False, "reason": reason}))
+        return 0
     from aorta.hw_queue_eval.run.harness import MAX_STORED_OPS
     from aorta.hw_queue_eval.run.opfold import CHUNK_OPS
 
@@ -94,7 +106,7 @@ def run_memory_points(device: str) -> int:
         ("per_iteration", 3 * ITERATIONS),
         ("end_only", ITERATIONS),
     ):
-        point = _point(device, mode, iterations)
+        point = _point(device, mode, iterations, paths, env)
         expected = iterations * OPS_PER_ITERATION
         ok = (
             point.get("status") == "ok"

@@ -20,7 +20,9 @@ STREAMS = (1, 4, 16)
 WORKLOAD = "tiny_kernel_stress"
 
 
-def _run(device: str, iterations: str, streams: int, path: Path, traced: bool) -> dict[str, Any] | None:
+def _run(
+    device: str, iterations: str, streams: int, path: Path, traced: bool, env: dict[str, str]
+) -> dict[str, Any] | None:
     flags = ["--ebpf-trace", "--ebpf-gpu-runtime"] if traced else []
     proc = subprocess.run(
         [
@@ -41,6 +43,7 @@ def _run(device: str, iterations: str, streams: int, path: Path, traced: bool) -
         ],
         capture_output=True,
         text=True,
+        env=env,
         check=False,
     )
     if proc.returncode != 0 or not path.exists():
@@ -98,12 +101,12 @@ def summarize(plain: dict[str, Any], traced: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run_points(device: str, iterations: str, out: Path) -> int:
-    """Run every point, print one JSON line each; returns the number of failed points."""
+def run_points(device: str, iterations: str, out: Path, env: dict[str, str]) -> int:
+    """Run every point (children get `env`), print one JSON line each; the number failed."""
     failed = 0
     for streams in STREAMS:
-        plain = _run(device, iterations, streams, out / f"gpu_runtime_plain_{streams}.json", False)
-        traced = _run(device, iterations, streams, out / f"gpu_runtime_traced_{streams}.json", True)
+        plain = _run(device, iterations, streams, out / f"gpu_runtime_plain_{streams}.json", False, env)
+        traced = _run(device, iterations, streams, out / f"gpu_runtime_traced_{streams}.json", True, env)
         if plain is None or traced is None:
             failed += 1
             continue

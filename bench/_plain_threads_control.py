@@ -10,10 +10,11 @@ backend's do. What it lacks is the backend's own machinery: task objects, locks,
 per-op clock reads and records. Its run-to-run CV is what any Python-threaded run of these ops
 shows on this machine: the floor the backend is judged against.
 
-Usage (the bench runs it): python -I bench/_plain_threads_control.py WORKLOAD STREAMS ITERATIONS WARMUP
+Usage (the bench runs it): python -I bench/_plain_threads_control.py WORKLOAD STREAMS ITERATIONS WARMUP [CPUS]
+(CPUS: its host and threads pinned as `run --cpus CPUS` pins the host and the queue workers.)
 Prints one JSON line: throughput, throughput_unit, total_time_ms, iteration_times_ms,
 verification_passed, threads, torch_threads, on_cpu_threads (Σ on-CPU time of its threads / window,
-as the backend's `concurrency.on_cpu_queues`).
+as the backend's `concurrency.on_cpu_queues`), cpus_pinned (as the backend's environment.cpus_pinned).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import torch
 from aorta.hw_queue_eval.backends.cpu import assign_queues
 from aorta.hw_queue_eval.run import oncpu
 from aorta.hw_queue_eval.run.config import hw_queue_pool_size
+from aorta.hw_queue_eval.run.cpupin import Pinning, parse_cpu_list
 from aorta.hw_queue_eval.workloads.base import UNIT_SCALE
 from aorta.hw_queue_eval.workloads.registry import get_workload_class
 
@@ -84,6 +86,8 @@ def main(argv: list[str]) -> int:
     for _ in threads:
         done.get()  # every thread started and registered before warm-up
     plain = [_PlainStream(inboxes[q]) for q in mapping]
+    # after the threads started, as the harness pins the backend's workers
+    pinning = Pinning(parse_cpu_list(argv[4]) or (), tids) if len(argv) > 4 else None
 
     def iteration() -> None:
         workload.run_iteration(plain)
@@ -110,6 +114,7 @@ def main(argv: list[str]) -> int:
         times.append((time.perf_counter_ns() - t0) / 1e6)
     window_ns = time.perf_counter_ns() - start
     on_cpu = oncpu.on_cpu_concurrency(cpu_start, oncpu.snapshot(tids), window_ns / 1e6)
+    pinned = pinning.report() if pinning is not None else None
     if was_enabled:
         gc.enable()
     for box in inboxes:
@@ -129,6 +134,7 @@ def main(argv: list[str]) -> int:
                 "threads": len(threads),
                 "torch_threads": torch.get_num_threads(),
                 "on_cpu_threads": on_cpu["on_cpu_queues"],
+                "cpus_pinned": pinned,
             }
         )
     )

@@ -27,9 +27,11 @@ on an otherwise idle machine), which says whether the machine's floor (control C
 misses it; and the bench's steal, iowait and others' CPU share over all its runs, and the load
 averages at the start and end.
 
-`--cpus 0` runs every child on CPU 0 only: thread placement, which decides most of
-tiny_kernel_stress's throughput on 2 vCPUs (docs/sweep-compare-report.md), is then the same in
-every run, so what is left is the rest of the noise.
+`--cpus LIST` pins threads as `run --cpus LIST` does (run/cpupin.py: thread k of [host, queue 0,
+queue 1, …] on the k-th listed CPU, round-robin) in every backend run, and the control's host and
+threads the same way: thread placement, which decides most of tiny_kernel_stress's throughput on
+2 vCPUs (docs/sweep-compare-report.md), is then the same in every run of both, so what is left is
+the rest of the noise. (`--against REF` then needs a REF whose `run` has `--cpus`.)
 
 Usage: python bench/cpu_run_cv.py [--rounds 6] [--iterations 30] [--warmup 3] [--against REF]
        [--configs WORKLOAD@STREAMS,…] [--cpus LIST] [--json FILE]
@@ -61,6 +63,7 @@ import numpy as np
 from aorta.common.atomicio import atomic_write_json, check_output_path
 from aorta.common.errors import UsageError
 from aorta.hw_queue_eval.analysis.stats import median_ci
+from aorta.hw_queue_eval.run.cpupin import format_cpu_list, parse_cpu_list
 from aorta.hw_queue_eval.sweeps.childrun import point_command, run_point
 
 CONFIGS = (("hetero_kernels", 8), ("tiny_kernel_stress", 16))
@@ -236,30 +239,18 @@ def busy_reason(start_load: float, others_pct: float | None, steal_pct: float | 
     return ", ".join(reasons) or None
 
 
-def parse_cpus(text: str) -> set[int]:
-    """`--cpus` as a set of CPUs this process may use, or a UsageError naming the fix."""
-    allowed = os.sched_getaffinity(0)
-    try:
-        cpus = {int(part) for part in text.split(",") if part.strip()}
-    except ValueError:
-        cpus = set()
-    if not cpus or not cpus <= allowed:
-        raise UsageError(
-            f"--cpus {text!r} is not a list of this process's CPUs; give some of "
-            f"{','.join(map(str, sorted(allowed)))}, comma-separated"
-        )
-    return cpus
-
-
 def config_name(workload: str, streams: int) -> str:
     """How a configuration is printed and keyed in the JSON."""
     return f"{workload} @ {streams}"
 
 
-def control_run(workload: str, streams: int, iterations: int, warmup: int, cwd: str) -> dict[str, Any] | None:
+def control_run(
+    workload: str, streams: int, iterations: int, warmup: int, cwd: str, cpus: str | None = None
+) -> dict[str, Any] | None:
     """One control process (same session treatment as run_point's children); its JSON, or None."""
+    pin = [] if cpus is None else [cpus]
     proc = subprocess.run(
-        [sys.executable, "-I", CONTROL_SCRIPT, workload, str(streams), str(iterations), str(warmup)],
+        [sys.executable, "-I", CONTROL_SCRIPT, workload, str(streams), str(iterations), str(warmup), *pin],
         capture_output=True,
         text=True,
         check=False,
@@ -364,7 +355,8 @@ def main(argv: list[str] | None = None) -> int:
         "--cpus",
         default=None,
         metavar="LIST",
-        help="run every child on these CPUs only (e.g. 0 or 0,1): thread placement held fixed",
+        help="pin the host and queue threads of every backend run (run --cpus) and the "
+        "control's the same way (e.g. 0,1 or 0-1): thread placement held fixed",
     )
     parser.add_argument("--json", default=None, help="also write the numbers here")
     args = parser.parse_args(argv)
@@ -377,8 +369,8 @@ def main(argv: list[str] | None = None) -> int:
         args.configs = parse_configs(args.configs) if args.configs else CONFIGS
         if args.json:
             check_output_path(args.json)
-        if args.cpus is not None:
-            os.sched_setaffinity(0, parse_cpus(args.cpus))  # the children inherit it
+        if args.cpus is not None:  # checked here; every child gets the text as given
+            args.cpus = format_cpu_list(parse_cpu_list(args.cpus) or ())
         states: list[tuple[str, str | None]] = [("this tree", None)]
         if args.against:
             states.append((args.against, extract_package(args.against, tmp)))
@@ -399,7 +391,7 @@ def measure(
 ) -> Measured | None:
     """One child: the plain-threads control (label CONTROL) or a backend run; None when it failed."""
     if label == CONTROL:
-        data = control_run(workload, streams, args.iterations, args.warmup, tmp)
+        data = control_run(workload, streams, args.iterations, args.warmup, tmp, args.cpus)
         if data is None:
             return None
         return (
@@ -409,6 +401,8 @@ def measure(
             data.get("on_cpu_threads"),
         )
     run_args = ["-d", "cpu", "-i", str(args.iterations), "-w", str(args.warmup)]
+    if args.cpus is not None:
+        run_args += ["--cpus", args.cpus]
     outcome = run_point(
         [workload, "--streams", str(streams), *run_args],
         build_command=functools.partial(point_command, package_dir=package),
@@ -475,6 +469,7 @@ def run_bench(args: argparse.Namespace, states: list[tuple[str, str | None]], tm
         "rounds": args.rounds,
         "states": [s[0] for s in states],
         "cpus": sorted(os.sched_getaffinity(0)),
+        "cpus_pinned": None if args.cpus is None else [int(c) for c in args.cpus.split(",")],
         "machine": {**machine, "busy": busy, "window": "from the first child's start to the last's end"},
         "results": [],
         "comparison": {},

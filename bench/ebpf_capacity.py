@@ -4,10 +4,16 @@
 counts them in the kernel (`count()`): its count must equal N with 0 lost. The naive design
 prints one line per event (`printf` via `bpftrace -f json`) and parses every line in Python: we
 report how many arrived, how many bpftrace declared lost, and the CPU it cost.
+The floor: the same engine program with an empty action on the same tracepoint (no filter, no
+map): what attaching any BPF program there costs per event. Untraced, engine and empty runs
+alternate in --rounds interleaved rounds (the order rotates), so machine drift hits all three;
+medians are compared, and the engine/floor ratio of generator wall time is the engine's own
+cost (goal ≤ 1.2×).
 (c) Attach (start → handshake complete) and stop (SIGINT → exit, maps read) times of the full
-`--ebpf-trace` program, median of 5.
+`--ebpf-trace` program, median of --repeats, beside the attach time of the floor program (what
+bpftrace itself needs to start and attach one probe) and of a bare `bpftrace -e 'BEGIN{exit()}'`.
 
-Usage: sudo PYTHONPATH=src python bench/ebpf_capacity.py [--events 2000000] [--repeats 5]
+Usage: sudo PYTHONPATH=src python bench/ebpf_capacity.py [--events 2000000] [--rounds 5] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -66,6 +72,18 @@ class _Printer(_Counter):
             ],
             used_events=[":".join(EVENT)],
         )
+
+
+class _Empty(_Counter):
+    """The floor: a program on the same tracepoint whose action does nothing (no filter, no map)."""
+
+    name = "empty"
+
+    def render(self, ctx: RenderContext) -> ProbeCode:
+        return ProbeCode(probes=[f"tracepoint:{':'.join(EVENT)}\n{{\n}}"], used_events=[":".join(EVENT)])
+
+    def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
+        return FamilyResult(self.name, self.section, {"events": None}, {})
 
 
 class _CountingSession(TraceSession):
@@ -131,7 +149,43 @@ def _traced(family: ProbeFamily, n: int, ready: engine.Readiness) -> dict[str, A
         "bpftrace_cpu_s": bpf_cpu,
         "python_cpu_s_incl_generator": time.process_time() - cpu0,
         "drain_s": drain,
+        "attach_s": session.output.attach_s,
     }
+
+
+def interleaved(n: int, rounds: int, ready: engine.Readiness) -> dict[str, list[dict[str, Any]]]:
+    """Untraced, engine and empty-program runs of the generator in `rounds` rotating rounds."""
+    kinds = ["untraced", "engine", "empty"]
+    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
+    for r in range(rounds):
+        for kind in kinds[r % 3 :] + kinds[: r % 3]:
+            if kind == "untraced":
+                runs[kind].append({"generator_wall_s": _generate(n)})
+            else:
+                runs[kind].append(_traced(_Counter() if kind == "engine" else _Empty(), n, ready))
+    return runs
+
+
+def _median_wall(runs: list[dict[str, Any]]) -> float:
+    return statistics.median(r["generator_wall_s"] for r in runs)
+
+
+def bare_bpftrace_s(ready: engine.Readiness, repeats: int) -> float:
+    """Median wall time of `bpftrace -e 'BEGIN { exit(); }'`: bpftrace's own start and exit."""
+    import subprocess
+
+    times = []
+    for _ in range(repeats):
+        t0 = time.monotonic()
+        subprocess.run(
+            [*(ready.prefix or []), ready.bpftrace or "bpftrace", "-e", "BEGIN { exit(); }"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )
+        times.append(time.monotonic() - t0)
+    return statistics.median(times)
 
 
 def attach_stop_times(ready: engine.Readiness, repeats: int) -> dict[str, Any]:
@@ -154,7 +208,8 @@ def attach_stop_times(ready: engine.Readiness, repeats: int) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=2_000_000)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved untraced/engine/floor rounds")
+    parser.add_argument("--repeats", type=int, default=5, help="attach/stop measurements")
     parser.add_argument("--json", dest="json_out", help="also write the numbers here")
     args = parser.parse_args()
     if args.json_out:
@@ -164,14 +219,23 @@ def main() -> int:
         print(f"eBPF unavailable: {ready.reason}", file=sys.stderr)
         return 2
     threading.current_thread().name = "bench"
-    base = _generate(args.events)
-    eng = _traced(_Counter(), args.events, ready)
-    naive = _traced(_Printer(), args.events, ready)
-    times = attach_stop_times(ready, args.repeats)
     n = args.events
+    runs = interleaved(n, args.rounds, ready)
+    base = _median_wall(runs["untraced"])
+    eng = min(runs["engine"], key=lambda r: abs(r["generator_wall_s"] - _median_wall(runs["engine"])))
+    floor_s = _median_wall(runs["empty"])
+    eng_s = _median_wall(runs["engine"])
+    naive = _traced(_Printer(), n, ready)
+    times = attach_stop_times(ready, args.repeats)
+    times["floor_attach_median_s"] = statistics.median(r["attach_s"] for r in runs["empty"])
+    times["bare_bpftrace_median_s"] = bare_bpftrace_s(ready, args.repeats)
     print(
-        f"N = {n:,} getppid() events at full speed (untraced generator: {base:.3f} s, "
-        f"{base / n * 1e9:.0f} ns/event)\n"
+        f"N = {n:,} getppid() events at full speed; medians of {args.rounds} interleaved rounds:\n"
+        f"  untraced generator       {base:.3f} s ({base / n * 1e9:.0f} ns/event)\n"
+        f"  empty program (floor)    {floor_s:.3f} s (+{(floor_s - base) / n * 1e9:.0f} ns/event)\n"
+        f"  engine (in-kernel count) {eng_s:.3f} s (+{(eng_s - base) / n * 1e9:.0f} ns/event)\n"
+        f"  engine / floor = {eng_s / floor_s:.2f}x (goal ≤ 1.2x); engine / untraced = "
+        f"{eng_s / base:.2f}x; floor / untraced = {floor_s / base:.2f}x\n"
     )
     print(f"{'':34}{'engine (in-kernel count)':>26}{'naive (printf + Python)':>26}")
     rows = [
@@ -196,13 +260,25 @@ def main() -> int:
         print(f"{label:<34}{a:>26}{b:>26}")
     print(
         f"\nattach (start→ready) median of {args.repeats}: {times['attach_median_s']:.3f} s "
-        f"(target ≤ 3 s); stop median: {times['stop_median_s']:.3f} s (target ≤ 1 s)"
+        f"(goal ≤ 0.3 s); stop median: {times['stop_median_s']:.3f} s (target ≤ 1 s)\n"
+        f"  for scale: floor program attach {times['floor_attach_median_s']:.3f} s, bare "
+        f"`bpftrace -e 'BEGIN{{exit()}}'` start to exit {times['bare_bpftrace_median_s']:.3f} s"
     )
-    ok = eng["events_seen"] == n and eng["lost"] == 0
+    ok = all(r["events_seen"] == n and r["lost"] == 0 for r in runs["engine"])
     print(f"engine capacity check: {'PASS' if ok else 'FAIL'}")
     if args.json_out:
         atomic_write_json(
-            args.json_out, {"n": n, "untraced_s": base, "engine": eng, "naive": naive, "times": times}
+            args.json_out,
+            {
+                "n": n,
+                "untraced_s": base,
+                "floor_s": floor_s,
+                "engine_s": eng_s,
+                "engine_over_floor": eng_s / floor_s,
+                "rounds": runs,
+                "naive": naive,
+                "times": times,
+            },
         )
     return 0 if ok else 1
 

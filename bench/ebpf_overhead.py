@@ -15,8 +15,9 @@ Throughput ratios are noisy on a shared machine, so the bench also asks the kern
 spent inside the tracer's BPF programs (BPF_ENABLE_STATS while the bench runs, fdinfo run_time_ns)
 and reports that as a share of the window: a noise-free upper bound of the in-kernel probe cost.
 
-Usage: sudo PYTHONPATH=src python bench/ebpf_overhead.py [--pairs 5] [--iterations 40]
+Usage: sudo .venv/bin/python bench/ebpf_overhead.py [--pairs 5] [--iterations 40]
        [--modes queue,memory,both] [--no-bpf-stats] [--json FILE]
+(the venv scripts/setup.sh made has aorta and torch; a plain `sudo python` has neither)
 """
 
 from __future__ import annotations

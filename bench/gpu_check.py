@@ -10,16 +10,25 @@ _gpu_runtime_points.py: tiny_kernel_stress at 1/4/16 streams with --ebpf-trace -
 (launches seen == ops issued, HW queues vs streams, uprobe cost per launch). Last, the windows
 of _gpu_memory_points.py: past 200,000 ops (tiny_kernel_stress 16 streams, 120 and 360
 iterations per_iteration, 120 end_only), the op events held stay bounded and the op count exact.
-Usage: python bench/gpu_check.py [--device cuda:0] [--out DIR]
+On a lent machine it runs from the carried tree with nothing installed (_gpu_check_env.py: the
+wheels of .gpu-wheels/ go into a private folder on every child's path); the eBPF points run only
+where bpftrace, privileges and bpf() are all there (_gpu_ebpf_gate.py), else a line says why not.
+Every line printed is also written to DIR/gpu_check.jsonl. `--device cpu --quick` is the dry run.
+Usage: PYTHONPATH=src python3 bench/gpu_check.py [--device cuda:0] [--out DIR] [--quick]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
+from pathlib import Path
+from typing import TextIO
 
 from _gpu_check_args import parse_check_args
+from _gpu_check_env import WHEELS, child_env, child_paths, imported_from, install_wheels
+from _gpu_ebpf_gate import ebpf_gate
 from _gpu_memory_points import run_memory_points
 from _gpu_runtime_points import run_points
 
@@ -41,7 +50,10 @@ def summarize(data: dict) -> dict:
         "unit": data["throughput_unit"],
         "p50_ms": lat.get("p50"),
         "p99_ms": lat.get("p99"),
-        "switch_overhead_ms": data["switch_latency"]["switch_overhead_ms"],
+        "switch_overhead_ms": data["switch_latency"]["switch_overhead_ms"],  # null on GPU: readiness unknown
+        "switch_overhead_all_gaps_ms": (data["switch_latency"].get("all_gaps") or {}).get(
+            "switch_overhead_ms"
+        ),
         "concurrency": data["concurrency"]["achieved"],
         "instr_cost": (data.get("instrumentation") or {}).get("cost_ratio"),
         "plain_throughput": (data.get("instrumentation") or {}).get("plain_throughput"),
@@ -50,9 +62,42 @@ def summarize(data: dict) -> dict:
     }
 
 
+def _options(parser: argparse.ArgumentParser) -> None:
+    """gpu_check's own options: the wheels folder and the dry run's small points."""
+    parser.add_argument("--wheels", type=Path, default=None, help="wheels to install (.gpu-wheels/)")
+    parser.add_argument(
+        "--quick", action="store_true", help="dry run: 2 iterations, small preset (not measurements)"
+    )
+
+
+class _Tee:
+    """stdout that also writes every line to the --out folder's gpu_check.jsonl."""
+
+    def __init__(self, *streams: TextIO) -> None:
+        self.streams = streams
+
+    def write(self, text: str) -> int:
+        for stream in self.streams:
+            stream.write(text)
+            stream.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        for stream in self.streams:
+            stream.flush()
+
+
 def main() -> int:
-    args, out = parse_check_args(__doc__.splitlines()[0], "aorta-gpu-check-")
-    failed = 0
+    args, out = parse_check_args(__doc__.splitlines()[0], "aorta-gpu-check-", _options)
+    size = "small" if args.quick else "large"
+    if args.quick:
+        args.iterations = "2"
+    sys.stdout = _Tee(sys.stdout, (out / "gpu_check.jsonl").open("w", encoding="utf-8"))
+    extra, wheels = install_wheels(args.wheels or WHEELS)
+    paths = child_paths(extra)
+    env = child_env(paths)
+    print(json.dumps({**wheels, "jsonschema_from": imported_from("jsonschema", env)}))
+    failed = 0 if "error" not in wheels else 1
     for (workload, streams), (mode, flags) in ((p, m) for p in POINTS for m in MODES.items()):
         path = out / f"{workload}_{streams}_{mode}.json"
         proc = subprocess.run(
@@ -65,7 +110,7 @@ def main() -> int:
                 "--streams",
                 str(streams),
                 "--size",
-                "large",
+                size,
                 "-d",
                 args.device,
                 "-i",
@@ -76,6 +121,7 @@ def main() -> int:
             ],
             capture_output=True,
             text=True,
+            env=env,
             check=False,
         )
         if proc.returncode != 0 or not path.exists():
@@ -93,8 +139,11 @@ def main() -> int:
             )
             continue
         print(json.dumps({"mode": mode, **summarize(json.loads(path.read_text()))}))
-    failed += run_points(args.device, args.iterations, out)
-    failed += run_memory_points(args.device)
+    ebpf, reason = ebpf_gate()
+    print(json.dumps({"check": "ebpf_points", "ran": ebpf, "reason": reason}))
+    if ebpf:
+        failed += run_points(args.device, args.iterations, out, env)
+    failed += run_memory_points(args.device, paths, env)
     return 1 if failed else 0
 
 

@@ -1,8 +1,8 @@
 """Benchmark: CLI start-up and the CPU backend's per-op dispatch overhead, side by side.
 
 Prints ratios measured in one run (the machine is shared and noisy; never compare across runs):
-  1. `python -m aorta.hw_queue_eval list` vs `python -c pass` (interleaved, median of N ≥ 10);
-     target: list ≤ 0.35 s.
+  1. `aorta-hwq list` vs `python -c pass` (bench/cli_startup.py's interleaved samples, median of
+     N ≥ 10; that bench also times --help and info); target: list ≤ 0.35 s.
   2. an empty op through a CPU stream vs a direct call: amortised host+worker cost per op
      (10 000 ops per sample, median of 15 samples), the worker-side gap between consecutive
      ops (median of 10 000 samples), and one op + host wait on an idle queue (median of 10 000);
@@ -15,25 +15,17 @@ from __future__ import annotations
 import argparse
 import itertools
 import statistics
-import subprocess
-import sys
 import time
+
+import cli_startup  # bench/ is this script's folder, first on sys.path
 
 OPS = 10_000
 
 
-def time_command(argv: list[str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-    return time.perf_counter() - start
-
-
 def bench_startup(repeats: int) -> tuple[float, float]:
-    cli, bare = [], []
-    for _ in range(repeats):  # interleaved so drift hits both sides alike
-        cli.append(time_command([sys.executable, "-m", "aorta.hw_queue_eval", "list"]))
-        bare.append(time_command([sys.executable, "-c", "pass"]))
-    return statistics.median(cli), statistics.median(bare)
+    """Median seconds of `list` and of a bare interpreter (cli_startup.py's interleaved samples)."""
+    samples = cli_startup.measure(repeats, commands=(("list",),))
+    return statistics.median(samples["list"]), statistics.median(samples["bare"])
 
 
 def bench_dispatch(repeats: int) -> tuple[float, float, float]:

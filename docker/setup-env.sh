@@ -7,7 +7,11 @@
 #   bash setup-env.sh --option 5 --dry-run # write docker/.env and print the commands, run nothing
 # Then: docker compose -f docker-compose.build.yaml up -d && docker exec -it aorta-ebpf-<flavor> bash
 set -euo pipefail
+self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 cd "$(dirname "$0")"
+
+# The usage text is the comment block above (up to the first line that is not a comment).
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$self"; }
 
 say() { echo "setup-env: $*" >&2; }
 die() { say "$*"; exit 2; }
@@ -20,7 +24,7 @@ while [ $# -gt 0 ]; do
     --base) [ $# -ge 2 ] || die "--base needs an image name"; base=$2; shift 2 ;;
     --engine) [ $# -ge 2 ] || die "--engine needs docker or podman"; engine=$2; shift 2 ;;
     --dry-run) dry_run=1; shift ;;
-    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) usage; exit 0 ;;
     *) die "unknown argument '$1' (use --option N, --dockerfile F, --base IMAGE, --engine E, --dry-run)" ;;
   esac
 done

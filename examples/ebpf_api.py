@@ -17,11 +17,7 @@ import os
 import sys
 import threading
 
-from aorta.ebpf import engine
-from aorta.ebpf.probes.base import TraceTarget
-from aorta.ebpf.probes.registry import families_for
-from aorta.ebpf.program import ProgramError
-from aorta.ebpf.session import SessionError
+import aorta.ebpf as ebpf
 
 WORKERS, RINGS = 4, 50
 STOP = 2  # a doorbell value that tells the worker to exit (rung after the window: not counted)
@@ -45,8 +41,8 @@ class Worker(threading.Thread):
 
 def main() -> int:
     """Ring four workers' doorbells RINGS times each inside the window; print the summary."""
-    ready = engine.check_readiness()  # bpftrace, privileges, tracefs; never raises
-    if not ready.ok or ready.tracefs is None:
+    ready = ebpf.check_readiness()  # bpftrace, privileges, tracefs; never raises
+    if not ready.ok:
         print(f"eBPF tracing unavailable: {ready.reason}")
         return 1
     workers = [Worker(i) for i in range(WORKERS)]
@@ -61,49 +57,31 @@ def main() -> int:
             os.close(w.doorbell)
 
 
-def trace(ready: engine.Readiness, workers: list[Worker]) -> int:
+def trace(ready: ebpf.Readiness, workers: list[Worker]) -> int:
     """Trace the rings of the workers' doorbells; print what eBPF counted next to what was rung."""
     pid = os.getpid()
-    target = TraceTarget(
+    target = ebpf.TraceTarget(
         pids=(pid,),
         follow_children=False,
         thread_labels={w.native_id: f"q{i}" for i, w in enumerate(workers)},
         doorbells=tuple((pid, w.doorbell, w.native_id, i) for i, w in enumerate(workers)),
     )
-    families = [f for f in families_for(queue=True, memory=False) if f.name == "cpu_sched"]
-    try:
-        program = engine.make_program(True, False, target, ready.tracefs, ready.version, families=families)
-        session = engine.start_session(program, ready)  # returns once every probe is attached
-    except (ProgramError, SessionError) as exc:
-        print(f"could not start tracing: {exc}")
-        return 2
     rung = 0
     try:
-        session.window_start()  # events count from here …
-        for _ in range(RINGS):
-            for w in workers:  # ring only an idle queue: one ring, one hand-off
-                os.eventfd_write(w.doorbell, 1)
-                rung += 1
-            for w in workers:
-                w.done.acquire()
-        session.window_stop()  # … to here
-        output = session.stop()  # bpftrace prints its maps and exits
-    except BaseException:
-        session.abort()  # never leave a bpftrace behind
-        raise
-    # which thread is which queue: lets the family summarise per worker
-    registry = [{"tid": w.native_id, "queue": i, "streams": [i]} for i, w in enumerate(workers)]
-    context = {
-        "workers": registry,
-        "window": engine.window_info(output),
-        "pids": [pid],
-        "streams": None,
-        "submitter_tids": [threading.get_native_id()],
-    }
-    results = engine.collect_results(program, output, context)
-    queue = engine.build_sections(program, output, results, ready, queue=True, memory=False)[
-        "ebpf_queue_metrics"
-    ]
+        # bpftrace starts and attaches before the block; the window is the block itself
+        with ebpf.trace_window(
+            target, probe_families=ebpf.families(names=("cpu_sched",)), ready=ready
+        ) as traced:
+            for _ in range(RINGS):
+                for w in workers:  # ring only an idle queue: one ring, one hand-off
+                    os.eventfd_write(w.doorbell, 1)
+                    rung += 1
+                for w in workers:
+                    w.done.acquire()
+    except (ebpf.ProgramError, ebpf.SessionError) as exc:
+        print(f"could not trace: {exc}")
+        return 2
+    queue = traced.queue or {}
     summary = queue["families"]["cpu_sched"]["metrics"]["summary"] or {}
     print(
         json.dumps(

@@ -11,13 +11,15 @@
 # an unpinned multi-GB CUDA build. When $PYTHON is itself a virtual or conda environment, aorta is
 # installed there and .venv points at it.
 set -euo pipefail
+self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 cd "$(dirname "$0")/.."
 
 extras=""
 case "${1:-}" in
   "") ;;
   --test) extras="[test]" ;;
-  *) echo "setup: unknown option '$1' (use: bash scripts/setup.sh [--test])" >&2; exit 2 ;;
+  -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$self"; exit 0 ;;
+  *) echo "setup: unknown option '$1' (use: bash scripts/setup.sh [--test | --help])" >&2; exit 2 ;;
 esac
 PYTHON=${PYTHON:-python3}
 VENV=.venv
@@ -59,6 +61,14 @@ else
   say "not root: skipping bpftrace/tracefs (tracing needs root; see docs/ebpf.md)"
 fi
 
+# --- test only: headless Chromium, which the report screenshot test opens the HTML page in ---
+if [ -n "$extras" ] && [ "$(id -u)" = "0" ] && ! command -v chromium >/dev/null 2>&1 \
+    && command -v apt-get >/dev/null 2>&1; then
+  say "installing chromium (apt): tests/test_report_page.py screenshots the HTML report"
+  apt_install chromium || say "could not install chromium: the report screenshot test will skip"
+fi
+# --- end of the chromium block ---
+
 # Where $PYTHON lives: a virtual/conda environment we may install into, or a base interpreter.
 in_env=$("$PYTHON" -c 'import sys, os; print(int(sys.prefix != sys.base_prefix or os.path.isdir(os.path.join(sys.prefix, "conda-meta"))))')
 has_torch=0
@@ -96,4 +106,36 @@ if ! "$VPY" -c "import torch" >/dev/null 2>&1; then
   "$VPY" -m pip install -q "torch==2.13.0"
 fi
 "$VPY" -m pip install -q -e ".${extras}"
+
+# ---- test only: upstream AORTA 0.3.0, whose own writers make the files tests/test_upstream_files.py
+# reads. Installed apart (--target, never into the environment: its package is also named `aorta`);
+# the tests run its code in a separate process only.
+if [ -n "$extras" ]; then
+  UPSTREAM_DIR="$VENV/upstream-aorta-0.3.0"
+  if [ ! -d "$UPSTREAM_DIR/aorta/hw_queue_eval" ]; then
+    say "installing amd-aorta==0.3.0 into $UPSTREAM_DIR (test files written by upstream's code)"
+    rm -rf "$UPSTREAM_DIR"
+    "$VPY" -m pip install -q --no-deps --target "$UPSTREAM_DIR" "amd-aorta==0.3.0"
+  fi
+  # Holistic Trace Analysis reads `run --profile` traces in tests/test_upstream_commands.py: kept
+  # apart (--target) like upstream, it brings its own pandas/plotly/jupyter pins (~480 MB)
+  HTA_DIR="$VENV/hta-0.5.0"
+  if [ ! -d "$HTA_DIR/hta" ]; then
+    say "installing HolisticTraceAnalysis==0.5.0 into $HTA_DIR (reads the --profile traces in tests)"
+    rm -rf "$HTA_DIR"
+    "$VPY" -m pip install -q --target "$HTA_DIR" "HolisticTraceAnalysis==0.5.0"
+  fi
+fi
+# ---- end of the upstream block
+# --- test set-up: real GPU vendor libraries (issue 26) ------------------------------------------
+# The gpu_runtime tests probe AMD's libamdhip64 and NVIDIA's libcudart / libnccl from pinned PyPI
+# wheels (no GPU needed). tests/vendor_libs.py downloads them once with `pip download --no-deps`
+# into ~/.cache/aorta-test-wheels (~520 MB, nccl is 350 MB), checks their SHA-256 and extracts
+# only the shared libraries the tests load into ~/.cache/aorta-test-libs; later runs reuse both.
+if [ -n "$extras" ]; then
+  say "fetching the pinned GPU vendor libraries for the tests (cached in ~/.cache)"
+  "$VPY" -I tests/vendor_libs.py \
+    || say "could not fetch them: the real-library tests skip (and fail under CI=true)"
+fi
+# --- end of the vendor-library block --------------------------------------------------------------
 say "done ($("$VENV/bin/aorta-hwq" --version)); run it as $VENV/bin/aorta-hwq, as root: sudo $VENV/bin/aorta-hwq"

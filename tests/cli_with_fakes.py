@@ -9,6 +9,20 @@
                     once, as an OOM kill would.
 --fail-rank         under torchrun (run this file as its script), that rank raises right after
                     joining the process group.
+--host-delay-us N   the host spins N µs before every launch on a CPU-backend stream (a known
+                    per-launch host delay: the run is host launch-bound).
+--points-host-delay-us N
+                    a sweep's points run through this file with --host-delay-us N.
+--fresh-memory-kib N
+                    every op launched on a CPU-backend stream first maps and writes N KiB of fresh
+                    anonymous memory (unmapped after): a workload that touches new memory inside
+                    the measurement window, so a memory limit makes it reclaim there.
+--points-fresh-memory-kib N
+                    a sweep's points run through this file with --fresh-memory-kib N.
+--extra-waits 1     every launch on CPU-backend stream k > 0 first waits on stream k-1's last op
+                    (a dependency no workload declares: needless serialisation).
+--points-extra-waits 1
+                    a sweep's points run through this file with --extra-waits 1.
 
 Production code has none of these switches: they live here, and reach aorta only as the
 `Collaborators` a caller of `cli.main` may pass.
@@ -16,8 +30,10 @@ Production code has none of these switches: they live here, and reach aorta only
 
 from __future__ import annotations
 
+import mmap
 import os
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,6 +53,9 @@ class FakeGpu:
 
     def __init__(self, vendor: str, index: int) -> None:
         self.vendor, self.index = vendor, index
+
+    def no_gpu_for(self, device: str) -> bool:
+        return False  # the stand-in GPU is there whatever the device
 
     def target_for(self, resolved_device: str) -> GpuTarget | None:
         return GpuTarget(self.vendor, self.index, simulated=True)
@@ -69,6 +88,70 @@ def failing_rank(rank: str) -> Any:
     return benchmark
 
 
+def delayed_launches(delay_us: int) -> Any:
+    """harness.run_benchmark with every CPU-backend launch preceded by a `delay_us` host spin."""
+    from aorta.hw_queue_eval.backends.cpu import CpuStream
+    from aorta.hw_queue_eval.run.harness import run_benchmark
+
+    launch = CpuStream.launch
+
+    def delayed(self: CpuStream, fn: Any, label: str) -> None:
+        end = time.monotonic_ns() + delay_us * 1000
+        while time.monotonic_ns() < end:
+            pass
+        launch(self, fn, label)
+
+    CpuStream.launch = delayed  # type: ignore[method-assign]
+    return run_benchmark
+
+
+def fresh_memory_launches(kib: int) -> Any:
+    """harness.run_benchmark with every CPU-backend op preceded, on its queue thread, by writing
+    `kib` KiB of freshly mapped anonymous memory (every page faulted in, then unmapped)."""
+    from aorta.hw_queue_eval.backends.cpu import CpuStream
+    from aorta.hw_queue_eval.run.harness import run_benchmark
+
+    launch = CpuStream.launch
+    size = max(kib, 4) * 1024
+    ones = b"\x01" * size
+
+    def touching(self: CpuStream, fn: Any, label: str) -> None:
+        def op() -> Any:
+            with mmap.mmap(-1, size) as fresh:
+                fresh.write(ones)
+            return fn()
+
+        launch(self, op, label)
+
+    CpuStream.launch = touching  # type: ignore[method-assign]
+    return run_benchmark
+
+
+def serialised_launches() -> Any:
+    """harness.run_benchmark with every launch on CPU stream k > 0 waiting on stream k-1 first."""
+    from aorta.hw_queue_eval.backends.cpu import CpuStream
+    from aorta.hw_queue_eval.run.harness import run_benchmark
+
+    launch = CpuStream.launch
+
+    def serialised(self: CpuStream, fn: Any, label: str) -> None:
+        if self.index > 0:
+            self.wait(self._backend._streams[self.index - 1])
+        launch(self, fn, label)
+
+    CpuStream.launch = serialised  # type: ignore[method-assign]
+    return run_benchmark
+
+
+def faked_points(flag: str, value: str) -> Any:
+    """A point command whose children run through this file with `flag value`."""
+
+    def build(run_args: Sequence[str], out_path: str, nproc_per_node: int | None) -> list[str]:
+        return [sys.executable, "-I", ENTRY, flag, value, "--", "run", *run_args, "-o", out_path]
+
+    return build
+
+
 def parse(argv: list[str]) -> tuple[Collaborators, list[str]]:
     """(collaborators from the options before `--`, the CLI's own argv after it)."""
     split = argv.index("--")
@@ -82,6 +165,18 @@ def parse(argv: list[str]) -> tuple[Collaborators, list[str]]:
             given["point_command"] = crashing_points(set(value.split(",")))
         elif flag == "--fail-rank":
             given["benchmark"] = failing_rank(value)
+        elif flag == "--host-delay-us":
+            given["benchmark"] = delayed_launches(int(value))
+        elif flag == "--points-host-delay-us":
+            given["point_command"] = faked_points("--host-delay-us", str(int(value)))
+        elif flag == "--fresh-memory-kib":
+            given["benchmark"] = fresh_memory_launches(int(value))
+        elif flag == "--points-fresh-memory-kib":
+            given["point_command"] = faked_points("--fresh-memory-kib", str(int(value)))
+        elif flag == "--extra-waits":
+            given["benchmark"] = serialised_launches()
+        elif flag == "--points-extra-waits":
+            given["point_command"] = faked_points("--extra-waits", "1")
         else:
             raise SystemExit(f"cli_with_fakes: unknown option {flag}")
     return Collaborators(**given), rest

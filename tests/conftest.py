@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import gc
-import getpass
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -28,11 +28,9 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 if str(SRC) not in sys.path:
     sys.path.insert(0, str(SRC))
 
-# torch.compile keeps its compiled-kernel cache under TMPDIR by default: keep that one cache where
-# it always was for the whole session, so the per-test TMPDIR below does not recompile per test.
-os.environ.setdefault(
-    "TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}")
-)
+# torch.compile's compiled-kernel cache: aorta points it at root's private ~/.cache/aorta
+# (common/caches.py), one folder for the whole session, so the per-test TMPDIR below does not
+# recompile per test.
 
 
 # A terminal's Ctrl+C reaches a process whose SIGINT is at its default. pytest started in the
@@ -42,6 +40,18 @@ os.environ.setdefault(
 # at 60 s under -n 4). A handler here is reset to the default in each process the tests start.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers() -> Any:
+    """main() ignores SIGINT and SIGTERM once a command ends (common/interrupts.commit); a test
+    calling it here must not leave them ignored: every process a later test starts would inherit
+    the ignored SIGINT (see above)."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
 
 #: the CLI with replaced collaborators (a fake GPU, a crashing point, a failing rank)
 CLI_WITH_FAKES = Path(__file__).resolve().parent / "cli_with_fakes.py"
@@ -93,7 +103,9 @@ def run_cli_inprocess(
     from cli_with_fakes import parse
 
     collaborators, _ = parse([*fakes, "--"])
-    sigterm = signal.getsignal(signal.SIGTERM)  # main installs its own handler
+    # main installs its own SIGTERM handler and ignores both signals once the command is done
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    environ, tempdir = dict(os.environ), tempfile.tempdir  # main sets private caches (caches.py)
     with CliRunner().isolation(env=env) as (out, err, _both):
         try:
             main(list(args), collaborators)
@@ -101,7 +113,11 @@ def run_cli_inprocess(
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
         finally:
-            signal.signal(signal.SIGTERM, sigterm)
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+            os.environ.clear()
+            os.environ.update(environ)
+            tempfile.tempdir = tempdir
         stdout, stderr = out.getvalue().decode(), err.getvalue().decode()
     return subprocess.CompletedProcess(["aorta-hwq", *args], code, stdout, stderr)
 
@@ -173,7 +189,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     reason = exhaustion_reason(call.excinfo.value, frames_of(call.excinfo))
     if reason is None:
         return
-    if os.environ.get("CI", "").lower() == "true":
+    if in_ci():
         report.sections.append(("resource exhaustion", f"{reason}: kept as a failure in CI"))
         return
     report.outcome = "skipped"
@@ -311,3 +327,67 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
     if os.environ.get("PYTEST_XDIST_WORKER"):
         items.sort(key=lambda item: item.get_closest_marker("serial") is None)  # stable: serial first
+
+
+def in_ci() -> bool:
+    """CI=true: what a test needs must be there (a skip would hide the test)."""
+    return os.environ.get("CI", "").lower() == "true"
+
+
+def unavailable(why: str, in_ci_why: str | None = None) -> NoReturn:
+    """Skip locally, fail in CI: `why` names what is missing and how to get it."""
+    if in_ci():
+        pytest.fail(in_ci_why or f"{why} (required in CI)")
+    pytest.skip(why)
+
+
+CHILD_CPU_BUDGET_S = 1.0  # an interpreter that imports torch alone takes 1.5-1.8 s of CPU here
+_CHILD_CPU_LOG = os.environ.get("AORTA_TEST_CHILD_CPU_LOG")  # a file: list offenders, don't fail
+
+
+@pytest.fixture(autouse=True)
+def _heavy_children_only_in_slow_tests(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test whose child processes use more than CHILD_CPU_BUDGET_S of CPU (a torch import, a
+    real run) must be marked `slow`, so the inner loop `-m "not slow"` stays fast: measured, not
+    guessed, from the CPU time of the children it waited for."""
+    if request.node.get_closest_marker("slow"):
+        yield
+        return
+    before = children_cpu_s()
+    yield
+    verdict = child_cpu_verdict(children_cpu_s() - before)
+    if verdict and _CHILD_CPU_LOG:
+        with open(_CHILD_CPU_LOG, "a") as log:
+            log.write(f"{request.node.nodeid}\t{verdict}\n")
+    elif verdict:
+        pytest.fail(verdict)
+
+
+def children_cpu_s() -> float:
+    """CPU seconds (user + system) of this process's waited-for children so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def child_cpu_verdict(used_s: float) -> str | None:
+    """Why a test not marked slow whose children used `used_s` CPU seconds fails, or None."""
+    if used_s <= CHILD_CPU_BUDGET_S:
+        return None
+    return (
+        f"its child processes used {used_s:.1f} s of CPU (budget {CHILD_CPU_BUDGET_S} s outside "
+        "`slow`): mark it @pytest.mark.slow"
+    )
+
+
+def vendor_library(key: str) -> Path:
+    """The real vendor library `key` (tests/vendor_libs.py: cudart, nccl, amdhip64, …) fetched
+    by `setup.sh --test`; skip locally, fail in CI when it is not there."""
+    import vendor_libs
+
+    path = vendor_libs.library(key)
+    if path is None:
+        unavailable(
+            f"real {key} library not fetched (python tests/vendor_libs.py {key})",
+            f"CI needs the real {key} library: run scripts/setup.sh --test",
+        )
+    return path

@@ -6,6 +6,8 @@ import os
 import queue
 import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -99,3 +101,30 @@ class VerboseAttach:
                     raise
         self.proc.wait(timeout=timeout)
         return list(self.lines)
+
+
+def start_attach(pid: int, *args: str) -> subprocess.Popen[str]:
+    """`ebpf-attach --pid PID --duration 120s ARGS…` started, returned once it says it traces (the
+    window is open); its stderr so far is in the failure message when it ends before that."""
+    attach = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "aorta.hw_queue_eval",
+            "ebpf-attach",
+            "--pid",
+            str(pid),
+            "--duration",
+            "120s",
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert attach.stderr is not None
+    lines = [attach.stderr.readline()]
+    while lines[-1] and not lines[-1].startswith(f"tracing pid {pid}"):
+        lines.append(attach.stderr.readline())
+    assert lines[-1], "".join(lines) + attach.communicate()[1]
+    return attach

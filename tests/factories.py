@@ -197,7 +197,11 @@ def run_result(
         ),
         memory=Memory(kind="cpu_rss_peak", peak_bytes=None, reason="not measured in this fixture"),
         verification=Verification(
-            passed=status == "ok", max_rel_error=0.0, tolerance=1e-3, checked="fixture"
+            passed=status == "ok",
+            max_rel_error=0.0,
+            tolerance=1e-3,
+            checked="fixture",
+            outputs_of="warm-up iteration 1 (before the window)",
         ),
         metadata=Metadata(
             workload={"size": size},

@@ -32,6 +32,15 @@ BAD_ARGS = [
     (["policy-sweep", "hetero_kernels", "--streams", "1", "-o", ""], "empty"),
     (["compare", "-b", "{base}", "-t", "{base}", "-o", ""], "empty"),
     (["report", "{base}", "-o", ""], "empty"),
+    (["report", ""], "RESULT_FILE': is empty"),
+    (["run", "hetero_kernels", "--streams", "1", "--dist-timeout", "60"], "under torchrun only"),
+    (["run", "hetero_kernels", "--streams", "1", "--dist-timeout", "0"], "--dist-timeout must be"),
+    (["sweep", "hetero_kernels", "-s", "1,2", "-d", "tpu"], "'tpu' is not known"),
+    (["policy-sweep", "hetero_kernels", "--streams", "1", "--policies", ""], "empty"),  # ran the defaults
+    (
+        ["policy-sweep", "hetero_kernels", "--streams", "1", "--policy-file", "/dev/zero"],
+        "not a regular file",
+    ),
 ]
 
 
@@ -112,3 +121,51 @@ def test_ebpf_info_show_script_honours_json_and_output(tmp_path, capsys):
     assert written["kind"] == "ebpf_script"
     assert written["program"] is None or "BEGIN" in written["program"]
     assert written["program"] is not None or written["error"]
+
+
+def test_a_deeply_nested_policy_file_is_one_line(tmp_path, capsys):
+    deep = tmp_path / "deep.toml"
+    deep.write_text('[policies.x]\nenv = { A = "1" }\nx = ' + "[" * 2000 + "]" * 2000 + "\n")
+    rc, _, err = _exit(
+        ["policy-sweep", "hetero_kernels", "--streams", "1", "--policy-file", str(deep)], capsys
+    )
+    assert rc == 2, err
+    assert "more than 16 deep" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_huge_policy_file_is_refused_before_reading_it_all(tmp_path, capsys):
+    huge = tmp_path / "huge.toml"
+    huge.write_text("# " + "x" * (1 << 20) + "\n")
+    rc, _, err = _exit(
+        ["policy-sweep", "hetero_kernels", "--streams", "1", "--policy-file", str(huge)], capsys
+    )
+    assert rc == 2, err
+    assert "larger than 256 KiB" in err
+
+
+def test_toml_depth_skips_strings_and_comments():
+    from aorta.hw_queue_eval.gpu.policies import toml_depth
+
+    assert toml_depth('[policies.x]\nenv = { A = "[[[[" }  # [[[[') == 1
+    assert toml_depth("a = '''[[[\n[['''\nb = [[1, [2]], {c = {d = 1}}]") == 3
+    assert toml_depth('a = "\\"[["') == 0
+
+
+@pytest.mark.parametrize("node", ["/dev/zero", "fifo"])
+@pytest.mark.parametrize("command", ["report", "compare"])
+def test_an_unbounded_or_blocking_input_file_is_refused(tmp_path, capsys, node, command):
+    """/dev/zero was read without end, a FIFO blocked forever: only regular files are read."""
+    import os
+
+    path = node
+    if node == "fifo":
+        path = str(tmp_path / "in.json")
+        os.mkfifo(path)
+    args = (
+        ["report", path, "-o", str(tmp_path / "rep")]
+        if command == "report"
+        else ["compare", "-b", path, "-t", path]
+    )
+    rc, _, err = _exit(args, capsys)
+    assert rc == 2, err
+    assert "is not a regular file" in err and len(err.strip().splitlines()) == 1

@@ -118,6 +118,7 @@ def test_two_code_states_side_by_side(tmp_path: Path) -> None:
         assert text in proc.stdout
 
 
+@pytest.mark.slow
 def test_control_runs_the_workloads_ops_and_verifies() -> None:
     """The control computes what the workload computes (its verification passes) on one thread
     per queue, one intra-op thread each, and its throughput is the workload's work / window."""
@@ -137,6 +138,22 @@ def test_control_runs_the_workloads_ops_and_verifies() -> None:
     work = (4 * 2 * 2.0 * 384**3 + 4 * 8 * 2.0 * 1024) * 4
     assert data["throughput"] == pytest.approx(work / (data["total_time_ms"] / 1e3) / 1e9, rel=1e-9)
     assert sum(data["iteration_times_ms"]) <= data["total_time_ms"]
+
+
+@pytest.mark.slow
+def test_control_pins_its_threads_as_run_cpus_does() -> None:
+    """With CPUS the control's host and threads are pinned by the backend's own mapping."""
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    proc = subprocess.run(
+        [sys.executable, "-I", str(CONTROL), "hetero_kernels", "4", "2", "1", str(cpu)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    pinned = json.loads(proc.stdout.strip().splitlines()[-1])["cpus_pinned"]
+    assert pinned["host"] == [cpu] and pinned["queues"] == [[cpu]] * 4
 
 
 def test_machine_share_from_known_readings() -> None:

@@ -6,6 +6,9 @@ test_cli.test_inprocess_helper_matches_a_real_process); a real process is not wh
 from __future__ import annotations
 
 import json
+import re
+import shlex
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -116,6 +119,60 @@ def test_three_runs_unchanged_or_inconclusive_never_significant(tmp_path):
     assert set(_verdicts(data, 0).values()) == {"unchanged"}
     assert set(_verdicts(data, 1).values()) == {"inconclusive"}
     assert "use ≥ 4 per side" in data["tests"][1]["pairs"][0]["metrics"][0]["reason"]
+
+
+WIDE5 = [5.0, 7.5, 10.0, 12.5, 15.0]  # iteration-time medians spread ±50 %
+
+
+def test_identical_wide_noise_pair_is_inconclusive_not_unchanged(tmp_path):
+    """Ground truth: both sides are the same five ±50 % runs (the audit's case: CI about
+    [−50, +100] %, p = 1). "Unchanged" needs the change's CI inside ±5 %: it is inconclusive,
+    the RESULT line does not claim "no regression", and the hint asks for more than 5 runs."""
+    base = _write(tmp_path, "b.json", _repeated(WIDE5, seed=1))
+    test = _write(tmp_path, "t.json", _repeated(WIDE5[::-1], seed=20))
+    proc, data = _compare("-b", base, "-t", test)
+    assert proc.returncode == 0  # no regression was found; the RESULT line says inconclusive
+    assert _verdicts(data) == {"throughput": "inconclusive", "iteration time P50": "inconclusive"}
+    tput = data["tests"][0]["pairs"][0]["metrics"][0]
+    assert abs(tput["change_pct"]) < 1
+    assert tput["change_ci_pct"][0] < -40 and tput["change_ci_pct"][1] > 80
+    assert tput["runs_needed"] > 5
+    out = run_cli("compare", "-b", base, "-t", test).stdout
+    result = next(line for line in out.splitlines() if line.startswith("RESULT:"))
+    assert result.startswith("RESULT: inconclusive")
+    assert "no regression" not in result
+    repeats = [int(n) for n in re.findall(r"--repeats (\d+)", result)]
+    needed = max(m["runs_needed"] for m in data["tests"][0]["pairs"][0]["metrics"])
+    assert repeats == [needed]  # the largest estimate, never the 5 both sides already have
+
+
+def test_identical_tight_pair_is_unchanged(tmp_path):
+    base = _write(tmp_path, "b.json", _repeated(BASE5, seed=1))
+    test = _write(tmp_path, "t.json", _repeated(BASE5[::-1], seed=20))
+    proc, data = _compare("-b", base, "-t", test)
+    assert proc.returncode == 0
+    assert set(_verdicts(data).values()) == {"unchanged"}
+    for m in data["tests"][0]["pairs"][0]["metrics"]:
+        assert m["change_ci_pct"][0] > -5 and m["change_ci_pct"][1] < 5
+    out = run_cli("compare", "-b", base, "-t", test).stdout
+    assert "RESULT: no regression beyond 5%" in out
+
+
+def test_rerun_hint_never_repeats_the_count_the_sides_have(tmp_path):
+    """1 vs 1 and 3 vs 3: the fewest runs per side that can reach p < 0.05 (4, from the exact U
+    distribution), not a literal; never the count the sides already have."""
+    from aorta.hw_queue_eval.analysis.exact_u import MIN_RUNS_TO_DETECT
+
+    one_b = _write(tmp_path, "1b.json", _run(_noisy(10, 40, 1)))
+    one_t = _write(tmp_path, "1t.json", _run(_noisy(10, 40, 2)))
+    three_b = _write(tmp_path, "3b.json", _repeated([10.0, 10.2, 9.9], seed=1))
+    three_t = _write(tmp_path, "3t.json", _repeated([20.0, 20.1, 20.2], seed=9))
+    for base, test, have in ((one_b, one_t, 1), (three_b, three_t, 3)):
+        out = run_cli("compare", "-b", base, "-t", test).stdout
+        result = next(line for line in out.splitlines() if line.startswith("RESULT:"))
+        assert result.startswith("RESULT: inconclusive")
+        assert re.findall(r"--repeats (\d+)", result) == [str(MIN_RUNS_TO_DETECT)]
+        assert have < MIN_RUNS_TO_DETECT
 
 
 def test_measured_noise_floor_decides_a_single_run(tmp_path):
@@ -255,6 +312,9 @@ def test_ebpf_diff_shows_only_measured_comparable_values(tmp_path):
     assert "tracing overhead" in note
     assert "NOT distinguishable" in note
     assert "bench/ebpf_overhead.py" in note
+    # the interpreter aorta runs under (its venv has aorta and torch), not `PYTHONPATH=src python`
+    assert f"sudo {shlex.quote(sys.executable)} bench/ebpf_overhead.py" in note
+    assert "PYTHONPATH" not in note
 
 
 def test_ebpf_lines_capped_unless_verbose(tmp_path):
@@ -332,3 +392,43 @@ def test_same_point_twice_without_repeat_numbers_is_exit_2(tmp_path):
     proc = run_cli("compare", "-b", twice, "-t", twice)
     assert proc.returncode == 2
     assert "appears twice" in proc.stderr
+
+
+def test_ebpf_diff_shows_coverage_once_not_its_legacy_alias():
+    """accuracy_pct is coverage_pct under the guide's name: a compare diffs the figure once."""
+    from aorta.hw_queue_eval.analysis.compare import EBPF_SKIP
+
+    assert EBPF_SKIP.search("accuracy_pct")
+    assert not EBPF_SKIP.search("coverage_pct")
+
+
+FIXTURE_RUN = Path(__file__).parent / "fixtures" / "results" / "run.json"
+
+
+def test_a_subnormal_base_throughput_gives_standard_json(tmp_path):
+    """5e-324 as the base throughput: the change over it would be infinite; --json and -o must
+    stay standard JSON (no Infinity) with the change shown as none."""
+    doc = json.loads(FIXTURE_RUN.read_text())
+    doc["throughput"] = 5e-324
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps(doc))
+    out = tmp_path / "c.json"
+    proc = run_cli("compare", "-b", str(base), "-t", str(FIXTURE_RUN), "--json", "-o", str(out))
+    assert proc.returncode in (0, 1), proc.stderr
+    assert "Infinity" not in proc.stdout
+    json.loads(proc.stdout, parse_constant=lambda c: pytest.fail(f"{c} in --json output"))
+    assert json.loads(out.read_text()) == json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize("number", ["1e999", "-1e999", "1.5e400"])
+def test_a_number_that_overflows_is_refused_like_infinity(tmp_path, number):
+    text = FIXTURE_RUN.read_text().replace('"throughput": ', f'"throughput": {number}, "was": ', 1)
+    base = tmp_path / "base.json"
+    base.write_text(text)
+    proc = run_cli(
+        "compare", "-b", str(base), "-t", str(FIXTURE_RUN), "--json", "-o", str(tmp_path / "c.json")
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "too large" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "c.json").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -13,7 +14,18 @@ import pytest
 from aorta.common.errors import UsageError
 from aorta.hw_queue_eval.distributed.torchrun import combine, format_rank_table, torchrun_env
 from aorta.hw_queue_eval.results.run_result import validate_run_dict
-from conftest import CLI_WITH_FAKES, load_json, run_cli, run_cli_inprocess, wait_until_measuring
+from aorta.hw_queue_eval.sweeps.childrun import TEMP_PREFIX, remove_stale_point_dirs
+from conftest import (
+    CLI_WITH_FAKES,
+    load_json,
+    process_identity,
+    process_tree,
+    run_cli,
+    run_cli_inprocess,
+    still_running,
+    wait_until,
+    wait_until_measuring,
+)
 
 
 def test_not_under_torchrun_without_its_environment():
@@ -172,6 +184,26 @@ def test_single_node_two_ranks(tmp_path, workload, collectives):
     assert "aggregate:" in stdout
     compared = run_cli_inprocess("compare", "-b", str(out), "-t", str(out), "--json")
     assert compared.returncode == 0, compared.stderr
+
+
+def test_rank_zero_prints_one_ebpf_line_per_traced_rank():
+    """Each rank's line carries that rank's own section figures; an untraced job prints none."""
+    from aorta.hw_queue_eval.report.ebpf_blocks import rank_ebpf_lines
+    from factories import queue_section
+
+    ranks = [_fake(0, 0, 40.0), _fake(1, 0, 42.0)]
+    assert rank_ebpf_lines(combine(ranks)) == []
+    ranks[0]["ebpf_queue_metrics"] = queue_section("cpu_sched", avg_us=12.3, p99_us=45.7)
+    ranks[1]["ebpf_queue_metrics"] = {"status": "error", "error": "bpftrace died"}
+    ranks[1]["ebpf_memory_metrics"] = {"status": "ok", "host_page_faults": 17, "lost_events": 0}
+    lines = rank_ebpf_lines(combine(ranks))
+    assert len(lines) == 2
+    assert lines[0].startswith("rank 0 eBPF: ")
+    assert "submit→dispatch avg 12.3 us, P99 45.7 us" in lines[0]
+    assert "(measured by cpu_sched)" in lines[0]
+    assert lines[1] == (
+        "rank 1 eBPF: queue tracing error: bpftrace died; memory: 17 host page faults, lost events 0"
+    )
 
 
 def test_clock_control_under_torchrun_refused_before_anything_starts(tmp_path):
@@ -341,3 +373,88 @@ def test_ctrl_c_on_torchrun_stops_every_rank_and_writes_nothing(tmp_path):
     assert not out.exists()
     assert not list(tmp_path.iterdir())
     assert proc.returncode != 0
+
+
+def long_torchrun_sweep(tmp_path, *flags: str) -> subprocess.Popen[str]:
+    """A sweep whose one point is a torchrun job of one rank that runs until it is stopped."""
+    return subprocess.Popen(
+        [
+            *(sys.executable, "-m", "aorta.hw_queue_eval", "sweep", "hetero_kernels", "--streams", "2"),
+            *(
+                "-d",
+                "cpu",
+                "-i",
+                "1000000",
+                "-w",
+                "1",
+                "--nproc-per-node",
+                "1",
+                "-o",
+                str(tmp_path / "s.json"),
+            ),
+            *flags,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def kill_9_leaves_no_process(sweep: subprocess.Popen[str]) -> list[tuple[int, int] | None]:
+    """kill -9 `sweep` once its rank measures; every process it had started must end within 30 s
+    (those that do not are killed before the test fails). The processes it had started."""
+    wait_until_measuring(sweep)
+    started = [process_identity(pid) for pid in process_tree(sweep.pid) - {sweep.pid}]
+    sweep.kill()
+    sweep.communicate(timeout=30)
+    try:
+        wait_until(lambda: not any(still_running(p) for p in started), "every process of the sweep to end")
+    finally:  # never leave this test's own processes behind when it fails
+        for pid, _ in filter(still_running, started):
+            os.kill(pid, signal.SIGKILL)
+    return started
+
+
+@pytest.mark.slow
+def test_kill_9_of_a_torchrun_sweep_leaves_no_rank_and_no_torchelastic_folder(tmp_path, private_tmpdir):
+    """Before: the agent died with the sweep (its death signal) but its rank, in a session of its
+    own, ran on until --dist-timeout (8 of 8 kills), and torchrun's torchelastic_* log folder
+    stayed in TMPDIR. Now the rank dies with its agent, and the logs live in the point's folder,
+    which the next point removes."""
+    sweep = long_torchrun_sweep(tmp_path)
+    started = kill_9_leaves_no_process(sweep)
+    assert len(started) == 2  # torchrun's agent and its rank
+    assert not list(private_tmpdir.glob("torchelastic_*"))
+    (point,) = private_tmpdir.glob(f"{TEMP_PREFIX}{sweep.pid}-*")  # the killed sweep's point folder
+    assert list(point.glob("torchelastic_*"))  # torchrun's logs are in there …
+    assert remove_stale_point_dirs() == [str(point)]  # … and go with it when the next point starts
+    assert not point.exists()
+
+
+_LAUNCHED = """
+import ctypes, sys
+from aorta.common.procs import die_with_launcher
+die_with_launcher({"AORTA_OWNER_PID": sys.argv[1]})
+sig = ctypes.c_int(0)
+ctypes.CDLL(None).prctl(2, ctypes.byref(sig), 0, 0, 0)  # PR_GET_PDEATHSIG
+print("running with death signal", sig.value)
+"""
+
+
+def test_a_rank_whose_sweep_is_gone_ends_itself_and_dies_with_its_agent():
+    """The race a rank's own death signal leaves: its agent (and sweep) died before the rank
+    set it. The rank then ends at once; with its sweep alive it runs, with SIGKILL as its death
+    signal."""
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    dead = gone.stdout.strip()
+    orphan = subprocess.run(
+        [sys.executable, "-c", _LAUNCHED, dead], capture_output=True, text=True, check=False
+    )
+    assert orphan.returncode == -signal.SIGKILL and orphan.stdout == ""
+    alive = subprocess.run(
+        [sys.executable, "-c", _LAUNCHED, str(os.getpid())], capture_output=True, text=True, check=False
+    )
+    assert alive.returncode == 0, alive.stderr
+    assert alive.stdout.strip() == f"running with death signal {int(signal.SIGKILL)}"

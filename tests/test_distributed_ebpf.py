@@ -15,7 +15,14 @@ from aorta.ebpf.probes.cpu_sched import per_queue_cap, queue_slice
 from aorta.hw_queue_eval.distributed.node_tracer import QUEUE_STRIDE, node_target
 from conftest import load_json, wait_until_measuring
 from ebpf_support import require_ebpf
-from test_distributed import _failing_rank_args, _free_port, _run_args, _torchrun
+from test_distributed import (
+    _failing_rank_args,
+    _free_port,
+    _run_args,
+    _torchrun,
+    kill_9_leaves_no_process,
+    long_torchrun_sweep,
+)
 
 
 def test_node_target_keeps_ranks_apart():
@@ -205,16 +212,27 @@ def test_one_bpftrace_for_two_ranks_and_each_rank_its_own_numbers(tmp_path, work
         str(out),
     )
     watch = SessionWatch([proc.pid])
-    _, stderr = proc.communicate(timeout=240)
+    stdout, stderr = proc.communicate(timeout=240)
     seen = watch.stop()
     assert proc.returncode == 0, stderr[-2000:]
     assert len(seen) == 1, seen  # one per node, started by local rank 0 only
+    # the hand-over's waits poll without timed-out store waits: torch logs none of them
+    assert "waitForInput" not in stdout + stderr, stderr[-2000:]
     assert len(watch.parents) == 1  # the other rank ran no bpftrace at all (not even --version)
     result = load_json(out)
     _check_rank_sections(result, seen)
     _check_memory_and_runtime_per_rank(result)
     ranks = result["distributed"]["rank_results"]
     assert len({r["ebpf_queue_metrics"]["node_tracer"]["bpftrace_pid"] for r in ranks}) == 1
+    # one console line per rank with that rank's own eBPF numbers
+    printed = [line for line in stdout.splitlines() if " eBPF: " in line]
+    names = [f"rank {r['distributed']['rank']}" for r in ranks]
+    assert [line.split(" eBPF: ")[0] for line in printed] == names
+    for line, rank in zip(printed, ranks, strict=True):
+        queue = rank["ebpf_queue_metrics"]
+        assert f": {queue['total_submissions']} submissions, {queue['total_dispatches']} dispatches" in line
+        assert f"P99 {queue['submit_to_dispatch_p99_us']:.1f} us" in line
+        assert f"memory: {rank['ebpf_memory_metrics']['host_page_faults']} host page faults" in line
     assert watch.parents == {r["distributed"]["pid"] for r in ranks if r["distributed"]["local_rank"] == 0}
     assert _gone(seen)
 
@@ -292,6 +310,20 @@ def test_a_rank_killed_mid_window_leaves_no_bpftrace_and_no_file(tmp_path):
     assert _gone(seen), "bpftrace outlived its run"
     assert not out.exists()
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.ebpf
+@pytest.mark.slow
+def test_kill_9_of_a_traced_torchrun_sweep_leaves_no_rank_and_no_bpftrace(tmp_path):
+    """Before: the rank (and so its node's bpftrace) was still running 120 s after the kill."""
+    require_ebpf()
+    sweep = long_torchrun_sweep(tmp_path, "--ebpf-trace")
+    watch = SessionWatch([sweep.pid])
+    wait_until_measuring(sweep)
+    assert watch.seen, "the rank measures without its bpftrace"
+    started = kill_9_leaves_no_process(sweep)
+    assert len(started) >= 3  # torchrun's agent, its rank and the rank's bpftrace
+    assert _gone(watch.stop())
 
 
 def _comm(pid: int) -> str | None:
@@ -400,6 +432,29 @@ def test_a_rank_waiting_on_the_hand_over_stops_naming_the_failed_rank(store):
     assert "aorta/ebpf/0/node0/target/1" in store.data  # it did hand over its threads first
 
 
+def test_the_hand_over_waits_without_store_waits_that_time_out(store, monkeypatch):
+    """A key that appears 0.5 s later is read without a single `wait` that runs out: torch's
+    store client logs `[c10d] waitForInput … timed out after 200ms` for each of those."""
+    from aorta.hw_queue_eval.distributed.node_tracer import NodeTracer
+
+    timed_out = []
+    real_wait = store.wait
+
+    def wait(keys, timeout):
+        try:
+            real_wait(keys, timeout)
+        except RuntimeError:
+            timed_out.append(keys)
+            time.sleep(timeout.total_seconds())
+            raise
+
+    monkeypatch.setattr(store, "wait", wait)
+    tracer = NodeTracer(_env(1, 1), timeout_s=30)
+    threading.Timer(0.5, store.set, args=(tracer._key("token"), "hello")).start()
+    assert tracer._wait("token", "a test key") == "hello"
+    assert timed_out == []
+
+
 @pytest.mark.slow
 def test_hand_over_times_out_with_one_line_naming_what_it_waited_for(store):
     from aorta.common.errors import UsageError
@@ -486,7 +541,8 @@ def test_only_siblings_started_by_the_same_agent_are_traced():
 @pytest.mark.ebpf
 @pytest.mark.slow
 def test_ebpf_attach_to_the_torchrun_launcher_follows_every_rank(tmp_path):
-    """ebpf-attach --pid <torchrun>: the ranks it already started are traced from the start."""
+    """ebpf-attach --pid <torchrun>: the ranks it already started are traced from the start, and
+    each rank's queue doorbells are found from /proc and counted, in disjoint queue ranges."""
     import json
     import subprocess
     import sys
@@ -512,6 +568,8 @@ def test_ebpf_attach_to_the_torchrun_launcher_follows_every_rank(tmp_path):
                 and b"aorta.hw_queue_eval" in Path(f"/proc/{p}/cmdline").read_bytes()
             ]
             time.sleep(0.2)
+        # their queues exist once they measure: the doorbells are found from /proc at attach time
+        wait_until_measuring(proc, processes=2, ignore={proc.pid})
         out = tmp_path / "a.json"
         attach = subprocess.run(
             [
@@ -550,3 +608,15 @@ def test_ebpf_attach_to_the_torchrun_launcher_follows_every_rank(tmp_path):
         assert sum(switches.get(tid, 0) for tid in tasks[rank]) > 0, (rank, switches)
     memory = data["ebpf_memory_metrics"]["families"]["hostmem"]["metrics"]
     assert set(memory["page_faults"]["per_process"]) <= {str(p) for p in data["traced_pids"]}
+    # each rank's queues were found from /proc and traced, in disjoint ranges (k × 1000 + N)
+    # (a queue busy the whole sampling time may stay unresolved on a loaded machine: said, not
+    # guessed, so only what was found is checked here)
+    queues: dict[int, set[int]] = {}
+    for found in data["doorbells"]["found"]:
+        queues.setdefault(found["pid"], set()).add(found["queue"])
+    assert set(queues) == set(ranks), data["doorbells"]
+    assert sorted(min(q) // 1000 for q in queues.values()) == [0, 1]
+    queue = data["ebpf_queue_metrics"]
+    assert queue["source"] == "cpu_sched"
+    per_queue = queue["submissions_per_queue"]
+    assert all(per_queue.get(str(min(q)), 0) > 0 for q in queues.values()), per_queue

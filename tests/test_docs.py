@@ -176,3 +176,30 @@ def test_ebpf_integration_example_runs(ebpf_ready: None) -> None:
     assert summary["unconsumed_doorbells"] == 0
     assert summary["submit_to_dispatch_avg_us"] > 0
     assert 0 < summary["window_ms"] <= 30_000
+
+
+DETECT_RE = re.compile(r"(\d+) per side to detect a change at α = ([0-9.]+)")
+
+
+def test_the_runs_needed_to_detect_a_change_match_the_exact_u_distribution() -> None:
+    """README, docs and console texts state the fewest runs per side that can reach p < α; the
+    number comes from `exact_u.min_runs_for_alpha` (4 at 0.05), never a literal that drifts."""
+    from aorta.hw_queue_eval.analysis.exact_u import min_runs_for_alpha
+
+    texts = {
+        page.relative_to(REPO).as_posix(): " ".join(page.read_text(encoding="utf-8").split())
+        for page in PAGES
+    }
+    texts.pop("CHANGELOG.md")  # history: what was true then
+    cli = _cli()
+    for name in ("run", "compare"):
+        with click.Context(cli.commands[name]) as ctx:
+            texts[f"{name} --help"] = " ".join(cli.commands[name].get_help(ctx).split())
+    found = {where: DETECT_RE.findall(text) for where, text in texts.items()}
+    for where in ("README.md", "docs/sweep-compare-report.md", "run --help", "compare --help"):
+        assert found[where], f"{where} does not state the runs per side to detect a change"
+    for where, claims in found.items():
+        for runs, alpha in claims:
+            assert int(runs) == min_runs_for_alpha(float(alpha)), f"{where}: {runs} per side at α = {alpha}"
+    for where, text in texts.items():
+        assert "5 to detect a change" not in text, where

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from aorta.ebpf import hist
 from aorta.ebpf.probes.amdgpu import AmdgpuFamily
 from aorta.ebpf.probes.base import FamilyResult
 from aorta.ebpf.probes.cpu_sched import CpuSchedFamily
+from aorta.ebpf.probes.gpu_scheduler import GpuSchedulerFamily
 from aorta.ebpf.probes.kfd import multiplexing_verdict
 from aorta.ebpf.program import Program
 from aorta.ebpf.session import TraceSession
@@ -120,7 +123,11 @@ def test_cpu_sched_attributes_doorbells_to_queues() -> None:
     helper = next(t for t in r.metrics["threads"] if t["tid"] == 99)
     assert helper["queue"] is None
     assert helper["helper_of_queue"] == 1
-    assert helper["submissions"] == 0
+    assert helper["submissions"] is None  # not a queue worker: not measured there, not 0
+    assert helper["dispatches"] is None
+    # every dispatch of queue 0 was recorded: its P99 is exact (nearest rank of 1000, 0, 5000 ns)
+    assert q0["submit_to_dispatch_p99_us"] == 5.0
+    assert q0["submit_to_dispatch_p99_method"] == "exact"
     assert s["kernel_run_delay_total_ms"] == 0.5 + 0.1
     # the per-submission store missed one: P99 from the log-linear histogram, its bucket holds 5 µs
     partial = {**maps, "@cpu_sched_sub": {k: v for k, v in maps["@cpu_sched_sub"].items() if k != "1,0"}}
@@ -130,6 +137,10 @@ def test_cpu_sched_attributes_doorbells_to_queues() -> None:
     low, high = rec["bucket_min"] / 1e3, rec["bucket_max"] / 1e3
     assert low <= 5.0 < high
     assert rec["error_bound_pct"] <= 25.0
+    # per thread too: queue 1 lost its only record, so its P99 is the histogram's, marked so
+    rows = {t["tid"]: t for t in CpuSchedFamily().collect(partial, context).metrics["threads"]}
+    assert rows[12]["submit_to_dispatch_p99_method"] == "log-linear estimate"
+    assert rows[11]["submit_to_dispatch_p99_method"] == "exact"
     # the doorbell probes were not attached: no summary rather than zeros
     assert CpuSchedFamily().collect(maps, {**context, "attached": []}).metrics["summary"] is None
 
@@ -188,6 +199,43 @@ def test_comparison_matches_the_same_submissions() -> None:
     assert c["submissions_equal"]  # the totals are still compared exactly
 
 
+def test_broken_kernel_timing_reads_as_no_agreement() -> None:
+    """Kernel delays perturbed (×3 and +1 ms): coverage, a count, is unchanged, but nothing reads
+    100 % — the timing check counts every submission whose kernel dispatch comes after the
+    harness saw its work start, the console warns and prints no percentage of agreement."""
+    import io
+
+    from rich.console import Console
+
+    from aorta.hw_queue_eval.report.ebpf_blocks import render_comparison_block
+    from aorta.hw_queue_eval.tracing.harness_comparison import compare_with_harness
+
+    section = {"status": "ok", "source": "cpu_sched", "total_submissions": 3, "lost_events": 0}
+    # (queue, seq, ring, rung, start, kind); kernel records [queue, seq, write ns, delay ns]
+    subs = _subs(
+        (0, 0, 1000, 1100, 4000, "op"), (0, 1, 2000, 2100, 7000, "marker"), (1, 0, 1500, 1600, 11500, "op")
+    )
+    true = [[0, 0, 1050, 1000], [0, 1, 2050, 2000], [1, 0, 1550, 4000]]
+    good = compare_with_harness(section, subs, true)
+    assert good["timing_checked"] == 3
+    assert good["timing_inconsistent"] == 0
+    assert good["accuracy_pct"] == good["coverage_pct"] == 100.0
+    for broken in (
+        [[q, s, w, 3 * d] for q, s, w, d in true],
+        [[q, s, w, d + 1_000_000] for q, s, w, d in true],
+    ):
+        c = compare_with_harness(section, subs, broken)
+        assert c["coverage_pct"] == 100.0  # the same submissions were seen: a count
+        assert c["timing_inconsistent"] == 3
+        out = io.StringIO()
+        render_comparison_block(c, Console(file=out, width=200))
+        text = out.getvalue()
+        assert "Timing check:         0 of 3 matched: kernel dispatch before the harness's start" in text
+        assert "kernel timing inconsistent: 3 of 3 matched submissions" in text
+        assert "100.0%" not in text and "100 %" not in text
+        assert "accuracy" not in text.lower().replace("accuracy_pct is its legacy alias", "")
+
+
 def test_comparison_without_handoffs_is_null_with_reason() -> None:
     from aorta.hw_queue_eval.tracing.harness_comparison import compare_with_harness
 
@@ -212,11 +260,47 @@ def test_amdgpu_collect_separates_internal_jobs() -> None:
         "@amdgpu_internal_jobs": {"sdma0": 9},
         "@amdgpu_s2d": {"count": 3, "average": 3000, "total": 9000},
     }
-    r = AmdgpuFamily().collect(maps, {})
+    r = AmdgpuFamily().collect(maps, {"attached": ["amdgpu:amdgpu_cs_ioctl", "amdgpu:amdgpu_sched_run_job"]})
     assert r.metrics["summary"]["total_submissions"] == 3
     assert r.metrics["summary"]["hw_rings_used"] == ["gfx_0.0.0"]
     assert r.metrics["jobs_without_traced_submission"] == {"sdma0": 9}
     assert "user-mode queues" in r.coverage["statement"]
+
+
+@pytest.mark.parametrize("family", [AmdgpuFamily, GpuSchedulerFamily])
+def test_job_family_that_attached_nothing_reports_null_not_zero(family: type) -> None:
+    """No amdgpu/drm_sched tracepoint attached (this machine): the counts were not measured, so
+    they are null with the reason, never 0; an attached family with no events does say 0."""
+    r = family().collect({}, {"attached": []})
+    summary = r.metrics["summary"]
+    for key in ("total_submissions", "total_dispatches", "hw_rings_used"):
+        assert summary[key] is None, key
+    assert summary["summary_reason"].startswith("not measured: ")
+    assert all(v is None for k, v in r.metrics.items() if k.endswith("_per_ring"))
+    assert r.metrics["jobs_without_traced_submission"] is None
+    import io
+
+    from rich.console import Console
+
+    from aorta.hw_queue_eval.report.ebpf_blocks import render_queue_block
+
+    out = io.StringIO()
+    section = {
+        "status": "ok",
+        "total_submissions": None,
+        "lost_events": 0,
+        "families": {
+            r.family: {"metrics": r.metrics, "events_attached": [], "events_missing": {"e": "absent"}}
+        },
+    }
+    render_queue_block(section, Console(file=out, width=200))
+    assert (
+        f"not attached on this machine (not measured, null in the JSON): {r.family} (absent)"
+        in out.getvalue()
+    )
+    attached = family().collect({}, {"attached": family().wanted_events()})
+    assert attached.metrics["summary"]["total_submissions"] == 0
+    assert "summary_reason" not in attached.metrics["summary"]
 
 
 def test_multiplexing_verdict() -> None:
@@ -293,6 +377,55 @@ def test_queue_block_renders_unknown_counters_as_na() -> None:
     assert "Total submissions:" in out.getvalue()
 
 
+def test_per_thread_p99_estimate_is_marked_beside_an_exact_one() -> None:
+    """The headline P99 says "exact"; a per-thread P99 from the histogram carries ≈ (legend in
+    the header), an exact one none, and a thread that is no traced worker shows n/a, not 0."""
+    import io
+
+    from rich.console import Console
+
+    from aorta.hw_queue_eval.report.ebpf_blocks import render_queue_block
+
+    def row(tid: int, queue: int | None, p99: float | None, method: str | None) -> dict:
+        return {
+            "tid": tid,
+            "comm": "aorta-hwq0" if queue is not None else "python",
+            "queue": queue,
+            "helper_of_queue": None,
+            "submitter": False,
+            "streams": [queue] if queue is not None else None,
+            "submissions": 4 if queue is not None else None,
+            "dispatches": 4 if queue is not None else None,
+            "submit_to_dispatch_avg_us": 1.0 if queue is not None else None,
+            "submit_to_dispatch_p99_us": p99,
+            "submit_to_dispatch_p99_method": method,
+            "on_cpu_ms": 1.0,
+            "kernel_run_delay_ms": 0.1,
+            "switches": 3,
+            "involuntary": 1,
+            "cpus": [0],
+        }
+
+    threads = [row(11, 0, 12.5, "exact"), row(12, 1, 40.25, "log-linear estimate"), row(13, None, None, None)]
+    section = {
+        "status": "ok",
+        "total_submissions": 8,
+        "submit_to_dispatch_p99_us": 40.0,
+        "submit_to_dispatch_p99": {"value": 40000.0, "method": "exact", "count": 8},
+        "lost_events": 0,
+        "families": {"cpu_sched": {"metrics": {"threads": threads}, "events_attached": ["e"]}},
+    }
+    out = io.StringIO()
+    render_queue_block(section, Console(file=out, width=200))
+    lines = out.getvalue().splitlines()
+    assert "(exact, 8 events)" in out.getvalue()
+    assert "≈ = log-linear histogram estimate" in out.getvalue()
+    by_tid = {line.split()[2]: line for line in lines if line.strip().startswith(("q0", "q1", "-"))}
+    assert " 12.5us " in by_tid["11"] and "≈12.5us" not in by_tid["11"]
+    assert "≈40.2us" in by_tid["12"]
+    assert by_tid["13"].split()[3:6] == ["n/a", "n/a", "n/a"]
+
+
 def test_comparison_block_prints_counts_and_reads_old_files() -> None:
     import io
 
@@ -308,8 +441,12 @@ def test_comparison_block_prints_counts_and_reads_old_files() -> None:
     text = out.getvalue()
     assert "eBPF submit→dispatch: 0.003 ms  (n=1)" in text
     assert "Harness submit→start: 0.004 ms  (n=1)" in text
-    assert "CUDA" not in text.split("COMPARISON")[1]
-    assert "Measurement accuracy: 100.0%  (1 of 1 harness submissions matched; kernel counted 1 of 1" in text
+    assert "eBPF vs HARNESS COMPARISON (CPU queue hand-offs):" in text
+    assert "CUDA" not in text
+    assert "Coverage:             1 of 1 harness submissions matched by a kernel record" in text
+    assert "(kernel counted 1 of 1; lost events 0)" in text
+    assert "Timing check:         1 of 1 matched: kernel dispatch before the harness's start" in text
+    assert "Measurement accuracy" not in text
     assert "Kernel-visible share: 75.0%" in text
     old = {
         "status": "ok",
@@ -382,3 +519,47 @@ def test_memory_families_summaries_never_overwrite_each_other() -> None:
     assert gpu
     assert host
     assert not gpu & host
+
+
+def test_bpftrace_version_is_asked_once_per_binary(tmp_path) -> None:
+    """`bpftrace --version` runs once per executable; a rebuilt one (new size/mtime) is asked
+    again, and a failure is not cached."""
+    import os
+
+    from aorta.ebpf.session import bpftrace_version
+
+    calls = tmp_path / "calls"
+    fake = tmp_path / "bpftrace"
+
+    def write(version: str) -> None:
+        fake.write_text(f"#!/bin/sh\necho x >> {calls}\necho 'bpftrace {version}'\n")
+        fake.chmod(0o755)
+
+    write("v0.17.0")
+    assert bpftrace_version(str(fake)) == (0, 17, 0)
+    assert bpftrace_version(str(fake)) == (0, 17, 0)
+    assert calls.read_text().count("x") == 1
+    write("v0.21.2")
+    os.utime(fake, ns=(1, 1))  # a different mtime, whatever the clock's resolution
+    assert bpftrace_version(str(fake)) == (0, 21, 2)
+    assert calls.read_text().count("x") == 2
+    write("garbage")
+    os.utime(fake, ns=(2, 2))
+    assert bpftrace_version(str(fake)) is None
+    assert bpftrace_version(str(fake)) is None
+    assert calls.read_text().count("x") == 4
+
+
+def test_reader_keeps_draining_after_a_line_it_cannot_handle() -> None:
+    """A reader that stopped on one bad line would leave bpftrace blocked on a full pipe."""
+    session = _session()
+    seen: list[str] = []
+
+    def handle(line: str) -> None:
+        if line == "bad\n":
+            raise ValueError("boom")
+        seen.append(line)
+
+    session._drain(iter(["a\n", "bad\n", "b\n"]), handle)
+    assert seen == ["a\n", "b\n"]
+    assert session.output.stderr == ["aorta could not decode a line (ValueError: boom)"]

@@ -309,9 +309,13 @@ def test_both_flags_share_one_bpftrace_session(ebpf_ready: None, cli, tmp_path: 
     assert "cpu_sched" in queue["families"]
 
 
-@pytest.mark.parametrize("gen", ["rocm-dkms-pasid", "rocm-dkms-pid", "linux-4.x"])
-def test_memory_program_compiles_against_amdkfd_formats(ebpf_ready: None, gen: str, tmp_path: Path) -> None:
-    """bpftrace -d checks the amdgpu + amdkfd memory probes against each recorded tree."""
+@pytest.mark.parametrize("keep", [0, 1024], ids=["aggregates", "timeline"])
+@pytest.mark.parametrize("gen", ["rocm-dkms-pasid", "rocm-dkms-pid", "linux-4.x", "linux-6.17"])
+def test_memory_program_compiles_against_amdkfd_formats(
+    ebpf_ready: None, gen: str, keep: int, tmp_path: Path
+) -> None:
+    """bpftrace -d checks the amdgpu + amdkfd memory probes against each recorded tree, with
+    and without the --trace-out timeline records (BO move and KFD instants)."""
     import shutil
 
     from aorta.ebpf.tracefs import Tracefs
@@ -321,9 +325,16 @@ def test_memory_program_compiles_against_amdkfd_formats(ebpf_ready: None, gen: s
         pytest.skip("needs root and unshare(1) to bind a recorded tracefs privately")
     tree = _tree(gen, tmp_path)
     program = engine.make_program(
-        False, True, TraceTarget((os.getpid(),)), Tracefs(tree), engine.check_readiness().version, token=9
+        False,
+        True,
+        TraceTarget((os.getpid(),), timeline_events=keep),
+        Tracefs(tree),
+        engine.check_readiness().version,
+        token=9,
     )
     assert "bo_move\n" in program.text
+    assert ("@amdmem_tlbo_n[cpu]" in program.text) == bool(keep)
+    assert ("@amdmem_tlkfd_n[cpu]" in program.text) == (bool(keep) and gen.startswith("rocm"))
     assert "amdgpu_vm_bo_map" in program.text
     script = tmp_path / "program.bt"
     script.write_text(program.text)

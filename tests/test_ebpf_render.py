@@ -245,7 +245,8 @@ def test_attached_family_that_saw_nothing_reports_zeros(family_name: str) -> Non
     from aorta.ebpf.probes.gpu_scheduler import GpuSchedulerFamily
 
     family = {"amdgpu": AmdgpuFamily, "gpu_scheduler": GpuSchedulerFamily}[family_name]()
-    summary = family.collect({}, {"window": {"duration_ms": 100.0}}).metrics["summary"]
+    context = {"window": {"duration_ms": 100.0}, "attached": family.wanted_events()}
+    summary = family.collect({}, context).metrics["summary"]
     assert summary["total_submissions"] == 0
     assert summary["total_dispatches"] == 0
     assert summary["hw_rings_used"] == []

@@ -7,7 +7,10 @@ every code is reached by the real command path, not by calling the mapping by ha
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +76,9 @@ class OneGpu:
 
     def __init__(self, driver: GpuDriver) -> None:
         self.driver = driver
+
+    def no_gpu_for(self, device: str) -> bool:
+        return False  # the stand-in GPU is there whatever the device
 
     def target_for(self, resolved_device: str) -> GpuTarget | None:
         return GpuTarget(self.driver.vendor, self.driver.index, simulated=True)
@@ -210,3 +216,80 @@ def test_restore_that_cannot_act_exits_3(capsys, _state_dir) -> None:
     assert rc == 3, err
     assert "is not a valid aorta GPU state file" in err
     assert (_state_dir / "gpu-nvidia-0.json").exists()
+
+
+# The signal phases a real process goes through, each reached deterministically from inside the
+# child (no sleeps, no racing a spawn): during the CLI's imports, once the result is written, and
+# in the interpreter's shutdown. `runpy` starts the package as `python -m` does, on any code state.
+_IMPORT_TRIP = """
+import os, runpy, signal, sys
+class Trip:  # a finder asked first for every import: the signal lands while the CLI's imports run
+    def find_spec(self, name, path=None, target=None):
+        if name == "click":
+            os.kill(os.getpid(), signal.{sig})
+        return None
+sys.meta_path.insert(0, Trip())
+sys.argv = ["aorta-hwq", "list"]
+runpy.run_module("aorta.hw_queue_eval", run_name="__main__", alter_sys=True)
+"""
+
+_LATE_TRIP = """
+import atexit, json, os, runpy, signal, sys, time
+TARGET = sys.argv[1]
+def late():  # the interpreter is shutting down: the same signal once more
+    os.kill(os.getpid(), signal.{sig})
+    time.sleep(0.2)
+atexit.register(late)
+replace = os.replace
+def replace_then_signal(src, dst, **kw):  # the final file is in place: the signal lands now
+    replace(src, dst, **kw)
+    if dst == TARGET and json.loads(open(TARGET).read()).get("state", "complete") == "complete":
+        os.kill(os.getpid(), signal.{sig})
+        time.sleep(0.2)
+os.replace = replace_then_signal
+sys.argv = ["aorta-hwq", *sys.argv[2:]]
+runpy.run_module("aorta.hw_queue_eval", run_name="__main__", alter_sys=True)
+"""
+
+
+def _child(code: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120, cwd=cwd, check=False
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "code"), [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_signal_during_the_imports_exits_as_documented(tmp_path: Path, sig: str, code: int) -> None:
+    """Before: Ctrl+C printed a KeyboardInterrupt traceback (exit 1), SIGTERM killed (−15)."""
+    proc = _child(_IMPORT_TRIP.format(sig=sig), cwd=tmp_path)
+    assert proc.returncode == code, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert ("interrupted: nothing was written" in proc.stderr) == (sig == "SIGINT")
+    assert proc.stdout == ""  # `list` never ran
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("sig", "argv", "written"),
+    [
+        ("SIGINT", RUN, "result written to"),
+        ("SIGTERM", RUN, "result written to"),
+        ("SIGINT", ["sweep", *RUN[1:]], "sweep written to"),
+        ("SIGINT", ["policy-sweep", *RUN[1:], "--policies", "baseline"], "results written to"),
+    ],
+    ids=["run-SIGINT", "run-SIGTERM", "sweep-SIGINT", "policy-sweep-SIGINT"],
+)
+def test_a_signal_once_the_result_is_written_changes_nothing(
+    tmp_path: Path, sig: str, argv: list[str], written: str
+) -> None:
+    """Before: 130 "nothing was written" (143) next to the written file, and in the shutdown a
+    traceback or death by the signal. Now the command's own code (0) and a complete file."""
+    proc = _child(_LATE_TRIP.format(sig=sig), "out.json", *argv, "-o", "out.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"{written} out.json" in proc.stdout
+    assert "interrupted" not in proc.stderr and "terminated" not in proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
+    data = json.loads((tmp_path / "out.json").read_text())
+    assert data.get("state", "complete") == "complete" and data.get("status", "ok") == "ok"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]

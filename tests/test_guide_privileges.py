@@ -296,6 +296,31 @@ def test_failed_mounts_say_what_was_tried(fake_sys, monkeypatch: pytest.MonkeyPa
     assert "--privileged" in note
 
 
+def test_ebpf_info_never_mounts_and_says_who_does(fake_sys) -> None:
+    """ebpf-info is a diagnostic: with tracefs not mounted it mounts nothing (not even for
+    --show-script) and says that run/ebpf-attach mount it; --mount mounts it on request."""
+    from conftest import run_cli_inprocess
+
+    root, calls = fake_sys
+    (root / "tracing").mkdir()
+    (root / "debug").mkdir()
+    report = run_cli_inprocess("ebpf-info")
+    assert report.returncode == 0, report.stderr
+    script = run_cli_inprocess("ebpf-info", "--show-script")
+    assert script.returncode == 0, script.stderr
+    assert calls == []
+    said = (
+        f"tracefs is not mounted ({root / 'tracing'} has no events/) and this command only reads: "
+        "run --ebpf-trace and ebpf-attach mount it when they trace (ebpf-info --mount mounts it now)"
+    )
+    assert f"  tracefs:    {said}" in report.stdout
+    assert said in script.stderr
+    mounted = run_cli_inprocess("ebpf-info", "--mount")
+    assert mounted.returncode == 0, mounted.stderr
+    assert calls == [("tracefs", str(root / "tracing"))]
+    assert "tracefs mounted now" in mounted.stdout
+
+
 # --- PID namespace ------------------------------------------------------------------------------
 
 

@@ -2,12 +2,15 @@
 
 The seeds are real files (tests/fixtures/results: a `run`, a 2-point `sweep` and a `policy-sweep`
 of hetero_kernels on the CPU backend, checked below to still match the schema). Each case mutates
-one to a few nodes (type swaps, deletions, huge or empty values, NaN, deep nesting, junk lists)
+one to a few nodes (type swaps, deletions, huge or empty values, NaN, numbers that overflow to
+infinity, subnormals, lone surrogates, thousands of copies of a point, deep nesting, junk lists)
 and feeds the file to the command in-process. Allowed outcomes: exit 0/1 with output, or exit 2
 with exactly one `error:` line. Any other exception (a traceback) fails the test and prints the
-mutation. AORTA_FUZZ_SCALE multiplies the counts (default: 1000 compare, 1000 resume, 100 report;
-e.g. AORTA_FUZZ_SCALE=10 for a long hunt). Each case costs a few milliseconds: the copy is a JSON
-round trip and the seed's node paths are listed once, not per case.
+mutation. Every field of every seed is also given a value of another type in turn (`report`),
+and mutated policy TOML files go to --policy-file. AORTA_FUZZ_SCALE multiplies the counts
+(default: 1000 per reader; e.g. AORTA_FUZZ_SCALE=10 for a long hunt). Each case costs a few
+milliseconds: the copy is a JSON round trip and the seed's node paths are listed once, not per
+case; `report` encodes a sample of its PNGs only (the figures are built for every case).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import copy
 import json
 import os
 import random
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -57,7 +61,15 @@ JUNK: list[Any] = [
     {"p50": "1"},
     [[[[]]]],
     "\u202e<script>",
+    5e-324,  # a subnormal: every ratio over it overflows to infinity
+    -5e-324,
+    1e-310,
+    "\ud800",  # a lone surrogate (written as the escape \\ud800)
+    "x\udfffy",
 ]
+#: Raw-text mutations the JSON writer cannot make: numbers that overflow to infinity, and lone
+#: surrogate escapes inside a string.
+OVERFLOWS = ("1e999", "-1e999", "1.7976931348623159e308", "5e-324")
 
 
 def _seed(name: str) -> dict[str, Any]:
@@ -111,6 +123,24 @@ def mutate(doc: Any, rng: random.Random, paths: list[tuple] | None = None) -> tu
         text = json.dumps(doc)
         text = text.replace(": 1,", ": NaN,", 1) if ": 1," in text else text.replace("1", "Infinity", 1)
         return doc, "NaN/Infinity token", text
+    if roll < 0.14:  # a number of the file becomes one that overflows (or a subnormal)
+        text = json.dumps(doc)
+        numbers = [m.start() for m in re.finditer(r"(?<=: )-?[0-9][0-9.eE+-]*", text)]
+        if numbers:
+            at = rng.choice(numbers)
+            end = re.match(r"-?[0-9][0-9.eE+-]*", text[at:]).end() + at
+            big = rng.choice(OVERFLOWS)
+            return doc, f"number at {at} = {big}", text[:at] + big + text[end:]
+    if roll < 0.16:
+        text = json.dumps(doc)
+        quotes = [m.start() for m in re.finditer(r': "', text)]
+        if quotes:
+            at = rng.choice(quotes) + 3
+            return doc, f"lone surrogate at {at}", text[:at] + "\\udc80" + text[at:]
+    if roll < 0.19 and isinstance(doc.get("points"), list) and doc["points"]:
+        copies = rng.choice((2, 3, 50, 50, 5000 if rng.random() < 0.1 else 500))
+        doc["points"] = [copy.deepcopy(rng.choice(doc["points"]))] * copies + doc["points"]
+        return doc, f"a point repeated {copies} times", None
     steps = []
     for step in range(rng.choice((1, 1, 1, 2, 3))):
         paths = seed_paths if step == 0 else _paths(doc)
@@ -199,8 +229,24 @@ def test_fuzz_compare(tmp_path, capsys):
     assert tally["exit 0"] + tally["exit 1"] > 0
 
 
+def _cheap_png(monkeypatch: pytest.MonkeyPatch, every: int) -> None:
+    """PNG encoding (most of a report's time) only for every `every`-th figure: the figures are
+    still built from the data for every case, and drawn in full for a sample of them."""
+    from aorta.hw_queue_eval.report import plots
+
+    real, calls = plots.png_of, [0]
+
+    def png(fig: Any) -> bytes:
+        calls[0] += 1
+        return real(fig) if calls[0] % every == 0 else b"\x89PNG\r\n\x1a\n"
+
+    monkeypatch.setattr(plots, "png_of", png)
+
+
 @pytest.mark.slow
-def test_fuzz_report(tmp_path, capsys):
+def test_fuzz_report(tmp_path, capsys, monkeypatch):
+    _cheap_png(monkeypatch, every=10)
+
     def case(folder: Path, name: str, doc: Any, raw: str | None) -> str:
         mutated = _write(folder, name, doc, raw)
         out = folder / "report"
@@ -214,9 +260,45 @@ def test_fuzz_report(tmp_path, capsys):
             assert (out / "index.html").is_file()
         return f"exit {code}"
 
-    tally = _fuzz("report", int(100 * SCALE), case, tmp_path)
+    tally = _fuzz("report", int(1000 * SCALE), case, tmp_path)
     assert tally["exit 2"] > 0
     assert tally["exit 0"] > 0
+
+
+def _wrong_type(value: Any, index: int) -> Any:
+    """A JSON value of another type than `value` (rotating over the kinds, by `index`)."""
+    kinds: list[Any] = ["x", 1.5, 7, [], {}, True, None, ["a", 1], {"k": "v"}]
+    for step in range(len(kinds)):
+        candidate = kinds[(index + step) % len(kinds)]
+        if type(candidate) is not type(value):
+            return copy.deepcopy(candidate)
+    return "x"
+
+
+@pytest.mark.slow
+def test_every_report_field_of_the_wrong_type(tmp_path, capsys, monkeypatch):
+    """Each field of each seed (lists: their first items), in turn given a value of another
+    type: `report` draws it or refuses it in one line, never a traceback (vs_baseline as a
+    string was an AttributeError, env_mismatch as a number a TypeError)."""
+    _cheap_png(monkeypatch, every=25)
+    tally: Counter = Counter()
+    for name in ("run.json", "sweep.json", "policy_sweep.json"):
+        seed = _seed(name)
+        for index, path in enumerate(_paths(seed)[1:]):
+            doc = _set(json.loads(json.dumps(seed)), path, _wrong_type(_get(seed, path), index))
+            folder = tmp_path / f"{name}-{index}"
+            folder.mkdir()
+            mutated = _write(folder, name, doc, None)
+            try:
+                code, err = _cli(["report", str(mutated), "-o", str(folder / "r")], capsys)
+            except Exception as exc:
+                raise AssertionError(f"{name} {path} of the wrong type: {type(exc).__name__}: {exc}") from exc
+            assert code in (0, 2), (path, err)
+            assert code == 0 or len(err.strip().splitlines()) == 1, (path, err)
+            tally[code] += 1
+    print(f"wrong types: {dict(tally)}")
+    assert sum(tally.values()) >= 1000
+    assert tally[0] > 0 and tally[2] > 0
 
 
 @pytest.mark.slow
@@ -279,3 +361,91 @@ def test_sweep_resume_prints_the_points_it_redoes(tmp_path, capsys):
     (line,) = [line for line in err.splitlines() if line.startswith("resume: point")]
     assert '"streams": 1' in line
     assert line.endswith("it will be measured again")
+
+
+POLICY_SEED = Path(__file__).parent.parent / "examples" / "policies.toml"
+TOML_JUNK = (
+    "1",
+    "-1",
+    "1e999",
+    "inf",
+    "nan",
+    "-inf",
+    "99999999999999999999999",
+    '""',
+    '"x"',
+    '"\\u202e"',
+    "true",
+    "[]",
+    "[1, [2]]",
+    "{}",
+    '{ A = "1" }',
+    "1979-05-27T07:32:00Z",
+    "'''multi\nline'''",
+)
+
+
+def mutate_toml(text: str, rng: random.Random) -> tuple[str, str]:
+    """(mutated policy-file text, description): deep nesting, huge size, junk values, cut or
+    repeated lines, binary junk."""
+    lines = text.splitlines()
+    roll = rng.random()
+    if roll < 0.05:
+        depth = rng.choice((17, 100, 2000, 100_000))
+        return text + f"\nx = {'[' * depth}{']' * depth}\n", f"array nested {depth} deep"
+    if roll < 0.08:
+        depth = rng.choice((17, 2000))
+        return (
+            text + "\n[policies.deep]\nenv = " + "{ A = " * depth + "1" + " }" * depth,
+            "inline tables deep",
+        )
+    if roll < 0.10:
+        return text + "\n# " + "x" * rng.choice((300_000, 2_000_000)), "huge comment"
+    if roll < 0.12:
+        junk = bytes(rng.randrange(256) for _ in range(200))
+        return junk.decode("utf-8", "surrogateescape"), "binary junk"  # written back as bytes
+    steps = []
+    for _ in range(rng.choice((1, 1, 2, 3))):
+        index = rng.randrange(len(lines))
+        action = rng.random()
+        if action < 0.5 and "=" in lines[index]:
+            key = lines[index].split("=", 1)[0]
+            lines[index] = f"{key}= {rng.choice(TOML_JUNK)}"
+            steps.append(f"line {index} = junk")
+        elif action < 0.7:
+            del lines[index]
+            steps.append(f"del line {index}")
+        elif action < 0.85:
+            lines.insert(index, lines[index])
+            steps.append(f"repeat line {index}")
+        else:
+            cut = rng.randrange(len(lines[index]) + 1)
+            lines[index] = lines[index][:cut]
+            steps.append(f"cut line {index}")
+    return "\n".join(lines) + "\n", "; ".join(steps)
+
+
+@pytest.mark.slow
+def test_fuzz_policy_file(tmp_path):
+    """1000 mutated policy files: policies or one UsageError line, never a traceback."""
+    from aorta.hw_queue_eval.gpu.policies import resolve_policies
+
+    rng = random.Random("aorta-fuzz-policy-file")
+    seed = POLICY_SEED.read_text()
+    tally: Counter = Counter()
+    for case in range(int(1000 * SCALE)):
+        text, how = mutate_toml(seed, rng)
+        path = tmp_path / f"p{case}.toml"
+        path.write_text(text, encoding="utf-8", errors="surrogateescape")
+        try:
+            resolve_policies(None, str(path))
+            tally["read"] += 1
+        except UsageError as exc:
+            assert "\n" not in str(exc), (how, exc)
+            tally["refused"] += 1
+        except Exception as exc:
+            raise AssertionError(
+                f"policy file case {case} ({how}) raised {type(exc).__name__}: {exc}"
+            ) from exc
+    print(f"policy files: {dict(tally)}")
+    assert tally["read"] > 0 and tally["refused"] > 0

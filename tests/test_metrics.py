@@ -14,10 +14,10 @@ def op(
     end_us: float,
     queue: int | None = 0,
     iteration: int = 0,
-    ready_us: float | None = None,
+    ready_us: float | None = 0.0,
     label: str = "k",
 ) -> OpRecord:
-    """An OpRecord with times given in µs for readability."""
+    """An OpRecord with times given in µs for readability; ready at 0 (queued ahead) unless given."""
     return OpRecord(
         iteration,
         stream,
@@ -204,7 +204,7 @@ def test_switch_analysis_reports_why_it_is_null():
 
 
 def test_ready_to_start_delays_only_where_known():
-    ops = [op(0, 10, 20, ready_us=4), op(1, 10, 20)]
+    ops = [op(0, 10, 20, ready_us=4), op(1, 10, 20, ready_us=None)]
     assert metrics.ready_to_start_delays_ms(ops) == pytest.approx([0.006])
 
 
@@ -218,15 +218,128 @@ def test_per_label_summary():
 
 
 def test_console_prints_no_switch_overhead_without_switches():
-    from aorta.hw_queue_eval.report.console import switch_line, switch_rows
+    from aorta.hw_queue_eval.report.console import SWITCH_LABEL, switch_line, switch_rows
 
-    none = metrics.switch_analysis([op(0, 0, 10), op(0, 12, 20)])
+    none = metrics.switch_analysis([op(0, 0, 10), op(0, 12, 20)], waits=0)
     rows = switch_rows(none)
-    assert rows == [("Stream switches", "0 (no stream switches on a shared lane were observed)")]
+    assert rows == [
+        ("Stream switches", "0 (no stream switches on a shared lane were observed)"),
+        ("Host launch starvation", "none: every next op was ready when the lane freed (1 lane gaps)"),
+    ]
     assert switch_line(none) is None
     zero = metrics.switch_analysis(synthetic_lane(0.0))
     assert switch_line(zero).startswith("No switch cost measurable")
     costly = metrics.switch_analysis(synthetic_lane(3.0))
     assert "costs 3.00 µs more" in switch_line(costly)
-    assert rows[0][0] != "Switch overhead (like for like)"
-    assert switch_rows(costly)[0] == ("Switch overhead (like for like)", "+3.00 µs (gap spread 0.00 µs)")
+    assert rows[0][0] != SWITCH_LABEL
+    assert switch_rows(costly)[0] == (SWITCH_LABEL, "+3.00 µs (gap spread 0.00 µs)")
+
+
+def hand_lane() -> list[OpRecord]:
+    """One lane, two streams; (stream, start, end, ready) in µs. Gaps by hand:
+    s1 12 after s0 10: switch 2, ready (0 ≤ 10); s0 21 after 20: switch 1, ready; s0 31 after
+    30: same stream 1, ready; s1 140 after 40: switch 100, waited 139 − 40 = 99; s1 151 after
+    150: same stream 1, ready; s0 362 after 160: switch 202, waited 360 − 160 = 200; s0 371 after
+    370: same stream 1, ready at 370 = the previous end (ready: at or before it)."""
+    rows = [
+        (0, 0, 10, 0),
+        (1, 12, 20, 0),
+        (0, 21, 30, 0),
+        (0, 31, 40, 5),
+        (1, 140, 150, 139),
+        (1, 151, 160, 141),
+        (0, 362, 370, 360),
+        (0, 371, 380, 370),
+    ]
+    return [op(s, a, b, ready_us=r) for s, a, b, r in rows]
+
+
+def test_ready_and_waited_gaps_recomputed_by_hand():
+    result = metrics.switch_analysis(hand_lane(), window_ms=0.4, waits=0)
+    # ready gaps only: switches 2, 1 (median 1.5) against same-stream 1, 1, 1 (median 1)
+    assert result["switch_overhead_ms"] == pytest.approx(0.0005)
+    assert result["matched_switch_count"] == 2 and result["matched_on_both_kinds"] == 2
+    assert (result["switch_count"], result["no_switch_count"]) == (4, 3)
+    assert result["pairs"][0]["switch_gaps"] == 2 and result["pairs"][0]["no_switch_gaps"] == 3
+    assert result["gap_readiness"] | {"definition": None} == {
+        "definition": None,
+        "ready": 5,
+        "waited": 2,
+        "unknown": 0,
+        "ready_switches": 2,
+    }
+    starved = result["launch_starvation"]
+    assert (starved["gaps"], starved["switch_gaps"], starved["gaps_with_known_readiness"]) == (2, 2, 7)
+    assert starved["wait_total_ms"] == pytest.approx(0.299)
+    assert starved["wait_mean_ms"] == pytest.approx(0.1495)
+    assert starved["wait_p50_ms"] == pytest.approx(0.1495)
+    assert starved["wait_max_ms"] == pytest.approx(0.200)
+    assert starved["share_of_lane_time"] == pytest.approx(0.299 / 0.4)  # one lane
+    assert starved["cause"].startswith("host launch (") and starved["reason"] is None
+    lane = result["per_lane"]["0"]
+    assert (lane["launch_wait_gaps"], lane["launch_wait_total_ms"]) == (2, pytest.approx(0.299))
+    # every gap, as before the split: switches 2, 1, 100, 202 (median 51) against 1 → 50 µs
+    assert result["all_gaps"]["switch_overhead_ms"] == pytest.approx(0.050)
+    assert result["all_gaps"]["matched_switch_count"] == 4
+
+
+def test_only_waited_switches_or_no_ready_time_give_null_with_the_reason():
+    waited = [op(0, 0, 10), op(1, 50, 60, ready_us=40), op(1, 61, 70)]
+    result = metrics.switch_analysis(waited)
+    assert result["switch_overhead_ms"] is None
+    assert (
+        result["reason"].startswith("no switch gap had its next op ready") and "1 waited" in result["reason"]
+    )
+    assert result["launch_starvation"]["gaps"] == 1
+    assert result["launch_starvation"]["share_of_lane_time"] is None  # no window given
+    assert "window length" in result["launch_starvation"]["reason"]
+    # no ready time at all (GPU): nothing is known to be ready or to have waited
+    unknown = [op(s, a, b, queue=None, ready_us=None) for s, a, b in ((0, 0, 10), (1, 12, 20), (1, 21, 30))]
+    result = metrics.switch_analysis(unknown, window_ms=1.0)
+    assert result["switch_overhead_ms"] is None and result["reason"].startswith("readiness unknown")
+    assert result["gap_readiness"]["unknown"] == 2
+    starved = result["launch_starvation"]
+    assert (
+        starved["gaps"] is None and starved["wait_total_ms"] is None and starved["share_of_lane_time"] is None
+    )
+    assert starved["reason"].startswith("readiness unknown")
+    assert result["per_lane"]["None"]["launch_wait_gaps"] is None
+    assert result["all_gaps"]["switch_overhead_ms"] == pytest.approx(0.001)  # 2 µs − 1 µs
+
+
+def test_console_never_claims_a_cost_from_waited_gaps():
+    from aorta.hw_queue_eval.report.console import interpret, switch_rows
+
+    sw = metrics.switch_analysis(hand_lane(), window_ms=0.4, waits=0)
+    result = {"stream_count": 2, "switch_latency": sw}
+    lines = interpret(result)
+    assert not any("50.00 µs" in line for line in lines), lines  # the every-gap figure
+    assert any(line.startswith("Lanes sat idle 74.8% of their time waiting for the host") for line in lines)
+    rows = dict(switch_rows(sw))
+    assert rows["Host launch starvation"].startswith(
+        "2 of 7 lane gaps waited for their op (2 of them switches)"
+    )
+    # with cross-stream waits in the window the wait may be one: the label says both
+    waits = metrics.switch_analysis(hand_lane(), window_ms=0.4, waits=3)
+    assert "Lane waiting for its next op (launch or wait)" in dict(switch_rows(waits))
+
+
+def test_stability_warning_never_reads_as_equal_to_its_limit():
+    # IQR/median = 0.104: it rounded to "10% (> 10%)"; the figure shown must read above the limit
+    stats = metrics.summarize([1.0, 1.0, 1.0, 1.0])
+    stats.update(median=1.0, iqr=0.104)
+    assert "IQR/median = 10.4% (> 10%)" in metrics.stability_warning(stats)
+    stats.update(iqr=0.1000004)
+    assert "IQR/median = 10.001% (> 10%)" in metrics.stability_warning(stats)
+    stats.update(iqr=0.15)
+    assert "IQR/median = 15% (> 10%)" in metrics.stability_warning(stats)
+
+
+def test_percent_above_uses_the_fewest_digits_that_exceed_the_limit():
+    from aorta.common.percent import percent_above
+
+    assert percent_above(0.15, 0.10) == "15%"
+    assert percent_above(0.104, 0.10) == "10.4%"
+    assert percent_above(0.1004, 0.10) == "10.04%"
+    assert percent_above(0.10004, 0.10) == "10.004%"
+    assert percent_above(0.1000004, 0.10) == "10.001%"

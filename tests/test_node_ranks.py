@@ -17,7 +17,7 @@ from aorta.ebpf.probes.cpu_sched import CpuSchedFamily
 from aorta.ebpf.probes.gpu_runtime import GpuRuntimeFamily
 from aorta.ebpf.probes.host_memory import HostMemoryFamily
 from aorta.ebpf.probes.ranks import rank_key, rank_keyed, rank_slice
-from conftest import wait_until
+from conftest import unavailable, wait_until
 from gpu_standins import build, gcc
 
 # one "rank": loads the HIP stand-in (and its HSA one), waits, then in the window creates two
@@ -60,9 +60,10 @@ def _voluntary_switches(pid: int) -> int:
 @pytest.fixture(scope="module")
 def hip_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if gcc() is None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("gcc is required in CI to build the stand-in GPU runtimes")
-        pytest.skip("gcc not installed: cannot build the stand-in GPU runtimes")
+        unavailable(
+            "gcc not installed: cannot build the stand-in GPU runtimes",
+            "gcc is required in CI to build the stand-in GPU runtimes",
+        )
     return build(tmp_path_factory.mktemp("standins"))["libamdhip64.so"]
 
 

@@ -91,3 +91,44 @@ def test_interpretation_uses_on_cpu_where_measured_and_says_so():
     assert "waited for a CPU" in line
     gpu = concurrency_line({"achieved": 3.0, "on_cpu_queues": None}, 4)
     assert gpu.startswith("On average 3.00 of 4 streams had an op in flight (wall clock")
+
+
+def test_cpu_wait_from_known_counters():
+    """Host and queue threads' on-CPU and run-queue wait (schedstat's first two fields)."""
+    start = {1: (True, 10_000_000, 0), 10: (False, 0, 5_000_000)}
+    stop = {
+        1: (True, 90_000_000, 10_000_000),
+        10: (False, 60_000_000, 35_000_000),
+        11: (False, 20_000_000, 10_000_000),
+    }
+    out = oncpu.cpu_wait(start, stop, window_ms=100.0)
+    assert out["host_on_cpu"] == pytest.approx(0.8)
+    assert out["host_run_queue_wait"] == pytest.approx(0.1)
+    assert out["queue_run_queue_wait_ms"] == pytest.approx(30 + 10)  # 11 was born in the window
+    assert out["queue_run_queue_wait_share"] == pytest.approx(40 / (60 + 20 + 40))
+    assert out["cpu_wait_reason"] is None
+    empty = oncpu.cpu_wait(None, None, 100.0)
+    assert empty["host_on_cpu"] is None and "no per-thread schedstat" in empty["cpu_wait_reason"]
+    assert oncpu.wait_snapshot([], 1) is None
+
+
+def test_wait_snapshot_sees_the_host_and_a_named_queue_thread():
+    go, done = threading.Event(), threading.Event()
+    tids: list[int] = []
+
+    def worker() -> None:
+        _set_thread_name("aorta-hwq7")
+        tids.append(threading.get_native_id())
+        go.set()
+        done.wait(5)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    go.wait(5)
+    try:
+        snap = oncpu.wait_snapshot(tids, threading.get_native_id())
+    finally:
+        done.set()
+        thread.join()
+    assert snap is not None
+    assert snap[threading.get_native_id()][0] is True and snap[tids[0]][0] is False

@@ -135,6 +135,19 @@ def test_folded_figures_match_exact_recomputation_over_every_op() -> None:
         assert _close(g["switch_gap_median_ms"], w["switch_gap_median_ms"], w["switch_gap_median_ms"])
         scale = max(scale, w["switch_gap_median_ms"] + w["no_switch_gap_median_ms"])
     assert _close(got["switch_overhead_ms"], want["switch_overhead_ms"], scale)
+    # readiness and launch waits: counts, total, mean and max exact, the p50 within α
+    assert got["gap_readiness"] == want["gap_readiness"]
+    assert 0 < want["gap_readiness"]["waited"] < want["gap_readiness"]["ready"]
+    g_wait, w_wait = got["launch_starvation"], want["launch_starvation"]
+    for key in ("gaps", "switch_gaps", "gaps_with_known_readiness"):
+        assert g_wait[key] == w_wait[key], key
+    for key in ("wait_total_ms", "wait_mean_ms", "wait_max_ms"):
+        assert g_wait[key] == pytest.approx(w_wait[key], rel=1e-9), key
+    assert _close(g_wait["wait_p50_ms"], w_wait["wait_p50_ms"], w_wait["wait_p50_ms"])
+    for lane, row in want["per_lane"].items():
+        assert got["per_lane"][lane]["launch_wait_gaps"] == row["launch_wait_gaps"]
+        assert got["per_lane"][lane]["launch_wait_total_ms"] == pytest.approx(row["launch_wait_total_ms"])
+    assert got["all_gaps"]["matched_switch_count"] == want["all_gaps"]["matched_switch_count"]
 
 
 def test_rows_are_the_first_ops_by_start_and_a_prefix_of_every_stream() -> None:
@@ -234,7 +247,7 @@ _RSS_SCRIPT = textwrap.dedent("""
     from aorta.hw_queue_eval.run.config import RunConfig
     harness.MAX_STORED_OPS = 5_000
     config = RunConfig(workload="tiny_kernel_stress", streams=16, iterations=int(sys.argv[1]),
-                       warmup=1, device="cpu", size="small")
+                       warmup=1, device="cpu", size="small", sync_mode=sys.argv[2])
     result = harness.run_benchmark(config).to_dict()
     text = json.dumps(result)
     print(json.dumps({"ops": result["ops"]["count"], "peak": result["memory"]["peak_bytes"],
@@ -243,14 +256,18 @@ _RSS_SCRIPT = textwrap.dedent("""
 
 
 @pytest.mark.slow  # two fresh processes that import torch
-def test_peak_rss_stays_flat_with_iterations() -> None:
-    """N = 150 and 4N = 600 iterations (38,400 and 153,600 ops; rows capped at 5,000): before
-    the fold every op stayed in memory (~340-500 B each: 40-60 MB more at 4N); now the figures
-    are folded and the difference is noise."""
+@pytest.mark.parametrize(("sync_mode", "n"), [("per_iteration", 150), ("end_only", 300)])
+def test_peak_rss_stays_flat_with_iterations(sync_mode: str, n: int) -> None:
+    """N and 4N iterations (16 × 16 ops each; rows capped at 5,000): before the fold every op
+    stayed in memory (~340-500 B each: 40-60 MB more at 4N); now the figures are folded and the
+    difference is noise. end_only has no host wait per iteration: before each queue's bounded
+    FIFO (cpu.MAX_QUEUED_TASKS) every op waited there with its closure (1.7 GB at 4 M ops), +36
+    MB from 300 to 1,200 iterations; now +3 MB (its first 150 iterations fill fixed structures:
+    +10 MB from 150 to 600, so N starts at 300)."""
     peaks = {}
-    for iterations in (150, 600):
+    for iterations in (n, 4 * n):
         proc = subprocess.run(
-            [sys.executable, "-I", "-c", _RSS_SCRIPT, str(iterations)],
+            [sys.executable, "-I", "-c", _RSS_SCRIPT, str(iterations), sync_mode],
             capture_output=True,
             text=True,
             timeout=240,
@@ -258,9 +275,9 @@ def test_peak_rss_stays_flat_with_iterations() -> None:
         )
         assert proc.returncode == 0, proc.stderr[-2000:]
         peaks[iterations] = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert peaks[600]["ops"] == 4 * peaks[150]["ops"] == 4 * 150 * 16 * 16
-    grown = peaks[600]["maxrss"] - peaks[150]["maxrss"]
-    grown_window = peaks[600]["peak"] - peaks[150]["peak"]
+    assert peaks[4 * n]["ops"] == 4 * peaks[n]["ops"] == 4 * n * 16 * 16
+    grown = peaks[4 * n]["maxrss"] - peaks[n]["maxrss"]
+    grown_window = peaks[4 * n]["peak"] - peaks[n]["peak"]
     bound = 12 * 2**20  # the old code grew by > 35 MiB here
     assert grown < bound and grown_window < bound, (grown, grown_window)
 

@@ -22,12 +22,19 @@ def test_builtins_are_the_guides_table() -> None:
         "baseline": (None, None, {}),
         "priority_lc": (7, None, {}),
         "priority_be": (2, 150.0, {}),
+        "stream_priority_lc": (None, None, {}),
+        "stream_priority_inverse": (None, None, {}),
         "multi_tenant_fair": (None, None, {"GPU_MAX_HW_QUEUES": "2"}),
         "high_queue": (None, None, {"GPU_MAX_HW_QUEUES": "8"}),
         "default_uvm": (None, None, {"HSA_XNACK": "1"}),
         "xnack_off": (None, None, {"HSA_XNACK": "0"}),
     }
     assert [p.name for p in resolve_policies(None, None)] == ["baseline", "priority_lc", "priority_be"]
+    priorities = {n: p.stream_priority for n, p in BUILTIN_POLICIES.items() if p.stream_priority}
+    assert priorities == {
+        "stream_priority_lc": "0=high,rest=low",
+        "stream_priority_inverse": "0=low,rest=high",
+    }
 
 
 def test_example_file_loads_and_runs_after_baseline() -> None:

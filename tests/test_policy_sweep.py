@@ -222,7 +222,23 @@ def test_file_policy_env_read_back_from_the_child(tmp_path: Path, fake: FakeGpus
     assert wide["policy"]["source"] == str(example)
     rows = {r["policy"]: r for r in data["summary"]["rows"]}
     assert rows["wide_queues_no_sdma"]["ignored_env"] == ["HSA_ENABLE_SDMA"]
-    assert rows["wide_queues_no_sdma"]["vs_baseline"] == {"reason": "no baseline policy ran ok in this sweep"}
+    assert data["summary"]["reference"]["policy"] == "single_queue"  # --policies has no baseline
+    assert rows["single_queue"]["vs_baseline"] is None
+    assert rows["wide_queues_no_sdma"]["vs_baseline"]["throughput"] is not None
+
+
+def _synthetic_point(name: str, repeat: int, tput: float, status: str = "ok") -> dict:
+    """A policy-sweep point of policy `name` whose run had throughput `tput`."""
+    from factories import run_result
+
+    result = run_result(workload="w", streams=8, throughput=tput, iteration_times_ms=[100 / tput] * 5)
+    return {
+        "key": {"workload": "w", "streams": 8, "policy": name, "repeat": repeat},
+        "status": status,
+        "result": result if status == "ok" else None,
+        "error": None if status == "ok" else "not applicable on the CPU backend",
+        "in_effect": {"queue_pool_size": 4},
+    }
 
 
 def test_best_policy_only_among_applicable_ones_beyond_noise() -> None:
@@ -230,17 +246,8 @@ def test_best_policy_only_among_applicable_ones_beyond_noise() -> None:
     noise is not named; a real gain is, with its CI."""
     from aorta.hw_queue_eval.gpu.policies import BUILTIN_POLICIES
     from aorta.hw_queue_eval.sweeps.policy_sweep import summarize
-    from factories import run_result
 
-    def point(name, repeat, tput, status="ok"):
-        result = run_result(workload="w", streams=8, throughput=tput, iteration_times_ms=[100 / tput] * 5)
-        return {
-            "key": {"workload": "w", "streams": 8, "policy": name, "repeat": repeat},
-            "status": status,
-            "result": result if status == "ok" else None,
-            "error": None if status == "ok" else "not applicable on the CPU backend",
-            "in_effect": {"queue_pool_size": 4},
-        }
+    point = _synthetic_point
 
     names = ["baseline", "high_queue", "multi_tenant_fair", "xnack_off"]
     policies = [BUILTIN_POLICIES[n] for n in names]
@@ -260,3 +267,41 @@ def test_best_policy_only_among_applicable_ones_beyond_noise() -> None:
     assert best["change_ci_pct"][0] > 0
     assert "p=" in best["text"]
     assert better["not_applicable"] == ["xnack_off"]
+
+
+def test_without_baseline_the_first_listed_policy_is_the_reference() -> None:
+    """`--policies high_queue,multi_tenant_fair`: multi_tenant_fair is compared with high_queue
+    (+50 % by construction), and the summary and the console say which policy is the reference."""
+    import io
+
+    from rich.console import Console
+
+    from aorta.hw_queue_eval.gpu.policies import BUILTIN_POLICIES
+    from aorta.hw_queue_eval.report.policy_table import render_policy_table
+    from aorta.hw_queue_eval.sweeps.policy_sweep import summarize
+
+    noise = (1.0, 1.02, 0.98, 1.01, 0.99)
+    points = [_synthetic_point("high_queue", r, 100 * f) for r, f in enumerate(noise, 1)]
+    points += [_synthetic_point("multi_tenant_fair", r, 150 * f) for r, f in enumerate(noise, 1)]
+    policies = [BUILTIN_POLICIES[n] for n in ("high_queue", "multi_tenant_fair")]
+    summary = summarize(points, policies)
+    assert summary["reference"] == {
+        "policy": "high_queue",
+        "why": "first listed; the sweep has no baseline policy",
+    }
+    rows = {r["policy"]: r for r in summary["rows"]}
+    assert rows["high_queue"]["vs_baseline"] is None
+    assert rows["multi_tenant_fair"]["vs_baseline"]["throughput"]["change_pct"] == pytest.approx(50.0)
+    best = summary["best_throughput"]
+    assert best["policy"] == "multi_tenant_fair"
+    assert "vs high_queue" in best["text"]
+    out = io.StringIO()
+    data = {"workload": "w", "streams": 8, "backend": "cpu", "repeats": 5, "summary": summary}
+    render_policy_table(data, Console(file=out, width=250))
+    text = out.getvalue()
+    assert "Compared against: high_queue (first listed; the sweep has no baseline policy)" in text
+    assert "no baseline policy ran ok" not in text
+    assert "vs high_queue" in text
+    # with baseline listed (anywhere), baseline stays the reference
+    listed = [BUILTIN_POLICIES[n] for n in ("high_queue", "baseline")]
+    assert summarize(points, listed)["reference"]["policy"] == "baseline"

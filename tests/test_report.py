@@ -109,7 +109,12 @@ def test_run_report_with_ebpf_histogram(tmp_path):
     assert proc.returncode == 0, proc.stderr
     html = _check_html(
         out,
-        ["latency_distribution.png", "op_timeline.png", "ebpf_queue_cpu_sched_submit_to_dispatch_hist.png"],
+        [
+            "latency_distribution.png",
+            "op_timeline.png",
+            "timeline.png",
+            "ebpf_queue_cpu_sched_submit_to_dispatch_hist.png",
+        ],
     )
     assert "all 3 measured iterations" in html
 
@@ -199,18 +204,9 @@ def test_report_folder_that_cannot_be_created_is_exit_2(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-def test_ebpf_histogram_bounds_in_readable_units_and_short_names():
+def test_ebpf_histogram_short_names():
     from aorta.hw_queue_eval.report.html import histogram_filename
-    from aorta.hw_queue_eval.report.plots import bucket_labels
 
-    buckets = [
-        {"max": 511, "count": 1},
-        {"min": 512, "max": 1023, "count": 3},
-        {"min": 4096, "count": 2},
-        {"min": 2_097_152, "count": 1},
-    ]
-    assert bucket_labels("submit_to_dispatch_hist_ns", buckets) == ["≤511 ns", "512 ns", "4.1 µs", "2.1 ms"]
-    assert bucket_labels("queue_depth", [{"min": 4, "count": 1}]) == ["4"]
     assert (
         histogram_filename("ebpf_queue_metrics", "families.amdgpu.metrics.submit_to_dispatch_hist_ns")
         == "ebpf_queue_amdgpu_submit_to_dispatch_hist.png"

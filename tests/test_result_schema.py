@@ -105,7 +105,7 @@ def test_every_section_of_a_real_run_has_exactly_its_models_keys(result_dict):
         ("queue_mapping", models.QueueMapping),
         ("memory", models.Memory),
         ("verification", models.Verification),
-        ("metadata", models.Metadata),
+        ("metadata", models.UpstreamMetadata),
         ("instrumentation", models.Instrumentation),
         ("tool", models.ToolInfo),
     ):
@@ -113,6 +113,9 @@ def test_every_section_of_a_real_run_has_exactly_its_models_keys(result_dict):
     check(models.Handoffs, result_dict["ops"]["handoffs"], "ops.handoffs")
     check(models.OpWaits, result_dict["op_intervals"]["waits"], "op_intervals.waits")
     check(models.GcWindow, result_dict["instrumentation"]["gc"], "instrumentation.gc")
+    check(models.StreamOrder, result_dict["stream_order"], "stream_order")
+    for edge in result_dict["stream_order"]["edges"]:
+        check(models.StreamEdge, edge, "stream_order.edges[]")
     for lane, row in result_dict["switch_latency"]["per_lane"].items():
         check(models.LaneSwitches, row, f"switch_latency.per_lane.{lane}")
     for pair in result_dict["switch_latency"]["pairs"]:

@@ -82,5 +82,58 @@ def test_v1_file_renders_in_the_console():
     console = Console(record=True, width=200)
     render_run(load_result(V1_FILE), console)
     text = console.export_text()
-    assert "Switch overhead (like for like)" in text
+    assert "Switch overhead (like for like, ready gaps)" in text
+    assert "none: every next op was ready when the lane freed" in text
     assert "Queues running on a CPU" not in text  # never measured in v1: not shown
+
+
+def _pre_split_run(truncated: bool = False) -> dict:
+    """A v2 run as written before launch waits were split out: its switch_overhead_ms compared
+    every gap (the hand lane of test_metrics: +50 µs over all gaps, +0.5 µs over ready ones)."""
+    from factories import op_intervals, run_result
+    from test_metrics import hand_lane
+
+    ops = hand_lane()
+    rows = [
+        [o.iteration, o.stream, o.queue, 0, o.ready_ns / 1e3, o.start_ns / 1e3, o.end_ns / 1e3] for o in ops
+    ]
+    table = op_intervals(rows, ["k"])
+    table["truncated"] = truncated
+    run = run_result(streams=2, op_intervals=table, iteration_times_ms=[0.4])
+    old = metrics.switch_analysis(ops)
+    for key in ("gap_readiness", "launch_starvation", "all_gaps"):
+        old.pop(key)
+    for lane in old["per_lane"].values():
+        lane.pop("launch_wait_gaps")
+        lane.pop("launch_wait_total_ms")
+    old["switch_overhead_ms"] = 0.050  # what the code before the split computed for these ops
+    run["switch_latency"] = old
+    return run
+
+
+def test_v2_run_from_before_the_split_is_recomputed_over_ready_gaps():
+    run = _pre_split_run()
+    data = upgrade(run)
+    sw = data["switch_latency"]
+    assert sw["switch_overhead_ms"] == pytest.approx(0.0005)
+    assert sw["launch_starvation"]["gaps"] == 2
+    assert sw["launch_starvation"]["share_of_lane_time"] == pytest.approx(0.299 / 0.4)
+    assert sw["launch_starvation"]["cross_stream_waits"] == 0
+    assert sw["before_split"]["switch_overhead_ms"] == 0.050
+    assert "before launch waits were split out" in sw["upgrade_note"]
+    assert "gap_readiness" not in run["switch_latency"]  # the input is never modified
+    jsonschema.validate(data, run_result_schema())
+    assert upgrade(data) is data  # a current file comes back as is
+    sweep = {"schema_version": 2, "kind": "sweep", "points": [{"key": {}, "status": "ok", "result": run}]}
+    assert upgrade(sweep)["points"][0]["result"]["switch_latency"]["switch_overhead_ms"] == pytest.approx(
+        0.0005
+    )
+
+
+def test_v2_run_from_before_the_split_without_every_op_has_null_with_the_reason():
+    data = upgrade(_pre_split_run(truncated=True))
+    sw = data["switch_latency"]
+    assert sw["switch_overhead_ms"] is None and "before launch waits were split out" in sw["reason"]
+    assert sw["all_gaps"]["switch_overhead_ms"] == 0.050  # the old figure, under its own name
+    assert sw["launch_starvation"]["gaps"] is None
+    jsonschema.validate(data, run_result_schema())

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from aorta.common.procs import child_environment, python_module_command
-from conftest import load_json, run_cli_inprocess
+from conftest import load_json, run_cli_inprocess, unavailable
 
 NOBODY = 65534
 SETPRIV = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
@@ -57,18 +57,21 @@ def nobody_folder(path: Path) -> Path:
     return path
 
 
-def plant_modules(folder: Path, markers: Path, staging: Path) -> None:
-    """As nobody, plant modules that leave a marker file when imported (as root, in the test)."""
+def plant_modules(folder: Path, markers: Path, staging: Path, package: bool = True) -> None:
+    """As nobody, plant modules that leave a marker file when imported (as root, in the test);
+    `package`: an aorta/ package too (no check inside aorta can defend against that one)."""
     body = textwrap.dedent(f"""\
         import os
         open(os.path.join({str(markers)!r}, __name__ + '-' + str(os.getuid())), 'w').close()
         raise ImportError('planted module imported')
         """)
-    (staging / "aorta").mkdir(parents=True)
+    staging.mkdir(parents=True)
     for name in PLANTED:
         (staging / f"{name}.py").write_text(body)
-    (staging / "aorta" / "__init__.py").write_text(body)
-    os.chmod(staging / "aorta", 0o755)
+    if package:
+        (staging / "aorta").mkdir()
+        (staging / "aorta" / "__init__.py").write_text(body)
+        os.chmod(staging / "aorta", 0o755)
     as_nobody("cp", "-r", f"{staging}/.", str(folder))
 
 
@@ -144,6 +147,54 @@ def test_entry_point_imports_nothing_from_the_cwd(planted):
     )
     assert proc.returncode == 0, proc.stderr
     assert sorted(os.listdir(markers)) == []
+
+
+@needs_root
+@pytest.mark.parametrize("mode", [0o755, 0o777], ids=["0755", "0777"])
+def test_root_python_m_drops_the_cwd_entry(world, mode):
+    """`sudo python -m aorta.hw_queue_eval …` (the guide's form): the cwd that -m puts first on
+    sys.path is dropped before any third-party import; a warning when others can write there."""
+    markers = world / "markers"
+    markers.mkdir()
+    cwd = nobody_folder(world / "shared")
+    plant_modules(cwd, markers, world / "staging", package=False)
+    os.chmod(cwd, mode)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the cwd is the only way in
+    proc = subprocess.run(
+        [sys.executable, "-m", "aorta.hw_queue_eval", "list"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "hetero_kernels" in proc.stdout
+    assert sorted(os.listdir(markers)) == []  # neither click.py nor rich.py nor json.py ran
+    warned = f"warning: running as root from {cwd}, a folder other users can write" in proc.stderr
+    assert warned == bool(mode & 0o002)
+
+
+def test_only_the_cwd_entry_of_python_m_is_dropped(monkeypatch, tmp_path):
+    """A script's folder, -c's '' and every other entry stay; nothing changes for other users."""
+    import aorta
+
+    cwd = str(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    cases = [
+        (0, "-m", [cwd, "/lib/site"], ["/lib/site"]),  # root, python -m: the cwd entry goes
+        (0, "-m", ["/venv/bin", cwd], ["/venv/bin", cwd]),  # not first: not -m's entry
+        (0, "-c", ["", "/lib/site"], ["", "/lib/site"]),  # -c means to import from the cwd
+        (0, "/venv/bin/aorta-hwq", ["/venv/bin"], ["/venv/bin"]),  # the entry point
+        (1000, "-m", [cwd, "/lib/site"], [cwd, "/lib/site"]),  # not root: as before
+    ]
+    for euid, argv0, path, kept in cases:
+        monkeypatch.setattr(os, "geteuid", lambda euid=euid: euid)
+        monkeypatch.setattr(sys, "argv", [argv0])
+        monkeypatch.setattr(sys, "path", list(path))
+        aorta._drop_cwd_entry_as_root()
+        assert sys.path == kept, (euid, argv0, path)
 
 
 @needs_root
@@ -253,7 +304,9 @@ def test_child_command_is_isolated_and_drops_python_variables():
     env = child_environment(
         {"GPU_MAX_HW_QUEUES": "2"}, base={"PYTHONPATH": "/tmp/x", "PYTHONSTARTUP": "/tmp/y", "HOME": "/r"}
     )
-    assert env == {"HOME": "/r", "GPU_MAX_HW_QUEUES": "2"}
+    from aorta.common.caches import passwd_home, private_cache_env
+
+    assert env == {"HOME": passwd_home(), "GPU_MAX_HW_QUEUES": "2", **private_cache_env({})}
 
 
 # -- 3. no writes through a folder link another user planted -------------------------------------
@@ -407,3 +460,39 @@ def test_resume_accepts_the_invoking_users_checkpoint(tmp_path):
     )
     assert proc.returncode == 2
     assert "other settings" in proc.stderr  # got past the owner check
+
+
+@pytest.mark.parametrize("plant", ["other_owner", "world_writable", "writable_folder"])
+@pytest.mark.parametrize("variable", ["BPFTRACE", "AORTA_TRACEFS"])
+def test_root_refuses_a_bpftrace_or_tracefs_another_user_can_change(tmp_path, plant, variable):
+    """$BPFTRACE names the binary root runs, AORTA_TRACEFS the formats root renders programs
+    from: as root either must be beyond other users, or the command stops with one line, exit 2."""
+    if os.geteuid() != 0:
+        unavailable("needs root: the check is root's", "CI runs as root: the root check must run")
+    from conftest import run_cli
+
+    folder = tmp_path / "planted"
+    folder.mkdir(mode=0o755)
+    if variable == "BPFTRACE":
+        target = folder / "bpftrace"
+        target.write_text("#!/bin/sh\necho 'bpftrace v0.17.0'\n")
+        target.chmod(0o755)
+    else:
+        target = folder / "tracefs"
+        shutil.copytree(Path(__file__).parent / "fixtures" / "tracefs" / "linux-6.8", target)
+    if plant == "other_owner":
+        os.chown(target, 65534, 65534)
+    elif plant == "world_writable":
+        target.chmod(0o777)
+    else:
+        folder.chmod(0o777)
+    proc = run_cli("ebpf-info", env={variable: str(target)}, timeout=120)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and variable in lines[0] and "another user" in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    folder.chmod(0o755)
+    if plant != "writable_folder":
+        os.chown(target, 0, 0)
+        target.chmod(0o755)
+    assert run_cli("ebpf-info", env={variable: str(target)}, timeout=120).returncode == 0  # trusted: used

@@ -44,6 +44,38 @@ def test_knee_at_pool_size_per_stream_work():
     assert a.verdict.startswith("throughput stops scaling at 4 streams = the hardware-queue pool")
 
 
+def test_knee_before_a_later_peak_gives_its_reason_on_screen():
+    """Knee 4, peak 16: the reason names the best later capture (4→8: (41/40 − 1)/(2 − 1)) and
+    the rise to the peak (42/40 − 1 = 5 %, ideal 1600/400 − 1 = +300 %), and the sweep prints it."""
+    import io
+
+    from rich.console import Console
+
+    from aorta.hw_queue_eval.report.tables import render_sweep
+
+    results = _per_stream_sweep()
+    a = analyze(results, "per_stream")
+    best = (41 / 40 - 1) / (800 / 400 - 1)
+    assert a.knee_reason == (
+        f"from 4 streams on, no added stream captures 20% of the ideal extra throughput "
+        f"(best: 4→8 captures {best:.0%}); throughput still rises to the peak at 16 streams "
+        f"by 5.0% over 4 (ideal +300%)"
+    )
+    out = io.StringIO()
+    sweep = {
+        "workload": "w",
+        "throughput_unit": "GFLOPS",
+        "points": [{"key": {"streams": r["stream_count"]}, "status": "ok", "result": r} for r in results],
+        "analysis": a.to_dict(),
+    }
+    render_sweep(sweep, Console(file=out, width=300))
+    text = out.getvalue()
+    assert "peak throughput: 42.00 GFLOPS at 16 streams" in text
+    assert f"  why: {a.knee_reason}\n" in text
+    # no knee: no reason
+    assert analyze(results[:3], "per_stream").knee_reason is None
+
+
 def test_knee_at_core_count_is_named_as_such():
     a = analyze(_per_stream_sweep(pool=8, cores=4), "per_stream")
     assert "= the CPU core count (4)" in a.verdict
@@ -255,3 +287,16 @@ def test_verdict_never_contradicts_the_table(seed):
         for k in counts[: counts.index(knee)]:  # and it is the first such point
             assert any((g := gain(k, b)) is not None and g >= KNEE_GAIN_FRACTION for b in counts if b > k)
     assert ("confidence unknown" in a.verdict) == (repeats == 1)
+
+
+@pytest.mark.parametrize("tiny", [5e-324, 1e-300])
+def test_a_tiny_throughput_gives_no_infinite_ratio(tiny):
+    """5e-324 (a subnormal) as the first throughput: every ratio over it would be infinite, which
+    is no JSON (the sweep file could not be written) and no measurement; it is shown as none."""
+    import json
+
+    sweep = [_result(1, tiny, 1.0, 10), _result(2, 1e10, 1.0, 20), _result(4, 2e10, 1.0, 40)]
+    analysis = analyze(sweep, "per_stream")
+    text = json.dumps(analysis.to_dict(), allow_nan=False)  # raises on inf/NaN
+    assert "Infinity" not in text
+    assert analysis.to_dict()["efficiency"][1:] == [None, None]

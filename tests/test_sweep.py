@@ -309,3 +309,50 @@ def test_a_point_child_starts_with_no_signal_held(tmp_path):
     assert outcome.status == "ok", outcome.error
     assert int(outcome.result["sigblk"], 16) == 0
     assert not signal.pthread_sigmask(signal.SIG_BLOCK, set())  # the parent's mask is back too
+
+
+def test_a_relative_trace_folder_is_the_callers_not_the_childs(tmp_path, monkeypatch):
+    """Children run in a private folder: `--trace-out rel-traces/` must reach them resolved in
+    the caller's folder (it failed for a relative folder that exists)."""
+    import sys
+
+    from aorta.hw_queue_eval.cli import main
+    from aorta.hw_queue_eval.commands.collaborators import Collaborators
+
+    seen: list[list[str]] = []
+
+    def failing_child(run_args, out_path, nproc_per_node):
+        seen.append(list(run_args))
+        return [sys.executable, "-I", "-c", "raise SystemExit(3)"]
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rel-traces").mkdir()
+    args = ["sweep", "hetero_kernels", "-s", "1", *TINY, "--trace-out", "rel-traces/", "-o", "s.json"]
+    with pytest.raises(SystemExit):
+        main(args, Collaborators(point_command=failing_child))
+    (run_args,) = seen
+    trace = run_args[run_args.index("--trace-out") + 1]
+    assert trace == str(tmp_path / "rel-traces" / "hetero_kernels-s1.trace.json")
+
+
+@pytest.mark.parametrize("command", ["sweep", "policy-sweep"])
+def test_a_sweep_does_not_replace_a_run_result(tmp_path, command):
+    out = tmp_path / "r.json"
+    out.write_text((Path(__file__).parent / "fixtures" / "results" / "run.json").read_text())
+    before = out.read_bytes()
+    proc = run_cli_inprocess(command, "hetero_kernels", "--streams", "1", *TINY, "-o", str(out))
+    assert proc.returncode == 2, proc.stderr
+    assert "already holds a run file" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert out.read_bytes() == before
+
+
+def test_sweep_refuses_an_unknown_device_before_any_child(tmp_path):
+    from aorta.hw_queue_eval.cli import main
+    from aorta.hw_queue_eval.commands.collaborators import Collaborators
+
+    started: list[int] = []
+    seams = Collaborators(point_command=lambda *a: started.append(1) or ["false"])
+    with pytest.raises(SystemExit) as info:
+        main(["sweep", "hetero_kernels", "-s", "1,2", "-d", "tpu", "-o", str(tmp_path / "s.json")], seams)
+    assert info.value.code == 2
+    assert started == [] and list(tmp_path.iterdir()) == []

@@ -5,6 +5,7 @@ verification runs on the first warm-up iteration so the remaining warm-up follow
 from __future__ import annotations
 
 import gc
+import time
 from typing import Any
 
 import pytest
@@ -145,3 +146,45 @@ def test_tracer_sections_land_on_their_fields_and_unknown_ones_are_refused() -> 
     assert result.ebpf_memory_metrics is None
     with pytest.raises(RuntimeError, match="ebpf_queue_metric"):
         run_benchmark(config, _SectionsTracer({"ebpf_queue_metric": queue}))  # a typo, not a field
+
+
+class _GateClock:
+    """A tracer that notes when the harness opens and closes its gate (CLOCK_MONOTONIC)."""
+
+    def __init__(self) -> None:
+        self.opened = self.closed = 0
+
+    def prepare(self, backend, workload) -> None: ...
+
+    def window_start(self) -> None:
+        self.opened = time.monotonic_ns()
+
+    def window_stop(self) -> None:
+        self.closed = time.monotonic_ns()
+
+    def abort(self) -> None: ...
+
+    def finish(self, context: dict) -> TracerSections:
+        return TracerSections.of({})
+
+
+def test_the_hosts_proc_snapshot_is_outside_the_traced_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The on-CPU snapshot (a /proc read of every thread, 1–3 ms) made 300 ms slow: the gate the
+    tracer sees must not contain it, at either edge (it was inside before the window's stop)."""
+    from aorta.hw_queue_eval.run import oncpu
+
+    delay_s = 0.3
+    real = oncpu.snapshot
+
+    def slow_snapshot(tids: list[int]) -> dict[int, int] | None:
+        time.sleep(delay_s)
+        return real(tids)
+
+    monkeypatch.setattr(oncpu, "snapshot", slow_snapshot)
+    gate = _GateClock()
+    config = RunConfig("tiny_kernel_stress", 2, iterations=3, warmup=1, device="cpu")
+    result = run_benchmark(config, gate)
+    assert result.concurrency.get("on_cpu_queues") is not None  # the snapshots were taken
+    gate_ms = (gate.closed - gate.opened) / 1e6
+    assert gate_ms >= result.total_time_ms
+    assert gate_ms - result.total_time_ms < delay_s * 1e3 / 2, (gate_ms, result.total_time_ms)

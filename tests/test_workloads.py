@@ -16,7 +16,8 @@ CASES = [
     for n in sorted({info.min_streams, info.recommended_streams, info.max_streams})
 ]
 
-# compat.md "Workload catalogue": name → (category, min, max, recommended, sensitivity, unit)
+# upstream AORTA 0.3.0's catalogue (../shared/reference/compat.md, "Workload catalogue", outside
+# this repository): name → (category, min, max, recommended, sensitivity, unit)
 CATALOGUE = {
     "hetero_kernels": ("latency_sensitive", 1, 64, 8, "critical", "GFLOPS"),
     "tiny_kernel_stress": ("latency_sensitive", 1, 64, 16, "critical", "GFLOPS"),

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
+import math
 import os
-import secrets
+import re
 import stat
-import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,25 +72,95 @@ def check_output_path(path: str | os.PathLike[str], what: str = "output file") -
             )
         if st is not None and stat.S_ISDIR(st.st_mode):
             raise UsageError(f"{what} {p} is a folder: give a file name inside it")
+        if st is not None:
+            _refuse_special(st, f"{what} {p}")
         if st is not None and not os.access(name, os.W_OK, dir_fd=dir_fd):
             raise UsageError(f"cannot write {what} {p}: file is not writable; choose another path")
         _probe_writable(dir_fd, f"{what} {p}")
     return p
 
 
+_SPECIAL = (
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _refuse_special(st: os.stat_result, target: str) -> None:
+    """UsageError if an existing target is a device, FIFO or socket: renaming over it would
+    replace `/dev/null` for the whole system (as root), and writing into it is no result file."""
+    for test, kind in _SPECIAL:
+        if test(st.st_mode):
+            raise UsageError(
+                f"{target} is {kind}, not a regular file; refusing to replace it: choose another path"
+            )
+
+
+#: File systems of the kernel's own objects: no place for a result, and no probe file is made there.
+KERNEL_FILESYSTEMS = frozenset(
+    [
+        "devtmpfs",
+        "devpts",
+        "proc",
+        "sysfs",
+        "tracefs",
+        "debugfs",
+        "securityfs",
+        "cgroup",
+        "cgroup2",
+        "bpf",
+        "configfs",
+        "pstore",
+        "efivarfs",
+        "mqueue",
+        "hugetlbfs",
+        "fusectl",
+        "binfmt_misc",
+        "autofs",
+    ]
+)
+
+
+def filesystem_type(dir_fd: int) -> str | None:
+    """The file system type of the open folder, from /proc/self/mountinfo (None if unknown)."""
+    dev = os.fstat(dir_fd).st_dev
+    wanted = f"{os.major(dev)}:{os.minor(dev)}"
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                fields = line.split()
+                if len(fields) > 3 and fields[2] == wanted and " - " in line:
+                    return line.split(" - ", 1)[1].split()[0]
+    except OSError:
+        return None
+    return None
+
+
 def _probe_writable(dir_fd: int, target: str) -> None:
     """Create and remove a temp file in the folder: the real test, since root passes os.access
-    everywhere and read-only mounts or /proc do not show in permission bits."""
+    everywhere and read-only mounts or /proc do not show in permission bits. Never in a folder
+    of a kernel file system (/dev, /proc, /sys): a file there is no result, so it is refused."""
+    fstype = filesystem_type(dir_fd)
+    if fstype in KERNEL_FILESYSTEMS:
+        raise UsageError(
+            f"cannot write {target}: its folder is on the kernel's {fstype} file system, "
+            "not a place for files; choose a writable path"
+        )
     try:
-        name = _create_temp(dir_fd, "probe")[1]
+        fd, name = _create_temp(dir_fd, "probe")
     except OSError as exc:
         raise UsageError(f"cannot write {target}: {exc.strerror}; choose a writable path") from None
+    os.close(fd)  # an open probe kept its (deleted) file and the mount busy until exit
     os.unlink(name, dir_fd=dir_fd)
 
 
 def _create_temp(dir_fd: int, stem: str) -> tuple[int, str]:
     """A new private file `.aorta-STEM.RANDOM.tmp` in the folder (never through a link)."""
     for _ in range(100):
+        import secrets  # here, not at start-up: it loads hashlib/hmac (every command imports this)
+
         name = f".{stem[:64]}.{secrets.token_hex(6)}.tmp"
         try:
             fd = os.open(
@@ -135,21 +204,27 @@ def check_output_dir(path: str | os.PathLike[str], what: str = "output folder") 
     return out
 
 
-def write_bytes_in(dir_fd: int, name: str, data: bytes, mode: int = 0o644, shown: str | None = None) -> None:
+def write_bytes_in(
+    dir_fd: int, name: str, data: bytes | Iterable[bytes], mode: int = 0o644, shown: str | None = None
+) -> None:
     """Replace `name` in the open folder with `data` atomically (temp file, fsync, rename).
 
-    Refuses to replace a symlink; the temp file is removed on every failure; an OS error
-    (disk full …) becomes a one-line WriteError.
+    `data` is the bytes, or pieces of them written as they come (a large file is then never
+    whole in memory). Refuses to replace a symlink; the temp file is removed on every failure
+    (also when making a piece raises); an OS error (disk full …) becomes a one-line WriteError.
     """
     shown = shown or name
     st = _lstat_in(dir_fd, name)
     if st is not None and stat.S_ISLNK(st.st_mode):
         raise UsageError(f"{shown} is a symbolic link; refusing to write through it")
+    if st is not None:
+        _refuse_special(st, shown)
     tmp = None
     try:
         fd, tmp = _create_temp(dir_fd, name)
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            for piece in (data,) if isinstance(data, bytes) else data:
+                fh.write(piece)
             fh.flush()
             os.fsync(fh.fileno())
             os.fchmod(fh.fileno(), mode)
@@ -167,8 +242,11 @@ def write_bytes_in(dir_fd: int, name: str, data: bytes, mode: int = 0o644, shown
         os.fsync(dir_fd)
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -> None:
-    """Replace `path` with `data` atomically through its safely opened parent folder."""
+def atomic_write_bytes(
+    path: str | os.PathLike[str], data: bytes | Iterable[bytes], mode: int = 0o644
+) -> None:
+    """Replace `path` with `data` (bytes or their pieces) atomically through its safely opened
+    parent folder."""
     with parent_folder(path) as (dir_fd, name):
         write_bytes_in(dir_fd, name, data, mode, shown=os.fspath(path))
 
@@ -238,37 +316,89 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def json_text(obj: Any) -> str:
+    """`obj` as the indented JSON aorta writes; NaN/Infinity are refused (they are not JSON)."""
+    import json
+
+    return json.dumps(obj, indent=2, allow_nan=False) + "\n"
+
+
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
-    """Atomically write `obj` as indented JSON; NaN/Infinity are refused (they are not JSON)."""
-    atomic_write_text(path, json.dumps(obj, indent=2, allow_nan=False) + "\n")
+    """Atomically write `obj` as indented JSON (`json_text`)."""
+    atomic_write_text(path, json_text(obj))
+
+
+#: No result aorta writes comes near this; it bounds what a reader holds in memory.
+MAX_JSON_BYTES = 1 << 30
 
 
 def read_json_file(path: str | os.PathLike[str], what: str = "JSON file") -> Any:
     """Read a JSON file or raise a one-line UsageError saying why it could not be read."""
-    p = Path(path)
+    text = read_small_text(path, what, MAX_JSON_BYTES, "is it a result JSON?")
+    return parse_json_text(text, what, Path(path))
+
+
+def read_small_text(path: str | os.PathLike[str], what: str, limit: int, hint: str = "") -> str:
+    """The UTF-8 text of a regular file of at most `limit` bytes; one-line UsageError otherwise
+    (`/dev/zero` would be read without end and a FIFO would block)."""
     try:
-        text = p.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise UsageError(f"{what} {p} not found: check the path") from None
-    except IsADirectoryError:
-        raise UsageError(f"{what} {p} is a folder, not a file") from None
+        raise UsageError(f"{what} {path} not found: check the path") from None
     except PermissionError:
-        raise UsageError(f"cannot read {what} {p}: permission denied") from None
+        raise UsageError(f"cannot read {what} {path}: permission denied") from None
+    except OSError as exc:
+        raise UsageError(f"{what} {path} cannot be read: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as fh:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise UsageError(f"{what} {path} is a folder, not a file")
+        if not stat.S_ISREG(mode):
+            raise UsageError(f"{what} {path} is not a regular file: give a text file")
+        try:
+            raw = fh.read(limit + 1)
+        except OSError as exc:
+            raise UsageError(f"{what} {path} cannot be read: {exc.strerror}") from None
+    if len(raw) > limit:
+        raise UsageError(f"{what} {path} is larger than {limit // 1024} KiB: is it the right file?")
+    try:
+        return raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise UsageError(f"{what} {p} is not UTF-8 text: is it a result JSON?") from None
-    return parse_json_text(text, what, p)
+        raise UsageError(f"{what} {path} is not UTF-8 text{': ' + hint if hint else ''}") from None
 
 
 def parse_json_text(text: str, what: str, path: str | os.PathLike[str]) -> Any:
-    """json.loads with NaN/Infinity and runaway nesting refused as one-line UsageErrors."""
+    """json.loads with NaN/Infinity (written, or by overflow: 1e999) and runaway nesting refused
+    as one-line UsageErrors (integers beyond 64 bits: results/validation.py)."""
+    import json
+
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
+        data = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+        if _SURROGATE_ESCAPE.search(text):  # a pair is one character; a lone half is no text
+            json.dumps(data, ensure_ascii=False).encode("utf-8")
+        return data
+    except UnicodeEncodeError:
+        raise UsageError(
+            f"{what} {path} holds a lone UTF-16 surrogate (\\ud800-\\udfff escape): it is no text; "
+            "regenerate the file"
+        ) from None
     except json.JSONDecodeError as exc:
         raise UsageError(f"{what} {path} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
     except ValueError as exc:
         raise UsageError(f"{what} {path} is not valid JSON ({exc})") from None
     except RecursionError:
         raise UsageError(f"{what} {path} is nested too deeply to be a result file") from None
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _finite_float(text: str) -> float:
+    """A JSON number as a float; one that overflows to infinity (1e999) is refused like Infinity."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:40]} is too large for a float")
+    return value
 
 
 def _refuse_constant(name: str) -> Any:
@@ -281,6 +411,8 @@ def keep_unsaved(name: str, data: bytes) -> str | None:
 
     Used when the real destination failed (disk full): the measurement is not lost.
     """
+    import tempfile
+
     try:
         folder = tempfile.mkdtemp(prefix="aorta-unsaved-")  # mode 0700, a fresh name
         dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
@@ -335,7 +467,11 @@ def existing_kind(path: str | os.PathLike[str]) -> tuple[bool, str | None]:
 
 
 def check_replaceable(
-    path: str | os.PathLike[str], kinds: tuple[str, ...], force: bool, what: str = "output file"
+    path: str | os.PathLike[str],
+    kinds: tuple[str, ...],
+    force: bool,
+    what: str = "output file",
+    fix: str = "choose another path or add --force",
 ) -> None:
     """Refuse (UsageError) to replace a file that is not of one of `kinds` unless `force`.
 
@@ -346,8 +482,7 @@ def check_replaceable(
         return
     held = f"a {kind} file" if kind else "a file that is not an aorta result"
     raise UsageError(
-        f"{what} {path} already holds {held}; refusing to replace it with a "
-        f"{kinds[0]} file: choose another path or add --force"
+        f"{what} {path} already holds {held}; refusing to replace it with a {kinds[0]} file: {fix}"
     )
 
 
@@ -357,13 +492,15 @@ def read_owned_json(path: str | os.PathLike[str], what: str) -> Any:
     descriptor opened without following links, so the checked file is the read one."""
     with parent_folder(path, what) as (dir_fd, name):
         try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise UsageError(f"{what} {path} is a symbolic link; refusing to read it") from None
             raise UsageError(f"cannot read {what} {path}: {exc.strerror}") from None
     with os.fdopen(fd, "rb") as fh:
         st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):  # a FIFO would block, /dev/zero never end
+            raise UsageError(f"{what} {path} is not a regular file")
         if os.geteuid() == 0:
             _check_owner(st, path, what)
         raw = fh.read()
@@ -376,8 +513,6 @@ def read_owned_json(path: str | os.PathLike[str], what: str) -> Any:
 
 def _check_owner(st: os.stat_result, path: str | os.PathLike[str], what: str) -> None:
     trusted = trusted_uids()
-    if not stat.S_ISREG(st.st_mode):
-        raise UsageError(f"{what} {path} is not a regular file")
     if st.st_uid not in trusted:
         raise UsageError(
             f"{what} {path} belongs to user {st.st_uid}, not to root or you: "

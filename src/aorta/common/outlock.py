@@ -11,12 +11,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 import sys
 
 from aorta.common.atomicio import parent_folder
 from aorta.common.errors import UsageError
 
-_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+#: O_NONBLOCK: a FIFO planted as the lock file must not hang the open (it is refused after it)
+_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 class OutputLock:
@@ -41,6 +43,12 @@ class OutputLock:
                 raise UsageError(
                     f"cannot lock {what} {self.path}: {exc.strerror} on {self.name}; choose another -o"
                 ) from None
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise UsageError(
+                    f"cannot lock {what} {self.path}: {self.name} is not a regular file; "
+                    "remove it or choose another -o"
+                )
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -55,11 +63,25 @@ class OutputLock:
                 now = None
             mine = os.fstat(fd)
             if now is not None and (now.st_ino, now.st_dev) == (mine.st_ino, mine.st_dev):
-                os.ftruncate(fd, 0)
-                os.write(fd, f"pid {os.getpid()} ({' '.join(sys.argv[:3])[:200]})\n".encode())
+                self._note_holder(fd, what)
                 return fd
             os.close(fd)
         raise UsageError(f"cannot lock {what} {self.path}: the lock file keeps changing")
+
+    def _note_holder(self, fd: int, what: str) -> None:
+        """Write who holds the lock into it; a full disk removes the lock again (no 0-byte
+        file left) and is one line, exit 2."""
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"pid {os.getpid()} ({' '.join(sys.argv[:3])[:200]})\n".encode())
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(self.name, dir_fd=self._dir_fd)
+            os.close(fd)
+            raise UsageError(
+                f"cannot lock {what} {self.path}: {exc.strerror} writing {self.name}; "
+                "free space or choose another -o"
+            ) from None
 
     def release(self) -> None:
         """Remove the lock file and drop the lock (idempotent)."""

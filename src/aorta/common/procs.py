@@ -16,6 +16,8 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from aorta.common.caches import passwd_home, private_cache_env
+
 #: Runs in the child (python -I -c): load this `aorta` package from its folder, then the module
 #: as __main__, exactly as `python -m` would, but without adding any folder to sys.path.
 _BOOTSTRAP = (
@@ -79,14 +81,39 @@ def python_module_command(module: str, *args: str, package_dir: str | None = Non
 def child_environment(
     overrides: Mapping[str, str] | None = None, base: Mapping[str, str] | None = None
 ) -> dict[str, str]:
-    """The environment of a Python child: the parent's without PYTHON* variables, plus overrides.
+    """The environment of a child: the parent's without PYTHON* variables, with private caches
+    and HOME pinned, plus overrides.
 
     `-I` already makes the child interpreter ignore PYTHON*; dropping them also keeps them from
-    anything the child starts.
+    anything the child starts. Every cache variable names a private folder (caches.py: another
+    user's compiled code never loads) and HOME is this user's passwd home, not a caller's HOME
+    (another user's ~/.local, ~/.triton … never reach the child); without a passwd home it is
+    dropped.
     """
-    env = {k: v for k, v in (os.environ if base is None else base).items() if not k.startswith("PYTHON")}
+    source = os.environ if base is None else base
+    env = {k: v for k, v in source.items() if not k.startswith("PYTHON")}
+    env.update(private_cache_env(source))
+    home = passwd_home()
+    if home is None:
+        env.pop("HOME", None)
+    else:
+        env["HOME"] = home
     env.update(overrides or {})
     return env
+
+
+#: set by a sweep in a torchrun point's environment: the sweep's pid, which the ranks outlive
+#: only by the moment it takes them to notice (`die_with_launcher`)
+OWNER_PID_ENV = "AORTA_OWNER_PID"
+
+
+def set_death_signal(sig: int = signal.SIGKILL) -> None:
+    """Have the kernel send `sig` to this process when the thread that started it exits
+    (PR_SET_PDEATHSIG; best effort: without prctl nothing changes)."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
 
 
 def die_with_parent(sig: int = signal.SIGKILL) -> Callable[[], None]:
@@ -99,14 +126,25 @@ def die_with_parent(sig: int = signal.SIGKILL) -> Callable[[], None]:
     parent = os.getpid()
 
     def preexec() -> None:
-        with contextlib.suppress(Exception):
-            import ctypes
-
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        set_death_signal(sig)
         if os.getppid() != parent:
             os._exit(1)
 
     return preexec
+
+
+def die_with_launcher(environ: Mapping[str, str]) -> None:
+    """A torchrun rank: SIGKILL with its agent, and at once if the sweep that started it is gone.
+
+    torchrun starts ranks in their own sessions with no death signal, so a kill -9 of a sweep
+    (whose agent dies with it, `die_with_parent`) used to leave them running. The rank sets its
+    own at start; if the agent died before that (the signal would never come), the agent's
+    parent named by OWNER_PID_ENV is gone too, and the rank ends itself the same way.
+    """
+    set_death_signal(signal.SIGKILL)
+    owner = parse_pid(environ.get(OWNER_PID_ENV, ""))
+    if owner is not None and not pid_alive(owner):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def process_state(pid: int) -> str | None:

@@ -107,3 +107,108 @@ def _open_error(exc: OSError, here: str, what: str) -> UsageError:
     if exc.errno == errno.EACCES:
         return UsageError(f"{what}: folder {here} cannot be opened: permission denied")
     return UsageError(f"{what}: folder {here} cannot be opened: {exc.strerror}")
+
+
+def _shown_fd(fd: int, fallback: str) -> str:
+    """The path of an open folder for a message (Linux /proc), else `fallback`."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return fallback
+
+
+def _check_folders_up(fd: int, shown: str, what: str, fix: str = "use a folder only you can write") -> None:
+    """UsageError unless the open folder `fd` and every folder above it up to `/` are private
+    (`folder_is_private`): nobody else can rename one away and put their own in its place."""
+    current = os.dup(fd)
+    try:
+        while True:
+            st = os.fstat(current)
+            if not folder_is_private(st):
+                raise UsageError(
+                    f"{what} {shown}: the folder {_shown_fd(current, '..')} on its path can be changed "
+                    f"by another user (owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):o}); {fix}"
+                )
+            parent = os.open("..", _DIR_FLAGS, dir_fd=current)
+            up = os.fstat(parent)
+            os.close(current)
+            current = parent
+            if (up.st_ino, up.st_dev) == (st.st_ino, st.st_dev):  # "/" is its own parent
+                return
+    finally:
+        os.close(current)
+
+
+def check_private_chain(fd: int, shown: str, what: str) -> None:
+    """UsageError unless the open folder `fd` and every folder above it are beyond other users.
+
+    The folder itself must belong to root or this user and be writable by nobody else (no sticky
+    exception: what a library keeps in it is code root runs); the folders above must be private.
+    """
+    st = os.fstat(fd)
+    if st.st_uid not in trusted_uids() or st.st_mode & 0o022:
+        raise UsageError(
+            f"{what} {shown} can be changed by another user (owner uid {st.st_uid}, mode "
+            f"{stat.S_IMODE(st.st_mode):o}); use a folder only you can write"
+        )
+    _check_folders_up(fd, shown, what)
+
+
+def private_folder(path: str, what: str) -> str:
+    """Make `path` (missing folders 0700) and check it is private (`check_private_chain`).
+
+    Nothing is made unless the folder it goes in is private up to `/`; a missing folder is made
+    through the descriptor of that folder, never through a link, and one another user made first
+    (a race or a plant) fails the check. Returns `path`.
+    """
+    existing, missing = os.path.abspath(path), []
+    while not os.path.lexists(existing) and existing != "/":
+        existing, name = os.path.split(existing)
+        missing.append(name)
+    fd = open_folder(existing, what)
+    try:
+        if missing:
+            _check_folders_up(fd, path, what)
+        for name in reversed(missing):
+            try:
+                os.mkdir(name, 0o700, dir_fd=fd)
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise UsageError(f"{what} {path}: cannot create {name}: {exc.strerror}") from None
+            try:
+                nfd = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                raise UsageError(f"{what} {path}: {name} is not a folder ({exc.strerror})") from None
+            os.close(fd)
+            fd = nfd
+        check_private_chain(fd, path, what)
+    finally:
+        os.close(fd)
+    return path
+
+
+def check_root_may_use(path: str, what: str, fix: str) -> None:
+    """As root, UsageError unless `path` (a program root would run, a folder whose files root
+    would read) and every folder above it are beyond other users: owned by root or the invoking
+    user, not writable by group or others. Nothing is checked for a non-root user, nor for a path
+    that does not exist (the caller reports it missing)."""
+    if os.geteuid() != 0:
+        return
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        return  # nothing there to trust: the caller says it is missing
+    except OSError as exc:
+        raise UsageError(f"{what} {path} cannot be read: {exc.strerror}; {fix}") from None
+    if st.st_uid not in trusted_uids() or st.st_mode & 0o022:
+        raise UsageError(
+            f"{what} {path} can be changed by another user (owner uid {st.st_uid}, mode "
+            f"{stat.S_IMODE(st.st_mode):o}): as root aorta trusts only what root owns; {fix}"
+        )
+    fd = os.open(real if stat.S_ISDIR(st.st_mode) else os.path.dirname(real), _DIR_FLAGS)
+    try:
+        _check_folders_up(fd, path, what, fix)
+    finally:
+        os.close(fd)

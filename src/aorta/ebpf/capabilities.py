@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from aorta.ebpf.tracefs import Tracefs, find_tracefs
+from aorta.ebpf.tracefs import Tracefs, find_tracefs, kernel_btf
 
 CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
 NO_SUBSYSTEM = {
@@ -227,12 +227,13 @@ def guide_summary(ready: Any, families: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def full_report() -> dict[str, Any]:
-    """Everything `ebpf-info` shows, as JSON-safe data; never raises."""
+def full_report(mount: bool = False) -> dict[str, Any]:
+    """Everything `ebpf-info` shows, as JSON-safe data; never raises. A diagnostic: it mounts
+    tracefs only when asked (`mount`, ebpf-info --mount); run and ebpf-attach mount it to trace."""
     from aorta.ebpf.engine import check_readiness
     from aorta.ebpf.session import sudo_works
 
-    ready = check_readiness(mount_tracefs=True)
+    ready = check_readiness(mount_tracefs=mount)
     sudo_ok, sudo_why = sudo_works() if os.geteuid() != 0 else (None, "not needed (root)")
     program = _render_program(ready)
     families = family_events(ready.tracefs, program)
@@ -274,7 +275,7 @@ def full_report() -> dict[str, Any]:
         },
         "tracefs": {"root": str(ready.tracefs.root) if ready.tracefs else None, "note": ready.tracefs_note},
         "lockdown": _read("/sys/kernel/security/lockdown") or "unknown (no securityfs lockdown file)",
-        "btf": os.path.exists("/sys/kernel/btf/vmlinux"),
+        "btf": kernel_btf(),
         "families": families,
         "modes": modes,
         "available": ready.ok,

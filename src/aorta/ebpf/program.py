@@ -76,6 +76,9 @@ def validate_target(target: TraceTarget) -> None:
             raise ProgramError(f"invalid doorbell {bell!r}: (pid > 0, fd >= 0, tid > 0, queue >= 0)")
     if not isinstance(target.rank_keys, bool):
         raise ProgramError(f"invalid rank_keys {target.rank_keys!r}: must be a bool")
+    keep = target.timeline_events
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
+        raise ProgramError(f"invalid timeline_events {keep!r}: must be an integer >= 0")
     ranks = target.window_ranks
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise ProgramError(f"invalid window_ranks {ranks!r}: must be a positive integer")

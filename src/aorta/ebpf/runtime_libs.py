@@ -20,6 +20,7 @@ RUNTIME_LIBS: dict[str, re.Pattern[str]] = {
     "hsa": re.compile(r"^libhsa-runtime64(-[0-9a-f]+)?\.so(\.[0-9.]+)?$"),
     "cudart": re.compile(r"^libcudart(-[0-9a-f]+)?\.so(\.[0-9.]+)?$"),
     "cuda": re.compile(r"^libcuda\.so(\.[0-9.]+)?$"),
+    "nccl": re.compile(r"^lib[nr]ccl(-[0-9a-f]+)?\.so(\.[0-9.]+)?$"),  # NCCL and RCCL: one API
 }
 SAFE_PATH = re.compile(r"^/[A-Za-z0-9_./+-]+$")
 
@@ -76,7 +77,7 @@ def runtime_libraries(pids: tuple[int, ...] | list[int]) -> list[MappedLibrary]:
                 problem = "path has characters we do not paste into bpftrace code"
             elif _inode(path) != inode:  # replaced meanwhile, or a symlink in a container's root
                 problem = "the file at this path is not the one the process mapped (inode differs)"
-            key = path if problem else _identity(path)
+            key = path if problem else file_identity(path)
             if key in known:
                 continue
             known.add(key)
@@ -90,7 +91,7 @@ def _inode(path: str) -> int | None:
     return None
 
 
-def _identity(path: str) -> str:
+def file_identity(path: str) -> str:
     """Device and inode of a file (one library reached by two paths counts once)."""
     try:
         st = os.stat(path)

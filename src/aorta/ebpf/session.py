@@ -11,7 +11,9 @@
 * Parse: a reader thread decodes every JSON record while bpftrace runs (maps, histograms, stats,
   printf, `lost_events`); the text form "Lost N events" is counted too; the RLIMIT_MEMLOCK notice
   on stderr is harmless and dropped.
-* Stop: SIGINT (END runs, maps print), then SIGTERM, then SIGKILL after timeouts. The temp file
+* Stop: SIGINT (END runs, maps print), re-sent every 0.25 s (bpftrace 0.17 loses one that arrives
+  while it attaches), then SIGTERM, then SIGKILL after timeouts. The readers drain stdout and
+  stderr until EOF whatever a line holds, so END never blocks on a full pipe. The temp file
   holding the program (sudo only) is removed as soon as bpftrace has loaded it, and again on
   every exit path.
 """
@@ -34,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from aorta.common.procs import die_with_parent, is_ancestor, parse_pid, pid_alive, stale_owned_dirs
+from aorta.common.safedir import check_root_may_use
 from aorta.ebpf import marker, uprobes
 from aorta.ebpf.filecaps import FileCaps, file_caps
 from aorta.ebpf.mapcap import MAP_KEYS_MAX
@@ -43,6 +46,7 @@ HARMLESS_STDERR = (re.compile(r"RLIMIT_MEMLOCK"), re.compile(r"^\s*$"))
 _LOST_TEXT = re.compile(r"Lost (\d+) events")
 _VERSION_RE = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
 TEMP_PREFIX = "aorta-bpf-"
+SIGINT_RESEND_S = 0.25  # stop(): SIGINT again at this interval until bpftrace exits
 OWNER_ENV = "AORTA_TRACE_OWNER"  # set in bpftrace's environment: the pid that must outlive it
 
 
@@ -51,15 +55,40 @@ class SessionError(Exception):
 
 
 def bpftrace_path() -> str | None:
-    """The bpftrace executable on PATH (or $BPFTRACE), None when absent."""
+    """The bpftrace executable on PATH (or $BPFTRACE), None when absent. As root, a $BPFTRACE
+    that another user could change is refused (UsageError): root would run it."""
     override = os.environ.get("BPFTRACE")
     if override:
-        return override if os.access(override, os.X_OK) else None
+        if not os.access(override, os.X_OK):
+            return None
+        check_root_may_use(override, "BPFTRACE", "unset BPFTRACE or give a bpftrace only root can change")
+        return override
     return shutil.which("bpftrace")
 
 
+_VERSIONS: dict[tuple[str, int, int, int, int], tuple[int, int, int]] = {}
+
+
 def bpftrace_version(path: str) -> tuple[int, int, int] | None:
-    """(major, minor, patch) from `bpftrace --version`, None if it cannot be run."""
+    """(major, minor, patch) from `bpftrace --version`, None if it cannot be run.
+
+    Cached per executable (path, device, inode, size, mtime): `bpftrace --version` costs 50-80 ms
+    on a loaded machine and every run, sweep point and attach asked again. A replaced or rebuilt
+    binary changes the key and is asked anew; a failure is never cached."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    key = (os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _VERSIONS:
+        found = _probe_version(path)
+        if found is None:
+            return None
+        _VERSIONS[key] = found
+    return _VERSIONS[key]
+
+
+def _probe_version(path: str) -> tuple[int, int, int] | None:
     try:
         out = subprocess.run(
             [path, "--version"], capture_output=True, text=True, timeout=10, check=False
@@ -198,6 +227,7 @@ class SessionOutput:
     stderr: list[str] = field(default_factory=list)
     exit_code: int | None = None
     stop_signal: str | None = None
+    sigints_sent: int = 0
     attach_s: float | None = None
     stop_s: float | None = None
     probe_cost: dict[str, Any] | None = None
@@ -234,6 +264,7 @@ class TraceSession:
         self._tmpdir: str | None = None
         self._readers: list[threading.Thread] = []
         self._lock = threading.Lock()
+        self._lines_read = 0  # stdout + stderr lines so far (stop(): has bpftrace answered SIGINT?)
         self._ready: set[int] = set()
         self._ready_event = threading.Event()
         self._closed_event = threading.Event()
@@ -243,6 +274,17 @@ class TraceSession:
     def start(self, timeout_s: float = 60.0) -> None:
         """Spawn bpftrace and block until every probe is attached (handshake) or raise."""
         t0 = time.monotonic()
+        self._spawn()
+        try:
+            self._handshake(t0 + timeout_s)
+        except BaseException:
+            self.abort()
+            raise
+        self._cleanup_files()
+        self.output.attach_s = time.monotonic() - t0
+
+    def _spawn(self) -> None:
+        """Start bpftrace and its output readers (no handshake: start() waits for that)."""
         remove_stale_sessions()
         sudo = bool(self.prefix)
         program_fd, script = self._program_file(sudo)
@@ -284,13 +326,6 @@ class TraceSession:
         ]
         for reader in self._readers:
             reader.start()
-        try:
-            self._handshake(t0 + timeout_s)
-        except BaseException:
-            self.abort()
-            raise
-        self._cleanup_files()
-        self.output.attach_s = time.monotonic() - t0
 
     def _program_file(self, sudo: bool) -> tuple[int | None, str]:
         """Where bpftrace reads the program: a memfd as root (nothing on disk to leave behind),
@@ -376,7 +411,11 @@ class TraceSession:
 
     # -- stop --------------------------------------------------------------------------------
     def stop(self, timeout_s: float = 15.0) -> SessionOutput:
-        """SIGINT, wait for END's maps; escalate to SIGTERM then SIGKILL. Returns the output."""
+        """SIGINT, wait for END's maps; escalate to SIGTERM then SIGKILL. Returns the output.
+
+        SIGINT is sent again every SIGINT_RESEND_S until bpftrace exits: bpftrace 0.17 loses a
+        SIGINT that arrives while it is still loading or attaching probes (it then runs on until
+        SIGTERM, and END's maps are lost). A repeated SIGINT does not cut END's output short."""
         t0 = time.monotonic()
         self.window_stop()
         proc = self._proc
@@ -387,9 +426,21 @@ class TraceSession:
                 if proc.poll() is not None:
                     break
                 self.output.stop_signal = sig.name
-                self._signal(sig)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(wait_s)
+                deadline = time.monotonic() + wait_s
+                heard = self._lines_read
+                while proc.poll() is None:
+                    # SIGINT again only while bpftrace has printed nothing since the first: once END
+                    # prints, another SIGINT kills it (exit -2, seen under load) while it prints or
+                    # detaches its probes
+                    if sig != signal.SIGINT or self.output.sigints_sent == 0 or self._lines_read == heard:
+                        self._signal(sig)
+                        if sig == signal.SIGINT:
+                            self.output.sigints_sent += 1
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        proc.wait(min(left, SIGINT_RESEND_S if sig == signal.SIGINT else left))
             self._join_readers(10)
             self.output.exit_code = proc.returncode
         self._cleanup_files()
@@ -418,13 +469,22 @@ class TraceSession:
     # -- output parsing ----------------------------------------------------------------------
     def _read_stdout(self) -> None:
         assert self._proc is not None and self._proc.stdout is not None
-        for line in self._proc.stdout:
-            self.handle_line(line)
+        self._drain(self._proc.stdout, self.handle_line)
 
     def _read_stderr(self) -> None:
         assert self._proc is not None and self._proc.stderr is not None
-        for line in self._proc.stderr:
-            self.handle_stderr(line)
+        self._drain(self._proc.stderr, self.handle_stderr)
+
+    def _drain(self, stream: Any, handle: Any) -> None:
+        """Read until EOF whatever one line does: a reader that stopped would leave bpftrace
+        blocked writing END's maps into a full pipe, which looks like a bpftrace ignoring SIGINT."""
+        for line in stream:
+            self._lines_read += 1
+            try:
+                handle(line)
+            except Exception as exc:  # a record we cannot decode must not stop the draining
+                with self._lock:
+                    self.output.stderr.append(f"aorta could not decode a line ({type(exc).__name__}: {exc})")
 
     def handle_line(self, line: str) -> None:
         """Decode one stdout line (a JSON record, or text from an older bpftrace)."""

@@ -13,9 +13,12 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from aorta.common.safedir import check_root_may_use
+
 TRACEFS_CANDIDATES = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 DEBUGFS = "/sys/kernel/debug"
 ENV_OVERRIDE = "AORTA_TRACEFS"
+KERNEL_BTF = "/sys/kernel/btf/vmlinux"
 _NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")
 _FIELD_RE = re.compile(
     r"^\s*field:(?P<decl>.+?);\s*offset:(?P<offset>\d+);\s*size:(?P<size>\d+);"
@@ -120,22 +123,19 @@ def parse_format(text: str, system: str = "", name: str = "") -> EventFormat:
 
 
 class Tracefs:
-    """Read-only access to one tracefs tree (live, or a recorded copy)."""
+    """Read-only access to one tracefs tree (live, or a recorded copy).
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    `btf`: the kernel beside the tree has BTF type information (bpftrace can then read kernel
+    structs such as `curtask->se`); a recorded copy has none."""
+
+    def __init__(self, root: str | os.PathLike[str], btf: bool = False) -> None:
         self.root = Path(root)
+        self.btf = btf
         self._formats: dict[tuple[str, str], EventFormat] = {}
 
     @property
     def events_dir(self) -> Path:
         return self.root / "events"
-
-    def systems(self) -> list[str]:
-        """Tracepoint subsystems (sched, amdgpu, …) present in this tree."""
-        try:
-            return sorted(p.name for p in self.events_dir.iterdir() if p.is_dir() and _NAME_RE.match(p.name))
-        except OSError:
-            return []
 
     def events(self, system: str) -> list[str]:
         """Event names in `system` (empty if the subsystem is absent)."""
@@ -195,23 +195,39 @@ def _is_tracefs(path: Path) -> bool:
         return False
 
 
+def kernel_btf() -> bool:
+    """The running kernel exposes its BTF (CONFIG_DEBUG_INFO_BTF): struct fields are readable."""
+    return os.path.isfile(KERNEL_BTF)
+
+
 def find_tracefs(mount_if_root: bool = True) -> tuple[Tracefs | None, str]:
     """Locate tracefs: AORTA_TRACEFS, /sys/kernel/tracing, /sys/kernel/debug/tracing.
 
-    As root with nothing mounted, mounts it where this kernel has it (see `mount_tracefs`).
-    Returns the tree (or None) and a one-line explanation of what was found or why nothing was.
+    As root with nothing mounted, mounts it where this kernel has it (see `mount_tracefs`) when
+    `mount_if_root`; otherwise (read-only callers such as ebpf-info) says that it is not mounted
+    and who mounts it. Returns the tree (or None) and a one-line explanation of what was found
+    or why nothing was.
     """
     override = os.environ.get(ENV_OVERRIDE)
     if override:
         path = Path(override)
+        check_root_may_use(
+            override, ENV_OVERRIDE, f"unset {ENV_OVERRIDE} or point it at a copy only root can change"
+        )
         if _is_tracefs(path):
             return Tracefs(path), f"{path} (from {ENV_OVERRIDE})"
         return None, f"{ENV_OVERRIDE}={override} has no events/ folder"
     for candidate in TRACEFS_CANDIDATES:
         if _is_tracefs(Path(candidate)):
-            return Tracefs(candidate), candidate
+            return Tracefs(candidate, btf=kernel_btf()), candidate
     if mount_if_root and os.geteuid() == 0:
         return mount_tracefs()
+    if os.geteuid() == 0 and any(os.path.isdir(p) for p in (TRACEFS_CANDIDATES[0], DEBUGFS)):
+        return None, (
+            f"tracefs is not mounted ({TRACEFS_CANDIDATES[0]} has no events/) and this command only "
+            "reads: run --ebpf-trace and ebpf-attach mount it when they trace (ebpf-info --mount "
+            "mounts it now)"
+        )
     if os.geteuid() != 0:
         return None, (
             "tracefs not readable: run as root, or mount it: "
@@ -243,7 +259,7 @@ def mount_tracefs() -> tuple[Tracefs | None, str]:
     if os.path.isdir(tracing):
         error = _mount("tracefs", tracing)
         if error is None and _is_tracefs(Path(tracing)):
-            return Tracefs(tracing), f"{tracing} (tracefs mounted now)"
+            return Tracefs(tracing, btf=kernel_btf()), f"{tracing} (tracefs mounted now)"
         tried.append(f"mount -t tracefs nodev {tracing}: {error or 'mounted, but no events/'}")
     if os.path.isdir(DEBUGFS):
         if os.path.isdir(legacy):
@@ -253,7 +269,7 @@ def mount_tracefs() -> tuple[Tracefs | None, str]:
         error = _mount(fstype, target)
         if error is None and _is_tracefs(Path(legacy)):
             how = "tracefs mounted now" if fstype == "tracefs" else "debugfs mounted now"
-            return Tracefs(legacy), f"{legacy} ({how})"
+            return Tracefs(legacy, btf=kernel_btf()), f"{legacy} ({how})"
         tried.append(f"mount -t {fstype} nodev {target}: {error or 'mounted, but no tracing/events/'}")
     if not tried:
         return None, (

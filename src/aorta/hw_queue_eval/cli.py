@@ -4,19 +4,20 @@ Each command lives in `commands/` (one module per command family); this module o
 group and maps errors to exit codes (aorta.common.errors.ExitCode, docs/troubleshooting.md): an
 AortaError → one line and its code (2 bad input, 3 a GPU may be left changed, 1 nothing measured);
 click usage errors → one line, exit 2; Ctrl+C → exit 130; SIGTERM → exit 143; nothing
-half-written in any case.
+half-written in any case; a signal once the command has ended changes nothing (common/interrupts.py).
 """
 
 from __future__ import annotations
 
-import signal
 import sys
 from typing import Any
 
 import click
 
 from aorta import __version__
+from aorta.common.controls import visible_streams
 from aorta.common.errors import AortaError, ExitCode, Terminated
+from aorta.common.interrupts import INTERRUPTED_LINE, catch_terminate, commit
 from aorta.hw_queue_eval.commands.collaborators import Collaborators
 
 COMMAND_MODULES = (
@@ -27,6 +28,8 @@ COMMAND_MODULES = (
     "aorta.hw_queue_eval.commands.report",
     "aorta.hw_queue_eval.commands.policy",
     "aorta.hw_queue_eval.commands.ebpf",
+    "aorta.hw_queue_eval.commands.suite",
+    "aorta.hw_queue_eval.commands.profiling",
 )
 
 
@@ -34,12 +37,23 @@ COMMAND_MODULES = (
 @click.version_option(
     __version__, "--version", prog_name="aorta.hw_queue_eval", message="%(prog)s %(version)s"
 )
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """Measure how GPU hardware queues behave as work spreads over 1..N streams.
 
     Backends: the GPU (torch.cuda: ROCm HIP or CUDA) when torch sees one, else the CPU backend
     (threaded streams over a pool of worker "hardware queues"). Kernel-level tracing with eBPF.
     """
+    if ctx.invoked_subcommand in USES_LIBRARY_CACHES:
+        from aorta.common.caches import use_private_caches
+
+        use_private_caches()
+
+
+#: commands that load torch or matplotlib, or start processes that do: private caches first (caches.py)
+USES_LIBRARY_CACHES = frozenset(
+    {"run", "sweep", "policy-sweep", "info", "report", "suite", "run-priority", "profile"}
+)
 
 
 def _register_commands() -> None:
@@ -49,7 +63,8 @@ def _register_commands() -> None:
         importlib.import_module(name).register(cli)
 
 
-#: Options whose empty value would silently mean "the default" (or the current folder).
+#: Options (and arguments) whose empty value would silently mean "the default" (or the current
+#: folder), or fail deep inside (`report ''`).
 NON_EMPTY_OPTIONS = (
     "output",
     "output_dir",
@@ -61,6 +76,10 @@ NON_EMPTY_OPTIONS = (
     "tests",
     "pid",
     "duration",
+    "policies",
+    "result_file",
+    "workload",
+    "profile_dir",
 )
 
 
@@ -68,6 +87,8 @@ def _non_empty(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     """Refuse `-o ''`, `-d ''`, `--trace-out ''` …: an empty string is never a usable value."""
     values = value if isinstance(value, tuple) else (value,)
     if any(isinstance(v, str) and not v.strip() for v in values):
+        if isinstance(param, click.Argument):
+            raise click.BadParameter("is empty: give a value", ctx, param)
         raise click.BadParameter("is empty: give a value or leave the option out", ctx, param)
     return value
 
@@ -75,7 +96,7 @@ def _non_empty(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
 def _guard_empty_values() -> None:
     for command in cli.commands.values():
         for param in command.params:
-            if isinstance(param, click.Option) and param.name in NON_EMPTY_OPTIONS and param.callback is None:
+            if param.name in NON_EMPTY_OPTIONS and param.callback is None:  # options and arguments
                 param.callback = _non_empty
 
 
@@ -83,17 +104,30 @@ _register_commands()
 _guard_empty_values()
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
-    raise Terminated()
-
-
 def main(argv: list[str] | None = None, collaborators: Collaborators | None = None) -> None:
     """Entry point: run the click group and turn every failure into a clear exit code.
 
     `collaborators` replaces what the commands talk to (a GPU, a sweep point's child, the
-    benchmark); None is production's own (commands/collaborators.py).
+    benchmark); None is production's own (commands/collaborators.py). However the command ends,
+    SIGINT/SIGTERM are ignored from then on (`interrupts.commit`): a second Ctrl+C while the
+    first one's line is printed, or one during the interpreter's shutdown, cannot change the
+    exit code or print a traceback.
     """
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    catch_terminate()
+    try:
+        with visible_streams():  # no control character from a file or a child reaches the terminal
+            code = _run_command(argv, collaborators)
+    except KeyboardInterrupt:  # a second Ctrl+C while the first one's ending was printed
+        code = ExitCode.INTERRUPTED
+    except Terminated:
+        code = ExitCode.TERMINATED
+    finally:
+        commit()
+    sys.exit(code)
+
+
+def _run_command(argv: list[str] | None, collaborators: Collaborators | None) -> int | str | None:
+    """The command's exit code (or SystemExit's argument), every failure mapped to its code."""
     try:
         # standalone_mode=False returns the code of a `click.exceptions.Exit` instead of exiting
         code = cli.main(
@@ -103,33 +137,38 @@ def main(argv: list[str] | None = None, collaborators: Collaborators | None = No
             obj=collaborators or Collaborators(),
         )
     except AortaError as exc:
+        commit()
         click.echo(f"error: {exc}", err=True)
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except click.UsageError as exc:
+        commit()
         if type(exc).__name__.startswith("NoArgsIsHelp"):  # click ≥ 8.2: bare command → help
             click.echo(exc.ctx.get_help() if exc.ctx else exc.format_message())
-            sys.exit(ExitCode.OK)
+            return ExitCode.OK
         hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
         click.echo(f"error: {exc.format_message()}{hint}", err=True)
-        sys.exit(ExitCode.USAGE)
+        return ExitCode.USAGE
     except click.ClickException as exc:
+        commit()
         click.echo(f"error: {exc.format_message()}", err=True)
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except (KeyboardInterrupt, click.exceptions.Abort):
-        click.echo("\ninterrupted: nothing was written", err=True)
-        sys.exit(ExitCode.INTERRUPTED)
+        commit()
+        click.echo(f"\n{INTERRUPTED_LINE}", err=True)
+        return ExitCode.INTERRUPTED
     except BrokenPipeError:
-        sys.exit(ExitCode.OK)
+        return ExitCode.OK
     except RuntimeError as exc:
         if "can't start new thread" not in str(exc):
             raise
+        commit()
         click.echo(
             "error: cannot start another thread (the process or memory limit is reached): "
             "use fewer --streams or --threads-per-queue, or raise the limit (ulimit -u; "
             "containers: --ulimit nproc=N / --pids-limit)",
             err=True,
         )
-        sys.exit(ExitCode.USAGE)
-    except SystemExit:
-        raise
-    sys.exit(code if isinstance(code, int) else 0)
+        return ExitCode.USAGE
+    except SystemExit as exc:
+        return exc.code
+    return code if isinstance(code, int) else 0

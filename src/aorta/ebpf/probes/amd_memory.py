@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aorta.ebpf import memory_metrics as mm
+from aorta.ebpf import timeline
 from aorta.ebpf.probes.base import EventSetFamily, FamilyResult, ProbeCode, RenderContext
 from aorta.ebpf.tracefs import EventFormat
 
@@ -36,6 +37,11 @@ KFD_OLD_EVENTS = {
     "amdkfd:kfd_restore_process": mm.KFD_OLD_RESTORE,
 }
 KFD_MAP_EVENTS = ("amdkfd:kfd_map_memory_to_gpu_start", "amdkfd:kfd_map_memory_to_gpu_end")
+#: --trace-out records (timeline.py instants): one BO move hop packs its size, traced flag and
+#: placements into the value; one KFD event packs its kind and its own pid/pasid.
+TL_BO, TL_KFD = "amdmem_tlbo", "amdmem_tlkfd"
+#: KFD worker start/end kinds that make one slice per process (kind of the start → its end).
+KFD_SLICE_KINDS = {mm.KFD_EVICT_START: mm.KFD_EVICT_END, mm.KFD_RESTORE_START: mm.KFD_RESTORE_END}
 
 
 def _split(event: str) -> tuple[str, str]:
@@ -67,7 +73,12 @@ def traced_flag(pid_filter: str, rank: str | None = None) -> str:
 
 
 def bo_move_probe(
-    attach: str, arg: Callable[[str], str], gate: str, pid_filter: str, rank: str | None = None
+    attach: str,
+    arg: Callable[[str], str],
+    gate: str,
+    pid_filter: str,
+    rank: str | None = None,
+    timeline_cap: int = 0,
 ) -> str:
     """Count every hop by route and context; pair SYSTEM→TT→VRAM and VRAM→TT→SYSTEM hops.
 
@@ -75,7 +86,10 @@ def bo_move_probe(
     X→TT with X in {SYSTEM, VRAM} is remembered per BO with its thread and time; the NEXT move of
     that BO, if it is TT→Y with {X, Y} = {SYSTEM, VRAM}, in the same thread, within
     TWO_HOP_MAX_NS, makes the pair one logical X→Y move. Any next move clears the memory.
+    `timeline_cap` > 0 also keeps the first hops per CPU as timeline instants (TL_BO).
     """
+    packed = "(int64)(($size << 17) | ($traced << 16) | (($old & 0xff) << 8) | ($new & 0xff))"
+    keep = timeline.instant_code(TL_BO, packed, timeline_cap) if timeline_cap else []
     return "\n".join(
         [
             f"{attach}\n/{gate}/\n{{",
@@ -98,15 +112,29 @@ def bo_move_probe(
             "  if ($new == 1 && ($old == 0 || $old == 2)) {",
             f"    {P}pend[$bo] = $old + 1; {P}pend_tid[$bo] = tid; {P}pend_ts[$bo] = nsecs;",
             "  }",
+            *(f"  {line}" for line in keep),
             "}",
         ]
     )
 
 
-def kfd_log_probe(attach: str, gate: str, kind: int, id_expr: str, delay_expr: str | None = None) -> str:
+def unpack_bo_move(value: int) -> dict[str, int]:
+    """The fields bo_move_probe packed into one timeline value."""
+    return {
+        "old_placement": (value >> 8) & 0xFF,
+        "new_placement": value & 0xFF,
+        "traced": (value >> 16) & 1,
+        "bytes": value >> 17,
+    }
+
+
+def kfd_log_probe(
+    attach: str, gate: str, kind: int, id_expr: str, delay_expr: str | None = None, timeline_cap: int = 0
+) -> str:
     """Log one amdkfd event as (time, kind, its own pid/pasid); gated by the window only.
 
     These events fire in kworkers on behalf of a process: never filter them by the traced pid.
+    `timeline_cap` > 0 also keeps the first events per CPU as timeline instants (TL_KFD).
     """
     lines = [
         f"{attach}\n/{gate}/\n{{",
@@ -115,7 +143,29 @@ def kfd_log_probe(attach: str, gate: str, kind: int, id_expr: str, delay_expr: s
     ]
     if delay_expr is not None:
         lines.append(f"  {P}kfd_delay[(uint64){delay_expr}] = count();")
+    if timeline_cap:
+        value = f"(int64)(({int(kind)} << 32) | ((uint64){id_expr} & 0xffffffff))"
+        lines.extend(f"  {line}" for line in timeline.instant_code(TL_KFD, value, timeline_cap))
     return "\n".join([*lines, "}"])
+
+
+def kfd_timeline(records: dict[str, Any]) -> dict[str, Any]:
+    """KFD instants (timeline.instants of TL_KFD) as events [ns, kind name, pid/pasid] and
+    slices [pid/pasid, "evict"/"restore", start ns, end ns]: a worker start paired with the next
+    end of the same kind and process; unpaired events stay instants only."""
+    events, slices, open_at = [], [], {}
+    for ns, value in records.get("rows") or []:
+        kind, ident = value >> 32, value & 0xFFFFFFFF
+        events.append([ns, mm.KFD_KIND_NAMES.get(kind, str(kind)), ident])
+        if kind in KFD_SLICE_KINDS:
+            open_at[(kind, ident)] = ns
+        for start, end in KFD_SLICE_KINDS.items():
+            if kind == end and (start, ident) in open_at:
+                what = "evict" if start == mm.KFD_EVICT_START else "restore"
+                slices.append([ident, what, open_at.pop((start, ident)), ns])
+    slices.sort(key=lambda r: (r[2], r[0]))
+    counts = {k: records.get(k) for k in ("seen", "kept", "dropped")}
+    return {"events": events, "slices": slices, **counts}
 
 
 class AmdMemoryFamily(EventSetFamily):
@@ -130,6 +180,7 @@ class AmdMemoryFamily(EventSetFamily):
 
     # BO/VM maps carry $traced (0, or the rank key in a node program) and are sliced in collect
     rank_keyed_maps = (f"{P}kfdmap_n", f"{P}kfdmap_ns", f"{P}kfdmap_max_ns")
+    timeline_cap = 0  # set by render: timeline slots per CPU (0: no timeline)
 
     def wanted_events(self) -> list[str]:
         """Every event this family can use; alternatives are listed too."""
@@ -146,6 +197,9 @@ class AmdMemoryFamily(EventSetFamily):
     def render(self, ctx: RenderContext) -> ProbeCode:
         """Probe blocks for the events this kernel has; missing ones are listed with the reason."""
         code = ProbeCode()
+        # per-event records for --trace-out (timeline.py); not in a node program's shared maps
+        keep = ctx.target.timeline_events if ctx.rank is None else 0
+        self.timeline_cap = timeline.cap_per_cpu(keep) if keep else 0
         self._render_bo_move(ctx, code)
         self._render_bo_create(ctx, code)
         for event, key in (("amdgpu:amdgpu_vm_bo_map", "map"), ("amdgpu:amdgpu_vm_bo_unmap", "unmap")):
@@ -169,7 +223,14 @@ class AmdMemoryFamily(EventSetFamily):
                 reasons.append(f"{event}: {why}")
                 continue
             code.probes.append(
-                bo_move_probe(f"tracepoint:{event}", ctx.dialect.arg, ctx.gate, ctx.pid_filter, ctx.rank)
+                bo_move_probe(
+                    f"tracepoint:{event}",
+                    ctx.dialect.arg,
+                    ctx.gate,
+                    ctx.pid_filter,
+                    ctx.rank,
+                    self.timeline_cap,
+                )
             )
             code.used_events.append(event)
             code.end.extend([f"clear({P}pend);", f"clear({P}pend_tid);", f"clear({P}pend_ts);"])
@@ -247,7 +308,9 @@ class AmdMemoryFamily(EventSetFamily):
                 if kind == mm.KFD_SCHEDULE and fmt is not None and "delay_jiffies" in fmt.fields
                 else None
             )
-            code.probes.append(kfd_log_probe(f"tracepoint:{event}", ctx.gate, kind, a(id_field), delay))
+            code.probes.append(
+                kfd_log_probe(f"tracepoint:{event}", ctx.gate, kind, a(id_field), delay, self.timeline_cap)
+            )
             code.used_events.append(event)
             code.begin.append(f"{P}kfd_variant[{kind}] = {1 if id_field == 'pid' else 2};")
         for event, kind in KFD_OLD_EVENTS.items():
@@ -262,7 +325,9 @@ class AmdMemoryFamily(EventSetFamily):
                     else "neither a 'pid' nor a 'pasid' number field"
                 )
                 continue
-            code.probes.append(kfd_log_probe(f"tracepoint:{event}", ctx.gate, kind, a(id_field)))
+            code.probes.append(
+                kfd_log_probe(f"tracepoint:{event}", ctx.gate, kind, a(id_field), None, self.timeline_cap)
+            )
             code.used_events.append(event)
             code.begin.append(f"{P}kfd_variant[{kind}] = {1 if id_field == 'pid' else 2};")
 
@@ -356,6 +421,25 @@ class AmdMemoryFamily(EventSetFamily):
             metrics["kfd_map_to_gpu"] = None
         metrics["notes"] = notes
         metrics["summary"] = guide_summary(metrics, window_s)
+        if self.timeline_cap and have:
+            moves = timeline.instants(maps, TL_BO)
+            moves["rows"] = [[ns, *unpack_bo_move(v).values()] for ns, v in moves["rows"]]
+            metrics["timeline"] = {
+                "bo_moves": {
+                    **moves,
+                    "columns": ["ns", "old_placement", "new_placement", "traced", "bytes"],
+                }
+                if seen(*BO_MOVE_EVENTS)
+                else None,
+                "kfd": kfd_timeline(timeline.instants(maps, TL_KFD))
+                if seen(*KFD_WORKER_EVENTS, *KFD_OLD_EVENTS)
+                else None,
+                "meaning": (
+                    "BO move hops (every BO of the GPU: traced = in a traced process) and KFD "
+                    "evict/restore events (by their own pid/pasid), the first ones per CPU, "
+                    "CLOCK_MONOTONIC ns; seen is exact, dropped = seen - kept"
+                ),
+            }
         coverage = {
             "statement": (
                 "amdgpu BO events: every BO of the GPU in the window (no owner field; split by "

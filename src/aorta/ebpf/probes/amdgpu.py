@@ -120,6 +120,9 @@ class AmdgpuFamily(ProbeFamily):
         internal = jobs.counts(maps, "@amdgpu_internal_jobs")
         d2c = hist.stats(maps.get("@amdgpu_d2c"))
         s2d = hist.distribution(maps, "amdgpu_s2d_d")
+        absent = jobs.not_attached(
+            context, ["amdgpu:amdgpu_cs_ioctl"], "amdgpu job tracepoints not attached (see events_missing)"
+        )
         summary = jobs.job_summary(
             "amdgpu",
             submits,
@@ -130,16 +133,17 @@ class AmdgpuFamily(ProbeFamily):
             dispatches_meaning="amdgpu_sched_run_job joined to a traced submission by fence",
             hw_rings_meaning="ring names of dispatched traced jobs",
             submit_to_dispatch_meaning="amdgpu_cs_ioctl → amdgpu_sched_run_job, same fence",
+            not_measured=absent,
         )
         metrics = {
             "summary": summary,
-            "submissions_per_ring": submits,
-            "dispatches_per_ring": dispatches,
-            "jobs_without_traced_submission": internal,
+            "submissions_per_ring": jobs.measured_or_none(submits, absent),
+            "dispatches_per_ring": jobs.measured_or_none(dispatches, absent),
+            "jobs_without_traced_submission": jobs.measured_or_none(internal, absent),
             "submit_to_dispatch_hist_ns": hist.as_records(s2d["hist"]),
             "histogram_kind": hist.LOGLINEAR_KIND,
             "dispatch_to_done_avg_us": jobs.avg_us(d2c),
-            "dispatch_to_done_count": d2c[0] if d2c else 0,
+            "dispatch_to_done_count": jobs.measured_or_none(d2c[0] if d2c else 0, absent),
         }
         coverage = {
             "source": "amdgpu tracepoints (amdgpu_cs_ioctl, amdgpu_sched_run_job) + dma_fence_signaled",

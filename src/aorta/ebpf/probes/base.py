@@ -47,6 +47,7 @@ class TraceTarget:
     doorbells: tuple[tuple[int, int, int, int], ...] = ()
     window_ranks: int = 1
     rank_keys: bool = False
+    timeline_events: int = 0  # per-event timeline records kept per kind (0: aggregates only)
 
 
 @dataclass
@@ -77,6 +78,11 @@ class RenderContext:
         """A map subscript led by the rank key in a node program: `[r, a]`, `[a]`, `[r]` or ""."""
         inner = self.prefix(rank) + ", ".join(parts)
         return f"[{inner.rstrip(', ')}]" if inner else ""
+
+    @property
+    def btf(self) -> bool:
+        """bpftrace can read kernel structs here (the live kernel has BTF; recorded trees do not)."""
+        return bool(getattr(self.tracefs, "btf", False))
 
     def event(self, system: str, name: str) -> EventFormat | None:
         """The live format of `system:name`, or None when this kernel lacks it."""

@@ -18,10 +18,11 @@ from the rare `sched_migrate_task`. No wake-up is classified: only doorbells are
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
-from aorta.ebpf import hist, procstat
+from aorta.ebpf import hist, procstat, timeline
 from aorta.ebpf.probes.base import (
     FamilyResult,
     ProbeCode,
@@ -31,13 +32,15 @@ from aorta.ebpf.probes.base import (
 )
 
 SUBMITTER_LABEL = "host"  # TraceTarget.thread_labels value of the thread that enqueues work
-_WORKER_COMM = re.compile(r"^aorta-hwq(\d+)$")
+WORKER_COMM = re.compile(r"^aorta-hwq(\d+)$")  # a queue worker thread (and the helpers it started)
 SOURCE = (
     "doorbell eventfd writes (syscalls:sys_enter_write), the worker's first switch onto a CPU "
     "after each (sched:sched_switch) and its doorbell read (syscalls:sys_exit_read), via eBPF"
 )
 PER_SUBMISSION_CAP = 16384  # per-submission records kept per run (counts and sums are never capped)
 DOORBELL_BYTES = 8  # an eventfd read returns its 8-byte counter
+DISPATCH_HEAD = "tracepoint:sched:sched_switch\n{\n"  # the doorbells' switch probe (no predicate)
+ON_CPU, RUN_QUEUE = "cpu_sched_tlon", "cpu_sched_tlrq"  # timeline slice kinds (timeline.py)
 _EVENTS = ("sched:sched_switch", "syscalls:sys_enter_write", "syscalls:sys_exit_read")
 
 
@@ -48,15 +51,18 @@ class CpuSchedFamily(ProbeFamily):
     section = "queue"
     description = "CPU-backend queue doorbells (submit→dispatch) and CPU scheduling of its threads"
     rank_keyed_maps = ("@cpu_sched_switches",)  # queue-keyed maps: see queue_slice
+    timeline_keep = 0  # set by render: events kept per timeline kind (0: no timeline)
+    charged_from: str | None = None  # set by render: the counter the slices' charged time is read from
 
     def wanted_events(self) -> list[str]:
-        return [*_EVENTS, "sched:sched_migrate_task"]
+        return [*_EVENTS, "sched:sched_migrate_task", "sched:sched_wakeup", "sched:sched_stat_runtime"]
 
     def render(self, ctx: RenderContext) -> ProbeCode:
         code = ProbeCode()
         a, gate = ctx.dialect.arg, ctx.gate
         code.begin.extend(f"@cpu_sched_track[{tid}] = 1;" for tid in sorted(ctx.target.thread_labels))
         self._render_doorbells(ctx, code)
+        self._render_timeline(ctx, code)
         migrate = ctx.event("sched", "sched_migrate_task")
         if not ctx.target.thread_labels:
             code.missing["sched:sched_migrate_task"] = "no registered threads to follow"
@@ -100,6 +106,8 @@ class CpuSchedFamily(ProbeFamily):
             return
         a, gate = ctx.dialect.arg, ctx.gate
         cap = per_queue_cap(len(bells))
+        # the timeline puts each doorbell on the thread that wrote it
+        ringt = " @cpu_sched_ringt[$q, $s] = tid;" if ctx.target.timeline_events else ""
         owners = " || ".join(f"pid == {p}" for p in sorted({b[0] for b in bells}))
         # keyed by (owner pid, fd): a node's torchrun ranks share one program and their fd numbers
         # overlap; their queue numbers are made disjoint by the tracer (see queue_slice)
@@ -125,12 +133,11 @@ class CpuSchedFamily(ProbeFamily):
             "    if (@cpu_sched_bell[$w] || @cpu_sched_lat[$w]) { @cpu_sched_unconsumed[$q] = count(); }\n"
             "    @cpu_sched_bell[$w] = $t;\n    delete(@cpu_sched_lat[$w]);\n"
             "    @cpu_sched_bseq[$w] = $s;\n"
-            f"    if ($s < {cap}) {{ @cpu_sched_ring[$q, $s] = $t; }}\n  }}\n}}"
+            f"    if ($s < {cap}) {{ @cpu_sched_ring[$q, $s] = $t;{ringt} }}\n  }}\n}}"
         )
         # dispatch: the first switch-in of that worker after the ring (one lookup per switch)
         code.probes.append(
-            "tracepoint:sched:sched_switch\n{\n"
-            f"  $n = (int64){a('next_pid')};\n"
+            DISPATCH_HEAD + f"  $n = (int64){a('next_pid')};\n"
             "  $b = @cpu_sched_bell[$n];\n"
             "  if ($b) {\n"
             "    @cpu_sched_lat[$n] = nsecs - $b + 1;\n"
@@ -160,6 +167,108 @@ class CpuSchedFamily(ProbeFamily):
                 "clear(@cpu_sched_bseq);",
             ]
         )
+
+    def _render_timeline(self, ctx: RenderContext, code: ProbeCode) -> None:
+        """Per registered thread, on-CPU slices (switch-in → switch-out) and run-queue waits
+        (wake-up or preemption → switch-in), the first `timeline_events` of each kind kept
+        (timeline.py); only when the tracer asked for a timeline."""
+        keep = self.timeline_keep = ctx.target.timeline_events
+        if not keep:
+            return
+        switch, wakeup = ctx.event("sched", "sched_switch"), ctx.event("sched", "sched_wakeup")
+        if (
+            not ctx.target.thread_labels
+            or switch is None
+            or not switch.has("prev_pid", "next_pid", "prev_state")
+        ):
+            code.missing["sched:sched_switch (timeline)"] = (
+                "no registered threads to follow" if not ctx.target.thread_labels else "tracepoint absent"
+            )
+            return
+        a, cap = ctx.dialect.arg, timeline.cap_per_cpu(keep)
+        # the run time the kernel charged each slice (what schedstat counts, which leaves out IRQ
+        # and steal time): the switched-out task's own counter (curtask is prev at sched_switch),
+        # read with BTF, minus its value at the previous switch-out. Without BTF, the sum of
+        # sched_stat_runtime: the kernel skips that tracepoint's program when a tick lands while
+        # another BPF program runs on the CPU, which lost 2.4 % of a worker's time under load
+        runtime = ctx.event("sched", "sched_stat_runtime")
+        counter = (
+            "curtask->se.sum_exec_runtime"
+            if ctx.btf
+            else "@cpu_sched_tlrt[$p]"
+            if runtime is not None and runtime.has("pid", "runtime")
+            else None
+        )
+        charged = (
+            [f"  $x = {counter} + 1; $x0 = @cpu_sched_tlx[$p]; @cpu_sched_tlx[$p] = $x;"] if counter else []
+        )
+        self.charged_from = (
+            None if counter is None else "sum_exec_runtime" if ctx.btf else "sched_stat_runtime"
+        )
+        body = [
+            "$t = nsecs;",
+            f"$p = (int64){a('prev_pid')};",
+            f"$n = (int64){a('next_pid')};",
+            "if (@cpu_sched_track[$p]) {",
+            *charged,
+            *(
+                f"  {line}"
+                for line in timeline.slice_code(
+                    ON_CPU, "@cpu_sched_tlsince[$p]", "$p", cap, ("$x - $x0", "$x0 != 0") if charged else None
+                )
+            ),
+            "  delete(@cpu_sched_tlsince[$p]);",
+            # still runnable when switched out (preempted, yielded): its run-queue wait starts;
+            # the low byte holds the sleep states, TASK_REPORT_MAX (0x100) marks a preemption
+            f"  if (({a('prev_state')} & 0xff) == 0) {{ @cpu_sched_tlwait[$p] = $t; }}",
+            "  else { delete(@cpu_sched_tlwait[$p]); }",
+            "}",
+            "if (@cpu_sched_track[$n]) {",
+            "  @cpu_sched_tlsince[$n] = $t;",
+            "  $w = @cpu_sched_tlwait[$n];",
+            "  if ($w) {",
+            *(f"    {line}" for line in timeline.slice_code(RUN_QUEUE, "$w", "$n", cap)),
+            "  }",
+            "  delete(@cpu_sched_tlwait[$n]);",
+            "}",
+        ]
+        guard = f"@cpu_sched_track[{a('prev_pid')}] || @cpu_sched_track[{a('next_pid')}]"
+        dispatch = next((i for i, p in enumerate(code.probes) if p.startswith(DISPATCH_HEAD)), None)
+        if dispatch is None:
+            code.probes.append(
+                f"tracepoint:sched:sched_switch\n/{guard}/\n{{\n" + "\n".join(f"  {x}" for x in body) + "\n}"
+            )
+        else:  # one program per context switch on the machine, not two: the doorbells' own probe
+            code.probes[dispatch] = (
+                code.probes[dispatch][:-1]
+                + f"  if ({guard}) {{\n"
+                + "\n".join(f"    {x}" for x in body)
+                + "\n  }\n}"
+            )
+        if charged and not ctx.btf:
+            code.used_events.append("sched:sched_stat_runtime")
+            code.probes.append(
+                f"tracepoint:sched:sched_stat_runtime\n/@cpu_sched_track[{a('pid')}]/\n{{\n"
+                f"  $k = (int64){a('pid')};\n"
+                f"  @cpu_sched_tlrt[$k] = @cpu_sched_tlrt[$k] + {a('runtime')};\n}}"
+            )
+        elif not charged:
+            code.missing["sched:sched_stat_runtime"] = "tracepoint absent: slices carry no charged run time"
+        if wakeup is not None and wakeup.has("pid"):
+            code.used_events.append("sched:sched_wakeup")
+            code.probes.append(
+                f"tracepoint:sched:sched_wakeup\n/@cpu_sched_track[{a('pid')}]/\n{{\n"
+                f"  @cpu_sched_tlwait[(int64){a('pid')}] = nsecs;\n}}"
+            )
+        else:
+            code.missing["sched:sched_wakeup"] = (
+                "tracepoint absent: run-queue waits start at preemptions only"
+            )
+        if "sched:sched_switch" not in code.used_events:
+            code.used_events.append("sched:sched_switch")
+        code.end.extend(
+            ["clear(@cpu_sched_tlwait);", "clear(@cpu_sched_tlx);"]
+        )  # @cpu_sched_tlsince prints: slices open at the end
 
     def _render_switch_counts(self, ctx: RenderContext, code: ProbeCode) -> None:
         """Without doorbells (ebpf-attach): per-thread switches of the traced processes in the
@@ -193,38 +302,57 @@ class CpuSchedFamily(ProbeFamily):
         counted = {int(k): int(v) for k, v in hist.keyed(maps.get("@cpu_sched_switches")).items()}
         tids |= set(counted)
         submitters = {int(t) for t in context.get("submitter_tids", [])}
+        bells_on = set(_EVENTS) <= set(context.get("attached") or [])
+        per_submission = _per_submission(maps)
         rows = []
         for tid in sorted(tids):
             worker = workers.get(tid)
             q = queues.get(worker["queue"]) if worker else None
+            if worker and bells_on and q is None:  # traced, and nothing rang: a measured 0
+                q = {"submissions": 0, "dispatches": 0, "total_ns": 0, "hist": [], "unconsumed": 0}
             edge_cpus = {
                 c for c in (start.get(tid, {}).get("cpu"), stop.get(tid, {}).get("cpu")) if c is not None
             }
             comm = stop.get(tid, {}).get("comm") or start.get(tid, {}).get("comm")
+            mine = worker["queue"] if worker else None
+            samples = [r[3] for r in per_submission if r[0] == mine and r[3] is not None]
             row = _thread_row(
-                tid, comm, worker, q, tid in submitters, sorted(cpus.get(tid, set()) | edge_cpus), start, stop
+                tid,
+                comm,
+                worker if bells_on else None,
+                q if bells_on else None,
+                samples,
+                tid in submitters,
+                sorted(cpus.get(tid, set()) | edge_cpus),
+                start,
+                stop,
             )
+            if worker and not bells_on:  # a queue worker whose doorbell was not traced
+                row["queue"], row["streams"] = worker["queue"], _streams_of(worker)
             if row["switches"] is None and tid in counted:  # not in both /proc snapshots
                 row["switches"] = counted[tid]
             rows.append(row)
         # the kernel divides its record store over every doorbell of the program (a node's
         # torchrun session holds every local rank's): the cap is the program's, not this rank's
         bells = context.get("doorbells_traced") or len(workers)
-        return self._summarise(
-            rows, queues, workers, maps, list(context.get("attached") or []), per_queue_cap(bells)
+        result = self._summarise(
+            rows, queues, workers, per_submission, list(context.get("attached") or []), per_queue_cap(bells)
         )
+        if self.timeline_keep:
+            result.metrics["timeline"] = _timeline(maps, context, queues, self.timeline_keep, bells)
+            result.metrics["timeline"]["on_cpu"]["charged_from"] = self.charged_from
+        return result
 
     def _summarise(
         self,
         rows: list[dict[str, Any]],
         queues: dict[int, dict[str, Any]],
         workers: dict[int, dict[str, Any]],
-        maps: dict[str, Any],
+        per_submission: list[list[Any]],
         attached: list[str],
         cap: int,
     ) -> FamilyResult:
         worker_rows = [r for r in rows if r["queue"] is not None]
-        per_submission = _per_submission(maps)
         summary = (
             _summary(queues, worker_rows, per_submission, cap)
             if workers and set(_EVENTS) <= set(attached)
@@ -240,6 +368,12 @@ class CpuSchedFamily(ProbeFamily):
                 else "per thread only (no queue registry for this target)"
             ),
             "threads_seen": len(rows),
+            "per_thread": (
+                "submissions, dispatches and submit→dispatch are null for a thread that is not a "
+                "queue worker with a traced doorbell (not measured there, not 0); the per-thread "
+                "P99 is exact (nearest rank) when every dispatch of its queue was recorded, else "
+                "the log-linear histogram's estimate, said by submit_to_dispatch_p99_method"
+            ),
         }
         merged = hist.merge(*(q["hist"] for q in queues.values()))
         metrics = {
@@ -311,6 +445,64 @@ def _per_submission(maps: dict[str, Any]) -> list[list[int]]:
         delay = delays.get(key)
         out.append([int(q), int(s), int(ring), None if delay is None else int(delay)])
     return sorted(out, key=lambda r: (r[0], r[1]))
+
+
+def _timeline(
+    maps: dict[str, Any], context: dict[str, Any], queues: dict[int, dict[str, Any]], keep: int, bells: int
+) -> dict[str, Any]:
+    """The per-event records for --trace-out: on-CPU slices and run-queue waits per registered
+    thread, and each doorbell [queue, seq, writer tid, write ns, dispatch ns or null]; each kind
+    with the exact number seen, how many were kept (the first ones) and dropped."""
+    window = context.get("window") or {}
+    on_cpu = timeline.slices(maps, ON_CPU)
+    timeline.open_slices(maps, "@cpu_sched_tlsince", window, on_cpu, timeline.cap_per_cpu(keep) * _cpus())
+    run_queue = timeline.slices(maps, RUN_QUEUE)
+    writers = hist.keyed(maps.get("@cpu_sched_ringt"))
+    delays = hist.keyed(maps.get("@cpu_sched_sub"))
+    rows = []
+    for key, ring in hist.keyed(maps.get("@cpu_sched_ring")).items():
+        q, _, s = key.partition(",")
+        delay, writer = delays.get(key), writers.get(key)
+        rows.append(
+            [
+                int(q),
+                int(s),
+                None if writer is None else int(writer),
+                int(ring),
+                None if delay is None else int(ring) + int(delay),
+            ]
+        )
+    rows.sort(key=lambda r: (r[3], r[0]))
+    seen = sum(q["submissions"] for q in queues.values())
+    threads = [
+        {"tid": int(w["tid"]), "label": f"q{w['queue']}", "queue": w["queue"]}
+        for w in context.get("workers", [])
+        if w.get("tid")
+    ]
+    threads += [
+        {"tid": int(t), "label": SUBMITTER_LABEL, "queue": None} for t in context.get("submitter_tids", [])
+    ]
+    return {
+        "clock": "CLOCK_MONOTONIC ns (bpftrace nsecs), the clock of op_intervals",
+        "window": {k: window.get(k) for k in ("start_monotonic_ns", "stop_monotonic_ns")},
+        "threads": threads,
+        "on_cpu": on_cpu,
+        "run_queue": run_queue,
+        "doorbells": {"rows": rows, "seen": seen, "kept": len(rows), "dropped": seen - len(rows)},
+        "caps": {
+            "on_cpu_per_cpu": timeline.cap_per_cpu(keep),
+            "run_queue_per_cpu": timeline.cap_per_cpu(keep),
+            "doorbells_per_queue": per_queue_cap(bells),
+        },
+        "meaning": (
+            "the first events of each kind in the window (per CPU for slices, per queue for "
+            "doorbells); seen is the exact in-kernel count, dropped = seen - kept"
+        ),
+    }
+
+
+def _cpus() -> int:
+    return os.cpu_count() or 1
 
 
 def exact_percentile(values: list[int], q: float) -> float:
@@ -419,15 +611,17 @@ def _thread_row(
     comm: str | None,
     worker: dict[str, Any] | None,
     q: dict[str, Any] | None,
+    samples: list[int],
     submitter: bool,
     cpus: list[int],
     start: dict[int, Any],
     stop: dict[int, Any],
 ) -> dict[str, Any]:
-    """One per-thread (= per queue on the CPU backend) row of the table."""
-    helper = _WORKER_COMM.match(comm or "") if worker is None else None
-    n = q["dispatches"] if q else 0
-    p99 = hist.percentile(q["hist"], 0.99) if q else None
+    """One per-thread (= per queue on the CPU backend) row of the table; the doorbell columns are
+    null unless the thread is a queue worker whose doorbell was traced (`q` given)."""
+    helper = WORKER_COMM.match(comm or "") if worker is None else None
+    n = q["dispatches"] if q else None
+    p99 = _p99_record(samples, q["hist"], n) if q and n else None
     on_cpu = procstat.delta(start, stop, tid, "exec_ns")
     delay = procstat.delta(start, stop, tid, "run_delay_ns")
     vol = procstat.delta(start, stop, tid, "voluntary")
@@ -439,14 +633,23 @@ def _thread_row(
         # threads a queue worker started (torch/OpenMP pools) inherit its name: shown, not counted
         "helper_of_queue": int(helper.group(1)) if helper else None,
         "submitter": submitter,
-        "streams": list(worker["streams"]) if worker else None,
-        "submissions": q["submissions"] if q else 0,
+        "streams": _streams_of(worker),
+        "submissions": q["submissions"] if q else None,
         "dispatches": n,
         "submit_to_dispatch_avg_us": (q["total_ns"] / n / 1e3) if q and n else None,
-        "submit_to_dispatch_p99_us": (p99["estimate"] / 1e3) if p99 else None,
+        "submit_to_dispatch_p99_us": (p99["value"] / 1e3) if p99 else None,
+        "submit_to_dispatch_p99_method": (
+            None if p99 is None else "exact" if p99["method"] == "exact" else "log-linear estimate"
+        ),
         "on_cpu_ms": None if on_cpu is None else on_cpu / 1e6,
         "kernel_run_delay_ms": None if delay is None else delay / 1e6,
         "switches": None if vol is None or invol is None else vol + invol,
         "involuntary": invol,
         "cpus": cpus,
     }
+
+
+def _streams_of(worker: dict[str, Any] | None) -> list[int] | None:
+    """The streams a worker serves (None when unknown: not a worker, or found from outside)."""
+    streams = worker.get("streams") if worker else None
+    return list(streams) if streams is not None else None

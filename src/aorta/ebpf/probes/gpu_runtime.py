@@ -21,11 +21,12 @@ from __future__ import annotations
 from typing import Any
 
 from aorta.ebpf import hist
-from aorta.ebpf.elfsyms import ElfError, defined_functions
+from aorta.ebpf.elfsyms import ElfError, Function, function_addresses
 from aorta.ebpf.probes import gpu_runtime_metrics as m
+from aorta.ebpf.probes import gpu_runtime_views as views
 from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext
-from aorta.ebpf.probes.common import both
-from aorta.ebpf.probes.gpu_runtime_apis import APIS, QUEUE_DOORBELL_OFF, QUEUE_ID_OFF, Api, P
+from aorta.ebpf.probes.gpu_runtime_apis import APIS, P
+from aorta.ebpf.probes.gpu_runtime_bpf import blocks
 from aorta.ebpf.runtime_libs import MappedLibrary, runtime_libraries, with_descendants
 from aorta.ebpf.uprobes import hit_cost_ns
 
@@ -54,6 +55,16 @@ class GpuRuntimeFamily(ProbeFamily):
             "doorbell",
             "rings",
             "launch_rings",
+            "copies",
+            "copies_ns",
+            "colls",
+            "colls_ns",
+            "groups",
+            "ev_src",
+            "ev_seen",
+            "records",
+            "edges",
+            "wait_unknown",
         )
     )
 
@@ -62,6 +73,7 @@ class GpuRuntimeFamily(ProbeFamily):
         self.libraries = libraries
         self.attached: list[dict[str, Any]] = []
         self.not_attached: list[dict[str, Any]] = []
+        self.seen_paths: list[str] = []  # every runtime file the last render judged (late_runtimes)
         self._hit_ns: dict[str, float] | None = None
 
     def wanted_events(self) -> list[str]:
@@ -76,35 +88,51 @@ class GpuRuntimeFamily(ProbeFamily):
             else runtime_libraries(with_descendants(ctx.target.pids))
         )
         self.attached, self.not_attached = [], []
+        self.seen_paths = [lib.path for lib in libs]
         if not libs:
             code.missing["uprobe:*"] = (
-                "no HIP/HSA/CUDA runtime library is mapped by the traced processes (see /proc/PID/maps)"
+                "no HIP/HSA/CUDA runtime library is mapped by the traced processes "
+                "(nor NCCL/RCCL; see /proc/PID/maps)"
             )
             return code
         pf, gate = ctx.pid_filter, ctx.gate
         for lib in libs:
             if lib.problem:
                 code.missing[f"uprobe:{lib.mapped_as}"] = lib.problem
+                self.not_attached.append({"api": "*", "library": lib.mapped_as, "reason": lib.problem})
                 continue
             try:
-                present = defined_functions(lib.path)
+                present = function_addresses(lib.path)
             except ElfError as exc:
                 code.missing[f"uprobe:{lib.mapped_as}"] = str(exc)
+                self.not_attached.append({"api": "*", "library": lib.mapped_as, "reason": str(exc)})
                 continue
+            probed: dict[int, str] = {}  # address → the API probed there (aliases count once)
             for api in (a for a in APIS if a.lib == lib.kind):
                 symbol = next((s for s in api.symbols if s in present), None)
                 event = f"uprobe:{lib.kind}:{api.name}"
+                reason = None
                 if symbol is None:
                     reason = f"symbol not in {lib.mapped_as} (ELF .dynsym/.symtab)"
+                elif present[symbol].address in probed:
+                    reason = f"same address as {probed[present[symbol].address]} (an alias): counted there"
+                if reason is not None:
                     code.missing[event] = reason
                     self.not_attached.append({"api": api.name, "library": lib.mapped_as, "reason": reason})
                     continue
-                code.probes.extend(_blocks(api, f"{lib.path}:{symbol}", pf, gate, ctx.prefix()))
+                assert symbol is not None
+                fn = present[symbol]
+                probed[fn.address] = api.name
+                code.probes.extend(
+                    _label(b, api.name, symbol)
+                    for b in blocks(api, f"{lib.path}:{_attach_point(symbol, fn)}", pf, gate, ctx.prefix())
+                )
                 code.used_events.append(event)
                 self.attached.append(
                     {
                         "api": api.name,
                         "symbol": symbol,
+                        "address": f"0x{fn.address:x}",
                         "library": lib.mapped_as,
                         "probed_path": lib.path,
                         "pid": lib.pid,
@@ -141,6 +169,14 @@ class GpuRuntimeFamily(ProbeFamily):
             else None
         )
         created = m.pair_map(maps.get(f"{P}streams"))  # (api, handle) → count
+        copies, colls, graph = (
+            views.copy_rows(maps),
+            views.collective_rows(maps),
+            views.stream_graph(maps),
+        )
+        views_joined = views.join_views(
+            copies, colls, graph, m.handle_indices(context.get("stream_handles") or [])
+        )
         metrics = {
             "summary": m.family_summary(per_stream, rings_used) if self.attached else None,
             "streams": sorted(
@@ -155,16 +191,37 @@ class GpuRuntimeFamily(ProbeFamily):
                 m.api_name(int(k)): int(v) for k, v in hist.keyed(maps.get(f"{P}nested")).items() if k
             },
             "stream_handles_joined": handles,
+            "views_joined": views_joined,
             "launches_total": total_launches if self.attached else None,
             "hw_queues_used": len(rings_used) if self.attached and rings_used is not None else None,
-            "streams_launching": len([r for r in per_stream.values() if r["launches"]]),
+            "streams_launching": len(
+                [r for r in per_stream.values() if r["launches"] or r["graph_launches"]]
+            ),
+            "graph_launches_total": (
+                sum(r["graph_launches"] for r in per_stream.values()) if self.attached else None
+            ),
+            "graph_launches_meaning": (
+                "hip/cudaGraphLaunch calls: one per graph launched, not the kernels inside it "
+                "(those are submitted by the runtime without an exported launch call)"
+            ),
+            "copies": copies,
+            "collectives": colls,
+            "collective_groups": views.group_calls(maps),
+            "stream_graph": graph,
+            "views": views.view_status(
+                self.attached, self.not_attached, not self.attached and not self.not_attached
+            ),
             "probes": {"attached": self.attached, "not_attached": self.not_attached},
             "probe_cost": (
                 m.probe_cost(
                     context,
-                    total_launches,
-                    sum(r["doorbell_rings"] for r in queue_rows.values()),
-                    sum(v[0] for v in syncs.values() if v),
+                    {
+                        "launches": (total_launches, 0),
+                        "graph_launches": (sum(r["graph_launches"] for r in per_stream.values()), 0),
+                        "syncs": (sum(v[0] for v in syncs.values() if v), 0),
+                        "doorbell_rings": (0, sum(r["doorbell_rings"] for r in queue_rows.values())),
+                        **views.probed_calls(maps),
+                    },
                 )
                 if self.attached
                 else None
@@ -189,55 +246,17 @@ class GpuRuntimeFamily(ProbeFamily):
         return FamilyResult(self.name, self.section, metrics, coverage)
 
 
-def _blocks(api: Api, where: str, pf: str, gate: str, r: str = "") -> list[str]:
-    """bpftrace blocks for one entry point (arguments read once, at the top of each probe);
-    `r` ("rank, " or "") leads the key of every lasting map in a node program."""
-    i = api.ident
-    if api.role == "launch":
-        return [
-            f"uprobe:{where}\n/{pf}/\n{{\n  $s = {api.stream};\n  $d = {P}depth[tid];\n"
-            f"  {P}depth[tid] = $d + 1;\n"
-            f"  if ($d == 0 && {gate}) {{\n    {P}launches[{r}{i}, $s] = count();\n"
-            f"    {P}t0[tid] = nsecs;\n    {P}cur[tid] = $s;\n    {P}api[tid] = {i};\n  }}\n"
-            f"  if ($d > 0 && {gate}) {{ {P}nested[{r}{i}] = count(); }}\n}}",
-            f"uretprobe:{where}\n/{pf}/\n{{\n  $d = {P}depth[tid];\n"
-            f"  if ($d > 1) {{ {P}depth[tid] = $d - 1; }}\n"
-            f"  if ($d == 1) {{\n    delete({P}depth[tid]);\n    $t = {P}t0[tid];\n"
-            f"    if ($t != 0) {{\n      {P}launch_ns[{r}{P}api[tid], {P}cur[tid]] = stats(nsecs - $t);\n"
-            f"      delete({P}t0[tid]);\n      delete({P}cur[tid]);\n      delete({P}api[tid]);\n"
-            f"    }}\n  }}\n}}",
-        ]
-    if api.role == "stream_create":
-        return [
-            f"uprobe:{where}\n/{pf}/\n{{\n  {P}sout[tid] = arg0;\n}}",
-            f"uretprobe:{where}\n/{pf}/\n{{\n  $o = {P}sout[tid];\n  delete({P}sout[tid]);\n"
-            f"  if ((retval & 0xffffffff) == 0 && $o != 0) {{\n"
-            f"    {P}streams[{r}{i}, *(uint64*)$o] = count();\n  }}\n}}",
-        ]
-    if api.role.startswith("sync_"):
-        key = api.stream or "0"
-        return [
-            f"uprobe:{where}\n/{both(pf, gate)}/\n{{\n  $s = {key};\n"
-            f"  if ({P}s0[tid] == 0) {{\n    {P}s0[tid] = nsecs;\n    {P}skey[tid] = $s;\n"
-            f"    {P}sapi[tid] = {i};\n  }}\n}}",
-            f"uretprobe:{where}\n/{pf}/\n{{\n  $t = {P}s0[tid];\n"
-            f"  if ($t != 0 && {P}sapi[tid] == {i}) {{\n"
-            f"    {P}sync_ns[{r}{i}, {P}skey[tid]] = stats(nsecs - $t);\n"
-            f"    delete({P}s0[tid]);\n    delete({P}skey[tid]);\n    delete({P}sapi[tid]);\n  }}\n}}",
-        ]
-    if api.role == "queue_create":
-        return [
-            f"uprobe:{where}\n/{pf}/\n{{\n  {P}qout[tid] = {api.stream};\n}}",
-            f"uretprobe:{where}\n/{pf}/\n{{\n  $o = {P}qout[tid];\n  delete({P}qout[tid]);\n"
-            f"  if ((retval & 0xffffffff) == 0 && $o != 0) {{\n    $q = *(uint64*)$o;\n"
-            f"    $sig = *(uint64*)($q + {QUEUE_DOORBELL_OFF});\n"
-            f"    {P}doorbell[{r}$sig] = $q;\n"
-            f"    {P}queues[{r}$q, $sig] = *(uint64*)($q + {QUEUE_ID_OFF});\n  }}\n}}",
-        ]
-    if api.role == "doorbell":
-        return [
-            f"uprobe:{where}\n/{both(pf, gate)}/\n{{\n  $sig = arg0;\n"
-            f"  if ({P}doorbell[{r}$sig] != 0) {{ {P}rings[{r}$sig] = count(); }}\n"
-            f"  if ({P}t0[tid] != 0) {{ {P}launch_rings[{r}{P}cur[tid], $sig] = count(); }}\n}}",
-        ]
-    raise ValueError(f"unknown role {api.role}")
+def _attach_point(symbol: str, fn: Function) -> str:
+    """The function's address where it equals its file offset, else its name.
+
+    bpftrace 0.17 expands a plain name to every C++ function whose demangled name starts with
+    it (`ncclGroupEnd` also attaches `ncclGroupEndInternal(...)`, counting one call twice); an
+    address names exactly one instruction. Where the segment's address and file offset differ
+    the name is kept (how bpftrace maps such an address is not established here).
+    """
+    return f"0x{fn.address:x}" if fn.offset == fn.address else symbol
+
+
+def _label(block: str, api: str, symbol: str) -> str:
+    """The block with a comment naming the entry point (its head line is an address)."""
+    return block.replace("{\n", f"{{\n  // {api} ({symbol})\n", 1)

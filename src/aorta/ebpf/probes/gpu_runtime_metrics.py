@@ -18,14 +18,16 @@ def stream_rows(maps: dict[str, Any], syncs: dict[str, Any]) -> dict[int, dict[s
     per_stream: dict[int, dict[str, Any]] = {}
     for (api_id, stream), n in pair_map(maps.get(f"{P}launches")).items():
         row = per_stream.setdefault(stream, new_stream_row(stream))
-        row["launches"] += n
+        row["graph_launches" if is_graph(api_id) else "launches"] += n
         row["by_api"][api_name(api_id)] = row["by_api"].get(api_name(api_id), 0) + n
     for key, value in hist.keyed(maps.get(f"{P}launch_ns")).items():
         stats = hist.stats(value)
         if stats is not None:
-            row = per_stream.setdefault(split_key(key)[1], new_stream_row(split_key(key)[1]))
-            row["latency_count"] += stats[0]
-            row["latency_total_ns"] += stats[1]
+            api_id, stream = split_key(key)
+            row = per_stream.setdefault(stream, new_stream_row(stream))
+            prefix = "graph_" if is_graph(api_id) else ""
+            row[f"{prefix}latency_count"] += stats[0]
+            row[f"{prefix}latency_total_ns"] += stats[1]
     for key, stats in syncs.items():
         api_id, stream = split_key(key)
         if stats is not None and api_id in API_BY_ID and API_BY_ID[api_id].role == "sync_stream":
@@ -36,7 +38,14 @@ def stream_rows(maps: dict[str, Any], syncs: dict[str, Any]) -> dict[int, dict[s
         row["launch_avg_us"] = (
             row["latency_total_ns"] / row["latency_count"] / 1e3 if row["latency_count"] else None
         )
+        n, ns = row.pop("graph_latency_count"), row.pop("graph_latency_total_ns")
+        row["graph_launch_avg_us"] = ns / n / 1e3 if n else None
     return per_stream
+
+
+def is_graph(ident: int) -> bool:
+    """Whether the API id is a graph launch (one call = one graph, however many kernels in it)."""
+    return ident in API_BY_ID and API_BY_ID[ident].role == "graph_launch"
 
 
 def queue_rows(maps: dict[str, Any], per_stream: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
@@ -127,9 +136,12 @@ def new_stream_row(stream: int) -> dict[str, Any]:
         "handle": hex_handle(stream),
         "stream_index": None,
         "launches": 0,
+        "graph_launches": 0,
         "by_api": {},
         "latency_count": 0,
         "latency_total_ns": 0,
+        "graph_latency_count": 0,
+        "graph_latency_total_ns": 0,
         "launch_avg_us": None,
         "queues": [],
         "sync_calls": 0,
@@ -149,13 +161,18 @@ def new_queue_row(sig: int, qptr: int | None, qid: int | None, source: str) -> d
     }
 
 
-def join_streams(per_stream: dict[int, dict[str, Any]], handles: list[dict[str, Any]]) -> dict[str, Any]:
-    """Label eBPF stream rows with the harness's stream index (GPU backend's `cuda_stream`)."""
-    by_handle = {
+def handle_indices(handles: list[dict[str, Any]]) -> dict[int, int]:
+    """The harness's streams: runtime handle (unsigned) → stream index (GPU backend's `cuda_stream`)."""
+    return {
         int(h["handle"]) & (2**64 - 1): int(h["stream"])
         for h in handles
         if isinstance(h.get("handle"), int) and isinstance(h.get("stream"), int)
     }
+
+
+def join_streams(per_stream: dict[int, dict[str, Any]], handles: list[dict[str, Any]]) -> dict[str, Any]:
+    """Label eBPF stream rows with the harness's stream index (GPU backend's `cuda_stream`)."""
+    by_handle = handle_indices(handles)
     for handle, index in by_handle.items():
         if handle in per_stream:
             per_stream[handle]["stream_index"] = index
@@ -168,12 +185,14 @@ def join_streams(per_stream: dict[int, dict[str, Any]], handles: list[dict[str, 
     }
 
 
-def probe_cost(context: dict[str, Any], launches: int, rings: int, syncs: int) -> dict[str, Any]:
-    """uprobe cost per launch and as a share of the window, from costs measured at its start.
+def probe_cost(context: dict[str, Any], calls: dict[str, tuple[int, int]]) -> dict[str, Any]:
+    """uprobe cost per launch, per kind of probe and as a share of the window, from costs measured
+    at the window's start.
 
-    Launch and sync calls cost an entry + return pair, doorbell rings an entry probe; both costs
-    are timed in the tracer right before the window (uprobes.hit_cost_ns). The probed functions'
-    first instruction (emulated or single-stepped) changes the real cost a little.
+    `calls`: kind → (calls probed at entry and return, calls probed at entry only) in the window;
+    "launches" and "doorbell_rings" give the cost per launch. Both costs are timed in the tracer
+    right before the window (uprobes.hit_cost_ns); the probed functions' first instruction
+    (emulated or single-stepped) changes the real cost a little.
     """
     start = ((context.get("snapshots") or {}).get("gpu_runtime") or {}).get("start") or {}
     entry = start.get("entry_ns") if isinstance(start, dict) else None
@@ -183,15 +202,24 @@ def probe_cost(context: dict[str, Any], launches: int, rings: int, syncs: int) -
         return {
             "entry_probe_us": None,
             "entry_return_pair_us": None,
-            "reason": "probe costs were not measured (no window start)",
+            "reason": (
+                "probe costs were not measured (no window start, or nothing was probed "
+                "when it opened: runtimes loaded later)"
+            ),
         }
-    spent_ns = (launches + syncs) * pair + rings * entry
+    launches, rings = calls.get("launches", (0, 0))[0], calls.get("doorbell_rings", (0, 0))[1]
+    by_kind = {
+        kind: {"calls": p + e, "hits": 2 * p + e, "probe_time_ms": (p * pair + e * entry) / 1e6}
+        for kind, (p, e) in calls.items()
+    }
+    spent_ns = sum(v["probe_time_ms"] for v in by_kind.values()) * 1e6
     return {
         "entry_probe_us": entry / 1e3,
         "entry_return_pair_us": pair / 1e3,
         "per_launch_us": (pair + entry * rings / launches) / 1e3 if launches else None,
-        "hits_in_window": 2 * (launches + syncs) + rings,
+        "hits_in_window": sum(v["hits"] for v in by_kind.values()),
         "probe_time_in_window_ms": spent_ns / 1e6,
+        "by_kind": by_kind,
         "window_share_pct": (
             100 * spent_ns / (window_ms * 1e6)
             if isinstance(window_ms, (int, float)) and window_ms > 0
@@ -200,8 +228,9 @@ def probe_cost(context: dict[str, Any], launches: int, rings: int, syncs: int) -
         "meaning": (
             "host time spent in uprobe traps: costs timed in the tracer right before "
             "the window (llabs entry probe vs labs; ffsll entry+return vs ffs; medians "
-            "of 3 x 100 calls) x calls counted in the window (launch and sync calls: "
-            "entry+return; doorbell rings: entry); share = that time / window duration, "
-            "all threads together"
+            "of 3 x 100 calls) x calls counted in the window (launch, graph launch, sync, copy "
+            "and collective calls: entry+return; doorbell rings, event records and waits, group "
+            "calls: entry); by_kind splits it per kind of probe; share = that time / window "
+            "duration, all threads together"
         ),
     }

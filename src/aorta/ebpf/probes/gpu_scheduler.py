@@ -127,6 +127,11 @@ class GpuSchedulerFamily(ProbeFamily):
         untraced = jobs.counts(maps, "@gpu_scheduler_untraced_jobs")
         r2d = hist.stats(maps.get("@gpu_scheduler_r2d"))
         q2r = hist.distribution(maps, "gpu_scheduler_q2r_d")
+        absent = jobs.not_attached(
+            context,
+            [f"gpu_scheduler:{n}" for n in (*NEW, *OLD)],
+            "drm_sched job tracepoints not attached (see events_missing)",
+        )
         summary = jobs.job_summary(
             "gpu_scheduler",
             queued,
@@ -137,12 +142,13 @@ class GpuSchedulerFamily(ProbeFamily):
             dispatches_meaning="those jobs handed to the hardware ring (run)",
             hw_rings_meaning="scheduler (ring) names of dispatched traced jobs",
             submit_to_dispatch_meaning="job queued → job run, same job identity",
+            not_measured=absent,
         )
         metrics = {
             "summary": summary,
-            "queued_per_ring": queued,
-            "run_per_ring": run,
-            "jobs_without_traced_submission": untraced,
+            "queued_per_ring": jobs.measured_or_none(queued, absent),
+            "run_per_ring": jobs.measured_or_none(run, absent),
+            "jobs_without_traced_submission": jobs.measured_or_none(untraced, absent),
             "submit_to_dispatch_hist_ns": hist.as_records(q2r["hist"]),
             "histogram_kind": hist.LOGLINEAR_KIND,
             "run_to_done_avg_us": jobs.avg_us(r2d),

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from aorta.ebpf import memory_metrics as mm
+from aorta.ebpf import timeline
 from aorta.ebpf.probes.amd_memory import traced_flag
 from aorta.ebpf.probes.base import EventSetFamily, FamilyResult, ProbeCode, RenderContext
 
@@ -31,6 +32,7 @@ class HostMemoryFamily(EventSetFamily):
         "episodes of the traced processes; page migrations and kswapd wake-ups"
     )
 
+    timeline_keep = 0  # set by render: events kept per timeline kind (0: no timeline)
     # per-process maps: keyed [rank, pid] in a node program (torchrun)
     rank_keyed_maps = tuple(
         f"{P}{n}"
@@ -62,6 +64,9 @@ class HostMemoryFamily(EventSetFamily):
         """Probe blocks for the events present; missing ones listed with the reason."""
         code = ProbeCode()
         a = ctx.dialect.arg
+        # per-event records for --trace-out (timeline.py); not in a node program's shared maps
+        keep = self.timeline_keep = ctx.target.timeline_events if ctx.rank is None else 0
+        per_cpu = timeline.cap_per_cpu(keep) if keep else 0
         both = f"({ctx.pid_filter}) && ({ctx.gate})"
         k = ctx.key("pid")  # [pid], or [rank, pid] in a node program
 
@@ -84,6 +89,10 @@ class HostMemoryFamily(EventSetFamily):
                         f"tracepoint:exceptions:page_fault_user\n/{both}/\n{{",
                         f"  {P}faults{k} = count();",
                         f"  if ({a('error_code')} & 2) {{ {P}faults_write{k} = count(); }}",
+                        *(
+                            f"  {line}"
+                            for line in (timeline.bucket_code("hostmem_tlpf", keep) if keep else [])
+                        ),
                         "}",
                     ]
                 )
@@ -124,7 +133,16 @@ class HostMemoryFamily(EventSetFamily):
                 "\n".join(
                     [
                         f"tracepoint:{system}:{end}\n/{P}{kind}_ts[tid] != 0/\n{{",
-                        f"  $d = nsecs - {P}{kind}_ts[tid];",
+                        "  $t = nsecs;",
+                        *(
+                            f"  {line}"
+                            for line in (
+                                timeline.slice_code(f"hostmem_tl{kind}", f"{P}{kind}_ts[tid]", "tid", per_cpu)
+                                if keep
+                                else []
+                            )
+                        ),
+                        f"  $d = $t - {P}{kind}_ts[tid];",
                         f"  {P}{kind}{k} = count(); {P}{kind}_ns{k} = sum($d);",
                         f"  {P}{kind}_max_ns{k} = max($d);",
                         *([f"  {P}{kind}_pages{k} = sum({a('nr_reclaimed')});"] if has_pages else []),
@@ -142,6 +160,14 @@ class HostMemoryFamily(EventSetFamily):
                         f"  {traced_flag(ctx.pid_filter, ctx.rank)}",
                         f"  {P}migrated[$traced] = sum({a('succeeded')});",
                         f"  {P}migrate_failed[$traced] = sum({a('failed')});",
+                        *(
+                            f"  {line}"
+                            for line in (
+                                timeline.instant_code("hostmem_tlmig", f"(int64){a('succeeded')}", per_cpu)
+                                if keep
+                                else []
+                            )
+                        ),
                         "}",
                     ]
                 )
@@ -222,6 +248,18 @@ class HostMemoryFamily(EventSetFamily):
             sum(per_pid("kswapd_woken_by").values()) if seen("vmscan:mm_vmscan_wakeup_kswapd") else None
         )
         metrics["summary"] = host_summary(metrics)
+        if self.timeline_keep:
+            metrics["timeline"] = {
+                "page_faults_per_ms": timeline.buckets(maps, "hostmem_tlpf"),
+                "bucket_origin_monotonic_ns": (context.get("window") or {}).get("start_monotonic_ns"),
+                **{f"{kind}_reclaim": timeline.slices(maps, f"hostmem_tl{kind}") for kind in RECLAIM_KINDS},
+                "migrations": timeline.instants(maps, "hostmem_tlmig"),
+                "meaning": (
+                    "user page faults of the traced processes per 1 ms of the window (the first "
+                    "buckets), reclaim episodes per thread and page migrations (pages moved) "
+                    "machine-wide, the first ones per CPU; seen is exact, dropped = seen - kept"
+                ),
+            }
         coverage = {
             "statement": "traced processes (and their children) in the measurement window; "
             "migrations and kswapd wake-ups machine-wide"

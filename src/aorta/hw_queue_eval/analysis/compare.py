@@ -3,20 +3,25 @@
 Runs are the samples (benchstat/asv style): a point's evidence is one summary per run — the
 repeats of `run --repeats`, or the repeat points of a sweep / policy sweep — never the iterations
 inside one process. Reads aorta run / sweep / policy-sweep files and the upstream tool's layouts
-(a run, or `{"results": [...]}`, latency under `latency_ms.p50` or `latency.p50_ms`). Never pairs
-by position. No torch import: this runs in CI on machines without it.
+(a run, `{"results": [...]}` sweeps and policy comparisons, latency under `latency_ms.p50` or
+`latency.p50_ms`). Upstream files carry no repeats (one run per point): several of them on one
+side are pooled as the repeats of their points, as are several base files. Never pairs by
+position. No torch import: this runs in CI on machines without it.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 from aorta.common.errors import UsageError
 from aorta.common.flatten import flatten_numbers
-from aorta.hw_queue_eval.analysis.stats import ALPHA, MIN_RUNS, compare_runs, median_iqr
+from aorta.hw_queue_eval.analysis.exact_u import ALPHA, MIN_RUNS_TO_DETECT
+from aorta.hw_queue_eval.analysis.stats import MIN_RUNS, compare_runs, median_iqr, percent_change
 from aorta.hw_queue_eval.results.run_result import load_result
 from aorta.hw_queue_eval.sweeps.repeats import run_summary
 
@@ -26,6 +31,7 @@ EBPF_ALIASES = {"ebpf_vs_cuda": "ebpf_vs_cuda_comparison"}
 #: settings that make two points incomparable when they differ (when both files record them)
 MUST_MATCH = ("size", "backend", "sync_mode")
 LATENCY_KEYS = ("mean", "p50", "p95", "p99", "min", "max", "std")
+UPSTREAM = "upstream"  # kind prefix of files written by the upstream tool (no schema_version)
 
 Key = tuple[str, int, str | None]
 
@@ -112,6 +118,7 @@ def compare_point(
         settings={k: config.get(k) for k in MUST_MATCH if config.get(k) is not None},
         single={
             "switch_overhead_ms": switch.get("switch_overhead_ms"),
+            "launch_starvation_share": (switch.get("launch_starvation") or {}).get("share_of_lane_time"),
             "concurrency": (result.get("concurrency") or {}).get("achieved"),
         },
         ebpf=ebpf,
@@ -156,13 +163,23 @@ def load_points(path: str | os.PathLike[str]) -> tuple[str, list[Point], list[st
                     "points cannot be paired unambiguously"
                 )
             points = group_repeats(points)  # --repeats: the repeats of a key are its runs
-        elif isinstance(data.get("results"), list):  # upstream sweep
-            points = [compare_point(r) for r in data["results"] if isinstance(r, dict)]
+        elif isinstance(data.get("results"), list):  # upstream sweep or policy comparison
+            entries = [r for r in data["results"] if isinstance(r, dict)]
+            points = [
+                compare_point(r["result"], policy=r["policy"]["name"])
+                if isinstance(r.get("policy"), dict)
+                else compare_point(r)
+                for r in entries
+            ]
+            kind = f"{UPSTREAM} sweep"
         elif isinstance(data.get("policies"), dict):  # upstream policy evaluation
             points = [
                 compare_point(r, policy=name) for name, r in data["policies"].items() if isinstance(r, dict)
             ]
+            kind = f"{UPSTREAM} policy evaluation"
         elif kind in (None, "run"):
+            if kind is None and "schema_version" not in data:
+                kind = f"{UPSTREAM} run"
             if data.get("status", "ok") != "ok":
                 raise UsageError(
                     f"{path}: run status is {data.get('status')!r} "
@@ -183,7 +200,52 @@ def load_points(path: str | os.PathLike[str]) -> tuple[str, list[Point], list[st
             f"{path}: the same (workload, streams, policy) appears twice: "
             "points cannot be paired unambiguously"
         )
+    if str(kind).startswith(UPSTREAM):
+        notes.append(
+            f"{path}: written by the upstream tool (AORTA {kind}): no repeats, one run per point; "
+            "give several such files (-b a -b b … / -t c -t d …) to compare with statistics"
+        )
     return str(kind or "run"), points, notes
+
+
+Loaded = tuple[str, str, list[Point], list[str]]  # (path, kind, points, notes) of one file
+
+
+def load_side(paths: list[str]) -> tuple[str, list[Point], list[str]]:
+    """(kind, points, notes) of one side: one file, or several files pooled as the repeats of
+    their points (each file one run of every point it holds)."""
+    return _pooled([(path, *load_points(path)) for path in paths])
+
+
+def _pooled(loaded: list[Loaded]) -> tuple[str, list[Point], list[str]]:
+    """Files loaded for one side as one: each point's runs are those of every file holding it."""
+    if len(loaded) == 1:
+        return loaded[0][1:]
+    seen: dict[str, str] = {}
+    for path, *_ in loaded:
+        real = os.path.realpath(path)
+        if real in seen:
+            raise UsageError(
+                f"{path}: given twice on one side ({seen[real]}): each file counts as one run of "
+                "its points, so the same file twice would fake a repeat"
+            )
+        seen[real] = path
+    points = [p for _, _, file_points, _ in loaded for p in file_points]
+    notes = [n for _, _, _, file_notes in loaded for n in file_notes]
+    paths = [path for path, *_ in loaded]
+    notes.append(f"{' + '.join(paths)}: {len(paths)} files pooled: a point's runs are those of every file")
+    return " + ".join(sorted({kind for _, kind, _, _ in loaded})), group_repeats(points), notes
+
+
+def test_sides(paths: list[str]) -> list[tuple[str, list[Point], list[str], str]]:
+    """The test sides of -t: each aorta file its own, the upstream files (which carry no
+    repeats) pooled into one as the repeats of their points; (kind, points, notes, label)."""
+    loaded = [(path, *load_points(path)) for path in paths]
+    upstream = [f for f in loaded if f[1].startswith(UPSTREAM)]
+    sides = [(*f[1:], f[0]) for f in loaded if not f[1].startswith(UPSTREAM)]
+    if upstream:
+        sides.append((*_pooled(upstream), " + ".join(f[0] for f in upstream)))
+    return sides
 
 
 #: run-level metrics with a verdict: (summary key, label, unit or None for the point's unit,
@@ -194,9 +256,10 @@ VERDICT_METRICS = (
 )
 #: run-level metrics shown with their change and CI but no verdict (too noisy to gate on)
 INFO_METRICS = (("latency_p99_ms", "iteration time P99", "ms", False),)
-#: eBPF leaves that are bookkeeping, not measurements of the workload (never diffed)
+#: eBPF leaves that are bookkeeping, not measurements of the workload (never diffed); accuracy_pct
+#: is the legacy alias of coverage_pct (diffed once, under that name)
 EBPF_SKIP = re.compile(
-    r"(^|\.)(window|bpftrace|coverage|stderr|probe_cost|attach_s|stop_s|"
+    r"(^|\.)(window|bpftrace|coverage|accuracy_pct|stderr|probe_cost|attach_s|stop_s|"
     r"events_attached|events_missing|probes_attached|lost_event_records|"
     r"status|error)(\.|$)|monotonic|timestamp|_ns$|(^|\.)(pid|tid)s?(\.|$)"
 )
@@ -208,9 +271,7 @@ def run_values(point: Point, name: str) -> list[float]:
 
 
 def _change(base: float | None, test: float | None) -> float | None:
-    if base is None or test is None or base == 0:
-        return None
-    return (test - base) / abs(base) * 100.0
+    return None if base is None or test is None else percent_change(base, test)
 
 
 def _iqr(values: list[float]) -> float | None:
@@ -266,15 +327,16 @@ def _attached_families(section: dict[str, Any]) -> set[str]:
 
 
 def _comparable_leaves(section: Any) -> dict[str, float]:
-    """Measured numeric leaves of a section that traced ok, bookkeeping and timestamps left out,
-    and of the families only those that attached."""
+    """Measured numeric leaves of a section that traced ok, bookkeeping, timestamps and upstream
+    AORTA's names for our figures left out, and of the families only those that attached."""
     if not isinstance(section, dict) or section.get("status", "ok") != "ok":
         return {}
     attached = _attached_families(section)
     flat = flatten_numbers(section)
+    upstream_names = set(section.get("upstream_keys") or ())  # copies or recomputations of ours
     out = {}
     for key, value in flat.items():
-        if EBPF_SKIP.search(key):
+        if EBPF_SKIP.search(key) or key.split(".", 1)[0] in upstream_names:
             continue
         if key.startswith("families."):
             parts = key.split(".", 2)
@@ -342,16 +404,21 @@ def tracing_note(diff: dict[str, Any], metrics: list[dict[str, Any]]) -> str | N
     if tput is None:
         return head
     change = tput["change_pct"]
-    runs = f"{tput['base_n']} vs {tput['test_n']} runs"
     if tput["verdict"] in ("regression", "improvement"):
         return f"{head}; throughput {change:+.1f}% is distinguishable from it ({tput['reason']})"
     if tput["verdict"] == "unchanged":
-        return f"{head}; no overhead beyond the threshold was measured ({runs})"
+        return f"{head}; no overhead beyond the threshold: {tput['reason']}"
     return (
         f"{head}; throughput {fmt_pct(change)} is NOT distinguishable from run-to-run noise "
-        f"({tput['reason']}). Measure the overhead with interleaved repeats: "
-        "sudo PYTHONPATH=src python bench/ebpf_overhead.py --pairs 5"
+        f"({tput['reason']}). Measure the overhead with interleaved repeats, from the aorta "
+        f"checkout: {bench_command('ebpf_overhead.py')}"
     )
+
+
+def bench_command(script: str) -> str:
+    """How to run bench/`script` as root with the interpreter aorta runs under (its venv has
+    aorta and torch; `sudo python` would find neither)."""
+    return f"sudo {shlex.quote(sys.executable)} bench/{script}"
 
 
 def fmt_pct(value: float | None) -> str:
@@ -374,15 +441,21 @@ def _check_compatible(base: Point, test: Point) -> None:
         )
 
 
-def compare_files(base_path: str, test_paths: list[str], threshold: float = 5.0) -> dict[str, Any]:
-    """The whole comparison as a JSON-ready dict (UsageError for unreadable or unpairable files)."""
+def compare_files(
+    base_paths: str | list[str], test_paths: list[str], threshold: float = 5.0
+) -> dict[str, Any]:
+    """The whole comparison as a JSON-ready dict (UsageError for unreadable or unpairable files).
+
+    Several base files are pooled as the repeats of their points (load_side); so are the
+    upstream files among the tests (test_sides)."""
     if not threshold > 0:
         raise UsageError(f"--threshold must be > 0 (percent), got {threshold}")
-    base_kind, base_points, notes = load_points(base_path)
+    base_list = [base_paths] if isinstance(base_paths, str) else list(base_paths)
+    base_path = " + ".join(base_list)
+    base_kind, base_points, notes = load_side(base_list)
     base_by_key = {p.key: p for p in base_points}
     tests = []
-    for path in test_paths:
-        kind, points, test_notes = load_points(path)
+    for kind, points, test_notes, path in test_sides(test_paths):
         notes += test_notes
         pairs = []
         for point in sorted(points, key=lambda p: (p.workload, p.streams, p.policy or "")):
@@ -426,10 +499,12 @@ def compare_files(base_path: str, test_paths: list[str], threshold: float = 5.0)
     return {
         "kind": "comparison",
         "base": base_path,
+        "base_files": base_list,
         "base_kind": base_kind,
         "threshold_pct": threshold,
         "alpha": ALPHA,
         "min_runs": MIN_RUNS,
+        "min_runs_to_detect": MIN_RUNS_TO_DETECT,
         "unit_of_evidence": "runs (one summary per fresh-process run), not iterations",
         "tests": tests,
         "notes": notes,

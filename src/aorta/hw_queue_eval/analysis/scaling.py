@@ -26,11 +26,14 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from aorta.common.percent import percent_above
+from aorta.hw_queue_eval.analysis.stats import ratio
+from aorta.hw_queue_eval.run.metrics import INSTABILITY_IQR_RATIO
+
 KNEE_GAIN_FRACTION = 0.2
 JUMP_RATIO = 1.5
 FLAT_TOLERANCE = 0.05  # a step is flat when its whole CI of the ratio lies within ±5 %
 MIN_RUNS = 3  # runs per point for a confidence other than "unknown"
-INSTABILITY_IQR_RATIO = 0.10  # metrics.INSTABILITY_IQR_RATIO (the per-run warning level)
 
 
 @dataclass(frozen=True)
@@ -102,8 +105,10 @@ def group_points(results: list[dict[str, Any]]) -> list[ScalingPoint]:
             continue
         by_streams.setdefault(point.streams, []).append(point)
         lat = result.get("latency_ms") or {}
-        if isinstance(lat.get("iqr"), (int, float)) and lat.get("p50"):
-            iqr.setdefault(point.streams, []).append(lat["iqr"] / lat["p50"])
+        numbers = all(isinstance(lat.get(k), (int, float)) for k in ("iqr", "p50"))
+        spread = ratio(lat["iqr"], lat["p50"]) if numbers else None
+        if spread is not None:
+            iqr.setdefault(point.streams, []).append(spread)
     points = []
     for streams in sorted(by_streams):
         group = by_streams[streams]
@@ -130,7 +135,9 @@ def group_points(results: list[dict[str, Any]]) -> list[ScalingPoint]:
 def ideal_growth(a: ScalingPoint, b: ScalingPoint, work_scaling: str) -> float:
     """Throughput ratio b/a a perfectly parallel machine would show."""
     if work_scaling == "per_stream" and a.work_per_iteration and b.work_per_iteration:
-        return b.work_per_iteration / a.work_per_iteration
+        growth = ratio(b.work_per_iteration, a.work_per_iteration)
+        if growth is not None:
+            return growth
     return b.streams / a.streams
 
 
@@ -139,7 +146,11 @@ def efficiencies(points: list[ScalingPoint], work_scaling: str) -> list[float | 
     if not points or points[0].throughput <= 0:
         return [None] * len(points)
     first = points[0]
-    return [p.throughput / first.throughput / ideal_growth(first, p, work_scaling) for p in points]
+    out = []
+    for p in points:
+        growth = ratio(p.throughput, first.throughput)
+        out.append(None if growth is None else ratio(growth, ideal_growth(first, p, work_scaling)))
+    return out
 
 
 def captured(
@@ -152,9 +163,8 @@ def captured(
     ideal = ideal_growth(a, b, work_scaling)
     t_a = a.throughput if t_a is None else t_a
     t_b = b.throughput if t_b is None else t_b
-    if ideal <= 1.0 or t_a <= 0:
-        return None
-    return (t_b / t_a - 1.0) / (ideal - 1.0)
+    growth = ratio(t_b, t_a) if ideal > 1.0 and t_a > 0 else None
+    return None if growth is None else ratio(growth - 1.0, ideal - 1.0)
 
 
 def step_trend(a: ScalingPoint, b: ScalingPoint) -> str:
@@ -168,9 +178,13 @@ def step_trend(a: ScalingPoint, b: ScalingPoint) -> str:
         return "rising"
     if b.throughput_high < a.throughput_low:
         return "falling"
-    if a.throughput_low > 0 and (
-        b.throughput_low / a.throughput_high >= 1 - FLAT_TOLERANCE
-        and b.throughput_high / a.throughput_low <= 1 + FLAT_TOLERANCE
+    low, high = ratio(b.throughput_low, a.throughput_high), ratio(b.throughput_high, a.throughput_low)
+    if (
+        a.throughput_low > 0
+        and low is not None
+        and high is not None
+        and low >= 1 - FLAT_TOLERANCE
+        and high <= 1 + FLAT_TOLERANCE
     ):
         return "flat"
     return "uncertain"
@@ -205,7 +219,8 @@ def find_jump(points: list[ScalingPoint], field: str) -> int | None:
     """First stream count where `field` grows by JUMP_RATIO or more over the previous point."""
     for a, b in itertools.pairwise(points):
         va, vb = getattr(a, field), getattr(b, field)
-        if va is not None and vb is not None and va > 0 and vb / va >= JUMP_RATIO:
+        jump = ratio(vb, va) if va is not None and vb is not None and va > 0 else None
+        if jump is not None and jump >= JUMP_RATIO:
             return b.streams
     return None
 
@@ -227,6 +242,7 @@ class ScalingAnalysis:
     cpu_cores: int | None
     backend: str | None
     verdict: str
+    knee_reason: str | None = None  # knee_reason(): why the knee is there and not at the peak
     runs_per_point: list[int] = field(default_factory=list)
     throughput_ci: list[list[float] | None] = field(default_factory=list)  # [low, high] each
     ci_level: float | None = None  # the lowest CI level over the points
@@ -234,9 +250,13 @@ class ScalingAnalysis:
     confidence_reason: str = ""
     unstable_points: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    throughputs: list[float] = field(default_factory=list)  # per point, stream_counts order
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The JSON analysis, with upstream AORTA's keys (results/upstream_keys.py)."""
+        from aorta.hw_queue_eval.results.upstream_keys import scaling_keys
+
+        return {**asdict(self), **scaling_keys(self.stream_counts, self.throughputs, self.peak_streams)}
 
 
 def pool_size_of(result: dict[str, Any]) -> tuple[int | None, str]:
@@ -284,6 +304,33 @@ def verdict_text(
     return text
 
 
+def knee_reason(points: list[ScalingPoint], knee: int | None, work_scaling: str) -> str | None:
+    """Why the knee sits where it does, from the figures that placed it: the best share of the
+    ideal extra throughput any later point captures over K, and the rise to a later peak."""
+    if knee is None:
+        return None
+    index = {p.streams: i for i, p in enumerate(points)}
+    k = points[index[knee]]
+    later = [(b, captured(k, b, work_scaling)) for b in points[index[knee] + 1 :]]
+    scored = [(b, g) for b, g in later if g is not None]
+    if not scored:
+        return None
+    best, gain = max(scored, key=lambda bg: bg[1])
+    text = (
+        f"from {knee} streams on, no added stream captures {KNEE_GAIN_FRACTION:.0%} of the ideal "
+        f"extra throughput (best: {knee}→{best.streams} captures {gain:.0%})"
+    )
+    peak = max(points, key=lambda p: p.throughput)
+    if peak.streams > knee and k.throughput > 0:
+        rise = (peak.throughput / k.throughput - 1.0) * 100.0
+        ideal = (ideal_growth(k, peak, work_scaling) - 1.0) * 100.0
+        text += (
+            f"; throughput still rises to the peak at {peak.streams} streams by {rise:.1f}% "
+            f"over {knee} (ideal +{ideal:.0f}%)"
+        )
+    return text
+
+
 def confidence_of(points: list[ScalingPoint], knee: int | None, work_scaling: str) -> tuple[str, str]:
     """(high | low | unknown, why): whether the CIs separate the knee from its neighbours."""
     fewest = min(p.runs for p in points)
@@ -316,6 +363,15 @@ def confidence_of(points: list[ScalingPoint], knee: int | None, work_scaling: st
     return "high", f"the {level:.0%} CIs of the medians separate it ({fewest}+ runs per point)"
 
 
+def unstable_points(points: list[ScalingPoint]) -> list[dict[str, Any]]:
+    """Points whose worst run had iteration IQR/median above the per-run warning level."""
+    return [
+        {"streams": p.streams, "iqr_over_median": p.iqr_over_median}
+        for p in points
+        if p.iqr_over_median is not None and p.iqr_over_median > INSTABILITY_IQR_RATIO
+    ]
+
+
 def analyze(results: list[dict[str, Any]], work_scaling: str) -> ScalingAnalysis | None:
     """Scaling analysis of ok run results (any order, repeats of a stream count grouped);
     None with fewer than two usable stream counts."""
@@ -334,17 +390,13 @@ def analyze(results: list[dict[str, Any]], work_scaling: str) -> ScalingAnalysis
     lat_jump = find_jump(points, "latency_p99_ms")
     disp_jump = find_jump(points, "dispatch_p99_us")
     confidence, why = confidence_of(points, knee, work_scaling)
-    unstable = [
-        {"streams": p.streams, "iqr_over_median": p.iqr_over_median}
-        for p in points
-        if p.iqr_over_median is not None and p.iqr_over_median > INSTABILITY_IQR_RATIO
-    ]
+    unstable = unstable_points(points)
     warnings = []
     if unstable:
-        worst = max(u["iqr_over_median"] for u in unstable)
+        worst = percent_above(max(u["iqr_over_median"] for u in unstable), INSTABILITY_IQR_RATIO)
         warnings.append(
             f"unstable points (iteration IQR/median > {INSTABILITY_IQR_RATIO:.0%}, up "
-            f"to {worst:.0%}): {', '.join(str(u['streams']) for u in unstable)} "
+            f"to {worst}): {', '.join(str(u['streams']) for u in unstable)} "
             "streams; the verdict is weakened by them"
         )
         if confidence == "high":
@@ -355,6 +407,7 @@ def analyze(results: list[dict[str, Any]], work_scaling: str) -> ScalingAnalysis
         verdict += f"; unstable points at {', '.join(str(u['streams']) for u in unstable)} streams"
     return ScalingAnalysis(
         stream_counts=[p.streams for p in points],
+        throughputs=[p.throughput for p in points],
         efficiency=efficiencies(points, work_scaling),
         peak_streams=peak.streams,
         peak_throughput=peak.throughput,
@@ -367,6 +420,7 @@ def analyze(results: list[dict[str, Any]], work_scaling: str) -> ScalingAnalysis
         cpu_cores=cores,
         backend=backend,
         verdict=verdict,
+        knee_reason=knee_reason(points, knee, work_scaling),
         runs_per_point=[p.runs for p in points],
         throughput_ci=[
             None if p.throughput_low is None else [p.throughput_low, p.throughput_high] for p in points

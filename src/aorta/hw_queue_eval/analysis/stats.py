@@ -9,17 +9,22 @@ continuity correction. See docs/sweep-compare-report.md for the verdict rule.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
 
-ALPHA = 0.05
-MIN_SAMPLES = 5  # below this per side, the verdict is "inconclusive" (3 vs 3 can never reach p<0.05)
+from aorta.common.finite import ratio
+from aorta.hw_queue_eval.analysis.exact_u import ALPHA, MIN_RUNS_TO_DETECT, min_p_value, u_distribution
+
 EXACT_MAX_PRODUCT = 2500  # exact U distribution when n1*n2 is at most this and there are no ties
 
-VERDICTS = ("regression", "improvement", "unchanged", "inconclusive")
+
+def percent_change(base: float, test: float) -> float | None:
+    """(test − base) / |base| × 100, or None where `ratio` gives none."""
+    change = ratio(test - base, abs(base))
+    return None if change is None or not math.isfinite(change * 100.0) else change * 100.0
 
 
 @dataclass(frozen=True)
@@ -42,24 +47,8 @@ def _ranks(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ranks, counts
 
 
-def _u_distribution(n1: int, n2: int) -> list[int]:
-    """Counts of each U = 0..n1*n2 under H0 (no ties): coefficients of the q-binomial [n1+n2, n1]."""
-    m, n = min(n1, n2), max(n1, n2)
-    size = m * n + 1
-    poly = [0] * size
-    poly[0] = 1
-    for i in range(1, m + 1):
-        # multiply by (1 - q^(n+i)) then divide by (1 - q^i); the division is exact
-        shift = n + i
-        for k in range(size - 1, shift - 1, -1):
-            poly[k] -= poly[k - shift]
-        for k in range(i, size):
-            poly[k] += poly[k - i]
-    return poly
-
-
 def _exact_p(u: float, n1: int, n2: int) -> float:
-    counts = _u_distribution(n1, n2)
+    counts = u_distribution(n1, n2)
     total = sum(counts)
     k = round(u)
     lower = sum(counts[: k + 1])
@@ -96,97 +85,29 @@ def median_iqr(samples: Sequence[float]) -> tuple[float, float]:
     return float(med), float(q3 - q1)
 
 
-@dataclass(frozen=True)
-class SampleComparison:
-    """Outcome of comparing one metric's samples: base vs test."""
-
-    base_median: float
-    base_iqr: float
-    base_n: int
-    test_median: float
-    test_iqr: float
-    test_n: int
-    change_pct: float | None  # (test − base) / base × 100; None when the base median is 0
-    p_value: float | None
-    test_method: str | None
-    verdict: str
-    reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def compare_samples(
-    base: Sequence[float],
-    test: Sequence[float],
-    threshold_pct: float = 5.0,
-    higher_is_better: bool = False,
-    alpha: float = ALPHA,
-) -> SampleComparison:
-    """Median/IQR of both sides, relative change and a verdict.
-
-    Verdict rule: fewer than MIN_SAMPLES on a side → inconclusive; |change| below the threshold →
-    unchanged; otherwise p < alpha → regression or improvement (by the metric's direction), and
-    p ≥ alpha → inconclusive (a large but not significant change: more samples needed).
-    """
-    b_med, b_iqr = median_iqr(base) if len(base) else (math.nan, math.nan)
-    t_med, t_iqr = median_iqr(test) if len(test) else (math.nan, math.nan)
-    change = None if not len(base) or b_med == 0 else (t_med - b_med) / abs(b_med) * 100.0
-
-    def result(verdict: str, reason: str, mw: MannWhitney | None = None) -> SampleComparison:
-        return SampleComparison(
-            b_med,
-            b_iqr,
-            len(base),
-            t_med,
-            t_iqr,
-            len(test),
-            change,
-            None if mw is None else mw.p_value,
-            None if mw is None else mw.method,
-            verdict,
-            reason,
-        )
-
-    if min(len(base), len(test)) < MIN_SAMPLES:
-        return result(
-            "inconclusive", f"too few samples (n={len(base)} vs {len(test)}; need ≥ {MIN_SAMPLES} per side)"
-        )
-    mw = mann_whitney_u(base, test)
-    if change is None:
-        return result("inconclusive", "base median is 0: relative change undefined", mw)
-    if abs(change) < threshold_pct:
-        return result("unchanged", f"|change| {abs(change):.1f}% < threshold {threshold_pct:g}%", mw)
-    if mw.p_value >= alpha:
-        return result(
-            "inconclusive",
-            f"change {change:+.1f}% not significant (p={mw.p_value:.3g} ≥ {alpha:g}): add iterations",
-            mw,
-        )
-    worse = change < 0 if higher_is_better else change > 0
-    verdict = "regression" if worse else "improvement"
-    return result(
-        verdict,
-        f"change {change:+.1f}% ≥ threshold {threshold_pct:g}% and p={mw.p_value:.3g} < {alpha:g}",
-        mw,
-    )
-
-
 # ---------------------------------------------------------------------------------------------
 # Run-level statistics: one value per run (a repeat in a fresh process) is one sample.
 # ---------------------------------------------------------------------------------------------
 
-MIN_RUNS = 3  # per side for a run-level test (3 vs 3 can only say unchanged / inconclusive)
+MIN_RUNS = 3  # per side for a run-level test (3 vs 3: a 90 % CI of the change, never p < 0.05)
 CI_TARGET = 0.95  # the confidence aimed at; small n reach less, and the achieved level is stated
+MAX_RUNS_ESTIMATE = 1000  # beyond this the estimate of the runs needed is not given
 ONE_RUN_REASON = (
     "one run per side, run-to-run noise unknown — use --repeats "
-    f"(≥ {MIN_RUNS}, 5 to detect a change at α = 0.05)"
+    f"{MIN_RUNS_TO_DETECT} or more on both sides (fewer can never reach p < {ALPHA:g})"
 )
 
 
-def _binom_cdf_half(k: int, n: int) -> float:
-    """P(Bin(n, 1/2) ≤ k)."""
-    return sum(math.comb(n, i) for i in range(0, k + 1)) / 2.0**n if k >= 0 else 0.0
+def _ci_levels(n: int) -> Iterator[float]:
+    """For k = 1, 2, … n // 2: the coverage 1 − 2·P(Bin(n, 1/2) ≤ k − 1) of [x_(k), x_(n−k+1)].
+
+    Exact integer sums, each term from the previous one (2.0**n overflows a float beyond n =
+    1023, and summing every prefix afresh was quadratic in n)."""
+    total, term, below = 2**n, 1, 0  # term = C(n, k − 1); below = Σ C(n, i) for i < k − 1
+    for k in range(1, n // 2 + 1):
+        below += term
+        yield 1.0 - 2 * below / total
+        term = term * (n - k + 1) // k
 
 
 @dataclass(frozen=True)
@@ -218,14 +139,14 @@ def median_ci(values: Sequence[float], target: float = CI_TARGET) -> MedianCI:
     med = float(np.median(x))
     if n == 1:
         return MedianCI(1, med, None, None, None, None, None)
-    best_k = 1
-    for k in range(1, n // 2 + 1):
-        if 1.0 - 2.0 * _binom_cdf_half(k - 1, n) >= target:
-            best_k = k
-    level = 1.0 - 2.0 * _binom_cdf_half(best_k - 1, n)
+    best_k, level = 1, 1.0 - 2 / 2**n  # [min, max]: the widest interval there is
+    for k, covered in enumerate(_ci_levels(n), start=1):
+        if covered < target:  # the coverage only falls as k grows
+            break
+        best_k, level = k, covered
     mean = float(x.mean())
-    cv = float(x.std(ddof=1) / mean * 100.0) if mean else None
-    spread = float((x[-1] - x[0]) / abs(med) * 100.0) if med else None
+    cv = ratio(float(x.std(ddof=1)) * 100.0, mean)
+    spread = ratio(float(x[-1] - x[0]) * 100.0, abs(med))
     return MedianCI(n, med, float(x[best_k - 1]), float(x[n - best_k]), level, cv, spread)
 
 
@@ -242,7 +163,7 @@ def shift_ci(
     logs = np.sort(
         np.log(np.asarray(test, float))[None, :] - np.log(np.asarray(base, float))[:, None], axis=None
     )
-    counts = _u_distribution(len(base), len(test))
+    counts = u_distribution(len(base), len(test))
     total = float(sum(counts))
     cdf = np.cumsum(counts) / total  # cdf[j] = P(U ≤ j)
     k = 1
@@ -272,9 +193,24 @@ class RunComparison:
     noise_floor_pct: float | None  # run-to-run spread measured on a side with ≥ MIN_RUNS runs
     verdict: str
     reason: str
+    runs_needed: int | None = None  # inconclusive: runs per side for a CI as narrow as ±threshold
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def runs_for_ci_width(ci_pct: Sequence[float], n1: int, n2: int, threshold_pct: float) -> int | None:
+    """Runs per side at which the change's CI is estimated to be as narrow as ±threshold, or None.
+
+    A CI wider than ±threshold can never lie inside it, so this is the fewest runs an "unchanged"
+    verdict needs (necessary, not sufficient). Estimate: on log ratios the CI's width scales as
+    √(1/n1 + 1/n2) at the measured run-to-run spread. None beyond MAX_RUNS_ESTIMATE per side.
+    """
+    width = math.log1p(ci_pct[1] / 100.0) - math.log1p(ci_pct[0] / 100.0)
+    band = math.log1p(threshold_pct / 100.0) - math.log1p(-min(threshold_pct, 99.0) / 100.0)
+    n = math.ceil(2.0 * (width / band) ** 2 / (1.0 / n1 + 1.0 / n2) - 1e-9)  # 20.000…01 is 20
+    n = max(n, MIN_RUNS_TO_DETECT, min(n1, n2) + 1)
+    return n if n <= MAX_RUNS_ESTIMATE else None
 
 
 def compare_runs(
@@ -287,17 +223,20 @@ def compare_runs(
 ) -> RunComparison:
     """Compare run-level values (benchstat/asv style): runs, not iterations, are the samples.
 
-    ≥ MIN_RUNS per side: |change| < threshold → unchanged; Mann–Whitney p < alpha → regression or
-    improvement; else inconclusive. Fewer runs on a side: the change is reported, and the verdict
-    is inconclusive unless a measured noise floor (the run-to-run spread of a side that has
-    ≥ MIN_RUNS runs, or `noise_floor_pct`) is known and the change exceeds it and the threshold.
+    ≥ MIN_RUNS per side: Mann–Whitney p < alpha and |change| ≥ threshold → regression or
+    improvement; the change's CI inside ±threshold → unchanged (at 3 vs 3 the CI covers 90 %:
+    two one-sided tests at 0.05); else inconclusive, with why and an estimate of the runs per
+    side that narrow the CI to ±threshold (`runs_needed`). Fewer runs on a side: the change is
+    reported, and the verdict is inconclusive unless a measured noise floor (the run-to-run
+    spread of a side that has ≥ MIN_RUNS runs, or `noise_floor_pct`) is known and the change
+    exceeds it and the threshold.
     """
     b = [float(v) for v in base]
     t = [float(v) for v in test]
     if not b or not t:
         raise ValueError("compare_runs needs at least one run per side")
     b_med, t_med = float(np.median(b)), float(np.median(t))
-    change = None if b_med == 0 else (t_med - b_med) / abs(b_med) * 100.0
+    change = percent_change(b_med, t_med)
     ci = shift_ci(b, t)
     floors = [median_ci(side).spread_pct for side in (b, t) if len(side) >= MIN_RUNS]
     floors = [f for f in floors if f is not None]
@@ -328,28 +267,21 @@ def compare_runs(
     if min(len(b), len(t)) >= MIN_RUNS:
         mw = mann_whitney_u(b, t)
         runs = f"{len(b)} vs {len(t)} runs"
-        if abs(change) < threshold_pct:
+        ci_text = "" if ci is None else f" [{ci[0]:+.1f}, {ci[1]:+.1f}] at {ci[2]:.0%}"
+        if mw.p_value < alpha and abs(change) >= threshold_pct:
             return result(
-                "unchanged", f"|change| {abs(change):.1f}% < threshold {threshold_pct:g}% ({runs})", mw
-            )
-        if mw.p_value >= alpha:
-            hint = (
-                f"; {len(b)} vs {len(t)} runs can never reach p < {alpha:g}, use ≥ 4 per side"
-                if _min_p(len(b), len(t)) >= alpha
-                else ""
-            )
-            return result(
-                "inconclusive",
-                f"change {change:+.1f}% within run-to-run noise "
-                f"(p={mw.p_value:.3g} ≥ {alpha:g}, {runs}){hint}",
+                direction,
+                f"change {change:+.1f}%{ci_text} ≥ threshold {threshold_pct:g}% and "
+                f"p={mw.p_value:.3g} < {alpha:g} over {runs}",
                 mw,
             )
-        return result(
-            direction,
-            f"change {change:+.1f}% ≥ threshold {threshold_pct:g}% and "
-            f"p={mw.p_value:.3g} < {alpha:g} over {runs}",
-            mw,
-        )
+        if ci is not None and -threshold_pct < ci[0] and ci[1] < threshold_pct:
+            return result(
+                "unchanged",
+                f"change {change:+.1f}% and its CI{ci_text} inside ±{threshold_pct:g}% ({runs})",
+                mw,
+            )
+        return _inconclusive_runs(result, mw, change, ci, len(b), len(t), threshold_pct, alpha)
     if floor is None:
         if len(b) == 1 and len(t) == 1:
             return result("inconclusive", ONE_RUN_REASON)
@@ -372,6 +304,44 @@ def compare_runs(
     )
 
 
-def _min_p(n1: int, n2: int) -> float:
-    """Smallest two-sided exact Mann–Whitney p-value n1 vs n2 runs can reach."""
-    return min(1.0, 2.0 / math.comb(n1 + n2, n1))
+def _inconclusive_runs(
+    result: Any,
+    mw: MannWhitney,
+    change: float,
+    ci: tuple[float, float, float] | None,
+    n1: int,
+    n2: int,
+    threshold_pct: float,
+    alpha: float,
+) -> RunComparison:
+    """The inconclusive verdict of ≥ MIN_RUNS runs a side, saying why and what would decide it."""
+    runs = f"{n1} vs {n2} runs"
+    p = f"p={mw.p_value:.3g}"
+    if ci is None:
+        return result(
+            "inconclusive",
+            f"change {change:+.1f}% ({p}, {runs}) has no CI (a value ≤ 0): "
+            f"it cannot be shown inside ±{threshold_pct:g}%",
+            mw,
+        )
+    ci_text = f"[{ci[0]:+.1f}, {ci[1]:+.1f}] at {ci[2]:.0%}"
+    why = (
+        f"its CI {ci_text} reaches beyond ±{threshold_pct:g}% ({p}, {runs})"
+        if abs(change) < threshold_pct
+        else f"not significant ({p} ≥ {alpha:g}, {runs}; CI {ci_text})"
+    )
+    text = f"change {change:+.1f}%: {why}"
+    needed = runs_for_ci_width(ci, n1, n2, threshold_pct)
+    if min_p_value(n1, n2) >= alpha:
+        text += f"; {runs} can never reach p < {alpha:g}, use ≥ {MIN_RUNS_TO_DETECT} per side"
+    if needed is not None:
+        text += (
+            f"; about {needed} runs per side narrow the CI to ±{threshold_pct:g}% "
+            "(estimate at the measured run-to-run spread)"
+        )
+    else:
+        text += (
+            f"; over {MAX_RUNS_ESTIMATE} runs per side would be needed to narrow the CI "
+            f"to ±{threshold_pct:g}%"
+        )
+    return replace(result("inconclusive", text, mw), runs_needed=needed)

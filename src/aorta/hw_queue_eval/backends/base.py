@@ -74,6 +74,7 @@ class DependencyLog:
     def __init__(self) -> None:
         self.rows: list[tuple[int, int, int, int]] = []
         self.total = 0
+        self.pairs: dict[tuple[int, int], int] = {}  # (target, waiter) → waits, every one counted
         self._launched: dict[int, int] = {}
         self.active = False
 
@@ -81,6 +82,7 @@ class DependencyLog:
         """Begin a window: forget earlier launches and waits."""
         self.rows.clear()
         self.total = 0
+        self.pairs.clear()
         self._launched.clear()
         self.active = True
 
@@ -99,6 +101,7 @@ class DependencyLog:
         done = self._launched.get(target, 0)
         if self.active and done > 0 and waiter != target:
             self.total += 1
+            self.pairs[(target, waiter)] = self.pairs.get((target, waiter), 0) + 1
             if self.total <= self.max_rows:
                 self.rows.append((waiter, self._launched.get(waiter, 0), target, done - 1))
 
@@ -175,6 +178,11 @@ class Backend(ABC):
         """Cross-stream waits of the last window (DependencyLog rows); empty if not tracked."""
         log = getattr(self, "dependencies", None)
         return list(log.rows) if log is not None else []
+
+    def window_edges(self) -> dict[tuple[int, int], int] | None:
+        """Waits of the last window per (producer, consumer) stream pair; None if not tracked."""
+        log = getattr(self, "dependencies", None)
+        return dict(log.pairs) if log is not None else None
 
     def window_wait_count(self) -> int:
         """Every cross-stream wait of the last window, also those beyond the rows kept."""

@@ -3,8 +3,9 @@
 Streams map onto queues the way HIP maps streams onto HSA queues: a new queue per stream until
 the pool (GPU_MAX_HW_QUEUES, default 4) is full, then the least-used queue is shared. A queue runs
 its ops strictly in enqueue order, so streams sharing a queue serialise (head-of-line blocking), as
-on the hardware. Each worker records every op's ready/start/end on CLOCK_MONOTONIC (the clock
-bpftrace's `nsecs` uses) and registers its thread id so kernel events can be attributed.
+on the hardware, and holds at most MAX_QUEUED_TASKS (a launch onto a full one waits for room).
+Each worker records every op's ready/start/end on CLOCK_MONOTONIC (the clock bpftrace's `nsecs`
+uses) and registers its thread id so kernel events can be attributed.
 
 Submissions are a kernel-visible event (docs/ebpf.md): each queue has a doorbell, an eventfd that
 only the host writes, exactly once each time it hands work to an idle queue; an idle worker blocks
@@ -33,6 +34,7 @@ from aorta.hw_queue_eval.backends.base import (
     SubmissionRecord,
     WorkerInfo,
 )
+from aorta.hw_queue_eval.backends.priority import describe
 from aorta.hw_queue_eval.run.config import hw_queue_pool_size
 from aorta.hw_queue_eval.run.opfold import CHUNK_OPS, FoldedOps, LabelTable, OpFold
 
@@ -42,6 +44,10 @@ _PR_SET_NAME = 15
 # Rings kept per queue with their times: at least the eBPF per-queue record cap
 # (aorta.ebpf.probes.cpu_sched.per_queue_cap, ≤ PER_SUBMISSION_CAP), beyond it only counted.
 MAX_KEPT_RINGS = 16384
+# Tasks a queue holds before a launch waits for room, like a hardware queue's ring of packets:
+# without it `--sync-mode end_only` (no host wait until the end) queued every op of the window
+# with its closure, and memory grew with the op count (1.7 GB at 4 M ops, docs/metrics.md).
+MAX_QUEUED_TASKS = 4096
 
 
 class _Task:
@@ -106,18 +112,31 @@ def _set_thread_name(name: str) -> None:
         libc.prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0)
 
 
+def _sleeping(tid: int) -> bool:
+    """Whether thread `tid` of this process is asleep (state S in /proc/self/task/TID/stat)."""
+    try:
+        with open(f"/proc/self/task/{tid}/stat") as fh:
+            return fh.read().rpartition(")")[2].split()[0] == "S"
+    except (OSError, IndexError):
+        return True  # gone: nothing of it can run in the window
+
+
 class _HardwareQueue:
     """One worker thread draining a FIFO of tasks; woken only through its doorbell."""
 
-    def __init__(self, index: int, backend: CpuBackend) -> None:
+    def __init__(self, index: int, backend: CpuBackend, rank: int = 0) -> None:
         self.index = index
         self.backend = backend
+        self.rank = rank  # stream priority of its streams (backends/priority.py LEVELS)
+        self.pending_ops = 0  # ops put and not finished (counted only with priorities, under gate)
+        self.blocked = False  # in a wait on another stream (its ops cannot run; under gate)
         self.streams: list[int] = []
         self.tid: int | None = None
         self.torch_threads: int | None = None  # intra-op threads torch reports inside the worker
         self.doorbell = os.eventfd(0, os.EFD_CLOEXEC)
         self._tasks: deque[_Task] = deque()
         self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)  # notified when the worker empties a full FIFO
         self._idle = False  # set by the worker (under the lock) right before it waits on the doorbell
         self._ready = threading.Event()
         # per op a tuple of WORDS ints (opfold); full chunks wait in `full` for the host's fold
@@ -136,8 +155,21 @@ class _HardwareQueue:
         self._ready.wait()
 
     def put(self, task: _Task) -> None:
-        """Append a task; ring the doorbell when the queue was idle (that is one submission)."""
+        """Append a task, first waiting for room if MAX_QUEUED_TASKS are queued; ring the doorbell
+        when the queue was idle (that is one submission).
+
+        A full FIFO has a busy worker (it went idle only on an empty one, and the first task after
+        that rang it), and every task in it can finish without the host: waits name earlier work."""
+        gate = self.backend.gate
+        if gate is not None and task.kind == _OP:
+            # counted (and stamped) under the gate before the worker can see it: a lower-priority
+            # worker that starts after this stamp has seen the count (docs/policies.md)
+            with gate:
+                self.pending_ops += 1
+                task.enqueue_ns = time.monotonic_ns()
         with self._lock:
+            while len(self._tasks) >= MAX_QUEUED_TASKS:
+                self._room.wait()
             self._tasks.append(task)
             ring, self._idle = self._idle, False
         if ring:
@@ -181,11 +213,16 @@ class _HardwareQueue:
         stream_ready = self._stream_ready_ns
         now = time.monotonic_ns
         woken = False
+        gate = backend.gate
+        # queues served before this one (higher stream priority); empty without priorities
+        above = [q for q in backend.queues_by_rank if q.rank > self.rank] if gate is not None else []
         while True:
             with self._lock:
                 batch = list(self._tasks)
                 self._tasks.clear()
                 self._idle = not batch
+                if len(batch) >= MAX_QUEUED_TASKS:  # the host may be waiting for room
+                    self._room.notify()
             if not batch:
                 # exactly one ring per idle period: the read consumes it (counter is 1)
                 os.eventfd_read(self.doorbell)
@@ -198,7 +235,13 @@ class _HardwareQueue:
                     ready = stream_ready.get(stream, 0)
                     if task.enqueue_ns > ready:
                         ready = task.enqueue_ns
-                    start = now()
+                    if above:  # served after every higher-priority queue that has an op it can run
+                        with gate:  # type: ignore[union-attr]
+                            while any(q.pending_ops and not q.blocked for q in above):
+                                gate.wait()  # type: ignore[union-attr]
+                            start = now()  # under the gate: ordered against `put`'s stamp
+                    else:
+                        start = now()
                     if backend.error is None and not backend.closing:
                         try:
                             task.fn()  # type: ignore[misc]
@@ -206,6 +249,10 @@ class _HardwareQueue:
                             backend.error = exc
                     end = now()
                     stream_ready[stream] = end
+                    if gate is not None:
+                        with gate:
+                            self.pending_ops -= 1
+                            gate.notify_all()
                     if backend.recording:
                         records = self.records
                         records.append((task.iteration, stream, task.label, ready, start, end))
@@ -232,7 +279,15 @@ class _HardwareQueue:
         """Run a wait or a marker; return when it began (CLOCK_MONOTONIC ns)."""
         start = time.monotonic_ns()
         if task.kind == _WAIT:
+            gate = self.backend.gate
+            if gate is not None:  # while it waits, lower-priority queues are not held back by it
+                with gate:
+                    self.blocked = True
+                    gate.notify_all()
             satisfied = _wait_for(task.target)  # type: ignore[arg-type]
+            if gate is not None:
+                with gate:
+                    self.blocked = False
             previous = self._stream_ready_ns.get(task.stream, 0)
             self._stream_ready_ns[task.stream] = max(previous, satisfied, task.enqueue_ns)
         task.finish(time.monotonic_ns())  # a wait (once satisfied) or a marker
@@ -308,7 +363,13 @@ class CpuBackend(Backend):
 
     name = "cpu"
 
-    def __init__(self, stream_count: int, pool_size: int | None = None, threads_per_queue: int = 1) -> None:
+    def __init__(
+        self,
+        stream_count: int,
+        pool_size: int | None = None,
+        threads_per_queue: int = 1,
+        priorities: list[int] | None = None,
+    ) -> None:
         import torch
 
         self.device = "cpu"
@@ -327,8 +388,28 @@ class CpuBackend(Backend):
         self.known_labels = self._label_table.known  # label -> id (host thread only)
         self._fold = OpFold(stream_count, self.labels, 0)
         self.fold_ns = 0
-        self._mapping = assign_queues(stream_count, self.pool_size)
-        self._queues = [_HardwareQueue(i, self) for i in range(max(self._mapping) + 1)]
+        if priorities is not None and len(priorities) != stream_count:
+            raise ValueError("one priority per stream")
+        self.priorities = priorities
+        # with several levels: one pool per level (HIP/ROCclr keep a queue pool per priority) and
+        # the gate through which lower-priority workers let higher-priority queues go first
+        ranks = priorities if priorities is not None else [0] * stream_count
+        levels = sorted(set(ranks), reverse=True)
+        self.gate: threading.Condition | None = threading.Condition() if len(levels) > 1 else None
+        self._mapping = [0] * stream_count
+        queue_ranks: list[int] = []
+        for level in levels:
+            members = [s for s in range(stream_count) if ranks[s] == level]
+            offset = len(queue_ranks)
+            local = assign_queues(len(members), self.pool_size)
+            for stream, queue in zip(members, local, strict=True):
+                self._mapping[stream] = offset + queue
+            queue_ranks += [level] * (max(local) + 1)
+        self.queues_by_rank: list[_HardwareQueue] = []
+        self._queues = []
+        for i, rank in enumerate(queue_ranks):
+            self._queues.append(_HardwareQueue(i, self, rank))
+            self.queues_by_rank.append(self._queues[-1])
         self._streams = []
         for index, queue_index in enumerate(self._mapping):
             queue = self._queues[queue_index]
@@ -434,7 +515,19 @@ class CpuBackend(Backend):
             "queues_created": len(self._queues),
             "stream_to_queue": list(self._mapping),
             "source": "cpu backend: HIP-like pool (GPU_MAX_HW_QUEUES)",
+            "stream_priority": describe(self.priorities),
         }
+
+    def wait_idle(self, timeout_s: float = 0.5) -> bool:
+        """Wait until every worker sleeps on its doorbell (idle flag set, thread state S): after
+        synchronize() a worker still runs its loop's tail, which an edge of the traced window
+        would otherwise cut through (eBPF slices vs /proc on-CPU counters). False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if all(q._idle and _sleeping(q.tid) for q in self._queues if q.tid):
+                return True
+            time.sleep(50e-6)
+        return False
 
     def workers(self) -> list[WorkerInfo]:
         return [WorkerInfo(q.tid or 0, q.index, tuple(q.streams), q.doorbell) for q in self._queues]

@@ -27,6 +27,7 @@ from typing import Any
 
 from aorta.common.errors import UsageError
 from aorta.hw_queue_eval.backends.base import Backend, DependencyLog, OpRecord, Stream
+from aorta.hw_queue_eval.backends.priority import StreamFactory, describe, torch_priorities
 from aorta.hw_queue_eval.run.opfold import CHUNK_OPS, DEVICE, FoldedOps, LabelTable, OpFold
 
 # PyTorch hands out streams from a pool of 32 per device and priority; asking for more aliases
@@ -67,12 +68,41 @@ class GpuStream(Stream):
             self.cuda_stream.wait_stream(other.cuda_stream)  # an event recorded on `other`
 
 
+def _torch_stream(device: Any, priority: int | None) -> Any:
+    """A new torch stream on `device`; with a priority, hipStreamCreateWithPriority /
+    cudaStreamCreateWithPriority underneath (priority 0 is the default one)."""
+    import torch
+
+    if priority is None:
+        return torch.cuda.Stream(device=device)
+    return torch.cuda.Stream(device=device, priority=priority)
+
+
+def stream_torch_priorities(
+    priorities: list[int] | None, priority_range: tuple[int, int] | None = None
+) -> list[int | None]:
+    """Per stream the torch priority to create it with (None: no priority asked, the default)."""
+    if priorities is None:
+        return []
+    if priority_range is None:
+        import torch
+
+        priority_range = tuple(torch.cuda.Stream.priority_range())  # type: ignore[assignment]
+    return list(torch_priorities(priorities, priority_range))  # type: ignore[arg-type]
+
+
 class GpuBackend(Backend):
     """torch.cuda streams on one device; per-op and per-iteration timing with events."""
 
     name = "gpu"
 
-    def __init__(self, stream_count: int, device: str = "cuda:0") -> None:
+    def __init__(
+        self,
+        stream_count: int,
+        device: str = "cuda:0",
+        priorities: list[int] | None = None,
+        stream_factory: StreamFactory | None = None,
+    ) -> None:
         import torch
 
         if stream_count > MAX_DISTINCT_POOL_STREAMS:
@@ -84,7 +114,12 @@ class GpuBackend(Backend):
         self.device = device
         self._torch_device = torch.device(device)
         torch.cuda.set_device(self._torch_device)
-        created = [torch.cuda.Stream(device=self._torch_device) for _ in range(stream_count)]
+        self.priorities = priorities
+        self.torch_priorities = (
+            stream_torch_priorities(priorities) if priorities is not None else [None] * stream_count
+        )
+        factory = stream_factory or _torch_stream
+        created = [factory(self._torch_device, p) for p in self.torch_priorities]
         handles = {s.cuda_stream for s in created}
         if len(handles) != stream_count:
             raise UsageError(
@@ -92,7 +127,7 @@ class GpuBackend(Backend):
                 f"--streams {stream_count}; use fewer streams"
             )
         self._streams = [GpuStream(i, s, self) for i, s in enumerate(created)]
-        self._timer = torch.cuda.Stream(device=self._torch_device)
+        self._timer = factory(self._torch_device, None)
         self.recording = False
         self.op_timing = True
         self.iteration_joins = True
@@ -270,6 +305,8 @@ class GpuBackend(Backend):
             "stream_to_queue": None,
             "reason": "the GPU runtime assigns hardware queues (HIP: GPU_MAX_HW_QUEUES; "
             "CUDA: CUDA_DEVICE_MAX_CONNECTIONS); trace KFD queue creation to see it",
+            "stream_priority": describe(self.priorities),
+            "torch_stream_priority": None if self.priorities is None else list(self.torch_priorities),
         }
 
     def stream_handles(self) -> list[dict[str, Any]]:

@@ -18,12 +18,15 @@ from aorta.hw_queue_eval.run.config import (
     DEFAULT_SEED,
     DEFAULT_WARMUP,
     SIZES,
+    SYNC_MODE_ALIASES,
     SYNC_MODES,
     RunConfig,
+    check_device,
     check_seed,
     check_threads_per_queue,
     parse_positive_int,
 )
+from aorta.hw_queue_eval.run.cpupin import parse_cpu_list
 from aorta.hw_queue_eval.workloads.registry import get_info
 
 if TYPE_CHECKING:
@@ -43,6 +46,7 @@ def build_config(
     sync_mode: str,
     seed: int,
     threads_per_queue: str,
+    cpus: str | None = None,
 ) -> RunConfig:
     """Validate the run options (no torch) into a RunConfig; UsageError names the bad option."""
     info = get_info(workload)
@@ -50,20 +54,23 @@ def build_config(
     info.check_streams(stream_count)
     if size is not None and size not in SIZES:
         raise UsageError(f"unknown --size {size!r}: use one of {', '.join(SIZES)}")
+    sync_mode = SYNC_MODE_ALIASES.get(sync_mode, sync_mode)
     if sync_mode not in SYNC_MODES:
-        raise UsageError(f"unknown --sync-mode {sync_mode!r}: use one of {', '.join(SYNC_MODES)}")
+        names = ", ".join((*SYNC_MODES, *SYNC_MODE_ALIASES))
+        raise UsageError(f"unknown --sync-mode {sync_mode!r}: use one of {names}")
     return RunConfig(
         workload=workload,
         streams=stream_count,
         iterations=parse_positive_int(iterations, "--iterations"),
-        warmup=parse_positive_int(warmup, "--warmup"),
-        device=device,
+        warmup=parse_positive_int(warmup, "--warmup", zero_ok=True),
+        device=check_device(device),
         size=size,
         sync_mode=sync_mode,
         seed=check_seed(seed),
         threads_per_queue=check_threads_per_queue(
             parse_positive_int(threads_per_queue, "--threads-per-queue")
         ),
+        cpus=parse_cpu_list(cpus),
     )
 
 
@@ -129,7 +136,8 @@ def run_options(func: Any) -> Any:
             "--warmup",
             default=str(DEFAULT_WARMUP),
             show_default=True,
-            help="Warm-up iterations (not measured).",
+            help="Warm-up iterations (not measured). 0: the window starts cold and verification "
+            "checks the last measured iteration's outputs, after the window.",
         ),
         click.option(
             "-d",
@@ -148,7 +156,8 @@ def run_options(func: Any) -> Any:
             default="per_iteration",
             show_default=True,
             help="per_iteration: one host wait per iteration (latency samples); "
-            "end_only: one wait at the end (window time only).",
+            "end_only: one wait at the end (window time only); none: upstream AORTA's name "
+            "for end_only (recorded as end_only).",
         ),
         click.option(
             "--seed",
@@ -162,6 +171,14 @@ def run_options(func: Any) -> Any:
             default="1",
             show_default=True,
             help="CPU backend: intra-op threads per worker queue.",
+        ),
+        click.option(
+            "--cpus",
+            default=None,
+            metavar="LIST",
+            help="Pin the host thread and the queue workers to these CPUs (e.g. 0,1 or 0-3): "
+            "thread k of [host, queue 0, queue 1, …] on the k-th CPU, round-robin. Recorded as "
+            "environment.cpus_pinned. Default: no pinning.",
         ),
     ]
     for option in reversed(options):
@@ -194,15 +211,20 @@ def gpu_control_options(func: Any) -> Any:
     return func
 
 
-def gpu_request(lock_clocks: str | None, power_limit: str | None) -> GpuRequest:
-    """Validate --lock-clocks/--power-limit (no torch, nothing touched)."""
-    from aorta.hw_queue_eval.gpu.control import GpuRequest
+def gpu_request(lock_clocks: str | None, power_limit: str | None, device: str) -> GpuRequest:
+    """Validate --lock-clocks/--power-limit (no torch, nothing touched); UsageError when `device`
+    (checked, unresolved) can mean no GPU, so the CPU backend refuses them before torch loads."""
+    from aorta.hw_queue_eval.commands import collaborators
+    from aorta.hw_queue_eval.gpu.control import CPU_NOT_APPLICABLE, GpuRequest
     from aorta.hw_queue_eval.gpu.policies import validate_clock_level, validate_power_limit
 
-    return GpuRequest(
+    request = GpuRequest(
         clock_level=None if lock_clocks is None else validate_clock_level(lock_clocks),
         power_limit_w=None if power_limit is None else validate_power_limit(power_limit),
     )
+    if not request.empty and collaborators.current().gpu_locator().no_gpu_for(device):
+        raise UsageError(f"--lock-clocks/--power-limit: {CPU_NOT_APPLICABLE}")
+    return request
 
 
 def gpu_control_context(device: str, request: GpuRequest) -> Any:
@@ -261,13 +283,31 @@ def tracing_options(func: Any) -> Any:
     return func
 
 
-def build_tracer(queue: bool, memory: bool, gpu_runtime: bool = False) -> Any:
-    """The tracer for these flags (None without tracing); tells on stderr when tracing is off."""
+def build_tracer(queue: bool, memory: bool, gpu_runtime: bool = False, timeline: bool = False) -> Any:
+    """The tracer for these flags (None without tracing); tells on stderr when tracing is off.
+    `timeline`: --trace-out was given, so the tracer keeps per-event records for it."""
     if not (queue or memory or gpu_runtime):
         return None
     from aorta.hw_queue_eval.tracing.window_tracer import make_tracer
 
-    tracer = make_tracer(queue, memory, gpu_runtime)
+    tracer = make_tracer(queue, memory, gpu_runtime, timeline)
     if tracer is not None and not tracer.ready.ok:
         click.echo(f"warning: eBPF tracing is off: {tracer.ready.reason}", err=True)
     return tracer
+
+
+def sweep_run_options(config: Any) -> dict[str, Any]:
+    """The run options a sweep file records and hands to each point (its --resume fingerprint)."""
+    from aorta.hw_queue_eval.run.cpupin import format_cpu_list
+
+    return {
+        "iterations": config.iterations,
+        "warmup": config.warmup,
+        "device": config.device,
+        "size": config.size,
+        "sync_mode": config.sync_mode,
+        "seed": config.seed,
+        "threads_per_queue": config.threads_per_queue,
+        # only when given: a sweep without it keeps the fingerprint --resume matches on
+        **({"cpus": format_cpu_list(config.cpus)} if config.cpus else {}),
+    }

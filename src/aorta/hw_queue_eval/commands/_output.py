@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
@@ -20,6 +19,8 @@ def save_and_print_json(data: Any, output: str | None, as_json: bool) -> bool:
     if output:
         atomic_write_json(output, data)
     if as_json:
+        import json
+
         click.echo(json.dumps(data, indent=2))
         return True
     return False

@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import os
-import shutil
-from importlib.metadata import PackageNotFoundError, version
-from pathlib import Path
 from typing import Any
 
 import click
 
+from aorta import __version__
 from aorta.common.atomicio import atomic_write_json, check_output_path
 from aorta.hw_queue_eval.commands._output import save_and_print_json
+from aorta.hw_queue_eval.gpu.devnodes import gpu_devices_seen_by_kernel
 from aorta.hw_queue_eval.run.config import env_knobs, hw_queue_pool_size, parse_positive_int
 from aorta.hw_queue_eval.workloads.registry import (
     CATEGORIES,
     SENSITIVITIES,
     get_workload_class,
     list_workloads,
+    priority_of,
 )
 
 
@@ -45,7 +45,7 @@ def register(group: click.Group) -> None:
 def list_command(
     category: str | None, sensitivity: str | None, verbose: bool, streams: str | None, output: str | None
 ) -> None:
-    """List workloads by category, with stream limits and throughput units."""
+    """List workloads by category: stream limits, throughput unit, run-priority level (P0..P3)."""
     if output:
         check_output_path(output)
     count = None if streams is None else parse_positive_int(streams, "--streams")
@@ -58,7 +58,7 @@ def list_command(
         click.echo(
             f"  {info.name:<22} streams {info.min_streams}-{info.max_streams} "
             f"(rec. {info.recommended_streams:>2})  switch {info.switch_sensitivity:<8} "
-            f"{info.throughput_unit}"
+            f"{info.throughput_unit:<12} {priority_of(info.name) or '-'}"
         )
         if verbose:
             for line in verbose_lines(info.name, count):
@@ -69,7 +69,12 @@ def list_command(
             {
                 "kind": "workload_list",
                 "workloads": [
-                    {**info.__dict__, "models": get_workload_class(info.name).MODELS} for info in infos
+                    {
+                        **info.__dict__,
+                        "priority": priority_of(info.name),
+                        "models": get_workload_class(info.name).MODELS,
+                    }
+                    for info in infos
                 ],
             },
         )
@@ -107,27 +112,21 @@ def verbose_lines(name: str, streams: int | None) -> list[str]:
 
 
 def _package_version(name: str) -> str | None:
+    """An installed package's version without importing it (torch takes seconds); `info` only:
+    importlib.metadata itself costs ~25 ms here, so nothing on the other commands' path uses it."""
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version(name)
     except PackageNotFoundError:
         return None
 
 
-def gpu_devices_seen_by_kernel() -> dict[str, Any]:
-    """GPUs visible through /dev and sysfs, found without importing torch."""
-    kfd_nodes = []
-    topology = Path("/sys/class/kfd/kfd/topology/nodes")
-    if topology.is_dir():
-        for node in sorted(topology.iterdir()):
-            name_file = node / "name"
-            try:
-                name = name_file.read_text().strip()
-            except OSError:
-                continue
-            if name:
-                kfd_nodes.append(name)
-    nvidia = sorted(p.name for p in Path("/dev").glob("nvidia[0-9]*"))
-    return {"amd_kfd": os.path.exists("/dev/kfd"), "amd_gpu_nodes": kfd_nodes, "nvidia_devices": nvidia}
+def _which(program: str) -> str | None:
+    """shutil.which, imported here: shutil is not needed by `list` or `--help`."""
+    import shutil
+
+    return shutil.which(program)
 
 
 def tracing_readiness() -> dict[str, Any]:
@@ -147,7 +146,7 @@ def collect_info() -> dict[str, Any]:
     else:
         backend = "cpu"
     return {
-        "aorta": _package_version("aorta"),
+        "aorta": __version__,
         "python": ".".join(map(str, __import__("sys").version_info[:3])),
         "torch": torch_version,
         "numpy": _package_version("numpy"),
@@ -157,7 +156,7 @@ def collect_info() -> dict[str, Any]:
         "queue_pool_size": hw_queue_pool_size(),
         "env_knobs": env_knobs(),
         "cpu_count": os.cpu_count(),
-        "bpftrace": shutil.which("bpftrace"),
+        "bpftrace": _which("bpftrace"),
         "tracing": tracing_readiness(),
     }
 

@@ -12,21 +12,38 @@ from aorta.common.atomicio import (
     check_replaceable,
 )
 from aorta.common.errors import ExitCode, UsageError
+from aorta.hw_queue_eval.analysis.exact_u import ALPHA, MIN_RUNS_TO_DETECT
 
 
 def register(group: click.Group) -> None:
     group.add_command(compare_command)
 
 
-@click.command("compare")
-@click.option("-b", "--baseline", "base", required=True, help="Base result (run, sweep, policy-sweep).")
+@click.command(
+    "compare",
+    help="Compare TEST results against BASE, point by point; exit 0 no regression found, "
+    "1 regression, 2 bad input.\n\nRuns are the samples: give files made with --repeats "
+    f"(≥ 3 runs per side for a verdict, {MIN_RUNS_TO_DETECT} per side to detect a change at "
+    f"α = {ALPHA:g}). 'unchanged' needs the change's CI inside ±threshold; otherwise, and "
+    "with one run per side, the verdict is 'inconclusive' (exit 0, the RESULT line says so).",
+)
+@click.option(
+    "-b",
+    "--baseline",
+    "bases",
+    required=True,
+    multiple=True,
+    help="Base result (run, sweep, policy-sweep, or the upstream tool's); repeat -b to pool "
+    "several files as the repeats of their points.",
+)
 @click.option(
     "-t",
     "--test",
     "tests",
     required=True,
     multiple=True,
-    help="Test result; repeat -t to compare several against the base.",
+    help="Test result; repeat -t to compare several against the base (upstream files, one run "
+    "per point, are pooled as repeats instead).",
 )
 @click.option(
     "--threshold",
@@ -44,7 +61,7 @@ def register(group: click.Group) -> None:
     "-v", "--verbose", is_flag=True, help="Show every comparable eBPF value (default: at most 10 per point)."
 )
 def compare_command(
-    base: str,
+    bases: tuple[str, ...],
     tests: tuple[str, ...],
     threshold: str,
     as_json: bool,
@@ -53,11 +70,7 @@ def compare_command(
     force: bool,
     verbose: bool = False,
 ) -> None:
-    """Compare TEST results against BASE, point by point; exit 0 ok, 1 regression, 2 bad input.
-
-    Runs are the samples: give files made with --repeats (≥ 3 runs per side for a verdict, 5 to
-    detect a change at α = 0.05); one run per side is reported as inconclusive.
-    """
+    """Compare TEST results against BASE (help: above); exit 1 on a regression."""
     from aorta.hw_queue_eval.analysis.compare import compare_files
     from aorta.hw_queue_eval.report.compare_view import render_console, to_markdown
 
@@ -72,9 +85,9 @@ def compare_command(
     if output:
         check_output_path(output)
         check_replaceable(output, ("comparison",), force)
-        if output in (base, *tests):
+        if output in (*bases, *tests):
             raise UsageError(f"-o {output} is one of the input files: choose another path")
-    cmp = compare_files(base, list(tests), threshold_pct)
+    cmp = compare_files(list(bases), list(tests), threshold_pct)
     if output:
         atomic_write_json(output, cmp)
     if as_json:

@@ -8,6 +8,7 @@ import click
 
 from aorta.common.atomicio import check_output_path
 from aorta.common.errors import AortaError, ExitCode, Interrupted, Terminated, UsageError
+from aorta.common.interrupts import commit
 from aorta.hw_queue_eval.commands import collaborators
 from aorta.hw_queue_eval.commands._options import (
     PASSTHROUGH_FLAGS,
@@ -83,6 +84,7 @@ def policy_sweep_command(
     sync_mode: str,
     seed: int,
     threads_per_queue: str,
+    cpus: str | None,
     lock_clocks: str | None,
     power_limit: str | None,
     output: str | None,
@@ -113,9 +115,14 @@ def policy_sweep_command(
     )
 
     config = build_config(
-        workload, streams, iterations, warmup, device, size, sync_mode, seed, threads_per_queue
+        workload, streams, iterations, warmup, device, size, sync_mode, seed, threads_per_queue, cpus
     )
     chosen = resolve_policies(policies, policy_file)
+    for policy in chosen:  # stream numbers checked against --streams before anything runs
+        if policy.stream_priority:
+            from aorta.hw_queue_eval.backends.priority import parse_spec
+
+            parse_spec(policy.stream_priority, config.streams, f"policy {policy.name}: stream_priority")
     rounds = parse_positive_int(repeats, "--repeats")
     if rounds > MAX_REPEATS:
         raise UsageError(
@@ -124,7 +131,7 @@ def policy_sweep_command(
     timeout_s = parse_timeout(timeout)
     nproc = None if nproc_per_node is None else parse_positive_int(nproc_per_node, "--nproc-per-node")
     flags = [f"--{name.replace('_', '-')}" for name, on in passthrough.items() if on]
-    base = gpu_request(lock_clocks, power_limit)
+    base = gpu_request(lock_clocks, power_limit, config.device)
     output = output or f"policy_sweep_{config.workload}_s{config.streams}.json"
     check_output_path(output, "policy-sweep file")
     hold_output_lock(output, "policy-sweep file")
@@ -211,6 +218,7 @@ def policy_sweep_command(
         file.save(state=state)
         click.echo(f"\n{state}: {len(file.points)} point(s) saved in {output}; --resume continues", err=True)
         raise (Terminated() if state == "terminated" else Interrupted()) from None
+    commit()  # every point is measured: the file is completed whatever signal comes now
     summary = summarize(file.points, chosen)
     file.save(state="complete", summary=summary)
     render_policy_table(file.to_dict(state="complete", summary=summary), make_console())

@@ -15,6 +15,8 @@ from aorta.common.atomicio import (
     keep_unsaved,
 )
 from aorta.common.errors import ExitCode, MeasurementFailed, UsageError
+from aorta.common.interrupts import commit
+from aorta.hw_queue_eval.analysis.exact_u import ALPHA, MIN_RUNS_TO_DETECT
 from aorta.hw_queue_eval.commands import collaborators
 from aorta.hw_queue_eval.commands._options import (
     Progress,
@@ -26,6 +28,13 @@ from aorta.hw_queue_eval.commands._options import (
     run_options,
     tracing_options,
 )
+from aorta.hw_queue_eval.commands.profiling import profile_folder, profile_options
+from aorta.hw_queue_eval.commands.upstream_knobs import (
+    collective_knobs,
+    collective_options,
+    overlap_knobs,
+    overlap_options,
+)
 from aorta.hw_queue_eval.run.config import RunConfig, parse_positive_int
 
 if TYPE_CHECKING:
@@ -36,36 +45,30 @@ def register(group: click.Group) -> None:
     group.add_command(run_command)
 
 
-def _trace_of(result: dict[str, Any]) -> dict[str, Any]:
-    from aorta.hw_queue_eval.report.trace import build_trace
-
-    return build_trace(result)
-
-
 def _write_outputs(
     result: dict[str, Any], output: str | None, trace_out: str | None
 ) -> tuple[list[str], str]:
     """Write -o and --trace-out: (what was written, "" or the one-line error). On a failed write
-    (disk full) the file is kept in a private temp folder that the error names."""
-    import json
-
-    from aorta.common.atomicio import atomic_write_json
+    (disk full) the file is kept in a private temp folder that the error names. The trace is
+    encoded and written piece by piece (report/trace.trace_chunks): its memory does not grow
+    with the trace."""
+    from aorta.common.atomicio import atomic_write_bytes, json_text
+    from aorta.hw_queue_eval.report.trace import trace_chunks
 
     written: list[str] = []
-    for what, path, build in (
-        ("result", output, lambda: result),
-        ("trace", trace_out, lambda: _trace_of(result)),
+    for what, path, pieces in (
+        ("result", output, lambda: [json_text(result).encode()]),
+        ("trace", trace_out, lambda: trace_chunks(result)),
     ):
         if not path:
             continue
-        data = build()
         try:
-            atomic_write_json(path, data)
+            atomic_write_bytes(path, pieces())
         except WriteError as exc:
-            text = json.dumps(data, indent=2, allow_nan=False) + "\n"
-            kept = keep_unsaved(os.path.basename(path), text.encode("utf-8"))
+            data = b"".join(pieces())
+            kept = keep_unsaved(os.path.basename(path), data)
             if kept is None:  # the temp folder is full too: stdout is the last place left
-                click.echo(text)
+                click.echo(data.decode())
                 return written, (f"{exc}; the {what} was printed above as JSON (no room in the temp folder)")
             return written, f"{exc}; the {what} is kept in {kept}: move it where there is room"
         written.append(what)
@@ -79,6 +82,12 @@ def _write_outputs(
 @gpu_control_options
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the result JSON here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result JSON on stdout.")
+@click.option(
+    "-q",
+    "--quiet",
+    is_flag=True,
+    help="Print the run in one line (throughput, iteration P50/P99, status) instead of the blocks.",
+)
 @click.option(
     "--trace-out",
     type=click.Path(dir_okay=False),
@@ -95,12 +104,20 @@ def _write_outputs(
     "no switch analysis, less instrumentation in the window.",
 )
 @click.option(
+    "--stream-priority",
+    default=None,
+    metavar="SPEC",
+    help="Create the streams with priorities: STREAM=LEVEL,…[,rest=LEVEL], LEVEL high, normal "
+    "or low (e.g. 0=high,rest=low). GPU: torch.cuda.Stream(priority=…); CPU backend: one queue "
+    "pool per level, higher served first (docs/policies.md).",
+)
+@click.option(
     "--repeats",
     default="1",
     show_default=True,
     help="Run N times, each in a fresh process, and keep every run's summary with the "
-    "median and its CI; compare needs ≥ 3 per side for a verdict (5 to detect a "
-    "change at α = 0.05). 1 = one in-process run, as before.",
+    f"median and its CI; compare needs ≥ 3 per side for a verdict ({MIN_RUNS_TO_DETECT} per "
+    f"side to detect a change at α = {ALPHA:g}). 1 = one in-process run, as before.",
 )
 @tracing_options
 @click.option(
@@ -111,6 +128,10 @@ def _write_outputs(
     help="Under torchrun: timeout of every collective and barrier, so a dead rank "
     "stops the others instead of hanging them.",
 )
+# upstream AORTA 0.3.0's flags (commands/profiling.py, commands/upstream_knobs.py)
+@profile_options
+@overlap_options
+@collective_options
 def run_command(
     workload: str,
     streams: str,
@@ -121,6 +142,7 @@ def run_command(
     sync_mode: str,
     seed: int,
     threads_per_queue: str,
+    cpus: str | None,
     lock_clocks: str | None,
     power_limit: str | None,
     output: str | None,
@@ -128,11 +150,20 @@ def run_command(
     trace_out: str | None,
     force: bool = False,
     op_timing: bool = True,
+    stream_priority: str | None = None,
     repeats: str = "1",
     ebpf_trace: bool = False,
     ebpf_memory_trace: bool = False,
     ebpf_gpu_runtime: bool = False,
     dist_timeout: str = "300",
+    quiet: bool = False,
+    profile: bool = False,
+    profile_dir: str | None = None,
+    real_collectives: bool = False,
+    async_op: bool = False,
+    dist_backend: str | None = None,
+    process_groups: str | None = None,
+    **overlap: str | None,
 ) -> None:
     """Run WORKLOAD on N streams and measure throughput, latency and queue behaviour.
 
@@ -142,26 +173,48 @@ def run_command(
     import json
 
     from aorta.hw_queue_eval.backends import resolve_device
-    from aorta.hw_queue_eval.report.console import make_console, render_run
+    from aorta.hw_queue_eval.report.console import make_console, quiet_line, render_run
     from aorta.hw_queue_eval.report.ebpf_blocks import render_ebpf
     from aorta.hw_queue_eval.run.harness import run_benchmark
 
     config = build_config(
-        workload, streams, iterations, warmup, device, size, sync_mode, seed, threads_per_queue
+        workload, streams, iterations, warmup, device, size, sync_mode, seed, threads_per_queue, cpus
     )
     config = dataclasses.replace(config, op_timing=op_timing)
-    request = gpu_request(lock_clocks, power_limit)
-    check_distinct_outputs({"-o": output, "--trace-out": trace_out})
     from aorta.hw_queue_eval.distributed.torchrun import torchrun_env
 
     dist_env = torchrun_env()
+    if dist_env is not None and (lock_clocks is not None or power_limit is not None):
+        # before gpu_request: on any device, this is the refusal that applies
+        raise UsageError(
+            "under torchrun, --lock-clocks/--power-limit are not supported yet "
+            "(the ranks would race on one GPU setting): set them without "
+            "torchrun first (see docs/distributed.md)"
+        )
+    request = gpu_request(lock_clocks, power_limit, config.device)
+    check_distinct_outputs({"-o": output, "--trace-out": trace_out})
+    dist_timeout_s = parse_positive_int(dist_timeout, "--dist-timeout")  # checked everywhere
+    explicit = click.get_current_context().get_parameter_source("dist_timeout")
+    if dist_env is None and explicit is click.core.ParameterSource.COMMANDLINE:
+        raise UsageError(
+            "--dist-timeout applies to runs under torchrun only: drop it, or start the run with torchrun"
+        )
+    config = _with_upstream_knobs(
+        config,
+        dist_env,
+        profile_folder(profile, profile_dir),
+        overlap,
+        (real_collectives, async_op, dist_backend, process_groups),
+    )
+    if config.profile_dir is not None and parse_positive_int(repeats, "--repeats") > 1:
+        raise UsageError("--profile records one run: use it without --repeats")
+    knob_flags = _overlap_flags(overlap)
+    if stream_priority is not None:
+        from aorta.hw_queue_eval.backends.priority import parse_spec
+
+        parse_spec(stream_priority, config.streams)  # a bad spec stops here (exit 2)
+        config = dataclasses.replace(config, stream_priority=stream_priority.strip())
     if dist_env is not None:
-        if not request.empty:
-            raise UsageError(
-                "under torchrun, --lock-clocks/--power-limit are not supported yet "
-                "(the ranks would race on one GPU setting): set them without "
-                "torchrun first (see docs/distributed.md)"
-            )
         if parse_positive_int(repeats, "--repeats") > 1:
             raise UsageError(
                 "under torchrun, --repeats is not supported: repeat the torchrun "
@@ -170,7 +223,7 @@ def run_command(
         _run_under_torchrun(
             config,
             dist_env,
-            parse_positive_int(dist_timeout, "--dist-timeout"),
+            dist_timeout_s,
             output,
             as_json,
             trace_out,
@@ -200,18 +253,19 @@ def run_command(
                 ("--no-op-timing", not op_timing),
             )
             if on
-        ]
-        _run_repeats(config, request, runs, flags, output, as_json)
+        ] + (["--stream-priority", stream_priority] if stream_priority is not None else [])
+        _run_repeats(config, request, runs, [*flags, *knob_flags], output, as_json, quiet)
         return
-    tracer = build_tracer(ebpf_trace, ebpf_memory_trace, ebpf_gpu_runtime)
+    tracer = build_tracer(ebpf_trace, ebpf_memory_trace, ebpf_gpu_runtime, timeline=bool(trace_out))
     config = dataclasses.replace(config, device=resolve_device(config.device))  # imports torch
     control = gpu_control_context(config.device, request)
     with control as gpu_report:  # clocks/power (if asked) applied and verified before the run
-        click.echo(
-            f"Running {config.workload} on {config.streams} streams ({config.iterations} "
-            f"iterations + {config.warmup} warm-up, device {config.device})…",
-            err=True,
-        )
+        if not quiet:
+            click.echo(
+                f"Running {config.workload} on {config.streams} streams ({config.iterations} "
+                f"iterations + {config.warmup} warm-up, device {config.device})…",
+                err=True,
+            )
         with Progress() as progress:
             run_benchmark = collaborators.current().benchmark_runner()
             result = run_benchmark(config, tracer=tracer, progress=progress).to_dict()
@@ -222,12 +276,16 @@ def run_command(
             f"{gpu_report.get('in_effect')}, then {gpu_report['status']}",
             err=True,
         )
+    commit()  # the run is over: a Ctrl+C from here on would claim "nothing written" next to a file
     written, unsaved = _write_outputs(result, output, trace_out)
     if as_json:
         click.echo(json.dumps(result, indent=2))
+    elif quiet:
+        click.echo(quiet_line(result))
     else:
         render_run(result, make_console())
         render_ebpf(result, make_console())
+        _echo_profile(result)
         if "result" in written:
             click.echo(f"\nresult written to {output}")
         if "trace" in written:
@@ -238,24 +296,72 @@ def run_command(
         raise click.exceptions.Exit(ExitCode.FAILED)
 
 
+def _with_upstream_knobs(
+    config: RunConfig,
+    dist_env: Any,
+    profile_dir: str | None,
+    overlap: dict[str, str | None],
+    collective: tuple[bool, bool, str | None, str | None],
+) -> RunConfig:
+    """The config with upstream's --profile, workload knobs and collective flags checked in."""
+    import dataclasses
+
+    options = overlap_knobs(config.workload, config.streams, overlap)
+    dist_options, backend = collective_knobs(
+        config.workload, None if dist_env is None else dist_env.world_size, *collective
+    )
+    return dataclasses.replace(
+        config,
+        profile_dir=profile_dir,
+        rank=None if dist_env is None else dist_env.rank,
+        workload_options={**options, **dist_options},
+        dist_backend=backend,
+    )
+
+
+def _overlap_flags(overlap: dict[str, str | None]) -> list[str]:
+    """The knob flags again, for the child runs of --repeats (each checked already)."""
+    return [
+        arg
+        for name, value in overlap.items()
+        if value is not None
+        for arg in (f"--{name.replace('_', '-')}", value)
+    ]
+
+
+def _echo_profile(result: dict[str, Any]) -> None:
+    """The PROFILER OUTPUT block of a --profile run (nothing without one)."""
+    from aorta.hw_queue_eval.report.profiler_view import profiler_lines
+
+    for line in profiler_lines(result):
+        click.echo(line)
+
+
 def _run_repeats(
-    config: RunConfig, request: GpuRequest, runs: int, flags: list[str], output: str | None, as_json: bool
+    config: RunConfig,
+    request: GpuRequest,
+    runs: int,
+    flags: list[str],
+    output: str | None,
+    as_json: bool,
+    quiet: bool = False,
 ) -> None:
     """`run --repeats N`: N fresh child runs back to back, one result with every repeat."""
     import json
 
-    from aorta.hw_queue_eval.report.console import make_console, render_run
+    from aorta.hw_queue_eval.report.console import make_console, quiet_line, render_run
     from aorta.hw_queue_eval.report.ebpf_blocks import render_ebpf
     from aorta.hw_queue_eval.report.repeats_view import render_repeats
     from aorta.hw_queue_eval.results.run_result import save_result
     from aorta.hw_queue_eval.sweeps.policy_sweep import child_run_args
     from aorta.hw_queue_eval.sweeps.repeats import run_repeated
 
-    click.echo(
-        f"Running {config.workload} on {config.streams} streams {runs} times, each in a "
-        f"fresh process ({config.iterations} iterations + {config.warmup} warm-up)…",
-        err=True,
-    )
+    if not quiet:
+        click.echo(
+            f"Running {config.workload} on {config.streams} streams {runs} times, each in a "
+            f"fresh process ({config.iterations} iterations + {config.warmup} warm-up)…",
+            err=True,
+        )
 
     def on_repeat(repeat: int, outcome: dict[str, Any]) -> None:
         tput = (outcome.get("result") or {}).get("throughput")
@@ -264,7 +370,8 @@ def _run_repeats(
             if tput is not None
             else f"{outcome['status']}: {outcome.get('error')}"
         )
-        click.echo(f"  repeat {repeat}/{runs}: {text} ({outcome['duration_s']:.1f} s)", err=True)
+        if not quiet:
+            click.echo(f"  repeat {repeat}/{runs}: {text} ({outcome['duration_s']:.1f} s)", err=True)
 
     with gpu_control_context(config.device, request) as gpu_report:
         result, outcomes = run_repeated(child_run_args(config, flags), runs, on_repeat=on_repeat)
@@ -275,10 +382,15 @@ def _run_repeats(
         )
     if gpu_report is not None:
         result["gpu_control"] = gpu_report
+    commit()
     if output:
         save_result(output, result)
     if as_json:
         click.echo(json.dumps(result, indent=2))
+    elif quiet:
+        click.echo(
+            quiet_line(result) + f" (the median-throughput run of {result['repeats']['ok']}/{runs} ok)"
+        )
     else:
         render_run(result, make_console())
         render_ebpf(result, make_console())
@@ -308,6 +420,7 @@ def _run_under_torchrun(
     import json
 
     from aorta.hw_queue_eval.distributed.torchrun import format_rank_table, run_distributed
+    from aorta.hw_queue_eval.report.ebpf_blocks import rank_ebpf_lines
     from aorta.hw_queue_eval.results.run_result import save_result
 
     lead = dist_env.rank == 0
@@ -336,18 +449,20 @@ def _run_under_torchrun(
     )
     if combined is None:
         return  # not rank 0: rank 0 reports for everyone
+    commit()
     if output:
         save_result(output, combined)
     if trace_out:
-        from aorta.common.atomicio import atomic_write_json
-        from aorta.hw_queue_eval.report.trace import build_trace
+        from aorta.common.atomicio import atomic_write_bytes
+        from aorta.hw_queue_eval.report.trace import trace_chunks
 
-        atomic_write_json(trace_out, build_trace(combined))  # rank 0's ops
+        atomic_write_bytes(trace_out, trace_chunks(combined))  # rank 0's ops
     if as_json:
         click.echo(json.dumps(combined, indent=2))
     else:
-        for line in format_rank_table(combined):
+        for line in [*format_rank_table(combined), *rank_ebpf_lines(combined)]:
             click.echo(line)
+        _echo_profile(combined)
         if output:
             click.echo(f"\nresult written to {output} (every rank's result under distributed.rank_results)")
     if combined["status"] != "ok":

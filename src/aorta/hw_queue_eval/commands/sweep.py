@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import click
@@ -17,6 +18,7 @@ from aorta.hw_queue_eval.commands._options import (
     gpu_control_options,
     gpu_request,
     run_options,
+    sweep_run_options,
 )
 from aorta.hw_queue_eval.commands._output import hold_output_lock
 from aorta.hw_queue_eval.commands.run import run_command
@@ -85,6 +87,7 @@ def sweep_command(
     sync_mode: str,
     seed: int,
     threads_per_queue: str,
+    cpus: str | None,
     lock_clocks: str | None,
     power_limit: str | None,
     output: str | None,
@@ -111,27 +114,21 @@ def sweep_command(
     info = get_info(workload)
     counts, dropped = plan_stream_counts(info, parse_stream_list(streams))
     config = build_config(
-        workload, str(counts[0]), iterations, warmup, device, size, sync_mode, seed, threads_per_queue
+        workload, str(counts[0]), iterations, warmup, device, size, sync_mode, seed, threads_per_queue, cpus
     )
-    request = gpu_request(lock_clocks, power_limit)
+    request = gpu_request(lock_clocks, power_limit, config.device)
     output = output or f"{workload}_sweep.json"
     check_output_path(output, "sweep file")
     hold_output_lock(output, "sweep file")
     flags = [f"--{name.replace('_', '-')}" for name, on in passthrough.items() if on]
+    # children run in their own private folder: a relative --trace-out means the caller's folder
+    trace_out = os.path.join(os.getcwd(), trace_out) if trace_out else None
     spec = SweepSpec(
         workload=workload,
         info=info,
         stream_counts=counts,
         dropped=dropped,
-        run_options={
-            "iterations": config.iterations,
-            "warmup": config.warmup,
-            "device": config.device,
-            "size": config.size,
-            "sync_mode": config.sync_mode,
-            "seed": config.seed,
-            "threads_per_queue": config.threads_per_queue,
-        },
+        run_options=sweep_run_options(config),
         output=output,
         timeout_s=parse_timeout(timeout),
         trace_out=trace_out,

@@ -31,7 +31,6 @@ import os
 import threading
 import time
 from dataclasses import replace
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -224,25 +223,31 @@ class NodeTracer(EbpfTracer):
 
     def _wait(self, name: str, what: str) -> str:
         """The value of a store key, waiting for it; UsageError on another rank's failure or
-        after the timeout (never a hang)."""
+        after the timeout (never a hang).
+
+        Polls with `check` (answered at once) and sleeps between looks: a `wait` with a short
+        timeout would make torch's store client log a `waitForInput … timed out` warning for
+        every slice that passes without the key."""
         store, key = _store(), self._key(name)
         deadline = time.monotonic() + self.timeout_s
         while True:
             began = time.monotonic()
             try:
-                store.wait([key], timedelta(seconds=_WAIT_SLICE_S))
-                return store.get(key).decode()
-            except Exception as exc:  # a timeout of this slice, or the store went away
-                failed = distributed.failed_ranks(self.env)
-                if failed:
-                    raise UsageError(f"rank {self.env.rank} stopped: {failed[0]}") from None
-                if time.monotonic() > deadline:
-                    raise UsageError(
-                        f"rank {self.env.rank}: waited {self.timeout_s:g} s for "
-                        f"{what} (eBPF hand-over): raise --dist-timeout or check "
-                        f"that rank"
-                    ) from exc
-                time.sleep(max(0.0, _WAIT_SLICE_S - (time.monotonic() - began)))  # no busy loop
+                if store.check([key]):
+                    return store.get(key).decode()
+                problem: Exception | None = None
+            except Exception as exc:  # the store went away
+                problem = exc
+            failed = distributed.failed_ranks(self.env)
+            if failed:
+                raise UsageError(f"rank {self.env.rank} stopped: {failed[0]}") from None
+            if time.monotonic() > deadline:
+                raise UsageError(
+                    f"rank {self.env.rank}: waited {self.timeout_s:g} s for "
+                    f"{what} (eBPF hand-over): raise --dist-timeout or check "
+                    f"that rank"
+                ) from problem
+            time.sleep(max(0.0, _WAIT_SLICE_S - (time.monotonic() - began)))  # no busy loop
 
 
 def check_siblings(ranks: list[dict[str, Any]]) -> None:

@@ -141,6 +141,14 @@ def make_barrier(backend: str, timeout_s: float) -> Callable[[], None]:
     return barrier
 
 
+def check_backend_device(dist_backend: str | None, device: str) -> None:
+    """--backend nccl needs a GPU: refuse it for a rank on the CPU backend."""
+    if dist_backend == "nccl" and device == "cpu":
+        raise UsageError(
+            "--backend nccl needs a GPU; on the CPU backend use --backend gloo (the default there)"
+        )
+
+
 def run_distributed(
     config: RunConfig,
     env: DistEnv,
@@ -159,7 +167,8 @@ def run_distributed(
     benchmark = benchmark or run_benchmark
 
     device = rank_device(config.device, env)
-    backend = "gloo" if device == "cpu" else "nccl"
+    check_backend_device(config.dist_backend, device)
+    backend = config.dist_backend or ("gloo" if device == "cpu" else "nccl")
     if device != "cpu":
         import torch
 

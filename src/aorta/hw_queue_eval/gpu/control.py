@@ -88,6 +88,11 @@ class GpuLocator(Protocol):
         """A driver for `target` (its vendor library when importable, else its tool)."""
         ...
 
+    def no_gpu_for(self, device: str) -> bool:
+        """True when --device `device` (checked, not resolved) surely means no GPU to control,
+        decided without torch; False when only resolving the device can tell."""
+        ...
+
 
 def _physical_index(vendor: str, logical: int) -> int:
     """Map torch's cuda:N to the vendor tool's index through *_VISIBLE_DEVICES if set."""
@@ -125,6 +130,11 @@ class DeviceGpus:
 
     def driver_for(self, target: GpuTarget) -> GpuDriver:
         return make_driver(target.vendor, target.index)
+
+    def no_gpu_for(self, device: str) -> bool:
+        from aorta.hw_queue_eval.gpu.devnodes import any_gpu_node
+
+        return device == "cpu" or (device == "auto" and not any_gpu_node())
 
 
 def _driver_for_record(record: dict[str, Any]) -> GpuDriver:

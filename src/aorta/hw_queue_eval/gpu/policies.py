@@ -14,7 +14,6 @@ import re
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from aorta.common.errors import UsageError
@@ -40,7 +39,7 @@ _ENV_FORBIDDEN = (
     "GPU_DEVICE_ORDINAL",
     "CUDA_DEVICE_ORDER",
 )
-_POLICY_KEYS = {"description", "clock_level", "power_limit_w", "env"}
+_POLICY_KEYS = {"description", "clock_level", "power_limit_w", "env", "stream_priority"}
 #: Names that load code or name a file/folder (refused with that reason): LD_*, PYTHON*, …PATH,
 #: …LIB, …_FILE, …_DIR, …_OUT, …PLUGIN, …INJECTION… (HSA_TOOLS_LIB, CUDA_INJECTION64_PATH, …).
 _LOADS_OR_WRITES = re.compile(
@@ -122,6 +121,13 @@ class Policy:
     power_limit_w: float | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     source: str = "builtin"
+    #: stream priorities the workload's streams are created with (backends/priority.py spec,
+    #: e.g. "0=high,rest=low"); None: every stream at the default priority
+    stream_priority: str | None = None
+
+    def child_args(self) -> list[str]:
+        """The run options this policy adds to the run's child (its stream priorities)."""
+        return ["--stream-priority", self.stream_priority] if self.stream_priority else []
 
     @property
     def needs_gpu_control(self) -> bool:
@@ -136,6 +142,7 @@ class Policy:
             "clock_level": self.clock_level,
             "power_limit_w": self.power_limit_w,
             "env": dict(self.env),
+            "stream_priority": self.stream_priority,
             "source": self.source,
         }
 
@@ -144,7 +151,21 @@ BUILTIN_POLICIES: dict[str, Policy] = {
     p.name: p
     for p in (
         Policy("baseline", "Nothing changed: the machine as found."),
-        Policy("priority_lc", "Latency-critical: clocks locked at the highest level (7).", clock_level=7),
+        Policy(
+            "priority_lc",
+            "Latency-critical: clocks locked at the highest level (7) (upstream's meaning).",
+            clock_level=7,
+        ),
+        Policy(
+            "stream_priority_lc",
+            "Stream 0 (latency-critical) created high priority, the rest low.",
+            stream_priority="0=high,rest=low",
+        ),
+        Policy(
+            "stream_priority_inverse",
+            "Stream 0 created low priority, the rest high (the control for stream_priority_lc).",
+            stream_priority="0=low,rest=high",
+        ),
         Policy(
             "priority_be",
             "Best-effort: low clock level (2) and a 150 W power cap.",
@@ -192,7 +213,7 @@ def not_applicable_reason(policy: Policy, backend: str) -> str | None:
 
     Clock/power settings on the CPU backend are handled by gpu_control (CPU_NOT_APPLICABLE).
     """
-    if backend != "cpu" or not policy.env or policy.needs_gpu_control:
+    if backend != "cpu" or not policy.env or policy.needs_gpu_control or policy.stream_priority:
         return None
     ignored = cpu_ignored_env(policy)
     if len(ignored) < len(policy.env):
@@ -275,6 +296,11 @@ def _policy_from_table(name: str, table: Any, path: str) -> Policy:
         raise UsageError(f"{where}: description must be a string")
     clock = table.get("clock_level")
     power = table.get("power_limit_w")
+    priority = table.get("stream_priority")
+    if priority is not None:
+        from aorta.hw_queue_eval.backends.priority import check_spec
+
+        priority = check_spec(priority, f"{where}: stream_priority")
     policy = Policy(
         name=name,
         description=description,
@@ -282,20 +308,56 @@ def _policy_from_table(name: str, table: Any, path: str) -> Policy:
         power_limit_w=None if power is None else validate_power_limit(power, f"{where}: power_limit_w"),
         env=validate_env(table.get("env", {}), where),
         source=str(path),
+        stream_priority=priority,
     )
-    if not policy.needs_gpu_control and not policy.env and name != "baseline":
-        raise UsageError(f"{where}: sets nothing (give clock_level, power_limit_w or env)")
+    if not policy.needs_gpu_control and not policy.env and not priority and name != "baseline":
+        raise UsageError(f"{where}: sets nothing (give clock_level, power_limit_w, env or stream_priority)")
     return policy
+
+
+#: A policy file is a few tables of a few keys: larger or deeper input is not one (and the
+#: TOML parser recurses per nesting level).
+MAX_POLICY_FILE_BYTES = 256 * 1024
+MAX_TOML_DEPTH = 16
+
+
+def toml_depth(text: str) -> int:
+    """Deepest nesting of arrays and inline tables in TOML `text` (strings and comments skipped)."""
+    depth = deepest = 0
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c in "\"'":
+            quote = text[i : i + 3] if text[i : i + 3] in ('"""', "'''") else c
+            i += len(quote)
+            while i < n and text[i : i + len(quote)] != quote:
+                i += 2 if quote[0] == '"' and text[i] == "\\" else 1
+            i += len(quote)
+            continue
+        if c == "#":
+            while i < n and text[i] != "\n":
+                i += 1
+        elif c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth = max(depth - 1, 0)
+        i += 1
+    return deepest
 
 
 def load_policy_file(path: str) -> dict[str, Policy]:
     """Policies from a TOML file: `[policies.NAME]` tables (see examples/policies.toml)."""
+    from aorta.common.atomicio import read_small_text
+
+    text = read_small_text(path, "--policy-file", MAX_POLICY_FILE_BYTES)
+    if toml_depth(text) > MAX_TOML_DEPTH:
+        raise UsageError(
+            f"--policy-file {path} nests arrays or tables more than {MAX_TOML_DEPTH} deep: "
+            "it is not a policy file (see examples/policies.toml)"
+        )
     try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"--policy-file {path} not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--policy-file {path} cannot be read: {exc}") from None
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"--policy-file {path} is not valid TOML: {exc}") from None
     tables = data.get("policies")

@@ -103,8 +103,42 @@ def _ebpf_lines(test: dict[str, Any], verbose: bool = False, esc: Callable[[Any]
     return lines
 
 
+def rerun_hint(cmp: dict[str, Any]) -> str:
+    """What more runs would decide the inconclusive metrics, never a count both sides already
+    have: the largest per-metric estimate (runs per side that narrow the CI to ±threshold), or
+    the fewest runs per side that can reach p < α where a side has fewer; else no number."""
+    floor = cmp["min_runs_to_detect"]
+    sides: list[tuple[int, int]] = []
+    estimates: list[int] = []
+    minimums: list[int] = []
+    unknown = False
+    for m in (m for t in cmp["tests"] for p in t["pairs"] for m in p["metrics"]):
+        if m["verdict"] != "inconclusive":
+            continue
+        sides.append((m["base_n"], m["test_n"]))
+        if m.get("runs_needed"):
+            estimates.append(m["runs_needed"])
+        elif min(sides[-1]) < floor:
+            minimums.append(floor)
+        else:  # no CI, or over MAX_RUNS_ESTIMATE runs: no honest number
+            unknown = True
+    if not sides:
+        return ""
+    if unknown:
+        return f"more runs per side are needed than the {max(map(max, sides))} now (no estimate)"
+    n = max(estimates + minimums)
+    why = (
+        "estimated from the measured run-to-run spread"
+        if estimates and n == max(estimates)
+        else f"the fewest per side that can reach p < {cmp['alpha']:g}"
+    )
+    if all(b == t for b, t in sides):
+        return f"rerun both sides with --repeats {n} ({why})"
+    return f"rerun each side that has fewer than {n} runs with --repeats {n} ({why})"
+
+
 def overall_line(cmp: dict[str, Any]) -> str:
-    """The one-line outcome, matching the exit code."""
+    """The one-line outcome, matching the exit code (1 on a regression, else 0)."""
     metrics = [m for t in cmp["tests"] for p in t["pairs"] for m in p["metrics"]]
     runs = sorted({n for t in cmp["tests"] for p in t["pairs"] for n in p.get("runs", [])})
     counted = f"runs per point: {', '.join(map(str, runs))}" if runs else ""
@@ -115,13 +149,18 @@ def overall_line(cmp: dict[str, Any]) -> str:
             f"run-to-run noise ({counted})"
         )
     unsure = sum(1 for m in metrics if m["verdict"] == "inconclusive")
-    if unsure and unsure == len(metrics):
-        return (
-            f"RESULT: inconclusive — no metric could be told apart from run-to-run noise "
-            f"({counted}); rerun both sides with --repeats 5"
+    if unsure:
+        what = (
+            "no metric could be told apart from run-to-run noise"
+            if unsure == len(metrics)
+            else f"{unsure} of {len(metrics)} metric(s) could not be decided, the others are "
+            "unchanged or improved"
         )
-    tail = f"; {unsure} metric(s) inconclusive" if unsure else ""
-    return f"RESULT: no regression beyond {cmp['threshold_pct']:g}% (p < {cmp['alpha']:g}, {counted}){tail}"
+        return f"RESULT: inconclusive — {what} ({counted}); {rerun_hint(cmp)}"
+    return (
+        f"RESULT: no regression beyond {cmp['threshold_pct']:g}% (every metric improved with "
+        f"p < {cmp['alpha']:g}, or unchanged: its CI inside ±{cmp['threshold_pct']:g}%; {counted})"
+    )
 
 
 def render_console(cmp: dict[str, Any], console: Any, verbose: bool = False) -> None:

@@ -26,13 +26,13 @@ def render_gpu_runtime_rows(section: dict[str, Any], console: Any) -> None:
     rows = metrics.get("streams") or []
     if rows:
         console.print(
-            f"    {'stream':>6} {'handle':<16} {'launches':>8} {'call avg':>10} "
+            f"    {'stream':>6} {'handle':<16} {'launches':>8} {'graphs':>6} {'call avg':>10} "
             f"{'syncs':>5} {'blocked':>9} queues"
         )
         for r in rows:
             index = "-" if r.get("stream_index") is None else str(r["stream_index"])
             console.print(
-                f"    {index:>6} {r['handle']:<16} {r['launches']:>8} "
+                f"    {index:>6} {r['handle']:<16} {r['launches']:>8} {r.get('graph_launches', 0):>6} "
                 f"{fmt(r.get('launch_avg_us'), '.2f', 'us'):>10} {r['sync_calls']:>5} "
                 f"{fmt(r.get('sync_blocked_ms'), '.2f', 'ms'):>9} "
                 f"{','.join(r.get('queues') or []) or '-'}"
@@ -43,6 +43,7 @@ def render_gpu_runtime_rows(section: dict[str, Any], console: Any) -> None:
             f"doorbell {q['doorbell_signal']}: {q['doorbell_rings']} rings from "
             f"{len(q.get('streams') or {})} streams [dim]({q['source']})[/dim]"
         )
+    render_views(metrics, console)
     for d in metrics.get("device_and_event_syncs") or []:
         console.print(f"    {d['api']}: {d['calls']} calls, host blocked {d['blocked_ms']:.2f} ms")
     cost = metrics.get("probe_cost") or {}
@@ -53,6 +54,78 @@ def render_gpu_runtime_rows(section: dict[str, Any], console: Any) -> None:
             f"{cost['entry_return_pair_us']:.2f} us), "
             f"{fmt(cost.get('window_share_pct'), '.1f', '%')} of the window[/dim]"
         )
+        kinds = [
+            f"{k} {v['probe_time_ms']:.2f} ms" for k, v in (cost.get("by_kind") or {}).items() if v["calls"]
+        ]
+        if kinds:
+            console.print(f"    [dim]uprobe time by kind: {', '.join(kinds)}[/dim]")
+
+
+def render_views(metrics: dict[str, Any], console: Any) -> None:
+    """The copy, collective and stream-ordering views (only those that saw calls), then one line
+    naming the views that were not probed and why."""
+    if metrics.get("graph_launches_total"):
+        console.print(
+            f"    graph launches: {metrics['graph_launches_total']} [dim](one per graph launch call; "
+            "the kernels inside a graph are not counted)[/dim]"
+        )
+    copies = metrics.get("copies") or []
+    if copies:
+        console.print(
+            "    copies and memsets (host calls per stream and direction; not copy-engine activity):"
+        )
+        console.print(
+            f"      {'stream':<12} {'direction':<9} {'calls':>6} {'bytes':>12} {'call avg':>10}  apis"
+        )
+        for r in copies:
+            console.print(
+                f"      {_stream(r['stream'], r.get('stream_index')):<12} {r['direction']:<9} "
+                f"{r['calls']:>6} {r['bytes']:>12} "
+                f"{fmt(r.get('host_call_avg_us'), '.2f', 'us'):>10}  {_apis(r['by_api'])}"
+            )
+    colls = metrics.get("collectives") or []
+    if colls:
+        console.print("    collectives (NCCL/RCCL calls per stream and op; bytes = count x datatype size):")
+        console.print(f"      {'stream':<12} {'op':<18} {'calls':>6} {'bytes':>12} {'call avg':>10}")
+        for r in colls:
+            console.print(
+                f"      {_stream(r['stream'], r.get('stream_index')):<12} {r['op']:<18} "
+                f"{r['calls']:>6} {fmt(r.get('bytes'), 'd'):>12} "
+                f"{fmt(r.get('host_call_avg_us'), '.2f', 'us'):>10}"
+            )
+    groups = metrics.get("collective_groups") or {}
+    if groups:
+        console.print(f"      groups: {_apis(groups)}")
+    graph = metrics.get("stream_graph") or {}
+    edges, unknown = graph.get("edges") or [], graph.get("waits_producer_unknown") or []
+    if edges or unknown:
+        console.print("    stream dependencies (event recorded on producer → waited on by consumer):")
+        for e in edges:
+            console.print(
+                f"      {_stream(e['producer'], e.get('producer_index'))} → "
+                f"{_stream(e['consumer'], e.get('consumer_index'))}: {e['waits']} waits "
+                f"({_apis(e['by_api'])})"
+            )
+        for w in unknown:
+            console.print(
+                f"      ? → {_stream(w['consumer'], w.get('consumer_index'))}: {w['waits']} waits "
+                "[dim](event never seen recorded)[/dim]"
+            )
+    absent = [
+        f"{name} ({v['reason']})" for name, v in (metrics.get("views") or {}).items() if v.get("reason")
+    ]
+    if absent:
+        console.print(f"    [dim]not probed: {'; '.join(absent)}[/dim]")
+
+
+def _stream(handle: str, index: int | None) -> str:
+    """A stream by its runtime handle, with the harness's index where the handle was joined
+    (`0x1000 (s0)`); a foreign job's streams (ebpf-attach) have no index and stay handles."""
+    return handle if index is None else f"{handle} (s{index})"
+
+
+def _apis(counts: dict[str, int]) -> str:
+    return ", ".join(f"{name} {n}" for name, n in counts.items())
 
 
 def render_gpu_runtime_comparison(section: dict[str, Any], console: Any, width: int = 22) -> None:

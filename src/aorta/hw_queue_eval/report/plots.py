@@ -16,7 +16,7 @@ BOUND_KEYS = {"min", "max", "low", "high"}
 DPI = 110
 
 
-def _figure(width: float = 8.0, height: float = 4.5) -> Any:
+def new_figure(width: float = 8.0, height: float = 4.5) -> Any:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -25,7 +25,7 @@ def _figure(width: float = 8.0, height: float = 4.5) -> Any:
     return fig
 
 
-def _png(fig: Any) -> bytes:
+def png_of(fig: Any) -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
     return buffer.getvalue()
@@ -58,6 +58,26 @@ def _mark_knee_and_pool(ax: Any, analysis: dict[str, Any] | None) -> None:
         )
 
 
+def _annotate_diagnosis(ax: Any, diagnosis: dict[str, Any] | None) -> None:
+    """The diagnosed cause(s) written at the knee (or the examined point), one line each."""
+    where = (diagnosis or {}).get("knee_streams") or (diagnosis or {}).get("examined_streams")
+    if not diagnosis or where is None:
+        return
+    causes = diagnosis.get("causes") or []
+    lines = [f"cause: {c['label']} ({c['confidence']})" for c in causes] or ["no documented cause supported"]
+    ax.annotate(
+        "\n".join(lines),
+        xy=(where, 0.04),
+        xycoords=("data", "axes fraction"),
+        xytext=(6, 0),
+        textcoords="offset points",
+        va="bottom",
+        fontsize="small",
+        color="tab:red",
+        bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "tab:red", "alpha": 0.85},
+    )
+
+
 def _stream_axis(ax: Any, streams: Sequence[int]) -> None:
     ax.set_xscale("log", base=2)
     ax.set_xticks(list(streams))
@@ -77,7 +97,7 @@ def sweep_throughput(sweep: dict[str, Any], results: list[dict[str, Any]]) -> by
     points = [(p.streams, p.throughput) for p in grouped]
     analysis = sweep.get("analysis") or {}
     streams, tput = zip(*points, strict=True)
-    fig = _figure()
+    fig = new_figure()
     ax = fig.add_subplot()
     repeated = any(p.runs > 1 for p in grouped)
     ax.plot(
@@ -107,11 +127,12 @@ def sweep_throughput(sweep: dict[str, Any], results: list[dict[str, Any]]) -> by
     if len(ideal) == len(points):
         ax.plot(streams, ideal, ":", color="tab:green", label="ideal (work each point does)")
     _mark_knee_and_pool(ax, analysis)
+    _annotate_diagnosis(ax, analysis.get("diagnosis"))
     _stream_axis(ax, streams)
     ax.set_ylabel(f"throughput ({sweep.get('throughput_unit')})")
     ax.set_title(f"{sweep.get('workload')}: throughput vs streams")
     ax.legend(fontsize="small")
-    return _png(fig)
+    return png_of(fig)
 
 
 def sweep_latency(sweep: dict[str, Any], results: list[dict[str, Any]]) -> bytes | None:
@@ -138,7 +159,7 @@ def sweep_latency(sweep: dict[str, Any], results: list[dict[str, Any]]) -> bytes
     if not rows:
         return None
     streams = [r[0] for r in rows]
-    fig = _figure()
+    fig = new_figure()
     ax = fig.add_subplot()
     ax.plot(streams, [r[2] for r in rows], "o-", color="tab:red", label="P99")
     ax.plot(streams, [r[1] for r in rows], "s--", color="tab:blue", label="P50")
@@ -162,7 +183,7 @@ def sweep_latency(sweep: dict[str, Any], results: list[dict[str, Any]]) -> bytes
         ax2.legend(fontsize="small", loc="lower right")
     ax.set_title(f"{sweep.get('workload')}: P99 latency vs streams")
     ax.legend(fontsize="small", loc="upper left")
-    return _png(fig)
+    return png_of(fig)
 
 
 def latency_distribution(result: dict[str, Any]) -> bytes | None:
@@ -170,7 +191,7 @@ def latency_distribution(result: dict[str, Any]) -> bytes | None:
     samples = np.asarray(result.get("iteration_times_ms") or [], dtype=float)
     if samples.size == 0:
         return None
-    fig = _figure(9.0, 4.0)
+    fig = new_figure(9.0, 4.0)
     ax1, ax2 = fig.subplots(1, 2)
     ax1.hist(samples, bins=min(50, max(5, samples.size // 3)), color="tab:blue", alpha=0.8)
     ax1.set_xlabel("iteration latency (ms)")
@@ -186,7 +207,7 @@ def latency_distribution(result: dict[str, Any]) -> bytes | None:
     ax2.legend(fontsize="small")
     for ax in (ax1, ax2):
         ax.grid(True, alpha=0.3)
-    return _png(fig)
+    return png_of(fig)
 
 
 def op_timeline(result: dict[str, Any]) -> tuple[bytes | None, str]:
@@ -201,7 +222,7 @@ def op_timeline(result: dict[str, Any]) -> tuple[bytes | None, str]:
     shown = set(iterations[:MAX_TIMELINE_ITERATIONS])
     rows = [r for r in rows if r[cols["iteration"]] in shown]
     streams = int(result.get("stream_count") or 1 + max(r[cols["stream"]] for r in rows))
-    fig = _figure(10.0, max(2.5, 0.35 * streams + 1.5))
+    fig = new_figure(10.0, max(2.5, 0.35 * streams + 1.5))
     ax = fig.add_subplot()
     bars: dict[tuple[int, int], list[tuple[float, float]]] = {}
     for r in rows:
@@ -231,7 +252,7 @@ def op_timeline(result: dict[str, Any]) -> tuple[bytes | None, str]:
         if len(iterations) > len(shown)
         else f"all {len(iterations)} measured iterations"
     )
-    return _png(fig), caption
+    return png_of(fig), caption
 
 
 def find_histograms(section: Any, path: str = "") -> list[tuple[str, list[dict[str, Any]]]]:
@@ -262,41 +283,66 @@ def time_unit_of(name: str) -> float | None:
     return None
 
 
-def readable_time(ns: float) -> str:
-    """'750 ns', '4 µs', '1.5 ms', '2 s'."""
-    unit, scale = _TIME_UNITS[0]
-    for candidate, candidate_scale in _TIME_UNITS:
-        if abs(ns) >= candidate_scale:
-            unit, scale = candidate, candidate_scale
-    return f"{ns / scale:.3g} {unit}"
+def complete_buckets(buckets: list[dict[str, Any]]) -> list[tuple[int, int, int]]:
+    """(low, high exclusive, count) of every bucket from the first to the last one printed, the
+    empty ones included: log-linear buckets (4 per power of two) or log2 buckets when the bounds
+    are theirs, else the printed buckets as they are."""
+    from aorta.ebpf import hist
+
+    triples = sorted(hist.buckets(buckets))
+    if not triples:
+        return []
+    counts = {low: count for low, _, count in triples}
+
+    def is_loglinear(low: int, high: int) -> bool:
+        return hist.loglinear_bounds(hist.loglinear_index(low)) == (low, high + 1)
+
+    if all(is_loglinear(low, high) for low, high, _ in triples):
+        first, last = (hist.loglinear_index(triples[i][0]) for i in (0, -1))
+        spans = [hist.loglinear_bounds(i) for i in range(first, last + 1)]
+    elif all(low > 0 and low & (low - 1) == 0 and high == 2 * low - 1 for low, high, _ in triples):
+        first, last = (triples[i][0].bit_length() - 1 for i in (0, -1))
+        spans = [(1 << e, 1 << (e + 1)) for e in range(first, last + 1)]
+    else:
+        return [(low, high + 1, count) for low, high, count in triples]
+    return [(low, high, counts.get(low, 0)) for low, high in spans]
 
 
-def bucket_labels(name: str, buckets: list[dict[str, Any]]) -> list[str]:
-    """Lower bounds of the buckets, in µs/ms when the histogram holds times."""
+def _quantity(name: str) -> str:
+    """'families.cpu_sched.metrics.submit_to_dispatch_hist_ns' → 'submit to dispatch'."""
+    stem = name.rsplit(".", 1)[-1].lower()
+    for suffix in ("_ns", "_us", "_ms", "_s", "_hist"):
+        stem = stem.removesuffix(suffix)
+    return stem.replace("_", " ")
+
+
+def histogram_figure(name: str, buckets: list[dict[str, Any]]) -> Any:
+    """Figure of one kernel-side histogram: a bar per bucket (empty ones included) spanning its
+    bounds on a log axis, in one readable time unit when the histogram holds times."""
+    spans = complete_buckets(buckets)
     scale = time_unit_of(name)
-    labels = []
-    for b in buckets:
-        low = b.get("min", b.get("low"))
-        if low is None:
-            high = b.get("max", b.get("high"))
-            labels.append(f"≤{readable_time(high * scale) if scale and high is not None else high}")
-        else:
-            labels.append(readable_time(low * scale) if scale else str(low))
-    return labels
+    unit, per_unit = "", 1.0
+    if scale is not None:
+        top = max(high for _, high, _ in spans) * scale
+        unit, per_unit = next(((u, f) for u, f in reversed(_TIME_UNITS) if top >= f), _TIME_UNITS[0])
+        per_unit /= scale
+    fig = new_figure(8.0, 3.5)
+    ax = fig.add_subplot()
+    lows = [max(low, high / 2) / per_unit for low, high, _ in spans]  # a [0, 1) bucket from 0.5
+    widths = [high / per_unit - left for left, (_, high, _) in zip(lows, spans, strict=True)]
+    ax.bar(lows, [c for _, _, c in spans], width=widths, align="edge", color="tab:purple", edgecolor="white")
+    ax.set_xscale("log")
+    empty = sum(1 for _, _, c in spans if c == 0)
+    ax.set_xlabel(f"{_quantity(name)}" + (f" ({unit}, log scale)" if unit else " (log scale)"))
+    ax.set_ylabel("events")
+    ax.set_title(f"eBPF: {name}\n{len(spans)} buckets, {empty} empty", fontsize="medium")
+    ax.grid(True, axis="y", alpha=0.3)
+    return fig
 
 
 def ebpf_histogram(name: str, buckets: list[dict[str, Any]]) -> bytes:
-    """Bar chart of one kernel-side histogram, bucket bounds in readable time units."""
-    fig = _figure(8.0, 3.5)
-    ax = fig.add_subplot()
-    ax.bar(range(len(buckets)), [b["count"] for b in buckets], color="tab:purple")
-    ax.set_xticks(range(len(buckets)))
-    ax.set_xticklabels(bucket_labels(name, buckets), rotation=45, fontsize="x-small")
-    timed = time_unit_of(name) is not None
-    ax.set_xlabel("bucket lower bound" + (" (time)" if timed else ""))
-    ax.set_ylabel("events")
-    ax.set_title(f"eBPF: {name}")
-    return _png(fig)
+    """PNG of `histogram_figure`."""
+    return png_of(histogram_figure(name, buckets))
 
 
 def policy_figure(data: dict[str, Any], metric: str = "throughput") -> Any:
@@ -305,7 +351,7 @@ def policy_figure(data: dict[str, Any], metric: str = "throughput") -> Any:
     rows = (data.get("summary") or {}).get("rows") or []
     names = [r["policy"] for r in rows]
     unit = next((r.get("throughput_unit") for r in rows if r.get("throughput_unit")), "")
-    fig = _figure(max(6.0, 1.1 * len(rows) + 2.0), 4.5)
+    fig = new_figure(max(6.0, 1.1 * len(rows) + 2.0), 4.5)
     ax = fig.add_subplot()
     for i, row in enumerate(rows):
         if metric == "throughput":
@@ -357,4 +403,4 @@ def policy_plot(data: dict[str, Any], metric: str = "throughput") -> bytes | Non
     rows = (data.get("summary") or {}).get("rows") or []
     if not any(r.get("runs") for r in rows):
         return None
-    return _png(policy_figure(data, metric))
+    return png_of(policy_figure(data, metric))

@@ -50,6 +50,11 @@ def effect_text(row: dict[str, Any]) -> str:
     return ", ".join(parts) or "as found"
 
 
+def reference_of(summary: dict[str, Any]) -> dict[str, Any]:
+    """The policy the Δ columns compare against (files before `summary.reference`: baseline)."""
+    return summary.get("reference") or {"policy": "baseline", "why": "listed in the sweep"}
+
+
 def render_policy_table(data: dict[str, Any], console: Any) -> None:
     """The comparison table, then best-throughput / best-P99 lines and the queue-pool note."""
     from rich.table import Table
@@ -106,6 +111,8 @@ def render_policy_table(data: dict[str, Any], console: Any) -> None:
         ignored = row.get("ignored_env")
         extra = f" (no effect on this backend: {', '.join(ignored)})" if ignored else ""
         console.print(f"  {row['policy']}: {effect_text(row)}{extra}", markup=False)
+    reference = reference_of(summary)
+    console.print(f"Compared against: {reference['policy']} ({reference['why']})", markup=False)
     for label, key in (("Best throughput:", "best_throughput"), ("Best P99:       ", "best_p99")):
         best = summary.get(key)
         if best and best.get("text"):
@@ -130,8 +137,8 @@ def render_policy_table(data: dict[str, Any], console: Any) -> None:
     console.print(
         "Tput = median over repeats of the window throughput [CI of the median with "
         "≥ 2 repeats]; P50/P95/P99 = median over repeats of each repeat's percentile. "
-        f"Δ = change of those medians vs baseline{ci_note} with a verdict (better / worse / same "
-        f"/ n.s. = not significant) from compare's statistics, {summary['verdict_rule']}.",
+        f"Δ = change of those medians vs {reference['policy']}{ci_note} with a verdict (better / "
+        f"worse / same / n.s. = not significant) from compare's statistics, {summary['verdict_rule']}.",
         markup=False,
         style="dim",
     )

@@ -96,6 +96,23 @@ def sweep_table(sweep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
+def diagnosis_lines(diagnosis: dict[str, Any] | None) -> list[str]:
+    """DIAGNOSIS block: the subject, one line per supported cause (cause, evidence, confidence),
+    then the documented causes not measured in these runs."""
+    if not diagnosis:
+        return []
+    lines = ["", "DIAGNOSIS", f"  {diagnosis['text']}"]
+    for cause in diagnosis.get("causes") or []:
+        lines.append(
+            f"  cause: {cause['label']}: {cause['text']} [confidence {cause['confidence']}: "
+            f"{cause.get('confidence_reason', '')}]"
+        )
+    missing = [c["cause"] for c in diagnosis.get("checked") or [] if c["status"] == "not_measured"]
+    if missing:
+        lines.append(f"  not measured in this sweep: {', '.join(missing)} (null in the JSON)")
+    return lines
+
+
 def render_sweep(sweep: dict[str, Any], console: Any) -> None:
     """The sweep summary table and the scaling verdict on the console."""
     from rich.table import Table
@@ -129,7 +146,11 @@ def render_sweep(sweep: dict[str, Any], console: Any) -> None:
             f"({analysis.get('pool_source')})"
         )
         console.print(f"  verdict: {analysis['verdict']}", markup=False)
+        if analysis.get("knee_reason"):
+            console.print(f"  why: {analysis['knee_reason']}", markup=False)
         for warning in analysis.get("warnings") or []:
             console.print(f"  warning: {warning}", markup=False)
+        for line in diagnosis_lines(analysis.get("diagnosis")):
+            console.print(line, markup=False)
     else:
         console.print("\nscaling: fewer than two points finished ok; no analysis")

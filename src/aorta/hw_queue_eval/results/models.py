@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, TypedDict
+from typing import Any, Required, TypedDict
 
 
 class Stats(TypedDict):
@@ -31,12 +31,15 @@ class Stats(TypedDict):
 
 
 class LaneSwitches(TypedDict):
-    """switch_latency.per_lane[lane]: one lane's switches and its like-for-like overhead."""
+    """switch_latency.per_lane[lane]: one lane's switches, its like-for-like overhead over ready
+    gaps and its launch waits (null where readiness is unknown). Older files lack the last two."""
 
     switches: int
     matched_switches: int
     switch_overhead_ms: float | None
     reason: str | None
+    launch_wait_gaps: int | None
+    launch_wait_total_ms: float | None
 
 
 class SwitchPair(TypedDict):
@@ -52,8 +55,59 @@ class SwitchPair(TypedDict):
     no_switch_gap_median_ms: float
 
 
-class SwitchLatency(TypedDict):
-    """switch_latency: like-for-like switch overhead, or null figures with the reason."""
+class GapReadiness(TypedDict):
+    """switch_latency.gap_readiness: lane gaps by whether their next op was ready in time."""
+
+    definition: str
+    ready: int | None
+    waited: int | None
+    unknown: int | None
+    ready_switches: int | None
+
+
+class LaunchStarvation(TypedDict):
+    """switch_latency.launch_starvation: gaps whose next op became ready after the lane freed."""
+
+    definition: str
+    cause: str
+    cross_stream_waits: int | None
+    gaps: int | None
+    switch_gaps: int | None
+    gaps_with_known_readiness: int | None
+    wait_total_ms: float | None
+    wait_mean_ms: float | None
+    wait_p50_ms: float | None
+    wait_max_ms: float | None
+    share_of_lane_time: float | None
+    share_definition: str
+    reason: str | None
+
+
+class AllGaps(TypedDict):
+    """switch_latency.all_gaps: the like-for-like figure over every gap, launch waits included."""
+
+    definition: str
+    switch_overhead_ms: float | None
+    spread_ms: float | None
+    matched_switch_count: int | None
+
+
+class UpstreamSwitch(TypedDict, total=False):
+    """Upstream AORTA's switch keys, its formula (results/upstream_keys.py); files written
+    before they were added lack them."""
+
+    inter_stream_gap_ms: float | None
+    intra_stream_gap_ms: float | None
+    estimated_switch_overhead_ms: float | None
+    inter_stream_samples: int | None
+    intra_stream_samples: int | None
+    upstream_keys: dict[str, str]
+
+
+class SwitchLatency(UpstreamSwitch):
+    """switch_latency: like-for-like switch overhead over ready gaps, the launch waits apart, or
+    null figures with the reason. Files written before the split lack the last three blocks
+    (readers use .get; docs/results-schema.md)."""
 
     definition: str
     switch_count: int | None
@@ -68,6 +122,9 @@ class SwitchLatency(TypedDict):
     per_lane: dict[str, LaneSwitches]
     pairs: list[SwitchPair]
     reason: str | None
+    gap_readiness: GapReadiness
+    launch_starvation: LaunchStarvation
+    all_gaps: AllGaps
 
 
 class _OnCpuRequired(TypedDict):
@@ -80,6 +137,12 @@ class OnCpu(_OnCpuRequired, total=False):
     """The on-CPU part of concurrency (queue threads on a CPU, from schedstat)."""
 
     on_cpu_source: str
+    host_on_cpu: float | None
+    host_run_queue_wait: float | None
+    queue_run_queue_wait_ms: float | None
+    queue_run_queue_wait_share: float | None
+    cpu_wait_reason: str | None
+    cpu_wait_source: str
 
 
 class Concurrency(OnCpu):
@@ -123,6 +186,27 @@ class OpWaits(TypedDict):
     total: int
 
 
+class StreamEdge(TypedDict, total=False):
+    """One stream dependency: the consumer stream waits for the producer (`waits`: how often)."""
+
+    producer: Required[int]
+    consumer: Required[int]
+    waits: int
+
+
+class StreamOrder(TypedDict):
+    """stream_order: observed cross-stream waits against the workload's declared dependencies."""
+
+    source: str | None
+    declared: list[StreamEdge]
+    edges: list[StreamEdge] | None
+    missing_synchronisation: list[StreamEdge] | None
+    needless_serialisation: list[StreamEdge] | None
+    note: str | None
+    runtime_edges: list[StreamEdge] | None
+    runtime_edges_note: str
+
+
 class OpIntervals(TypedDict):
     """op_intervals: the op table (µs from window start) for reports and the trace export."""
 
@@ -146,6 +230,8 @@ class QueueMapping(_QueueMappingRequired, total=False):
     queues_created: int | None
     source: str
     reason: str
+    stream_priority: list[str] | None  # per stream high/normal/low; None: default priorities
+    torch_stream_priority: list[int] | None  # GPU: the torch priority each stream was created with
 
 
 class _MemoryRequired(TypedDict):
@@ -176,6 +262,7 @@ class Verification(TypedDict):
     max_rel_error: float
     tolerance: float
     checked: str
+    outputs_of: str  # which iteration was checked (older files lack it)
 
 
 class Metadata(TypedDict):
@@ -188,6 +275,16 @@ class Metadata(TypedDict):
     work_per_iteration: float
     workers: list[dict[str, Any]]
     window_start_monotonic_ns: int | None
+
+
+class UpstreamMetadata(Metadata, total=False):
+    """metadata with upstream AORTA's keys (copies of `environment` facts, upstream_keys.py)."""
+
+    device_info: dict[str, Any]
+    rocm_info: dict[str, Any]
+    driver_info: dict[str, Any] | None
+    multi_gpu: dict[str, Any]
+    upstream_keys: dict[str, str]
 
 
 class _GcWindowRequired(TypedDict):

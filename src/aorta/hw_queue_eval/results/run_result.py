@@ -15,6 +15,7 @@ from typing import Any
 
 from aorta.common.atomicio import atomic_write_json, read_json_file
 from aorta.common.errors import UsageError
+from aorta.hw_queue_eval.results import upstream_keys
 from aorta.hw_queue_eval.results.models import (
     Concurrency,
     Instrumentation,
@@ -24,6 +25,7 @@ from aorta.hw_queue_eval.results.models import (
     Ops,
     QueueMapping,
     Stats,
+    StreamOrder,
     SwitchLatency,
     TracerSections,
     Verification,
@@ -72,6 +74,8 @@ class RunResult:
     ebpf_queue_metrics: dict[str, Any] | None = None
     ebpf_memory_metrics: dict[str, Any] | None = None
     ebpf_vs_cuda_comparison: dict[str, Any] | None = None
+    stream_order: StreamOrder | None = None  # observed waits vs declared (analysis/stream_order)
+    profiler: dict[str, Any] | None = None  # --profile only (absent from the JSON otherwise)
     status: str = "ok"
     error: str | None = None
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
@@ -88,6 +92,11 @@ class RunResult:
         from aorta.hw_queue_eval.results.provenance import tool_info
 
         body = asdict(self)
+        upstream_keys.add_queue_keys(body["ebpf_queue_metrics"])
+        upstream_keys.add_memory_keys(body["ebpf_memory_metrics"])
+        body["metadata"] = {**body["metadata"], **upstream_keys.metadata_keys(body["environment"])}
+        if body["profiler"] is None:  # a key only runs with --profile have
+            del body["profiler"]
         header = {"schema_version": SCHEMA_VERSION, "kind": RESULT_KIND, "tool": dict(tool_info())}
         return {**header, **body}
 

@@ -8,7 +8,11 @@ v2 renamed or redefined three things (docs/results-schema.md, "Reading older fil
 - `concurrency` gained the on-CPU figure, which a v1 file never measured (null with the reason);
 - `ebpf_vs_cuda_comparison` compared different populations: a v1 block is kept under `v1` and
   shown as not available.
-Files without `schema_version` (the upstream tool's layout) are left as they are.
+v2 files written before launch waits were split out of the switch overhead (no
+`switch_latency.gap_readiness`) compared every gap, launch waits included: the figure is
+recomputed from a complete `op_intervals` table, else null with the reason (the old block is kept
+under `before_split`). Files without `schema_version` (the upstream tool's layout) are left as
+they are.
 """
 
 from __future__ import annotations
@@ -23,13 +27,19 @@ V2 = 2
 
 
 def upgrade(data: dict[str, Any]) -> dict[str, Any]:
-    """A v2 view of `data` (a run, sweep or policy sweep); v2 and foreign files come back as is."""
-    if data.get("schema_version") != V1:
+    """A v2 view of `data` (a run, sweep or policy sweep); current and foreign files come back as is."""
+    version = data.get("schema_version")
+    if version == V1:
+        # copies only what changes: op tables and samples are shared with `data`, never modified
+        out = {**data, "schema_version": V2, "upgraded_from": V1}
+        if out.get("kind") == "run":
+            _upgrade_run(out)
+    elif version == V2 and _before_split(data):
+        out = {**data}
+        if out.get("kind") == "run":
+            _split_switch(out)
+    else:
         return data
-    # copies only what changes: op tables and samples are shared with `data`, never modified
-    out = {**data, "schema_version": V2, "upgraded_from": V1}
-    if out.get("kind") == "run":
-        _upgrade_run(out)
     if isinstance(out.get("points"), list):
         out["points"] = [
             {**p, "result": upgrade(p["result"])}
@@ -47,14 +57,11 @@ def _upgrade_run(run: dict[str, Any]) -> None:
         ver["max_rel_error"] = ver.pop("max_abs_error")
         run["verification"] = ver
     old = run.get("switch_latency") or {}
-    ops = ops_from_intervals(run.get("op_intervals"))
-    if ops:
-        switch = metrics.switch_analysis(ops)
-        switch["upgrade_note"] = "recomputed like for like from this v1 file's op_intervals"
-    else:
-        switch = metrics.unmeasured_switch_analysis(
-            "v1 file without op intervals: its switch overhead compared unlike gaps and cannot be recomputed"
-        )
+    switch = _recomputed_switch(
+        run, "recomputed like for like from this v1 file's op_intervals"
+    ) or metrics.unmeasured_switch_analysis(
+        "v1 file without op intervals: its switch overhead compared unlike gaps and cannot be recomputed"
+    )
     switch["v1"] = old
     run["switch_latency"] = switch
     conc = run.get("concurrency")
@@ -67,6 +74,57 @@ def _upgrade_run(run: dict[str, Any]) -> None:
             "v1": comparison,
             "error": "written by schema v1, whose comparison mixed populations; re-run to compare",
         }
+
+
+def _before_split(data: dict[str, Any]) -> bool:
+    """Whether a v2 run, or a point of a v2 sweep, has a switch section from before the split."""
+    if data.get("kind") == "run":
+        switch = data.get("switch_latency")
+        return isinstance(switch, dict) and "gap_readiness" not in switch
+    points = data.get("points")
+    return isinstance(points, list) and any(
+        isinstance(p, dict) and isinstance(p.get("result"), dict) and _before_split(p["result"])
+        for p in points
+    )
+
+
+def _split_switch(run: dict[str, Any]) -> None:
+    """The switch section over ready gaps, from a complete op table; else null with the reason."""
+    old = run["switch_latency"]
+    table = run.get("op_intervals")
+    complete = isinstance(table, dict) and not table.get("truncated")
+    note = "recomputed from this file's op_intervals: it was written before launch waits were split out"
+    switch = _recomputed_switch(run, note) if complete else None
+    if switch is None:
+        switch = metrics.unmeasured_switch_analysis(
+            "written before launch waits were split out of the switch overhead, without a complete "
+            "op table to split them: its figure (all_gaps) includes them"
+        )
+        switch["all_gaps"].update(
+            switch_overhead_ms=old.get("switch_overhead_ms"),
+            spread_ms=old.get("spread_ms"),
+            matched_switch_count=old.get("matched_switch_count"),
+        )
+    switch["before_split"] = old
+    run["switch_latency"] = switch
+
+
+def _recomputed_switch(run: dict[str, Any], note: str) -> dict[str, Any] | None:
+    """The switch section recomputed from the run's own op rows; None without usable rows."""
+    table = run.get("op_intervals")
+    ops = ops_from_intervals(table)
+    if not ops:
+        return None
+    waits = table.get("waits") if isinstance(table, dict) else None
+    total = waits.get("total") if isinstance(waits, dict) else None
+    window = run.get("total_time_ms")
+    switch = metrics.switch_analysis(
+        ops,
+        window if isinstance(window, (int, float)) else None,
+        total if isinstance(total, int) else None,
+    )
+    switch["upgrade_note"] = note
+    return switch
 
 
 def ops_from_intervals(table: Any) -> list[OpRecord]:

@@ -7,7 +7,10 @@ UsageError naming the file, where in it the problem is and what was expected. Sh
   workload_name and stream_count required: older files and the upstream tool's runs lack the rest);
 * sweep / policy-sweep files: their header keys typed, every point `{key, status, result}` with
   `result` a run result (or null); a point with status "ok" must carry one;
-* the upstream tool's layouts (`{"results": [...]}`, `{"policies": {name: run}}`): runs as above.
+* the upstream tool's layouts (AORTA 0.2.0-0.3.0: a run from `HarnessResult.to_json`, a sweep
+  `{"results": [...]}` from `save_sweep_results`, a policy comparison `{"results": [{policy,
+  result}]}`, `{"policies": {name: run}}`): upstream's own types and timestamps (local time with
+  microseconds), never ours.
 
 Every number must be finite (the JSON reader refuses NaN and Infinity) and every integer fit in
 64 bits (numpy cannot hold more), and nesting is bounded.
@@ -97,6 +100,58 @@ _POLICY_KEY = {
         "repeat": {"type": "integer", "minimum": 1},
     },
 }
+_CAUSE_NAMES = [
+    "host_launch_bound",
+    "queue_multiplexing",
+    "device_saturated",
+    "copy_bound",
+    "collective_bound",
+    "synchronisation",
+    "memory_pressure",
+]
+_DIAGNOSIS = {  # analysis/diagnosis.py; docs/sweep-compare-report.md#diagnosis
+    "type": ["object", "null"],
+    "required": ["subject", "text", "causes", "checked"],
+    "properties": {
+        "subject": {"enum": ["scales", "scaling_uncertain", "knee", "no_scaling"]},
+        "text": {"type": "string"},
+        "knee_streams": _INT_OR_NULL,
+        "examined_streams": _INT_OR_NULL,
+        "rules": {"type": "string"},
+        "causes": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["cause", "confidence", "evidence", "text"],
+                "properties": {
+                    "cause": {"enum": _CAUSE_NAMES},
+                    "label": {"type": "string"},
+                    "confidence": {"enum": ["high", "medium", "low"]},
+                    "confidence_reason": {"type": "string"},
+                    "primary_figure": {"type": "string"},
+                    "threshold": {"type": "number"},
+                    "runs": {"type": "integer", "minimum": 1},
+                    "runs_holding": {"type": "integer", "minimum": 0},
+                    "score": {"type": "number"},
+                    "evidence": {"type": "object", "additionalProperties": _NUM_OR_NULL},
+                    "text": {"type": "string"},
+                },
+            },
+        },
+        "checked": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["cause", "status"],
+                "properties": {
+                    "cause": {"enum": _CAUSE_NAMES},
+                    "status": {"enum": ["supported", "not_supported", "not_measured"]},
+                    "reason": _STR_OR_NULL,
+                },
+            },
+        },
+    },
+}
 _ANALYSIS = {
     "type": ["object", "null"],
     "properties": {
@@ -112,15 +167,68 @@ _ANALYSIS = {
         "cpu_cores": _INT_OR_NULL,
         "backend": _STR_OR_NULL,
         "verdict": _STR_OR_NULL,
+        "knee_reason": _STR_OR_NULL,
         "steps": {"type": "array", "items": {"type": "object"}},
+        # upstream AORTA's names (results/upstream_keys.py)
+        "throughputs": {"type": "array", "items": _NUM_OR_NULL},
+        "efficiencies": {"type": "array", "items": _NUM_OR_NULL},
+        "inflection_point": _INT_OR_NULL,
+        "peak_stream_count": _INT_OR_NULL,
+        "diagnosis": _DIAGNOSIS,
     },
 }
+_STRINGS_OR_NULL = {"type": ["array", "null"], "items": {"type": "string"}}
+_NUMBERS_OR_NULL = {"type": ["object", "null"], "additionalProperties": _NUM_OR_NULL}
+_CHANGE = {  # one metric of a row's vs_baseline (analysis/stats.py's comparison as a dict)
+    "type": ["object", "null"],
+    "properties": {
+        "verdict": _STR_OR_NULL,
+        "change_pct": _NUM_OR_NULL,
+        "change_ci_pct": {"type": ["array", "null"], "items": _NUM_OR_NULL, "minItems": 2},
+        "change_ci_level": _NUM_OR_NULL,
+    },
+}
+#: Every field of a policy-sweep summary row that a reader shows (report, the console table)
+_POLICY_ROW = {
+    "type": "object",
+    "required": ["policy"],
+    "properties": {
+        "policy": {"type": "string"},
+        "status": _STR_OR_NULL,
+        "reason": _STR_OR_NULL,
+        "throughput": _NUM_OR_NULL,
+        "throughput_unit": _STR_OR_NULL,
+        "throughput_ci": _NUMBERS_OR_NULL,
+        "latency_ms": _NUMBERS_OR_NULL,
+        "switch_overhead_ms": _NUM_OR_NULL,
+        "concurrency": _NUM_OR_NULL,
+        "ignored_env": _STRINGS_OR_NULL,
+        "runs": {"type": ["array", "null"], "items": _NUMBERS_OR_NULL},
+        "in_effect": {
+            "type": ["object", "null"],
+            "properties": {
+                "env": {"type": ["object", "null"], "additionalProperties": _STR_OR_NULL},
+                "env_mismatch": _STRINGS_OR_NULL,
+                "queue_pool_size": _INT_OR_NULL,
+                "clock_level": _INT_OR_NULL,
+                "clock_mhz": _NUM_OR_NULL,
+                "power_limit_w": _NUM_OR_NULL,
+                "gpu_verified": {"type": ["boolean", "null"]},
+            },
+        },
+        "vs_baseline": {
+            "type": ["object", "null"],
+            "properties": {"throughput": _CHANGE, "latency": _CHANGE, "reason": _STR_OR_NULL},
+        },
+    },
+}
+_BEST = {"type": ["object", "null"], "properties": {"text": _STR_OR_NULL}}
 _POLICY_SUMMARY = {
     "type": ["object", "null"],
     "properties": {
-        "rows": {"type": "array", "items": {"type": "object"}},
-        "best_throughput": _OBJ_OR_NULL,
-        "best_p99": _OBJ_OR_NULL,
+        "rows": {"type": "array", "items": _POLICY_ROW},
+        "best_throughput": _BEST,
+        "best_p99": _BEST,
         "not_applicable": {"type": "array", "items": {"type": "string"}},
         "queue_pools": _OBJ_OR_NULL,
         "verdict_rule": _STR_OR_NULL,
@@ -128,6 +236,7 @@ _POLICY_SUMMARY = {
 }
 _CHECKPOINT_HEADER = {
     "schema_version": {"type": "integer", "enum": list(range(1, SCHEMA_VERSION + 1))},
+    "tool": _OBJ_OR_NULL,
     "created": {"type": "string"},
     "updated": {"type": "string"},
     "fingerprint": {"type": "string"},
@@ -163,18 +272,96 @@ POLICY_SWEEP_SCHEMA = {
 }
 
 
+#: the timestamp upstream writes: `datetime.now().isoformat()` (local time, microseconds, no
+#: zone), or with a zone; ours are UTC to the second (the run schema)
+_UPSTREAM_TIMESTAMP = {
+    "type": "string",
+    "pattern": r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?(Z|[+-]\d\d:\d\d)?$",
+}
+_NUMBERS = {"type": ["object", "null"], "additionalProperties": _NUM_OR_NULL}
+_INT_MAP = {"type": "object", "additionalProperties": {"type": "integer"}}
+
+
+@functools.cache
+def _upstream_run_schema() -> dict[str, Any]:
+    """A run as upstream AORTA 0.2.0-0.3.0 writes it (`HarnessResult.to_json`): its own types
+    (its switch, memory and eBPF sections are not ours), latency under `latency_ms` or, in older
+    files, `latency` {p50_ms, ...}."""
+    return {
+        "type": "object",
+        "required": ["workload_name", "stream_count"],
+        "properties": {
+            "workload_name": {"type": "string"},
+            "stream_count": {"type": "integer", "minimum": 1},
+            "timestamp": _UPSTREAM_TIMESTAMP,
+            "throughput": _NUM_OR_NULL,
+            "throughput_unit": _STR_OR_NULL,
+            "total_time_ms": _NUM_OR_NULL,
+            "latency_ms": _NUMBERS,
+            "latency": _NUMBERS,
+            "iteration_times_ms": {"type": ["array", "null"], "items": {"type": "number"}},
+            "per_stream_times_ms": {"type": ["array", "null"], "items": {"type": "number"}},
+            "switch_latency": _NUMBERS,
+            "memory": _NUMBERS,
+            "ebpf_queue_metrics": {
+                "type": ["object", "null"],
+                "properties": {
+                    "total_submissions": {"type": "integer"},
+                    "total_dispatches": {"type": "integer"},
+                    "per_ring_submissions": _INT_MAP,
+                    "per_ring_dispatches": _INT_MAP,
+                    "rings_used": {"type": "array", "items": {"type": "integer"}},
+                },
+                "additionalProperties": _NUM_OR_NULL,
+            },
+            "ebpf_memory_metrics": {
+                "type": ["object", "null"],
+                "properties": {"bpftrace_stderr": _STR_OR_NULL},
+                "additionalProperties": _NUM_OR_NULL,
+            },
+            "ebpf_vs_cuda": {
+                "type": ["object", "null"],
+                "properties": {"ebpf_rings_used": {"type": "array", "items": {"type": "integer"}}},
+                "additionalProperties": _NUM_OR_NULL,
+            },
+            "metadata": _OBJ_OR_NULL,
+        },
+    }
+
+
 def _upstream(kind: str) -> dict[str, Any]:
-    """The upstream tool's layouts: runs typed as ours (its field names are the same)."""
+    """The upstream tool's files: `save_sweep_results` ({timestamp, workload, results[],
+    environment, analysis}), its policy comparison ({workload, stream_count, timestamp,
+    results: [{policy, result}]}), and `{"policies": {name: run}}`; runs as upstream writes them."""
+    run = _upstream_run_schema()
+    named = {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}
     if kind == "results":
+        policy_entry = {
+            "type": "object",
+            "required": ["policy", "result"],
+            "properties": {
+                "policy": named,
+                "result": run,
+            },
+        }
         return {
             "type": "object",
             "required": ["results"],
-            "properties": {"results": {"type": "array", "items": _run_schema()}},
+            "properties": {
+                "timestamp": _UPSTREAM_TIMESTAMP,
+                "workload": _STR_OR_NULL,
+                "results": {
+                    "type": "array",
+                    "items": {"if": {"required": ["policy"]}, "then": policy_entry, "else": run},
+                },
+                "environment": _OBJ_OR_NULL,
+                "analysis": _OBJ_OR_NULL,
+            },
         }
     return {
         "type": "object",
         "required": ["policies"],
-        "properties": {"policies": {"type": "object", "additionalProperties": _run_schema()}},
+        "properties": {"policies": {"type": "object", "additionalProperties": run}},
     }
 
 
@@ -199,7 +386,7 @@ def schema_for(data: Any) -> tuple[str, dict[str, Any]]:
         if "policies" in data:
             return "upstream policy evaluation", _upstream("policies")
         if "workload_name" in data:
-            return "upstream run result", _run_schema()
+            return "upstream run result", _upstream_run_schema()
     raise UsageError(
         "not an aorta result (no kind, schema_version or workload_name): was it "
         "written by `run`, `sweep` or `policy-sweep`?"
@@ -243,10 +430,30 @@ def check_input(path: str | os.PathLike[str], data: Any) -> str:
         what, schema = schema_for(data)
     except UsageError as exc:
         raise UsageError(f"{path}: {exc}") from None
-    found = problem(data, schema)
+    found = None  # copies of a point first: they are cheap to find, and costly to validate
+    if what in ("sweep file", "policy-sweep file") and isinstance(data.get("points"), list):
+        found = duplicate_point(data["points"])
+    found = found or problem(data, schema)
     if found is not None:
         raise UsageError(f"{path}: invalid {what}: {found}; regenerate it with aorta or fix that field")
     return what
+
+
+def duplicate_point(points: list[Any]) -> str | None:
+    """'points[j]: …' when two points share a key (a checkpoint holds each point once: a new
+    measurement replaces the old), else None. Thousands of copies of one point are no repeats."""
+    import json
+
+    seen: dict[str, int] = {}
+    for index, point in enumerate(points):
+        key = point.get("key") if isinstance(point, dict) else None
+        if not isinstance(key, dict):
+            continue
+        text = json.dumps(key, sort_keys=True)
+        if text in seen:
+            return f"points[{index}]: the key {text[:80]} appears twice (also points[{seen[text]}])"
+        seen[text] = index
+    return None
 
 
 def point_problem(point: Any, kind: str) -> str | None:

@@ -10,6 +10,8 @@ from aorta.common.errors import UsageError
 
 SIZES = ("small", "medium", "large")
 SYNC_MODES = ("per_iteration", "end_only")
+#: upstream AORTA's names for our sync modes: its `none` waits once, at the end, as end_only does
+SYNC_MODE_ALIASES = {"none": "end_only"}
 DEFAULT_ITERATIONS = 20
 DEFAULT_WARMUP = 3
 DEFAULT_SEED = 1234
@@ -32,29 +34,55 @@ class RunConfig:
     sync_mode: str = "per_iteration"
     seed: int = DEFAULT_SEED
     threads_per_queue: int = 1  # CPU backend: intra-op threads of each worker
+    cpus: tuple[int, ...] | None = None  # --cpus: host and queue workers pinned (run/cpupin.py)
+    # --stream-priority: the spec (backends/priority.py, e.g. "0=high,rest=low"); None: default priorities
+    stream_priority: str | None = None
     record_ops: bool = True
     op_timing: bool = True  # GPU: a start/end event pair per op (--op-timing/--no-op-timing)
     # run a second, uninstrumented window to measure what the instrumentation costs;
     # None: on GPU only (the CPU backend's per-op clock reads are not switchable)
     instrumentation_cost: bool | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # --profile: torch.profiler over an extra window after the measured one, trace written here
+    profile_dir: str | None = None
+    rank: int | None = None  # under torchrun: this rank (names its profiler trace apart)
+    # workload-specific knobs (e.g. comms_compute_overlap's --mode), checked by the workload class
+    workload_options: dict[str, Any] = field(default_factory=dict)
+    dist_backend: str | None = None  # under torchrun: --backend (None: gloo on CPU, nccl on GPU)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict for the result JSON."""
         return asdict(self)
 
 
-def parse_positive_int(value: Any, name: str) -> int:
-    """An integer ≥ 1, or a UsageError naming the option."""
-    if isinstance(value, bool):
-        raise UsageError(f"{name} must be a positive integer, got {value!r}")
+def parse_positive_int(value: Any, name: str, zero_ok: bool = False) -> int:
+    """An integer ≥ 1 (≥ 0 with `zero_ok`, e.g. -w 0), or a UsageError naming the option."""
     try:
+        if isinstance(value, bool):
+            raise ValueError
         number = int(str(value).strip())
     except ValueError:
+        if zero_ok:
+            raise UsageError(f"{name} must be a whole number ≥ 0, got {value!r}") from None
         raise UsageError(f"{name} must be a positive integer, got {value!r}") from None
-    if number < 1:
+    if number < 0 and zero_ok:
+        raise UsageError(f"{name} must be ≥ 0, got {number}")
+    if number < 1 and not zero_ok:
         raise UsageError(f"{name} must be ≥ 1, got {number}")
     return number
+
+
+def check_device(device: str | None) -> str:
+    """The --device spelling, normalised: auto, cpu, cuda or cuda:N (no torch: whether the GPU
+    exists is resolve_device's question, on the run path)."""
+    dev = (device or "auto").strip().lower()
+    if dev in ("auto", "cpu", "cuda"):
+        return dev
+    if dev.startswith("cuda:"):
+        if not dev[len("cuda:") :].isdigit():
+            raise UsageError(f"--device {device}: expected cuda:N with N a number")
+        return dev
+    raise UsageError(f"--device {device!r} is not known: use auto, cpu, cuda or cuda:N")
 
 
 def check_seed(seed: int) -> int:

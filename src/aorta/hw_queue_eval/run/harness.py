@@ -7,12 +7,15 @@ stream), and on GPU the iteration time comes from events that join every stream.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from aorta.hw_queue_eval.analysis.stream_order import runtime_edges, stream_order
 from aorta.hw_queue_eval.backends import Backend, OpRecord, create_backend, resolve_device
 from aorta.hw_queue_eval.backends.base import SubmissionRecord
+from aorta.hw_queue_eval.backends.priority import parse_spec
 from aorta.hw_queue_eval.results.models import (
     Concurrency,
     Handoffs,
@@ -27,6 +30,7 @@ from aorta.hw_queue_eval.results.models import (
 from aorta.hw_queue_eval.results.run_result import RunResult, collect_environment
 from aorta.hw_queue_eval.run import metrics, oncpu
 from aorta.hw_queue_eval.run.config import RunConfig
+from aorta.hw_queue_eval.run.cpupin import Pinning
 from aorta.hw_queue_eval.run.gcwindow import QuietGc
 from aorta.hw_queue_eval.run.opfold import ROW_SELECTION, OpWindow
 from aorta.hw_queue_eval.workloads.base import UNIT_SCALE, Workload
@@ -145,14 +149,26 @@ def run_benchmark(
     workload_cls = get_workload_class(config.workload)
     workload_cls.INFO.check_streams(config.streams)
     size = config.size or default_size(device)
-    backend = create_backend(device, config.streams, threads_per_queue=config.threads_per_queue)
+    backend = create_backend(
+        device,
+        config.streams,
+        threads_per_queue=config.threads_per_queue,
+        priorities=parse_spec(config.stream_priority, config.streams) if config.stream_priority else None,
+    )
+    pinning = None
     try:
-        return _run_on_backend(config, backend, workload_cls, size, tracer, progress, barrier)
+        if config.cpus is not None:  # --cpus: host and queue workers, before any iteration
+            pinning = Pinning(config.cpus, [w.tid for w in backend.workers() if w.tid])
+        result = _run_on_backend(config, backend, workload_cls, size, tracer, progress, barrier)
+        result.environment["cpus_pinned"] = pinning.report() if pinning is not None else None
+        return result
     except BaseException:
         if tracer is not None:
             tracer.abort()
         raise
     finally:
+        if pinning is not None:
+            pinning.restore()
         backend.close()
 
 
@@ -165,7 +181,9 @@ def _run_on_backend(
     progress: ProgressFn,
     barrier: Callable[[], None] | None = None,
 ) -> RunResult:
-    workload = workload_cls(config.streams, size, backend.torch_device(), config.seed)
+    workload = workload_cls(
+        config.streams, size, backend.torch_device(), config.seed, options=config.workload_options
+    )
     workload.setup()
     backend.reset_memory_peak()
     if tracer is not None:
@@ -214,8 +232,7 @@ def _warm_up_and_measure(
             # had its first iteration 0.5–2.5 ms (tiny_kernel_stress 16) and 3.6–9.7 ms
             # (hetero_kernels 8) slower than the rest, up to 5 % of the window (docs/metrics.md)
             verification = workload.verify()
-    if verification is None:  # no warm-up iterations (the CLI refuses -w 0; the API may not)
-        verification = workload.verify()
+    if config.warmup == 0:  # -w 0: a cold window; verified on its last iteration, after it
         quiet_gc.start()
 
     per_iteration = config.sync_mode == "per_iteration"
@@ -225,9 +242,11 @@ def _warm_up_and_measure(
         barrier()
     worker_tids = [w.tid for w in backend.workers() if w.tid]
     cpu_start = oncpu.snapshot(worker_tids)
+    wait_start = oncpu.wait_snapshot(worker_tids, threading.get_native_id())
     backend.row_cap = MAX_STORED_OPS
     backend.start_window()
     if tracer is not None:
+        _quiesce(backend)
         tracer.window_start()
     window_start = time.perf_counter_ns()
     for i in range(config.iterations):
@@ -242,16 +261,21 @@ def _warm_up_and_measure(
         progress("measure", i + 1, config.iterations)
     backend.synchronize()
     window_ns = time.perf_counter_ns() - window_start
-    cpu_stop = oncpu.snapshot(worker_tids) if cpu_start is not None else None
-    if tracer is not None:
+    if tracer is not None:  # the gate closes first: the host's /proc reads below are not traced
+        _quiesce(backend)
         tracer.window_stop()
+    cpu_stop = oncpu.snapshot(worker_tids) if cpu_start is not None else None  # workers idle now
+    wait_stop = oncpu.wait_snapshot(worker_tids, threading.get_native_id()) if wait_start else None
     ops = backend.stop_window() if config.record_ops and config.op_timing else []
+    if verification is None:
+        verification = workload.verify()
     folded = backend.folded_ops() if ops else None
     device_times = backend.iteration_times_ms()
     on_cpu = oncpu.on_cpu_concurrency(cpu_start, cpu_stop, window_ns / 1e6)
+    on_cpu.update(oncpu.cpu_wait(wait_start, wait_stop, window_ns / 1e6))  # type: ignore[typeddict-item]
     instrumentation = _instrumentation(config, backend, workload, window_ns, per_iteration, progress)
     instrumentation["gc"] = quiet_gc.stop()
-    return _assemble(
+    result = _assemble(
         config,
         backend,
         workload,
@@ -266,6 +290,35 @@ def _warm_up_and_measure(
         backend.submissions(),
         on_cpu,
         instrumentation,
+    )
+    if config.profile_dir is not None:  # after every figure is taken: the profiler slows ops
+        result.profiler = profiled_window(config, config.profile_dir, backend, workload, progress)
+    return result
+
+
+def profiled_window(
+    config: RunConfig, profile_dir: str, backend: Backend, workload: Workload, progress: ProgressFn
+) -> Any:
+    """--profile: the same iterations once more under torch.profiler (run/profiling.py)."""
+    from aorta.hw_queue_eval.run.profiling import profile_window, trace_name
+
+    backend.set_instrumentation(op_timing=False, iteration_joins=False)
+    streams = backend.streams
+    offset = 2 * config.iterations  # after the measured and the uninstrumented windows' indices
+
+    def run_one(i: int) -> None:
+        backend.begin_iteration(offset + i)
+        workload.run_iteration(streams)
+        backend.end_iteration()
+        progress("profile", i + 1, config.iterations)
+
+    return profile_window(
+        config.iterations,
+        run_one,
+        backend.synchronize,
+        backend.name,
+        profile_dir,
+        trace_name(config.workload, config.streams, config.rank),
     )
 
 
@@ -325,10 +378,17 @@ def _instrumentation(
     info["plain_window_ms"] = plain_ns / 1e6
     info["cost_ratio"] = window_ns / plain_ns - 1 if plain_ns > 0 else None
     info["plain_throughput"] = metrics.throughput(
-        work, plain_ns / 1e9, UNIT_SCALE[workload.INFO.throughput_unit]
+        work, plain_ns / 1e9, UNIT_SCALE[workload.throughput_unit()]
     )
     info["reason"] = None
     return info
+
+
+def _verified_iteration(config: RunConfig) -> str:
+    """Which iteration's outputs verification checked (the first warm-up one, unless -w 0)."""
+    if config.warmup:
+        return "warm-up iteration 1 (before the window)"
+    return f"measured iteration {config.iterations} (-w 0: after the window)"
 
 
 def _assemble(
@@ -372,7 +432,7 @@ def _assemble(
         )
 
     work = workload.work_per_iteration() * config.iterations
-    tput = metrics.throughput(work, window_ns / 1e9, UNIT_SCALE[info.throughput_unit])
+    tput = metrics.throughput(work, window_ns / 1e9, UNIT_SCALE[workload.throughput_unit()])
 
     ops = window.rows
     busy = window.per_stream_busy_ms(config.streams)
@@ -396,14 +456,14 @@ def _assemble(
         config=config_dict,
         environment=collect_environment(backend.environment(), backend.name, backend.device),
         throughput=tput,
-        throughput_unit=info.throughput_unit,
+        throughput_unit=workload.throughput_unit(),
         latency_ms=latency,
         latency_note=latency_note,
         iteration_times_ms=iteration_times,
         iteration_times_note=iteration_note,
         total_time_ms=window_ms,
         switch_latency=(
-            window.switch_analysis()
+            window.switch_analysis(window_ms, backend.window_wait_count())
             if config.op_timing
             else metrics.unmeasured_switch_analysis("per-op timing off (--no-op-timing)")
         ),
@@ -434,7 +494,7 @@ def _assemble(
         ),
         queue_mapping=backend.queue_mapping(),
         memory=backend.memory_stats(),
-        verification=verification.to_dict(),
+        verification={**verification.to_dict(), "outputs_of": _verified_iteration(config)},
         warnings=warnings,
         metadata=Metadata(
             workload=workload.describe(),
@@ -450,6 +510,7 @@ def _assemble(
             if ops
             else None
         ),
+        stream_order=stream_order(workload.declared_edges(), backend.window_edges()),
         status="ok" if verification.passed else "failed",
         error=None if verification.passed else "verification failed",
     )
@@ -466,4 +527,13 @@ def _assemble(
                 }
             )
         )
+        result.stream_order = runtime_edges(result.stream_order, result.ebpf_queue_metrics)
     return result
+
+
+def _quiesce(backend: Any) -> None:
+    """Let the queue workers fall asleep before a tracer edge (backends that have no workers
+    to wait for skip it): the edge then cuts no worker's on-CPU slice."""
+    wait_idle = getattr(backend, "wait_idle", None)
+    if callable(wait_idle):
+        wait_idle()

@@ -6,9 +6,13 @@ Definitions (also in docs/metrics.md):
 - lane gap: start of an op minus the end of the op its lane finished most recently before it
   started, same iteration (lane = CPU: the hardware queue; GPU: the device); a switch when that
   op belongs to another stream;
-- switch overhead (like for like): per (lane, previous op kind, next op kind) with switch gaps,
-  median(switch gaps) − median(no-switch gaps between the same kinds, else after the same
-  previous kind), averaged weighted by switch gaps;
+- a lane gap is ready when its next op was ready (enqueued, its waits satisfied: the record's
+  ready time) at or before the lane's previous op ended; else it waited, for ready − that end
+  (launch starvation: the lane idled for want of work); unknown without a ready time (GPU);
+- switch overhead (like for like, ready gaps only): per (lane, previous op kind, next op kind)
+  with switch gaps, median(switch gaps) − median(no-switch gaps between the same kinds, else
+  after the same previous kind), averaged weighted by switch gaps; the same over every gap
+  (launch waits included) is `all_gaps`;
 - streams with an op in flight (achieved concurrency, wall clock) = Σ over streams of busy time
   (union of its op intervals) / window time.
 """
@@ -23,7 +27,17 @@ from typing import Any
 
 import numpy as np
 
-from aorta.hw_queue_eval.results.models import LaneSwitches, Stats, SwitchLatency, SwitchPair
+from aorta.common.percent import percent_above
+from aorta.hw_queue_eval.results import upstream_keys
+from aorta.hw_queue_eval.results.models import (
+    AllGaps,
+    GapReadiness,
+    LaneSwitches,
+    LaunchStarvation,
+    Stats,
+    SwitchLatency,
+    SwitchPair,
+)
 from aorta.hw_queue_eval.run.loghist import LogHistogram, weighted_percentiles
 
 INSTABILITY_IQR_RATIO = 0.10
@@ -57,7 +71,8 @@ def stability_warning(stats: Stats | None) -> str | None:
     ratio = stats["iqr"] / stats["median"]
     if ratio > INSTABILITY_IQR_RATIO:
         return (
-            f"unstable: IQR/median = {ratio:.0%} (> {INSTABILITY_IQR_RATIO:.0%}); "
+            f"unstable: IQR/median = {percent_above(ratio, INSTABILITY_IQR_RATIO)} "
+            f"(> {INSTABILITY_IQR_RATIO:.0%}); "
             "use more iterations or a quieter machine"
         )
     return None
@@ -111,13 +126,23 @@ def achieved_concurrency(busy_ms: Sequence[float], window_ms: float) -> float | 
 
 @dataclass(frozen=True)
 class LaneGap:
-    """One gap on a lane: `after` finished, then `before` started; a switch when their streams differ."""
+    """One gap on a lane: `after` finished, then `before` started; a switch when their streams differ.
+
+    wait_ms: how long after `after` ended `before` became ready (0.0: it was ready by then, a
+    ready gap); None where the record has no ready time (readiness unknown).
+    """
 
     lane: Any
     after: str
     before: str
     switch: bool
     gap_ms: float
+    wait_ms: float | None
+
+    @property
+    def ready(self) -> bool | None:
+        """Whether the next op was ready when the lane's previous op ended (None: unknown)."""
+        return None if self.wait_ms is None else self.wait_ms == 0.0
 
 
 def lane_gaps(ops: Sequence[Any]) -> list[LaneGap]:
@@ -140,6 +165,7 @@ def lane_gaps(ops: Sequence[Any]) -> list[LaneGap]:
                         op.label,
                         prev.stream != op.stream,
                         (op.start_ns - prev.end_ns) / 1e6,
+                        None if op.ready_ns is None else max(op.ready_ns - prev.end_ns, 0) / 1e6,
                     )
                 )
     return gaps
@@ -230,24 +256,135 @@ def _like_for_like(groups: Sequence[MatchedGroup]) -> tuple[float | None, float 
     return weighted / matched, _residual_iqr(groups, medians), matched
 
 
-def switch_analysis(ops: Sequence[Any]) -> SwitchLatency:
-    """Like-for-like switch overhead (see docs/metrics.md), or null with the reason."""
+@dataclass(frozen=True)
+class WaitFigures:
+    """The launch waits (ms) of the gaps whose next op became ready after the lane's previous op ended."""
+
+    count: int
+    switch_count: int
+    total_ms: float
+    mean_ms: float | None
+    p50_ms: float | None
+    max_ms: float | None
+
+    @classmethod
+    def of(cls, waits_ms: Sequence[float], switch_count: int) -> WaitFigures:
+        """Exact figures over a list of waits."""
+        if not len(waits_ms):
+            return cls(0, 0, 0.0, None, None, None)
+        arr = np.asarray(waits_ms, dtype=float)
+        return cls(
+            len(arr),
+            switch_count,
+            float(arr.sum()),
+            float(arr.mean()),
+            float(np.median(arr)),
+            float(arr.max()),
+        )
+
+
+@dataclass
+class LaneTally:
+    """One lane's gap counts: switch / no-switch, and the switch gaps by readiness."""
+
+    switches: int = 0
+    no_switches: int = 0
+    ready_switches: int = 0
+    unknown_switches: int = 0
+    ready_gaps: int = 0
+    waited_gaps: int = 0
+    unknown_gaps: int = 0
+
+    def add(self, switch: bool, ready: bool | None, n: int = 1) -> None:
+        """Count n gaps of one kind."""
+        if switch:
+            self.switches += n
+            self.ready_switches += n if ready else 0
+            self.unknown_switches += n if ready is None else 0
+        else:
+            self.no_switches += n
+        if ready is None:
+            self.unknown_gaps += n
+        elif ready:
+            self.ready_gaps += n
+        else:
+            self.waited_gaps += n
+
+    def merge(self, other: LaneTally) -> None:
+        """Add another lane's counts (totals over lanes)."""
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+def switch_analysis(
+    ops: Sequence[Any], window_ms: float | None = None, waits: int | None = None
+) -> SwitchLatency:
+    """Like-for-like switch overhead over ready gaps and the launch waits apart (see
+    docs/metrics.md), or null figures with the reason.
+
+    window_ms: the window's length (for the waits' share of lane time); waits: cross-stream waits
+    enqueued in the window (says whether a launch wait can be anything but the host's launch).
+    """
     gaps = lane_gaps(ops)
-    groups, _ = match_gaps(gaps)
-    lane_counts: dict[Any, list[int]] = defaultdict(lambda: [0, 0])
+    tallies: dict[Any, LaneTally] = defaultdict(LaneTally)
+    lane_waits: dict[Any, list[LaneGap]] = defaultdict(list)
     for g in gaps:
-        lane_counts[g.lane][0 if g.switch else 1] += 1
-    return switch_summary(groups, lane_counts, bool(ops))
+        tallies[g.lane].add(g.switch, g.ready)
+        if g.ready is False:
+            lane_waits[g.lane].append(g)
+    waited = [g for g in gaps if g.ready is False]
+    result = switch_summary(
+        SwitchInputs(
+            groups=match_gaps([g for g in gaps if g.ready])[0],
+            all_groups=match_gaps(gaps)[0],
+            tallies=tallies,
+            waits=WaitFigures.of([g.wait_ms for g in waited], sum(g.switch for g in waited)),  # type: ignore[misc]
+            lane_waits={
+                lane: WaitFigures.of([g.wait_ms for g in w], sum(g.switch for g in w))  # type: ignore[misc]
+                for lane, w in lane_waits.items()
+            },
+        ),
+        bool(ops),
+        window_ms,
+        waits,
+    )
+    result.update(upstream_keys.upstream_switch(ops))  # type: ignore[typeddict-item]
+    return result
 
 
-def folded_switch_analysis(histograms: dict[tuple[Any, str, str, bool], LogHistogram]) -> SwitchLatency:
-    """The switch analysis from lane-gap histograms (opfold), same definitions and matching."""
+def folded_switch_analysis(
+    histograms: dict[tuple[Any, str, str, bool, bool | None], LogHistogram],
+    waits: WaitFigures,
+    lane_waits: dict[Any, WaitFigures],
+    window_ms: float | None = None,
+    cross_waits: int | None = None,
+) -> SwitchLatency:
+    """The switch analysis from lane-gap histograms (opfold), same definitions and matching;
+    keys (lane, previous kind, next kind, switch, ready), the launch waits folded apart."""
+    tallies: dict[Any, LaneTally] = defaultdict(LaneTally)
+    ready_only: dict[tuple[Any, str, str, bool], LogHistogram] = {}
+    every: dict[tuple[Any, str, str, bool], LogHistogram] = defaultdict(LogHistogram)
+    for (lane, after, before, is_switch, ready), hist in histograms.items():
+        tallies[lane].add(is_switch, ready, len(hist))
+        every[(lane, after, before, is_switch)].merge(hist)
+        if ready:
+            ready_only[(lane, after, before, is_switch)] = hist
+    result = switch_summary(
+        SwitchInputs(_folded_groups(ready_only), _folded_groups(every), tallies, waits, lane_waits),
+        bool(histograms) or None,
+        window_ms,
+        cross_waits,
+    )
+    result.update(upstream_keys.unmeasured_upstream_switch(FOLDED_UPSTREAM))  # type: ignore[typeddict-item]
+    return result
+
+
+def _folded_groups(histograms: dict[tuple[Any, str, str, bool], LogHistogram]) -> list[MatchedGroup]:
+    """`match_gaps` over histograms keyed (lane, previous kind, next kind, switch)."""
     switch: dict[tuple[Any, str, str], LogHistogram] = {}
     same_pair: dict[tuple[Any, str, str], LogHistogram] = {}
     same_after: dict[tuple[Any, str], LogHistogram] = defaultdict(LogHistogram)
-    lane_counts: dict[Any, list[int]] = defaultdict(lambda: [0, 0])
     for (lane, after, before, is_switch), hist in histograms.items():
-        lane_counts[lane][0 if is_switch else 1] += len(hist)
         if is_switch:
             switch[(lane, after, before)] = hist
         else:
@@ -265,7 +402,7 @@ def folded_switch_analysis(histograms: dict[tuple[Any, str, str, bool], LogHisto
             groups.append(
                 MatchedGroup(lane, after, before, hist, same_after[(lane, after)], "previous op kind")
             )
-    return switch_summary(groups, lane_counts, bool(histograms) or None)
+    return groups
 
 
 def _pair_order(group: MatchedGroup) -> tuple[int, str, str, str]:
@@ -273,35 +410,82 @@ def _pair_order(group: MatchedGroup) -> tuple[int, str, str, str]:
     return -len(group.switch), str(group.lane), group.after, group.before
 
 
+@dataclass
+class SwitchInputs:
+    """What the switch section is built from, exact or folded alike."""
+
+    groups: list[MatchedGroup]  # like-for-like groups over ready gaps
+    all_groups: list[MatchedGroup]  # the same over every gap, ready or not
+    tallies: dict[Any, LaneTally]
+    waits: WaitFigures  # every lane's launch waits together
+    lane_waits: dict[Any, WaitFigures]
+
+
+FOLDED_UPSTREAM = (
+    "the window's ops were folded into lane-gap histograms (more ops than rows kept): upstream's "
+    "figure orders every op of an iteration by its end"
+)
+SWITCH_DEFINITION = (
+    "over ready gaps (the next op was ready when the lane's previous op ended): switch-weighted "
+    "mean over (lane, previous op kind, next op kind) of median(gap after another stream's op) - "
+    "median(gap after the same stream's op between the same kinds, else after the same previous kind)"
+)
+READY_DEFINITION = (
+    "a lane gap is ready when its next op's ready time (enqueued by the host, its stream's previous "
+    "op done, its cross-stream waits satisfied) is at or before the end of the lane's previous op; "
+    "waited when later; unknown where the op record has no ready time (GPU)"
+)
+STARVATION_DEFINITION = (
+    "lane gaps whose next op became ready only after the lane's previous op ended; wait = ready - "
+    "that end, the time the lane sat idle for want of its next op"
+)
+ALL_GAPS_DEFINITION = (
+    "the same like-for-like figure over every lane gap, ready or not: it includes the launch waits "
+    "(files written before the split reported this as switch_overhead_ms)"
+)
+UNKNOWN_READINESS = (
+    "readiness unknown: the op records carry no ready time (GPU backend: an op's host launch is "
+    "timed on the host clock, its start on the device's timing events, which are not comparable), "
+    "so no gap is known to have had its next op ready"
+)
+
+
 def switch_summary(
-    groups: Sequence[MatchedGroup], lane_counts: dict[Any, list[int]], recorded: bool | None
+    inputs: SwitchInputs,
+    recorded: bool | None,
+    window_ms: float | None = None,
+    cross_waits: int | None = None,
 ) -> SwitchLatency:
-    """The switch_latency section from matched groups and per-lane [switch, no-switch] counts.
+    """The switch_latency section (ready-gap overhead, every-gap figure, launch starvation).
 
     `recorded`: whether any op was recorded (False gives the "no ops recorded" reason; None: ops
     were recorded but no lane gap survived the fold).
     """
+    groups, tallies = inputs.groups, inputs.tallies
     overhead, spread, matched = _like_for_like(groups)
-    switches = sum(c[0] for c in lane_counts.values())
+    total = LaneTally()
+    for tally in tallies.values():
+        total.merge(tally)
     per_lane: dict[str, LaneSwitches] = {}
-    for lane in sorted(lane_counts, key=str):
+    for lane in sorted(tallies, key=str):
         lane_overhead, _, lane_matched = _like_for_like([g for g in groups if g.lane == lane])
-        lane_switches = lane_counts[lane][0]
+        tally = tallies[lane]
+        lane_waits = inputs.lane_waits.get(lane, WaitFigures.of([], 0))
+        known = tally.ready_gaps + tally.waited_gaps
         per_lane[str(lane)] = LaneSwitches(
-            switches=lane_switches,
+            switches=tally.switches,
             matched_switches=lane_matched,
             switch_overhead_ms=lane_overhead,
-            reason=None if lane_overhead is not None else _null_reason(lane_switches),
+            reason=None if lane_overhead is not None else _null_reason(tally),
+            launch_wait_gaps=lane_waits.count if known else None,
+            launch_wait_total_ms=lane_waits.total_ms if known else None,
         )
     both = sum(len(g.switch) for g in groups if g.matched_on == "previous and next op kind")
+    all_overhead, all_spread, all_matched = _like_for_like(inputs.all_groups)
     result = SwitchLatency(
-        definition=(
-            "switch-weighted mean over (lane, previous op kind, next op kind) of "
-            "median(gap after another stream's op) - median(gap after the same "
-            "stream's op between the same kinds, else after the same previous kind)"
-        ),
-        switch_count=switches,
-        no_switch_count=sum(c[1] for c in lane_counts.values()),
+        definition=SWITCH_DEFINITION,
+        switch_count=total.switches,
+        no_switch_count=total.no_switches,
         matched_switch_count=matched,
         matched_on_both_kinds=both,
         matched_on_previous_kind=matched - both,
@@ -324,12 +508,69 @@ def switch_summary(
             for g in sorted(groups, key=_pair_order)[:MAX_REPORTED_PAIRS]
         ],
         reason=None,
+        gap_readiness=GapReadiness(
+            definition=READY_DEFINITION,
+            ready=total.ready_gaps,
+            waited=total.waited_gaps,
+            unknown=total.unknown_gaps,
+            ready_switches=total.ready_switches,
+        ),
+        launch_starvation=_starvation(inputs.waits, total, len(tallies), window_ms, cross_waits),
+        all_gaps=AllGaps(
+            definition=ALL_GAPS_DEFINITION,
+            switch_overhead_ms=all_overhead,
+            spread_ms=all_spread,
+            matched_switch_count=all_matched,
+        ),
     )
     if recorded is False:
         result["reason"] = "no ops recorded"
     elif overhead is None:
-        result["reason"] = _null_reason(switches)
+        result["reason"] = _null_reason(total)
     return result
+
+
+def _starvation(
+    waits: WaitFigures, total: LaneTally, lanes: int, window_ms: float | None, cross_waits: int | None
+) -> LaunchStarvation:
+    """The launch_starvation block: gaps that waited for their next op, null where unknown."""
+    known = total.ready_gaps + total.waited_gaps
+    block = LaunchStarvation(
+        definition=STARVATION_DEFINITION,
+        cause=_wait_cause(cross_waits),
+        cross_stream_waits=cross_waits,
+        gaps=waits.count if known else None,
+        switch_gaps=waits.switch_count if known else None,
+        gaps_with_known_readiness=known,
+        wait_total_ms=waits.total_ms if known else None,
+        wait_mean_ms=waits.mean_ms,
+        wait_p50_ms=waits.p50_ms,
+        wait_max_ms=waits.max_ms,
+        share_of_lane_time=None,
+        share_definition="wait_total_ms / (window_ms x lanes with a lane gap)",
+        reason=None,
+    )
+    if known and window_ms:
+        block["share_of_lane_time"] = waits.total_ms / (window_ms * lanes)
+    if not known:
+        block["reason"] = UNKNOWN_READINESS if total.unknown_gaps else "no lane gaps"
+    elif not waits.count:
+        block["reason"] = "no gap waited: every next op was ready when the lane's previous op ended"
+    elif not window_ms:
+        block["reason"] = "share_of_lane_time: the window length was not given"
+    return block
+
+
+def _wait_cause(cross_waits: int | None) -> str:
+    """What a launch wait can be: the host's launch alone only when nothing waited across streams."""
+    if cross_waits == 0:
+        return "host launch (the window had no cross-stream waits)"
+    if cross_waits is None:
+        return "host launch, or a cross-stream wait the op sat behind (not counted here)"
+    return (
+        f"host launch, or a cross-stream wait the op sat behind (the window had {cross_waits}; "
+        "the op record does not tell the two apart)"
+    )
 
 
 def unmeasured_switch_analysis(reason: str) -> SwitchLatency:
@@ -343,14 +584,28 @@ def unmeasured_switch_analysis(reason: str) -> SwitchLatency:
         matched_on_previous_kind=None,
         reason=reason,
     )
+    result["gap_readiness"].update(ready=None, waited=None, unknown=None, ready_switches=None)
+    result["launch_starvation"].update(gaps_with_known_readiness=None, reason=reason)
+    result["all_gaps"]["matched_switch_count"] = None
+    result.update(upstream_keys.unmeasured_upstream_switch(reason))  # type: ignore[typeddict-item]
     return result
 
 
-def _null_reason(switches: int) -> str:
-    if not switches:
+def _null_reason(tally: LaneTally) -> str:
+    """Why the ready-gap switch overhead of a lane (or of every lane together) is null."""
+    if not tally.switches:
         return "no stream switches on a shared lane were observed"
+    if not tally.ready_switches:
+        if tally.unknown_switches == tally.switches:
+            return UNKNOWN_READINESS + " (all_gaps compares every gap)"
+        return (
+            "no switch gap had its next op ready when the lane's previous op ended: "
+            f"{tally.switches - tally.ready_switches - tally.unknown_switches} waited for it "
+            "(launch_starvation)"
+        )
     return (
-        "no like-for-like pairs: no switch gap has a same-stream gap after the same op kind on the same lane"
+        "no like-for-like pairs: no ready switch gap has a ready same-stream gap after the same op "
+        "kind on the same lane"
     )
 
 

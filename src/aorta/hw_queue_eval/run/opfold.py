@@ -101,6 +101,20 @@ class RunningSummary:
         self.high = high if self.high is None else max(self.high, high)
         self.hist.add(values)
 
+    def merge(self, other: RunningSummary) -> None:
+        """Fold another summary in (the same pairwise update)."""
+        if not other.count:
+            return
+        merged = self.count + other.count
+        delta = other.mean - self.mean
+        self.m2 += other.m2 + delta * delta * self.count * other.count / merged
+        self.mean += delta * other.count / merged
+        self.count = merged
+        self.total += other.total
+        self.low = other.low if self.low is None else min(self.low, other.low)  # type: ignore[type-var]
+        self.high = other.high if self.high is None else max(self.high, other.high)  # type: ignore[type-var]
+        self.hist.merge(other.hist)
+
     def summary_ms(self) -> dict[str, Any] | None:
         """The `metrics.summarize` layout in ms; None when empty."""
         if not self.count:
@@ -146,7 +160,12 @@ class OpFold:
         self.busy_ns = np.zeros(stream_count, dtype=np.int64)
         self.durations: dict[int, RunningSummary] = defaultdict(RunningSummary)
         self.delays = RunningSummary()
-        self.gaps: dict[tuple[int | None, int, int, bool], LogHistogram] = defaultdict(LogHistogram)
+        # (lane, previous label, label, switch, ready: None where unknown) -> gaps
+        self.gaps: dict[tuple[int | None, int, int, bool, bool | None], LogHistogram] = defaultdict(
+            LogHistogram
+        )
+        self.waits: dict[int, RunningSummary] = defaultdict(RunningSummary)  # lane -> launch waits
+        self.wait_switches: dict[int, int] = defaultdict(int)  # lane -> waited switch gaps
         self._last: dict[int, np.ndarray] = {}  # queue -> its previous op record
 
     def add(self, queue: int, chunk: Chunk) -> None:
@@ -189,35 +208,49 @@ class OpFold:
         it = c[:, _IT]
         if last is None:  # the lane's first op has no gap
             p_it, p_st, p_lab, p_end = it[:-1], st[:-1], lab[:-1], e[:-1]
-            it, st, lab, s = it[1:], st[1:], lab[1:], s[1:]
+            it, st, lab, s, rdy = it[1:], st[1:], lab[1:], s[1:], rdy[1:]
         else:
             p_it, p_st, p_lab, p_end = (
                 np.concatenate(([last[i]], col[:-1]))
                 for i, col in ((_IT, it), (_ST, st), (_LAB, lab), (_E, e))
             )
-        self._count_gaps(queue, (p_it, p_st, p_lab, p_end), (it, st, lab, s))
+        self._count_gaps(queue, (p_it, p_st, p_lab, p_end), (it, st, lab, s), rdy)
 
     def _count_gaps(
-        self, lane: int | None, previous: tuple[np.ndarray, ...], ops: tuple[np.ndarray, ...]
+        self,
+        lane: int | None,
+        previous: tuple[np.ndarray, ...],
+        ops: tuple[np.ndarray, ...],
+        ready: np.ndarray | None = None,
     ) -> None:
         """Add lane gaps: per op (iteration, stream, label, start) after its previous op
-        (iteration, stream, label, end); a gap only between ops of one iteration."""
+        (iteration, stream, label, end); a gap only between ops of one iteration. `ready` (None:
+        unknown, the device lane): per op when it was ready; a gap is ready when that is at or
+        before the previous end, else its wait (ready − previous end) is folded per lane."""
         p_it, p_st, p_lab, p_end = previous
         it, st, lab, s = ops
         same = p_it == it
         if not same.all():
             p_st, p_lab, p_end, st, lab, s = (x[same] for x in (p_st, p_lab, p_end, st, lab, s))
+            ready = None if ready is None else ready[same]
         if not len(s):
             return
-        code = (p_lab * MAX_LABELS + lab) * 2 + (p_st != st)
+        switched = p_st != st
+        code = (p_lab * MAX_LABELS + lab) * 4 + switched * 2
+        if ready is not None:
+            wait = ready - p_end
+            waited = wait > 0
+            code += ~waited  # bit 0: ready
+            if waited.any():
+                self.waits[lane].add(wait[waited])  # type: ignore[index]
+                self.wait_switches[lane] += int((switched & waited).sum())  # type: ignore[index]
         keys = bucket_keys(s - p_end)
         groups = _distinct(code)
         for group in groups:
-            pair, sw = divmod(group, 2)
+            pair, flags = divmod(group, 4)
             after, before = divmod(pair, MAX_LABELS)
-            self.gaps[(lane, after, before, bool(sw))].add_key_array(
-                keys if len(groups) == 1 else keys[code == group]
-            )
+            key = (lane, after, before, bool(flags & 2), None if ready is None else bool(flags & 1))
+            self.gaps[key].add_key_array(keys if len(groups) == 1 else keys[code == group])
 
     def _fold_stream_gaps(self, c: np.ndarray) -> None:
         """Per stream, next start − previous end (clipped at 0) between consecutive ops."""
@@ -373,10 +406,21 @@ class FoldedOps:
             return None
         return self.fold.stream_gap_ns, self.fold.stream_gap_count
 
-    def lane_gap_histograms(self) -> dict[tuple[int | None, str, str, bool], LogHistogram]:
-        """(lane, previous op label, next op label, switch) → histogram of gaps in ns."""
+    def lane_gap_histograms(self) -> dict[tuple[int | None, str, str, bool, bool | None], LogHistogram]:
+        """(lane, previous op label, next op label, switch, ready) → histogram of gaps in ns;
+        ready None where unknown (device lane)."""
         labels = self.fold.labels
-        return {(q, labels[a], labels[b], sw): h for (q, a, b, sw), h in self.fold.gaps.items()}
+        return {(q, labels[a], labels[b], sw, r): h for (q, a, b, sw, r), h in self.fold.gaps.items()}
+
+    def launch_waits(self) -> tuple[metrics.WaitFigures, dict[int, metrics.WaitFigures]]:
+        """The launch waits of every lane together, and per lane (exact but for the p50)."""
+        total = RunningSummary()
+        for summary in self.fold.waits.values():
+            total.merge(summary)
+        per_lane = {
+            lane: _wait_figures(w, self.fold.wait_switches[lane]) for lane, w in self.fold.waits.items()
+        }
+        return _wait_figures(total, sum(self.fold.wait_switches.values())), per_lane
 
     def note(self) -> dict[str, Any]:
         """How the figures of this run were computed (the result's `ops.statistics`)."""
@@ -395,6 +439,16 @@ class FoldedOps:
                 "exact value (iqr within it of p25 + p75)"
             ),
         }
+
+
+def _wait_figures(waits: RunningSummary, switch_count: int) -> metrics.WaitFigures:
+    """WaitFigures (ms) from folded waits (ns): count, total, mean and max exact, p50 within α."""
+    summary = waits.summary_ms()
+    if summary is None:
+        return metrics.WaitFigures.of([], 0)
+    return metrics.WaitFigures(
+        summary["count"], switch_count, waits.total / 1e6, summary["mean"], summary["p50"], summary["max"]
+    )
 
 
 class OpWindow:
@@ -430,10 +484,14 @@ class OpWindow:
             return self.folded.per_label()
         return metrics.per_label_summary(self.rows)
 
-    def switch_analysis(self) -> dict[str, Any]:
+    def switch_analysis(self, window_ms: float | None = None, waits: int | None = None) -> dict[str, Any]:
+        """The switch section (metrics.switch_analysis; `waits`: cross-stream waits enqueued)."""
         if self.folded is not None:
-            return metrics.folded_switch_analysis(self.folded.lane_gap_histograms())
-        return metrics.switch_analysis(self.rows)
+            total, per_lane = self.folded.launch_waits()
+            return metrics.folded_switch_analysis(
+                self.folded.lane_gap_histograms(), total, per_lane, window_ms, waits
+            )
+        return metrics.switch_analysis(self.rows, window_ms, waits)
 
     def statistics_note(self) -> dict[str, Any]:
         """How this run's op figures were computed (the result's `ops.statistics`)."""

@@ -14,6 +14,7 @@ from typing import Any
 from aorta.common.atomicio import (
     WriteError,
     atomic_write_json,
+    check_replaceable,
     keep_unsaved,
     read_json_file,
     read_owned_json,
@@ -22,7 +23,7 @@ from aorta.common.errors import UsageError
 from aorta.hw_queue_eval.results.provenance import tool_info
 from aorta.hw_queue_eval.results.run_result import utc_timestamp
 from aorta.hw_queue_eval.results.schema import SCHEMA_VERSION
-from aorta.hw_queue_eval.results.validation import point_problem
+from aorta.hw_queue_eval.results.validation import duplicate_point, point_problem
 
 
 def fingerprint(config: dict[str, Any]) -> str:
@@ -67,6 +68,9 @@ class CheckpointFile:
         points = data.get("points")
         if not isinstance(points, list):
             raise UsageError(f"--resume: {path} has no list of points; use another -o")
+        twice = duplicate_point(points)
+        if twice is not None:
+            raise UsageError(f"--resume: {path} was edited ({twice}); use another -o")
         file = cls(path, kind, header)
         if isinstance(data.get("created"), str):
             file.created = data["created"]
@@ -140,6 +144,8 @@ def open_or_resume(
     """A fresh file, or the earlier one with --resume; never silently overwrites finished points."""
     if resume and os.path.exists(path):
         return CheckpointFile.resume(path, kind, header)
+    kinds = (kind, "policy_sweep") if kind == "policy-sweep" else (kind,)  # the older spelling
+    check_replaceable(path, kinds, False, f"{kind} file", "choose another -o")  # a run result …
     if os.path.exists(path):
         try:
             old = read_json_file(path, f"{kind} file")

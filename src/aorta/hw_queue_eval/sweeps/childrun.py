@@ -22,7 +22,14 @@ from typing import Any
 
 from aorta.common.atomicio import read_json_file
 from aorta.common.errors import UsageError
-from aorta.common.procs import child_environment, die_with_parent, python_module_command, stale_owned_dirs
+from aorta.common.interrupts import INTERRUPTS
+from aorta.common.procs import (
+    OWNER_PID_ENV,
+    child_environment,
+    die_with_parent,
+    python_module_command,
+    stale_owned_dirs,
+)
 
 TERM_GRACE_S = 5.0
 TEMP_PREFIX = "aorta-point-"
@@ -45,10 +52,6 @@ class PointOutcome:
             "duration_s": self.duration_s,
             "returncode": self.returncode,
         }
-
-
-#: what a user sends to stop a sweep: held while a point's child starts
-INTERRUPTS = {signal.SIGINT, signal.SIGTERM}
 
 
 def _with_mask(mask: set[signal.Signals], then: Callable[[], None]) -> Callable[[], None]:
@@ -98,13 +101,17 @@ def point_command(
     run_args: Sequence[str], out_path: str, nproc_per_node: int | None = None, package_dir: str | None = None
 ) -> list[str]:
     """The child's argv: `run` directly, or through torchrun (--standalone: one node, a free
-    rendezvous port) with `nproc_per_node` ranks, whose rank 0 writes `out_path`."""
+    rendezvous port) with `nproc_per_node` ranks, whose rank 0 writes `out_path`.
+
+    Under torchrun the ranks are started `--no-python` with the same isolated command as a
+    direct child (`python -I`, this aorta package by file location): torchrun's own `-m` start
+    would run them without -I, so the cwd, PYTHON* and the user site of HOME (usercustomize)
+    would reach them."""
+    command = python_module_command(
+        "aorta.hw_queue_eval", "run", *run_args, "-o", out_path, package_dir=package_dir
+    )
     if nproc_per_node is None:
-        return python_module_command(
-            "aorta.hw_queue_eval", "run", *run_args, "-o", out_path, package_dir=package_dir
-        )
-    if package_dir is not None:
-        raise ValueError("another package folder is not supported under torchrun")
+        return command
     return [
         sys.executable,
         "-I",
@@ -113,12 +120,8 @@ def point_command(
         "--standalone",
         "--nproc-per-node",
         str(nproc_per_node),
-        "-m",
-        "aorta.hw_queue_eval",
-        "run",
-        *run_args,
-        "-o",
-        out_path,
+        "--no-python",
+        *command,
     ]
 
 
@@ -137,9 +140,9 @@ def run_point(
 
     The child is isolated from the working directory and PYTHON* (`procs.python_module_command`).
     With `nproc_per_node` the point runs under torchrun (docs/distributed.md); torchrun stops
-    its ranks when it gets SIGTERM, which is how a timeout or Ctrl+C ends the point.
-    torchrun's ranks start as `python -m` without isolation, so the point runs in its private
-    folder (mkdtemp, 0700): the folder `-m` puts first on their import path is root's own.
+    its ranks when it gets SIGTERM, which is how a timeout or Ctrl+C ends the point. The child
+    runs in the point's private folder (mkdtemp, 0700) with `procs.child_environment` (private
+    caches, HOME pinned).
 
     `build_command` makes the child's argv (default `point_command`; a caller of the CLI may
     pass another through commands/collaborators.py). Raises KeyboardInterrupt after stopping the
@@ -149,6 +152,12 @@ def run_point(
     remove_stale_point_dirs()
     tmpdir = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-")
     out_path = os.path.join(tmpdir, "point.json")
+    if nproc_per_node is not None:
+        # torchrun's log folders (torchelastic_*) and the ranks' temp files go into the point's
+        # folder, removed with it (or by the next point after a kill -9); the ranks die with this
+        # process even if their agent died before they could notice (procs.die_with_launcher)
+        env["TMPDIR"] = tmpdir
+        env[OWNER_PID_ENV] = str(os.getpid())
     cmd = build_command(run_args, out_path, nproc_per_node)
     started = time.monotonic()
     # Ctrl+C/SIGTERM are held while the child starts: one landing after the fork but before Popen

@@ -14,11 +14,13 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from aorta.hw_queue_eval.analysis.exact_u import ALPHA, MIN_RUNS_TO_DETECT
 from aorta.hw_queue_eval.analysis.stats import MIN_RUNS, compare_runs, median_ci
 from aorta.hw_queue_eval.gpu.control import CPU_NOT_APPLICABLE, GpuControl, GpuRequest, GpuTarget
 from aorta.hw_queue_eval.gpu.drivers.base import GpuDriver
 from aorta.hw_queue_eval.gpu.policies import Policy, cpu_ignored_env, not_applicable_reason
 from aorta.hw_queue_eval.run.config import RunConfig
+from aorta.hw_queue_eval.run.cpupin import format_cpu_list
 from aorta.hw_queue_eval.sweeps.childrun import run_point
 from aorta.hw_queue_eval.sweeps.repeats import conditions, interleaved_schedule, run_summary
 
@@ -53,6 +55,8 @@ def child_run_args(config: RunConfig, flags: Sequence[str] = ()) -> list[str]:
     ]
     if config.size:
         args += ["--size", config.size]
+    if config.cpus:
+        args += ["--cpus", format_cpu_list(config.cpus)]
     return [*args, *flags]
 
 
@@ -79,6 +83,7 @@ def in_effect(
         "env_mismatch": mismatch if result else None,
         "queue_pool_size": qmap.get("pool_size"),
         "queue_pool_note": qmap.get("reason") or qmap.get("source"),
+        "stream_priority": qmap.get("stream_priority") if result else None,
     }
     if gpu_report is None:
         effect.update(
@@ -148,7 +153,7 @@ def run_policy_point(
     point["conditions"] = conditions()
     with control as gpu_report:
         outcome = run_point(
-            child_run_args(config, flags),
+            [*child_run_args(config, flags), *policy.child_args()],
             env_overrides=dict(policy.env),
             timeout_s=timeout_s,
             nproc_per_node=nproc_per_node,
@@ -220,17 +225,28 @@ def _values(row: dict[str, Any], name: str) -> list[float]:
     return [r[name] for r in row.get("runs") or [] if r.get(name) is not None]
 
 
+def reference_policy(names: Sequence[str]) -> dict[str, Any]:
+    """The policy every other is compared against: baseline when listed, else the first listed
+    (a sweep of `--policies a,b` still compares b with a), and why it was chosen."""
+    if BASELINE in names:
+        return {"policy": BASELINE, "why": "listed in the sweep"}
+    return {
+        "policy": names[0] if names else None,
+        "why": f"first listed; the sweep has no {BASELINE} policy",
+    }
+
+
 def _best(
-    rows: list[dict[str, Any]], metric: str, baseline: dict[str, Any] | None, repeats: int
+    rows: list[dict[str, Any]], metric: str, baseline: dict[str, Any] | None, repeats: int, ref: str
 ) -> dict[str, Any]:
-    """The applicable policy that beats baseline beyond noise on `metric` (vs_baseline key),
-    or why none is named."""
+    """The applicable policy that beats the reference policy `ref` beyond noise on `metric`
+    (vs_baseline key), or why none is named."""
     if baseline is None:
-        return {"policy": None, "text": "no baseline policy ran ok: nothing to rank against"}
+        return {"policy": None, "text": f"the reference policy {ref} did not run ok: nothing to rank against"}
     others = [
         r
         for r in rows
-        if r["policy"] != BASELINE and r.get("vs_baseline") and (r["vs_baseline"] or {}).get(metric)
+        if r["policy"] != ref and r.get("vs_baseline") and (r["vs_baseline"] or {}).get(metric)
     ]
     if not others:
         return {"policy": None, "text": "no other applicable policy ran ok"}
@@ -238,7 +254,8 @@ def _best(
         return {
             "policy": None,
             "text": f"not ranked: {repeats} run(s) per policy, run-to-run noise unknown — "
-            f"use --repeats {MIN_RUNS} (5 to detect a change at α = 0.05)",
+            f"use --repeats {MIN_RUNS_TO_DETECT} or more (the fewest per side that can reach "
+            f"p < {ALPHA:g})",
         }
     better = [r for r in others if r["vs_baseline"][metric]["verdict"] == "improvement"]
     if better:
@@ -252,26 +269,29 @@ def _best(
             "change_pct": cmp["change_pct"],
             "change_ci_pct": ci,
             "p_value": cmp["p_value"],
-            "text": f"{best['policy']} ({cmp['change_pct']:+.1f}%{ci_text} vs baseline, "
+            "text": f"{best['policy']} ({cmp['change_pct']:+.1f}%{ci_text} vs {ref}, "
             f"p={cmp['p_value']:.3g}, {cmp['base_n']} vs {cmp['test_n']} runs)",
         }
     if all(r["vs_baseline"][metric]["verdict"] == "regression" for r in others):
-        return {"policy": BASELINE, "text": "baseline (every other applicable policy is worse beyond noise)"}
-    return {"policy": None, "text": "no policy differs beyond noise from baseline"}
+        return {"policy": ref, "text": f"{ref} (every other applicable policy is worse beyond noise)"}
+    return {"policy": None, "text": f"no policy differs beyond noise from {ref}"}
 
 
 def summarize(points: list[dict[str, Any]], policies: Sequence[Policy]) -> dict[str, Any]:
-    """Per-policy rows (run-level statistics over repeats), deltas vs baseline from the same
-    per-repeat values, and best lines over applicable policies beyond noise."""
+    """Per-policy rows (run-level statistics over repeats), deltas vs the reference policy
+    (reference_policy) from the same per-repeat values, and best lines over applicable policies
+    beyond noise."""
     rows = [_policy_row(p.name, [pt for pt in points if pt["key"]["policy"] == p.name]) for p in policies]
     by_name = {r["policy"]: r for r in rows}
-    base = by_name.get(BASELINE) if by_name.get(BASELINE, {}).get("runs") else None
+    reference = reference_policy([p.name for p in policies])
+    ref = reference["policy"]
+    base = by_name.get(ref) if by_name.get(ref, {}).get("runs") else None
     for row in rows:
-        if not row.get("runs") or row["policy"] == BASELINE:
+        if not row.get("runs") or row["policy"] == ref:
             row["vs_baseline"] = None
             continue
         if base is None:
-            row["vs_baseline"] = {"reason": "no baseline policy ran ok in this sweep"}
+            row["vs_baseline"] = {"reason": f"the reference policy {ref} did not run ok in this sweep"}
             continue
         vs: dict[str, Any] = {}
         for label, name, higher in (
@@ -289,16 +309,18 @@ def summarize(points: list[dict[str, Any]], policies: Sequence[Policy]) -> dict[
     pools = {r["policy"]: r["in_effect"]["queue_pool_size"] for r in measured}
     return {
         "rows": rows,
-        "best_throughput": _best(rows, "throughput", base, repeats),
-        "best_p99": _best(rows, "p99", base, repeats),
+        "reference": reference,
+        "best_throughput": _best(rows, "throughput", base, repeats, ref),
+        "best_p99": _best(rows, "p99", base, repeats, ref),
         "not_applicable": [r["policy"] for r in rows if r.get("status") == "not_applicable"],
         "queue_pools": pools,
         "queue_pool_changed": len({v for v in pools.values() if v is not None}) > 1,
         "verdict_rule": (
             f"as `compare`: runs are the samples — Mann–Whitney U over the "
             f"per-repeat values (window throughput; each repeat's P50 and P99), "
-            f"|change of the medians| ≥ {THRESHOLD_PCT:g}% and p < 0.05 for "
-            f"better/worse, ≥ {MIN_RUNS} repeats per policy; not-applicable "
+            f"|change of the medians| ≥ {THRESHOLD_PCT:g}% and p < {ALPHA:g} for "
+            f"better/worse, the change's CI inside ±{THRESHOLD_PCT:g}% for same, n.s. "
+            f"otherwise; ≥ {MIN_RUNS} repeats per policy; not-applicable "
             "policies are never ranked"
         ),
     }

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from aorta.common.errors import UsageError
-from aorta.hw_queue_eval.analysis import scaling
+from aorta.common.interrupts import commit
+from aorta.hw_queue_eval.analysis import diagnosis, scaling
 from aorta.hw_queue_eval.run.config import env_knobs
 from aorta.hw_queue_eval.sweeps.checkpoint import CheckpointFile, fingerprint, open_or_resume
 from aorta.hw_queue_eval.sweeps.childrun import PointCommand, point_command, run_point
@@ -150,11 +151,14 @@ def load_conditions_warning(points: list[dict[str, Any]]) -> str | None:
 
 
 def analysis_of(points: list[dict[str, Any]], work_scaling: str) -> dict[str, Any] | None:
-    """Scaling analysis of the ok points (repeats grouped), as stored in the sweep file."""
-    result = scaling.analyze(ok_results(points), work_scaling)
+    """Scaling analysis of the ok points (repeats grouped) and its diagnosis, as stored in the
+    sweep file."""
+    results = ok_results(points)
+    result = scaling.analyze(results, work_scaling)
     if result is None:
         return None
     analysis = result.to_dict()
+    analysis["diagnosis"] = diagnosis.diagnose_sweep(results, analysis)
     mixed = load_conditions_warning(points)
     if mixed:
         analysis["warnings"] = [*analysis["warnings"], mixed]
@@ -209,5 +213,6 @@ def run_sweep(
         others = [p for p in file.points if p.get("key") != key]
         file.record(point, state="running", analysis=analysis_of([*others, point], spec.info.work_scaling))
         on_point(streams, point, done, total)
+    commit()  # every point is measured: the file is completed whatever signal comes now
     file.save(state="complete", analysis=analysis_of(file.points, spec.info.work_scaling))
     return file

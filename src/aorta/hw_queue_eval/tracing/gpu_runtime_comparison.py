@@ -1,11 +1,12 @@
-"""'eBPF vs CUDA COMPARISON' on a GPU: runtime launches seen by uprobes vs ops the harness issued.
+"""'eBPF vs CUDA/HIP COMPARISON' on a GPU: runtime launches seen by uprobes vs ops the harness issued.
 
 Over the same window (the uprobes are gated like every probe):
 
-* `coverage_pct` (shown as Measurement accuracy) = 100 · launches the trace attributed to the
-  harness's streams
-  (joined by the torch stream handle, `cuda_stream`) / ops the harness issued in the window. The
-  reading in docs/guide.md: < 50 % = events missed. One op may launch more than one kernel (and the
+* `coverage_pct` (printed as "Coverage", launches / ops; `accuracy_pct` is its legacy alias,
+  the guide's "Measurement accuracy": a count, not an agreement of timings) = 100 · launches
+  the trace attributed to the harness's streams (joined by the torch stream handle,
+  `cuda_stream`) / ops the harness issued in the window. The reading in docs/guide.md: < 50 % =
+  events missed. One op may launch more than one kernel (and the
   runtime may add its own), so values above 100 % are possible and mean "more launches than ops";
 * host launch cost: mean entry→return time of the launch calls (eBPF, host clock) shown beside the
   harness's mean per-op device gap (next op start − previous op end on the same stream, GPU
@@ -20,7 +21,7 @@ from collections import defaultdict
 from typing import Any
 
 FORMULA = (
-    "accuracy = 100 * launches on the harness's streams (uprobes, joined by stream handle) / "
+    "coverage = 100 * launches on the harness's streams (uprobes, joined by stream handle) / "
     "ops the harness issued, same window"
 )
 
@@ -61,6 +62,7 @@ def compare_gpu_runtime(
     joined = [r for r in rows if r.get("stream_index") is not None]
     matched = sum(r["launches"] for r in joined)
     issued, per_stream, gap_sum, gap_count = _op_figures(ops, folded)
+    coverage = 100.0 * matched / issued if issued and joined else None
     reason = None
     if not issued:
         reason = "the harness recorded no ops in the window"
@@ -74,7 +76,12 @@ def compare_gpu_runtime(
         "error": None,
         "formula": FORMULA,
         "kernel_source": "gpu_runtime",
-        "coverage_pct": 100.0 * matched / issued if issued and joined else None,
+        "coverage_pct": coverage,
+        "accuracy_pct": coverage,
+        "accuracy_meaning": (
+            "legacy alias of coverage_pct (the guide's 'Measurement accuracy'): launches per "
+            "op issued, a count, not an agreement of timings"
+        ),
         "coverage_meaning": (
             "launches the uprobes saw on the harness's streams per op the harness "
             "issued (< 50 %: events missed; > 100 %: ops launching several kernels)"

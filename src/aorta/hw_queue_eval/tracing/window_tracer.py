@@ -11,6 +11,7 @@ import threading
 from typing import Any
 
 from aorta.ebpf import engine
+from aorta.ebpf import timeline as timeline_mod
 from aorta.ebpf.probes.base import TraceTarget
 from aorta.ebpf.probes.cpu_sched import SUBMITTER_LABEL
 from aorta.ebpf.program import Program, ProgramError
@@ -24,9 +25,16 @@ class EbpfTracer:
     """Implements harness.WindowTracer with aorta.ebpf."""
 
     def __init__(
-        self, queue: bool, memory: bool, ready: engine.Readiness | None = None, gpu_runtime: bool = False
+        self,
+        queue: bool,
+        memory: bool,
+        ready: engine.Readiness | None = None,
+        gpu_runtime: bool = False,
+        timeline: bool = False,
     ) -> None:
         self.queue = queue or gpu_runtime
+        # per-event records for --trace-out's timeline (bounded: timeline.TIMELINE_EVENTS per kind)
+        self.timeline_events = timeline_mod.TIMELINE_EVENTS if timeline else 0
         self.gpu_runtime = gpu_runtime
         self.memory = memory
         self.ready = ready if ready is not None else engine.check_readiness()
@@ -47,7 +55,13 @@ class EbpfTracer:
             labels[self.submitter_tid] = SUBMITTER_LABEL
         pid = os.getpid()
         doorbells = tuple((pid, w.doorbell_fd, w.tid, w.queue) for w in workers if w.doorbell_fd is not None)
-        target = TraceTarget(pids=(pid,), follow_children=True, thread_labels=labels, doorbells=doorbells)
+        target = TraceTarget(
+            pids=(pid,),
+            follow_children=True,
+            thread_labels=labels,
+            doorbells=doorbells,
+            timeline_events=self.timeline_events,
+        )
         try:
             self.program = engine.make_program(
                 self.queue,
@@ -164,11 +178,14 @@ def warn_in_result(result: Any, sections: dict[str, Any]) -> None:
             warnings.append(f"{key}: {section['warning']}")
 
 
-def make_tracer(queue: bool, memory: bool, gpu_runtime: bool = False) -> EbpfTracer | None:
-    """A tracer for the requested modes, or None when no tracing was asked for."""
+def make_tracer(
+    queue: bool, memory: bool, gpu_runtime: bool = False, timeline: bool = False
+) -> EbpfTracer | None:
+    """A tracer for the requested modes, or None when no tracing was asked for; `timeline`
+    (--trace-out given) also keeps the first events of each kind for the trace."""
     if not (queue or memory or gpu_runtime):
         return None
-    return EbpfTracer(queue, memory, gpu_runtime=gpu_runtime)
+    return EbpfTracer(queue, memory, gpu_runtime=gpu_runtime, timeline=timeline)
 
 
 def stream_handles(backend: Any) -> list[dict[str, Any]]:

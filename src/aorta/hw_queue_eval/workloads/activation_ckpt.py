@@ -49,6 +49,12 @@ class ActivationCheckpoint(Workload):
     def stream_roles(cls, streams: int) -> dict[str, list[int]]:
         return {"forward+backward": [0], "comms (grad all-reduce)": [1], "recompute": list(range(2, streams))}
 
+    def declared_edges(self) -> set[tuple[int, int]]:
+        """Recomputes wait for the forward, each segment's backward for its recompute stream,
+        the gradient all-reduce for the backward."""
+        recompute = range(2, self.stream_count)
+        return {(0, r) for r in recompute} | {(r, 0) for r in recompute} | {(0, 1)}
+
     def setup(self) -> None:
         import torch
 

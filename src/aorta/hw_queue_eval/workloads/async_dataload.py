@@ -10,7 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from aorta.hw_queue_eval.workloads.base import VerifyResult, Workload, WorkloadInfo, compare_tensors
+from aorta.hw_queue_eval.workloads.base import (
+    VerifyResult,
+    Workload,
+    WorkloadInfo,
+    compare_tensors,
+    round_robin_edges,
+)
 from aorta.hw_queue_eval.workloads.transfer import copy, host_buffer
 
 
@@ -44,6 +50,11 @@ class AsyncDataload(Workload):
             "loader (H2D copy + normalise)": list(range(loaders)),
             "compute": list(range(loaders, streams)),
         }
+
+    def declared_edges(self) -> set[tuple[int, int]]:
+        """Batch b is loaded on loader b mod L and read by compute stream b mod C."""
+        loaders, compute = self.stream_roles(self.stream_count).values()
+        return round_robin_edges(loaders, compute, self.params["batches"])
 
     def setup(self) -> None:
         import torch

@@ -6,6 +6,7 @@ stream wrote. Each workload can recompute its outputs serially and check them (`
 
 from __future__ import annotations
 
+import itertools
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -72,7 +73,9 @@ class Workload(ABC):
     #: What it models and how streams are used, in prose (`list -v`).
     MODELS: ClassVar[str] = ""
 
-    def __init__(self, streams: int, size: str, device: Any, seed: int) -> None:
+    def __init__(
+        self, streams: int, size: str, device: Any, seed: int, options: dict[str, Any] | None = None
+    ) -> None:
         self.INFO.check_streams(streams)
         if size not in self.SIZES:
             raise UsageError(f"unknown size {size!r}: use one of {', '.join(self.SIZES)}")
@@ -81,6 +84,18 @@ class Workload(ABC):
         self.params = dict(self.SIZES[size])
         self.device = device
         self.seed = seed
+        self.options = self.check_options(dict(options or {}), streams)
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any], streams: int) -> dict[str, Any]:
+        """This workload's knobs, validated (UsageError naming the bad one); none by default."""
+        if options:
+            raise UsageError(f"{cls.INFO.name} takes no workload options (got {', '.join(sorted(options))})")
+        return options
+
+    def throughput_unit(self) -> str:
+        """The unit of this instance's throughput (the catalogue's, unless a knob changes it)."""
+        return self.INFO.throughput_unit
 
     def require_memory(self, nbytes: int) -> None:
         """UsageError, before anything is allocated, when `nbytes` cannot fit on the device."""
@@ -121,6 +136,14 @@ class Workload(ABC):
         """Which stream indices play which role at `streams` streams (no torch; for `list -v`)."""
         return {"work": list(range(streams))}
 
+    def declared_edges(self) -> set[tuple[int, int]]:
+        """(producer, consumer) stream pairs the design orders, from MODELS, not run_iteration.
+
+        Pure (no torch, no setup): the run's observed waits are checked against it
+        (analysis/stream_order.py); workloads with independent streams declare none.
+        """
+        return set()
+
     def describe(self) -> dict[str, Any]:
         """Size parameters and how the streams are used, for the result metadata."""
         return {
@@ -142,6 +165,16 @@ def split_groups(streams: int, groups: int) -> list[list[int]]:
         out.append(list(range(start, start + size)))
         start += size
     return out
+
+
+def round_robin_edges(producers: list[int], consumers: list[int], items: int) -> set[tuple[int, int]]:
+    """Item i made on producers[i mod P] and used on consumers[i mod C], for i < items."""
+    return {(producers[i % len(producers)], consumers[i % len(consumers)]) for i in range(items)}
+
+
+def pipeline_edges(groups: list[list[int]], items: int) -> set[tuple[int, int]]:
+    """Item i goes through stage groups in order, on stream i mod len(group) of each."""
+    return {e for a, b in itertools.pairwise(groups) for e in round_robin_edges(a, b, items)}
 
 
 def split_sizes(total: int, parts: int) -> list[int]:

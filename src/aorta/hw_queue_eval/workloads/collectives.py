@@ -11,25 +11,51 @@ from __future__ import annotations
 
 from typing import Any
 
+from aorta.common.errors import UsageError
+
 
 class Collectives:
-    """Collectives over the default process group, or over one rank when there is none."""
+    """Collectives over the default process group, or over one rank when there is none.
 
-    def __init__(self) -> None:
+    `process_groups` (upstream's `--process-groups`, lists of global ranks covering every rank):
+    every rank creates every group in the same order and runs its collectives on the first group
+    that holds it. `async_op`: all_reduce returns before the collective ends; `complete()` waits
+    for every pending one (an op of its own on the comms stream)."""
+
+    def __init__(self, process_groups: list[list[int]] | None = None, async_op: bool = False) -> None:
         import torch.distributed as dist
 
         self.real = dist.is_available() and dist.is_initialized()
         self.rank = dist.get_rank() if self.real else 0
         self.world_size = dist.get_world_size() if self.real else 1
         self.backend = dist.get_backend() if self.real else None
+        self.group: Any = None
+        self.group_ranks: list[int] | None = None
+        self.async_op = async_op and self.real
+        self.pending: list[Any] = []
+        if self.real and process_groups:
+            made = [(ranks, dist.new_group(ranks)) for ranks in process_groups]  # same order on all ranks
+            mine = next(((r, g) for r, g in made if self.rank in r), None)
+            if mine is None:
+                raise UsageError(f"--process-groups: rank {self.rank} is in no group: every rank needs one")
+            self.group_ranks, self.group = mine
+            self.world_size = len(self.group_ranks)
 
     def all_reduce(self, out: Any, inp: Any) -> None:
-        """out = sum over ranks of inp."""
+        """out = sum over the group's ranks of inp (pending until complete() with async_op)."""
         out.copy_(inp)
         if self.real:
             import torch.distributed as dist
 
-            dist.all_reduce(out)
+            work = dist.all_reduce(out, group=self.group, async_op=self.async_op)
+            if self.async_op:
+                self.pending.append(work)
+
+    def complete(self) -> None:
+        """Wait for every pending async collective."""
+        pending, self.pending = self.pending, []
+        for work in pending:
+            work.wait()
 
     def all_gather(self, out: Any, shard: Any) -> None:
         """out = concatenation over ranks of shard (out has world_size × shard elements)."""
@@ -61,12 +87,17 @@ class Collectives:
     def describe(self) -> dict[str, Any]:
         """What the collectives were, for the result metadata."""
         if self.real:
-            return {
+            described = {
                 "mode": "torch.distributed",
                 "backend": self.backend,
                 "rank": self.rank,
                 "world_size": self.world_size,
             }
+            if self.group_ranks is not None:
+                described["group_ranks"] = self.group_ranks
+            if self.async_op:
+                described["async_op"] = True
+            return described
         return {
             "mode": "single_process",
             "rank": 0,

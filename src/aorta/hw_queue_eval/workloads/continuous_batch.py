@@ -10,7 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from aorta.hw_queue_eval.workloads.base import VerifyResult, Workload, WorkloadInfo, compare_tensors
+from aorta.hw_queue_eval.workloads.base import (
+    VerifyResult,
+    Workload,
+    WorkloadInfo,
+    compare_tensors,
+    round_robin_edges,
+)
 
 
 class ContinuousBatch(Workload):
@@ -41,6 +47,11 @@ class ContinuousBatch(Workload):
     def stream_roles(cls, streams: int) -> dict[str, list[int]]:
         prefill = streams // 2
         return {"prefill": list(range(prefill)), "decode": list(range(prefill, streams))}
+
+    def declared_edges(self) -> set[tuple[int, int]]:
+        """Request r is prefilled on prefill r mod P and decoded (after it) on decode r mod D."""
+        roles = self.stream_roles(self.stream_count)
+        return round_robin_edges(roles["prefill"], roles["decode"], self.params["requests"])
 
     def setup(self) -> None:
         import torch

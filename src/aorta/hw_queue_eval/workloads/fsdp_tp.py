@@ -51,6 +51,15 @@ class FsdpTp(Workload):
     def stream_roles(cls, streams: int) -> dict[str, list[int]]:
         return {"comms (all-gather, reduce-scatter)": [0], "tp_shard": list(range(1, streams))}
 
+    def declared_edges(self) -> set[tuple[int, int]]:
+        """Shards wait for the all-gather (prefetch before use) and, from layer 2 on, for every
+        other shard of the previous layer; the reduce-scatter waits for every shard."""
+        shards = range(1, self.stream_count)
+        edges = {(0, s) for s in shards} | {(s, 0) for s in shards}
+        if self.params["layers"] > 1:
+            edges |= {(a, b) for a in shards for b in shards if a != b}
+        return edges
+
     def setup(self) -> None:
         import torch
 

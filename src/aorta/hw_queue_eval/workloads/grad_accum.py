@@ -49,6 +49,10 @@ class GradAccum(Workload):
     def stream_roles(cls, streams: int) -> dict[str, list[int]]:
         return {"comms (reduce + all-reduce)": [0], "micro-batch compute": list(range(1, streams))}
 
+    def declared_edges(self) -> set[tuple[int, int]]:
+        """The comms stream reduces each bucket once every micro-batch stream produced it."""
+        return {(s, 0) for s in range(1, self.stream_count)}
+
     def setup(self) -> None:
         import torch
 

@@ -45,6 +45,11 @@ class GraphSubgraphs(Workload):
     def stream_roles(cls, streams: int) -> dict[str, list[int]]:
         return {"fork+join": [0], "branch": list(range(1, streams))}
 
+    def declared_edges(self) -> set[tuple[int, int]]:
+        """Fork: every branch waits for stream 0; join: stream 0 waits for every branch."""
+        branches = range(1, self.stream_count)
+        return {(0, b) for b in branches} | {(b, 0) for b in branches}
+
     def setup(self) -> None:
         import torch
 

@@ -45,6 +45,11 @@ class MixtureOfExperts(Workload):
     def stream_roles(cls, streams: int) -> dict[str, list[int]]:
         return {"gate+combine": [0], "expert": list(range(1, streams))}
 
+    def declared_edges(self) -> set[tuple[int, int]]:
+        """Every expert waits for the router; the combine waits for every expert."""
+        experts = range(1, self.stream_count)
+        return {(0, e) for e in experts} | {(e, 0) for e in experts}
+
     @property
     def experts(self) -> int:
         return self.stream_count - 1

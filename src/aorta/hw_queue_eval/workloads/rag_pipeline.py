@@ -15,6 +15,7 @@ from aorta.hw_queue_eval.workloads.base import (
     Workload,
     WorkloadInfo,
     compare_tensors,
+    pipeline_edges,
     split_groups,
 )
 
@@ -48,6 +49,11 @@ class RagPipeline(Workload):
     @classmethod
     def stream_roles(cls, streams: int) -> dict[str, list[int]]:
         return dict(zip(STAGES, split_groups(streams, len(STAGES)), strict=True))
+
+    def declared_edges(self) -> set[tuple[int, int]]:
+        """Micro-batch m goes embed → retrieve → rerank → generate, on stream m mod n of each."""
+        groups = list(self.stream_roles(self.stream_count).values())
+        return pipeline_edges(groups, self.params["micro_batches"])
 
     def setup(self) -> None:
         import torch

@@ -43,6 +43,16 @@ _WORKLOADS: dict[str, type[Workload]] = {
 CATEGORIES = ("latency_sensitive", "distributed", "inference", "pipeline")
 SENSITIVITIES = ("critical", "high", "medium", "low")
 
+#: Upstream AORTA 0.3.0's run order by importance (`run-priority`): P0 first. comms_compute_overlap
+#: has no level there, so it has none here either (`run-priority all` runs P0..P3, as upstream's did).
+PRIORITIES: dict[str, tuple[str, ...]] = {
+    "P0": ("hetero_kernels", "tiny_kernel_stress", "large_gemm_only"),
+    "P1": ("fsdp_tp", "moe", "speculative_decode", "continuous_batch"),
+    "P2": ("activation_ckpt", "grad_accum", "rag_pipeline", "graph_subgraphs"),
+    "P3": ("async_dataload", "zero_offload", "torch_compile"),
+}
+PRIORITY_LEVELS = (*PRIORITIES, "all")
+
 
 def workload_names() -> list[str]:
     """All registered workload names, sorted."""
@@ -80,3 +90,17 @@ def list_workloads(category: str | None = None, sensitivity: str | None = None) 
         ),
         key=lambda i: (CATEGORIES.index(i.category), i.name),
     )
+
+
+def priority_of(name: str) -> str | None:
+    """The priority level (P0..P3) of workload `name`, or None when it has none."""
+    return next((level for level, names in PRIORITIES.items() if name in names), None)
+
+
+def workloads_at_priority(level: str) -> list[str]:
+    """Workloads of `level` (P0..P3) in run order, or of every level for "all"; UsageError otherwise."""
+    if level == "all":
+        return [name for names in PRIORITIES.values() for name in names]
+    if level not in PRIORITIES:
+        raise UsageError(f"unknown priority {level!r}: use one of {', '.join(PRIORITY_LEVELS)}")
+    return list(PRIORITIES[level])

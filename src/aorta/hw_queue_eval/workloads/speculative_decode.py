@@ -10,7 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from aorta.hw_queue_eval.workloads.base import VerifyResult, Workload, WorkloadInfo, compare_tensors
+from aorta.hw_queue_eval.workloads.base import (
+    VerifyResult,
+    Workload,
+    WorkloadInfo,
+    compare_tensors,
+    round_robin_edges,
+)
 
 
 class SpeculativeDecode(Workload):
@@ -62,6 +68,13 @@ class SpeculativeDecode(Workload):
     @classmethod
     def stream_roles(cls, streams: int) -> dict[str, list[int]]:
         return {"draft": [0], "accept": [1], "verify": list(range(2, streams))}
+
+    def declared_edges(self) -> set[tuple[int, int]]:
+        """Position i is verified (after its draft step) on verifier i mod V; acceptance waits
+        for the draft and every verifier."""
+        verifiers = list(range(2, self.stream_count))
+        used = round_robin_edges([0], verifiers, self.params["lookahead"])
+        return used | {(v, 1) for _, v in used} | {(0, 1)}
 
     def setup(self) -> None:
         import torch

@@ -93,6 +93,11 @@ class TorchCompile(Workload):
     def stream_roles(cls, streams: int) -> dict[str, list[int]]:
         return {"entry": [0], "branch": list(range(1, streams - 1)), "exit": [streams - 1]}
 
+    def declared_edges(self) -> set[tuple[int, int]]:
+        """Every branch waits for the entry; the exit stream waits for every branch."""
+        last = self.stream_count - 1
+        return {(0, b) for b in range(1, last)} | {(b, last) for b in range(1, last)}
+
     def setup(self) -> None:
         import torch
 

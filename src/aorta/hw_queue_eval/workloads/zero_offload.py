@@ -20,6 +20,7 @@ from aorta.hw_queue_eval.workloads.base import (
     Workload,
     WorkloadInfo,
     compare_tensors,
+    pipeline_edges,
     split_groups,
 )
 from aorta.hw_queue_eval.workloads.transfer import copy, host_buffer, on_gpu
@@ -62,6 +63,10 @@ class ZeroOffload(Workload):
     @classmethod
     def stream_roles(cls, streams: int) -> dict[str, list[int]]:
         return dict(zip(STAGES, split_groups(streams, len(STAGES)), strict=True))
+
+    def declared_edges(self) -> set[tuple[int, int]]:
+        """Each layer's four stages run in order, layer l on stream l mod n of each stage group."""
+        return pipeline_edges(list(self.stream_roles(self.stream_count).values()), self.params["layers"])
 
     def setup(self) -> None:
         import torch

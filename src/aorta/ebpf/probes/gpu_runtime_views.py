@@ -1,0 +1,252 @@
+"""gpu_runtime's DMA, collective and stream-ordering views, from the printed maps.
+
+* copies: per stream and direction, calls, bytes (the size arguments) and host call time;
+* collectives: per stream and NCCL/RCCL op, calls, elements, bytes (count x datatype size);
+* stream graph: producer stream → consumer stream edges from EventRecord / StreamWaitEvent.
+A view whose entry points were not probed says why (`views`); one probed that saw nothing is empty.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aorta.ebpf import hist
+from aorta.ebpf.probes.gpu_runtime_apis import (
+    API_BY_ID,
+    APIS,
+    MEMCPY_KINDS,
+    NCCL_TYPE_NAMES,
+    NCCL_TYPE_SIZES,
+    P,
+)
+from aorta.ebpf.probes.gpu_runtime_metrics import api_name, hex_handle
+
+U64 = 2**64 - 1
+LIB_FILES = {
+    "hip": "libamdhip64",
+    "hsa": "libhsa-runtime64",
+    "cudart": "libcudart",
+    "cuda": "libcuda",
+    "nccl": "libnccl/librccl",
+}
+# view → the roles whose entry points feed it
+VIEW_ROLES = {
+    "launches": ("launch",),
+    "graph_launches": ("graph_launch",),
+    "copies": ("copy", "memset"),
+    "collectives": ("collective", "group"),
+    "stream_graph": ("event_record", "stream_wait"),
+}
+
+
+def keys(key: str, n: int) -> tuple[int, ...] | None:
+    """An n-part printed key "a,b,c" as unsigned 64-bit ints (None when it has another shape)."""
+    parts = key.split(",")
+    if len(parts) != n:
+        return None
+    return tuple(int(p) & U64 for p in parts)
+
+
+def _stats3(value: Any) -> dict[tuple[int, ...], tuple[int, int]]:
+    """A map printed with three-part keys and stats() values → {(a, b, c): (count, total)}."""
+    out: dict[tuple[int, ...], tuple[int, int]] = {}
+    for k, v in hist.keyed(value).items():
+        parts, st = keys(k, 3), hist.stats(v)
+        if parts is not None and st is not None:
+            out[parts] = st
+    return out
+
+
+def direction(api_id: int, kind: int) -> str:
+    """A copy's direction: the API's own (peer, memset) or its kind argument's name."""
+    api = API_BY_ID.get(api_id)
+    if api is not None and api.direction:
+        return api.direction
+    return MEMCPY_KINDS.get(kind, f"kind {kind}")
+
+
+def copy_rows(maps: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per (stream, direction): calls, bytes, host call time, the APIs that made them."""
+    rows: dict[tuple[int, str], dict[str, Any]] = {}
+    times = _stats3(maps.get(f"{P}copies_ns"))
+    for (api_id, stream, kind), (calls, nbytes) in _stats3(maps.get(f"{P}copies")).items():
+        way = direction(api_id, kind)
+        row = rows.setdefault(
+            (stream, way),
+            {
+                "stream": hex_handle(stream),
+                "direction": way,
+                "calls": 0,
+                "bytes": 0,
+                "by_api": {},
+                "_n": 0,
+                "_ns": 0,
+            },
+        )
+        name = api_name(api_id)
+        row["calls"] += calls
+        row["bytes"] += nbytes
+        row["by_api"][name] = row["by_api"].get(name, 0) + calls
+        n, ns = times.get((api_id, stream, kind), (0, 0))
+        row["_n"] += n
+        row["_ns"] += ns
+    return [_finish(r) for _, r in sorted(rows.items())]
+
+
+def _finish(row: dict[str, Any]) -> dict[str, Any]:
+    n, ns = row.pop("_n"), row.pop("_ns")
+    row["host_call_ms"] = ns / 1e6 if n else None
+    row["host_call_avg_us"] = ns / n / 1e3 if n else None
+    return row
+
+
+def collective_rows(maps: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per (stream, op): calls, elements, bytes (null, with the reason, for an unknown datatype)."""
+    rows: dict[tuple[int, str], dict[str, Any]] = {}
+    times = _stats3(maps.get(f"{P}colls_ns"))
+    for (api_id, stream, dtype), (calls, elements) in _stats3(maps.get(f"{P}colls")).items():
+        op = api_name(api_id)
+        row = rows.setdefault(
+            (stream, op),
+            {
+                "stream": hex_handle(stream),
+                "op": op,
+                "calls": 0,
+                "elements": 0,
+                "bytes": 0,
+                "datatypes": {},
+                "_n": 0,
+                "_ns": 0,
+            },
+        )
+        row["calls"] += calls
+        row["elements"] += elements
+        name = NCCL_TYPE_NAMES.get(dtype, f"type {dtype}")
+        row["datatypes"][name] = row["datatypes"].get(name, 0) + calls
+        if dtype not in NCCL_TYPE_SIZES:
+            row["bytes"] = None
+            row["bytes_reason"] = f"datatype {dtype} is not in ncclDataType_t (size unknown)"
+        elif row["bytes"] is not None:
+            row["bytes"] += elements * NCCL_TYPE_SIZES[dtype]
+        n, ns = times.get((api_id, stream, dtype), (0, 0))
+        row["_n"] += n
+        row["_ns"] += ns
+    return [_finish(r) for _, r in sorted(rows.items())]
+
+
+def group_calls(maps: dict[str, Any]) -> dict[str, int]:
+    """ncclGroupStart / ncclGroupEnd calls in the window."""
+    out = {}
+    for k, n in hist.keyed(maps.get(f"{P}groups")).items():
+        if k and isinstance(n, int):
+            ident = int(k) & U64
+            out[api_name(ident)] = n
+    return out
+
+
+def stream_graph(maps: dict[str, Any]) -> dict[str, Any]:
+    """Observed producer → consumer stream edges (waits on an event last recorded on the producer)."""
+    edges: dict[tuple[int, int], dict[str, Any]] = {}
+    for k, n in hist.keyed(maps.get(f"{P}edges")).items():
+        parts = keys(k, 3)
+        if parts is None or not isinstance(n, int):
+            continue
+        api_id, producer, consumer = parts
+        e = edges.setdefault(
+            (producer, consumer),
+            {"producer": hex_handle(producer), "consumer": hex_handle(consumer), "waits": 0, "by_api": {}},
+        )
+        e["waits"] += n
+        name = api_name(api_id)
+        e["by_api"][name] = e["by_api"].get(name, 0) + n
+    unknown: dict[int, int] = {}
+    for k, n in hist.keyed(maps.get(f"{P}wait_unknown")).items():
+        parts = keys(k, 2)
+        if parts is not None and isinstance(n, int):
+            unknown[parts[1]] = unknown.get(parts[1], 0) + n
+    records: dict[int, int] = {}
+    for k, n in hist.keyed(maps.get(f"{P}records")).items():
+        parts = keys(k, 2)
+        if parts is not None and isinstance(n, int):
+            records[parts[1]] = records.get(parts[1], 0) + n
+    return {
+        "edges": [edges[k] for k in sorted(edges)],
+        "waits_producer_unknown": [
+            {"consumer": hex_handle(s), "waits": n} for s, n in sorted(unknown.items())
+        ],
+        "event_records": [{"stream": hex_handle(s), "records": n} for s, n in sorted(records.items())],
+    }
+
+
+def view_status(
+    attached: list[dict[str, Any]], not_attached: list[dict[str, Any]], libs_missing: bool
+) -> dict:
+    """Per view: the entry points probed, or why none was (never silently absent)."""
+    roles = {a.name: a.role for a in APIS}
+    libs = {a.name: a.lib for a in APIS}
+    out: dict[str, Any] = {}
+    for view, wanted in VIEW_ROLES.items():
+        probed = sorted({a["api"] for a in attached if roles.get(a["api"]) in wanted})
+        if probed:
+            out[view] = {"probed": probed, "reason": None}
+            continue
+        kinds = sorted({libs[n] for n, r in roles.items() if r in wanted})
+        absent = sorted({a["api"] for a in not_attached if roles.get(a["api"]) in wanted})
+        if libs_missing or not absent:
+            reason = f"no {' / '.join(LIB_FILES[k] for k in kinds)} mapped by the traced processes"
+        else:
+            reason = f"entry points not in the mapped libraries: {', '.join(absent)}"
+        out[view] = {"probed": [], "reason": reason}
+    return out
+
+
+def probed_calls(maps: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """Per kind of probe beyond launches, syncs and doorbells: (calls probed at entry + return,
+    calls probed at entry only) in the window, for the probe cost."""
+
+    def calls(name: str) -> int:
+        return sum(c for c, _ in _stats3(maps.get(f"{P}{name}")).values())
+
+    def counts(*names: str) -> int:
+        values = (n for name in names for n in hist.keyed(maps.get(f"{P}{name}")).values())
+        return sum(n for n in values if isinstance(n, int))
+
+    return {
+        "copies": (calls("copies"), 0),
+        "collectives": (calls("colls"), 0),
+        "collective_groups": (0, counts("groups")),
+        "event_records_and_waits": (0, counts("records", "edges", "wait_unknown")),
+    }
+
+
+def _index(by_handle: dict[int, int], handle: str) -> int | None:
+    return by_handle.get(int(handle, 16))
+
+
+def join_views(
+    copies: list[dict[str, Any]],
+    collectives: list[dict[str, Any]],
+    graph: dict[str, Any],
+    by_handle: dict[int, int],
+) -> dict[str, Any]:
+    """Label the copy, collective and stream-graph rows with the harness's stream index (the same
+    handle → index join as the launch rows; null for a handle the harness did not create, e.g.
+    torch's timing stream or a foreign job's streams, which stay named by handle). Returns, per
+    view, how many rows were joined and how many were not."""
+    for row in (*copies, *collectives, *graph.get("event_records", [])):
+        row["stream_index"] = _index(by_handle, row["stream"])
+    for edge in graph.get("edges", []):
+        edge["producer_index"] = _index(by_handle, edge["producer"])
+        edge["consumer_index"] = _index(by_handle, edge["consumer"])
+    for wait in graph.get("waits_producer_unknown", []):
+        wait["consumer_index"] = _index(by_handle, wait["consumer"])
+
+    def tally(rows: list[dict[str, Any]], *fields: str) -> dict[str, int]:
+        joined = sum(1 for r in rows if all(r[f] is not None for f in fields))
+        return {"joined": joined, "not_joined": len(rows) - joined}
+
+    return {
+        "copies": tally(copies, "stream_index"),
+        "collectives": tally(collectives, "stream_index"),
+        "stream_edges": tally(graph.get("edges", []), "producer_index", "consumer_index"),
+    }

@@ -1,0 +1,131 @@
+"""Bounded per-event records for the trace's timeline: the first N slices of a kind, clipped to
+the window, with the exact number seen, so a timeline says how much it dropped.
+
+A slice kind `name` is kept in three maps: @<name>[cpu, i, tid] = start ns, @<name>_e[cpu, i] =
+end ns (both for i < the per-CPU cap) and @<name>_n[cpu] = slices seen on that CPU. Events of one
+CPU are serialised (a tracepoint runs with preemption off), so a per-CPU index needs no atomics
+and the count is exact; the store is sized before the program loads (cap ≤ TIMELINE_EVENTS per
+kind over all CPUs). Times are bpftrace's `nsecs`: CLOCK_MONOTONIC, the clock of op_intervals.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from aorta.ebpf import hist
+from aorta.ebpf.program import GATE_MAP, WINDOW_START_MAP, WINDOW_STOP_MAP
+
+TIMELINE_EVENTS = 16384  # events kept per kind, all CPUs together (the counts are never capped)
+
+
+def cap_per_cpu(total: int | None = None, cpus: int | None = None) -> int:
+    """Slots per CPU so that a kind never keeps more than `total` (TIMELINE_EVENTS) events."""
+    return max(1, (total or TIMELINE_EVENTS) // max(1, cpus or os.cpu_count() or 1))
+
+
+def _check(name: str) -> None:
+    if not name.replace("_", "").isalnum():
+        raise ValueError(f"invalid timeline map name {name!r}")
+
+
+def slice_code(
+    name: str, start: str, tid: str, cap: int, charged: tuple[str, str] | None = None
+) -> list[str]:
+    """Statements recording the slice [`start`, now] of thread `tid` (bpftrace expressions),
+    clipped to the window: kept when it overlaps it, even if it ends after the gate closed (the
+    first switch after the close ends the slice that was running at it). `$t` must hold now.
+    `charged`: (expression, condition): the ns the kernel charged the slice, kept in
+    @<name>_x[cpu, i] when the condition holds, for slices the window did not clip."""
+    _check(name)
+    keep = f"@{name}[cpu, $i, {tid}] = $a; @{name}_e[cpu, $i] = $e;"
+    if charged is not None:
+        keep += f" if ($a == $a0 && $e == $t && {charged[1]}) {{ @{name}_x[cpu, $i] = {charged[0]}; }}"
+    return [
+        f"$a = {start}; $a0 = $a; $g0 = {WINDOW_START_MAP}; $g1 = {WINDOW_STOP_MAP};",
+        "if ($g0 && $a) {",
+        "  $e = $t;",
+        f"  if ({GATE_MAP} == 0 && $g1 && $e > $g1) {{ $e = $g1; }}",
+        "  if ($a < $g0) { $a = $g0; }",
+        "  if ($e > $a) {",
+        f"    $i = @{name}_n[cpu];",
+        f"    if ($i < {int(cap)}) {{ {keep} }}",
+        f"    @{name}_n[cpu] = $i + 1;",
+        "  }",
+        "}",
+    ]
+
+
+def slices(maps: dict[str, Any], name: str) -> dict[str, Any]:
+    """[[tid, start ns, end ns, charged ns or None], …] sorted by start, with `seen` (exact),
+    `kept` and `dropped`; charged is what the kernel counted as the thread's run time."""
+    ends = hist.keyed(maps.get(f"@{name}_e"))
+    charged = hist.keyed(maps.get(f"@{name}_x"))
+    rows = []
+    for key, start in hist.keyed(maps.get(f"@{name}")).items():
+        cpu, i, tid = key.split(",")
+        end, ran = ends.get(f"{cpu},{i}"), charged.get(f"{cpu},{i}")
+        if end is not None:
+            rows.append([int(tid), int(start), int(end), None if ran is None else int(ran)])
+    rows.sort(key=lambda r: (r[1], r[0]))
+    seen = sum(int(v) for v in hist.keyed(maps.get(f"@{name}_n")).values())
+    return {"rows": rows, "seen": seen, "kept": len(rows), "dropped": seen - len(rows)}
+
+
+def open_slices(
+    maps: dict[str, Any], name: str, window: dict[str, Any], kind: dict[str, Any], cap_total: int
+) -> None:
+    """Add to `kind` the slices still open when bpftrace stopped (@<name> tid → start ns, from a
+    thread that never switched after the gate closed), clipped to the window, within the cap."""
+    start, stop = window.get("start_monotonic_ns"), window.get("stop_monotonic_ns")
+    if not (isinstance(start, int) and isinstance(stop, int)):
+        return
+    for tid, since in sorted(hist.keyed(maps.get(name)).items()):
+        a, e = max(int(since), start), stop
+        if e <= a:
+            continue
+        kind["seen"] += 1
+        if kind["kept"] < cap_total:
+            kind["rows"].append([int(tid), a, e, None])
+            kind["kept"] += 1
+        else:
+            kind["dropped"] += 1
+    kind["rows"].sort(key=lambda r: (r[1], r[0]))
+
+
+def instant_code(name: str, value: str, cap: int) -> list[str]:
+    """Statements keeping the first `cap` events of this CPU as @<name>[cpu, i] = now and
+    @<name>_v[cpu, i] = `value`, counting all in @<name>_n[cpu] (callers gate on the window)."""
+    _check(name)
+    return [
+        f"$i = @{name}_n[cpu];",
+        f"if ($i < {int(cap)}) {{ @{name}[cpu, $i] = nsecs; @{name}_v[cpu, $i] = {value}; }}",
+        f"@{name}_n[cpu] = $i + 1;",
+    ]
+
+
+def instants(maps: dict[str, Any], name: str) -> dict[str, Any]:
+    """[[time ns, value], …] sorted by time, with `seen` (exact), `kept` and `dropped`."""
+    values = hist.keyed(maps.get(f"@{name}_v"))
+    rows = sorted([int(ts), int(values.get(key, 0))] for key, ts in hist.keyed(maps.get(f"@{name}")).items())
+    seen = sum(int(v) for v in hist.keyed(maps.get(f"@{name}_n")).values())
+    return {"rows": rows, "seen": seen, "kept": len(rows), "dropped": seen - len(rows)}
+
+
+def bucket_code(name: str, cap: int, bucket_ns: int = 1_000_000) -> list[str]:
+    """Statements counting this event in @<name>[bucket of `bucket_ns` since the window opened]
+    for the first `cap` buckets, later ones in @<name>_late (callers gate on the window)."""
+    _check(name)
+    return [
+        f"$b = (nsecs - {GATE_MAP}) / {int(bucket_ns)};",
+        f"if ($b < {int(cap)}) {{ @{name}[$b] = count(); }} else {{ @{name}_late = count(); }}",
+    ]
+
+
+def buckets(maps: dict[str, Any], name: str) -> dict[str, Any]:
+    """[[bucket index, count], …] with `seen` (every event), `kept` (in the buckets), `dropped`."""
+    rows = sorted([int(k), int(v)] for k, v in hist.keyed(maps.get(f"@{name}")).items())
+    late = maps.get(f"@{name}_late")
+    dropped = int(late) if isinstance(late, (int, float)) else 0
+    kept = sum(c for _, c in rows)
+    return {"rows": rows, "seen": kept + dropped, "kept": kept, "dropped": dropped}

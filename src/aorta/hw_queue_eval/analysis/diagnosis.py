@@ -1,0 +1,479 @@
+"""Why scaling stops: the documented causes the measured evidence supports, with confidence. Pure.
+
+For a sweep's knee (or "no scaling at all": the knee at the first point) every documented cause
+is checked on the runs of the point right after the knee (where the added streams added no
+work), against the knee's own runs where a cause is a growth. Each cause has one *primary*
+figure with a named threshold, and gates that must also hold; definitions, thresholds and the
+confidence rule are in docs/sweep-compare-report.md ("Diagnosis"). A cause whose evidence these
+runs do not carry is "not measured" with the reason, never claimed. When the sweep scales (no
+knee, with a scaling confidence "high"), no cause is claimed; when the scaling is not established
+(no knee, confidence low or unknown) the causes are checked at the last point.
+
+Confidence of a supported cause, from the runs of the examined point:
+- "high": it holds in every run, the run-to-run spread of the primary figure (max − min) is
+  smaller than its distance to the threshold, a growth cause is above the knee's every run, and
+  the point has at least HIGH_MIN_RUNS runs;
+- "medium": it holds in at least MOST of the runs (or in all, without the separation);
+- "low": it holds in fewer, or the point has one run (never more than "low" then).
+A cause that holds in half the runs or fewer is not supported at all.
+"""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+STARVATION_MIN = 0.25  # lanes idle ≥ 25 % of their time waiting for the host's launch, or
+LANES_IDLE_MIN = 0.50  # streams without an op in flight ≥ 50 % of the window
+HOL_SHARE_MIN = 0.15  # ops queued behind other streams' ops ≥ 15 % of their ready→end time
+HOST_SHARE_MIN = 0.5  # the host thread took ≥ half the run's CPU time (host + queue threads)
+CPU_DEMAND_MIN = 1.0  # host + queue threads runnable ≥ the CPUs they may use (demand ≥ supply)
+CORES_HELD_MIN = 0.5  # … and on a CPU ≥ half the CPUs they may use: else others held what they waited for
+RUN_QUEUE_WAIT_MIN = 0.20  # queue threads waited for a CPU ≥ 20 % of the time they wanted one
+SYNC_DEFECTS_MIN = 0.5  # ≥ 1 (an integer count): undeclared waited pairs + declared unwaited ones
+RECLAIM_EPISODES_MIN = 3  # reclaim episodes (memcg + direct) or GPU evictions in the window
+MOST = 2 / 3  # "most runs" for medium
+HIGH_MIN_RUNS = 3  # runs of the examined point for "high"
+
+CONFIDENCE_RANK = {"high": 0, "medium": 1, "low": 2}
+
+#: documented causes, in the order they are listed when equally supported
+CAUSES: dict[str, str] = {
+    "host_launch_bound": "host launch-bound",
+    "queue_multiplexing": "streams multiplexed onto too few hardware queues",
+    "device_saturated": "device saturated",
+    "copy_bound": "copy-bound",
+    "collective_bound": "collective-bound",
+    "synchronisation": "synchronisation",
+    "memory_pressure": "memory pressure",
+}
+
+#: causes whose evidence (the GPU runtime views) these runs do not carry yet
+NOT_MEASURED = {
+    "copy_bound": "not measured in this sweep: host↔device copy time per queue is not recorded",
+    "collective_bound": "not measured in this sweep: collective time per stream is not recorded",
+}
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _count(value: Any) -> int | None:
+    """An integer count from a result file, None when it holds something else (or nothing)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def usable_cpus(result: dict[str, Any]) -> int | None:
+    """CPUs the run's threads could use: the distinct --cpus, else the allowed set, else all."""
+    env = result.get("environment") or {}
+    pinned = env.get("cpus_pinned") or {}
+    if isinstance(pinned, dict) and pinned.get("cpus"):
+        return len(set(pinned["cpus"]))
+    for key in ("cpus_allowed", "cpu_count"):
+        value = env.get(key)
+        if isinstance(value, list):
+            return len(value) or None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def busiest_shared_queue(result: dict[str, Any]) -> tuple[float | None, int | None, str | None]:
+    """(busy share of the window of the busiest queue serving ≥ 2 streams, its stream count,
+    reason when unknown). A CPU queue runs one op at a time: its busy time is Σ its streams'."""
+    qmap = result.get("queue_mapping") or {}
+    mapping = qmap.get("stream_to_queue")
+    busy = result.get("per_stream_times_ms")
+    window = _num((result.get("concurrency") or {}).get("window_ms"))
+    if not isinstance(mapping, list) or not mapping:
+        return None, None, "stream→queue mapping not known (runtime-managed)"
+    if not isinstance(busy, list) or len(busy) != len(mapping) or not window:
+        return None, None, "per-stream busy time not recorded"
+    queues: dict[int, list[int]] = {}
+    for stream, queue in enumerate(mapping):
+        queues.setdefault(queue, []).append(stream)
+    shared = [s for s in queues.values() if len(s) > 1]
+    if not shared:
+        return None, 1, None
+    best = max(shared, key=lambda s: sum(busy[i] or 0.0 for i in s))
+    return sum(busy[i] or 0.0 for i in best) / window, len(best), None
+
+
+def head_of_line_share(result: dict[str, Any]) -> tuple[float | None, str | None]:
+    """(share of the ops' ready→end time they spent queued behind *another stream's* op on their
+    own queue, reason when unknown), from the op rows. A CPU queue runs one op at a time, so the
+    other streams' ops on it are disjoint intervals; waiting behind one's own stream is order."""
+    table = result.get("op_intervals") or {}
+    rows, cols = table.get("rows"), table.get("columns") or []
+    need = ("stream", "queue", "ready_us", "start_us", "end_us")
+    if not rows or any(c not in cols for c in need):
+        return None, "no op rows with ready times (GPU, or --no-op-timing)"
+    st, qu, rd, sa, en = (cols.index(c) for c in need)
+    per_queue: dict[Any, list[tuple[float, float, Any]]] = {}
+    for row in rows:
+        per_queue.setdefault(row[qu], []).append((row[sa], row[en], row[st]))
+    starts = {q: sorted(ops) for q, ops in per_queue.items()}
+    keys = {q: [op[0] for op in ops] for q, ops in starts.items()}
+    queued = total = 0.0
+    for row in rows:
+        ready, start = row[rd], row[sa]
+        if ready is None or start is None or row[en] is None:
+            continue
+        total += row[en] - ready
+        ops, key = starts[row[qu]], keys[row[qu]]
+        i = max(bisect.bisect_right(key, ready) - 1, 0)
+        while i < len(ops) and ops[i][0] < start:
+            other_start, other_end, stream = ops[i]
+            if stream != row[st]:
+                queued += max(0.0, min(other_end, start) - max(other_start, ready))
+            i += 1
+    return (queued / total, None) if total > 0 else (None, "no op with a ready time")
+
+
+def run_evidence(result: dict[str, Any]) -> dict[str, Any]:
+    """The figures the causes are judged on, from one run (None where not measured)."""
+    conc = result.get("concurrency") or {}
+    starv = (result.get("switch_latency") or {}).get("launch_starvation") or {}
+    qmap = result.get("queue_mapping") or {}
+    mem = result.get("ebpf_memory_metrics") or {}
+    hol = (result.get("ops") or {}).get("ready_to_start_ms") or {}
+    share, per_queue, queue_reason = busiest_shared_queue(result)
+    cpus = usable_cpus(result)
+    on_cpu, host = _num(conc.get("on_cpu_queues")), _num(conc.get("host_on_cpu"))
+    host_wait = _num(conc.get("host_run_queue_wait"))
+    window = _num(conc.get("window_ms"))
+    queue_wait_ms = _num(conc.get("queue_run_queue_wait_ms"))
+    demand = None
+    if None not in (on_cpu, host, host_wait, queue_wait_ms) and window and cpus:
+        demand = (on_cpu + queue_wait_ms / window + host + host_wait) / cpus  # type: ignore[operator]
+    streams = result.get("stream_count")
+    achieved = _num(conc.get("achieved"))
+    lanes_idle = 1.0 - achieved / streams if achieved is not None and streams else None
+    hol_share, hol_reason = head_of_line_share(result)
+    host_share = (
+        host / (host + on_cpu) if host is not None and on_cpu is not None and host + on_cpu > 0 else None
+    )
+    reclaim = None
+    if isinstance(mem, dict) and mem.get("status") == "ok":
+        parts = [
+            _num(mem.get(k))
+            for k in ("host_memcg_reclaim_episodes", "host_direct_reclaim_episodes", "evictions")
+        ]
+        reclaim = sum(p for p in parts if p is not None) if any(p is not None for p in parts) else None
+    order = result.get("stream_order") or {}
+    missing, needless = order.get("missing_synchronisation"), order.get("needless_serialisation")
+    measured = isinstance(missing, list) and isinstance(needless, list) and order.get("edges") is not None
+    return {
+        "sync_defects": len(missing) + len(needless) if measured else None,  # type: ignore[arg-type]
+        "missing_synchronisation": len(missing) if measured else None,  # type: ignore[arg-type]
+        "needless_serialisation": len(needless) if measured else None,  # type: ignore[arg-type]
+        "needless_waits": sum(_count(e.get("waits")) or 0 for e in needless) if measured else None,  # type: ignore[union-attr]
+        "sync_reason": None if measured else (order.get("note") or "no stream order check in this run"),
+        "streams": _count(result.get("stream_count")),
+        "queues_in_use": _count(qmap.get("queues_created")),
+        "launch_starvation_share": _num(starv.get("share_of_lane_time")),
+        "lanes_idle_share": lanes_idle,
+        "cross_stream_waits": starv.get("cross_stream_waits"),
+        "host_on_cpu": host,
+        "host_cpu_share": host_share,
+        "host_runnable": None if host is None or host_wait is None else host + host_wait,
+        "busiest_shared_queue_busy": share,
+        "streams_on_busiest_shared_queue": per_queue,
+        "queue_reason": queue_reason,
+        "head_of_line_reason": hol_reason,
+        "head_of_line_wait_mean_ms": _num(hol.get("mean")),
+        "head_of_line_share": hol_share,
+        "usable_cpus": cpus,
+        "cores_busy": (on_cpu + host) / cpus if on_cpu is not None and host is not None and cpus else None,
+        "cpu_demand": demand,
+        "run_queue_wait_share": _num(conc.get("queue_run_queue_wait_share")),
+        "reclaim_episodes": reclaim,
+    }
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One documented cause: its primary figure and threshold, and the gates beside it."""
+
+    cause: str
+    primary: str
+    threshold: float
+    gates: Callable[[dict[str, Any]], bool]
+    unmeasured: Callable[[dict[str, Any]], str | None]
+    growth: bool = False  # must also exceed the knee's runs
+
+
+def _launch_unmeasured(ev: dict[str, Any]) -> str | None:
+    if ev["host_cpu_share"] is None:
+        return "host and queue threads' on-CPU time not measured (GPU backend, or an older run)"
+    return None
+
+
+def _launch_gates(ev: dict[str, Any]) -> bool:
+    # while the host is busy the lanes must sit idle: waited gaps for the host's launch (a lane
+    # waiting for a cross-stream wait is not waiting for the host), or streams with nothing in
+    # flight (one op per lane per iteration leaves no lane gaps to count)
+    starved = ev["cross_stream_waits"] == 0 and (ev["launch_starvation_share"] or 0.0) >= STARVATION_MIN
+    return starved or (ev["lanes_idle_share"] or 0.0) >= LANES_IDLE_MIN
+
+
+def _mux_unmeasured(ev: dict[str, Any]) -> str | None:
+    if ev["queues_in_use"] is None:
+        return "queues in use not known (runtime-managed stream→queue mapping)"
+    if ev["head_of_line_share"] is None:
+        return ev["head_of_line_reason"]
+    return None
+
+
+def _mux_gates(ev: dict[str, Any]) -> bool:
+    streams, queues = ev["streams"], ev["queues_in_use"]
+    return isinstance(streams, int) and isinstance(queues, int) and streams > queues
+
+
+def _sat_unmeasured(ev: dict[str, Any]) -> str | None:
+    if ev["run_queue_wait_share"] is None or ev["cpu_demand"] is None:
+        return "on-CPU and run-queue wait of the threads not measured (GPU backend, or an older run)"
+    return None
+
+
+def _sat_gates(ev: dict[str, Any]) -> bool:
+    # our own threads want at least every CPU they may use, and held at least half of them: the
+    # wait is for each other's CPUs. Demand counts run-queue wait, which other processes' load
+    # inflates; on a busy machine (on a CPU 22-35 % of 2 CPUs, waiting 62-78 %) the CPUs they
+    # waited for were mostly someone else's, which is not this workload saturating the device
+    return (
+        ev["cpu_demand"] is not None
+        and ev["cpu_demand"] >= CPU_DEMAND_MIN
+        and ev["cores_busy"] is not None
+        and ev["cores_busy"] >= CORES_HELD_MIN
+    )
+
+
+def _mem_unmeasured(ev: dict[str, Any]) -> str | None:
+    if ev["reclaim_episodes"] is None:
+        return "not measured: run with --ebpf-memory-trace"
+    return None
+
+
+def _sync_unmeasured(ev: dict[str, Any]) -> str | None:
+    if ev["sync_defects"] is None:
+        return f"cross-stream waits not recorded: {ev['sync_reason']}"
+    return None
+
+
+RULES = (
+    Rule("host_launch_bound", "host_cpu_share", HOST_SHARE_MIN, _launch_gates, _launch_unmeasured),
+    Rule("queue_multiplexing", "head_of_line_share", HOL_SHARE_MIN, _mux_gates, _mux_unmeasured, True),
+    Rule("device_saturated", "run_queue_wait_share", RUN_QUEUE_WAIT_MIN, _sat_gates, _sat_unmeasured, True),
+    Rule("synchronisation", "sync_defects", SYNC_DEFECTS_MIN, lambda ev: True, _sync_unmeasured),
+    Rule("memory_pressure", "reclaim_episodes", RECLAIM_EPISODES_MIN, lambda ev: True, _mem_unmeasured),
+)
+
+
+def _holds(rule: Rule, ev: dict[str, Any]) -> bool:
+    value = ev[rule.primary]
+    return value is not None and value >= rule.threshold and rule.gates(ev)
+
+
+def _confidence(rule: Rule, runs: list[dict[str, Any]], base: list[dict[str, Any]]) -> tuple[str, str]:
+    """(high | medium | low, why) of a cause that holds in some of `runs`."""
+    holding = [ev for ev in runs if _holds(rule, ev)]
+    values = [ev[rule.primary] for ev in runs if ev[rule.primary] is not None]
+    n, k = len(runs), len(holding)
+    text = f"holds in {k}/{n} run(s)"
+    if n == 1:
+        return "low", text + "; one run per point: run-to-run spread not measured"
+    spread = max(values) - min(values)
+    separated = k == n and min(values) - rule.threshold > spread
+    if rule.growth:
+        before = [ev[rule.primary] for ev in base if ev[rule.primary] is not None]
+        if before and k == n:
+            grows = min(values) > max(before)
+            separated = separated and grows
+            text += f"; {'above' if grows else 'not above'} every run at the knee ({max(before):.2f})"
+    if separated and n >= HIGH_MIN_RUNS:
+        return "high", text + f"; spread {spread:.2f} < its distance to the threshold"
+    if k / n >= MOST:
+        return "medium", text + ("" if separated else f"; spread {spread:.2f} not outside it")
+    return "low", text
+
+
+def _evidence_figures(rule: Rule, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The medians over the runs of the figures this cause is judged on."""
+    keys = {
+        "host_launch_bound": (
+            "host_cpu_share",
+            "host_on_cpu",
+            "host_runnable",
+            "launch_starvation_share",
+            "lanes_idle_share",
+        ),
+        "queue_multiplexing": (
+            "streams",
+            "queues_in_use",
+            "head_of_line_share",
+            "head_of_line_wait_mean_ms",
+            "busiest_shared_queue_busy",
+            "streams_on_busiest_shared_queue",
+        ),
+        "device_saturated": ("usable_cpus", "cpu_demand", "cores_busy", "run_queue_wait_share"),
+        "synchronisation": (
+            "sync_defects",
+            "missing_synchronisation",
+            "needless_serialisation",
+            "needless_waits",
+        ),
+        "memory_pressure": ("reclaim_episodes",),
+    }[rule.cause]
+    out: dict[str, Any] = {}
+    for key in keys:
+        vals = [ev[key] for ev in runs if isinstance(ev[key], (int, float))]
+        out[key] = statistics.median(vals) if vals else None
+    return out
+
+
+def _describe(cause: str, fig: dict[str, Any], base: dict[str, Any] | None) -> str:
+    """One line of the figures behind a cause."""
+
+    def pct(v: Any) -> str:
+        return "n/a" if v is None else f"{v:.0%}"
+
+    if cause == "host_launch_bound":
+        return (
+            f"host thread took {pct(fig['host_cpu_share'])} of the run's CPU time, on a CPU "
+            f"{pct(fig['host_on_cpu'])} of the window (runnable "
+            f"{pct(fig['host_runnable'])}); lanes idle {pct(fig['launch_starvation_share'])} of their "
+            f"time waiting for its launch; streams with nothing in flight {pct(fig['lanes_idle_share'])}"
+        )
+    if cause == "queue_multiplexing":
+        hol = fig["head_of_line_wait_mean_ms"]
+        before = (base or {}).get("head_of_line_wait_mean_ms")
+        hol_text = "n/a" if hol is None else f"{hol * 1000:.0f} µs"
+        if hol is not None and before is not None:
+            hol_text += f" (at the knee {before * 1000:.0f} µs)"
+        return (
+            f"{fig['streams']:g} streams on {fig['queues_in_use']:g} queue(s); ops queued behind other "
+            f"streams' ops {pct(fig['head_of_line_share'])} of their ready→end time (mean ready→start "
+            f"{hol_text}); the busiest shared queue busy {pct(fig['busiest_shared_queue_busy'])} "
+            "of the window"
+        )
+    if cause == "device_saturated":
+        before = (base or {}).get("run_queue_wait_share")
+        return (
+            f"host + queue threads wanted {pct(fig['cpu_demand'])} of {fig['usable_cpus']:g} usable "
+            f"CPU(s) (on a CPU {pct(fig['cores_busy'])}); queue threads waited for a CPU "
+            f"{pct(fig['run_queue_wait_share'])} of the time they were runnable (at the knee "
+            f"{pct(before)})"
+        )
+    if cause == "synchronisation":
+        return (
+            f"{fig['needless_serialisation']:g} stream pair(s) waited on with no declared dependency "
+            f"({fig['needless_waits']:g} wait(s): needless serialisation), "
+            f"{fig['missing_synchronisation']:g} declared dependency(ies) never waited on (missing "
+            "synchronisation: a race) (median per run; stream_order)"
+        )
+    return f"{fig['reclaim_episodes']:g} reclaim episode(s) / evictions in the window (median per run)"
+
+
+def diagnose_point(
+    runs: list[dict[str, Any]], knee_runs: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """Every documented cause checked on the runs of one point (`knee_runs`: the point before,
+    for growth causes): the supported ones ranked, the others with why not."""
+    evs = [run_evidence(r) for r in runs]
+    base = [run_evidence(r) for r in knee_runs or []]
+    supported, checked = [], []
+    for rule in RULES:
+        reason = next((r for r in (rule.unmeasured(ev) for ev in evs) if r), None)
+        if reason is not None:
+            checked.append({"cause": rule.cause, "status": "not_measured", "reason": reason})
+            continue
+        holding = sum(_holds(rule, ev) for ev in evs)
+        figures = _evidence_figures(rule, evs)
+        entry = {
+            "cause": rule.cause,
+            "label": CAUSES[rule.cause],
+            "primary_figure": rule.primary,
+            "threshold": rule.threshold,
+            "runs": len(evs),
+            "runs_holding": holding,
+            "evidence": figures,
+            "text": _describe(rule.cause, figures, _evidence_figures(rule, base) if base else None),
+        }
+        if holding == 0 or (len(evs) > 1 and holding * 2 <= len(evs)):  # not in most runs
+            why = entry["text"] + (f" (holds in {holding}/{len(evs)} runs)" if holding else "")
+            checked.append({"cause": rule.cause, "status": "not_supported", "reason": why})
+            continue
+        entry["confidence"], entry["confidence_reason"] = _confidence(rule, evs, base)
+        entry["score"] = figures[rule.primary] / rule.threshold if figures[rule.primary] else 0.0
+        supported.append(entry)
+        checked.append({"cause": rule.cause, "status": "supported", "reason": entry["text"]})
+    for cause, reason in NOT_MEASURED.items():
+        checked.append({"cause": cause, "status": "not_measured", "reason": reason})
+    supported.sort(key=lambda e: (CONFIDENCE_RANK[e["confidence"]], -e["score"]))
+    return {"causes": supported, "checked": checked}
+
+
+def _runs_at(results: list[dict[str, Any]], streams: int) -> list[dict[str, Any]]:
+    return [r for r in results if r.get("stream_count") == streams and r.get("throughput") is not None]
+
+
+def diagnose_sweep(results: list[dict[str, Any]], analysis: dict[str, Any]) -> dict[str, Any]:
+    """`analysis.diagnosis` of a sweep: what is examined, the supported causes (first = primary)
+    and every documented cause's status."""
+    counts = analysis.get("stream_counts") or []
+    knee = analysis.get("knee_streams")
+    rule = "docs/sweep-compare-report.md#diagnosis-analysisdiagnosispy-pure-functions"
+    if knee is None and analysis.get("confidence") != "high" and len(counts) >= 2:
+        # scaling not established (the rise is within the runs' CIs, unstable or unrepeated
+        # points): check the causes at the last point, against the one before
+        found = diagnose_point(_runs_at(results, counts[-1]), _runs_at(results, counts[-2]))
+        how = f"scaling up to {counts[-1]} streams not established (confidence {analysis.get('confidence')})"
+        top = found["causes"][0] if found["causes"] else None
+        return {
+            "subject": "scaling_uncertain",
+            "text": f"{how}: "
+            + (f"{top['label']} (confidence {top['confidence']})" if top else "no cause claimed"),
+            "knee_streams": None,
+            "examined_streams": counts[-1],
+            **found,
+            "rules": rule,
+        }
+    if knee is None:
+        return {
+            "subject": "scales",
+            "text": f"throughput scales up to {counts[-1] if counts else '?'} streams: no cause claimed",
+            "knee_streams": None,
+            "examined_streams": None,
+            "causes": [],
+            "checked": [],
+            "rules": rule,
+        }
+    after = [n for n in counts if n > knee]
+    examined = after[0] if after else knee
+    found = diagnose_point(_runs_at(results, examined), _runs_at(results, knee))
+    subject = "no_scaling" if counts and knee == counts[0] else "knee"
+    where = f"no scaling from {knee} streams" if subject == "no_scaling" else f"knee at {knee} streams"
+    if found["causes"]:
+        top = found["causes"][0]
+        text = f"{where}: {top['label']} (confidence {top['confidence']})"
+    else:
+        text = f"{where}: no documented cause is supported by the measured evidence"
+    return {
+        "subject": subject,
+        "text": text,
+        "knee_streams": knee,
+        "examined_streams": examined,
+        **found,
+        "rules": rule,
+    }
+
+
+def diagnose_run(result: dict[str, Any]) -> dict[str, Any]:
+    """The causes one run's own evidence supports (confidence at most "low": one run, unless it
+    carries repeats' runs, which are not kept whole)."""
+    return diagnose_point([result])

@@ -1,0 +1,119 @@
+"""bench/gpu_check.py as a lent GPU machine runs it, proven here on the CPU backend: the documented
+command (`PYTHONPATH=src python3 bench/gpu_check.py --out DIR`, plus `--device cpu --quick`) with
+no network (`unshare -n`), no bpftrace on PATH, aorta not installed (a bare venv that sees only
+the test interpreter's site-packages) and jsonschema installed `--no-index` from a wheels folder.
+
+Gap, said where it is: the lent machine's python3 is 3.12 with torch 2.11 (CUDA); no CPU torch
+wheel for 3.12 is reachable here (only the multi-GB CUDA build), so this runs on the test
+interpreter's version with wheels saved for that version by bench/gpu_wheels.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from conftest import unavailable
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src"
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root + unshare"),
+]
+
+
+@pytest.fixture(scope="module")
+def bare_python(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A venv without aorta: torch & co come from this interpreter's site-packages by a .pth line
+    (no site dir is added, so the editable aorta install's own .pth is not read)."""
+    venv = tmp_path_factory.mktemp("bare") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python3"
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    ours = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    Path(site, "deps.pth").write_text("\n".join(sorted(ours)) + "\n")
+    probe = subprocess.run(
+        [str(python), "-I", "-c", "import aorta"], capture_output=True, cwd="/", check=False
+    )
+    assert probe.returncode != 0, "aorta must not be importable without the carried tree"
+    return str(python)
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """jsonschema and its needs for this interpreter, saved by bench/gpu_wheels.py (network or index)."""
+    dest = tmp_path_factory.mktemp("wheels")
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    script = str(REPO / "bench" / "gpu_wheels.py")
+    proc = subprocess.run(
+        [sys.executable, script, "--python-version", version, "--dest", str(dest)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        why = f"bench/gpu_wheels.py could not download the wheels here: {proc.stderr.strip()[-200:]}"
+        unavailable(why, why + " (required in CI: it reaches PyPI)")
+    return dest
+
+
+def _offline(python: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run in a new network namespace (no network), PATH an empty folder (no bpftrace), PYTHONPATH=src."""
+    empty = cwd / "empty-bin"
+    empty.mkdir(exist_ok=True)
+    env = {"PATH": str(empty), "PYTHONPATH": "src", "HOME": "/root"}
+    return subprocess.run(
+        [shutil.which("unshare") or "unshare", "-n", python, *args],
+        capture_output=True, text=True, cwd=REPO, env=env, timeout=540, check=False,
+    )  # fmt: skip
+
+
+def test_documented_command_runs_offline_without_install(
+    bare_python: str, wheels: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    args = ["bench/gpu_check.py", "--device", "cpu", "--quick", "--out", str(out), "--wheels", str(wheels)]
+    proc = _offline(bare_python, *args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = [json.loads(line) for line in (out / "gpu_check.jsonl").read_text().splitlines()]
+    assert lines == [json.loads(line) for line in proc.stdout.splitlines()]  # the file holds what was printed
+    first = lines[0]
+    assert first["check"] == "wheels" and any(n.startswith("jsonschema-") for n in first["installed"])
+    assert first["jsonschema_from"].startswith(first["target"] + "/")  # the children import the carried wheel
+    assert not Path(first["target"]).exists()  # the private install folder is removed at exit
+    points = [line for line in lines if "mode" in line]
+    assert len(points) == 12 and all(p["status"] == "ok" and p["verification"] for p in points)
+    assert {(p["workload"], p["streams"]) for p in points} == {
+        (w, s) for w in ("hetero_kernels", "tiny_kernel_stress") for s in (1, 4, 16)
+    }
+    ebpf = next(line for line in lines if line.get("check") == "ebpf_points")
+    assert ebpf["ran"] is False and "bpftrace not on PATH" in ebpf["reason"]
+    assert not any(line.get("traced") is not None or "launches_seen" in line for line in lines)
+    memory = next(line for line in lines if line.get("check") == "bounded_memory")
+    assert memory["ran"] is False and "GPU" in memory["reason"]
+
+
+def test_isolated_memory_child_imports_the_carried_tree(bare_python: str, tmp_path: Path) -> None:
+    """The bounded-memory child runs under `python -I` (PYTHONPATH ignored): it gets the folders by argv."""
+    snippet = (
+        "import json, sys; sys.path[:0] = ['bench', 'src']\n"
+        "from _gpu_check_env import child_env, child_paths\n"
+        "from _gpu_memory_points import _point\n"
+        "paths = child_paths([])\n"
+        "print(json.dumps(_point('cpu', 'per_iteration', 1, paths, child_env(paths))))\n"
+    )
+    proc = _offline(bare_python, "-c", snippet, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    point = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert point.get("status") == "ok", point
+    assert point["ops"] == 16 * 128  # one iteration of the large preset at 16 streams
