@@ -14,7 +14,20 @@ from typing import Any
 from aorta.ebpf import hist
 from aorta.ebpf.probes import jobs
 from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext
-from aorta.ebpf.probes.common import KERNEL_BYPASS, both, int_key, text
+from aorta.ebpf.probes.common import KERNEL_BYPASS, int_key, text
+
+CHAIN = jobs.JobChain(
+    family="amdgpu",
+    submit_event="amdgpu:amdgpu_cs_ioctl",
+    run_event="amdgpu:amdgpu_sched_run_job",
+    submit_stage="submit",
+    submitted="submits",
+    latency="s2d",
+    dispatched="dispatches",
+    untraced="internal_jobs",
+    done_latency="d2c",
+    done_hist=True,
+)
 
 
 class AmdgpuFamily(ProbeFamily):
@@ -56,62 +69,20 @@ class AmdgpuFamily(ProbeFamily):
         if key_cs is None or key_run is None:
             code.missing["amdgpu:amdgpu_cs_ioctl"] = "no join key (context/seqno or sched_job_id)"
             return code
-        ring_cs, ring_run = text(ctx, cs, "ring", "ring_name"), text(ctx, run, "ring", "ring_name")
-        code.used_events += ["amdgpu:amdgpu_cs_ioctl", "amdgpu:amdgpu_sched_run_job"]
-        # a node program (torchrun) keys by rank: the submitter's, carried to the worker events
-        node = ctx.rank is not None
-        k = ctx.key
-        code.probes.append(
-            f"tracepoint:amdgpu:amdgpu_cs_ioctl\n/{both(ctx.pid_filter, ctx.gate)}/\n{{\n"
-            f"  @amdgpu_submit_ts[{key_cs}] = nsecs;\n"
-            + (f"  @amdgpu_submit_rank[{key_cs}] = {ctx.rank};\n" if node else "")
-            + f"  @amdgpu_submits{k(ring_cs)} = count();\n}}"
-        )
-        run_done_key = int_key(ctx, run, "context", "seqno")
-        remember = f"    @amdgpu_run_ts[{run_done_key}] = nsecs;\n" if run_done_key else ""
-        if node and run_done_key:
-            remember += f"    @amdgpu_run_rank[{run_done_key}] = $rk;\n"
-        code.probes.append(
-            f"tracepoint:amdgpu:amdgpu_sched_run_job\n/{ctx.gate}/\n{{\n"
-            f"  $t = @amdgpu_submit_ts[{key_run}];\n"
-            "  if ($t) {\n"
-            + (
-                f"    $rk = @amdgpu_submit_rank[{key_run}];\n    delete(@amdgpu_submit_rank[{key_run}]);\n"
-                if node
-                else ""
-            )
-            + f"{hist.record_code('amdgpu_s2d_d', 'nsecs - $t', prefix=ctx.prefix('$rk'))}\n"
-            f"    @amdgpu_s2d{k(rank='$rk')} = stats(nsecs - $t);\n"
-            f"    @amdgpu_dispatches{k(ring_run, rank='$rk')} = count();\n"
-            f"    delete(@amdgpu_submit_ts[{key_run}]);\n{remember}"
-            "  } else {\n"
-            f"    @amdgpu_internal_jobs[{ring_run}] = count();\n"
-            "  }\n}"
-        )
         fence = ctx.event("dma_fence", "dma_fence_signaled")
-        fence_key = int_key(ctx, fence, "context", "seqno") if fence is not None else None
-        if run_done_key and fence_key:
-            code.used_events.append("dma_fence:dma_fence_signaled")
-            code.probes.append(
-                f"tracepoint:dma_fence:dma_fence_signaled\n/{ctx.gate}/\n{{\n"
-                f"  $r = @amdgpu_run_ts[{fence_key}];\n"
-                "  if ($r) {\n"
-                + (
-                    f"    $rk = @amdgpu_run_rank[{fence_key}];\n    delete(@amdgpu_run_rank[{fence_key}]);\n"
-                    if node
-                    else ""
-                )
-                + f"    @amdgpu_d2c_hist{k(rank='$rk')} = hist(nsecs - $r);\n"
-                f"    @amdgpu_d2c{k(rank='$rk')} = stats(nsecs - $r);\n"
-                f"    delete(@amdgpu_run_ts[{fence_key}]);\n  }}\n}}"
-            )
-        else:
+        keys = jobs.JobKeys(
+            submit=key_cs,
+            run=key_run,
+            ring_submit=text(ctx, cs, "ring", "ring_name"),
+            ring_run=text(ctx, run, "ring", "ring_name"),
+            run_done=int_key(ctx, run, "context", "seqno"),
+            done=int_key(ctx, fence, "context", "seqno") if fence is not None else None,
+        )
+        jobs.render_chain(ctx, code, CHAIN, keys, "dma_fence:dma_fence_signaled")
+        if keys.run_done is None or keys.done is None:
             code.missing["dma_fence:dma_fence_signaled"] = (
                 "tracepoint absent" if fence is None else "no (context, seqno) to join completions"
             )
-        code.end += ["clear(@amdgpu_submit_ts);", "clear(@amdgpu_run_ts);"]
-        if node:
-            code.end += ["clear(@amdgpu_submit_rank);", "clear(@amdgpu_run_rank);"]
         return code
 
     def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:

@@ -14,7 +14,7 @@ from typing import Any
 from aorta.ebpf import hist
 from aorta.ebpf.probes import jobs
 from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext
-from aorta.ebpf.probes.common import KERNEL_BYPASS, both, int_key, ptr_key, text
+from aorta.ebpf.probes.common import KERNEL_BYPASS, int_key, ptr_key, text
 
 OLD = ("drm_sched_job", "drm_run_job", "drm_sched_process_job")
 NEW = ("drm_sched_job_queue", "drm_sched_job_run", "drm_sched_job_done")
@@ -70,56 +70,28 @@ class GpuSchedulerFamily(ProbeFamily):
         if key_q is None or key_r is None:
             code.missing[f"gpu_scheduler:{names[0]}"] = "no job identity field to join on"
             return
-        ring_q, ring_r = text(ctx, queue_fmt, "name"), text(ctx, run_fmt, "name")
-        code.used_events += [f"gpu_scheduler:{names[0]}", f"gpu_scheduler:{names[1]}"]
-        # a node program (torchrun) keys by rank: the submitter's, carried to the worker events
-        node, k = ctx.rank is not None, ctx.key
-        code.probes.append(
-            f"tracepoint:gpu_scheduler:{names[0]}\n/{both(ctx.pid_filter, ctx.gate)}/\n{{\n"
-            f"  @gpu_scheduler_queue_ts[{key_q}] = nsecs;\n"
-            + (f"  @gpu_scheduler_queue_rank[{key_q}] = {ctx.rank};\n" if node else "")
-            + f"  @gpu_scheduler_queued{k(ring_q)} = count();\n}}"
+        chain = jobs.JobChain(
+            family="gpu_scheduler",
+            submit_event=f"gpu_scheduler:{names[0]}",
+            run_event=f"gpu_scheduler:{names[1]}",
+            submit_stage="queue",
+            submitted="queued",
+            latency="q2r",
+            dispatched="run",
+            untraced="untraced_jobs",
+            done_latency="r2d",
         )
-        remember = f"    @gpu_scheduler_run_ts[{done_key_r}] = nsecs;\n" if done_key_r and done_key else ""
-        if node and remember:
-            remember += f"    @gpu_scheduler_run_rank[{done_key_r}] = $rk;\n"
-        code.probes.append(
-            f"tracepoint:gpu_scheduler:{names[1]}\n/{ctx.gate}/\n{{\n"
-            f"  $t = @gpu_scheduler_queue_ts[{key_r}];\n"
-            "  if ($t) {\n"
-            + (
-                f"    $rk = @gpu_scheduler_queue_rank[{key_r}];\n"
-                f"    delete(@gpu_scheduler_queue_rank[{key_r}]);\n"
-                if node
-                else ""
-            )
-            + f"{hist.record_code('gpu_scheduler_q2r_d', 'nsecs - $t', prefix=ctx.prefix('$rk'))}\n"
-            f"    @gpu_scheduler_q2r{k(rank='$rk')} = stats(nsecs - $t);\n"
-            f"    @gpu_scheduler_run{k(ring_r, rank='$rk')} = count();\n"
-            f"    delete(@gpu_scheduler_queue_ts[{key_r}]);\n{remember}"
-            "  } else {\n"
-            f"    @gpu_scheduler_untraced_jobs[{ring_r}] = count();\n  }}\n}}"
+        keys = jobs.JobKeys(
+            submit=key_q,
+            run=key_r,
+            ring_submit=text(ctx, queue_fmt, "name"),
+            ring_run=text(ctx, run_fmt, "name"),
+            run_done=done_key_r,
+            done=done_key,
         )
-        if done_key_r and done_key:
-            code.used_events.append(f"gpu_scheduler:{names[2]}")
-            code.probes.append(
-                f"tracepoint:gpu_scheduler:{names[2]}\n/{ctx.gate}/\n{{\n"
-                f"  $r = @gpu_scheduler_run_ts[{done_key}];\n"
-                "  if ($r) {\n"
-                + (
-                    f"    $rk = @gpu_scheduler_run_rank[{done_key}];\n"
-                    f"    delete(@gpu_scheduler_run_rank[{done_key}]);\n"
-                    if node
-                    else ""
-                )
-                + f"    @gpu_scheduler_r2d{k(rank='$rk')} = stats(nsecs - $r);\n"
-                f"    delete(@gpu_scheduler_run_ts[{done_key}]);\n  }}\n}}"
-            )
-        else:
+        jobs.render_chain(ctx, code, chain, keys, f"gpu_scheduler:{names[2]}")
+        if done_key_r is None or done_key is None:
             code.missing[f"gpu_scheduler:{names[2]}"] = "absent or no fence identity to join"
-        code.end += ["clear(@gpu_scheduler_queue_ts);", "clear(@gpu_scheduler_run_ts);"]
-        if node:
-            code.end += ["clear(@gpu_scheduler_queue_rank);", "clear(@gpu_scheduler_run_rank);"]
 
     def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
         queued = jobs.counts(maps, "@gpu_scheduler_queued")
