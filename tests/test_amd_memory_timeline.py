@@ -14,9 +14,10 @@ from aorta.ebpf.probes.amd_memory import TL_BO, TL_KFD, AmdMemoryFamily, kfd_tim
 from aorta.ebpf.probes.base import RenderContext, TraceTarget
 from aorta.ebpf.program import GATE
 from aorta.ebpf.tracefs import Tracefs
-from aorta.hw_queue_eval.report.trace import build_trace, validate_trace
+from aorta.hw_queue_eval.report.trace import build_trace
 from factories import op_intervals, run_result
 from test_amd_memory_render import DIALECTS, FIXTURES, GENERATIONS, PID_FILTER, _blocks
+from trace_checks import validate_trace
 
 ORIGIN = 3_000_000_000
 

@@ -10,11 +10,12 @@ import sys
 
 import pytest
 
-from aorta.hw_queue_eval.report.trace import build_trace, busy_stream_counter, trace_chunks, validate_trace
+from aorta.hw_queue_eval.report.trace import build_trace, busy_stream_counter, trace_chunks
 from aorta.hw_queue_eval.results.models import QueueMapping
 from aorta.hw_queue_eval.run.harness import MAX_STORED_OPS
 from conftest import load_json, run_cli_inprocess
 from factories import op_intervals, queue_section, run_result
+from trace_checks import validate_trace
 
 
 @pytest.mark.slow

@@ -14,10 +14,11 @@ import pytest
 from aorta.ebpf import timeline
 from aorta.ebpf.probes import cpu_sched
 from aorta.ebpf.tracefs import kernel_btf
-from aorta.hw_queue_eval.report.trace import build_trace, validate_trace
+from aorta.hw_queue_eval.report.trace import build_trace
 from conftest import load_json, run_cli_inprocess
 from ebpf_support import start_attach
 from factories import op_intervals, queue_section, run_result
+from trace_checks import validate_trace
 
 ORIGIN = 5_000_000_000  # window_start_monotonic_ns of the synthetic run
 HOST, W0, W1 = 100, 200, 201

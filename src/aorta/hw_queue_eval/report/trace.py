@@ -28,7 +28,6 @@ PID_STREAMS, PID_QUEUES, PID_EBPF, PID_THREADS, PID_MEMORY, PID_GPU_MEMORY = 1, 
 MEMORY_KINDS = ("page_faults_per_ms", "direct_reclaim", "memcg_reclaim", "migrations")
 TIMELINE_KINDS = ("on_cpu", "run_queue", "doorbells")
 MAX_EBPF_COUNTERS = 64
-PHASES = {"X", "C", "M", "i", "s", "f"}
 
 
 def _meta(pid: int, tid: int | None, kind: str, name: str) -> dict[str, Any]:
@@ -536,56 +535,6 @@ def trace_chunks(result: dict[str, Any], chunk_bytes: int = 1 << 20) -> Iterator
     trailer = encode(_trailer(result, ops, tally))
     parts.append("\n]," + trailer[1:] + "\n")
     yield "".join(parts).encode("utf-8")
-
-
-def validate_trace(trace: Any) -> list[str]:
-    """Structural problems of a trace-event object (empty list: Perfetto can load it)."""
-    if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
-        return ["top level must be an object with a traceEvents list"]
-    problems = []
-    for i, event in enumerate(trace["traceEvents"]):
-        ph = event.get("ph")
-        if ph not in PHASES:
-            problems.append(f"event {i}: unknown phase {ph!r}")
-            continue
-        if not isinstance(event.get("name"), str) or not isinstance(event.get("pid"), int):
-            problems.append(f"event {i}: needs a string name and an integer pid")
-        if ph != "M" and not isinstance(event.get("ts"), (int, float)):
-            problems.append(f"event {i}: needs a numeric ts")
-        if ph == "X" and not (isinstance(event.get("dur"), (int, float)) and event["dur"] >= 0):
-            problems.append(f"event {i}: complete event needs dur ≥ 0")
-        if ph in ("s", "f") and not isinstance(event.get("id"), int):
-            problems.append(f"event {i}: flow event needs an integer id")
-        if ph in ("X", "i", "s", "f") and not isinstance(event.get("tid"), int):
-            problems.append(f"event {i}: needs an integer tid")
-        if ph == "C" and not all(
-            isinstance(v, (int, float)) for v in (event.get("args") or {None: None}).values()
-        ):
-            problems.append(f"event {i}: counter args must be numbers")
-    return problems + overlap_problems(trace["traceEvents"])
-
-
-def overlap_problems(events: list[Any], eps_us: float = 1e-3) -> list[str]:
-    """Complete events of one track that overlap without nesting (Perfetto cannot draw them)."""
-    tracks: dict[tuple[Any, Any], list[tuple[float, float]]] = defaultdict(list)
-    for event in events:
-        if isinstance(event, dict) and event.get("ph") == "X":
-            ts, dur = event.get("ts"), event.get("dur")
-            if isinstance(ts, (int, float)) and isinstance(dur, (int, float)):
-                tracks[(event.get("pid"), event.get("tid"))].append((ts, ts + dur))
-    problems = []
-    for (pid, tid), slices in sorted(tracks.items(), key=lambda kv: str(kv[0])):
-        open_ends: list[float] = []
-        for start, end in sorted(slices, key=lambda s: (s[0], -s[1])):
-            while open_ends and open_ends[-1] <= start + eps_us:
-                open_ends.pop()
-            if open_ends and end > open_ends[-1] + eps_us:
-                problems.append(
-                    f"pid {pid} tid {tid}: slice at {start} overlaps one ending at {open_ends[-1]}"
-                )
-                break
-            open_ends.append(end)
-    return problems
 
 
 def _fault_counter(ts_us: float, faults: int) -> dict[str, Any]:
