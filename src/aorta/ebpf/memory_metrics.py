@@ -28,7 +28,7 @@ TTM_PLACEMENTS = {
     7: "DOORBELL",
     8: "MMIO_REMAP",
 }
-TTM_SYSTEM, TTM_TT, TTM_VRAM = 0, 1, 2
+TTM_TT = 1  # GTT: the placement a BO passes through between system and VRAM
 AMDGPU_GPU_PAGE = 4096  # amdgpu_vm_bo_map start/last are in GPU pages of 4 KiB on every ASIC
 
 # KFD event kinds as the AMD family records them in its event-log map.
