@@ -10,6 +10,10 @@ times as its own process, with one cause injected:
 - none:     the unmodified catalogue workload;
 - launch:   every launch preceded by a known host spin (tests/cli_with_fakes.py
             --points-host-delay-us: each point's child runs with that collaborator);
+- copy:     async_dataload (its loader streams copy host→device) on --copy-streams, every copy
+            op holding one shared copy engine that sleeps --copy-delay-us first
+            (tests/cli_with_fakes.py --points-copy-delay-us: a throttled copy path that more
+            streams cannot widen; the ops' busy time in copies is the evidence);
 - mux:      GPU_MAX_HW_QUEUES=1 (every stream on one hardware queue);
 - saturate: --cpus 0 (the host thread and every queue on one CPU: fewer cores than queues);
 - memory:   the sweep under `python -I -m aorta.tools.memory_pressure --limit LIMIT`, with
@@ -25,7 +29,8 @@ in ≥ PASS_SHARE of its sweeps, "none" in all of them. Exit 1 when that fails, 
 
     .venv/bin/python bench/diagnosis_confusion.py [--sweeps 5] [--repeats 3] [--cases LIST]
         [--workload large_gemm_only] [--size small] [--streams 1,2] [--iterations 20]
-        [--host-delay-us 5000] [--memory-limit 512M] [--fresh-memory-kib 8192] [--json OUT] [--keep DIR]
+        [--host-delay-us 5000] [--memory-limit 512M] [--fresh-memory-kib 8192]
+        [--copy-streams 4,8] [--copy-delay-us 3000] [--json OUT] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -50,7 +55,9 @@ CASES = {
     "saturate": "device_saturated",
     "memory": "memory_pressure",
     "sync": "synchronisation",
+    "copy": "copy_bound",
 }
+COPY_WORKLOAD = "async_dataload"  # the catalogue's host→device copy pipeline (4..12 streams)
 NAMED = [
     "none",
     "host_launch_bound",
@@ -58,6 +65,7 @@ NAMED = [
     "device_saturated",
     "memory_pressure",
     "synchronisation",
+    "copy_bound",
     "other",
 ]
 PASS_SHARE = 0.8  # ≥ 4 of 5 sweeps
@@ -67,11 +75,12 @@ def sweep_command(
     case: str, args: argparse.Namespace, out: str, seed: int
 ) -> tuple[list[str], dict[str, str]]:
     """(argv, extra environment) of one sweep with `case` injected."""
+    copying = case == "copy"
     sweep = [
         "sweep",
-        args.workload,
+        COPY_WORKLOAD if copying else args.workload,
         "--streams",
-        args.streams,
+        args.copy_streams if copying else args.streams,
         "-d",
         "cpu",
         "-i",
@@ -99,6 +108,9 @@ def sweep_command(
             "--",
             *sweep,
         ], env
+    if copying:
+        fake = ["--points-copy-delay-us", str(args.copy_delay_us)]
+        return [sys.executable, "-I", str(FAKES), *fake, "--", *sweep], env
     if case == "sync":
         return [sys.executable, "-I", str(FAKES), "--points-extra-waits", "1", "--", *sweep], env
     if case == "mux":
@@ -210,6 +222,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--host-delay-us", type=int, default=5000)
     parser.add_argument("--memory-limit", default="512M")
     parser.add_argument("--fresh-memory-kib", type=int, default=8192)
+    parser.add_argument("--copy-streams", default="4,8")
+    parser.add_argument("--copy-delay-us", type=int, default=3000)
     parser.add_argument("--json", default=None)
     parser.add_argument("--keep", default=None, help="folder to keep the sweep files in (must exist)")
     args = parser.parse_args(argv)

@@ -19,6 +19,11 @@
                     the measurement window, so a memory limit makes it reclaim there.
 --points-fresh-memory-kib N
                     a sweep's points run through this file with --fresh-memory-kib N.
+--copy-delay-us N   every host↔device copy op (label *_copy) on a CPU-backend stream holds one
+                    shared "copy engine" and sleeps N µs before copying: a throttled copy path
+                    that more streams cannot widen.
+--points-copy-delay-us N
+                    a sweep's points run through this file with --copy-delay-us N.
 --extra-waits 1     every launch on CPU-backend stream k > 0 first waits on stream k-1's last op
                     (a dependency no workload declares: needless serialisation).
 --points-extra-waits 1
@@ -33,6 +38,7 @@ from __future__ import annotations
 import mmap
 import os
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -127,6 +133,32 @@ def fresh_memory_launches(kib: int) -> Any:
     return run_benchmark
 
 
+def throttled_copies(delay_us: int) -> Any:
+    """harness.run_benchmark with every CPU-backend copy op (label *_copy) run on one shared copy
+    engine that first sleeps `delay_us` (no CPU used): copies serialise, whatever the streams."""
+    from aorta.hw_queue_eval.backends.cpu import CpuStream
+    from aorta.hw_queue_eval.run.harness import run_benchmark
+    from aorta.hw_queue_eval.workloads.transfer import is_copy_label
+
+    launch = CpuStream.launch
+    engine = threading.Lock()
+
+    def throttled(self: CpuStream, fn: Any, label: str) -> None:
+        if not is_copy_label(label):
+            launch(self, fn, label)
+            return
+
+        def op() -> Any:
+            with engine:
+                time.sleep(delay_us / 1e6)
+                return fn()
+
+        launch(self, op, label)
+
+    CpuStream.launch = throttled  # type: ignore[method-assign]
+    return run_benchmark
+
+
 def serialised_launches() -> Any:
     """harness.run_benchmark with every launch on CPU stream k > 0 waiting on stream k-1 first."""
     from aorta.hw_queue_eval.backends.cpu import CpuStream
@@ -173,6 +205,10 @@ def parse(argv: list[str]) -> tuple[Collaborators, list[str]]:
             given["benchmark"] = fresh_memory_launches(int(value))
         elif flag == "--points-fresh-memory-kib":
             given["point_command"] = faked_points("--fresh-memory-kib", str(int(value)))
+        elif flag == "--copy-delay-us":
+            given["benchmark"] = throttled_copies(int(value))
+        elif flag == "--points-copy-delay-us":
+            given["point_command"] = faked_points("--copy-delay-us", str(int(value)))
         elif flag == "--extra-waits":
             given["benchmark"] = serialised_launches()
         elif flag == "--points-extra-waits":

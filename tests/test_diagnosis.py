@@ -57,7 +57,10 @@ def _run(streams: int, tput: float, **ev: Any) -> dict[str, Any]:
     starv.update(share_of_lane_time=ev.get("starv", 0.01), cross_stream_waits=0, gaps=5)
     result["per_stream_times_ms"] = [ev.get("busy", 40.0)] * streams
     result["ops"]["ready_to_start_ms"] = stats([ev.get("hol", 0.01)] * 3)
-    result["op_intervals"] = op_intervals(_rows(streams, pool), ["gemm"])
+    rows = _rows(streams, pool)
+    for row in rows[: int(len(rows) * ev.get("copying", 0.0))]:
+        row[3] = 1  # label h2d_copy
+    result["op_intervals"] = op_intervals(rows, ["gemm", "h2d_copy"])
     if "needless" in ev or "missing" in ev:
         needless = [{"producer": 0, "consumer": 1, "waits": 10}] * ev.get("needless", 0)
         result["stream_order"] = {
@@ -165,8 +168,9 @@ def test_reclaim_in_the_window_is_memory_pressure_and_unmeasured_without_the_tra
     status = {c["cause"]: c for c in quiet["checked"]}
     assert status["memory_pressure"]["status"] == "not_measured"
     assert "--ebpf-memory-trace" in status["memory_pressure"]["reason"]
-    for cause in ("copy_bound", "collective_bound", "synchronisation"):
+    for cause in ("collective_bound", "synchronisation"):
         assert status[cause]["status"] == "not_measured"
+    assert status["copy_bound"]["status"] == "not_supported"  # op rows with no copy: measured 0
     assert quiet["causes"] == [] and "no documented cause" in quiet["text"]
 
 
@@ -180,6 +184,27 @@ def test_an_undeclared_wait_is_needless_serialisation_and_a_clean_order_claims_n
     clean = _diagnose(_sweep({1: _flat(1, JITTER, needless=0), 2: _flat(2, JITTER, needless=0)}))
     status = {c["cause"]: c["status"] for c in clean["checked"]}
     assert status["synchronisation"] == "not_supported" and clean["causes"] == []
+
+
+def test_copy_share_is_the_ops_busy_time_in_copies_on_known_rows():
+    """Two 1 ms ops and one 3 ms copy (labels by index or by name): 3 of 5 ms; no rows: unmeasured."""
+    rows = [[0, 0, 0, 0, 0.0, 0.0, 1000.0], [0, 1, 1, 0, 0.0, 0.0, 1000.0], [0, 0, 0, 1, 0.0, 1000.0, 4000.0]]
+    result = {"op_intervals": op_intervals(rows, ["gemm", "d2h_copy"])}
+    assert diagnosis.copy_share(result) == (pytest.approx(0.6), 1, None)
+    named = [[*r[:3], ("gemm", "gemm", "h2d_copy")[i], *r[4:]] for i, r in enumerate(rows)]
+    by_name = {"op_intervals": {**result["op_intervals"], "rows": named}}
+    assert diagnosis.copy_share(by_name)[0] == pytest.approx(0.6)
+    share, ops, reason = diagnosis.copy_share({})
+    assert (share, ops) == (None, None) and "no op rows" in reason
+
+
+def test_copies_taking_most_of_the_busy_time_are_copy_bound():
+    found = _diagnose(_sweep({1: _flat(1, JITTER, copying=0.9), 2: _flat(2, JITTER, copying=0.9)}))
+    top = found["causes"][0]
+    assert (top["cause"], top["confidence"]) == ("copy_bound", "high")
+    assert top["evidence"]["copy_share"] == pytest.approx(0.9, abs=0.05)
+    some = _diagnose(_sweep({1: _flat(1, JITTER, copying=0.3), 2: _flat(2, JITTER, copying=0.3)}))
+    assert "copy_bound" not in [c["cause"] for c in some["causes"]]
 
 
 def test_confidence_follows_the_runs():
@@ -214,7 +239,8 @@ def test_sweep_file_carries_a_schemad_diagnosis_and_the_console_prints_it():
     lines = diagnosis_lines(analysis["diagnosis"])
     cause_lines = [line for line in lines if line.startswith("  cause: ")]
     assert cause_lines and "host launch-bound" in cause_lines[0] and "confidence high" in cause_lines[0]
-    assert any(line.startswith("  not measured in this sweep:") and "copy_bound" in line for line in lines)
+    unmeasured = [line for line in lines if line.startswith("  not measured in this sweep:")]
+    assert unmeasured and "collective_bound" in unmeasured[0]
 
 
 def test_report_lists_each_cause_linked_to_the_examined_points_timeline():

@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from aorta.hw_queue_eval.workloads.transfer import is_copy_label
+
 STARVATION_MIN = 0.25  # lanes idle ≥ 25 % of their time waiting for the host's launch, or
 LANES_IDLE_MIN = 0.50  # streams without an op in flight ≥ 50 % of the window
 HOL_SHARE_MIN = 0.15  # ops queued behind other streams' ops ≥ 15 % of their ready→end time
@@ -34,6 +36,7 @@ CPU_DEMAND_MIN = 1.0  # host + queue threads runnable ≥ the CPUs they may use 
 CORES_HELD_MIN = 0.5  # … and on a CPU ≥ half the CPUs they may use: else others held what they waited for
 RUN_QUEUE_WAIT_MIN = 0.20  # queue threads waited for a CPU ≥ 20 % of the time they wanted one
 SYNC_DEFECTS_MIN = 0.5  # ≥ 1 (an integer count): undeclared waited pairs + declared unwaited ones
+COPY_SHARE_MIN = 0.5  # host↔device copies took ≥ half of the ops' busy (start→end) time
 RECLAIM_EPISODES_MIN = 3  # reclaim episodes (memcg + direct) or GPU evictions in the window
 MOST = 2 / 3  # "most runs" for medium
 HIGH_MIN_RUNS = 3  # runs of the examined point for "high"
@@ -53,7 +56,6 @@ CAUSES: dict[str, str] = {
 
 #: causes whose evidence (the GPU runtime views) these runs do not carry yet
 NOT_MEASURED = {
-    "copy_bound": "not measured in this sweep: host↔device copy time per queue is not recorded",
     "collective_bound": "not measured in this sweep: collective time per stream is not recorded",
 }
 
@@ -134,6 +136,30 @@ def head_of_line_share(result: dict[str, Any]) -> tuple[float | None, str | None
     return (queued / total, None) if total > 0 else (None, "no op with a ready time")
 
 
+def copy_share(result: dict[str, Any]) -> tuple[float | None, int | None, str | None]:
+    """(share of the ops' busy start→end time spent in host↔device copies, copy ops, reason when
+    unknown), from the op rows: a copy occupies its stream while it runs, on a GPU as a DMA
+    transfer, on the CPU backend as a memcpy. A run without copies measures 0."""
+    table = result.get("op_intervals") or {}
+    rows, cols, labels = table.get("rows"), table.get("columns") or [], table.get("labels")
+    need = ("label", "start_us", "end_us")
+    if not rows or any(c not in cols for c in need):
+        return None, None, "no op rows (--no-op-timing, or an older run)"
+    lb, sa, en = (cols.index(c) for c in need)
+    copies = busy = copying = 0.0
+    for row in rows:
+        if row[sa] is None or row[en] is None:
+            continue
+        label = row[lb]
+        if isinstance(label, int) and isinstance(labels, list) and 0 <= label < len(labels):
+            label = labels[label]
+        busy += row[en] - row[sa]
+        if is_copy_label(label):
+            copies += 1
+            copying += row[en] - row[sa]
+    return (copying / busy, int(copies), None) if busy > 0 else (None, None, "no op with a duration")
+
+
 def run_evidence(result: dict[str, Any]) -> dict[str, Any]:
     """The figures the causes are judged on, from one run (None where not measured)."""
     conc = result.get("concurrency") or {}
@@ -154,6 +180,7 @@ def run_evidence(result: dict[str, Any]) -> dict[str, Any]:
     achieved = _num(conc.get("achieved"))
     lanes_idle = 1.0 - achieved / streams if achieved is not None and streams else None
     hol_share, hol_reason = head_of_line_share(result)
+    copying, copy_ops, copy_reason = copy_share(result)
     host_share = (
         host / (host + on_cpu) if host is not None and on_cpu is not None and host + on_cpu > 0 else None
     )
@@ -192,6 +219,9 @@ def run_evidence(result: dict[str, Any]) -> dict[str, Any]:
         "cpu_demand": demand,
         "run_queue_wait_share": _num(conc.get("queue_run_queue_wait_share")),
         "reclaim_episodes": reclaim,
+        "copy_share": copying,
+        "copy_ops": copy_ops,
+        "copy_reason": copy_reason,
     }
 
 
@@ -259,6 +289,10 @@ def _mem_unmeasured(ev: dict[str, Any]) -> str | None:
     return None
 
 
+def _copy_unmeasured(ev: dict[str, Any]) -> str | None:
+    return None if ev["copy_share"] is not None else ev["copy_reason"]
+
+
 def _sync_unmeasured(ev: dict[str, Any]) -> str | None:
     if ev["sync_defects"] is None:
         return f"cross-stream waits not recorded: {ev['sync_reason']}"
@@ -269,6 +303,7 @@ RULES = (
     Rule("host_launch_bound", "host_cpu_share", HOST_SHARE_MIN, _launch_gates, _launch_unmeasured),
     Rule("queue_multiplexing", "head_of_line_share", HOL_SHARE_MIN, _mux_gates, _mux_unmeasured, True),
     Rule("device_saturated", "run_queue_wait_share", RUN_QUEUE_WAIT_MIN, _sat_gates, _sat_unmeasured, True),
+    Rule("copy_bound", "copy_share", COPY_SHARE_MIN, lambda ev: True, _copy_unmeasured),
     Rule("synchronisation", "sync_defects", SYNC_DEFECTS_MIN, lambda ev: True, _sync_unmeasured),
     Rule("memory_pressure", "reclaim_episodes", RECLAIM_EPISODES_MIN, lambda ev: True, _mem_unmeasured),
 )
@@ -327,6 +362,7 @@ def _evidence_figures(rule: Rule, runs: list[dict[str, Any]]) -> dict[str, Any]:
             "needless_serialisation",
             "needless_waits",
         ),
+        "copy_bound": ("copy_share", "copy_ops"),
         "memory_pressure": ("reclaim_episodes",),
     }[rule.cause]
     out: dict[str, Any] = {}
@@ -368,6 +404,12 @@ def _describe(cause: str, fig: dict[str, Any], base: dict[str, Any] | None) -> s
             f"CPU(s) (on a CPU {pct(fig['cores_busy'])}); queue threads waited for a CPU "
             f"{pct(fig['run_queue_wait_share'])} of the time they were runnable (at the knee "
             f"{pct(before)})"
+        )
+    if cause == "copy_bound":
+        before = (base or {}).get("copy_share")
+        return (
+            f"host↔device copies took {pct(fig['copy_share'])} of the ops' busy time "
+            f"({fig['copy_ops']:g} copy op(s), median per run; at the knee {pct(before)})"
         )
     if cause == "synchronisation":
         return (

@@ -10,6 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
+#: op labels of host↔device copies end with this (h2d_copy, d2h_copy): the diagnosis's copy view
+COPY_LABEL_SUFFIX = "_copy"
+
+
+def is_copy_label(label: Any) -> bool:
+    """True for an op label the workloads give a host↔device copy."""
+    return isinstance(label, str) and label.endswith(COPY_LABEL_SUFFIX)
+
 
 def on_gpu(device: Any) -> bool:
     """True for a CUDA/ROCm device."""
