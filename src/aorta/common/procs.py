@@ -199,7 +199,7 @@ def stale_owned_dirs(root: str, prefix: str) -> list[str]:
     Names in a shared folder are foreign input: anything not a real folder owned by the current
     user, or whose pid part is not a plausible pid, is ignored (never parsed further, never removed).
     """
-    found = []
+    found: list[str] = []
     try:
         names = os.listdir(root)
     except OSError:

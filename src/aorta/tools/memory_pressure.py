@@ -142,7 +142,7 @@ def _write(path: Path, value: str) -> None:
 
 def remove_stale(parent: Path) -> list[str]:
     """Remove pressure cgroups left by runs whose owner died (hard kill); returns their names."""
-    removed = []
+    removed: list[str] = []
     try:
         children = list(parent.iterdir())
     except OSError:

@@ -353,7 +353,7 @@ def _comparable_leaves(section: Any) -> dict[str, float]:
 def ebpf_diff(base: Point, test: Point) -> dict[str, Any]:
     """Measured eBPF values present in both points (sections that traced ok, families that
     attached, no timestamps or bookkeeping, not zero on both sides) with their change."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     skipped = []
     for section in EBPF_SECTIONS:
         b_sec, t_sec = base.ebpf.get(section), test.ebpf.get(section)
@@ -457,7 +457,7 @@ def compare_files(
     tests = []
     for kind, points, test_notes, path in test_sides(test_paths):
         notes += test_notes
-        pairs = []
+        pairs: list[dict[str, Any]] = []
         for point in sorted(points, key=lambda p: (p.workload, p.streams, p.policy or "")):
             base = base_by_key.get(point.key)
             if base is None:

@@ -198,11 +198,13 @@ def run_evidence(result: dict[str, Any]) -> dict[str, Any]:
     order = result.get("stream_order") or {}
     missing, needless = order.get("missing_synchronisation"), order.get("needless_serialisation")
     measured = isinstance(missing, list) and isinstance(needless, list) and order.get("edges") is not None
+    missing_edges: list[Any] = missing if isinstance(missing, list) else []
+    needless_edges: list[Any] = needless if isinstance(needless, list) else []
     return {
-        "sync_defects": len(missing) + len(needless) if measured else None,  # type: ignore[arg-type]
-        "missing_synchronisation": len(missing) if measured else None,  # type: ignore[arg-type]
-        "needless_serialisation": len(needless) if measured else None,  # type: ignore[arg-type]
-        "needless_waits": sum(_count(e.get("waits")) or 0 for e in needless) if measured else None,  # type: ignore[union-attr]
+        "sync_defects": len(missing_edges) + len(needless_edges) if measured else None,
+        "missing_synchronisation": len(missing_edges) if measured else None,
+        "needless_serialisation": len(needless_edges) if measured else None,
+        "needless_waits": sum(_count(e.get("waits")) or 0 for e in needless_edges) if measured else None,
         "sync_reason": None if measured else (order.get("note") or "no stream order check in this run"),
         "streams": _count(result.get("stream_count")),
         "queues_in_use": _count(qmap.get("queues_created")),
@@ -440,7 +442,7 @@ def diagnose_point(
             continue
         holding = sum(_holds(rule, ev) for ev in evs)
         figures = _evidence_figures(rule, evs)
-        entry = {
+        entry: dict[str, Any] = {
             "cause": rule.cause,
             "label": CAUSES[rule.cause],
             "primary_figure": rule.primary,

@@ -423,7 +423,10 @@ def analyze(results: list[dict[str, Any]], work_scaling: str) -> ScalingAnalysis
         knee_reason=knee_reason(points, knee, work_scaling),
         runs_per_point=[p.runs for p in points],
         throughput_ci=[
-            None if p.throughput_low is None else [p.throughput_low, p.throughput_high] for p in points
+            None
+            if p.throughput_low is None or p.throughput_high is None
+            else [p.throughput_low, p.throughput_high]
+            for p in points
         ],
         ci_level=min((p.ci_level for p in points if p.ci_level is not None), default=None),
         confidence=confidence,

@@ -238,8 +238,8 @@ def compare_runs(
     b_med, t_med = float(np.median(b)), float(np.median(t))
     change = percent_change(b_med, t_med)
     ci = shift_ci(b, t)
-    floors = [median_ci(side).spread_pct for side in (b, t) if len(side) >= MIN_RUNS]
-    floors = [f for f in floors if f is not None]
+    spreads = [median_ci(side).spread_pct for side in (b, t) if len(side) >= MIN_RUNS]
+    floors = [f for f in spreads if f is not None]
     floor = max([*floors, *([noise_floor_pct] if noise_floor_pct is not None else [])], default=None)
 
     def result(verdict: str, reason: str, mw: MannWhitney | None = None) -> RunComparison:

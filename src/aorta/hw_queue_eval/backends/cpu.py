@@ -402,8 +402,8 @@ class CpuBackend(Backend):
             members = [s for s in range(stream_count) if ranks[s] == level]
             offset = len(queue_ranks)
             local = assign_queues(len(members), self.pool_size)
-            for stream, queue in zip(members, local, strict=True):
-                self._mapping[stream] = offset + queue
+            for stream, slot in zip(members, local, strict=True):
+                self._mapping[stream] = offset + slot
             queue_ranks += [level] * (max(local) + 1)
         self.queues_by_rank: list[_HardwareQueue] = []
         self._queues = []

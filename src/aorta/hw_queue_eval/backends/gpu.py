@@ -87,7 +87,8 @@ def stream_torch_priorities(
     if priority_range is None:
         import torch
 
-        priority_range = tuple(torch.cuda.Stream.priority_range())  # type: ignore[assignment]
+        # a static method on torch.cuda.Stream, which torch's stubs type as an instance method
+        priority_range = tuple(torch.cuda.Stream.priority_range())  # type: ignore[assignment, call-arg]
     return list(torch_priorities(priorities, priority_range))  # type: ignore[arg-type]
 
 

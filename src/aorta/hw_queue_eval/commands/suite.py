@@ -137,13 +137,15 @@ def suite_command(
             for entry in runnable:
                 file = files[entry.workload]
                 if file.points:
-                    file.save(state=state, analysis=analysis_of(file.points, entry.spec.info.work_scaling))
+                    file.save(state=state, analysis=analysis_of(file.points, entry.sweep.info.work_scaling))
             click.echo(f"\n{state}: finished points kept in {folder}; continue with --resume", err=True)
             raise (Terminated() if state == "terminated" else Interrupted()) from None
     sweeps = []
     for entry in runnable:
         file = files[entry.workload]
-        data = file.to_dict(state="complete", analysis=analysis_of(file.points, entry.spec.info.work_scaling))
+        data = file.to_dict(
+            state="complete", analysis=analysis_of(file.points, entry.sweep.info.work_scaling)
+        )
         render_sweep(data, make_console())
         sweeps.append({**data, "priority": entry.priority})
     body, figures, notes = suite_page(

@@ -95,13 +95,13 @@ class NodeTracer(EbpfTracer):
         self.submitter_tid = mine["submitter_tid"]
         if not self.lead:
             _store().set(self._key(f"target/{self.env.local_rank}"), json.dumps(mine))
-            reply = json.loads(self._wait("token", "local rank 0 to start the node's bpftrace"))
-            self.ready = _remote_readiness(reply.get("bpftrace") or {})
-            if reply.get("token"):
-                self.token = int(reply["token"])
-                restore_families(self.families, reply.get("families") or {})
+            lead = json.loads(self._wait("token", "local rank 0 to start the node's bpftrace"))
+            self.ready = _remote_readiness(lead.get("bpftrace") or {})
+            if lead.get("token"):
+                self.token = int(lead["token"])
+                restore_families(self.families, lead.get("families") or {})
             else:
-                self.status, self.error = reply.get("status", "error"), reply.get("error")
+                self.status, self.error = lead.get("status", "error"), lead.get("error")
             return
         ranks = [mine] + [
             json.loads(self._wait(f"target/{r}", f"local rank {r}'s threads"))

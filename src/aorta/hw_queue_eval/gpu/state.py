@@ -15,7 +15,7 @@ import math
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from aorta.common.atomicio import atomic_write_json, read_json_file
 from aorta.common.errors import UsageError
@@ -136,7 +136,7 @@ MAX_INDEX = 63
 _MIN_W, _MAX_W = 1.0, 5000.0  # as policies.MIN_POWER_W / MAX_POWER_W
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

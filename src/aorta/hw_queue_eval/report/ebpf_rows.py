@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 # bpftrace helper failures that are part of normal operation (helper name, return code) → why
 BENIGN_HELPER_ERRORS = {
@@ -90,8 +90,9 @@ def table(
 
 def open_block(
     section: dict[str, Any] | None, console: Any, title: str, unavailable: str = "tracing {status}"
-) -> bool:
-    """Print a block's title, or why its section is not ok; True when the body should follow.
+) -> TypeGuard[dict[str, Any]]:
+    """Print a block's title, or why its section is not ok; True when the body should follow
+    (a TypeGuard: after it the section is known to be a dict).
 
     Shared by every eBPF block so the header and the not-ok line read the same everywhere;
     unavailable is formatted with the section's status.

@@ -378,7 +378,8 @@ def policy_figure(data: dict[str, Any], metric: str = "throughput") -> Any:
             from aorta.hw_queue_eval.analysis.stats import median_ci
 
             ci = median_ci(runs)
-            ax.errorbar(i, median, yerr=[[median - ci.low], [ci.high - median]], color="black", capsize=5)
+            if ci.low is not None and ci.high is not None:
+                ax.errorbar(i, median, yerr=[[median - ci.low], [ci.high - median]], color="black", capsize=5)
         ax.plot([i] * len(runs), runs, ".", color="black", alpha=0.6)
     ax.set_xticks(range(len(names)))
     ax.set_xticklabels(names, rotation=30, ha="right")

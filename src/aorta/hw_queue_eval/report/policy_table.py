@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aorta.hw_queue_eval.report.console import fmt
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
 
 _VERDICT_WORD = {"improvement": "better", "regression": "worse", "unchanged": "same", "inconclusive": "n.s."}
 
@@ -66,7 +69,7 @@ def render_policy_table(data: dict[str, Any], console: Any) -> None:
         title=f"POLICY SWEEP: {data['workload']} on {data['streams']} streams "
         f"({data['backend']} backend, {data['repeats']} repeat(s))"
     )
-    for name, justify in (
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("Policy", "left"),
         (f"Tput {unit}", "right"),
         ("Δ tput", "right"),
@@ -77,7 +80,8 @@ def render_policy_table(data: dict[str, Any], console: Any) -> None:
         ("Switch µs", "right"),
         ("In flight", "right"),
         ("Pool", "right"),
-    ):
+    )
+    for name, justify in columns:
         table.add_column(name, justify=justify, no_wrap=True)
     ci_note = "" if data["repeats"] < 2 else " [CI of the change, %]"
     for row in rows:

@@ -119,7 +119,7 @@ def wait_flows(result: dict[str, Any], ops: list[dict[str, Any]]) -> list[dict[s
 
 
 def _ebpf_events(result: dict[str, Any], window_us: float) -> list[dict[str, Any]]:
-    events = []
+    events: list[dict[str, Any]] = []
     sections = {
         k: result.get(k)
         for k in ("ebpf_queue_metrics", "ebpf_memory_metrics", "ebpf_vs_cuda_comparison")
@@ -391,9 +391,9 @@ def memory_timeline_events(result: dict[str, Any], tally: dict[str, Any]) -> Ite
     start = tl.get("bucket_origin_monotonic_ns")
     faults = (tl.get("page_faults_per_ms") or {}).get("rows") or []
     if isinstance(start, int) and faults:
-        base, last = (start - origin) / 1e3, None
+        base, last = (start - origin) / 1e3, faults[0][0] - 1
         for ms, count in faults:
-            if last is not None and ms > last + 1:  # an empty millisecond after a busy one
+            if ms > last + 1:  # an empty millisecond after a busy one
                 yield _fault_counter(base + (last + 1) * 1e3, 0)
             yield _fault_counter(base + ms * 1e3, count)
             last = ms

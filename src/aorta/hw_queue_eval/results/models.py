@@ -104,10 +104,8 @@ class UpstreamSwitch(TypedDict, total=False):
     upstream_keys: dict[str, str]
 
 
-class SwitchLatency(UpstreamSwitch):
-    """switch_latency: like-for-like switch overhead over ready gaps, the launch waits apart, or
-    null figures with the reason. Files written before the split lack the last three blocks
-    (readers use .get; docs/results-schema.md)."""
+class _SwitchLatencyWritten(UpstreamSwitch):
+    """switch_latency as a run writes it (SwitchLatency below adds what an upgrade writes)."""
 
     definition: str
     switch_count: int | None
@@ -125,6 +123,17 @@ class SwitchLatency(UpstreamSwitch):
     gap_readiness: GapReadiness
     launch_starvation: LaunchStarvation
     all_gaps: AllGaps
+
+
+class SwitchLatency(_SwitchLatencyWritten, total=False):
+    """switch_latency: like-for-like switch overhead over ready gaps, the launch waits apart, or
+    null figures with the reason. Files written before the split lack the last three blocks
+    (readers use .get; docs/results-schema.md). The keys below only results/upgrade.py writes,
+    when it reads an older file."""
+
+    upgrade_note: str  # how this section was recomputed from the file's op rows
+    v1: dict[str, Any]  # a v1 file's own switch section, kept as it was
+    before_split: dict[str, Any]  # a v2 section from before launch waits were split out
 
 
 class _OnCpuRequired(TypedDict):

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from aorta.hw_queue_eval.backends.base import OpRecord
+from aorta.hw_queue_eval.results.models import SwitchLatency
 from aorta.hw_queue_eval.run import metrics
 
 V1 = 1
@@ -100,16 +101,15 @@ def _split_switch(run: dict[str, Any]) -> None:
             "written before launch waits were split out of the switch overhead, without a complete "
             "op table to split them: its figure (all_gaps) includes them"
         )
-        switch["all_gaps"].update(
-            switch_overhead_ms=old.get("switch_overhead_ms"),
-            spread_ms=old.get("spread_ms"),
-            matched_switch_count=old.get("matched_switch_count"),
-        )
+        gaps = switch["all_gaps"]
+        gaps["switch_overhead_ms"] = old.get("switch_overhead_ms")
+        gaps["spread_ms"] = old.get("spread_ms")
+        gaps["matched_switch_count"] = old.get("matched_switch_count")
     switch["before_split"] = old
     run["switch_latency"] = switch
 
 
-def _recomputed_switch(run: dict[str, Any], note: str) -> dict[str, Any] | None:
+def _recomputed_switch(run: dict[str, Any], note: str) -> SwitchLatency | None:
     """The switch section recomputed from the run's own op rows; None without usable rows."""
     table = run.get("op_intervals")
     ops = ops_from_intervals(table)

@@ -99,8 +99,8 @@ def add_queue_keys(section: Any) -> None:
         )
     source = section.get("source")
     family = (section.get("families") or {}).get(source) or {}
-    metrics = family.get("metrics") if isinstance(family.get("metrics"), dict) else {}
-    summary = metrics.get("summary") if isinstance(metrics.get("summary"), dict) else {}
+    metrics: dict[str, Any] = family["metrics"] if isinstance(family.get("metrics"), dict) else {}
+    summary: dict[str, Any] = metrics["summary"] if isinstance(metrics.get("summary"), dict) else {}
     for up, kind in (("per_ring_submissions", "submissions"), ("per_ring_dispatches", "dispatches")):
         found = None
         for where, name in ((metrics, f"{kind}_per_ring"), (summary, f"{kind}_per_queue")):

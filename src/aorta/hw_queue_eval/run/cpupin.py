@@ -9,13 +9,13 @@ turn, thread k on cpus[k mod n]: `--cpus 0,1` puts the host on 0 and queues 0, 1
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from aorta.common.errors import UsageError
 
 
-def _format(cpus: Sequence[int]) -> str:
+def _format(cpus: Collection[int]) -> str:
     """CPUs as the shortest list of ranges: [0, 1, 2, 5] → '0-2,5'."""
     parts: list[str] = []
     ordered = sorted(cpus)

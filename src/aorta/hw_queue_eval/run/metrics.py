@@ -576,16 +576,13 @@ def _wait_cause(cross_waits: int | None) -> str:
 def unmeasured_switch_analysis(reason: str) -> SwitchLatency:
     """The switch_latency layout with every figure null and the reason (nothing was measured)."""
     result = switch_analysis([])
-    result.update(
-        switch_count=None,
-        no_switch_count=None,
-        matched_switch_count=None,
-        matched_on_both_kinds=None,
-        matched_on_previous_kind=None,
-        reason=reason,
-    )
-    result["gap_readiness"].update(ready=None, waited=None, unknown=None, ready_switches=None)
-    result["launch_starvation"].update(gaps_with_known_readiness=None, reason=reason)
+    result["switch_count"] = result["no_switch_count"] = result["matched_switch_count"] = None
+    result["matched_on_both_kinds"] = result["matched_on_previous_kind"] = None
+    result["reason"] = reason
+    readiness = result["gap_readiness"]
+    readiness["ready"] = readiness["waited"] = readiness["unknown"] = readiness["ready_switches"] = None
+    result["launch_starvation"]["gaps_with_known_readiness"] = None
+    result["launch_starvation"]["reason"] = reason
     result["all_gaps"]["matched_switch_count"] = None
     result.update(upstream_keys.unmeasured_upstream_switch(reason))  # type: ignore[typeddict-item]
     return result

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from aorta.hw_queue_eval.backends.base import OpRecord
+from aorta.hw_queue_eval.results.models import Stats, SwitchLatency
 from aorta.hw_queue_eval.run import metrics
 from aorta.hw_queue_eval.run.devicelane import DeviceLane
 from aorta.hw_queue_eval.run.loghist import RELATIVE_ERROR, LogHistogram, bucket_keys
@@ -115,9 +116,9 @@ class RunningSummary:
         self.high = other.high if self.high is None else max(self.high, other.high)  # type: ignore[type-var]
         self.hist.merge(other.hist)
 
-    def summary_ms(self) -> dict[str, Any] | None:
+    def summary_ms(self) -> Stats | None:
         """The `metrics.summarize` layout in ms; None when empty."""
-        if not self.count:
+        if not self.count or self.low is None or self.high is None:
             return None
         q1, p50, q3, p95, p99 = self.hist.percentiles([25, 50, 75, 95, 99], self.low, self.high)
         return {
@@ -125,7 +126,7 @@ class RunningSummary:
             "mean": self.total / self.count / 1e6,
             "std": math.sqrt(self.m2 / (self.count - 1)) / 1e6 if self.count > 1 else 0.0,
             "min": self.low / 1e6,
-            "max": self.high / 1e6,  # type: ignore[operator]
+            "max": self.high / 1e6,
             "p50": p50 / 1e6,
             "p95": p95 / 1e6,
             "p99": p99 / 1e6,
@@ -318,8 +319,8 @@ class OpFold:
         under the cap the stored chunks are freed as their ops are built)."""
         labels = self.labels
         device = self.device_lane  # queue and ready unknown: None, as the GPU backend reports them
+        ops: list[OpRecord] = []
         if not self.folding:  # straight from the tuples, as before the fold existed
-            ops = []
             self._stored.reverse()
             while self._stored:
                 q, chunk = self._stored.pop()
@@ -338,7 +339,6 @@ class OpFold:
             return ops
         rows = self.rows()
         rows[:, 1 + _RDY :] -= t0
-        ops: list[OpRecord] = []
         for block in range(0, len(rows), 8192):  # small temporary lists: no second copy at peak
             ops.extend(
                 OpRecord(it, st, None, labels[lab], None, s, e)
@@ -390,7 +390,7 @@ class FoldedOps:
     def per_stream_busy_ms(self) -> list[float]:
         return [int(b) / 1e6 for b in self.fold.busy_ns]
 
-    def ready_to_start_ms(self) -> dict[str, Any] | None:
+    def ready_to_start_ms(self) -> Stats | None:
         return self.fold.delays.summary_ms()
 
     def per_label(self) -> dict[str, Any]:
@@ -474,7 +474,7 @@ class OpWindow:
             return self.folded.per_stream_op_counts()
         return metrics.per_stream_op_counts(self.rows, stream_count) if self.rows else None
 
-    def ready_to_start_ms(self) -> dict[str, Any] | None:
+    def ready_to_start_ms(self) -> Stats | None:
         if self.folded is not None:
             return self.folded.ready_to_start_ms()
         return metrics.summarize(metrics.ready_to_start_delays_ms(self.rows))
@@ -484,7 +484,7 @@ class OpWindow:
             return self.folded.per_label()
         return metrics.per_label_summary(self.rows)
 
-    def switch_analysis(self, window_ms: float | None = None, waits: int | None = None) -> dict[str, Any]:
+    def switch_analysis(self, window_ms: float | None = None, waits: int | None = None) -> SwitchLatency:
         """The switch section (metrics.switch_analysis; `waits`: cross-stream waits enqueued)."""
         if self.folded is not None:
             total, per_lane = self.folded.launch_waits()

@@ -21,6 +21,11 @@ TOP_OPS = 10
 TRACE_SUFFIX = ".pt.trace.json"  # what TensorBoard's profiler plugin looks for
 
 
+def _ms(us: float | None) -> float | None:
+    """A profiler time in µs as ms; None where the profiler has none."""
+    return None if us is None else us / 1e3
+
+
 def trace_name(workload: str, streams: int, rank: int | None = None) -> str:
     """The trace file's name inside --profile-dir (one per run; a rank's own under torchrun)."""
     who = f"_rank{rank}" if rank is not None else ""
@@ -57,8 +62,8 @@ def _top_ops(profiler: Any, on_device: bool) -> list[dict[str, Any]]:
             {
                 "name": event.key,
                 "count": int(event.count),
-                "self_cpu_time_ms": event.self_cpu_time_total / 1e3,
-                "cpu_time_ms": event.cpu_time_total / 1e3,
+                "self_cpu_time_ms": _ms(event.self_cpu_time_total),
+                "cpu_time_ms": _ms(event.cpu_time_total),
                 "device_time_ms": device_us / 1e3 if on_device else None,
             }
         )

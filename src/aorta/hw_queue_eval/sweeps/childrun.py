@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +55,7 @@ class PointOutcome:
         }
 
 
-def _with_mask(mask: set[signal.Signals], then: Callable[[], None]) -> Callable[[], None]:
+def _with_mask(mask: AbstractSet[int], then: Callable[[], None]) -> Callable[[], None]:
     """A `preexec_fn`: set the child's signal mask back to `mask` (the parent's before it held
     INTERRUPTS), then run `then`."""
 

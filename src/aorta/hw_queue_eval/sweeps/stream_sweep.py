@@ -68,7 +68,7 @@ class SweepSpec:
 
     def settings(self) -> dict[str, Any]:
         """What must match for a finished point to be reused by --resume."""
-        settings = {
+        settings: dict[str, Any] = {
             "workload": self.workload,
             "run_options": self.run_options,
             "flags": sorted(self.flags),

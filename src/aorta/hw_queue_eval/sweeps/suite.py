@@ -27,6 +27,13 @@ class SuiteEntry:
     spec: SweepSpec | None
     skipped: str | None = None
 
+    @property
+    def sweep(self) -> SweepSpec:
+        """The spec of a runnable entry (one that is not skipped)."""
+        if self.spec is None:
+            raise ValueError(f"{self.workload} is skipped: {self.skipped}")
+        return self.spec
+
 
 def sweep_file_for(folder: str, workload: str) -> str:
     """Where a workload's sweep goes inside the suite folder."""

@@ -31,7 +31,7 @@ def op_gaps_ns(ops: list[Any]) -> list[int]:
     by_stream: dict[Any, list[Any]] = defaultdict(list)
     for op in ops:
         by_stream[op.stream].append(op)
-    gaps = []
+    gaps: list[int] = []
     for stream_ops in by_stream.values():
         ordered = sorted(stream_ops, key=lambda o: o.start_ns)
         gaps.extend(max(0, b.start_ns - a.end_ns) for a, b in itertools.pairwise(ordered))

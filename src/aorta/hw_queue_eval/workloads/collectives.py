@@ -87,7 +87,7 @@ class Collectives:
     def describe(self) -> dict[str, Any]:
         """What the collectives were, for the result metadata."""
         if self.real:
-            described = {
+            described: dict[str, Any] = {
                 "mode": "torch.distributed",
                 "backend": self.backend,
                 "rank": self.rank,
