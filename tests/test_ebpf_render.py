@@ -293,3 +293,21 @@ def test_owner_pid_is_validated() -> None:
             5,
             owner_pid="1; system",
         )  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("ranks", [1, 4])
+def test_window_gate_is_the_first_handshake_probe(ranks: int) -> None:
+    """Issue 24: one marker probe both answers the first PING and gates the window (each BPF
+    program costs attach time), so a program carries two marker probes, not three."""
+    from aorta.ebpf import marker
+
+    tf = Tracefs(FIXTURES / "linux-6.8")
+    target = TraceTarget((4242,), window_ranks=ranks)
+    text = engine.make_program(True, True, target, tf, (0, 17, 0), token=77).text
+    marker_blocks = [b for b in _blocks(text) if b.startswith("tracepoint:syscalls:sys_enter_prctl\n")]
+    assert len(marker_blocks) == 2
+    gate, last = marker_blocks
+    assert _blocks(text)[0] == gate  # declared (so attached) before every other tracepoint
+    assert f'args->arg2 == {marker.PING}) {{ printf("aorta_ready 1\\n"); @aorta_ready_1 = 1; }}' in gate
+    assert f"args->arg2 == {marker.WINDOW_START}" in gate and f"args->arg2 == {marker.WINDOW_STOP}" in gate
+    assert 'printf("aorta_ready 2' in last and "@aorta_gate" not in last
