@@ -97,8 +97,12 @@ def _run(
     env = dict(os.environ)
     if variant != "plain":
         cmd.extend(flags)
-    if variant == "same_path":
-        env["BPFTRACE"] = "/nonexistent/bpftrace"
+    if variant == "same_path":  # no bpftrace on PATH: the tracer's code path, tracing off
+        env["PATH"] = os.pathsep.join(
+            d
+            for d in env.get("PATH", "").split(os.pathsep)
+            if d and not os.path.exists(os.path.join(d, "bpftrace"))
+        )
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed: {proc.stderr.strip()[-400:]}")

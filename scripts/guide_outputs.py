@@ -17,7 +17,6 @@ import argparse
 import contextlib
 import io
 import json
-import os
 import re
 import subprocess
 import sys
@@ -32,27 +31,23 @@ DKMS_TRACEFS = REPO / "tests" / "fixtures" / "tracefs" / "rocm-dkms-pasid"
 BLOCK_RE = re.compile(r"(<!-- guide-output: (?P<name>[\w-]+) -->\n```\n)(?P<body>.*?)(```)", re.S)
 LONG_LINE = 110  # longer lines are cut at their last "; " before this and end in "; …"
 
-# (file written in the fixture folder, aorta arguments, extra environment)
-RECORDINGS: tuple[tuple[str, list[str], dict[str, str]], ...] = (
-    ("ebpf_info.json", ["ebpf-info", "--json"], {}),
-    ("ebpf_info_dkms.json", ["ebpf-info", "--json"], {"AORTA_TRACEFS": str(DKMS_TRACEFS)}),
-    ("results_baseline.json", ["run", "hetero_kernels", "--streams", "8", "--ebpf-trace"], {}),
-    (
-        "results.json",
-        ["run", "hetero_kernels", "--streams", "8", "--ebpf-trace", "--ebpf-memory-trace"],
-        {},
-    ),
+# (file written in the fixture folder, aorta arguments)
+RECORDINGS: tuple[tuple[str, list[str]], ...] = (
+    ("ebpf_info.json", ["ebpf-info", "--json"]),
+    ("ebpf_info_dkms.json", ["ebpf-info", "--json", "--tracefs", str(DKMS_TRACEFS)]),
+    ("results_baseline.json", ["run", "hetero_kernels", "--streams", "8", "--ebpf-trace"]),
+    ("results.json", ["run", "hetero_kernels", "--streams", "8", "--ebpf-trace", "--ebpf-memory-trace"]),
 )
 
 
 def record(folder: Path) -> None:
     """Run the guide's commands for real (as root, for the traced runs) into `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
-    for name, args, env in RECORDINGS:
+    for name, args in RECORDINGS:
         out = folder / name
         cmd = [sys.executable, "-m", "aorta.hw_queue_eval", *args]
         if args[0] == "ebpf-info":
-            proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env}, check=False)
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if proc.returncode != 0:
                 raise SystemExit(f"{' '.join(args)} failed: {proc.stderr.strip()[-500:]}")
             out.write_text(proc.stdout)

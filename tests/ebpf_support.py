@@ -27,6 +27,13 @@ def ebpf_unavailable_reason() -> str | None:
     return None
 
 
+def path_without_bpftrace() -> str:
+    """$PATH minus every folder holding a bpftrace: a command started with it finds none (the
+    --bpftrace option is the only other way to name one)."""
+    folders = os.environ.get("PATH", os.defpath).split(os.pathsep)
+    return os.pathsep.join(d for d in folders if d and not os.path.exists(os.path.join(d, "bpftrace")))
+
+
 def require_ebpf() -> None:
     """Skip (locally) or fail (CI=true) when eBPF is impossible on this machine."""
     reason = ebpf_unavailable_reason()

@@ -137,7 +137,7 @@ def test_empty_tree_renders_nothing_and_lists_everything(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize(("gen", "id_field"), [("rocm-dkms-pasid", "pasid"), ("rocm-dkms-pid", "pid")])
 def test_show_script_through_aorta_tracefs(cli, gen, id_field):
-    res = cli("ebpf-info", "--show-script", "--ebpf-memory-trace", env={"AORTA_TRACEFS": str(FIXTURES / gen)})
+    res = cli("ebpf-info", "--show-script", "--ebpf-memory-trace", "--tracefs", str(FIXTURES / gen))
     assert res.returncode == 0, res.stderr
     text = res.stdout
     assert "families amdmem, hostmem" in text

@@ -12,7 +12,7 @@ import pytest
 from aorta.ebpf import engine
 from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext, TraceTarget
 from aorta.ebpf.probes.cpu_sched import CpuSchedFamily
-from ebpf_support import start_attach
+from ebpf_support import path_without_bpftrace, start_attach
 
 pytestmark = pytest.mark.ebpf
 
@@ -239,7 +239,7 @@ def test_run_without_bpftrace_says_why(cli, tmp_path: Path) -> None:
         "--ebpf-trace",
         "-o",
         str(out),
-        env={"BPFTRACE": "/nonexistent/bpftrace"},
+        env={"PATH": path_without_bpftrace()},
     )
     assert proc.returncode == 0, proc.stderr
     assert "eBPF tracing is off" in proc.stderr

@@ -28,7 +28,7 @@ def _summary_lines(text: str) -> list[str]:
 
 @pytest.mark.slow
 def test_summary_comes_first_with_the_guides_labels_in_order(cli) -> None:
-    proc = cli("ebpf-info", env={"AORTA_TRACEFS": str(FIXTURES / "rocm-dkms-pasid")})
+    proc = cli("ebpf-info", "--tracefs", str(FIXTURES / "rocm-dkms-pasid"))
     assert proc.returncode == 0, proc.stderr
     lines = _summary_lines(proc.stdout)
     assert lines[0] == "eBPF Capabilities"
@@ -54,16 +54,16 @@ def test_old_kfd_naming_is_reported_as_such(cli, tmp_path: Path) -> None:
     (event / "format").write_text(
         "name: kfd_evict_process\nID: 9\nformat:\n\tfield:unsigned int pid;\toffset:8;\tsize:4;\tsigned:0;\n"
     )
-    proc = cli("ebpf-info", "--json", env={"AORTA_TRACEFS": str(tmp_path / "tree")})
+    proc = cli("ebpf-info", "--json", "--tracefs", str(tmp_path / "tree"))
     summary = json.loads(proc.stdout)["summary"]
     assert summary["kfd_variant"] == "kfd_evict_process"
     assert summary["amdkfd_tracepoints"]["events"]["kfd_evict_process"] == "present"
 
 
 def test_missing_bpftrace_is_not_installed_without_a_syntax_guess(cli) -> None:
-    proc = cli(
-        "ebpf-info", env={"AORTA_TRACEFS": str(FIXTURES / "linux-6.17"), "BPFTRACE": "/nonexistent/bpftrace"}
-    )
+    from ebpf_support import path_without_bpftrace
+
+    proc = cli("ebpf-info", "--tracefs", str(FIXTURES / "linux-6.17"), env={"PATH": path_without_bpftrace()})
     assert proc.returncode == 0, proc.stderr
     line = next(x for x in _summary_lines(proc.stdout) if "bpftrace:" in x)
     assert line.split(":", 1)[1].strip() == "not installed"
@@ -72,8 +72,13 @@ def test_missing_bpftrace_is_not_installed_without_a_syntax_guess(cli) -> None:
     assert "Overall available:    no: bpftrace not found" in proc.stdout
 
 
-def test_no_tracefs_access_says_not_accessible(cli, tmp_path: Path) -> None:
-    proc = cli("ebpf-info", env={"AORTA_TRACEFS": str(tmp_path / "nothing")})
+def test_no_tracefs_access_says_not_accessible(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from aorta.ebpf import tracefs
+    from conftest import run_cli_inprocess
+
+    monkeypatch.setattr(tracefs, "TRACEFS_CANDIDATES", (str(tmp_path / "tracing"), str(tmp_path / "debug")))
+    monkeypatch.setattr(tracefs, "DEBUGFS", str(tmp_path / "debug"))
+    proc = run_cli_inprocess("ebpf-info")
     assert proc.returncode == 0, proc.stderr
     summary = _summary_lines(proc.stdout)
     assert any(x.strip() == "amdgpu tracepoints:   (not accessible)" for x in summary)
@@ -83,12 +88,12 @@ def test_no_tracefs_access_says_not_accessible(cli, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_families_count_per_subsystem_and_say_what_attaches(cli) -> None:
-    proc = cli("ebpf-info", "--json", env={"AORTA_TRACEFS": str(FIXTURES / "linux-6.17")})
+    proc = cli("ebpf-info", "--json", "--tracefs", str(FIXTURES / "linux-6.17"))
     data = json.loads(proc.stdout)
     amdgpu = data["families"]["amdgpu"]
     assert amdgpu["by_subsystem"]["amdgpu"] == {"present": 2, "wanted": 2}
     assert amdgpu["by_subsystem"]["dma_fence"] == {"present": 1, "wanted": 1}
-    text = cli("ebpf-info", env={"AORTA_TRACEFS": str(FIXTURES / "linux-6.17")}).stdout
+    text = cli("ebpf-info", "--tracefs", str(FIXTURES / "linux-6.17")).stdout
     assert "tracepoints: amdgpu 2/2 present, dma_fence 1/1 present" in text
 
 
@@ -103,7 +108,7 @@ def test_kfd_family_without_a_kfd_device_is_not_reported_present(cli, tmp_path: 
         pytest.skip(f"{KFD_DEVICE} exists here: the KFD family attaches")
     for system in ("syscalls", "sched"):  # syscall tracepoints present, no amdgpu driver
         shutil.copytree(FIXTURES / "linux-6.17" / "events" / system, tmp_path / "events" / system)
-    proc = cli("ebpf-info", "--json", env={"AORTA_TRACEFS": str(tmp_path)})
+    proc = cli("ebpf-info", "--json", "--tracefs", str(tmp_path))
     data = json.loads(proc.stdout)
     kfd = data["families"]["kfd"]
     assert kfd["by_subsystem"]["syscalls"] == {"present": 4, "wanted": 4}
@@ -111,5 +116,5 @@ def test_kfd_family_without_a_kfd_device_is_not_reported_present(cli, tmp_path: 
     assert all("/dev/kfd" in why for why in kfd["attach"]["not_attached"].values())
     assert "kfd" not in (data["modes"]["--ebpf-trace"].get("families_with_events") or [])
     assert data["summary"]["kfd_device"] == {"path": KFD_DEVICE, "exists": False}
-    text = cli("ebpf-info", env={"AORTA_TRACEFS": str(tmp_path)}).stdout
+    text = cli("ebpf-info", "--tracefs", str(tmp_path)).stdout
     assert "not attached (no amdgpu driver here (no amdgpu tracepoints, no /dev/kfd))" in text

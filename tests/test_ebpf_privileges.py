@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -87,9 +86,9 @@ def test_die_with_parent_kills_the_child_of_a_killed_parent() -> None:
 
 def test_readiness_reports_missing_bpftrace(monkeypatch: pytest.MonkeyPatch) -> None:
     from aorta.ebpf.engine import check_readiness
+    from ebpf_support import path_without_bpftrace
 
-    monkeypatch.setenv("BPFTRACE", "/nonexistent/bpftrace")
+    monkeypatch.setenv("PATH", path_without_bpftrace())
     ready = check_readiness(mount_tracefs=False)
     assert not ready.ok
     assert "bpftrace not found" in (ready.reason or "")
-    assert os.environ["BPFTRACE"] == "/nonexistent/bpftrace"

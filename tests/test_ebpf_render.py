@@ -108,7 +108,7 @@ def test_missing_marker_tracepoint_is_a_clear_error(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("gen", GENERATIONS)
 def test_show_script_through_aorta_tracefs(cli, gen: str) -> None:
-    proc = cli("ebpf-info", "--show-script", "--ebpf-trace", env={"AORTA_TRACEFS": str(FIXTURES / gen)})
+    proc = cli("ebpf-info", "--show-script", "--ebpf-trace", "--tracefs", str(FIXTURES / gen))
     assert proc.returncode == 0, proc.stderr
     assert "tracepoint:amdgpu:amdgpu_cs_ioctl" in proc.stdout
     assert f"tracefs: {FIXTURES / gen}" in proc.stdout
@@ -119,7 +119,7 @@ def test_show_script_through_aorta_tracefs(cli, gen: str) -> None:
 def test_ebpf_info_json_reports_fixture_tree(cli) -> None:
     import json
 
-    proc = cli("ebpf-info", "--json", env={"AORTA_TRACEFS": str(FIXTURES / "linux-6.17")})
+    proc = cli("ebpf-info", "--json", "--tracefs", str(FIXTURES / "linux-6.17"))
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["families"]["amdgpu"]["events"]["amdgpu:amdgpu_cs_ioctl"] is True
@@ -139,18 +139,25 @@ def test_ebpf_info_detects_amdkfd_variant(cli, tmp_path: Path) -> None:
         "name: kfd_evict_process_worker_start\nID: 9\nformat:\n"
         "\tfield:unsigned int pasid;\toffset:8;\tsize:4;\tsigned:0;\n"
     )
-    proc = cli("ebpf-info", "--json", env={"AORTA_TRACEFS": str(tmp_path / "tree")})
+    proc = cli("ebpf-info", "--json", "--tracefs", str(tmp_path / "tree"))
     assert proc.returncode == 0, proc.stderr
     kfd = json.loads(proc.stdout)["families"]["amdkfd (DKMS driver)"]
     assert kfd["identity_field"] == "pasid"
     assert kfd["naming"].startswith("worker")
 
 
-def test_ebpf_info_exits_0_with_a_broken_tracefs_override(cli, tmp_path: Path) -> None:
-    proc = cli("ebpf-info", env={"AORTA_TRACEFS": str(tmp_path / "nothing")})
-    assert proc.returncode == 0, proc.stderr
-    assert "NOT available" in proc.stdout
-    assert "no events/ folder" in proc.stdout
+@pytest.mark.parametrize("command", [("ebpf-info",), ("ebpf-info", "--show-script")])
+def test_ebpf_info_refuses_a_tracefs_without_events(cli, tmp_path: Path, command) -> None:
+    """--tracefs is a choice on the command line: one that cannot be read is bad input (exit 2)."""
+    (tmp_path / "empty").mkdir()
+    for bad in (tmp_path / "nothing", tmp_path / "empty"):
+        proc = cli(*command, "--tracefs", str(bad))
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.strip() == (
+            f"error: --tracefs {bad}: no readable events/ folder; give a tracefs root "
+            "(the folder holding events/)"
+        )
+        assert proc.stdout == ""
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("30s", 30.0), ("500ms", 0.5), ("2m", 120.0), ("3", 3.0)])
@@ -180,7 +187,8 @@ def test_ebpf_attach_usage_errors(cli) -> None:
 
 
 def test_show_script_without_formats_explains_and_exits_0(cli, tmp_path: Path) -> None:
-    proc = cli("ebpf-info", "--show-script", env={"AORTA_TRACEFS": str(tmp_path / "none")})
+    (tmp_path / "events").mkdir()  # a tracefs tree without the marker's syscall tracepoint
+    proc = cli("ebpf-info", "--show-script", "--tracefs", str(tmp_path))
     assert proc.returncode == 0
     assert proc.stdout == ""
     assert "cannot render the program" in proc.stderr
@@ -293,3 +301,21 @@ def test_owner_pid_is_validated() -> None:
             5,
             owner_pid="1; system",
         )  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("ranks", [1, 4])
+def test_window_gate_is_the_first_handshake_probe(ranks: int) -> None:
+    """Issue 24: one marker probe both answers the first PING and gates the window (each BPF
+    program costs attach time), so a program carries two marker probes, not three."""
+    from aorta.ebpf import marker
+
+    tf = Tracefs(FIXTURES / "linux-6.8")
+    target = TraceTarget((4242,), window_ranks=ranks)
+    text = engine.make_program(True, True, target, tf, (0, 17, 0), token=77).text
+    marker_blocks = [b for b in _blocks(text) if b.startswith("tracepoint:syscalls:sys_enter_prctl\n")]
+    assert len(marker_blocks) == 2
+    gate, last = marker_blocks
+    assert _blocks(text)[0] == gate  # declared (so attached) before every other tracepoint
+    assert f'args->arg2 == {marker.PING}) {{ printf("aorta_ready 1\\n"); @aorta_ready_1 = 1; }}' in gate
+    assert f"args->arg2 == {marker.WINDOW_START}" in gate and f"args->arg2 == {marker.WINDOW_STOP}" in gate
+    assert 'printf("aorta_ready 2' in last and "@aorta_gate" not in last

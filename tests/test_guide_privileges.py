@@ -102,11 +102,13 @@ def _setcap_copy(public: Path, caps: str) -> str:
     return str(copy)
 
 
-READINESS = (
-    "from aorta.ebpf.engine import check_readiness\n"
-    "r = check_readiness(mount_tracefs=False)\n"
-    "print('OK' if r.ok else 'NO'); print(r.reason or r.privilege)\n"
-)
+def readiness_code(bpftrace: str) -> str:
+    """Python that prints check_readiness's verdict and reason for this bpftrace (--bpftrace)."""
+    return (
+        "from aorta.ebpf.engine import check_readiness\n"
+        f"r = check_readiness(mount_tracefs=False, bpftrace={bpftrace!r})\n"
+        "print('OK' if r.ok else 'NO'); print(r.reason or r.privilege)\n"
+    )
 
 
 # --- file capabilities -------------------------------------------------------------------------
@@ -129,7 +131,7 @@ def test_setcap_bpftrace_as_unprivileged_user_names_what_stops_it(public_dir: Pa
     _need("setpriv", "setcap", SYSTEM_PYTHON)
     copy = _setcap_copy(public_dir, "cap_bpf,cap_perfmon+ep")
     assert file_caps(copy) == FileCaps(frozenset({"cap_bpf", "cap_perfmon"}), True)
-    proc = _as_nobody(public_dir, READINESS, {"BPFTRACE": copy})
+    proc = _as_nobody(public_dir, readiness_code(copy))
     assert proc.returncode == 0, proc.stderr
     verdict, reason = proc.stdout.splitlines()[:2]
     # bpftrace's own answer decides: a version that runs for a capable non-root user is used
@@ -183,7 +185,7 @@ def test_setcap_bpftrace_as_unprivileged_user_names_what_stops_it(public_dir: Pa
 def test_setcap_without_perfmon_names_the_missing_capability(public_dir: Path) -> None:
     _need("setpriv", "setcap", SYSTEM_PYTHON)
     copy = _setcap_copy(public_dir, "cap_bpf+ep")
-    proc = _as_nobody(public_dir, READINESS, {"BPFTRACE": copy})
+    proc = _as_nobody(public_dir, readiness_code(copy))
     assert proc.returncode == 0, proc.stderr
     verdict, reason = proc.stdout.splitlines()[:2]
     assert verdict == "NO"
@@ -199,7 +201,7 @@ def test_setcap_route_uses_bpftrace_directly_when_it_works(
     fake.write_text("#!/bin/sh\nexit 0\n")
     fake.chmod(0o755)
     (tmp_path / "tree" / "events").mkdir(parents=True)
-    monkeypatch.setenv("AORTA_TRACEFS", str(tmp_path / "tree"))
+    monkeypatch.setattr(tracefs, "TRACEFS_CANDIDATES", (str(tmp_path / "tree"),))
     prefix, why = session.file_caps_launch(
         str(fake), FileCaps(frozenset({"cap_bpf", "cap_perfmon"}), True), "sudo not installed"
     )
@@ -240,7 +242,6 @@ def fake_sys(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> tuple[Path, lis
     tracing, debug = tmp_path / "tracing", tmp_path / "debug"
     monkeypatch.setattr(tracefs, "TRACEFS_CANDIDATES", (str(tracing), str(debug / "tracing")))
     monkeypatch.setattr(tracefs, "DEBUGFS", str(debug))
-    monkeypatch.delenv("AORTA_TRACEFS", raising=False)
     monkeypatch.setattr(tracefs.os, "geteuid", lambda: 0)
 
     def fake_mount(fstype: str, target: str) -> str | None:

@@ -463,17 +463,17 @@ def test_resume_accepts_the_invoking_users_checkpoint(tmp_path):
 
 
 @pytest.mark.parametrize("plant", ["other_owner", "world_writable", "writable_folder"])
-@pytest.mark.parametrize("variable", ["BPFTRACE", "AORTA_TRACEFS"])
-def test_root_refuses_a_bpftrace_or_tracefs_another_user_can_change(tmp_path, plant, variable):
-    """$BPFTRACE names the binary root runs, AORTA_TRACEFS the formats root renders programs
-    from: as root either must be beyond other users, or the command stops with one line, exit 2."""
+@pytest.mark.parametrize("option", ["--bpftrace", "--tracefs"])
+def test_root_refuses_a_bpftrace_or_tracefs_another_user_can_change(tmp_path, plant, option):
+    """--bpftrace names the binary root runs, --tracefs the formats root renders programs from:
+    as root either must be beyond other users, or the command stops with one line, exit 2."""
     if os.geteuid() != 0:
         unavailable("needs root: the check is root's", "CI runs as root: the root check must run")
     from conftest import run_cli
 
     folder = tmp_path / "planted"
     folder.mkdir(mode=0o755)
-    if variable == "BPFTRACE":
+    if option == "--bpftrace":
         target = folder / "bpftrace"
         target.write_text("#!/bin/sh\necho 'bpftrace v0.17.0'\n")
         target.chmod(0o755)
@@ -486,13 +486,13 @@ def test_root_refuses_a_bpftrace_or_tracefs_another_user_can_change(tmp_path, pl
         target.chmod(0o777)
     else:
         folder.chmod(0o777)
-    proc = run_cli("ebpf-info", env={variable: str(target)}, timeout=120)
+    proc = run_cli("ebpf-info", option, str(target), timeout=120)
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and variable in lines[0] and "another user" in lines[0], proc.stderr
+    assert len(lines) == 1 and option in lines[0] and "another user" in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
     folder.chmod(0o755)
     if plant != "writable_folder":
         os.chown(target, 0, 0)
         target.chmod(0o755)
-    assert run_cli("ebpf-info", env={variable: str(target)}, timeout=120).returncode == 0  # trusted: used
+    assert run_cli("ebpf-info", option, str(target), timeout=120).returncode == 0  # trusted: used

@@ -227,13 +227,16 @@ def guide_summary(ready: Any, families: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def full_report(mount: bool = False) -> dict[str, Any]:
-    """Everything `ebpf-info` shows, as JSON-safe data; never raises. A diagnostic: it mounts
-    tracefs only when asked (`mount`, ebpf-info --mount); run and ebpf-attach mount it to trace."""
+def full_report(
+    mount: bool = False, bpftrace: str | None = None, tracefs_root: str | None = None
+) -> dict[str, Any]:
+    """Everything `ebpf-info` shows, as JSON-safe data. A diagnostic: it mounts tracefs only when
+    asked (`mount`, ebpf-info --mount); run and ebpf-attach mount it to trace. `bpftrace` and
+    `tracefs_root` are ebpf-info's --bpftrace and --tracefs (a bad one raises UsageError)."""
     from aorta.ebpf.engine import check_readiness
     from aorta.ebpf.session import sudo_works
 
-    ready = check_readiness(mount_tracefs=mount)
+    ready = check_readiness(mount_tracefs=mount, bpftrace=bpftrace, tracefs_root=tracefs_root)
     sudo_ok, sudo_why = sudo_works() if os.geteuid() != 0 else (None, "not needed (root)")
     program = _render_program(ready)
     families = family_events(ready.tracefs, program)

@@ -50,10 +50,14 @@ class Readiness:
         }
 
 
-def check_readiness(mount_tracefs: bool = True) -> Readiness:
-    """Find bpftrace, its version, a privilege path and tracefs; never raises, never prompts."""
-    path = bpftrace_path()
-    tracefs, note = find_tracefs(mount_if_root=mount_tracefs)
+def check_readiness(
+    mount_tracefs: bool = True, bpftrace: str | None = None, tracefs_root: str | None = None
+) -> Readiness:
+    """Find bpftrace (`bpftrace`: the --bpftrace option, else PATH's), its version, a privilege
+    path and tracefs (`tracefs_root`: ebpf-info --tracefs). Never prompts; raises UsageError only
+    for a given `bpftrace` or `tracefs_root` that cannot be used (one line naming the option)."""
+    path = bpftrace_path(bpftrace)
+    tracefs, note = find_tracefs(mount_if_root=mount_tracefs, root=tracefs_root)
     if path is None:
         return Readiness(
             False,

@@ -1,12 +1,14 @@
 """Assemble ONE bpftrace program from every requested probe family (pure text; nothing runs).
 
-Layout: BEGIN (traced pids, family maps) → first handshake probe → window-gate marker → child
-follower → every family's tracepoint probes → [uprobe handshake 3 → families' uprobes → uprobe
-handshake 4] → second handshake probe → END. bpftrace attaches probes of one kind in declaration
-order in one direction (0.17: tracepoints forward, then uprobes backward), so whichever of two
-handshake probes is attached last, once *both* have answered a PING every probe of their kind
-between them is live. That is the readiness handshake; BEGIN is not (bpftrace runs BEGIN before
-attaching the other probes). uprobes get their own pair (see `uprobes.py`).
+Layout: BEGIN (traced pids, family maps) → first handshake probe, which is also the window gate →
+child follower → every family's tracepoint probes → [uprobe handshake 3 → families' uprobes →
+uprobe handshake 4] → second handshake probe → END. bpftrace attaches probes of one kind in
+declaration order in one direction (0.17: tracepoints forward, then uprobes backward), so whichever
+of two handshake probes is attached last, once *both* have answered a PING every probe of their
+kind between them is live. That is the readiness handshake; BEGIN is not (bpftrace runs BEGIN
+before attaching the other probes). uprobes get their own pair (see `uprobes.py`). The gate shares
+the first handshake probe (one BPF program fewer to load and attach, issue 24): it is live once
+that probe answers.
 
 Owner guard: the program exits by itself when the process that started it exits (a
 `sched_process_exit` probe on its pid, inside the handshake, so it is live before the owner can
@@ -106,10 +108,14 @@ def render_context(tracefs: Tracefs, dialect: BpftraceDialect, target: TraceTarg
     )
 
 
+def _ping_answer(ident: int) -> str:
+    return f'printf("{READY_TEXT} {ident}\\n"); @aorta_ready_{ident} = 1;'
+
+
 def _handshake_block(probe: marker.MarkerProbe, ident: int) -> str:
     return (
         f"{probe.attach}\n/{probe.match_expr} && {probe.command_expr} == {marker.PING}/\n"
-        f'{{\n  printf("{READY_TEXT} {ident}\\n");\n  @aorta_ready_{ident} = 1;\n}}'
+        f"{{\n  {_ping_answer(ident)}\n}}"
     )
 
 
@@ -127,24 +133,26 @@ def _owner_guard_blocks(ctx: RenderContext, owner_pid: int) -> list[str]:
 
 
 def _gate_block(probe: marker.MarkerProbe, ranks: int = 1) -> str:
+    """The window gate, which also answers the first handshake PING (one probe, not two)."""
     cmd = probe.command_expr
+    ping = f"  if ({cmd} == {marker.PING}) {{ {_ping_answer(HANDSHAKE_IDS[0])} }}\n"
+    stop = (
+        f"  if ({cmd} == {marker.WINDOW_STOP}) {{ {GATE_MAP} = 0; {WINDOW_STOP_MAP} = nsecs; "
+        f'printf("{CLOSED_TEXT}\\n"); }}\n}}'
+    )
     if ranks == 1:
         return (
-            f"{probe.attach}\n/{probe.match_expr}/\n{{\n"
+            f"{probe.attach}\n/{probe.match_expr}/\n{{\n{ping}"
             f"  if ({cmd} == {marker.WINDOW_START}) {{ $t = nsecs; {WINDOW_START_MAP} = $t; "
-            f"{GATE_MAP} = $t; }}\n"
-            f"  if ({cmd} == {marker.WINDOW_STOP}) {{ {GATE_MAP} = 0; {WINDOW_STOP_MAP} = nsecs; "
-            f'printf("{CLOSED_TEXT}\\n"); }}\n}}'
+            f"{GATE_MAP} = $t; }}\n{stop}"
         )
     # several processes (a node's torchrun ranks) share the gate: the first start opens it (later
     # starts leave it alone); the one stop comes from the rank whose window ends last (user space
     # counts the stops atomically in the torchrun store: a map counter here would race)
     return (
-        f"{probe.attach}\n/{probe.match_expr}/\n{{\n"
+        f"{probe.attach}\n/{probe.match_expr}/\n{{\n{ping}"
         f"  if ({cmd} == {marker.WINDOW_START} && {WINDOW_START_MAP} == 0) {{ $t = nsecs; "
-        f"{WINDOW_START_MAP} = $t; {GATE_MAP} = $t; }}\n"
-        f"  if ({cmd} == {marker.WINDOW_STOP}) {{ {GATE_MAP} = 0; {WINDOW_STOP_MAP} = nsecs; "
-        f'printf("{CLOSED_TEXT}\\n"); }}\n}}'
+        f"{WINDOW_START_MAP} = $t; {GATE_MAP} = $t; }}\n{stop}"
     )
 
 
@@ -189,7 +197,7 @@ def build_program(
     begin = [
         f"  {PIDS_MAP}[{p}] = {slot + 1 if target.rank_keys else 1};" for slot, p in enumerate(target.pids)
     ]
-    blocks: list[str] = [_handshake_block(probe, HANDSHAKE_IDS[0]), _gate_block(probe, target.window_ranks)]
+    blocks: list[str] = [_gate_block(probe, target.window_ranks)]  # also handshake probe 1
     if owner_pid is not None:
         begin.append(f"  {BORN_MAP} = nsecs;")
         blocks.extend(_owner_guard_blocks(ctx, owner_pid))

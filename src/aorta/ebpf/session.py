@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aorta.common.errors import UsageError
 from aorta.common.procs import die_with_parent, is_ancestor, parse_pid, pid_alive, stale_owned_dirs
 from aorta.common.safedir import check_root_may_use
 from aorta.ebpf import marker, uprobes
@@ -54,15 +55,20 @@ class SessionError(Exception):
     """bpftrace could not be started or did not become ready (message says why and how to fix)."""
 
 
-def bpftrace_path() -> str | None:
-    """The bpftrace executable on PATH (or $BPFTRACE), None when absent. As root, a $BPFTRACE
-    that another user could change is refused (UsageError): root would run it."""
-    override = os.environ.get("BPFTRACE")
-    if override:
-        if not os.access(override, os.X_OK):
-            return None
-        check_root_may_use(override, "BPFTRACE", "unset BPFTRACE or give a bpftrace only root can change")
-        return override
+def check_bpftrace(path: str, option: str = "--bpftrace") -> str:
+    """`path` when it names a bpftrace this process may run: an executable regular file and, as
+    root, one beyond other users (root would run it). UsageError (one line) otherwise."""
+    if not os.path.isfile(path) or not os.access(path, os.X_OK):
+        raise UsageError(f"{option} {path}: not an executable regular file; give the path of bpftrace")
+    check_root_may_use(path, option, "give a bpftrace only root can change")
+    return path
+
+
+def bpftrace_path(override: str | None = None) -> str | None:
+    """The bpftrace to run: `override` (the --bpftrace option, checked by check_bpftrace), else
+    the one on PATH; None when there is none."""
+    if override is not None:
+        return check_bpftrace(override)
     return shutil.which("bpftrace")
 
 

@@ -1,8 +1,8 @@
 """Find tracefs and read tracepoint `format` files into typed fields.
 
 Probe code is generated from these fields (their types decide `str()` and widths), never from
-assumed layouts. `AORTA_TRACEFS` overrides the root (the folder that holds `events/`), for tests
-and for inspecting a tree copied from another machine.
+assumed layouts. `ebpf-info --tracefs DIR` reads another root (the folder that holds `events/`),
+for tests and for inspecting a tree copied from another machine.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from aorta.common.errors import UsageError
 from aorta.common.safedir import check_root_may_use
 
 TRACEFS_CANDIDATES = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 DEBUGFS = "/sys/kernel/debug"
-ENV_OVERRIDE = "AORTA_TRACEFS"
 KERNEL_BTF = "/sys/kernel/btf/vmlinux"
 _NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")
 _FIELD_RE = re.compile(
@@ -200,23 +200,28 @@ def kernel_btf() -> bool:
     return os.path.isfile(KERNEL_BTF)
 
 
-def find_tracefs(mount_if_root: bool = True) -> tuple[Tracefs | None, str]:
-    """Locate tracefs: AORTA_TRACEFS, /sys/kernel/tracing, /sys/kernel/debug/tracing.
+def check_tracefs_root(path: str, option: str = "--tracefs") -> Tracefs:
+    """The tree at `path` (a tracefs root or a recorded copy, holding events/); UsageError (one
+    line) when it has none or, as root, when another user could change it (root renders its
+    program from these formats)."""
+    check_root_may_use(path, option, "point it at a copy only root can change")
+    if not _is_tracefs(Path(path)):
+        raise UsageError(
+            f"{option} {path}: no readable events/ folder; give a tracefs root (the folder holding events/)"
+        )
+    return Tracefs(path)
+
+
+def find_tracefs(mount_if_root: bool = True, root: str | None = None) -> tuple[Tracefs | None, str]:
+    """Locate tracefs: `root` (ebpf-info --tracefs), /sys/kernel/tracing, /sys/kernel/debug/tracing.
 
     As root with nothing mounted, mounts it where this kernel has it (see `mount_tracefs`) when
     `mount_if_root`; otherwise (read-only callers such as ebpf-info) says that it is not mounted
     and who mounts it. Returns the tree (or None) and a one-line explanation of what was found
-    or why nothing was.
+    or why nothing was. A bad `root` raises UsageError (check_tracefs_root).
     """
-    override = os.environ.get(ENV_OVERRIDE)
-    if override:
-        path = Path(override)
-        check_root_may_use(
-            override, ENV_OVERRIDE, f"unset {ENV_OVERRIDE} or point it at a copy only root can change"
-        )
-        if _is_tracefs(path):
-            return Tracefs(path), f"{path} (from {ENV_OVERRIDE})"
-        return None, f"{ENV_OVERRIDE}={override} has no events/ folder"
+    if root is not None:
+        return check_tracefs_root(root), f"{root} (from --tracefs)"
     for candidate in TRACEFS_CANDIDATES:
         if _is_tracefs(Path(candidate)):
             return Tracefs(candidate, btf=kernel_btf()), candidate

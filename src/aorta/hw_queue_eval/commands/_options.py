@@ -32,8 +32,21 @@ from aorta.hw_queue_eval.workloads.registry import get_info
 if TYPE_CHECKING:
     from aorta.hw_queue_eval.gpu.control import GpuRequest
 
-#: `run` flags a sweep passes through to every point when `run` has them.
-PASSTHROUGH_FLAGS = ("ebpf_trace", "ebpf_memory_trace", "ebpf_gpu_runtime")
+#: `run` options a sweep passes through to every point when `run` has them.
+PASSTHROUGH_FLAGS = ("ebpf_trace", "ebpf_memory_trace", "ebpf_gpu_runtime", "bpftrace")
+
+
+def passthrough_args(values: dict[str, Any]) -> list[str]:
+    """A child `run`'s arguments for the passed-through options: an on flag as itself, a given
+    value (--bpftrace PATH) as the option and its value; off flags and unset values are left out."""
+    args: list[str] = []
+    for name, value in values.items():
+        flag = f"--{name.replace('_', '-')}"
+        if value is True:
+            args.append(flag)
+        elif isinstance(value, str):
+            args += [flag, value]
+    return args
 
 
 def build_config(
@@ -276,21 +289,47 @@ TRACING_FLAGS: list[tuple[str, str, str]] = [
 ]
 
 
+def _bpftrace_value(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--bpftrace PATH checked when the command line is read (exit 2, one line, before any work)."""
+    if value is None:
+        return None
+    from aorta.ebpf.session import check_bpftrace
+
+    return check_bpftrace(value)
+
+
 def tracing_options(func: Any) -> Any:
-    """The eBPF flags of run-like commands (one list, so every run-like command gets each flag)."""
+    """The eBPF flags of run-like commands (one list, so every run-like command gets each flag),
+    and --bpftrace, the bpftrace they start."""
+    func = click.option(
+        "--bpftrace",
+        "bpftrace",
+        default=None,
+        metavar="PATH",
+        callback=_bpftrace_value,
+        help="The bpftrace to run [default: bpftrace on PATH]. An executable file; as root one "
+        "only root can change.",
+    )(func)
     for flag, dest, text in reversed(TRACING_FLAGS):
         func = click.option(flag, dest, is_flag=True, help=text)(func)
     return func
 
 
-def build_tracer(queue: bool, memory: bool, gpu_runtime: bool = False, timeline: bool = False) -> Any:
+def build_tracer(
+    queue: bool,
+    memory: bool,
+    gpu_runtime: bool = False,
+    timeline: bool = False,
+    bpftrace: str | None = None,
+) -> Any:
     """The tracer for these flags (None without tracing); tells on stderr when tracing is off.
-    `timeline`: --trace-out was given, so the tracer keeps per-event records for it."""
+    `timeline`: --trace-out was given, so the tracer keeps per-event records for it; `bpftrace`:
+    the --bpftrace option."""
     if not (queue or memory or gpu_runtime):
         return None
     from aorta.hw_queue_eval.tracing.window_tracer import make_tracer
 
-    tracer = make_tracer(queue, memory, gpu_runtime, timeline)
+    tracer = make_tracer(queue, memory, gpu_runtime, timeline, bpftrace)
     if tracer is not None and not tracer.ready.ok:
         click.echo(f"warning: eBPF tracing is off: {tracer.ready.reason}", err=True)
     return tracer

@@ -37,6 +37,16 @@ def parse_duration(text: str) -> float:
     return value
 
 
+def _tracefs_value(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--tracefs DIR checked when the command line is read (exit 2, one line, before any work)."""
+    if value is None:
+        return None
+    from aorta.ebpf.tracefs import check_tracefs_root
+
+    check_tracefs_root(value)
+    return value
+
+
 @click.command("ebpf-info")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @click.option(
@@ -58,6 +68,15 @@ def parse_duration(text: str) -> float:
     help="As root, mount tracefs first when it is not mounted (as run --ebpf-trace and "
     "ebpf-attach do); without it ebpf-info only reads.",
 )
+@click.option(
+    "--tracefs",
+    "tracefs_root",
+    default=None,
+    metavar="DIR",
+    callback=_tracefs_value,
+    help="Read the tracepoint formats under DIR (a tracefs root or a copy of one: the folder "
+    "holding events/) instead of this machine's tracefs; as root DIR must be one only root can change.",
+)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also write JSON here.")
 def ebpf_info_command(
     as_json: bool,
@@ -66,10 +85,12 @@ def ebpf_info_command(
     ebpf_trace: bool = False,
     ebpf_memory_trace: bool = False,
     ebpf_gpu_runtime: bool = False,
+    bpftrace: str | None = None,
     pid_text: str | None = None,
     mount: bool = False,
+    tracefs_root: str | None = None,
 ) -> None:
-    """What eBPF can trace on this machine (AORTA_TRACEFS overrides the tracefs root). Exit 0.
+    """What eBPF can trace on this machine (--tracefs DIR: in a recorded tracefs tree). Exit 0.
 
     Read-only: it never mounts tracefs unless --mount is given (run and ebpf-attach mount it)."""
     from aorta.ebpf.capabilities import full_report
@@ -80,7 +101,13 @@ def ebpf_info_command(
         pid = _pid(pid_text) if pid_text else None  # bad input: exit 2 (not a finding)
         try:
             script = _script(
-                ebpf_trace or not ebpf_memory_trace, ebpf_memory_trace, ebpf_gpu_runtime, pid, mount
+                ebpf_trace or not ebpf_memory_trace,
+                ebpf_memory_trace,
+                ebpf_gpu_runtime,
+                pid,
+                mount,
+                bpftrace=bpftrace,
+                tracefs_root=tracefs_root,
             )
         except UsageError as exc:  # ebpf-info reports what it finds and exits 0
             script, problem = None, str(exc)
@@ -97,7 +124,7 @@ def ebpf_info_command(
         if not save_and_print_json(data, output, as_json) and script is not None:
             click.echo(script, nl=False)
         return
-    data = full_report(mount=mount)
+    data = full_report(mount=mount, bpftrace=bpftrace, tracefs_root=tracefs_root)
     data["gpu_runtime"] = gpu_runtime_report()
     if save_and_print_json(data, output, as_json):
         return
@@ -119,7 +146,13 @@ def _pid(text: str) -> int:
 
 
 def _script(
-    queue: bool, memory: bool, gpu_runtime: bool = False, pid: int | None = None, mount: bool = False
+    queue: bool,
+    memory: bool,
+    gpu_runtime: bool = False,
+    pid: int | None = None,
+    mount: bool = False,
+    bpftrace: str | None = None,
+    tracefs_root: str | None = None,
 ) -> str:
     from aorta.ebpf import engine
     from aorta.ebpf.probes.base import TraceTarget
@@ -127,10 +160,10 @@ def _script(
     from aorta.ebpf.session import bpftrace_path, bpftrace_version
     from aorta.ebpf.tracefs import find_tracefs
 
-    tracefs, note = find_tracefs(mount_if_root=mount)
+    tracefs, note = find_tracefs(mount_if_root=mount, root=tracefs_root)
     if tracefs is None:
         raise UsageError(f"cannot render the program: tracefs unavailable ({note})")
-    path = bpftrace_path()
+    path = bpftrace_path(bpftrace)
     version = bpftrace_version(path) if path else None
     stand_in = pid is None
     traced = pid or os.getpid()
@@ -222,6 +255,7 @@ def ebpf_attach_command(
     ebpf_trace: bool = False,
     ebpf_memory_trace: bool = False,
     ebpf_gpu_runtime: bool = False,
+    bpftrace: str | None = None,
     tracers_text: str | None = None,
     max_text: str | None = None,
 ) -> None:
@@ -264,7 +298,7 @@ def ebpf_attach_command(
     # the GPU runtime family is always in (listed with its reason when nothing is mapped): runtime
     # libraries mapped now are probed at once, ones dlopened later from then on (late_runtimes)
     gpu_runtime = queue
-    ready = engine.check_readiness()
+    ready = engine.check_readiness(bpftrace=bpftrace)
     if not ready.ok or ready.tracefs is None:
         raise UsageError(f"eBPF tracing unavailable: {ready.reason}")
     # processes it already started count from the start (torchrun's launcher: its ranks), the

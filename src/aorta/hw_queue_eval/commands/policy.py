@@ -15,6 +15,7 @@ from aorta.hw_queue_eval.commands._options import (
     build_config,
     gpu_control_options,
     gpu_request,
+    passthrough_args,
     run_options,
 )
 from aorta.hw_queue_eval.commands._output import hold_output_lock
@@ -130,7 +131,7 @@ def policy_sweep_command(
         )
     timeout_s = parse_timeout(timeout)
     nproc = None if nproc_per_node is None else parse_positive_int(nproc_per_node, "--nproc-per-node")
-    flags = [f"--{name.replace('_', '-')}" for name, on in passthrough.items() if on]
+    flags = passthrough_args(passthrough)
     base = gpu_request(lock_clocks, power_limit, config.device)
     output = output or f"policy_sweep_{config.workload}_s{config.streams}.json"
     check_output_path(output, "policy-sweep file")

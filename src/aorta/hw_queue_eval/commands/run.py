@@ -155,6 +155,7 @@ def run_command(
     ebpf_trace: bool = False,
     ebpf_memory_trace: bool = False,
     ebpf_gpu_runtime: bool = False,
+    bpftrace: str | None = None,
     dist_timeout: str = "300",
     quiet: bool = False,
     profile: bool = False,
@@ -230,6 +231,7 @@ def run_command(
             ebpf_trace,
             ebpf_memory_trace,
             ebpf_gpu_runtime,
+            bpftrace,
         )
         return
     if output:
@@ -254,9 +256,12 @@ def run_command(
             )
             if on
         ] + (["--stream-priority", stream_priority] if stream_priority is not None else [])
+        flags += ["--bpftrace", bpftrace] if bpftrace is not None else []
         _run_repeats(config, request, runs, [*flags, *knob_flags], output, as_json, quiet)
         return
-    tracer = build_tracer(ebpf_trace, ebpf_memory_trace, ebpf_gpu_runtime, timeline=bool(trace_out))
+    tracer = build_tracer(
+        ebpf_trace, ebpf_memory_trace, ebpf_gpu_runtime, timeline=bool(trace_out), bpftrace=bpftrace
+    )
     config = dataclasses.replace(config, device=resolve_device(config.device))  # imports torch
     control = gpu_control_context(config.device, request)
     with control as gpu_report:  # clocks/power (if asked) applied and verified before the run
@@ -411,6 +416,7 @@ def _run_under_torchrun(
     ebpf_trace: bool = False,
     ebpf_memory_trace: bool = False,
     ebpf_gpu_runtime: bool = False,
+    bpftrace: str | None = None,
 ) -> None:
     """One rank of a torchrun job; rank 0 prints the table and alone writes -o/--trace-out.
 
@@ -440,7 +446,12 @@ def _run_under_torchrun(
         from aorta.hw_queue_eval.distributed.node_tracer import NodeTracer
 
         tracer = NodeTracer(
-            dist_env, timeout_s, queue=ebpf_trace, memory=ebpf_memory_trace, gpu_runtime=ebpf_gpu_runtime
+            dist_env,
+            timeout_s,
+            queue=ebpf_trace,
+            memory=ebpf_memory_trace,
+            gpu_runtime=ebpf_gpu_runtime,
+            bpftrace=bpftrace,
         )
         if dist_env.local_rank == 0 and not tracer.ready.ok:
             click.echo(f"warning: eBPF tracing is off: {tracer.ready.reason}", err=True)

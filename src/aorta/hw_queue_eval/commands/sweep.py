@@ -17,6 +17,7 @@ from aorta.hw_queue_eval.commands._options import (
     gpu_control_context,
     gpu_control_options,
     gpu_request,
+    passthrough_args,
     run_options,
     sweep_run_options,
 )
@@ -120,7 +121,7 @@ def sweep_command(
     output = output or f"{workload}_sweep.json"
     check_output_path(output, "sweep file")
     hold_output_lock(output, "sweep file")
-    flags = [f"--{name.replace('_', '-')}" for name, on in passthrough.items() if on]
+    flags = passthrough_args(passthrough)
     # children run in their own private folder: a relative --trace-out means the caller's folder
     trace_out = os.path.join(os.getcwd(), trace_out) if trace_out else None
     spec = SweepSpec(

@@ -73,6 +73,7 @@ class NodeTracer(EbpfTracer):
         queue: bool = True,
         memory: bool = False,
         gpu_runtime: bool = False,
+        bpftrace: str | None = None,
     ) -> None:
         self.env = env
         self.lead = env.local_rank == 0
@@ -81,7 +82,7 @@ class NodeTracer(EbpfTracer):
         attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
         self.prefix = f"aorta/ebpf/{attempt if attempt.isdigit() else 0}/node{env.node_rank}/"
         # only the lead checks readiness: `bpftrace --version` is a bpftrace process too
-        ready = engine.check_readiness() if self.lead else _remote_readiness({})
+        ready = engine.check_readiness(bpftrace=bpftrace) if self.lead else _remote_readiness({})
         super().__init__(queue=queue, memory=memory, ready=ready, gpu_runtime=gpu_runtime)
         self.families: list[ProbeFamily] = families_for(self.queue, memory, gpu_runtime)
         self.token: int | None = None

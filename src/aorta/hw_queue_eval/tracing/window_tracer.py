@@ -179,13 +179,15 @@ def warn_in_result(result: Any, sections: dict[str, Any]) -> None:
 
 
 def make_tracer(
-    queue: bool, memory: bool, gpu_runtime: bool = False, timeline: bool = False
+    queue: bool, memory: bool, gpu_runtime: bool = False, timeline: bool = False, bpftrace: str | None = None
 ) -> EbpfTracer | None:
     """A tracer for the requested modes, or None when no tracing was asked for; `timeline`
-    (--trace-out given) also keeps the first events of each kind for the trace."""
+    (--trace-out given) also keeps the first events of each kind for the trace; `bpftrace` is
+    the --bpftrace option (None: PATH's)."""
     if not (queue or memory or gpu_runtime):
         return None
-    return EbpfTracer(queue, memory, gpu_runtime=gpu_runtime, timeline=timeline)
+    ready = engine.check_readiness(bpftrace=bpftrace)
+    return EbpfTracer(queue, memory, ready=ready, gpu_runtime=gpu_runtime, timeline=timeline)
 
 
 def stream_handles(backend: Any) -> list[dict[str, Any]]:
