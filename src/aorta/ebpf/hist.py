@@ -12,8 +12,9 @@ def buckets(value: Any) -> list[tuple[int, int, int]]:
     out = []
     for b in value:
         if isinstance(b, dict) and "count" in b:
-            low = b.get("min", b.get("max", 0))
-            high = b.get("max", low)
+            low = b.get("min", b.get("max")) or 0
+            top = b.get("max")
+            high = low if top is None else top
             out.append((int(low), int(high), int(b["count"])))
     return out
 

@@ -255,6 +255,11 @@ def _mean(values: list[int]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def _us(ns: float | None) -> float | None:
+    """ns as µs, None kept."""
+    return None if ns is None else ns / 1e3
+
+
 def summarize_evictions(
     per_proc: Mapping[int, dict[str, Any]], traced_ids: set[int], window_s: float | None
 ) -> dict[str, Any]:
@@ -278,8 +283,8 @@ def summarize_evictions(
         "eviction_rate_per_sec": per_second(evictions, window_s),
         "avg_evict_to_restore_us": None if avg_pair is None else avg_pair / 1e3,
         "max_evict_to_restore_us": max(pairs) / 1e3 if pairs else None,
-        "avg_evict_worker_us": None if not evict_worker else _mean(evict_worker) / 1e3,
-        "avg_restore_worker_us": None if not restore_worker else _mean(restore_worker) / 1e3,
+        "avg_evict_worker_us": _us(_mean(evict_worker)),
+        "avg_restore_worker_us": _us(_mean(restore_worker)),
         "unpaired_restores": sum(st["unpaired_restores"] for st in mine),
         "still_evicted_at_window_end": sum(1 for st in mine if st["still_evicted_at_end"]),
         "other_processes": others,

@@ -435,16 +435,16 @@ def _queue_stats(maps: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return queues
 
 
-def _per_submission(maps: dict[str, Any]) -> list[list[int]]:
-    """[queue, seq, doorbell ns, submit→dispatch ns] per recorded submission (sorted)."""
+def _per_submission(maps: dict[str, Any]) -> list[list[int | None]]:
+    """[queue, seq, doorbell ns, submit→dispatch ns or None] per recorded submission (sorted)."""
     rings = hist.keyed(maps.get("@cpu_sched_ring"))
     delays = hist.keyed(maps.get("@cpu_sched_sub"))
-    out = []
+    out: list[tuple[int, int, int, int | None]] = []
     for key, ring in rings.items():
         q, _, s = key.partition(",")
         delay = delays.get(key)
-        out.append([int(q), int(s), int(ring), None if delay is None else int(delay)])
-    return sorted(out, key=lambda r: (r[0], r[1]))
+        out.append((int(q), int(s), int(ring), None if delay is None else int(delay)))
+    return [list(row) for row in sorted(out, key=lambda r: (r[0], r[1]))]
 
 
 def _timeline(

@@ -162,12 +162,12 @@ class KfdFamily(ProbeFamily):
         for key, value in hist.keyed(maps.get("@kfd_created")).items():
             parts = key.split(",")
             if len(parts) == 3:
-                qtype, prio, ph = (int(p) for p in parts)
+                qtype, prio, phase = (int(p) for p in parts)
                 created.append(
                     {
                         "queue_type": QUEUE_TYPES.get(qtype, str(qtype)),
                         "priority": prio,
-                        "in_window": ph == 1,
+                        "in_window": phase == 1,
                         "count": int(value),
                     }
                 )

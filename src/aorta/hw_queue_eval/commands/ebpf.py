@@ -99,6 +99,8 @@ def ebpf_info_command(
         check_output_path(output)
     if show_script:
         pid = _pid(pid_text) if pid_text else None  # bad input: exit 2 (not a finding)
+        script: str | None
+        problem: str | None
         try:
             script = _script(
                 ebpf_trace or not ebpf_memory_trace,

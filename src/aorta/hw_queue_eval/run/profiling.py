@@ -64,7 +64,7 @@ def _top_ops(profiler: Any, on_device: bool) -> list[dict[str, Any]]:
                 "count": int(event.count),
                 "self_cpu_time_ms": _ms(event.self_cpu_time_total),
                 "cpu_time_ms": _ms(event.cpu_time_total),
-                "device_time_ms": device_us / 1e3 if on_device else None,
+                "device_time_ms": _ms(device_us) if on_device else None,
             }
         )
     key = "device_time_ms" if on_device else "self_cpu_time_ms"
