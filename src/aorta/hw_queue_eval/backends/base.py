@@ -5,7 +5,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aorta.hw_queue_eval.results.models import Memory, QueueMapping
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +192,7 @@ class Backend(ABC):
         log = getattr(self, "dependencies", None)
         return log.total if log is not None else 0
 
-    def queue_mapping(self) -> dict[str, Any]:
+    def queue_mapping(self) -> QueueMapping:
         """How streams map onto hardware queues, as far as this backend knows."""
         return {
             "pool_size": None,
@@ -211,7 +214,7 @@ class Backend(ABC):
 
         return torch.device(self.device)
 
-    def memory_stats(self) -> dict[str, Any]:
+    def memory_stats(self) -> Memory:
         """Peak memory during the run, with what was measured."""
         return {"kind": None, "peak_bytes": None, "reason": "not measured by this backend"}
 

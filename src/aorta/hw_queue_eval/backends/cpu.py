@@ -24,7 +24,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aorta.hw_queue_eval.backends.base import (
     Backend,
@@ -37,6 +37,9 @@ from aorta.hw_queue_eval.backends.base import (
 from aorta.hw_queue_eval.backends.priority import describe
 from aorta.hw_queue_eval.run.config import hw_queue_pool_size
 from aorta.hw_queue_eval.run.opfold import CHUNK_OPS, FoldedOps, LabelTable, OpFold
+
+if TYPE_CHECKING:
+    from aorta.hw_queue_eval.results.models import Memory, QueueMapping
 
 _OP, _WAIT, _MARK, _STOP = 0, 1, 2, 3
 _KIND_NAMES = ("op", "wait", "marker", "stop")
@@ -509,7 +512,7 @@ class CpuBackend(Backend):
     def iteration_times_ms(self) -> list[float] | None:
         return None
 
-    def queue_mapping(self) -> dict[str, Any]:
+    def queue_mapping(self) -> QueueMapping:
         return {
             "pool_size": self.pool_size,
             "queues_created": len(self._queues),
@@ -537,7 +540,7 @@ class CpuBackend(Backend):
         with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as fh:
             fh.write("5")
 
-    def memory_stats(self) -> dict[str, Any]:
+    def memory_stats(self) -> Memory:
         peak = None
         with contextlib.suppress(OSError), open("/proc/self/status") as fh:
             for line in fh:

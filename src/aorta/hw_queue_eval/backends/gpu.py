@@ -23,12 +23,15 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aorta.common.errors import UsageError
 from aorta.hw_queue_eval.backends.base import Backend, DependencyLog, OpRecord, Stream
 from aorta.hw_queue_eval.backends.priority import StreamFactory, describe, torch_priorities
 from aorta.hw_queue_eval.run.opfold import CHUNK_OPS, DEVICE, FoldedOps, LabelTable, OpFold
+
+if TYPE_CHECKING:
+    from aorta.hw_queue_eval.results.models import Memory, QueueMapping
 
 # PyTorch hands out streams from a pool of 32 per device and priority; asking for more aliases
 # silently, so two "streams" would be one. We refuse instead of measuring the wrong thing.
@@ -80,8 +83,8 @@ def _torch_stream(device: Any, priority: int | None) -> Any:
 
 def stream_torch_priorities(
     priorities: list[int] | None, priority_range: tuple[int, int] | None = None
-) -> list[int | None]:
-    """Per stream the torch priority to create it with (None: no priority asked, the default)."""
+) -> list[int]:
+    """Per stream the torch priority to create it with ([] when no priority is asked)."""
     if priorities is None:
         return []
     if priority_range is None:
@@ -89,7 +92,7 @@ def stream_torch_priorities(
 
         # a static method on torch.cuda.Stream, which torch's stubs type as an instance method
         priority_range = tuple(torch.cuda.Stream.priority_range())  # type: ignore[assignment, call-arg]
-    return list(torch_priorities(priorities, priority_range))  # type: ignore[arg-type]
+    return torch_priorities(priorities, priority_range)  # type: ignore[arg-type]
 
 
 class GpuBackend(Backend):
@@ -116,8 +119,8 @@ class GpuBackend(Backend):
         self._torch_device = torch.device(device)
         torch.cuda.set_device(self._torch_device)
         self.priorities = priorities
-        self.torch_priorities = (
-            stream_torch_priorities(priorities) if priorities is not None else [None] * stream_count
+        self.torch_priorities: list[int | None] = (
+            list(stream_torch_priorities(priorities)) if priorities is not None else [None] * stream_count
         )
         factory = stream_factory or _torch_stream
         created = [factory(self._torch_device, p) for p in self.torch_priorities]
@@ -300,14 +303,16 @@ class GpuBackend(Backend):
         self._pending_ops = 0
         self._iteration_events.clear()
 
-    def queue_mapping(self) -> dict[str, Any]:
+    def queue_mapping(self) -> QueueMapping:
         return {
             "pool_size": None,
             "stream_to_queue": None,
             "reason": "the GPU runtime assigns hardware queues (HIP: GPU_MAX_HW_QUEUES; "
             "CUDA: CUDA_DEVICE_MAX_CONNECTIONS); trace KFD queue creation to see it",
             "stream_priority": describe(self.priorities),
-            "torch_stream_priority": None if self.priorities is None else list(self.torch_priorities),
+            "torch_stream_priority": (
+                None if self.priorities is None else [p for p in self.torch_priorities if p is not None]
+            ),
         }
 
     def stream_handles(self) -> list[dict[str, Any]]:
@@ -320,7 +325,7 @@ class GpuBackend(Backend):
 
         torch.cuda.reset_peak_memory_stats(self._torch_device)
 
-    def memory_stats(self) -> dict[str, Any]:
+    def memory_stats(self) -> Memory:
         import torch
 
         return {

@@ -244,7 +244,7 @@ class QueueMapping(_QueueMappingRequired, total=False):
 
 
 class _MemoryRequired(TypedDict):
-    kind: str
+    kind: str | None  # None: the backend does not measure memory
     peak_bytes: int | None
 
 
@@ -253,6 +253,7 @@ class Memory(_MemoryRequired, total=False):
 
     source: str
     reason: str
+    peak_reserved_bytes: int  # GPU: the caching allocator's peak reservation on the device
 
 
 class ToolInfo(TypedDict):

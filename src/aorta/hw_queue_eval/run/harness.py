@@ -26,6 +26,7 @@ from aorta.hw_queue_eval.results.models import (
     Ops,
     OpWaits,
     TracerSections,
+    Verification,
 )
 from aorta.hw_queue_eval.results.run_result import RunResult, collect_environment
 from aorta.hw_queue_eval.run import metrics, oncpu
@@ -494,7 +495,13 @@ def _assemble(
         ),
         queue_mapping=backend.queue_mapping(),
         memory=backend.memory_stats(),
-        verification={**verification.to_dict(), "outputs_of": _verified_iteration(config)},
+        verification=Verification(
+            passed=verification.passed,
+            max_rel_error=verification.max_rel_error,
+            tolerance=verification.tolerance,
+            checked=verification.checked,
+            outputs_of=_verified_iteration(config),
+        ),
         warnings=warnings,
         metadata=Metadata(
             workload=workload.describe(),

@@ -56,14 +56,6 @@ class VerifyResult:
     tolerance: float
     checked: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "passed": self.passed,
-            "max_rel_error": self.max_rel_error,
-            "tolerance": self.tolerance,
-            "checked": self.checked,
-        }
-
 
 class Workload(ABC):
     """A multi-stream workload. Subclasses set INFO and SIZES and implement the three hooks."""
