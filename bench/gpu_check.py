@@ -7,7 +7,9 @@ default) and end_only without it, and each line carries the instrumentation cost
 measured: its window vs an uninstrumented window of the same iterations (`instr_cost` =
 instrumented / uninstrumented − 1). Then, as root (or with sudo -n), the eBPF points of
 _gpu_runtime_points.py: tiny_kernel_stress at 1/4/16 streams with --ebpf-trace --ebpf-gpu-runtime
-(launches seen == ops issued, HW queues vs streams, uprobe cost per launch). Last, the windows
+(launches seen == ops issued, HW queues vs streams, uprobe cost per launch), and the views of
+_gpu_view_points.py: a driver's known graph launches, host→device copies and cross-stream waits
+under `ebpf-attach --ebpf-gpu-runtime`, counted exactly. Last, the windows
 of _gpu_memory_points.py: past 200,000 ops (tiny_kernel_stress 16 streams, 120 and 360
 iterations per_iteration, 120 end_only), the op events held stay bounded and the op count exact.
 On a lent machine it runs from the carried tree with nothing installed (_gpu_check_env.py: the
@@ -31,6 +33,7 @@ from _gpu_check_env import WHEELS, child_env, child_paths, imported_from, instal
 from _gpu_ebpf_gate import ebpf_gate
 from _gpu_memory_points import run_memory_points
 from _gpu_runtime_points import run_points
+from _gpu_view_points import run_view_points
 
 POINTS = [(w, s) for w in ("hetero_kernels", "tiny_kernel_stress") for s in (1, 4, 16)]
 MODES = {
@@ -143,6 +146,7 @@ def main() -> int:
     print(json.dumps({"check": "ebpf_points", "ran": ebpf, "reason": reason}))
     if ebpf:
         failed += run_points(args.device, args.iterations, out, env)
+        failed += run_view_points(args.device, out, env)
     failed += run_memory_points(args.device, paths, env)
     return 1 if failed else 0
 
