@@ -169,11 +169,12 @@ def window_info(output: SessionOutput) -> dict[str, Any]:
     """The traced window as the kernel saw it (CLOCK_MONOTONIC ns)."""
     start = output.maps.get("@aorta_window_start_ns")
     stop = output.maps.get("@aorta_window_stop_ns")
-    ok = isinstance(start, int) and isinstance(stop, int) and stop >= start > 0
+    if not (isinstance(start, int) and isinstance(stop, int) and stop >= start > 0):
+        start = stop = None
     return {
-        "start_monotonic_ns": start if ok else None,
-        "stop_monotonic_ns": stop if ok else None,
-        "duration_ms": (stop - start) / 1e6 if ok else None,
+        "start_monotonic_ns": start,
+        "stop_monotonic_ns": stop,
+        "duration_ms": (stop - start) / 1e6 if start is not None and stop is not None else None,
         "gate": "prctl marker syscalls from the tracer (see docs/ebpf.md)",
     }
 
