@@ -179,13 +179,12 @@ def read_log(log_path: Path) -> list[tuple[str, list[str]]]:
     return [tuple(json.loads(line)) for line in log_path.read_text().splitlines() if line]
 
 
-def env_for(bin_dir: Path, state_path: Path, log_path: Path, state_dir: Path) -> dict[str, str]:
+def env_for(bin_dir: Path, state_path: Path, log_path: Path) -> dict[str, str]:
     """Environment for a CLI subprocess that finds the fakes first on PATH."""
     return {
         "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
         "FAKE_SMI_STATE": str(state_path),
         "FAKE_SMI_LOG": str(log_path),
-        "AORTA_STATE_DIR": str(state_dir),
     }
 
 
@@ -200,8 +199,13 @@ class FakeGpus:
         install(self.bin, self.state, self.log)
 
     def env(self, **extra: str) -> dict[str, str]:
-        """Env for the CLI: the fakes first on PATH (what `restore` and state files use)."""
-        return {**env_for(self.bin, self.state, self.log, self.state_dir), **extra}
+        """Env for the CLI: the fakes first on PATH (what `restore` runs)."""
+        return {**env_for(self.bin, self.state, self.log), **extra}
+
+    def state_args(self) -> tuple[str, ...]:
+        """The CLI option that keeps aorta's GPU state files in this test's folder (as root the
+        default is the machine's /var/lib/aorta)."""
+        return ("--state-dir", str(self.state_dir))
 
     @staticmethod
     def gpu(vendor: str, index: int = 0) -> tuple[str, ...]:

@@ -98,16 +98,14 @@ def test_ebpf_attach_to_a_zombie_says_it_exited(capsys):
         proc.wait()
 
 
-def test_state_dir_that_is_a_file_is_an_error(tmp_path, monkeypatch, capsys):
+def test_state_dir_that_is_a_file_is_an_error(tmp_path, capsys):
     state = tmp_path / "state"
     state.write_text("not a folder")
-    monkeypatch.setenv("AORTA_STATE_DIR", str(state))
-    rc, out, err = _exit(["restore"], capsys)
+    rc, out, err = _exit(["restore", "--state-dir", str(state)], capsys)
     assert rc == 2
     assert "not a folder" in err
     assert "nothing to restore" not in out
-    monkeypatch.setenv("AORTA_STATE_DIR", str(tmp_path / "absent"))
-    rc, out, _ = _exit(["restore"], capsys)
+    rc, out, _ = _exit(["restore", "--state-dir", str(tmp_path / "absent")], capsys)
     assert rc == 0
     assert "nothing to restore" in out
 

@@ -102,11 +102,10 @@ def _exit(
     return int(info.value.code or 0), capsys.readouterr().err
 
 
-@pytest.fixture(autouse=True)
-def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    state = tmp_path / "state"
-    monkeypatch.setenv("AORTA_STATE_DIR", str(state))
-    return state
+@pytest.fixture
+def _state_dir(tmp_path: Path) -> Path:
+    """This test's GPU state folder, given to the commands as --state-dir."""
+    return tmp_path / "state"
 
 
 def test_codes_are_the_documented_ones() -> None:
@@ -176,7 +175,8 @@ def test_verification_failure_exits_1(tmp_path: Path, capsys) -> None:
 
 def test_gpu_put_back_exits_0_and_leaves_no_state(tmp_path: Path, capsys, _state_dir) -> None:
     gpu = MemoryGpu()
-    rc, err = _exit([*RUN, "--power-limit", "150"], capsys, Collaborators(gpus=OneGpu(gpu)))
+    argv = [*RUN, "--power-limit", "150", "--state-dir", str(_state_dir)]
+    rc, err = _exit(argv, capsys, Collaborators(gpus=OneGpu(gpu)))
     assert rc == 0, err
     assert gpu.sets == [150.0, 300.0] and gpu.power_w == 300.0
     assert list(_state_dir.glob("gpu-*.json")) == []
@@ -185,11 +185,12 @@ def test_gpu_put_back_exits_0_and_leaves_no_state(tmp_path: Path, capsys, _state
 def test_gpu_not_put_back_exits_3_not_2(tmp_path: Path, capsys, _state_dir) -> None:
     gpu = MemoryGpu(refuse_after=1)  # the cap is set; putting it back is refused
     out = tmp_path / "r.json"
-    rc, err = _exit([*RUN, "--power-limit", "150", "-o", str(out)], capsys, Collaborators(gpus=OneGpu(gpu)))
+    argv = [*RUN, "--power-limit", "150", "-o", str(out), "--state-dir", str(_state_dir)]
+    rc, err = _exit(argv, capsys, Collaborators(gpus=OneGpu(gpu)))
     assert rc == 3, err
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "could not put GPU 0 back as found" in errors[0]
-    assert "restore" in errors[0]
+    assert errors[0].endswith(f"run `python -m aorta.hw_queue_eval restore --state-dir {_state_dir}`")
     assert gpu.power_w == 150.0, "the fake really was left changed"
     assert len(list(_state_dir.glob("gpu-nvidia-0.json"))) == 1, "kept for `restore`"
 
@@ -200,7 +201,9 @@ def test_gpu_not_put_back_exits_3_not_2(tmp_path: Path, capsys, _state_dir) -> N
 def test_a_device_left_changed_outranks_what_was_ending_the_command(capsys, _state_dir, raised, why) -> None:
     gpu = MemoryGpu(refuse_after=1)
     rc, err = _exit(
-        [*RUN, "--power-limit", "150"], capsys, Collaborators(gpus=OneGpu(gpu), benchmark=_raising(raised))
+        [*RUN, "--power-limit", "150", "--state-dir", str(_state_dir)],
+        capsys,
+        Collaborators(gpus=OneGpu(gpu), benchmark=_raising(raised)),
     )
     assert rc == 3, err
     (line,) = [line for line in err.splitlines() if line.startswith("error:")]
@@ -212,7 +215,7 @@ def test_a_device_left_changed_outranks_what_was_ending_the_command(capsys, _sta
 def test_restore_that_cannot_act_exits_3(capsys, _state_dir) -> None:
     _state_dir.mkdir(mode=0o700)
     (_state_dir / "gpu-nvidia-0.json").write_text('{"state_version": 1, "vendor": "nvidia"}')
-    rc, err = _exit(["restore"], capsys)
+    rc, err = _exit(["restore", "--state-dir", str(_state_dir)], capsys)
     assert rc == 3, err
     assert "is not a valid aorta GPU state file" in err
     assert (_state_dir / "gpu-nvidia-0.json").exists()

@@ -93,6 +93,7 @@ def test_nvidia_apply_verify_restore_order_and_values(fake: FakeGpus, tmp_path: 
     out = tmp_path / "locked.json"
     proc = run_cli(
         *RUN_4,
+        *fake.state_args(),
         "--lock-clocks",
         "7",
         "--power-limit",
@@ -133,6 +134,7 @@ def test_nvidia_apply_verify_restore_order_and_values(fake: FakeGpus, tmp_path: 
 def test_amd_apply_verify_restore(fake: FakeGpus, tmp_path: Path) -> None:
     proc = run_cli(
         *RUN_4,
+        *fake.state_args(),
         "--lock-clocks",
         "2",
         "--power-limit",
@@ -161,6 +163,7 @@ def test_setting_that_does_not_take_effect_is_an_error_and_restored(fake: FakeGp
     out = tmp_path / "o.json"
     proc = run_cli_inprocess(
         *RUN_4,
+        *fake.state_args(),
         "--power-limit",
         "150",
         "-o",
@@ -179,6 +182,7 @@ def test_setting_that_does_not_take_effect_is_an_error_and_restored(fake: FakeGp
 def test_missing_privileges_is_a_clear_error(fake: FakeGpus) -> None:
     proc = run_cli_inprocess(
         *RUN_4,
+        *fake.state_args(),
         "--lock-clocks",
         "7",
         env=fake.env(FAKE_SMI_DENY="1"),
@@ -194,6 +198,7 @@ def test_missing_privileges_is_a_clear_error(fake: FakeGpus) -> None:
 def test_power_outside_device_limits_refused_before_any_change(fake: FakeGpus) -> None:
     proc = run_cli_inprocess(
         *RUN_4,
+        *fake.state_args(),
         "--power-limit",
         "500",
         env=fake.env(),
@@ -203,10 +208,11 @@ def test_power_outside_device_limits_refused_before_any_change(fake: FakeGpus) -
     assert "outside what nvidia GPU 0" in proc.stderr
     assert "(100..400 W)" in proc.stderr
     assert [v for v in _verbs(fake.calls()) if not v.startswith("read")] == []
+    assert fake.state_dir.is_dir(), "the check made the --state-dir folder it would write to"
 
 
 def test_cpu_backend_refuses_clock_and_power(fake: FakeGpus) -> None:
-    proc = run_cli_inprocess(*RUN_4, "--power-limit", "200", env=fake.env())
+    proc = run_cli_inprocess(*RUN_4, *fake.state_args(), "--power-limit", "200", env=fake.env())
     assert proc.returncode == 2
     assert "not applicable on the CPU backend" in proc.stderr
     assert fake.calls() == []
@@ -226,7 +232,7 @@ def _changed(fake: FakeGpus) -> bool:
 
 def _kill9_mid_run(fake: FakeGpus) -> None:
     proc = _popen(
-        LONG_LOCKED_RUN,
+        [*LONG_LOCKED_RUN, *fake.state_args()],
         fake.env(),
         fake.gpu("nvidia", 0),
     )
@@ -243,12 +249,12 @@ def _kill9_mid_run(fake: FakeGpus) -> None:
 @pytest.mark.slow
 def test_kill9_then_restore_command(fake: FakeGpus) -> None:
     _kill9_mid_run(fake)
-    proc = run_cli_inprocess("restore", env=fake.env())
+    proc = run_cli_inprocess("restore", *fake.state_args(), env=fake.env())
     assert proc.returncode == 0, proc.stderr
     assert "restored nvidia GPU 0 to its prior state" in proc.stdout
     assert fake.devices() == initial_state()
     assert fake.state_files() == []
-    again = run_cli_inprocess("restore", env=fake.env())
+    again = run_cli_inprocess("restore", *fake.state_args(), env=fake.env())
     assert again.returncode == 0
     assert "nothing to restore" in again.stdout
 
@@ -257,7 +263,7 @@ def test_kill9_then_restore_command(fake: FakeGpus) -> None:
 def test_restore_reports_as_json_file(fake: FakeGpus, tmp_path: Path) -> None:
     _kill9_mid_run(fake)
     out = tmp_path / "restore.json"
-    proc = run_cli_inprocess("restore", "--json", "-o", str(out), env=fake.env())
+    proc = run_cli_inprocess("restore", "--json", "-o", str(out), *fake.state_args(), env=fake.env())
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
     assert json.loads(proc.stdout) == data
@@ -271,7 +277,7 @@ def test_restore_reports_as_json_file(fake: FakeGpus, tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_kill9_then_next_start_restores(fake: FakeGpus) -> None:
     _kill9_mid_run(fake)
-    proc = run_cli("run", "hetero_kernels", "--streams", "2", *FAST, env=fake.env())
+    proc = run_cli("run", "hetero_kernels", "--streams", "2", *FAST, *fake.state_args(), env=fake.env())
     assert proc.returncode == 0, proc.stderr
     assert "note: restored nvidia GPU 0 to its prior state" in proc.stderr
     assert fake.devices() == initial_state()
@@ -297,6 +303,7 @@ def test_sigterm_mid_policy_sweep_restores(fake: FakeGpus, tmp_path: Path) -> No
             "1",
             "-o",
             str(out),
+            *fake.state_args(),
         ],
         fake.env(),
         fake.gpu("nvidia", 0),
@@ -337,12 +344,13 @@ def test_device_held_by_a_live_process_is_refused(fake: FakeGpus) -> None:
         *FAST,
         "--power-limit",
         "150",
+        *fake.state_args(),
         env=fake.env(),
         fakes=fake.gpu("nvidia", 0),
     )
     assert proc.returncode == 2
     assert f"being controlled by running pid {os.getpid()}" in proc.stderr
-    restore = run_cli("restore", env=fake.env())
+    restore = run_cli("restore", *fake.state_args(), env=fake.env())
     assert restore.returncode == 0
     assert "still running" in restore.stdout
     assert fake.calls() == []
@@ -362,6 +370,7 @@ def test_sweep_holds_clocks_for_every_point_and_restores(fake: FakeGpus, tmp_pat
         "3",
         "-o",
         str(out),
+        *fake.state_args(),
         env=fake.env(),
         fakes=fake.gpu("nvidia", 0),
     )
@@ -379,7 +388,7 @@ def test_sweep_holds_clocks_for_every_point_and_restores(fake: FakeGpus, tmp_pat
 @pytest.mark.slow
 def test_ctrl_c_mid_run_restores(fake: FakeGpus) -> None:
     proc = _popen(
-        LONG_LOCKED_RUN,
+        [*LONG_LOCKED_RUN, *fake.state_args()],
         fake.env(),
         fake.gpu("nvidia", 0),
     )
@@ -406,6 +415,7 @@ def test_policy_power_out_of_range_stops_before_any_run(fake: FakeGpus, tmp_path
         *FAST,
         "-o",
         str(out),
+        *fake.state_args(),
         env=fake.env(),
         fakes=fake.gpu("nvidia", 0),
     )
@@ -414,12 +424,13 @@ def test_policy_power_out_of_range_stops_before_any_run(fake: FakeGpus, tmp_path
     assert "accepts (100..400 W)" in proc.stderr
     assert not out.exists(), "stopped before the first point"
     assert [v for v in _verbs(fake.calls()) if not v.startswith("read")] == []
+    assert fake.state_dir.is_dir(), "policy-sweep's check made the --state-dir folder"
 
 
 def test_restore_does_not_need_torch(fake: FakeGpus) -> None:
     code = (
         "import sys\nfrom aorta.hw_queue_eval.cli import main\n"
-        "try:\n    main(['restore'])\nexcept SystemExit:\n    pass\n"
+        f"try:\n    main(['restore', *{list(fake.state_args())!r}])\nexcept SystemExit:\n    pass\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )
     proc = subprocess.run(
@@ -438,6 +449,7 @@ def test_missing_vendor_tool_is_a_clear_error_before_the_benchmark(fake: FakeGpu
     out = tmp_path / "o.json"
     proc = run_cli_inprocess(
         *RUN_4,
+        *fake.state_args(),
         "--lock-clocks",
         "7",
         "-o",
@@ -457,7 +469,7 @@ def test_missing_vendor_tool_is_a_clear_error_before_the_benchmark(fake: FakeGpu
 def test_unrestorable_state_file_warns_plain_runs_and_stops_control(fake: FakeGpus) -> None:
     _kill9_mid_run(fake)
     denied = fake.env(FAKE_SMI_DENY="1")
-    plain = run_cli("run", "hetero_kernels", "--streams", "2", *FAST, env=denied)
+    plain = run_cli("run", "hetero_kernels", "--streams", "2", *FAST, *fake.state_args(), env=denied)
     assert plain.returncode == 0, plain.stderr
     assert "warning:" in plain.stderr
     assert "could not put GPU 0 back as found" in plain.stderr
@@ -470,12 +482,13 @@ def test_unrestorable_state_file_warns_plain_runs_and_stops_control(fake: FakeGp
         *FAST,
         "--power-limit",
         "200",
+        *fake.state_args(),
         env=fake.env(FAKE_SMI_DENY="1"),
         fakes=fake.gpu("nvidia", 0),
     )
     assert control.returncode == 3, control.stderr  # a device left changed, not a typo
     assert "could not put GPU 0 back" in control.stderr
-    restore = run_cli_inprocess("restore", env=fake.env())
+    restore = run_cli_inprocess("restore", *fake.state_args(), env=fake.env())
     assert restore.returncode == 0, restore.stderr
     assert fake.devices() == initial_state()
     assert fake.state_files() == []

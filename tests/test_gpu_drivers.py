@@ -80,14 +80,19 @@ def nvml(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> tuple[dict, list]:
     devices = {0: _device(), 1: _device()}
     calls: list[tuple[Any, ...]] = []
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(devices, calls))
-    monkeypatch.setenv("AORTA_STATE_DIR", str(tmp_path / "state"))
     return devices, calls
 
 
-def test_pynvml_apply_verify_restore(nvml: tuple[dict, list], tmp_path: Path) -> None:
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Path:
+    """This test's GPU state folder (the --state-dir a command would be given)."""
+    return tmp_path / "state"
+
+
+def test_pynvml_apply_verify_restore(state_dir: Path, nvml: tuple[dict, list], tmp_path: Path) -> None:
     devices, calls = nvml
     target = GpuTarget("nvidia", 1, simulated=False)
-    with GpuControl(target, GpuRequest(clock_level=7, power_limit_w=300)) as report:
+    with GpuControl(target, GpuRequest(clock_level=7, power_limit_w=300), state_dir=state_dir) as report:
         assert devices[1]["sm"] == 1980
         assert devices[1]["limit"] == 300_000
         assert report["tool"] == "pynvml"
@@ -104,9 +109,11 @@ def test_pynvml_apply_verify_restore(nvml: tuple[dict, list], tmp_path: Path) ->
     assert list((tmp_path / "state").glob("*.json")) == []
 
 
-def test_pynvml_power_outside_limits_refused(nvml: tuple[dict, list]) -> None:
+def test_pynvml_power_outside_limits_refused(state_dir: Path, nvml: tuple[dict, list]) -> None:
     devices, calls = nvml
-    control = GpuControl(GpuTarget("nvidia", 0, simulated=False), GpuRequest(power_limit_w=900))
+    control = GpuControl(
+        GpuTarget("nvidia", 0, simulated=False), GpuRequest(power_limit_w=900), state_dir=state_dir
+    )
     with (
         pytest.raises(
             UsageError,

@@ -153,18 +153,25 @@ def amd(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> tuple[dict, list, di
     calls: list[tuple[Any, ...]] = []
     quirks: dict[str, Any] = {}
     monkeypatch.setitem(sys.modules, "amdsmi", _fake_amdsmi(devices, calls, quirks))
-    monkeypatch.setenv("AORTA_STATE_DIR", str(tmp_path / "state"))
     return devices, calls, quirks
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Path:
+    """This test's GPU state folder (the --state-dir a command would be given)."""
+    return tmp_path / "state"
 
 
 def _changes(calls: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     return [c for c in calls if c[0].startswith("set_")]
 
 
-def test_amdsmi_apply_verify_restore(amd: tuple[dict, list, dict], tmp_path: Path) -> None:
+def test_amdsmi_apply_verify_restore(state_dir: Path, amd: tuple[dict, list, dict], tmp_path: Path) -> None:
     devices, calls, _ = amd
     with GpuControl(
-        GpuTarget("amd", 1, simulated=False), GpuRequest(clock_level=7, power_limit_w=300)
+        GpuTarget("amd", 1, simulated=False),
+        GpuRequest(clock_level=7, power_limit_w=300),
+        state_dir=state_dir,
     ) as report:
         assert devices[1]["perf"] == "manual"
         assert devices[1]["sclk"] == 5
@@ -200,10 +207,12 @@ def test_amdsmi_apply_verify_restore(amd: tuple[dict, list, dict], tmp_path: Pat
     assert list((tmp_path / "state").glob("*.json")) == []
 
 
-def test_amdsmi_restores_a_prior_manual_sclk_level(amd: tuple[dict, list, dict]) -> None:
+def test_amdsmi_restores_a_prior_manual_sclk_level(state_dir: Path, amd: tuple[dict, list, dict]) -> None:
     devices, calls, _ = amd
     devices[0].update(perf="manual", sclk=2)
-    with GpuControl(GpuTarget("amd", 0, simulated=False), GpuRequest(clock_level=0)) as report:
+    with GpuControl(
+        GpuTarget("amd", 0, simulated=False), GpuRequest(clock_level=0), state_dir=state_dir
+    ) as report:
         assert devices[0]["sclk"] == 0
         assert report["in_effect"]["clock_mhz"] == 500
     assert _changes(calls)[-2:] == [("set_clk", "gpu0", 1 << 2), ("set_perf", "gpu0", "manual")]
@@ -211,11 +220,11 @@ def test_amdsmi_restores_a_prior_manual_sclk_level(amd: tuple[dict, list, dict])
 
 
 def test_amdsmi_clock_that_silently_does_not_take_is_an_error(
-    amd: tuple[dict, list, dict], tmp_path: Path
+    state_dir: Path, amd: tuple[dict, list, dict], tmp_path: Path
 ) -> None:
     devices, calls, quirks = amd
     quirks["clock_ignored"] = True
-    control = GpuControl(GpuTarget("amd", 0, simulated=False), GpuRequest(clock_level=7))
+    control = GpuControl(GpuTarget("amd", 0, simulated=False), GpuRequest(clock_level=7), state_dir=state_dir)
     with (
         pytest.raises(
             GpuControlError,
@@ -232,10 +241,12 @@ def test_amdsmi_clock_that_silently_does_not_take_is_an_error(
     assert list((tmp_path / "state").glob("*.json")) == []
 
 
-def test_amdsmi_permission_error_is_one_line(amd: tuple[dict, list, dict]) -> None:
+def test_amdsmi_permission_error_is_one_line(state_dir: Path, amd: tuple[dict, list, dict]) -> None:
     devices, calls, quirks = amd
     quirks["no_perm"] = True
-    control = GpuControl(GpuTarget("amd", 0, simulated=False), GpuRequest(power_limit_w=200))
+    control = GpuControl(
+        GpuTarget("amd", 0, simulated=False), GpuRequest(power_limit_w=200), state_dir=state_dir
+    )
     with pytest.raises(UsageError) as info, control:
         pass
     message = str(info.value)
@@ -249,9 +260,11 @@ def test_amdsmi_permission_error_is_one_line(amd: tuple[dict, list, dict]) -> No
     assert calls[-1] == ("shut_down",)
 
 
-def test_amdsmi_power_outside_limits_refused(amd: tuple[dict, list, dict]) -> None:
+def test_amdsmi_power_outside_limits_refused(state_dir: Path, amd: tuple[dict, list, dict]) -> None:
     devices, calls, _ = amd
-    control = GpuControl(GpuTarget("amd", 0, simulated=False), GpuRequest(power_limit_w=900))
+    control = GpuControl(
+        GpuTarget("amd", 0, simulated=False), GpuRequest(power_limit_w=900), state_dir=state_dir
+    )
     with (
         pytest.raises(
             UsageError,
@@ -266,7 +279,9 @@ def test_amdsmi_power_outside_limits_refused(amd: tuple[dict, list, dict]) -> No
     assert calls[-1] == ("shut_down",)
 
 
-def test_amdsmi_library_rejects_power_limit_it_does_not_advertise(amd: tuple[dict, list, dict]) -> None:
+def test_amdsmi_library_rejects_power_limit_it_does_not_advertise(
+    state_dir: Path, amd: tuple[dict, list, dict]
+) -> None:
     devices, _calls, _ = amd
     devices[0]["max"] = 0  # no max reported: no preflight range, the library refuses
     with (
@@ -275,7 +290,7 @@ def test_amdsmi_library_rejects_power_limit_it_does_not_advertise(amd: tuple[dic
             match=r"amdsmi_set_power_cap on GPU 0 failed: .*"
             r"AMDSMI_STATUS_INVAL",
         ),
-        GpuControl(GpuTarget("amd", 0, simulated=False), GpuRequest(power_limit_w=600)),
+        GpuControl(GpuTarget("amd", 0, simulated=False), GpuRequest(power_limit_w=600), state_dir=state_dir),
     ):
         pass
     assert devices[0]["cap"] == 550_000_000
@@ -288,7 +303,7 @@ def test_amdsmi_missing_index_is_an_error(amd: tuple[dict, list, dict]) -> None:
     assert calls == [("init",), ("shut_down",)]
 
 
-def test_amdsmi_state_file_restored_by_a_later_process(amd: tuple[dict, list, dict]) -> None:
+def test_amdsmi_state_file_restored_by_a_later_process(state_dir: Path, amd: tuple[dict, list, dict]) -> None:
     devices, calls, _ = amd
     prior = AmdSmi(0).snapshot()
     devices[0].update(perf="manual", sclk=5, cap=200_000_000)  # left changed by a killed run
@@ -304,9 +319,10 @@ def test_amdsmi_state_file_restored_by_a_later_process(amd: tuple[dict, list, di
                 "clock_level": {"level": 7, "pending": False},
                 "power_limit_w": {"watts": 200, "pending": False},
             },
-        }
+        },
+        state_dir,
     )
-    messages = recover_stale_states()
+    messages = recover_stale_states(state_dir=state_dir)
     assert messages, messages
     assert messages[0].startswith("note: restored amd GPU 0"), messages
     assert devices[0] == _device()
@@ -390,12 +406,12 @@ def test_power_shapes_across_amdsmi_versions() -> None:
         amdsmi_power({"cap": 300_000_000}, 0)
 
 
-def test_amdsmi_truncated_clock_list_changes_nothing(amd: tuple[dict, list, dict]) -> None:
+def test_amdsmi_truncated_clock_list_changes_nothing(state_dir: Path, amd: tuple[dict, list, dict]) -> None:
     devices, calls, quirks = amd
     quirks["truncated"] = True
     with (
         pytest.raises(GpuControlError, match="lists 5 sclk frequencies for num_supported=6"),
-        GpuControl(GpuTarget("amd", 0, simulated=False), GpuRequest(clock_level=3)),
+        GpuControl(GpuTarget("amd", 0, simulated=False), GpuRequest(clock_level=3), state_dir=state_dir),
     ):
         pass
     assert _changes(calls) == []
@@ -403,10 +419,12 @@ def test_amdsmi_truncated_clock_list_changes_nothing(amd: tuple[dict, list, dict
     assert calls[-1] == ("shut_down",)
 
 
-def test_amdsmi_clock_values_in_mhz(amd: tuple[dict, list, dict]) -> None:
+def test_amdsmi_clock_values_in_mhz(state_dir: Path, amd: tuple[dict, list, dict]) -> None:
     devices, _calls, quirks = amd
     quirks["mhz"] = True
-    with GpuControl(GpuTarget("amd", 0, simulated=False), GpuRequest(clock_level=4)) as report:
+    with GpuControl(
+        GpuTarget("amd", 0, simulated=False), GpuRequest(clock_level=4), state_dir=state_dir
+    ) as report:
         assert report["in_effect"]["clock_mhz"] == 1400
         assert devices[0]["sclk"] == 3
     assert devices[0] == _device()

@@ -353,7 +353,7 @@ def test_pid_namespace_is_detected_for_real() -> None:
 def _run_as_root_without_dac(code: str, home: Path) -> subprocess.CompletedProcess[str]:
     """uid 0 without CAP_DAC_OVERRIDE/READ_SEARCH, pretending to be uid 1000: file modes apply."""
     prog = "import os; os.geteuid = lambda: 1000\n" + code
-    env = {k: v for k, v in os.environ.items() if k not in ("XDG_STATE_HOME", "AORTA_STATE_DIR")}
+    env = {k: v for k, v in os.environ.items() if k != "XDG_STATE_HOME"}
     env["HOME"] = str(home)
     return subprocess.run(
         [
@@ -392,15 +392,15 @@ def test_unreadable_home_does_not_break_a_plain_run(tmp_path: Path) -> None:
         state = _run_as_root_without_dac(
             "from aorta.common.errors import UsageError\n"
             "from aorta.hw_queue_eval.gpu.state import ensure_state_dir, list_state_files\n"
-            "print(list_state_files())\n"
-            "try:\n    ensure_state_dir()\nexcept UsageError as exc:\n    print('usage:', exc)\n",
+            "print(list_state_files(None))\n"
+            "try:\n    ensure_state_dir(None)\nexcept UsageError as exc:\n    print('usage:', exc)\n",
             home,
         )
         assert state.returncode == 0, state.stderr
         lines = state.stdout.splitlines()
         assert lines[0] == "[]"
         assert lines[1].startswith(f"usage: cannot create state folder {home}/.local/state/aorta")
-        assert "AORTA_STATE_DIR" in lines[1]
+        assert "--state-dir" in lines[1]
     finally:
         home.chmod(0o700)
 

@@ -327,7 +327,7 @@ def fake(tmp_path: Path) -> FakeGpus:
 def test_a_valid_state_file_restores(fake, vendor):
     fake.state_dir.mkdir(mode=0o700)
     (fake.state_dir / f"gpu-{vendor}-0.json").write_text(json.dumps(_state(vendor)))
-    proc = run_cli_inprocess("restore", env=fake.env())
+    proc = run_cli_inprocess("restore", *fake.state_args(), env=fake.env())
     assert proc.returncode == 0, proc.stderr
     assert f"restored {vendor} GPU 0" in proc.stdout
     assert fake.state_files() == []
@@ -343,7 +343,7 @@ def test_restore_refuses_a_bad_state_file_and_leaves_it(fake, vendor, field, val
     path = fake.state_dir / f"gpu-{vendor}-0.json"
     path.write_text(json.dumps(record))
     before = path.read_text()
-    proc = run_cli_inprocess("restore", env=fake.env())
+    proc = run_cli_inprocess("restore", *fake.state_args(), env=fake.env())
     one_line_error(proc, needle, code=3)  # the device it names may still be changed
     assert path.read_text() == before, "the file stays for a person to check"
     sets = [

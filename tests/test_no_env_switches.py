@@ -1,5 +1,6 @@
-"""Issue 23 item 3: the tracefs root and the bpftrace binary are command-line options (ebpf-info
---tracefs DIR; --bpftrace PATH on run, sweep, policy-sweep, ebpf-attach and ebpf-info), never
+"""Issue 23 item 3: the tracefs root, the bpftrace binary and the GPU state folder are
+command-line options (ebpf-info --tracefs DIR; --bpftrace PATH on run, sweep, policy-sweep,
+ebpf-attach and ebpf-info; --state-dir DIR on run, sweep, policy-sweep and restore), never
 environment variables. A variable is inherited silently, through sudo and into child processes;
 an option is seen on the command line, and checked there (exit 2, one line)."""
 
@@ -13,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli_inprocess
+from conftest import run_cli_inprocess, unavailable
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tracefs"
-GONE = ("AORTA_TRACEFS", "BPFTRACE")  # environment switches that are options now
+NOBODY = 65534
+GONE = ("AORTA_TRACEFS", "BPFTRACE", "AORTA_STATE_DIR")  # environment switches that are options now
 _READ = r"(?:environ\s*(?:\.get\s*\(|\.pop\s*\(|\[)|getenv\s*\()\s*"
 
 
@@ -46,6 +48,7 @@ def test_the_scan_catches_every_way_of_reading_them() -> None:
         'x = os.getenv("AORTA_TRACEFS", "")',
         'if "BPFTRACE" in os.environ:',
         'ENV_OVERRIDE = "AORTA_TRACEFS"',
+        'override = os.environ.get("AORTA_STATE_DIR")',
     ):
         assert env_reads(code), code
     # bpftrace's own setting, which aorta sets for the child and never reads
@@ -167,3 +170,141 @@ def test_a_bad_tracefs_is_one_line_exit_2(tmp_path: Path) -> None:
             f"error: --tracefs {bad}: no readable events/ folder; give a tracefs root "
             "(the folder holding events/)"
         )
+
+
+# -- --state-dir DIR (was AORTA_STATE_DIR) ---------------------------------------------------------
+
+#: the commands that read or write GPU state files, as the shortest command line that parses
+STATE_COMMANDS = {
+    "run": ("run", "tiny_kernel_stress", "--streams", "2"),
+    "sweep": ("sweep", "tiny_kernel_stress", "--streams", "1,2"),
+    "policy-sweep": ("policy-sweep", "tiny_kernel_stress", "--streams", "2"),
+    "restore": ("restore",),
+}
+
+
+def test_the_old_state_dir_code_is_flagged() -> None:
+    """The scan catches state.py as it was before --state-dir (it read AORTA_STATE_DIR)."""
+    old = """    override = os.environ.get("AORTA_STATE_DIR")
+    if override:
+        return Path(override)"""
+    assert env_reads(old) == ['environ.get("AORTA_STATE_DIR"', '"AORTA_STATE_DIR"']
+
+
+def _state_record(folder: Path) -> Path:
+    """A state file of a dead owner in `folder` whose tool field no restore may act on."""
+    folder.mkdir(mode=0o700)
+    path = folder / "gpu-nvidia-0.json"
+    path.write_text(json.dumps({"state_version": 1, "vendor": "nvidia", "index": 0, "tool": "bogus"}))
+    return path
+
+
+def test_aorta_state_dir_is_ignored_and_state_dir_is_used(tmp_path: Path) -> None:
+    planted = _state_record(tmp_path / "from-env")
+    ignored = run_cli_inprocess(
+        "restore",
+        "--json",
+        "--state-dir",
+        str(tmp_path / "mine"),
+        env={"AORTA_STATE_DIR": str(planted.parent)},
+    )
+    assert ignored.returncode == 0, ignored.stderr
+    assert json.loads(ignored.stdout) == {
+        "kind": "restore",
+        "state_dir": str(tmp_path / "mine"),
+        "outcomes": [],
+    }
+    used = run_cli_inprocess("restore", "--json", "--state-dir", str(planted.parent))
+    assert used.returncode == 3, used.stderr  # the file there was read (and refused: bad tool)
+    (outcome,) = json.loads(used.stdout)["outcomes"]
+    assert outcome["state_file"] == str(planted) and outcome["status"] == "error"
+    assert "tool 'bogus'" in outcome["message"]
+    assert planted.exists()
+
+
+def test_a_relative_state_dir_is_made_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sweep points run in their own folder: the value they are passed must not depend on it."""
+    from aorta.hw_queue_eval.gpu.state import check_state_dir
+
+    monkeypatch.chdir(tmp_path)
+    assert check_state_dir("state") == str(tmp_path / "state")
+
+
+def test_sweeps_pass_state_dir_to_their_points() -> None:
+    from aorta.hw_queue_eval.commands._options import PASSTHROUGH_FLAGS, passthrough_args
+    from aorta.hw_queue_eval.commands.policy import policy_sweep_command
+    from aorta.hw_queue_eval.commands.sweep import sweep_command
+
+    assert "state_dir" in PASSTHROUGH_FLAGS
+    for command in (sweep_command, policy_sweep_command):
+        assert "state_dir" in {p.name for p in command.params}, command.name
+    assert passthrough_args({"ebpf_trace": False, "state_dir": "/var/lib/x"}) == ["--state-dir", "/var/lib/x"]
+
+
+@pytest.mark.slow
+def test_a_sweep_hands_state_dir_to_its_points(tmp_path: Path) -> None:
+    out, state = tmp_path / "s.json", tmp_path / "state"
+    proc = run_cli_inprocess(
+        *STATE_COMMANDS["sweep"][:3], "1", "-i", "2", "-w", "1", "-d", "cpu", "--size", "small",
+        "--state-dir", str(state), "-o", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["flags"] == ["--state-dir", str(state)]
+    assert [p["status"] for p in data["points"]] == ["ok"]
+
+
+@pytest.mark.parametrize("command", list(STATE_COMMANDS))
+@pytest.mark.parametrize("bad", ["file", "link", "empty"])
+def test_a_bad_state_dir_is_one_line_exit_2(command: str, bad: str, tmp_path: Path) -> None:
+    path = tmp_path / bad
+    if bad == "file":
+        path.write_text("not a folder")
+    elif bad == "link":
+        (tmp_path / "real").mkdir(mode=0o700)
+        path.symlink_to(tmp_path / "real")
+    value = "" if bad == "empty" else str(path)
+    proc = run_cli_inprocess(*STATE_COMMANDS[command], "--state-dir", value)
+    assert proc.returncode == 2
+    expected = (
+        "error: --state-dir: give a folder path"
+        if bad == "empty"
+        else f"error: --state-dir {path} is a symbolic link or not a folder; remove it or give another folder"
+    )
+    assert proc.stderr.strip() == expected
+    assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("plant", ["other_owner", "world_writable", "writable_parent", "in_writable_folder"])
+def test_root_refuses_a_state_dir_another_user_can_change(tmp_path: Path, plant: str) -> None:
+    """As root the state folder holds files root acts on (restore runs vendor tools with their
+    values): it, the folder it is to be made in, and every folder above must be beyond other
+    users, or the command stops with one line, exit 2, before any work."""
+    if os.geteuid() != 0:
+        unavailable("needs root: the check is root's", "CI runs as root: the root check must run")
+    parent = tmp_path / "planted"
+    parent.mkdir(mode=0o700)
+    state = parent / "state"
+    if plant == "in_writable_folder":  # not there yet: it would be made in a folder others can write
+        parent.chmod(0o777)
+    else:
+        state.mkdir(mode=0o700)
+    if plant == "other_owner":
+        os.chown(state, NOBODY, NOBODY)
+    elif plant == "world_writable":
+        state.chmod(0o777)
+    elif plant == "writable_parent":
+        parent.chmod(0o777)
+    for command in STATE_COMMANDS.values():
+        proc = run_cli_inprocess(*command, "--state-dir", str(state), env={"SUDO_UID": ""})
+        assert proc.returncode == 2, (command, proc.stdout, proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and "--state-dir" in lines[0] and "another user" in lines[0], proc.stderr
+        assert proc.stdout == ""
+    parent.chmod(0o700)
+    if state.exists():
+        os.chown(state, 0, 0)
+        state.chmod(0o700)
+    trusted = run_cli_inprocess("restore", "--state-dir", str(state), env={"SUDO_UID": ""})
+    assert trusted.returncode == 0, trusted.stderr  # the same folder, root's alone: used
+    assert f"nothing to restore: no state files in {state}" in trusted.stdout

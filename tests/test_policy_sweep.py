@@ -113,6 +113,7 @@ def test_gpu_policy_applied_around_the_child_and_restored(tmp_path: Path, fake: 
         *FAST,
         "-o",
         str(out),
+        *fake.state_args(),
         env=fake.env(),
         fakes=fake.gpu("amd", 1),
     )

@@ -322,16 +322,17 @@ def planted_link(world: Path) -> tuple[Path, Path]:
     return shared / "results", secret
 
 
+STATE = ("--state-dir", "{state}")  # never the machine's /var/lib/aorta
 LINKED_OUTPUT_CASES = [
-    ("run", "hetero_kernels", "--streams", "1", *TINY, "-o", "{link}/out.json"),
-    ("run", "hetero_kernels", "--streams", "1", *TINY, "--trace-out", "{link}/t.json"),
-    ("sweep", "hetero_kernels", "--streams", "1", *TINY, "-o", "{link}/s.json"),
-    ("policy-sweep", "hetero_kernels", "--streams", "1", *TINY, "-o", "{link}/p.json"),
+    ("run", "hetero_kernels", "--streams", "1", *TINY, *STATE, "-o", "{link}/out.json"),
+    ("run", "hetero_kernels", "--streams", "1", *TINY, *STATE, "--trace-out", "{link}/t.json"),
+    ("sweep", "hetero_kernels", "--streams", "1", *TINY, *STATE, "-o", "{link}/s.json"),
+    ("policy-sweep", "hetero_kernels", "--streams", "1", *TINY, *STATE, "-o", "{link}/p.json"),
     ("compare", "-b", "{fixture}", "-t", "{fixture}", "-o", "{link}/c.json"),
     ("report", "{fixture}", "-o", "{link}/rep"),
     ("report", "{fixture}", "-o", "{link}"),
     ("list", "-o", "{link}/l.json"),
-    ("restore", "-o", "{link}/r.json"),
+    ("restore", *STATE, "-o", "{link}/r.json"),
 ]
 
 
@@ -341,8 +342,8 @@ def test_no_write_through_a_planted_folder_link(planted_link, tmp_path, argv):
     link, secret = planted_link
     fixture = tmp_path / "base.json"  # outputs are checked before inputs are read
     fixture.write_text("{}")
-    args = [a.format(link=link, fixture=fixture) for a in argv]
-    proc = run_cli_inprocess(*args, env={"AORTA_STATE_DIR": str(tmp_path / "state"), "SUDO_UID": ""})
+    args = [a.format(link=link, fixture=fixture, state=tmp_path / "state") for a in argv]
+    proc = run_cli_inprocess(*args, env={"SUDO_UID": ""})
     assert proc.returncode == 2, proc.stderr
     assert "could have planted" in proc.stderr or "symbolic link" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr

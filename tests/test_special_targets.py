@@ -20,14 +20,15 @@ from test_cli import assert_usage_error
 
 TINY = ("--streams", "1", "-i", "2", "-w", "1", "-d", "cpu", "--size", "small")
 
+STATE = ("--state-dir", "{state}")  # never the machine's /var/lib/aorta
 #: The ten writers; {out} is the special node, {fixture} a result file outside its folder.
 WRITERS = {
-    "run -o": ("run", "hetero_kernels", *TINY, "-o", "{out}"),
-    "run --trace-out": ("run", "hetero_kernels", *TINY, "--trace-out", "{out}"),
-    "sweep": ("sweep", "hetero_kernels", *TINY, "-o", "{out}"),
-    "policy-sweep": ("policy-sweep", "hetero_kernels", *TINY, "-o", "{out}"),
+    "run -o": ("run", "hetero_kernels", *TINY, *STATE, "-o", "{out}"),
+    "run --trace-out": ("run", "hetero_kernels", *TINY, *STATE, "--trace-out", "{out}"),
+    "sweep": ("sweep", "hetero_kernels", *TINY, *STATE, "-o", "{out}"),
+    "policy-sweep": ("policy-sweep", "hetero_kernels", *TINY, *STATE, "-o", "{out}"),
     "compare": ("compare", "-b", "{fixture}", "-t", "{fixture}", "-o", "{out}"),
-    "restore": ("restore", "-o", "{out}"),
+    "restore": ("restore", *STATE, "-o", "{out}"),
     "ebpf-info": ("ebpf-info", "-o", "{out}"),
     "list": ("list", "-o", "{out}"),
     "info": ("info", "-o", "{out}"),
@@ -58,8 +59,8 @@ def test_every_writer_refuses_a_device_or_fifo_and_leaves_it(tmp_path, writer, k
     _make_node(kind, node)
     fixture = tmp_path / "base.json"
     fixture.write_text("{}")
-    args = [a.format(out=node, fixture=fixture) for a in WRITERS[writer]]
-    proc = run_cli_inprocess(*args, env={"AORTA_STATE_DIR": str(tmp_path / "state")})
+    args = [a.format(out=node, fixture=fixture, state=tmp_path / "state") for a in WRITERS[writer]]
+    proc = run_cli_inprocess(*args)
     assert_usage_error(proc, "not a regular file")
     assert KINDS[kind](os.lstat(node).st_mode), "the node was replaced"
     assert os.listdir(folder) == ["out.json"], "something was made in the node's folder"

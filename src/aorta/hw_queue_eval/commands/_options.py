@@ -33,12 +33,13 @@ if TYPE_CHECKING:
     from aorta.hw_queue_eval.gpu.control import GpuRequest
 
 #: `run` options a sweep passes through to every point when `run` has them.
-PASSTHROUGH_FLAGS = ("ebpf_trace", "ebpf_memory_trace", "ebpf_gpu_runtime", "bpftrace")
+PASSTHROUGH_FLAGS = ("ebpf_trace", "ebpf_memory_trace", "ebpf_gpu_runtime", "bpftrace", "state_dir")
 
 
 def passthrough_args(values: dict[str, Any]) -> list[str]:
     """A child `run`'s arguments for the passed-through options: an on flag as itself, a given
-    value (--bpftrace PATH) as the option and its value; off flags and unset values are left out."""
+    value (--bpftrace PATH, --state-dir DIR) as the option and its value; off flags and unset
+    values are left out."""
     args: list[str] = []
     for name, value in values.items():
         flag = f"--{name.replace('_', '-')}"
@@ -224,6 +225,30 @@ def gpu_control_options(func: Any) -> Any:
     return func
 
 
+def _state_dir_value(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--state-dir DIR checked when the command line is read (exit 2, one line, before any work)."""
+    if value is None:
+        return None
+    from aorta.hw_queue_eval.gpu.state import check_state_dir
+
+    return check_state_dir(value)
+
+
+def state_dir_option(func: Any) -> Any:
+    """--state-dir DIR: where GPU clock/power state files are kept (run, restore; sweep and
+    policy-sweep get run's, PASSTHROUGH_FLAGS, and pass it to every point)."""
+    return click.option(
+        "--state-dir",
+        "state_dir",
+        default=None,
+        metavar="DIR",
+        callback=_state_dir_value,
+        help="Keep the GPU clock/power state files (what `restore` puts back) in DIR [default: "
+        "/var/lib/aorta as root, else $XDG_STATE_HOME/aorta or ~/.local/state/aorta]. As root DIR "
+        "and the folders above it must be ones only root can change.",
+    )(func)
+
+
 def gpu_request(lock_clocks: str | None, power_limit: str | None, device: str) -> GpuRequest:
     """Validate --lock-clocks/--power-limit (no torch, nothing touched); UsageError when `device`
     (checked, unresolved) can mean no GPU, so the CPU backend refuses them before torch loads."""
@@ -240,10 +265,11 @@ def gpu_request(lock_clocks: str | None, power_limit: str | None, device: str) -
     return request
 
 
-def gpu_control_context(device: str, request: GpuRequest) -> Any:
+def gpu_control_context(device: str, request: GpuRequest, state_dir: str | None) -> Any:
     """A context manager holding `request` on the GPU behind `device` (no-op when empty).
 
-    First restores devices left changed by hard-killed processes. UsageError on the CPU backend.
+    First restores devices left changed by hard-killed processes; `state_dir` (the --state-dir
+    option, None: the default) holds their state files and this one's. UsageError on the CPU backend.
     Imports torch only when a clock/power change is requested (to find the GPU's vendor).
     """
     from aorta.hw_queue_eval.commands import collaborators
@@ -253,7 +279,7 @@ def gpu_control_context(device: str, request: GpuRequest) -> Any:
         recover_stale_states,
     )
 
-    recover_stale_states(echo=lambda m: click.echo(m, err=True))
+    recover_stale_states(echo=lambda m: click.echo(m, err=True), state_dir=state_dir)
     if request.empty:
         return contextlib.nullcontext(None)
     from aorta.hw_queue_eval.backends import resolve_device
@@ -262,7 +288,7 @@ def gpu_control_context(device: str, request: GpuRequest) -> Any:
     target = gpus.target_for(resolve_device(device))
     if target is None:
         raise UsageError(f"--lock-clocks/--power-limit: {CPU_NOT_APPLICABLE}")
-    return GpuControl(target, request, open_driver=gpus.driver_for)
+    return GpuControl(target, request, open_driver=gpus.driver_for, state_dir=state_dir)
 
 
 TRACING_FLAGS: list[tuple[str, str, str]] = [

@@ -17,6 +17,7 @@ from aorta.hw_queue_eval.commands._options import (
     gpu_request,
     passthrough_args,
     run_options,
+    state_dir_option,
 )
 from aorta.hw_queue_eval.commands._output import hold_output_lock
 from aorta.hw_queue_eval.commands.run import run_command
@@ -131,7 +132,8 @@ def policy_sweep_command(
         )
     timeout_s = parse_timeout(timeout)
     nproc = None if nproc_per_node is None else parse_positive_int(nproc_per_node, "--nproc-per-node")
-    flags = passthrough_args(passthrough)
+    flags = passthrough_args(passthrough)  # --state-dir too: each point's run reads state files
+    state_dir = passthrough.get("state_dir")
     base = gpu_request(lock_clocks, power_limit, config.device)
     output = output or f"policy_sweep_{config.workload}_s{config.streams}.json"
     check_output_path(output, "policy-sweep file")
@@ -142,10 +144,10 @@ def policy_sweep_command(
     target = gpus.target_for(config.device)
     if target is None and not base.empty:
         raise UsageError(f"--lock-clocks/--power-limit: {CPU_NOT_APPLICABLE}")
-    recover_stale_states(echo=lambda m: click.echo(m, err=True))
+    recover_stale_states(echo=lambda m: click.echo(m, err=True), state_dir=state_dir)
     if target is not None:  # tools present, device readable, watts in range: before any run
         for request in {point_request(p, base) for p in chosen} - {GpuRequest()}:
-            control = GpuControl(target, request, open_driver=gpus.driver_for)
+            control = GpuControl(target, request, open_driver=gpus.driver_for, state_dir=state_dir)
             try:
                 control.preflight()
             finally:
@@ -210,6 +212,7 @@ def policy_sweep_command(
                     flags,
                     nproc_per_node=nproc,
                     open_driver=gpus.driver_for,
+                    state_dir=state_dir,
                 )
                 file.record(point, state="running")
                 if point["status"] != "ok":
@@ -236,7 +239,8 @@ def policy_sweep_command(
     help="Also write what was restored, skipped or failed as JSON here.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print that JSON instead of text.")
-def restore_command(output: str | None, as_json: bool) -> None:
+@state_dir_option
+def restore_command(output: str | None, as_json: bool, state_dir: str | None = None) -> None:
     """Put GPU clocks/power back from state files left by a process that was killed hard."""
     from aorta.common.atomicio import check_output_path
     from aorta.hw_queue_eval.commands._output import save_and_print_json
@@ -246,7 +250,7 @@ def restore_command(output: str | None, as_json: bool) -> None:
     if output:
         check_output_path(output)
     outcomes: list[dict[str, str]] = []
-    for path in gpu_state.list_state_files():
+    for path in gpu_state.list_state_files(state_dir):
         try:
             record = gpu_state.read_state(path)
             if gpu_state.owner_alive(record):
@@ -260,11 +264,11 @@ def restore_command(output: str | None, as_json: bool) -> None:
                 )
                 continue
             outcomes.append(
-                {"state_file": str(path), "status": "restored", "message": restore_from_file(path)}
+                {"state_file": str(path), "status": "restored", "message": restore_from_file(path, state_dir)}
             )
         except AortaError as exc:  # the state file stays: its device may still be changed
             outcomes.append({"state_file": str(path), "status": "error", "message": str(exc)})
-    data = {"kind": "restore", "state_dir": str(gpu_state.state_dir()), "outcomes": outcomes}
+    data = {"kind": "restore", "state_dir": str(gpu_state.state_dir(state_dir)), "outcomes": outcomes}
     if not save_and_print_json(data, output, as_json):
         if not outcomes:
             click.echo(f"nothing to restore: no state files in {data['state_dir']}")

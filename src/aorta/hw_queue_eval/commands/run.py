@@ -26,6 +26,7 @@ from aorta.hw_queue_eval.commands._options import (
     gpu_control_options,
     gpu_request,
     run_options,
+    state_dir_option,
     tracing_options,
 )
 from aorta.hw_queue_eval.commands.profiling import profile_folder, profile_options
@@ -120,6 +121,7 @@ def _write_outputs(
     f"side to detect a change at α = {ALPHA:g}). 1 = one in-process run, as before.",
 )
 @tracing_options
+@state_dir_option
 @click.option(
     "--dist-timeout",
     default="300",
@@ -156,6 +158,7 @@ def run_command(
     ebpf_memory_trace: bool = False,
     ebpf_gpu_runtime: bool = False,
     bpftrace: str | None = None,
+    state_dir: str | None = None,
     dist_timeout: str = "300",
     quiet: bool = False,
     profile: bool = False,
@@ -257,13 +260,14 @@ def run_command(
             if on
         ] + (["--stream-priority", stream_priority] if stream_priority is not None else [])
         flags += ["--bpftrace", bpftrace] if bpftrace is not None else []
-        _run_repeats(config, request, runs, [*flags, *knob_flags], output, as_json, quiet)
+        flags += ["--state-dir", state_dir] if state_dir is not None else []
+        _run_repeats(config, request, runs, [*flags, *knob_flags], output, as_json, quiet, state_dir)
         return
     tracer = build_tracer(
         ebpf_trace, ebpf_memory_trace, ebpf_gpu_runtime, timeline=bool(trace_out), bpftrace=bpftrace
     )
     config = dataclasses.replace(config, device=resolve_device(config.device))  # imports torch
-    control = gpu_control_context(config.device, request)
+    control = gpu_control_context(config.device, request, state_dir)
     with control as gpu_report:  # clocks/power (if asked) applied and verified before the run
         if not quiet:
             click.echo(
@@ -350,8 +354,10 @@ def _run_repeats(
     output: str | None,
     as_json: bool,
     quiet: bool = False,
+    state_dir: str | None = None,
 ) -> None:
-    """`run --repeats N`: N fresh child runs back to back, one result with every repeat."""
+    """`run --repeats N`: N fresh child runs back to back, one result with every repeat
+    (`state_dir`: the --state-dir option, for the clocks/power this process holds)."""
     import json
 
     from aorta.hw_queue_eval.report.console import make_console, quiet_line, render_run
@@ -378,7 +384,7 @@ def _run_repeats(
         if not quiet:
             click.echo(f"  repeat {repeat}/{runs}: {text} ({outcome['duration_s']:.1f} s)", err=True)
 
-    with gpu_control_context(config.device, request) as gpu_report:
+    with gpu_control_context(config.device, request, state_dir) as gpu_report:
         result, outcomes = run_repeated(child_run_args(config, flags), runs, on_repeat=on_repeat)
     if result is None:
         first = outcomes[0]

@@ -121,7 +121,7 @@ def sweep_command(
     output = output or f"{workload}_sweep.json"
     check_output_path(output, "sweep file")
     hold_output_lock(output, "sweep file")
-    flags = passthrough_args(passthrough)
+    flags = passthrough_args(passthrough)  # --state-dir too: each point's run reads state files
     # children run in their own private folder: a relative --trace-out means the caller's folder
     trace_out = os.path.join(os.getcwd(), trace_out) if trace_out else None
     spec = SweepSpec(
@@ -159,7 +159,8 @@ def sweep_command(
         err=True,
     )
     # clocks/power held for the whole sweep by this process, restored on every exit path
-    with gpu_control_context(config.device, request) as gpu_report, Progress() as progress:
+    state_dir = passthrough.get("state_dir")
+    with gpu_control_context(config.device, request, state_dir) as gpu_report, Progress() as progress:
         if gpu_report is not None:
             file.header["gpu_control"] = gpu_report  # the same dict ends as "restored"
 

@@ -173,8 +173,17 @@ def _signals_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def _restore_device(driver: GpuDriver, record: dict[str, Any]) -> dict[str, Any]:
-    """Undo what `record` says was (or was about to be) changed; verify; return what was read.
+def restore_advice(state_dir: str | Path | None) -> str:
+    """How to put a device back later: `restore`, with the --state-dir its state file is in."""
+    option = "" if state_dir is None else f" --state-dir {state_dir}"
+    return f"run `python -m aorta.hw_queue_eval restore{option}`"
+
+
+def _restore_device(
+    driver: GpuDriver, record: dict[str, Any], state_dir: str | Path | None
+) -> dict[str, Any]:
+    """Undo what `record` says was (or was about to be) changed; verify; return what was read
+    (`state_dir`: the folder of its state file, for the advice when that fails).
 
     An undo that fails is DeviceLeftChanged unless the change itself had failed ("pending": the
     vendor tool refused it) and the read-back shows the prior state.
@@ -197,7 +206,7 @@ def _restore_device(driver: GpuDriver, record: dict[str, Any]) -> dict[str, Any]
     except GpuControlError as exc:
         raise DeviceLeftChanged(
             f"could not read GPU {record['index']} back after restoring it: "
-            f"{exc}; run `python -m aorta.hw_queue_eval restore`"
+            f"{exc}; {restore_advice(state_dir)}"
         ) from None
     if "power_limit_w" in applied and prior.get("power_limit_w") is not None:
         now = after.get("power_limit_w")
@@ -215,19 +224,19 @@ def _restore_device(driver: GpuDriver, record: dict[str, Any]) -> dict[str, Any]
     if errors:
         raise DeviceLeftChanged(
             f"could not put GPU {record['index']} back as found: "
-            f"{'; '.join(errors + soft)}; run `python -m aorta.hw_queue_eval "
-            "restore`"
+            f"{'; '.join(errors + soft)}; {restore_advice(state_dir)}"
         )
     return after
 
 
-def restore_from_file(path: Path) -> str:
-    """Put back the device recorded in a state file left by a dead process; remove the file."""
+def restore_from_file(path: Path, state_dir: str | Path | None) -> str:
+    """Put back the device recorded in a state file left by a dead process; remove the file
+    (`state_dir`: the --state-dir it was found in, None: the default)."""
     record = gpu_state.read_state(path)  # every field validated; a bad file stays in place
     driver = _driver_for_record(record)
     try:
         _check_power_in_range(driver, record, path)
-        _restore_device(driver, record)
+        _restore_device(driver, record, state_dir)
     finally:
         _close(driver)
     gpu_state.remove_state(path)
@@ -253,15 +262,16 @@ def _check_power_in_range(driver: GpuDriver, record: dict[str, Any], path: Path)
         )
 
 
-def recover_stale_states(echo: Any = None) -> list[str]:
-    """Restore every device left changed by a process that no longer runs (the next start).
+def recover_stale_states(echo: Any = None, *, state_dir: str | Path | None) -> list[str]:
+    """Restore every device left changed by a process that no longer runs (the next start), from
+    the state files in `state_dir` (the --state-dir option; None: the default folder).
 
     Never stops the caller: what cannot be restored is reported as a warning (a command that
     controls that same device then refuses to start, in GpuControl.preflight).
     """
     messages = []
     try:
-        paths = gpu_state.list_state_files()
+        paths = gpu_state.list_state_files(state_dir)
     except UsageError as exc:
         paths = []
         messages.append(f"warning: GPU state files not checked: {exc}")
@@ -270,7 +280,7 @@ def recover_stale_states(echo: Any = None) -> list[str]:
             record = gpu_state.read_state(path)
             if gpu_state.owner_alive(record):
                 continue
-            messages.append(f"note: {restore_from_file(path)}")
+            messages.append(f"note: {restore_from_file(path, state_dir)}")
         except AortaError as exc:
             messages.append(f"warning: {path}: {exc}")
     if echo is not None:
@@ -280,16 +290,21 @@ def recover_stale_states(echo: Any = None) -> list[str]:
 
 
 class GpuControl:
-    """Context manager: snapshot → state file → apply → verify; restore on every exit path."""
+    """Context manager: snapshot → state file → apply → verify; restore on every exit path.
+
+    `state_dir`: where the state file is kept (the --state-dir option; None: the default)."""
 
     def __init__(
         self,
         target: GpuTarget,
         request: GpuRequest,
         open_driver: Callable[[GpuTarget], GpuDriver] | None = None,
+        *,
+        state_dir: str | Path | None,
     ) -> None:
         self.target = target
         self.request = request
+        self.state_dir = state_dir
         self.open_driver = open_driver or DeviceGpus().driver_for
         self.driver: GpuDriver | None = None
         self.record: dict[str, Any] | None = None
@@ -302,7 +317,7 @@ class GpuControl:
 
     def preflight(self) -> dict[str, Any]:
         """Tool present, device readable, requested power within its limits (changes nothing)."""
-        path = gpu_state.state_path(self.target.vendor, self.target.index)
+        path = gpu_state.state_path(self.target.vendor, self.target.index, self.state_dir)
         if path.exists():
             record = gpu_state.read_state(path)
             if gpu_state.owner_alive(record) and record.get("pid") != os.getpid():
@@ -310,8 +325,8 @@ class GpuControl:
                     f"{self.target.describe()} is being controlled by running pid "
                     f"{record.get('pid')} (state file {path}); wait for it to end"
                 )
-            restore_from_file(path)
-        gpu_state.ensure_state_dir()
+            restore_from_file(path, self.state_dir)
+        gpu_state.ensure_state_dir(self.state_dir)
         self.driver = self.driver or self.open_driver(self.target)
         snap = self.driver.snapshot()
         watts = self.request.power_limit_w
@@ -346,7 +361,7 @@ class GpuControl:
             "applied": {},
         }
         self.report["tool"] = self.driver.tool  # which backend acts: amdsmi, rocm-smi, …
-        self.path = gpu_state.write_state(self.record)  # before anything changes
+        self.path = gpu_state.write_state(self.record, self.state_dir)  # before anything changes
         try:
             self._apply(prior)
         except BaseException as exc:
@@ -357,7 +372,7 @@ class GpuControl:
     def _note(self, key: str, value: Any) -> None:
         assert self.record is not None
         self.record["applied"][key] = value
-        gpu_state.write_state(self.record)
+        gpu_state.write_state(self.record, self.state_dir)
 
     def _apply(self, prior: dict[str, Any]) -> None:
         assert self.driver is not None
@@ -413,7 +428,7 @@ class GpuControl:
             return
         with _signals_held():
             try:
-                after = _restore_device(self.driver, self.record)
+                after = _restore_device(self.driver, self.record, self.state_dir)
             except DeviceLeftChanged as exc:
                 self.close()
                 self.report.update({"status": "restore_failed", "restore_error": str(exc)})

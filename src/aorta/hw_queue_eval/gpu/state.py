@@ -4,8 +4,10 @@ One file per controlled device (`gpu-<vendor>-<index>.json`), so a process kille
 what `restore` (or the next start) needs to put the device back. Written atomically, never
 through a symlink, in a folder only its owner can write.
 
-Folder: $AORTA_STATE_DIR if set (tests, unusual setups); else /var/lib/aorta as root; else
-$XDG_STATE_HOME/aorta or ~/.local/state/aorta.
+Folder: the --state-dir option of the command (run, sweep, policy-sweep, restore) if given; else
+/var/lib/aorta as root; else $XDG_STATE_HOME/aorta or ~/.local/state/aorta. Every function here
+takes that option's value (`given`, None when it was not given), so nothing in the environment
+chooses the folder whose files root reads back.
 """
 
 from __future__ import annotations
@@ -19,57 +21,76 @@ from typing import Any, TypeGuard
 
 from aorta.common.atomicio import atomic_write_json, read_json_file
 from aorta.common.errors import UsageError
+from aorta.common.safedir import check_root_may_use
 
 STATE_VERSION = 1
+OPTION = "--state-dir"
 
 
-def state_dir() -> Path:
-    """The folder holding state files (not created here)."""
-    override = os.environ.get("AORTA_STATE_DIR")
-    if override:
-        return Path(override)
+def state_dir(given: str | Path | None) -> Path:
+    """The folder holding state files (not created here): `given` (--state-dir) or the default."""
+    if given is not None:
+        return Path(given)
     if os.geteuid() == 0:
         return Path("/var/lib/aorta")
     xdg = os.environ.get("XDG_STATE_HOME")
     home = os.path.expanduser("~")
     if not xdg and not os.path.isabs(home):  # no HOME and no passwd entry: never a relative path
         raise UsageError(
-            "no home folder to keep GPU state files in: set HOME, XDG_STATE_HOME or AORTA_STATE_DIR"
+            f"no home folder to keep GPU state files in: set HOME or XDG_STATE_HOME, or give {OPTION} DIR"
         )
     base = Path(xdg) if xdg else Path(home) / ".local" / "state"
     return base / "aorta"
 
 
-def _check_dir(path: Path) -> None:
+def _check_dir(path: Path, what: str = "state folder", fix: str = f"give {OPTION} DIR") -> None:
     """Refuse a folder that is a symlink, not a folder, or writable by others / not ours."""
     st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        raise UsageError(
-            f"state folder {path} is a symbolic link or not a folder; remove it or set AORTA_STATE_DIR"
-        )
+        raise UsageError(f"{what} {path} is a symbolic link or not a folder; remove it or {fix}")
     if st.st_uid != os.geteuid() or st.st_mode & 0o022:
         raise UsageError(
-            f"state folder {path} is not owned by this user or is writable by "
-            "others; fix its owner/mode (0700) or set AORTA_STATE_DIR"
+            f"{what} {path} is not owned by this user or is writable by "
+            f"others; fix its owner/mode (0700) or {fix}"
         )
 
 
-def ensure_state_dir() -> Path:
+def check_state_dir(value: str) -> str:
+    """--state-dir DIR checked when the command line is read: DIR as an absolute path (children
+    run in their own folder), else UsageError (one line). An existing DIR must pass _check_dir;
+    as root, DIR (or the folder it will be made in) and every folder above it must be beyond
+    other users (check_root_may_use), as root reads back and acts on the files kept there."""
+    if not value.strip():
+        raise UsageError(f"{OPTION}: give a folder path")
+    path = os.path.abspath(value)
+    existing = path
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    check_root_may_use(existing, OPTION, "give a folder only root can change")
+    if existing == path:
+        try:
+            _check_dir(Path(path), OPTION, "give another folder")
+        except OSError as exc:
+            raise UsageError(f"{OPTION} {path} cannot be read: {exc.strerror}") from None
+    return path
+
+
+def ensure_state_dir(given: str | Path | None) -> Path:
     """Create the state folder (mode 0700) if needed and check it is safe to write into."""
-    path = state_dir()  # UsageError when there is no home folder
+    path = state_dir(given)  # UsageError when there is no home folder
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         _check_dir(path)
     except OSError as exc:
         raise UsageError(
-            f"cannot create state folder {path}: {exc.strerror}; set AORTA_STATE_DIR to a writable folder"
+            f"cannot create state folder {path}: {exc.strerror}; give {OPTION} DIR, a folder you can write"
         ) from None
     return path
 
 
-def state_path(vendor: str, index: int) -> Path:
+def state_path(vendor: str, index: int, given: str | Path | None) -> Path:
     """The state file of one device."""
-    return state_dir() / f"gpu-{vendor}-{index}.json"
+    return state_dir(given) / f"gpu-{vendor}-{index}.json"
 
 
 def process_start_ticks(pid: int) -> int | None:
@@ -93,10 +114,10 @@ def owner_alive(record: dict[str, Any]) -> bool:
     return ticks is not None and process_start_ticks(pid) == ticks
 
 
-def write_state(record: dict[str, Any]) -> Path:
+def write_state(record: dict[str, Any], given: str | Path | None) -> Path:
     """Write one device's record atomically; returns its path."""
-    ensure_state_dir()
-    path = state_path(record["vendor"], record["index"])
+    ensure_state_dir(given)
+    path = state_path(record["vendor"], record["index"], given)
     atomic_write_json(path, {"state_version": STATE_VERSION, **record})
     return path
 
@@ -219,7 +240,7 @@ def remove_state(path: Path) -> None:
         os.unlink(path)
 
 
-def list_state_files() -> list[Path]:
+def list_state_files(given: str | Path | None) -> list[Path]:
     """Every GPU state file in the state folder (empty if the folder does not exist).
 
     Also empty when this user cannot look at the folder or it is another user's (an unreadable
@@ -227,7 +248,7 @@ def list_state_files() -> list[Path]:
     or a link where the folder should be is an error, not "nothing to restore".
     """
     try:
-        folder = state_dir()
+        folder = state_dir(given)
         if not os.path.lexists(folder):
             return []
         st = os.lstat(folder)

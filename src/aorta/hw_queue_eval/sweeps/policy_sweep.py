@@ -120,10 +120,13 @@ def run_policy_point(
     flags: Sequence[str] = (),
     nproc_per_node: int | None = None,
     open_driver: Callable[[GpuTarget], GpuDriver] | None = None,
+    *,
+    state_dir: str | None,
 ) -> dict[str, Any]:
     """One policy once: apply clock/power (if any), run the child with the env, restore.
 
-    `open_driver` opens the driver of `target` (default: its vendor library or tool)."""
+    `open_driver` opens the driver of `target` (default: its vendor library or tool);
+    `state_dir`: the --state-dir option (None: the default folder)."""
     key = {"workload": config.workload, "streams": config.streams, "policy": policy.name, "repeat": repeat}
     request = point_request(policy, base)
     point: dict[str, Any] = {"key": key, "policy": policy.to_dict(), "request": request.to_dict()}
@@ -149,7 +152,7 @@ def run_policy_point(
     control: Any = contextlib.nullcontext(None)
     if not request.empty:
         assert target is not None
-        control = GpuControl(target, request, open_driver=open_driver)
+        control = GpuControl(target, request, open_driver=open_driver, state_dir=state_dir)
     point["conditions"] = conditions()
     with control as gpu_report:
         outcome = run_point(
