@@ -222,6 +222,15 @@ def test_aorta_state_dir_is_ignored_and_state_dir_is_used(tmp_path: Path) -> Non
     assert planted.exists()
 
 
+def test_a_relative_bpftrace_is_made_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As --state-dir: a sweep point started in its private folder gets a path that still names it."""
+    from aorta.ebpf.session import check_bpftrace
+
+    _fake_bpftrace(tmp_path / "bin", "exit 0")
+    monkeypatch.chdir(tmp_path)
+    assert check_bpftrace("bin/bpftrace") == str(tmp_path / "bin" / "bpftrace")
+
+
 def test_a_relative_state_dir_is_made_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Sweep points run in their own folder: the value they are passed must not depend on it."""
     from aorta.hw_queue_eval.gpu.state import check_state_dir

@@ -56,12 +56,13 @@ class SessionError(Exception):
 
 
 def check_bpftrace(path: str, option: str = "--bpftrace") -> str:
-    """`path` when it names a bpftrace this process may run: an executable regular file and, as
-    root, one beyond other users (root would run it). UsageError (one line) otherwise."""
+    """`path`, made absolute (sweep points run in their own folder), when it names a bpftrace this
+    process may run: an executable regular file and, as root, one beyond other users (root would
+    run it). UsageError (one line) otherwise."""
     if not os.path.isfile(path) or not os.access(path, os.X_OK):
         raise UsageError(f"{option} {path}: not an executable regular file; give the path of bpftrace")
     check_root_may_use(path, option, "give a bpftrace only root can change")
-    return path
+    return os.path.abspath(path)
 
 
 def bpftrace_path(override: str | None = None) -> str | None:
