@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import importlib.util
 import json
 import os
 import resource
@@ -13,6 +14,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any, NoReturn
 
 import pytest
@@ -332,6 +334,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def in_ci() -> bool:
     """CI=true: what a test needs must be there (a skip would hide the test)."""
     return os.environ.get("CI", "").lower() == "true"
+
+
+def load_file_module(path: Path) -> ModuleType:
+    """A script or bench file (not a package module) imported by path, registered in sys.modules
+    under its stem (dataclasses look their module up there)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def unavailable(why: str, in_ci_why: str | None = None) -> NoReturn:

@@ -5,7 +5,6 @@ pure parts (the /proc/stat shares, the CV ratio, the verdict) are checked on kno
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import statistics
@@ -16,17 +15,14 @@ from types import ModuleType
 
 import pytest
 
+from conftest import load_file_module
+
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "cpu_run_cv.py"
 CONTROL = BENCH.parent / "_plain_threads_control.py"
 
 
 def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("cpu_run_cv", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, module)  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_file_module(BENCH)
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:

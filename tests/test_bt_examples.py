@@ -3,15 +3,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from pathlib import Path
 
+from conftest import load_file_module
+
 REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("bt_examples", REPO / "scripts" / "bt_examples.py")
-assert _spec is not None and _spec.loader is not None
-bt_examples = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bt_examples)
+bt_examples = load_file_module(REPO / "scripts" / "bt_examples.py")
 
 
 def test_every_script_has_a_current_example() -> None:

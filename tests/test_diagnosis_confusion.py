@@ -11,7 +11,6 @@ sweep. The bench's scoring is checked on known rows.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -21,17 +20,13 @@ from types import ModuleType
 
 import pytest
 
-from conftest import unavailable
+from conftest import load_file_module, unavailable
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "diagnosis_confusion.py"
 
 
 def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("diagnosis_confusion", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file_module(BENCH)
 
 
 def test_scoring_counts_first_named_causes_and_the_pass_rule():

@@ -5,20 +5,17 @@ tests/test_gpu_runtime_vendor.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
+
+from conftest import load_file_module
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
 def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_gpu_view_points", BENCH / "_gpu_view_points.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file_module(BENCH / "_gpu_view_points.py")
 
 
 def test_seen_counts_take_only_the_drivers_streams_and_direction():

@@ -4,24 +4,19 @@ recorded runs in tests/fixtures/guide/ with today's renderers."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import load_file_module
 
 REPO = Path(__file__).resolve().parents[1]
 BLOCKS = {"ebpf-info", "ebpf-info-dkms", "run-baseline", "run-memory", "compare"}
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("guide_outputs", REPO / "scripts" / "guide_outputs.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["guide_outputs"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_file_module(REPO / "scripts" / "guide_outputs.py")
 
 
 guide_outputs = _script()
