@@ -57,13 +57,16 @@ def queue_rows(maps: dict[str, Any], per_stream: dict[int, dict[str, Any]]) -> d
     for key, n in hist.keyed(maps.get(f"{P}rings")).items():
         if key:
             sig = int(key) & (2**64 - 1)
-            rows[sig] = new_queue_row(sig, *doorbell_queue.get(sig, (None, None)), "hsa_queue_create seen")
+            qptr, qid = doorbell_queue.get(sig, (None, None))
+            rows[sig] = new_queue_row(sig, qptr, qid, "hsa_queue_create seen")
             rows[sig]["doorbell_rings"] = int(n)
     for (stream, sig), n in pair_map(maps.get(f"{P}launch_rings")).items():
         if sig not in rows:
+            qptr, qid = doorbell_queue.get(sig, (None, None))
             rows[sig] = new_queue_row(
                 sig,
-                *doorbell_queue.get(sig, (None, None)),
+                qptr,
+                qid,
                 "inferred: stored during a launch call (queue created before attach)",
             )
         row = rows[sig]
