@@ -32,7 +32,7 @@ _CHILD = textwrap.dedent("""
     sys.path[:0] = sys.argv.pop(1).split(os.pathsep)  # -I ignores PYTHONPATH: the parent's folders
     from aorta.hw_queue_eval.backends import gpu
     from aorta.hw_queue_eval.run import harness
-    from aorta.hw_queue_eval.run.config import RunConfig
+    from aorta.hw_queue_eval.config.run_config import RunConfig
 
     device, mode, iterations = sys.argv[1], sys.argv[2], int(sys.argv[3])
     seen = {"max_live_events": 0, "max_live_events_after_first_read": 0, "max_pending_after_read": 0,
@@ -96,8 +96,8 @@ def run_memory_points(device: str, paths: list[str], env: dict[str, str]) -> int
         reason = "the CPU backend holds no GPU op events: the bounded-memory points need a GPU"
         print(json.dumps({"check": "bounded_memory", "ran": False, "reason": reason}))
         return 0
+    from aorta.hw_queue_eval.ops.opfold import CHUNK_OPS
     from aorta.hw_queue_eval.run.harness import MAX_STORED_OPS
-    from aorta.hw_queue_eval.run.opfold import CHUNK_OPS
 
     points = {}
     failed = 0

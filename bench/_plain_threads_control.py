@@ -34,8 +34,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torch
 
 from aorta.hw_queue_eval.backends.cpu import assign_queues
+from aorta.hw_queue_eval.config.run_config import hw_queue_pool_size
 from aorta.hw_queue_eval.run import oncpu
-from aorta.hw_queue_eval.run.config import hw_queue_pool_size
 from aorta.hw_queue_eval.run.cpupin import Pinning, parse_cpu_list
 from aorta.hw_queue_eval.workloads.base import UNIT_SCALE
 from aorta.hw_queue_eval.workloads.registry import get_workload_class

@@ -96,7 +96,7 @@ def bench_fold_only(ops: int) -> float:
     import numpy as np
 
     from aorta.hw_queue_eval.backends.cpu import CHUNK_OPS
-    from aorta.hw_queue_eval.run.opfold import OpFold
+    from aorta.hw_queue_eval.ops.opfold import OpFold
 
     rng = np.random.default_rng(0)
     start = 10**12 + np.cumsum(rng.integers(2_000, 9_000, ops))

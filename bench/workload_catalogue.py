@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from aorta.hw_queue_eval.run.config import RunConfig
+from aorta.hw_queue_eval.config.run_config import RunConfig
 from aorta.hw_queue_eval.run.harness import run_benchmark
 from aorta.hw_queue_eval.workloads.registry import list_workloads
 

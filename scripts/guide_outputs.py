@@ -85,7 +85,7 @@ def _echoed(draw: Callable[[], None]) -> list[str]:
 
 
 def _load(folder: Path, name: str) -> dict[str, Any]:
-    from aorta.hw_queue_eval.results.run_result import load_result
+    from aorta.hw_queue_eval.readers.load import load_result
 
     return load_result(str(folder / name))
 

@@ -12,6 +12,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from aorta.hw_queue_eval.config.run_config import RunConfig
+from aorta.hw_queue_eval.ops import metrics
 from aorta.hw_queue_eval.results.models import (
     Concurrency,
     EbpfQueueSection,
@@ -28,8 +30,6 @@ from aorta.hw_queue_eval.results.models import (
 )
 from aorta.hw_queue_eval.results.run_result import RunResult, run_result_schema
 from aorta.hw_queue_eval.results.validation import problem
-from aorta.hw_queue_eval.run import metrics
-from aorta.hw_queue_eval.run.config import RunConfig
 
 OP_COLUMNS = ["iteration", "stream", "queue", "label", "ready_us", "start_us", "end_us"]
 DEFAULT_TIMES_MS = (1.0, 1.1, 0.9, 1.05, 0.95)

@@ -37,7 +37,8 @@ def _noisy(median, n, seed):
 def _repeated(medians, streams=4, workload="hetero_kernels", seed=0, **kw):
     """A `run --repeats` file: one run per median (iteration times around it), built with the
     same helper the CLI uses."""
-    from aorta.hw_queue_eval.sweeps.repeats import repeats_block, representative
+    from aorta.hw_queue_eval.analysis.summaries import representative
+    from aorta.hw_queue_eval.sweeps.repeats import repeats_block
 
     results = [
         _run(_noisy(m, 20, seed + i), streams=streams, workload=workload, **kw) for i, m in enumerate(medians)

@@ -9,7 +9,7 @@ import pytest
 
 from aorta.common.errors import UsageError
 from aorta.hw_queue_eval.backends.cpu import CpuBackend, assign_queues
-from aorta.hw_queue_eval.run.config import hw_queue_pool_size
+from aorta.hw_queue_eval.config.run_config import hw_queue_pool_size
 
 
 @pytest.mark.parametrize(

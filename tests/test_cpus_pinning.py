@@ -96,7 +96,7 @@ def test_bad_list_is_refused_in_one_line() -> None:
 
 
 def test_children_get_the_list() -> None:
-    from aorta.hw_queue_eval.run.config import RunConfig
+    from aorta.hw_queue_eval.config.run_config import RunConfig
     from aorta.hw_queue_eval.sweeps.policy_sweep import child_run_args
 
     args = child_run_args(RunConfig("hetero_kernels", 2, device="cpu", cpus=(1, 0)))

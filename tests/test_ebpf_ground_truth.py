@@ -209,7 +209,7 @@ def test_known_delays_are_recovered(
     ebpf_ready: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """Ops busy-wait 2 ms, hand-offs are forced to wait ~4 ms: both sides must say so within 10 %."""
-    from aorta.hw_queue_eval.run.config import RunConfig
+    from aorta.hw_queue_eval.config.run_config import RunConfig
     from aorta.hw_queue_eval.run.harness import run_benchmark
     from aorta.hw_queue_eval.tracing.window_tracer import EbpfTracer
     from aorta.hw_queue_eval.workloads import registry

@@ -14,13 +14,14 @@ import numpy as np
 import pytest
 
 from aorta.hw_queue_eval.backends import gpu
-from aorta.hw_queue_eval.backends.base import OpRecord
+from aorta.hw_queue_eval.config.run_config import RunConfig
+from aorta.hw_queue_eval.ops import metrics
+from aorta.hw_queue_eval.ops.devicelane import DeviceLane
+from aorta.hw_queue_eval.ops.loghist import RELATIVE_ERROR
+from aorta.hw_queue_eval.ops.opfold import OpWindow
+from aorta.hw_queue_eval.ops.records import OpRecord
 from aorta.hw_queue_eval.results.run_result import validate_run_dict
-from aorta.hw_queue_eval.run import harness, metrics
-from aorta.hw_queue_eval.run.config import RunConfig
-from aorta.hw_queue_eval.run.devicelane import DeviceLane
-from aorta.hw_queue_eval.run.loghist import RELATIVE_ERROR
-from aorta.hw_queue_eval.run.opfold import OpWindow
+from aorta.hw_queue_eval.run import harness
 from aorta.hw_queue_eval.tracing.gpu_runtime_comparison import compare_gpu_runtime
 from aorta.hw_queue_eval.workloads.base import VerifyResult, Workload, WorkloadInfo
 from fake_cuda import DEVICE, GRID_MS, FakeEvent, install

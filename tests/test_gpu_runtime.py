@@ -521,7 +521,7 @@ def test_ebpf_attach_adds_the_family_when_a_runtime_is_mapped(
 
 def test_collect_and_gpu_comparison_recomputed_by_hand() -> None:
     """Maps as bpftrace 0.17 prints them → per-stream/per-queue rows → the GPU comparison block."""
-    from aorta.hw_queue_eval.backends.base import OpRecord
+    from aorta.hw_queue_eval.ops.records import OpRecord
     from aorta.hw_queue_eval.tracing.gpu_runtime_comparison import compare_gpu_runtime
 
     family = GpuRuntimeFamily(libraries=[])
@@ -597,8 +597,8 @@ def test_collect_and_gpu_comparison_recomputed_by_hand() -> None:
 def test_gpu_comparison_past_the_row_cap_counts_every_op() -> None:
     """A GPU window with more ops than rows: the comparison's harness figures come from the fold
     (every op), equal to those over every op, not from the rows kept (hand-computed below)."""
-    from aorta.hw_queue_eval.backends.base import OpRecord
-    from aorta.hw_queue_eval.run.opfold import DEVICE, OpFold
+    from aorta.hw_queue_eval.ops.opfold import DEVICE, OpFold
+    from aorta.hw_queue_eval.ops.records import OpRecord
     from aorta.hw_queue_eval.tracing.gpu_runtime_comparison import compare_gpu_runtime
 
     spans = {0: [(0, 0, 10), (0, 15, 20), (0, 30, 40)], 1: [(0, 0, 4), (0, 5, 6)]}
@@ -750,7 +750,7 @@ class _FakeGpuBackend:
 def test_tracer_joins_launches_to_harness_ops(cuda: tuple[ctypes.CDLL, ctypes.CDLL]) -> None:
     """The benchmark's tracer with --ebpf-gpu-runtime: one launch per harness op on 3 streams →
     accuracy 100 %, per-stream launches = per-stream ops, the comparison from gpu_runtime."""
-    from aorta.hw_queue_eval.backends.base import OpRecord
+    from aorta.hw_queue_eval.ops.records import OpRecord
     from aorta.hw_queue_eval.tracing.window_tracer import EbpfTracer
     from ebpf_support import require_ebpf
 

@@ -77,7 +77,7 @@ def test_a_line_the_code_no_longer_prints_is_caught(generated) -> None:
 def test_the_recorded_runs_are_the_guides_commands_and_current_results() -> None:
     """The fixtures are valid results today (load_result validates the schema) of the command
     the guide shows, traced (the eBPF sections ok)."""
-    from aorta.hw_queue_eval.results.run_result import load_result
+    from aorta.hw_queue_eval.readers.load import load_result
 
     for name, memory in (("results_baseline.json", False), ("results.json", True)):
         result = load_result(str(guide_outputs.FIXTURES / name))

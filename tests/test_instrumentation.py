@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from aorta.hw_queue_eval.run.config import RunConfig
+from aorta.hw_queue_eval.config.run_config import RunConfig
 from aorta.hw_queue_eval.run.harness import run_benchmark
 from fake_cuda import FakeEvent, FakeStream, install
 

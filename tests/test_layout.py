@@ -8,6 +8,7 @@ to call time is still a cycle in the design.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src"
@@ -88,7 +89,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_walk_sees_the_package():
     graph = import_graph()
     assert len(graph) > 100
-    assert "aorta.hw_queue_eval.run.config" in graph["aorta.hw_queue_eval.commands.run"]
+    assert "aorta.hw_queue_eval.config.run_config" in graph["aorta.hw_queue_eval.commands.run"]
 
 
 def test_find_cycle_finds_one():
@@ -109,3 +110,62 @@ def test_no_private_names_imported_across_modules():
         if thing and thing.startswith("_") and not thing.startswith("__") and source != name
     ]
     assert private == [], "make these public in the module that owns them:\n" + "\n".join(private)
+
+
+ARCHITECTURE = SRC.parent / "docs" / "architecture.md"
+
+
+def declared_folder_order() -> list[str]:
+    """The folder order docs/architecture.md declares ("Folder order: `a` → `b` → ..."), lowest first."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    start = text.index("Folder order:")
+    block = text[start : text.index("\n\n", start)]
+    return re.findall(r"`([\w]+)`", block)
+
+
+def folder_of(module: str) -> str:
+    """The folder a module belongs to: a sub-package of aorta.hw_queue_eval, else of aorta; the
+    CLI modules at the top of hw_queue_eval are `hw_queue_eval`; aorta's own __init__ is `aorta`."""
+    parts = module.split(".")
+    if parts[:2] == ["aorta", "hw_queue_eval"]:
+        if len(parts) > 2 and (SRC / "aorta" / "hw_queue_eval" / parts[2]).is_dir():
+            return parts[2]
+        return "hw_queue_eval"
+    return parts[1] if len(parts) > 1 else "aorta"
+
+
+def folder_edges() -> dict[tuple[str, str], list[str]]:
+    """(importing folder, imported folder) → the module imports behind it."""
+    edges: dict[tuple[str, str], list[str]] = {}
+    for name, deps in import_graph().items():
+        for dep in deps:
+            pair = (folder_of(name), folder_of(dep))
+            if pair[0] != pair[1]:
+                edges.setdefault(pair, []).append(f"{name} → {dep}")
+    return edges
+
+
+def test_the_declared_order_names_every_folder_once():
+    order = declared_folder_order()
+    assert len(order) == len(set(order)), order
+    assert set(order) == {folder_of(name) for name in MODULES}
+
+
+def test_folders_import_only_from_folders_below_them():
+    rank = {folder: i for i, folder in enumerate(declared_folder_order())}
+    upward = [
+        f"{src} imports {dst} (above it): " + "; ".join(sorted(why)[:3])
+        for (src, dst), why in sorted(folder_edges().items())
+        if rank[dst] > rank[src]
+    ]
+    assert upward == [], "move the shared piece down, or fix the order in docs/architecture.md:\n" + (
+        "\n".join(upward)
+    )
+
+
+def test_the_folder_check_sees_an_upward_import():
+    """The walk is not vacuous: backends import ops (down), and the reverse would be reported."""
+    edges = folder_edges()
+    assert ("backends", "ops") in edges and ("commands", "run") in edges
+    rank = {folder: i for i, folder in enumerate(declared_folder_order())}
+    assert rank["ops"] < rank["backends"] < rank["run"] < rank["commands"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from aorta.hw_queue_eval.backends.base import OpRecord
-from aorta.hw_queue_eval.run import metrics
+from aorta.hw_queue_eval.ops import metrics
+from aorta.hw_queue_eval.ops.records import OpRecord
 
 
 def op(

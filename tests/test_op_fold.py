@@ -15,12 +15,13 @@ import textwrap
 import numpy as np
 import pytest
 
-from aorta.hw_queue_eval.backends.base import OpRecord
+from aorta.hw_queue_eval.config.run_config import RunConfig
+from aorta.hw_queue_eval.ops import metrics
+from aorta.hw_queue_eval.ops.loghist import RELATIVE_ERROR, LogHistogram
+from aorta.hw_queue_eval.ops.opfold import WORDS, OpFold, OpWindow
+from aorta.hw_queue_eval.ops.records import OpRecord
 from aorta.hw_queue_eval.results.run_result import validate_run_dict
-from aorta.hw_queue_eval.run import harness, metrics
-from aorta.hw_queue_eval.run.config import RunConfig
-from aorta.hw_queue_eval.run.loghist import RELATIVE_ERROR, LogHistogram
-from aorta.hw_queue_eval.run.opfold import WORDS, OpFold, OpWindow
+from aorta.hw_queue_eval.run import harness
 
 ALPHA = RELATIVE_ERROR
 QS = [25, 50, 75, 95, 99]
@@ -244,7 +245,7 @@ def test_run_above_the_cap_counts_every_op(monkeypatch: pytest.MonkeyPatch) -> N
 _RSS_SCRIPT = textwrap.dedent("""
     import json, resource, sys
     from aorta.hw_queue_eval.run import harness
-    from aorta.hw_queue_eval.run.config import RunConfig
+    from aorta.hw_queue_eval.config.run_config import RunConfig
     harness.MAX_STORED_OPS = 5_000
     config = RunConfig(workload="tiny_kernel_stress", streams=16, iterations=int(sys.argv[1]),
                        warmup=1, device="cpu", size="small", sync_mode=sys.argv[2])

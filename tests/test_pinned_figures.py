@@ -17,7 +17,8 @@ from aorta.common.flatten import flatten_numbers
 from aorta.ebpf import hist
 from aorta.hw_queue_eval.analysis.scaling import ScalingPoint, unstable_points
 from aorta.hw_queue_eval.analysis.stats import median_ci
-from aorta.hw_queue_eval.run import metrics, oncpu
+from aorta.hw_queue_eval.ops import metrics
+from aorta.hw_queue_eval.run import oncpu
 from aorta.hw_queue_eval.tracing.harness_comparison import compare_with_harness
 
 

@@ -16,9 +16,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from aorta.hw_queue_eval.config.run_config import RunConfig
+from aorta.hw_queue_eval.readers.load import load_result
 from aorta.hw_queue_eval.results import provenance
-from aorta.hw_queue_eval.results.run_result import load_result, run_result_schema
-from aorta.hw_queue_eval.run.config import RunConfig
+from aorta.hw_queue_eval.results.run_result import run_result_schema
 from aorta.hw_queue_eval.run.harness import run_benchmark
 
 REPO = Path(__file__).resolve().parents[1]

@@ -7,8 +7,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from aorta.hw_queue_eval.config.run_config import RunConfig
 from aorta.hw_queue_eval.results.run_result import REQUIRED_KEYS, run_result_schema, validate_run_dict
-from aorta.hw_queue_eval.run.config import RunConfig
 from aorta.hw_queue_eval.run.harness import run_benchmark
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "results-schema.md"

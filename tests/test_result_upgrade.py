@@ -9,9 +9,10 @@ import jsonschema
 import pytest
 
 from aorta.common.errors import UsageError
-from aorta.hw_queue_eval.results.run_result import SCHEMA_VERSION, load_result, run_result_schema
-from aorta.hw_queue_eval.results.upgrade import ops_from_intervals, upgrade
-from aorta.hw_queue_eval.run import metrics
+from aorta.hw_queue_eval.ops import metrics
+from aorta.hw_queue_eval.readers.load import load_result
+from aorta.hw_queue_eval.readers.upgrade import ops_from_intervals, upgrade
+from aorta.hw_queue_eval.results.run_result import SCHEMA_VERSION, run_result_schema
 
 V1_FILE = Path(__file__).parent / "fixtures" / "run_v1_hetero8.json"
 

@@ -12,12 +12,12 @@ import pytest
 import torch
 from rich.console import Console
 
-from aorta.hw_queue_eval.analysis.stream_order import order_sentences, runtime_edges, stream_order
 from aorta.hw_queue_eval.backends.base import DependencyLog
+from aorta.hw_queue_eval.config.run_config import RunConfig
 from aorta.hw_queue_eval.report.console import interpret, render_run
 from aorta.hw_queue_eval.results.run_result import validate_run_dict
-from aorta.hw_queue_eval.run.config import RunConfig
 from aorta.hw_queue_eval.run.harness import run_benchmark
+from aorta.hw_queue_eval.run.stream_order import order_sentences, runtime_edges, stream_order
 from aorta.hw_queue_eval.workloads import registry
 from aorta.hw_queue_eval.workloads.graph_subgraphs import GraphSubgraphs
 from aorta.hw_queue_eval.workloads.registry import get_info, get_workload_class, workload_names

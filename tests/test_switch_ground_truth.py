@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
+from aorta.hw_queue_eval.config.run_config import RunConfig
+from aorta.hw_queue_eval.ops.loghist import RELATIVE_ERROR
 from aorta.hw_queue_eval.run import harness
-from aorta.hw_queue_eval.run.config import RunConfig
-from aorta.hw_queue_eval.run.loghist import RELATIVE_ERROR
 from aorta.hw_queue_eval.workloads import registry
 from launch_delay_workload import DELAY_NS, OPS_PER_PHASE, LaunchDelay
 
@@ -26,7 +26,7 @@ def _run(monkeypatch: pytest.MonkeyPatch, delay_ns: int, row_cap: int | None) ->
     monkeypatch.setitem(registry._WORKLOADS, "launch_delay", LaunchDelay)
     monkeypatch.setattr(LaunchDelay, "delay_ns", delay_ns)
     monkeypatch.setenv("GPU_MAX_HW_QUEUES", "1")  # both streams on one queue: every gap shared
-    if row_cap is not None:  # past the cap the figures come from the fold (run/opfold.py)
+    if row_cap is not None:  # past the cap the figures come from the fold (ops/opfold.py)
         monkeypatch.setattr(harness, "MAX_STORED_OPS", row_cap)
     result = harness.run_benchmark(
         RunConfig("launch_delay", 2, iterations=ITERATIONS, warmup=2, device="cpu")

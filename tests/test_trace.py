@@ -114,7 +114,7 @@ def test_gpu_like_result_without_queue_ids():
 
 
 def test_cross_stream_waits_become_flow_arrows():
-    from aorta.hw_queue_eval.run.config import RunConfig
+    from aorta.hw_queue_eval.config.run_config import RunConfig
     from aorta.hw_queue_eval.run.harness import run_benchmark
 
     result = run_benchmark(

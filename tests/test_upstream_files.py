@@ -157,7 +157,7 @@ def test_bad_upstream_timestamp_is_one_line(tmp_path, upstream_files):
 def test_our_upstream_formulas_match_upstream_code(upstream_files):
     """The figures we write under upstream's names, recomputed from the inputs upstream's own
     code had, equal what it wrote: switch gaps (one iteration of kernels) and sweep analysis."""
-    from aorta.hw_queue_eval.backends.base import OpRecord
+    from aorta.hw_queue_eval.ops.records import OpRecord
     from aorta.hw_queue_eval.results.upstream_keys import scaling_keys, upstream_switch
 
     sweep = json.loads(upstream_files["base0"].read_text())

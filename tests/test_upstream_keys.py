@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from aorta.hw_queue_eval.backends.base import OpRecord
+from aorta.hw_queue_eval.ops.records import OpRecord
 from aorta.hw_queue_eval.results import upstream_keys
 from factories import queue_section, run_result
 
@@ -61,7 +61,7 @@ def test_upstream_switch_formula_on_known_gaps():
 
 @pytest.fixture(scope="module")
 def real_run():
-    from aorta.hw_queue_eval.run.config import RunConfig
+    from aorta.hw_queue_eval.config.run_config import RunConfig
     from aorta.hw_queue_eval.run.harness import run_benchmark
 
     config = RunConfig(workload="hetero_kernels", streams=2, iterations=4, warmup=1, device="cpu")
@@ -109,7 +109,7 @@ def test_real_run_carries_upstream_switch_and_metadata_keys(real_run):
 
 
 def test_folded_and_unmeasured_switch_give_null_with_reason():
-    from aorta.hw_queue_eval.run import metrics
+    from aorta.hw_queue_eval.ops import metrics
 
     off = metrics.unmeasured_switch_analysis("per-op timing off (--no-op-timing)")
     assert all(off[k] is None for k in SWITCH_KEYS)

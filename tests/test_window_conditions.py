@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from aorta.hw_queue_eval.config.run_config import RunConfig
 from aorta.hw_queue_eval.results.models import TracerSections
-from aorta.hw_queue_eval.run.config import RunConfig
 from aorta.hw_queue_eval.run.gcwindow import QuietGc
 from aorta.hw_queue_eval.run.harness import run_benchmark
 from aorta.hw_queue_eval.workloads import registry
@@ -136,7 +136,7 @@ class _SectionsTracer:
 
 
 def test_tracer_sections_land_on_their_fields_and_unknown_ones_are_refused() -> None:
-    from aorta.hw_queue_eval.run.config import RunConfig
+    from aorta.hw_queue_eval.config.run_config import RunConfig
     from aorta.hw_queue_eval.run.harness import run_benchmark
 
     config = RunConfig("tiny_kernel_stress", 2, iterations=2, warmup=1, device="cpu")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from aorta.common.errors import UsageError
+from aorta.hw_queue_eval.config.run_config import RunConfig
 from aorta.hw_queue_eval.results.run_result import validate_run_dict
-from aorta.hw_queue_eval.run.config import RunConfig
 from aorta.hw_queue_eval.run.harness import run_benchmark
 from aorta.hw_queue_eval.workloads.registry import get_info, list_workloads, workload_names
 

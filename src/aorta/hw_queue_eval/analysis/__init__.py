@@ -1,1 +1,1 @@
-"""Pure analysis of results: statistics, scaling verdicts, run-to-run comparison."""
+"""Pure analysis of results: per-run summaries, statistics, scaling verdicts, diagnosis, comparison."""

@@ -22,8 +22,8 @@ from aorta.common.errors import UsageError
 from aorta.common.flatten import flatten_numbers
 from aorta.hw_queue_eval.analysis.exact_u import ALPHA, MIN_RUNS_TO_DETECT
 from aorta.hw_queue_eval.analysis.stats import MIN_RUNS, compare_runs, median_iqr, percent_change
-from aorta.hw_queue_eval.results.run_result import load_result
-from aorta.hw_queue_eval.sweeps.repeats import run_summary
+from aorta.hw_queue_eval.analysis.summaries import representative, run_summary
+from aorta.hw_queue_eval.readers.load import load_result
 
 EBPF_SECTIONS = ("ebpf_queue_metrics", "ebpf_memory_metrics", "ebpf_vs_cuda_comparison")
 #: upstream name of a section → ours
@@ -129,8 +129,6 @@ def compare_point(
 def group_repeats(points: list[Point]) -> list[Point]:
     """Repeats of one point (same key, e.g. sweep/policy-sweep `--repeats`) as one Point whose
     `runs` holds every repeat; the other fields are those of the median-throughput repeat."""
-    from aorta.hw_queue_eval.sweeps.repeats import representative
-
     groups: dict[Key, list[Point]] = {}
     for point in points:
         groups.setdefault(point.key, []).append(point)

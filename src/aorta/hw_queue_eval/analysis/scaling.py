@@ -28,7 +28,7 @@ from typing import Any
 
 from aorta.common.percent import percent_above
 from aorta.hw_queue_eval.analysis.stats import ratio
-from aorta.hw_queue_eval.run.metrics import INSTABILITY_IQR_RATIO
+from aorta.hw_queue_eval.ops.metrics import INSTABILITY_IQR_RATIO
 
 KNEE_GAIN_FRACTION = 0.2
 JUMP_RATIO = 1.5

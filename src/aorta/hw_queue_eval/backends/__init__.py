@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from aorta.hw_queue_eval.backends.base import Backend, OpRecord, Stream, WorkerInfo
+from aorta.hw_queue_eval.backends.base import Backend, Stream, WorkerInfo
 
 __all__ = [
     "Backend",
-    "OpRecord",
     "Stream",
     "WorkerInfo",
     "create_backend",
@@ -22,7 +21,7 @@ def resolve_device(device: str) -> str:
     import torch
 
     from aorta.common.errors import UsageError
-    from aorta.hw_queue_eval.run.config import check_device
+    from aorta.hw_queue_eval.config.run_config import check_device
 
     dev = check_device(device)
     if dev == "auto":

@@ -1,4 +1,4 @@
-"""The one stream API every backend offers (docs/architecture.md, "One stream API") and the op record."""
+"""The one stream API every backend offers (docs/architecture.md, "One stream API")."""
 
 from __future__ import annotations
 
@@ -7,27 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from aorta.hw_queue_eval.ops.records import OpRecord
+
 if TYPE_CHECKING:
     from aorta.hw_queue_eval.results.models import Memory, QueueMapping
-
-
-@dataclass(frozen=True, slots=True)
-class OpRecord:
-    """One measured op. Times are ns on one clock, relative to the window start.
-
-    Slotted. Both backends build these only for the rows a result keeps (opfold).
-
-    ready_ns: when the op could have started (enqueued, its stream's previous op done, its waits
-    satisfied); None where the backend cannot know it (GPU).
-    """
-
-    iteration: int
-    stream: int
-    queue: int | None
-    label: str
-    ready_ns: int | None
-    start_ns: int
-    end_ns: int
 
 
 @dataclass(frozen=True)

@@ -29,14 +29,14 @@ from typing import TYPE_CHECKING, Any
 from aorta.hw_queue_eval.backends.base import (
     Backend,
     DependencyLog,
-    OpRecord,
     Stream,
     SubmissionRecord,
     WorkerInfo,
 )
 from aorta.hw_queue_eval.backends.priority import describe
-from aorta.hw_queue_eval.run.config import hw_queue_pool_size
-from aorta.hw_queue_eval.run.opfold import CHUNK_OPS, FoldedOps, LabelTable, OpFold
+from aorta.hw_queue_eval.config.run_config import hw_queue_pool_size
+from aorta.hw_queue_eval.ops.opfold import CHUNK_OPS, FoldedOps, LabelTable, OpFold
+from aorta.hw_queue_eval.ops.records import OpRecord
 
 if TYPE_CHECKING:
     from aorta.hw_queue_eval.results.models import Memory, QueueMapping

@@ -11,7 +11,7 @@ Bounded memory: a window with no more ops than the row cap is read after it ends
 was (no host work inside it). Once a window has launched more, its ops are read between
 iterations (`fold_pending`, once a chunk is pending) as they complete: their times (relative to
 the window-start event, as always) become op records for the same fold as the CPU backend's
-(run/opfold.py, device lane) and their events are released. An op counts as complete when a
+(ops/opfold.py, device lane) and their events are released. An op counts as complete when a
 `synchronize()` that began after its launch has returned (per_iteration mode: every op of the
 finished iterations, no event queried) or when its end event's `query()` says so; a stream's ops
 are read in order, stopping at its first incomplete op. No host wait is ever added for this.
@@ -26,9 +26,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aorta.common.errors import UsageError
-from aorta.hw_queue_eval.backends.base import Backend, DependencyLog, OpRecord, Stream
+from aorta.hw_queue_eval.backends.base import Backend, DependencyLog, Stream
 from aorta.hw_queue_eval.backends.priority import StreamFactory, describe, torch_priorities
-from aorta.hw_queue_eval.run.opfold import CHUNK_OPS, DEVICE, FoldedOps, LabelTable, OpFold
+from aorta.hw_queue_eval.ops.opfold import CHUNK_OPS, DEVICE, FoldedOps, LabelTable, OpFold
+from aorta.hw_queue_eval.ops.records import OpRecord
 
 if TYPE_CHECKING:
     from aorta.hw_queue_eval.results.models import Memory, QueueMapping

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from aorta.common.errors import UsageError
-from aorta.hw_queue_eval.run.config import (
+from aorta.hw_queue_eval.config.run_config import (
     DEFAULT_ITERATIONS,
     DEFAULT_SEED,
     DEFAULT_WARMUP,

@@ -10,8 +10,8 @@ import click
 from aorta import __version__
 from aorta.common.atomicio import atomic_write_json, check_output_path
 from aorta.hw_queue_eval.commands._output import save_and_print_json
+from aorta.hw_queue_eval.config.run_config import env_knobs, hw_queue_pool_size, parse_positive_int
 from aorta.hw_queue_eval.gpu.devnodes import gpu_devices_seen_by_kernel
-from aorta.hw_queue_eval.run.config import env_knobs, hw_queue_pool_size, parse_positive_int
 from aorta.hw_queue_eval.workloads.registry import (
     CATEGORIES,
     SENSITIVITIES,

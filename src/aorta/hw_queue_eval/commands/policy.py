@@ -21,7 +21,7 @@ from aorta.hw_queue_eval.commands._options import (
 )
 from aorta.hw_queue_eval.commands._output import hold_output_lock
 from aorta.hw_queue_eval.commands.run import run_command
-from aorta.hw_queue_eval.run.config import parse_positive_int, parse_timeout
+from aorta.hw_queue_eval.config.run_config import parse_positive_int, parse_timeout
 
 #: Rounds of a policy sweep: each is one full run per policy, so more is a typo; checked before
 #: the schedule (repeats × policies names) is built.

@@ -12,7 +12,7 @@ import click
 
 from aorta.common.atomicio import OutputFolder, check_output_dir
 from aorta.common.errors import ExitCode, UsageError
-from aorta.hw_queue_eval.run.config import parse_positive_int
+from aorta.hw_queue_eval.config.run_config import parse_positive_int
 
 #: external profilers `profile` can drive, in the order it prefers them
 PROFILERS = ("rocprofv3", "rocprof", "nsys")

@@ -20,8 +20,8 @@ def register(group: click.Group) -> None:
 )
 def report_command(result_file: str, output_dir: str | None) -> None:
     """Plots (PNG) and one HTML page for RESULT_FILE (a run or a sweep)."""
+    from aorta.hw_queue_eval.readers.load import load_result
     from aorta.hw_queue_eval.report.html import write_report
-    from aorta.hw_queue_eval.results.run_result import load_result
 
     out = check_output_dir(output_dir or f"{Path(result_file).with_suffix('')}_report", "report folder")
     data = load_result(result_file)  # validated against the schema, then upgraded

@@ -36,7 +36,7 @@ from aorta.hw_queue_eval.commands.upstream_knobs import (
     overlap_knobs,
     overlap_options,
 )
-from aorta.hw_queue_eval.run.config import RunConfig, parse_positive_int
+from aorta.hw_queue_eval.config.run_config import RunConfig, parse_positive_int
 
 if TYPE_CHECKING:
     from aorta.hw_queue_eval.gpu.control import GpuRequest

@@ -12,7 +12,7 @@ from aorta.hw_queue_eval.commands import collaborators
 from aorta.hw_queue_eval.commands._options import Progress, build_config, run_options, sweep_run_options
 from aorta.hw_queue_eval.commands._output import hold_output_lock
 from aorta.hw_queue_eval.commands.profiling import profile_flags, profile_options
-from aorta.hw_queue_eval.run.config import parse_stream_list, parse_timeout
+from aorta.hw_queue_eval.config.run_config import parse_stream_list, parse_timeout
 from aorta.hw_queue_eval.workloads.registry import PRIORITY_LEVELS, get_info, workloads_at_priority
 
 #: upstream's default stream counts for run-priority

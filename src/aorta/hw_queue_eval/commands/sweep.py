@@ -23,7 +23,7 @@ from aorta.hw_queue_eval.commands._options import (
 )
 from aorta.hw_queue_eval.commands._output import hold_output_lock
 from aorta.hw_queue_eval.commands.run import run_command
-from aorta.hw_queue_eval.run.config import parse_positive_int, parse_stream_list, parse_timeout
+from aorta.hw_queue_eval.config.run_config import parse_positive_int, parse_stream_list, parse_timeout
 
 
 def register(group: click.Group) -> None:

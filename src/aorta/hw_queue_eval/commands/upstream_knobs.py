@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from aorta.common.errors import UsageError
-from aorta.hw_queue_eval.run.config import parse_positive_int
+from aorta.hw_queue_eval.config.run_config import parse_positive_int
 
 OVERLAP_WORKLOAD = "comms_compute_overlap"
 DIST_BACKENDS = ("nccl", "gloo")

@@ -24,7 +24,7 @@ from datetime import timedelta
 from typing import Any
 
 from aorta.common.errors import UsageError
-from aorta.hw_queue_eval.run.config import RunConfig
+from aorta.hw_queue_eval.config.run_config import RunConfig
 
 ERROR_KEY = "aorta/error/"
 DEFAULT_TIMEOUT_S = 300

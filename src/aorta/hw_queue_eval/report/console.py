@@ -9,7 +9,7 @@ import re
 import sys
 from typing import Any
 
-from aorta.hw_queue_eval.analysis.stream_order import edge_names, order_sentences
+from aorta.hw_queue_eval.run.stream_order import edge_names, order_sentences
 
 
 def make_console(stderr: bool = False) -> Any:

@@ -1,1 +1,1 @@
-"""The run-result file: schema, save and load, validation, upgrade of older versions."""
+"""The run-result file: typed models, schema, save, validation (reading files: readers/)."""

@@ -128,7 +128,7 @@ class _SwitchLatencyWritten(UpstreamSwitch):
 class SwitchLatency(_SwitchLatencyWritten, total=False):
     """switch_latency: like-for-like switch overhead over ready gaps, the launch waits apart, or
     null figures with the reason. Files written before the split lack the last three blocks
-    (readers use .get; docs/results-schema.md). The keys below only results/upgrade.py writes,
+    (readers use .get; docs/results-schema.md). The keys below only readers/upgrade.py writes,
     when it reads an older file."""
 
     upgrade_note: str  # how this section was recomputed from the file's op rows

@@ -13,8 +13,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from aorta.common.atomicio import atomic_write_json, read_json_file
-from aorta.common.errors import UsageError
+from aorta.common.atomicio import atomic_write_json
 from aorta.hw_queue_eval.results import upstream_keys
 from aorta.hw_queue_eval.results.models import (
     Concurrency,
@@ -104,8 +103,8 @@ class RunResult:
 def collect_environment(backend_env: dict[str, Any], backend: str, device: str) -> dict[str, Any]:
     """Host, kernel, Python, torch, device, runtime and GPU driver versions, the GPU clocks in
     effect, plus the queue env knobs."""
+    from aorta.hw_queue_eval.config.run_config import env_knobs, runtime_env
     from aorta.hw_queue_eval.results.provenance import gpu_facts
-    from aorta.hw_queue_eval.run.config import env_knobs, runtime_env
 
     env: dict[str, Any] = {
         "host": platform.node(),
@@ -157,37 +156,3 @@ def validate_run_dict(data: Any) -> list[str]:
         if not isinstance(data.get("stream_count"), int) or data.get("stream_count", 0) < 1:
             problems.append("stream_count must be a positive integer")
     return problems
-
-
-def load_result(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a JSON result file of any kind aorta writes (or the upstream tool's layout).
-
-    The file is validated against the schema first (validation.py), then schema-v1 files come
-    back upgraded to v2 (upgrade.py). Raises UsageError (one line) if unreadable, not a result at
-    all, or invalid.
-    """
-    from aorta.hw_queue_eval.results.upgrade import upgrade
-    from aorta.hw_queue_eval.results.validation import check_input
-
-    data = read_json_file(path, "result file")
-    if not isinstance(data, dict):
-        raise UsageError(f"{path} is not an aorta result: top level is not a JSON object")
-    if (
-        "schema_version" in data
-        or "workload_name" in data
-        or "results" in data
-        or "points" in data
-        or "policies" in data
-    ):
-        version = data.get("schema_version")
-        if isinstance(version, int) and version > SCHEMA_VERSION:
-            raise UsageError(
-                f"{path} has schema_version {version}, newer than this aorta reads "
-                f"({SCHEMA_VERSION}): upgrade aorta"
-            )
-        check_input(path, data)
-        return upgrade(data)
-    raise UsageError(
-        f"{path} is not an aorta result (no schema_version/workload_name): "
-        "was it written by `run`, `sweep` or `policy-sweep`?"
-    )

@@ -1,1 +1,1 @@
-"""One measured run: its configuration, the harness around the window, and its metrics."""
+"""One measured run: the harness around the window, on-CPU time, the stream-order view, profiling."""

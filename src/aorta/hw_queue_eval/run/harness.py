@@ -12,10 +12,13 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from aorta.hw_queue_eval.analysis.stream_order import runtime_edges, stream_order
-from aorta.hw_queue_eval.backends import Backend, OpRecord, create_backend, resolve_device
+from aorta.hw_queue_eval.backends import Backend, create_backend, resolve_device
 from aorta.hw_queue_eval.backends.base import SubmissionRecord
 from aorta.hw_queue_eval.backends.priority import parse_spec
+from aorta.hw_queue_eval.config.run_config import RunConfig
+from aorta.hw_queue_eval.ops import metrics
+from aorta.hw_queue_eval.ops.opfold import ROW_SELECTION, OpWindow
+from aorta.hw_queue_eval.ops.records import OpRecord
 from aorta.hw_queue_eval.results.models import (
     Concurrency,
     Handoffs,
@@ -29,11 +32,10 @@ from aorta.hw_queue_eval.results.models import (
     Verification,
 )
 from aorta.hw_queue_eval.results.run_result import RunResult, collect_environment
-from aorta.hw_queue_eval.run import metrics, oncpu
-from aorta.hw_queue_eval.run.config import RunConfig
+from aorta.hw_queue_eval.run import oncpu
 from aorta.hw_queue_eval.run.cpupin import Pinning
 from aorta.hw_queue_eval.run.gcwindow import QuietGc
-from aorta.hw_queue_eval.run.opfold import ROW_SELECTION, OpWindow
+from aorta.hw_queue_eval.run.stream_order import runtime_edges, stream_order
 from aorta.hw_queue_eval.workloads.base import UNIT_SCALE, Workload
 from aorta.hw_queue_eval.workloads.registry import get_workload_class
 

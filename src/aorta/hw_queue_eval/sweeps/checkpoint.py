@@ -84,7 +84,7 @@ class CheckpointFile:
                     f"resume: point {json.dumps(key)[:80]} in {path} is invalid "
                     f"({found}): it will be measured again"
                 )
-        from aorta.hw_queue_eval.results.upgrade import upgrade
+        from aorta.hw_queue_eval.readers.upgrade import upgrade
 
         # valid points in the current layout (a v1 file's points are read through the v1 reader)
         file.points = [

@@ -16,13 +16,14 @@ from typing import Any
 
 from aorta.hw_queue_eval.analysis.exact_u import ALPHA, MIN_RUNS_TO_DETECT
 from aorta.hw_queue_eval.analysis.stats import MIN_RUNS, compare_runs, median_ci
+from aorta.hw_queue_eval.analysis.summaries import run_summary
+from aorta.hw_queue_eval.config.run_config import RunConfig
 from aorta.hw_queue_eval.gpu.control import CPU_NOT_APPLICABLE, GpuControl, GpuRequest, GpuTarget
 from aorta.hw_queue_eval.gpu.drivers.base import GpuDriver
 from aorta.hw_queue_eval.gpu.policies import Policy, cpu_ignored_env, not_applicable_reason
-from aorta.hw_queue_eval.run.config import RunConfig
 from aorta.hw_queue_eval.run.cpupin import format_cpu_list
 from aorta.hw_queue_eval.sweeps.childrun import run_point
-from aorta.hw_queue_eval.sweeps.repeats import conditions, interleaved_schedule, run_summary
+from aorta.hw_queue_eval.sweeps.repeats import conditions, interleaved_schedule
 
 KIND = "policy-sweep"
 BASELINE = "baseline"

@@ -19,7 +19,7 @@ from typing import Any
 from aorta.common.errors import UsageError
 from aorta.common.interrupts import commit
 from aorta.hw_queue_eval.analysis import diagnosis, scaling
-from aorta.hw_queue_eval.run.config import env_knobs
+from aorta.hw_queue_eval.config.run_config import env_knobs
 from aorta.hw_queue_eval.sweeps.checkpoint import CheckpointFile, fingerprint, open_or_resume
 from aorta.hw_queue_eval.sweeps.childrun import PointCommand, point_command, run_point
 from aorta.hw_queue_eval.sweeps.repeats import conditions, interleaved_schedule

@@ -132,7 +132,7 @@ class Workload(ABC):
         """(producer, consumer) stream pairs the design orders, from MODELS, not run_iteration.
 
         Pure (no torch, no setup): the run's observed waits are checked against it
-        (analysis/stream_order.py); workloads with independent streams declare none.
+        (run/stream_order.py); workloads with independent streams declare none.
         """
         return set()
 

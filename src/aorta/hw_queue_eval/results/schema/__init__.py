@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 2  # v1 files are upgraded on load (results/upgrade.py)
+SCHEMA_VERSION = 2  # v1 files are upgraded on load (readers/upgrade.py)
 
 SCHEMA_FILE = Path(__file__).parent / "run_result.v2.json"
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from aorta.hw_queue_eval.backends.base import OpRecord
+from aorta.hw_queue_eval.ops import metrics
+from aorta.hw_queue_eval.ops.records import OpRecord
 from aorta.hw_queue_eval.results.models import SwitchLatency
-from aorta.hw_queue_eval.run import metrics
 
 V1 = 1
 V2 = 2

@@ -36,11 +36,11 @@ from typing import Any
 
 import numpy as np
 
-from aorta.hw_queue_eval.backends.base import OpRecord
+from aorta.hw_queue_eval.ops import metrics
+from aorta.hw_queue_eval.ops.devicelane import DeviceLane
+from aorta.hw_queue_eval.ops.loghist import RELATIVE_ERROR, LogHistogram, bucket_keys
+from aorta.hw_queue_eval.ops.records import OpRecord
 from aorta.hw_queue_eval.results.models import Stats, SwitchLatency
-from aorta.hw_queue_eval.run import metrics
-from aorta.hw_queue_eval.run.devicelane import DeviceLane
-from aorta.hw_queue_eval.run.loghist import RELATIVE_ERROR, LogHistogram, bucket_keys
 
 WORDS = 6  # int64 words per op record: iteration, stream, label, ready, start, end
 _IT, _ST, _LAB, _RDY, _S, _E = range(WORDS)

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from aorta.common.percent import percent_above
+from aorta.hw_queue_eval.ops.loghist import LogHistogram, weighted_percentiles
 from aorta.hw_queue_eval.results import upstream_keys
 from aorta.hw_queue_eval.results.models import (
     AllGaps,
@@ -38,7 +39,6 @@ from aorta.hw_queue_eval.results.models import (
     SwitchLatency,
     SwitchPair,
 )
-from aorta.hw_queue_eval.run.loghist import LogHistogram, weighted_percentiles
 
 INSTABILITY_IQR_RATIO = 0.10
 MAX_REPORTED_PAIRS = 20
