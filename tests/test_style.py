@@ -48,7 +48,7 @@ def test_ci_type_checks_the_package_before_the_tests() -> None:
     (tests,) = [i for i, line in enumerate(lines) if "-m pytest" in line]
     assert mypy < tests and "|| exit" in lines[mypy], lines
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mypy"]
-    assert config["files"] == ["src/aorta"]
+    assert config["files"] == ["src/aorta"] and config["strict"] is True
 
 
 @pytest.mark.parametrize("tool", ["ruff", "mypy"])

@@ -58,7 +58,7 @@ def raw_stream(stream: Any) -> Any:
 def visible_streams() -> Iterator[None]:
     """sys.stdout and sys.stderr as VisibleStreams inside the block, restored afterwards."""
     saved = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = VisibleStream(saved[0]), VisibleStream(saved[1])  # type: ignore[assignment]
+    sys.stdout, sys.stderr = VisibleStream(saved[0]), VisibleStream(saved[1])
     try:
         yield
     finally:

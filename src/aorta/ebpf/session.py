@@ -581,7 +581,7 @@ class TraceSession:
             self._tmpdir = None
 
 
-def remove_stale_sessions(temp_root: str | None = None) -> dict[str, list]:
+def remove_stale_sessions(temp_root: str | None = None) -> dict[str, list[Any]]:
     """Kill bpftrace processes whose owner is gone and remove their temp folders (after kill -9).
 
     A session's bpftrace carries its owner's pid in its environment (AORTA_TRACE_OWNER); it is

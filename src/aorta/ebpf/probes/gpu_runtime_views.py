@@ -180,7 +180,7 @@ def stream_graph(maps: dict[str, Any]) -> dict[str, Any]:
 
 def view_status(
     attached: list[dict[str, Any]], not_attached: list[dict[str, Any]], libs_missing: bool
-) -> dict:
+) -> dict[str, Any]:
     """Per view: the entry points probed, or why none was (never silently absent)."""
     roles = {a.name: a.role for a in APIS}
     libs = {a.name: a.lib for a in APIS}

@@ -42,7 +42,8 @@ def queue_summary_families(backend: str | None) -> tuple[str, ...]:
 def _load(path: str) -> ProbeFamily:
     module_name, _, class_name = path.partition(":")
     cls = getattr(importlib.import_module(module_name), class_name)
-    return cls()
+    family: ProbeFamily = cls()
+    return family
 
 
 def families_for(queue: bool, memory: bool, gpu_runtime: bool = False) -> list[ProbeFamily]:

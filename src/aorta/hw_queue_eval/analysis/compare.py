@@ -80,8 +80,9 @@ def normalize_latency(result: dict[str, Any]) -> dict[str, float]:
 def _policy_of(result: dict[str, Any], point_key: dict[str, Any] | None) -> str | None:
     for source in (point_key or {}, result, (result.get("config") or {}).get("extra") or {}):
         for name in ("policy", "policy_name"):
-            if isinstance(source.get(name), str):
-                return source[name]
+            value = source.get(name)
+            if isinstance(value, str):
+                return value
     return None
 
 

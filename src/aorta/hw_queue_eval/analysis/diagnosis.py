@@ -261,7 +261,8 @@ def _mux_unmeasured(ev: dict[str, Any]) -> str | None:
     if ev["queues_in_use"] is None:
         return "queues in use not known (runtime-managed stream→queue mapping)"
     if ev["head_of_line_share"] is None:
-        return ev["head_of_line_reason"]
+        reason: str | None = ev["head_of_line_reason"]
+        return reason
     return None
 
 

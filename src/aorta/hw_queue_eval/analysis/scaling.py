@@ -26,8 +26,8 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from aorta.common.finite import ratio
 from aorta.common.percent import percent_above
-from aorta.hw_queue_eval.analysis.stats import ratio
 from aorta.hw_queue_eval.ops.metrics import INSTABILITY_IQR_RATIO
 
 KNEE_GAIN_FRACTION = 0.2
@@ -190,7 +190,7 @@ def step_trend(a: ScalingPoint, b: ScalingPoint) -> str:
     return "uncertain"
 
 
-def find_knee(points: list[ScalingPoint], work_scaling: str) -> tuple[int | None, list[dict]]:
+def find_knee(points: list[ScalingPoint], work_scaling: str) -> tuple[int | None, list[dict[str, Any]]]:
     """Stream count where throughput stops scaling (None: scales to the end) and each step.
 
     The knee is the smallest K (not the last point) such that no later point b captures
@@ -234,7 +234,7 @@ class ScalingAnalysis:
     peak_streams: int | None
     peak_throughput: float | None
     knee_streams: int | None
-    steps: list[dict]
+    steps: list[dict[str, Any]]
     latency_jump_streams: int | None
     dispatch_jump_streams: int | None
     pool_size: int | None

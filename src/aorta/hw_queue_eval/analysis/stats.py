@@ -9,7 +9,7 @@ continuity correction. See docs/sweep-compare-report.md for the verdict rule.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -305,7 +305,7 @@ def compare_runs(
 
 
 def _inconclusive_runs(
-    result: Any,
+    result: Callable[..., RunComparison],
     mw: MannWhitney,
     change: float,
     ci: tuple[float, float, float] | None,

@@ -235,7 +235,8 @@ class NodeTracer(EbpfTracer):
             began = time.monotonic()
             try:
                 if store.check([key]):
-                    return store.get(key).decode()
+                    value: bytes = store.get(key)
+                    return value.decode()
                 problem: Exception | None = None
             except Exception as exc:  # the store went away
                 problem = exc

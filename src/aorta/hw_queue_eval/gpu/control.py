@@ -191,7 +191,7 @@ def _restore_device(
     prior, applied = record["prior"], record.get("applied", {})
     errors: list[str] = []
     soft: list[str] = []
-    undo = []
+    undo: list[tuple[str, Callable[[], None]]] = []
     if "power_limit_w" in applied and prior.get("power_limit_w") is not None:
         undo.append(("power_limit_w", lambda: driver.set_power_limit(prior["power_limit_w"])))
     if "clock_level" in applied:

@@ -134,7 +134,8 @@ def read_state(path: Path) -> dict[str, Any]:
             "it was left in place: check it, then restore the GPU by hand or "
             "remove it"
         )
-    return data
+    checked: dict[str, Any] = data  # record_problem accepted it: a JSON object
+    return checked
 
 
 #: Performance levels a state file may name (what rocm-smi and amdsmi report); anything else —

@@ -368,8 +368,10 @@ def _distinct(values: np.ndarray) -> list[int]:
     """The distinct values of a small-valued int array (bincount when small, else unique)."""
     low, high = int(values.min()), int(values.max())
     if high - low < 1 << 16:
-        return (np.flatnonzero(np.bincount(values - low)) + low).tolist()
-    return np.unique(values).tolist()
+        distinct: list[int] = (np.flatnonzero(np.bincount(values - low)) + low).tolist()
+        return distinct
+    unique: list[int] = np.unique(values).tolist()
+    return unique
 
 
 def _sorted_rows(rows: np.ndarray) -> np.ndarray:

@@ -48,7 +48,10 @@ def add_on_cpu(part: Slice, result: dict[str, Any]) -> None:
     origin = (result.get("metadata") or {}).get("window_start_monotonic_ns")
     if tl is None or not isinstance(origin, int):
         return
-    ms = lambda ns: (ns - origin) / 1e6  # noqa: E731
+
+    def ms(ns: float) -> float:
+        return (ns - origin) / 1e6
+
     threads = {t["tid"]: t for t in tl.get("threads") or []}
     kind = tl.get("on_cpu") or {}
     for tid, *_ in kind.get("rows") or []:

@@ -237,7 +237,9 @@ def ebpf_timeline(result: dict[str, Any]) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
-def _flow(flow_id: int, name: str, start: tuple[int, int, float], end: tuple[int, int, float]) -> list[dict]:
+def _flow(
+    flow_id: int, name: str, start: tuple[int, int, float], end: tuple[int, int, float]
+) -> list[dict[str, Any]]:
     """A flow arrow (ph s → f) from (pid, tid, ts) to (pid, tid, ts)."""
     return [
         {

@@ -39,7 +39,7 @@ def _run_schema() -> dict[str, Any]:
     """The run schema as readers apply it: every type, const and enum of the current schema, but
     only workload_name and stream_count required (older and upstream files lack the rest, and the
     readers show what is missing as n/a)."""
-    schema = _drop_required(copy.deepcopy(run_result_schema()))
+    schema: dict[str, Any] = _drop_required(copy.deepcopy(run_result_schema()))
     schema.pop("$schema", None)
     schema.pop("$id", None)
     schema["required"] = ["workload_name", "stream_count"]

@@ -115,7 +115,7 @@ class CommsComputeOverlap(Workload):
     @property
     def dims(self) -> tuple[int, int, int]:
         n = self.params["n"]
-        return tuple(self.options.get("mm_dim") or (n, n, n))  # type: ignore[return-value]
+        return tuple(self.options.get("mm_dim") or (n, n, n))
 
     @property
     def gemms(self) -> int:

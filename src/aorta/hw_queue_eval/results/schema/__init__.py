@@ -17,4 +17,5 @@ SCHEMA_FILE = Path(__file__).parent / "run_result.v2.json"
 
 def run_result_schema() -> dict[str, Any]:
     """The JSON Schema of a run result (the documented contract, docs/results-schema.md)."""
-    return json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+    schema: dict[str, Any] = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+    return schema
