@@ -13,6 +13,7 @@ import pytest
 
 from aorta.ebpf.probes.cpu_sched import per_queue_cap, queue_slice
 from aorta.hw_queue_eval.distributed.node_tracer import QUEUE_STRIDE, node_target
+from aorta.hw_queue_eval.tracing.window_context import WindowContext
 from conftest import load_json, wait_until_measuring
 from ebpf_support import require_ebpf
 from test_distributed import (
@@ -520,11 +521,11 @@ def test_a_lead_whose_tracer_breaks_tells_the_other_ranks_instead_of_hanging_the
     lead, other = NodeTracer(_env(0, 0), timeout_s=30), NodeTracer(_env(1, 1), timeout_s=30)
     lead.token = other.token = 7
     lead.session, lead.program = BrokenSession(), object()
-    section = lead.finish({}).ebpf_queue_metrics
+    section = lead.finish(WindowContext()).ebpf_queue_metrics
     assert section["status"] == "error"
     assert "bpftrace vanished" in section["error"]
     started = time.monotonic()
-    section = other.finish({}).ebpf_queue_metrics
+    section = other.finish(WindowContext()).ebpf_queue_metrics
     assert section["status"] == "error"
     assert "local rank 0: tracer failed" in section["error"]
     assert time.monotonic() - started < 5

@@ -735,6 +735,8 @@ def test_only_declared_families_may_use_uprobes_and_paths_are_plain() -> None:
 class _FakeGpuBackend:
     """What the tracer asks of a GPU backend: no CPU workers, the streams' runtime handles."""
 
+    name = "gpu"
+
     def __init__(self, handles: list[int]) -> None:
         self.handles = handles
 
@@ -780,12 +782,11 @@ def test_tracer_joins_launches_to_harness_ops(cuda: tuple[ctypes.CDLL, ctypes.CD
         tracer.abort()
         raise
 
-    class _Result:
-        stream_count, warnings = 3, []
+    from aorta.hw_queue_eval.tracing.window_context import WindowContext
 
-    sections = tracer.finish({"backend": backend, "ops": ops, "result": _Result()})
+    sections = tracer.finish(WindowContext(backend=backend, stream_count=3, ops=ops))
     q, cmp = sections.ebpf_queue_metrics, sections.ebpf_vs_cuda_comparison
-    assert q["status"] == "ok"
+    assert q["status"] == "ok", q.get("error")
     assert q["source"] == "gpu_runtime"
     assert q["total_submissions"] == 12
     assert cmp["kernel_source"] == "gpu_runtime"

@@ -44,6 +44,7 @@ from aorta.ebpf.program import Program, ProgramError
 from aorta.ebpf.session import SessionError, SessionOutput
 from aorta.hw_queue_eval.distributed import torchrun as distributed
 from aorta.hw_queue_eval.results.models import TracerSections
+from aorta.hw_queue_eval.tracing.window_context import WindowContext
 from aorta.hw_queue_eval.tracing.window_tracer import EbpfTracer, family_context, sections_for, warn_in_result
 
 QUEUE_STRIDE = 1000  # rank slot k's queue q is k * QUEUE_STRIDE + q in the node's program
@@ -162,7 +163,7 @@ class NodeTracer(EbpfTracer):
                 self.snapshots.setdefault(family.name, {})[edge] = value
 
     # -- results ------------------------------------------------------------------------------
-    def finish(self, context: dict[str, Any]) -> TracerSections:
+    def finish(self, context: WindowContext) -> TracerSections:
         """This rank's sections; a failed rank (UsageError) stops the run, other errors do not."""
         try:
             sections = self._finish(context)
@@ -176,10 +177,10 @@ class NodeTracer(EbpfTracer):
                 # the other local ranks wait for the output: tell them instead of letting them hang
                 _store().set(self._key("output"), json.dumps({"error": reason}))
             sections = engine.unavailable_sections(reason, self.queue, self.memory, "error", self.ready)
-        warn_in_result(context.get("result"), sections)
+        warn_in_result(context.warnings, sections)
         return TracerSections.of(sections)
 
-    def _finish(self, context: dict[str, Any]) -> dict[str, Any]:
+    def _finish(self, context: WindowContext) -> dict[str, Any]:
         if self.token is None:
             return super()._finish(context)  # the unavailable/error sections
         if self.lead:

@@ -36,6 +36,7 @@ from aorta.hw_queue_eval.run import oncpu
 from aorta.hw_queue_eval.run.cpupin import Pinning
 from aorta.hw_queue_eval.run.gcwindow import QuietGc
 from aorta.hw_queue_eval.run.stream_order import runtime_edges, stream_order
+from aorta.hw_queue_eval.tracing.window_context import WindowContext
 from aorta.hw_queue_eval.workloads.base import UNIT_SCALE, Workload
 from aorta.hw_queue_eval.workloads.registry import get_workload_class
 
@@ -57,7 +58,7 @@ class WindowTracer(Protocol):
 
     def window_stop(self) -> None: ...
 
-    def finish(self, context: dict[str, Any]) -> TracerSections: ...
+    def finish(self, context: WindowContext) -> TracerSections: ...
 
     def abort(self) -> None: ...
 
@@ -526,14 +527,15 @@ def _assemble(
     if tracer is not None:
         result.add_tracer_sections(
             tracer.finish(
-                {
-                    "result": result,
-                    "ops": ops,
-                    "folded": window.folded,  # every op's figures when `ops` holds only the first
-                    "backend": backend,
-                    "submissions": submissions,
-                    "handoff_totals": handoffs,
-                }
+                WindowContext(
+                    backend=backend,
+                    stream_count=result.stream_count,
+                    warnings=result.warnings,
+                    ops=ops,
+                    folded=window.folded,  # every op's figures when `ops` holds only the first
+                    submissions=submissions,
+                    handoff_totals=handoffs,
+                )
             )
         )
         result.stream_order = runtime_edges(result.stream_order, result.ebpf_queue_metrics)

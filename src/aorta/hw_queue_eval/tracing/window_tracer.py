@@ -19,6 +19,7 @@ from aorta.ebpf.session import SessionError, TraceSession
 from aorta.hw_queue_eval.results.models import TracerSections
 from aorta.hw_queue_eval.tracing.gpu_runtime_comparison import compare_gpu_runtime
 from aorta.hw_queue_eval.tracing.harness_comparison import compare_with_harness
+from aorta.hw_queue_eval.tracing.window_context import WindowContext
 
 
 class EbpfTracer:
@@ -84,7 +85,7 @@ class EbpfTracer:
         if self.session is not None:
             self.session.window_stop()
 
-    def finish(self, context: dict[str, Any]) -> TracerSections:
+    def finish(self, context: WindowContext) -> TracerSections:
         """Stop bpftrace and turn its maps into result sections; never raises."""
         try:
             sections = self._finish(context)
@@ -93,10 +94,10 @@ class EbpfTracer:
             sections = engine.unavailable_sections(
                 f"tracer failed: {type(exc).__name__}: {exc}", self.queue, self.memory, "error", self.ready
             )
-        warn_in_result(context.get("result"), sections)
+        warn_in_result(context.warnings, sections)
         return TracerSections.of(sections)
 
-    def _finish(self, context: dict[str, Any]) -> dict[str, Any]:
+    def _finish(self, context: WindowContext) -> dict[str, Any]:
         if self.session is None or self.program is None:
             sections = engine.unavailable_sections(
                 self.error or "not started", self.queue, self.memory, self.status, self.ready
@@ -117,17 +118,16 @@ class EbpfTracer:
 
 
 def family_context(
-    context: dict[str, Any], pid: int, submitter_tid: int | None, output: Any
+    context: WindowContext, pid: int, submitter_tid: int | None, output: Any
 ) -> dict[str, Any]:
     """What the families' collect needs from one benchmark process (its workers, pid, streams)."""
-    backend = context.get("backend")
+    backend = context.backend
     workers = [w.__dict__ for w in backend.workers()] if backend is not None else []
-    result = context.get("result")
     return {
         "workers": workers,
         "window": engine.window_info(output),
         "pids": [pid],
-        "streams": getattr(result, "stream_count", None),
+        "streams": context.stream_count,
         "submitter_tids": [submitter_tid] if submitter_tid else [],
         "stream_handles": stream_handles(backend),
     }
@@ -139,12 +139,12 @@ def sections_for(
     ready: engine.Readiness,
     queue: bool,
     memory: bool,
-    context: dict[str, Any],
+    context: WindowContext,
     fam_context: dict[str, Any],
 ) -> dict[str, Any]:
     """The result sections of one process from a stopped session's output."""
     results = engine.collect_results(program, output, fam_context)
-    backend = getattr(context.get("backend"), "name", None)
+    backend = context.backend.name if context.backend is not None else None
     sections = engine.build_sections(program, output, results, ready, queue, memory, backend)
     if queue:
         queue_section = sections["ebpf_queue_metrics"]
@@ -153,22 +153,15 @@ def sections_for(
         # per-submission kernel records feed the comparison; the JSON keeps counts and sums
         records = (family.get("metrics") or {}).pop("per_submission", None)
         sections["ebpf_vs_cuda_comparison"] = (
-            compare_gpu_runtime(
-                queue_section, context.get("ops") or [], fam_context["streams"], context.get("folded")
-            )
+            compare_gpu_runtime(queue_section, list(context.ops), fam_context["streams"], context.folded)
             if queue_section.get("source") == "gpu_runtime"
-            else compare_with_harness(
-                queue_section, context.get("submissions"), records, context.get("handoff_totals")
-            )
+            else compare_with_harness(queue_section, context.submissions, records, context.handoff_totals)
         )
     return sections
 
 
-def warn_in_result(result: Any, sections: dict[str, Any]) -> None:
+def warn_in_result(warnings: list[str], sections: dict[str, Any]) -> None:
     """Surface tracing problems among the result's warnings (they are easy to miss otherwise)."""
-    warnings = getattr(result, "warnings", None)
-    if warnings is None:
-        return
     for key, section in sections.items():
         if not isinstance(section, dict) or key == "ebpf_vs_cuda_comparison":
             continue
