@@ -129,6 +129,21 @@ def sudo_works() -> tuple[bool, str]:
     return True, "sudo -n works"
 
 
+#: bpftrace runs as root: it is started with this PATH and the locale only, never with the
+#: caller's library or path variables (LD_PRELOAD, LD_LIBRARY_PATH, PATH, BPFTRACE_* ...)
+SAFE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+KEPT_VARIABLES = ("LANG", "LC_ALL", "LC_CTYPE", "TZ")
+#: `env` (which sets bpftrace's variables, also through `sudo -n`) by absolute path, not PATH's
+ENV_BINARY = shutil.which("env", path=SAFE_PATH) or "/usr/bin/env"
+
+
+def bpftrace_environment(settings: dict[str, str], environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment bpftrace starts with: SAFE_PATH, the locale, and aorta's own `settings`."""
+    source = dict(os.environ) if environ is None else environ
+    kept = {name: source[name] for name in KEPT_VARIABLES if name in source}
+    return {**kept, "PATH": SAFE_PATH, **settings}
+
+
 def launcher(bpftrace: str | None = None) -> tuple[list[str] | None, str]:
     """Command prefix to run bpftrace with the needed privileges, or None with the reason.
 
@@ -295,11 +310,11 @@ class TraceSession:
         remove_stale_sessions()
         sudo = bool(self.prefix)
         program_fd, script = self._program_file(sudo)
-        env = {**os.environ, **self.env}
+        env = bpftrace_environment(self.env)
         # `env` carries the settings through `sudo -n`, which resets the environment
         cmd = [
             *self.prefix,
-            "env",
+            ENV_BINARY,
             f"BPFTRACE_MAP_KEYS_MAX={self.map_keys_max}",
             f"{OWNER_ENV}={os.getpid()}",
             self.bpftrace,
