@@ -317,3 +317,81 @@ def test_root_refuses_a_state_dir_another_user_can_change(tmp_path: Path, plant:
     trusted = run_cli_inprocess("restore", "--state-dir", str(state), env={"SUDO_UID": ""})
     assert trusted.returncode == 0, trusted.stderr  # the same folder, root's alone: used
     assert f"nothing to restore: no state files in {state}" in trusted.stdout
+
+
+# -- one module reads the environment ---------------------------------------------------------------
+
+ENV_MODULE = SRC / "aorta" / "common" / "environment.py"
+_OS_ENV_NAMES = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}
+
+
+def os_env_uses(text: str) -> list[str]:
+    """Each `os.environ` / `os.getenv` … (or `from os import environ`) in the source `text`."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in _OS_ENV_NAMES
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "os"
+        ):
+            found.append(f"line {node.lineno}: os.{node.attr}")
+        elif isinstance(node, ast.ImportFrom) and node.module == "os":
+            found += [
+                f"line {node.lineno}: from os import {a.name}" for a in node.names if a.name in _OS_ENV_NAMES
+            ]
+    return found
+
+
+def test_only_the_environment_module_touches_os_environ() -> None:
+    hits = {
+        str(path.relative_to(SRC)): os_env_uses(path.read_text(encoding="utf-8"))
+        for path in SRC.rglob("*.py")
+        if path != ENV_MODULE
+    }
+    assert {path: found for path, found in hits.items() if found} == {}, (
+        "read the environment through aorta.common.environment (declare the variable there)"
+    )
+
+
+def test_the_environment_scan_catches_each_form() -> None:
+    for code in (
+        "x = os.environ.get('A')",
+        "x = os.getenv('A')",
+        "os.environ['A'] = '1'",
+        "from os import environ",
+        "env = {**os.environ}",
+    ):
+        assert os_env_uses(code), code
+    assert os_env_uses("env = environment.snapshot()") == []
+
+
+def test_every_variable_read_by_name_is_declared() -> None:
+    """environment.get("X") anywhere in src names a declared variable (a KeyError at run time
+    otherwise, which this finds before a user does)."""
+    import ast
+
+    from aorta.common import environment
+
+    names = set()
+    for path in SRC.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        if "from aorta.common import environment" not in text:
+            continue  # `environment` there is something else (a result's environment section)
+        for node in ast.walk(ast.parse(text)):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get"
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "environment"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                names.add(node.args[0].value)
+    assert {"SUDO_UID", "XDG_STATE_HOME", "TORCHELASTIC_RUN_ID"} <= names
+    assert names <= set(environment.DECLARED), names - set(environment.DECLARED)
+    with pytest.raises(KeyError, match="not declared"):
+        environment.get("LD_PRELOAD")

@@ -20,6 +20,7 @@ import shutil
 import tempfile
 from collections.abc import Mapping
 
+from aorta.common import environment
 from aorta.common.errors import UsageError
 from aorta.common.safedir import check_private_chain, open_folder, private_folder
 
@@ -73,7 +74,7 @@ def private_cache_env(environ: Mapping[str, str] | None = None) -> dict[str, str
     A variable already set (by the user, or by aorta for its parent) is checked, never replaced:
     UsageError naming it when another user could change its folder.
     """
-    env = os.environ if environ is None else environ
+    env = environment.snapshot() if environ is None else environ
     chosen: dict[str, str] = {}
     root: str | None = None
     for name, sub in CACHE_VARIABLES.items():
@@ -113,5 +114,5 @@ def _is_private(path: str) -> bool:
 def use_private_caches() -> None:
     """Set the cache variables and TMPDIR of this process (before torch loads), so of its children."""
     env = private_cache_env()
-    os.environ.update(env)
+    environment.set_values(env)
     tempfile.tempdir = env["TMPDIR"]

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from aorta.common import environment
 from aorta.common.caches import passwd_home, private_cache_env
 
 #: Runs in the child (python -I -c): load this `aorta` package from its folder, then the module
@@ -90,7 +91,7 @@ def child_environment(
     (another user's ~/.local, ~/.triton … never reach the child); without a passwd home it is
     dropped.
     """
-    source = os.environ if base is None else base
+    source = environment.snapshot() if base is None else base
     env = {k: v for k, v in source.items() if not k.startswith("PYTHON")}
     env.update(private_cache_env(source))
     home = passwd_home()

@@ -15,6 +15,7 @@ import os
 import stat
 from collections import deque
 
+from aorta.common import environment
 from aorta.common.errors import UsageError
 
 MAX_LINKS = 40  # as the kernel's ELOOP limit
@@ -25,7 +26,7 @@ def trusted_uids() -> set[int]:
     """Owners this process trusts: root, its effective user and, under sudo, the invoking user
     (`SUDO_UID`: that user could run anything as root anyway, so their own links are theirs)."""
     uids = {0, os.geteuid()}
-    sudo_uid = os.environ.get("SUDO_UID", "")
+    sudo_uid = environment.get("SUDO_UID") or ""
     if os.geteuid() == 0 and sudo_uid.isdigit():
         uids.add(int(sudo_uid))
     return uids

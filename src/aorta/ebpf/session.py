@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aorta.common import environment
 from aorta.common.errors import UsageError
 from aorta.common.procs import die_with_parent, is_ancestor, parse_pid, pid_alive, stale_owned_dirs
 from aorta.common.safedir import check_root_may_use
@@ -139,7 +140,7 @@ ENV_BINARY = shutil.which("env", path=SAFE_PATH) or "/usr/bin/env"
 
 def bpftrace_environment(settings: dict[str, str], environ: dict[str, str] | None = None) -> dict[str, str]:
     """The environment bpftrace starts with: SAFE_PATH, the locale, and aorta's own `settings`."""
-    source = dict(os.environ) if environ is None else environ
+    source = environment.snapshot() if environ is None else environ
     kept = {name: source[name] for name in KEPT_VARIABLES if name in source}
     return {**kept, "PATH": SAFE_PATH, **settings}
 

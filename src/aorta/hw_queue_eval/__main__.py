@@ -9,9 +9,9 @@ left to the kernel's default.
 
 from __future__ import annotations
 
-import os
 import sys
 
+from aorta.common import environment
 from aorta.common.errors import ExitCode, Terminated
 from aorta.common.interrupts import INTERRUPTED_LINE, catch_terminate, commit
 
@@ -19,10 +19,10 @@ from aorta.common.interrupts import INTERRUPTED_LINE, catch_terminate, commit
 def entry() -> None:
     """Catch SIGTERM, make a torchrun rank die with its agent, import the CLI, run it."""
     catch_terminate()
-    if "TORCHELASTIC_RUN_ID" in os.environ:  # torchrun's mark on its ranks (distributed/torchrun.py)
+    if environment.get("TORCHELASTIC_RUN_ID") is not None:  # torchrun's mark on its ranks
         from aorta.common.procs import die_with_launcher
 
-        die_with_launcher(os.environ)
+        die_with_launcher(environment.snapshot())
     try:
         from aorta.hw_queue_eval.cli import main
     except KeyboardInterrupt:

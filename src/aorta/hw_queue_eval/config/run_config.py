@@ -6,6 +6,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from aorta.common import environment
 from aorta.common.errors import UsageError
 
 SIZES = ("small", "medium", "large")
@@ -135,7 +136,7 @@ def parse_stream_list(text: str) -> list[int]:
 
 def hw_queue_pool_size(environ: dict[str, str] | None = None) -> int:
     """The hardware-queue pool size from GPU_MAX_HW_QUEUES (HIP's knob), default 4."""
-    env = os.environ if environ is None else environ
+    env = environment.snapshot() if environ is None else environ
     raw = env.get("GPU_MAX_HW_QUEUES")
     if raw is None or raw.strip() == "":
         return DEFAULT_HW_QUEUES
@@ -179,11 +180,11 @@ RUNTIME_ENV_PREFIXES = (
 
 def env_knobs(environ: dict[str, str] | None = None) -> dict[str, str | None]:
     """The environment variables that change queue behaviour, as seen by this process."""
-    env = os.environ if environ is None else environ
+    env = environment.snapshot() if environ is None else environ
     return {name: env.get(name) for name in ENV_KNOBS}
 
 
 def runtime_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     """Every set GPU-runtime variable (RUNTIME_ENV_PREFIXES), as seen by this process."""
-    env = os.environ if environ is None else environ
+    env = environment.snapshot() if environ is None else environ
     return {name: env[name] for name in sorted(env) if name.startswith(RUNTIME_ENV_PREFIXES)}

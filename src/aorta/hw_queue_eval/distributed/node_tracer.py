@@ -34,6 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from aorta.common import environment
 from aorta.common.errors import UsageError
 from aorta.ebpf import engine, marker
 from aorta.ebpf.probes.base import ProbeFamily, TraceTarget
@@ -80,7 +81,7 @@ class NodeTracer(EbpfTracer):
         self.lead = env.local_rank == 0
         self.timeout_s = timeout_s
         # a torchrun restart keeps the store: its attempt number keeps the keys apart
-        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        attempt = environment.get("TORCHELASTIC_RESTART_COUNT") or "0"
         self.prefix = f"aorta/ebpf/{attempt if attempt.isdigit() else 0}/node{env.node_rank}/"
         # only the lead checks readiness: `bpftrace --version` is a bpftrace process too
         ready = engine.check_readiness(bpftrace=bpftrace) if self.lead else _remote_readiness({})

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
+from aorta.common import environment
 from aorta.common.errors import UsageError
 from aorta.hw_queue_eval.config.run_config import RunConfig
 
@@ -57,7 +58,7 @@ def _int_env(env: Mapping[str, str], name: str, default: int | None = None) -> i
 
 def torchrun_env(environ: Mapping[str, str] | None = None) -> DistEnv | None:
     """This process's place in a torchrun job, or None when not started by torchrun."""
-    env = os.environ if environ is None else environ
+    env = environment.snapshot() if environ is None else environ
     if "TORCHELASTIC_RUN_ID" not in env and "LOCAL_RANK" not in env:
         return None
     dist_env = DistEnv(

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from aorta.common import environment
 from aorta.common.errors import AortaError, DeviceLeftChanged, UsageError
 from aorta.hw_queue_eval.gpu import state as gpu_state
 from aorta.hw_queue_eval.gpu.drivers import make_driver
@@ -97,7 +98,7 @@ class GpuLocator(Protocol):
 def _physical_index(vendor: str, logical: int) -> int:
     """Map torch's cuda:N to the vendor tool's index through *_VISIBLE_DEVICES if set."""
     for name in _VISIBLE_ENV[vendor]:
-        raw = os.environ.get(name)
+        raw = environment.get(name)
         if raw is None or raw.strip() == "":
             continue
         items = [x.strip() for x in raw.split(",") if x.strip()]

@@ -19,6 +19,7 @@ import stat
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from aorta.common import environment
 from aorta.common.atomicio import atomic_write_json, read_json_file
 from aorta.common.errors import UsageError
 from aorta.common.safedir import check_root_may_use
@@ -33,7 +34,7 @@ def state_dir(given: str | Path | None) -> Path:
         return Path(given)
     if os.geteuid() == 0:
         return Path("/var/lib/aorta")
-    xdg = os.environ.get("XDG_STATE_HOME")
+    xdg = environment.get("XDG_STATE_HOME")
     home = os.path.expanduser("~")
     if not xdg and not os.path.isabs(home):  # no HOME and no passwd entry: never a relative path
         raise UsageError(

@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from aorta.common import environment
+
 #: how many ops the PROFILER OUTPUT block and the result keep
 TOP_OPS = 10
 TRACE_SUFFIX = ".pt.trace.json"  # what TensorBoard's profiler plugin looks for
@@ -88,7 +90,7 @@ def profile_window(
 
     # Kineto prints a "USDT: profiler_start/stop" line on stderr at every session unless its log
     # level is raised; it reads the level when a session starts (a user's own setting wins)
-    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+    environment.set_default("KINETO_LOG_LEVEL", "6")
     config, all_threads = _all_threads_config()
     activities = _activities(backend_name)
     kwargs: dict[str, Any] = {"activities": activities, "record_shapes": True}
