@@ -10,16 +10,15 @@ from aorta.common.atomicio import check_output_path
 from aorta.common.errors import AortaError, ExitCode, UsageError
 from aorta.hw_queue_eval.commands import collaborators
 from aorta.hw_queue_eval.commands._options import (
-    PASSTHROUGH_FLAGS,
     build_config,
     gpu_control_options,
     gpu_request,
     passthrough_args,
+    passthrough_run_options,
     run_options,
     state_dir_option,
 )
 from aorta.hw_queue_eval.commands._output import hold_output_lock, saved_on_interrupt
-from aorta.hw_queue_eval.commands.run import run_command
 from aorta.hw_queue_eval.run.config import parse_positive_int, parse_timeout
 
 #: Rounds of a policy sweep: each is one full run per policy, so more is a typo; checked before
@@ -71,6 +70,7 @@ def register(group: click.Group) -> None:
     metavar="N",
     help="Run every point under torchrun with N ranks on this node (docs/distributed.md).",
 )
+@passthrough_run_options  # run's --ebpf-trace, --state-dir …: given to every point
 def policy_sweep_command(
     workload: str,
     streams: str,
@@ -225,8 +225,3 @@ def restore_command(output: str | None, as_json: bool, state_dir: str | None = N
                 click.echo(item["message"])
     if any(item["status"] == "error" for item in outcomes):
         raise click.exceptions.Exit(ExitCode.DEVICE_LEFT_CHANGED)
-
-
-for _param in run_command.params:  # e.g. --ebpf-trace, when `run` has it: passed to every point
-    if _param.name in PASSTHROUGH_FLAGS:
-        policy_sweep_command.params.append(_param)

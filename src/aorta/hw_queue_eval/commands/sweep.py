@@ -11,18 +11,17 @@ from aorta.common.atomicio import check_output_path
 from aorta.common.errors import ExitCode, UsageError
 from aorta.hw_queue_eval.commands import collaborators
 from aorta.hw_queue_eval.commands._options import (
-    PASSTHROUGH_FLAGS,
     Progress,
     build_config,
     gpu_control_context,
     gpu_control_options,
     gpu_request,
     passthrough_args,
+    passthrough_run_options,
     run_options,
     sweep_run_options,
 )
 from aorta.hw_queue_eval.commands._output import hold_output_lock, saved_on_interrupt
-from aorta.hw_queue_eval.commands.run import run_command
 from aorta.hw_queue_eval.run.config import parse_positive_int, parse_stream_list, parse_timeout
 
 
@@ -78,6 +77,7 @@ def _describe(point: dict[str, Any], unit: str) -> str:
     help="Run every point under torchrun with N ranks on this node "
     "(docs/distributed.md); the point keeps every rank's result.",
 )
+@passthrough_run_options  # run's --ebpf-trace, --state-dir …: given to every point
 def sweep_command(
     workload: str,
     streams: str,
@@ -189,8 +189,3 @@ def sweep_command(
     click.echo(f"\nsweep written to {output}")
     if any(p.get("status") != "ok" for p in data["points"]):
         raise click.exceptions.Exit(ExitCode.FAILED)
-
-
-for _param in run_command.params:
-    if _param.name in PASSTHROUGH_FLAGS:
-        sweep_command.params.append(_param)
