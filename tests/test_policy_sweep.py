@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -306,3 +307,129 @@ def test_without_baseline_the_first_listed_policy_is_the_reference() -> None:
     # with baseline listed (anywhere), baseline stays the reference
     listed = [BUILTIN_POLICIES[n] for n in ("high_queue", "baseline")]
     assert summarize(points, listed)["reference"]["policy"] == "baseline"
+
+
+def _spec(tmp_path: Path, names: tuple[str, ...], repeats: int) -> Any:
+    from aorta.hw_queue_eval.config.run_config import RunConfig
+    from aorta.hw_queue_eval.gpu.control import GpuRequest
+    from aorta.hw_queue_eval.gpu.policies import BUILTIN_POLICIES
+    from aorta.hw_queue_eval.sweeps.policy_sweep import PolicySweepSpec
+
+    return PolicySweepSpec(
+        policies=[BUILTIN_POLICIES[n] for n in names],
+        config=RunConfig(workload="w", streams=8, device="cpu", seed=7),
+        base=GpuRequest(),
+        target=None,
+        repeats=repeats,
+        output=str(tmp_path / "ps.json"),
+        flags=["--state-dir", str(tmp_path)],
+    )
+
+
+class _FakePoints:
+    """run_policy_point stand-in: a synthetic point per call (throughput by call order), the
+    calls recorded; `stop_at` raises KeyboardInterrupt on that call, as Ctrl+C in a child would."""
+
+    def __init__(self, stop_at: int | None = None) -> None:
+        self.calls: list[tuple[str, int, dict[str, Any]]] = []
+        self.stop_at = stop_at
+
+    def __call__(self, policy: Any, repeat: int, *args: Any, **kw: Any) -> dict:
+        config, base, target, timeout_s, flags = args  # run_policy_point's positional arguments
+        given = {
+            "config": config,
+            "base": base,
+            "target": target,
+            "timeout_s": timeout_s,
+            "flags": list(flags),
+        }
+        self.calls.append((policy.name, repeat, {**given, **kw}))
+        if len(self.calls) == self.stop_at:
+            raise KeyboardInterrupt
+        return _synthetic_point(policy.name, repeat, 100.0 + len(self.calls))
+
+
+@pytest.fixture
+def fake_points(monkeypatch: pytest.MonkeyPatch) -> Any:
+    import aorta.hw_queue_eval.sweeps.policy_sweep as policy_sweep
+
+    monkeypatch.setattr(policy_sweep, "commit", lambda: None)  # the test process keeps its signals
+
+    def install(points: _FakePoints) -> _FakePoints:
+        monkeypatch.setattr(policy_sweep, "run_policy_point", points)
+        return points
+
+    return install
+
+
+def test_run_policy_sweep_walks_the_schedule_and_completes_the_file(tmp_path: Path, fake_points: Any) -> None:
+    """Every (round, policy) of the spec's schedule runs once in order, each recorded as it ends
+    (start reported before, point after); the summary returned is the one saved."""
+    from aorta.hw_queue_eval.sweeps.policy_sweep import open_checkpoint, run_policy_sweep, summarize
+
+    spec = _spec(tmp_path, ("baseline", "high_queue"), repeats=3)
+    points = fake_points(_FakePoints())
+    events: list[tuple] = []
+    file = open_checkpoint(spec, resume=False)
+    summary = run_policy_sweep(
+        spec,
+        file,
+        lambda name, repeat, point, done, total: events.append(
+            ("point", name, repeat, point is None, done, total)
+        ),
+        lambda name, repeat, done, total: events.append(("start", name, repeat, done, total)),
+    )
+    plan = [(name, r) for r, names in enumerate(spec.schedule(), start=1) for name in names]
+    assert len(plan) == 6 and [(n, r) for n, r, _ in points.calls] == plan
+    assert {tuple(names) for names in spec.schedule()} <= {
+        ("baseline", "high_queue"),
+        ("high_queue", "baseline"),
+    }
+    expected = []
+    for done, (name, r) in enumerate(plan, start=1):
+        expected += [("start", name, r, done, 6), ("point", name, r, False, done, 6)]
+    assert events == expected
+    assert points.calls[0][2] == {
+        "config": spec.config,
+        "base": spec.base,
+        "target": None,
+        "timeout_s": None,
+        "flags": ["--state-dir", str(tmp_path)],
+        "nproc_per_node": None,
+        "open_driver": None,
+        "state_dir": None,
+    }
+    data = load_json(spec.output)
+    assert data["kind"] == "policy-sweep" and data["state"] == "complete"
+    assert data["schedule"] == spec.schedule() and data["fingerprint"] == spec.header()["fingerprint"]
+    assert len(data["points"]) == 6 and data["summary"] == json.loads(json.dumps(summary))
+    assert summary == summarize(file.points, spec.policies)
+
+
+def test_run_policy_sweep_keeps_resumed_points_and_saves_before_an_interrupt(
+    tmp_path: Path, fake_points: Any
+) -> None:
+    """Ctrl+C on the third point: the two before it are on disk (state running) and the
+    interrupt propagates; the resumed sweep reports those two as kept and runs only the rest."""
+    from aorta.hw_queue_eval.sweeps.policy_sweep import open_checkpoint, run_policy_sweep
+
+    spec = _spec(tmp_path, ("baseline", "high_queue"), repeats=2)
+    first = fake_points(_FakePoints(stop_at=3))
+    with pytest.raises(KeyboardInterrupt):
+        run_policy_sweep(spec, open_checkpoint(spec, resume=False))
+    on_disk = load_json(spec.output)
+    assert on_disk["state"] == "running" and len(on_disk["points"]) == 2
+    done_first = [(n, r) for n, r, _ in first.calls[:2]]
+
+    second = fake_points(_FakePoints())
+    kept: list[tuple[str, int, int]] = []
+    file = open_checkpoint(spec, resume=True)
+    run_policy_sweep(
+        spec,
+        file,
+        lambda name, repeat, point, done, total: kept.append((name, repeat, done)) if point is None else None,
+    )
+    assert [(n, r) for n, r, _ in kept] == done_first and [d for *_, d in kept] == [1, 2]
+    plan = [(name, r) for r, names in enumerate(spec.schedule(), start=1) for name in names]
+    assert [(n, r) for n, r, _ in second.calls] == plan[2:]
+    assert load_json(spec.output)["state"] == "complete" and len(file.points) == 4

@@ -1,13 +1,15 @@
 """Shared by the run-like commands (not a command itself): their options and what they build.
 
 `run`, `sweep` and `policy-sweep` take the same run options, GPU-control options and eBPF flags,
-validated the same way (no torch here).
+validated the same way (no torch here); the run options a sweep hands to every point are declared
+once (`run_flag_options`, `PASSTHROUGH_FLAGS`, `passthrough_run_options`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -32,7 +34,8 @@ from aorta.hw_queue_eval.workloads.registry import get_info
 if TYPE_CHECKING:
     from aorta.hw_queue_eval.gpu.control import GpuRequest
 
-#: `run` options a sweep passes through to every point when `run` has them.
+#: `run` options a sweep passes through to every point: `sweep` and `policy-sweep` declare them
+#: with `passthrough_run_options`, as `run` declares them (each must be one of `run_flag_options`).
 PASSTHROUGH_FLAGS = ("ebpf_trace", "ebpf_memory_trace", "ebpf_gpu_runtime", "bpftrace", "state_dir")
 
 
@@ -236,7 +239,7 @@ def _state_dir_value(ctx: click.Context, param: click.Parameter, value: str | No
 
 def state_dir_option(func: Any) -> Any:
     """--state-dir DIR: where GPU clock/power state files are kept (run, restore; sweep and
-    policy-sweep get run's, PASSTHROUGH_FLAGS, and pass it to every point)."""
+    policy-sweep through passthrough_run_options, and pass it to every point)."""
     return click.option(
         "--state-dir",
         "state_dir",
@@ -324,10 +327,9 @@ def _bpftrace_value(ctx: click.Context, param: click.Parameter, value: str | Non
     return check_bpftrace(value)
 
 
-def tracing_options(func: Any) -> Any:
-    """The eBPF flags of run-like commands (one list, so every run-like command gets each flag),
-    and --bpftrace, the bpftrace they start."""
-    func = click.option(
+def bpftrace_option(func: Any) -> Any:
+    """--bpftrace PATH: the bpftrace the eBPF flags start."""
+    return click.option(
         "--bpftrace",
         "bpftrace",
         default=None,
@@ -336,9 +338,45 @@ def tracing_options(func: Any) -> Any:
         help="The bpftrace to run [default: bpftrace on PATH]. An executable file; as root one "
         "only root can change.",
     )(func)
-    for flag, dest, text in reversed(TRACING_FLAGS):
-        func = click.option(flag, dest, is_flag=True, help=text)(func)
+
+
+Decorator = Callable[[Any], Any]
+
+
+def run_flag_options() -> list[tuple[str, Decorator]]:
+    """`run`'s eBPF flags, --bpftrace and --state-dir, in the order `run` lists them, as
+    (parameter name, option decorator): the one declaration `run` and the passthrough share."""
+    flags: list[tuple[str, Decorator]] = [
+        (dest, click.option(flag, dest, is_flag=True, help=text)) for flag, dest, text in TRACING_FLAGS
+    ]
+    return [*flags, ("bpftrace", bpftrace_option), ("state_dir", state_dir_option)]
+
+
+def _with_options(func: Any, options: list[Decorator]) -> Any:
+    """`func` with `options` applied so that --help lists them in the given order."""
+    for option in reversed(options):
+        func = option(func)
     return func
+
+
+def tracing_options(func: Any) -> Any:
+    """The eBPF flags of run-like commands (one list, so every run-like command gets each flag),
+    and --bpftrace, the bpftrace they start."""
+    return _with_options(func, [option for name, option in run_flag_options() if name != "state_dir"])
+
+
+def passthrough_run_options(func: Any) -> Any:
+    """`run`'s options named in PASSTHROUGH_FLAGS, declared as `run` declares them (same flags,
+    help and checks, in run's order), for a command that hands them to every point's `run`
+    (sweep, policy-sweep); put it last, above the function: --help lists them after the rest.
+
+    To pass another `run` option through, declare it in `run_flag_options` (an eBPF flag: in
+    TRACING_FLAGS) and add its name to PASSTHROUGH_FLAGS."""
+    options = run_flag_options()
+    unknown = sorted(set(PASSTHROUGH_FLAGS) - {name for name, _ in options})
+    if unknown:
+        raise ValueError(f"PASSTHROUGH_FLAGS names {unknown}: not among run_flag_options()")
+    return _with_options(func, [option for name, option in options if name in PASSTHROUGH_FLAGS])
 
 
 def build_tracer(

@@ -7,20 +7,18 @@ from typing import Any
 import click
 
 from aorta.common.atomicio import check_output_path
-from aorta.common.errors import AortaError, ExitCode, Interrupted, Terminated, UsageError
-from aorta.common.interrupts import commit
+from aorta.common.errors import AortaError, ExitCode, UsageError
 from aorta.hw_queue_eval.commands import collaborators
 from aorta.hw_queue_eval.commands._options import (
-    PASSTHROUGH_FLAGS,
     build_config,
     gpu_control_options,
     gpu_request,
     passthrough_args,
+    passthrough_run_options,
     run_options,
     state_dir_option,
 )
-from aorta.hw_queue_eval.commands._output import hold_output_lock
-from aorta.hw_queue_eval.commands.run import run_command
+from aorta.hw_queue_eval.commands._output import hold_output_lock, saved_on_interrupt
 from aorta.hw_queue_eval.config.run_config import parse_positive_int, parse_timeout
 
 #: Rounds of a policy sweep: each is one full run per policy, so more is a typo; checked before
@@ -72,6 +70,7 @@ def register(group: click.Group) -> None:
     metavar="N",
     help="Run every point under torchrun with N ranks on this node (docs/distributed.md).",
 )
+@passthrough_run_options  # run's --ebpf-trace, --state-dir …: given to every point
 def policy_sweep_command(
     workload: str,
     streams: str,
@@ -98,22 +97,15 @@ def policy_sweep_command(
     import dataclasses
 
     from aorta.hw_queue_eval.backends import resolve_device
-    from aorta.hw_queue_eval.gpu.control import (
-        CPU_NOT_APPLICABLE,
-        GpuControl,
-        GpuRequest,
-        recover_stale_states,
-    )
+    from aorta.hw_queue_eval.gpu.control import CPU_NOT_APPLICABLE, recover_stale_states
     from aorta.hw_queue_eval.gpu.policies import resolve_policies
     from aorta.hw_queue_eval.report.console import make_console
     from aorta.hw_queue_eval.report.policy_table import render_policy_table
-    from aorta.hw_queue_eval.sweeps.checkpoint import fingerprint, open_or_resume
     from aorta.hw_queue_eval.sweeps.policy_sweep import (
-        KIND,
-        point_request,
-        run_policy_point,
-        schedule,
-        summarize,
+        PolicySweepSpec,
+        open_checkpoint,
+        preflight,
+        run_policy_sweep,
     )
 
     config = build_config(
@@ -144,87 +136,39 @@ def policy_sweep_command(
     target = gpus.target_for(config.device)
     if target is None and not base.empty:
         raise UsageError(f"--lock-clocks/--power-limit: {CPU_NOT_APPLICABLE}")
+    spec = PolicySweepSpec(
+        policies=chosen,
+        config=config,
+        base=base,
+        target=target,
+        repeats=rounds,
+        output=output,
+        timeout_s=timeout_s,
+        flags=flags,
+        nproc_per_node=nproc,
+        open_driver=gpus.driver_for,
+        state_dir=state_dir,
+    )
     recover_stale_states(echo=lambda m: click.echo(m, err=True), state_dir=state_dir)
-    if target is not None:  # tools present, device readable, watts in range: before any run
-        for request in {point_request(p, base) for p in chosen} - {GpuRequest()}:
-            control = GpuControl(target, request, open_driver=gpus.driver_for, state_dir=state_dir)
-            try:
-                control.preflight()
-            finally:
-                control.close()
-
-    order = schedule(chosen, rounds, config.seed)
-    header = {
-        "workload": config.workload,
-        "streams": config.streams,
-        "device": config.device,
-        "backend": "cpu" if config.device == "cpu" else "gpu",
-        "repeats": rounds,
-        "policies": [p.to_dict() for p in chosen],
-        "gpu_control_request": base.to_dict(),
-        "gpu_control_target": None if target is None else target.describe(),
-        "run_config": config.to_dict(),
-        "run_flags": flags,
-        "schedule": order,
-        "nproc_per_node": nproc,
-    }
-    fingerprinted = [
-        "workload",
-        "streams",
-        "device",
-        "repeats",
-        "policies",
-        "gpu_control_request",
-        "run_config",
-        "run_flags",
-    ]
-    if nproc is not None:  # absent otherwise: earlier files still resume
-        fingerprinted.append("nproc_per_node")
-    header["fingerprint"] = fingerprint({k: header[k] for k in fingerprinted})
-    file = open_or_resume(output, KIND, header, resume)
+    preflight(spec)  # tools present, device readable, watts in range: before any run
+    file = open_checkpoint(spec, resume)
     for note in file.notes:
         click.echo(note, err=True)
-    file.save(state="running")
-    by_name = {p.name: p for p in chosen}
-    total = sum(len(r) for r in order)
-    done = 0
-    try:
-        for repeat, names in enumerate(order, start=1):
-            for name in names:
-                done += 1
-                key = {
-                    "workload": config.workload,
-                    "streams": config.streams,
-                    "policy": name,
-                    "repeat": repeat,
-                }
-                if resume and file.done(key):
-                    click.echo(f"[{done}/{total}] {name} (repeat {repeat}): kept from {output}", err=True)
-                    continue
-                click.echo(f"[{done}/{total}] {name} (repeat {repeat})…", err=True)
-                point = run_policy_point(
-                    by_name[name],
-                    repeat,
-                    config,
-                    base,
-                    target,
-                    timeout_s,
-                    flags,
-                    nproc_per_node=nproc,
-                    open_driver=gpus.driver_for,
-                    state_dir=state_dir,
-                )
-                file.record(point, state="running")
-                if point["status"] != "ok":
-                    click.echo(f"  {point['status']}: {point['error']}", err=True)
-    except (KeyboardInterrupt, Terminated) as exc:
-        state = "terminated" if isinstance(exc, Terminated) else "interrupted"
-        file.save(state=state)
-        click.echo(f"\n{state}: {len(file.points)} point(s) saved in {output}; --resume continues", err=True)
-        raise (Terminated() if state == "terminated" else Interrupted()) from None
-    commit()  # every point is measured: the file is completed whatever signal comes now
-    summary = summarize(file.points, chosen)
-    file.save(state="complete", summary=summary)
+
+    def on_start(name: str, repeat: int, done: int, total: int) -> None:
+        click.echo(f"[{done}/{total}] {name} (repeat {repeat})…", err=True)
+
+    def on_point(name: str, repeat: int, point: dict[str, Any] | None, done: int, total: int) -> None:
+        if point is None:
+            click.echo(f"[{done}/{total}] {name} (repeat {repeat}): kept from {output}", err=True)
+        elif point["status"] != "ok":
+            click.echo(f"  {point['status']}: {point['error']}", err=True)
+
+    def message(state: str) -> str:
+        return f"\n{state}: {len(file.points)} point(s) saved in {output}; --resume continues"
+
+    with saved_on_interrupt(lambda state: file.save(state=state), message):
+        summary = run_policy_sweep(spec, file, on_point, on_start)
     render_policy_table(file.to_dict(state="complete", summary=summary), make_console())
     click.echo(f"\nresults written to {output}")
     if any(p.get("status") not in ("ok", "not_applicable") for p in file.points):
@@ -281,8 +225,3 @@ def restore_command(output: str | None, as_json: bool, state_dir: str | None = N
                 click.echo(item["message"])
     if any(item["status"] == "error" for item in outcomes):
         raise click.exceptions.Exit(ExitCode.DEVICE_LEFT_CHANGED)
-
-
-for _param in run_command.params:  # e.g. --ebpf-trace, when `run` has it: passed to every point
-    if _param.name in PASSTHROUGH_FLAGS:
-        policy_sweep_command.params.append(_param)

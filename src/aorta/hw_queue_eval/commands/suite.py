@@ -7,10 +7,10 @@ from typing import Any
 import click
 
 from aorta.common.atomicio import OutputFolder, check_output_dir
-from aorta.common.errors import ExitCode, Interrupted, Terminated
+from aorta.common.errors import ExitCode
 from aorta.hw_queue_eval.commands import collaborators
 from aorta.hw_queue_eval.commands._options import Progress, build_config, run_options, sweep_run_options
-from aorta.hw_queue_eval.commands._output import hold_output_lock
+from aorta.hw_queue_eval.commands._output import hold_output_lock, saved_on_interrupt
 from aorta.hw_queue_eval.commands.profiling import profile_flags, profile_options
 from aorta.hw_queue_eval.config.run_config import parse_stream_list, parse_timeout
 from aorta.hw_queue_eval.workloads.registry import PRIORITY_LEVELS, get_info, workloads_at_priority
@@ -124,7 +124,16 @@ def suite_command(
             else:
                 progress.log(f"  {n:>3} streams: {point['status'].upper()}  {point.get('error')}")
 
-        try:
+        def save(state: str) -> None:
+            for entry in runnable:
+                file = files[entry.workload]
+                if file.points:
+                    file.save(state=state, analysis=analysis_of(file.points, entry.sweep.info.work_scaling))
+
+        def message(state: str) -> str:
+            return f"\n{state}: finished points kept in {folder}; continue with --resume"
+
+        with saved_on_interrupt(save, message):
             run_suite(
                 entries,
                 files,
@@ -132,14 +141,6 @@ def suite_command(
                 on_point,
                 build_command=collaborators.current().point_command_builder(),
             )
-        except (KeyboardInterrupt, Terminated) as exc:
-            state = "terminated" if isinstance(exc, Terminated) else "interrupted"
-            for entry in runnable:
-                file = files[entry.workload]
-                if file.points:
-                    file.save(state=state, analysis=analysis_of(file.points, entry.sweep.info.work_scaling))
-            click.echo(f"\n{state}: finished points kept in {folder}; continue with --resume", err=True)
-            raise (Terminated() if state == "terminated" else Interrupted()) from None
     sweeps = []
     for entry in runnable:
         file = files[entry.workload]

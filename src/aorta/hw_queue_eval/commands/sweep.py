@@ -8,21 +8,20 @@ from typing import Any
 import click
 
 from aorta.common.atomicio import check_output_path
-from aorta.common.errors import ExitCode, Interrupted, Terminated, UsageError
+from aorta.common.errors import ExitCode, UsageError
 from aorta.hw_queue_eval.commands import collaborators
 from aorta.hw_queue_eval.commands._options import (
-    PASSTHROUGH_FLAGS,
     Progress,
     build_config,
     gpu_control_context,
     gpu_control_options,
     gpu_request,
     passthrough_args,
+    passthrough_run_options,
     run_options,
     sweep_run_options,
 )
-from aorta.hw_queue_eval.commands._output import hold_output_lock
-from aorta.hw_queue_eval.commands.run import run_command
+from aorta.hw_queue_eval.commands._output import hold_output_lock, saved_on_interrupt
 from aorta.hw_queue_eval.config.run_config import parse_positive_int, parse_stream_list, parse_timeout
 
 
@@ -78,6 +77,7 @@ def _describe(point: dict[str, Any], unit: str) -> str:
     help="Run every point under torchrun with N ranks on this node "
     "(docs/distributed.md); the point keeps every rank's result.",
 )
+@passthrough_run_options  # run's --ebpf-trace, --state-dir …: given to every point
 def sweep_command(
     workload: str,
     streams: str,
@@ -172,16 +172,15 @@ def sweep_command(
             )
             progress("sweep", done, total)
 
-        try:
-            run_sweep(spec, file, on_point, build_command=collaborators.current().point_command_builder())
-        except (KeyboardInterrupt, Terminated) as exc:
-            state = "terminated" if isinstance(exc, Terminated) else "interrupted"
+        def save(state: str) -> None:
             file.save(state=state, analysis=analysis_of(file.points, info.work_scaling))
+
+        def message(state: str) -> str:
             finished = sum(1 for p in file.points if p.get("status") == "ok")
-            click.echo(
-                f"\n{state}: {finished} finished points kept in {output}; continue with --resume", err=True
-            )
-            raise (Terminated() if state == "terminated" else Interrupted()) from None
+            return f"\n{state}: {finished} finished points kept in {output}; continue with --resume"
+
+        with saved_on_interrupt(save, message):
+            run_sweep(spec, file, on_point, build_command=collaborators.current().point_command_builder())
     analysis = analysis_of(file.points, info.work_scaling)
     if gpu_report is not None:
         file.save(state="complete", analysis=analysis)  # records the GPU restore
@@ -190,8 +189,3 @@ def sweep_command(
     click.echo(f"\nsweep written to {output}")
     if any(p.get("status") != "ok" for p in data["points"]):
         raise click.exceptions.Exit(ExitCode.FAILED)
-
-
-for _param in run_command.params:
-    if _param.name in PASSTHROUGH_FLAGS:
-        sweep_command.params.append(_param)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
 
 from aorta.hw_queue_eval.backends import Backend, create_backend, resolve_device
 from aorta.hw_queue_eval.backends.base import SubmissionRecord
@@ -28,6 +29,7 @@ from aorta.hw_queue_eval.results.models import (
     OpIntervals,
     Ops,
     OpWaits,
+    Stats,
     TracerSections,
     Verification,
 )
@@ -37,7 +39,7 @@ from aorta.hw_queue_eval.run.cpupin import Pinning
 from aorta.hw_queue_eval.run.gcwindow import QuietGc
 from aorta.hw_queue_eval.run.stream_order import runtime_edges, stream_order
 from aorta.hw_queue_eval.tracing.window_context import WindowContext
-from aorta.hw_queue_eval.workloads.base import UNIT_SCALE, Workload
+from aorta.hw_queue_eval.workloads.base import UNIT_SCALE, VerifyResult, Workload
 from aorta.hw_queue_eval.workloads.registry import get_workload_class
 
 MAX_STORED_OPS = 200_000
@@ -279,22 +281,18 @@ def _warm_up_and_measure(
     on_cpu.update(oncpu.cpu_wait(wait_start, wait_stop, window_ns / 1e6))  # type: ignore[typeddict-item]
     instrumentation = _instrumentation(config, backend, workload, window_ns, per_iteration, progress)
     instrumentation["gc"] = quiet_gc.stop()
-    result = _assemble(
-        config,
-        backend,
-        workload,
-        size,
-        OpWindow(ops, folded),
-        window_ns,
-        per_iteration,
-        host_times,
-        device_times,
-        verification,
-        tracer,
-        backend.submissions(),
-        on_cpu,
-        instrumentation,
+    measured = Measured(
+        window=OpWindow(ops, folded),
+        window_ns=window_ns,
+        per_iteration=per_iteration,
+        host_times=host_times,
+        device_times=device_times,
+        verification=verification,
+        submissions=backend.submissions(),
+        on_cpu=on_cpu,
+        instrumentation=instrumentation,
     )
+    result = _assemble(config, backend, workload, size, measured, tracer)
     if config.profile_dir is not None:  # after every figure is taken: the profiler slows ops
         result.profiler = profiled_window(config, config.profile_dir, backend, workload, progress)
     return result
@@ -395,54 +393,58 @@ def _verified_iteration(config: RunConfig) -> str:
     return f"measured iteration {config.iterations} (-w 0: after the window)"
 
 
-def _assemble(
-    config: RunConfig,
-    backend: Backend,
-    workload: Workload,
-    size: str,
-    window: OpWindow,
-    window_ns: int,
-    per_iteration: bool,
-    host_times: list[float],
-    device_times: list[float] | None,
-    verification: Any,
-    tracer: WindowTracer | None,
-    submissions: list[SubmissionRecord] | None,
-    on_cpu: OnCpu,
-    instrumentation: Instrumentation,
-) -> RunResult:
-    info = workload.INFO
-    window_ms = window_ns / 1e6
-    handoffs = backend.handoff_totals() if submissions is not None else None
-    warnings: list[str] = []
+@dataclass
+class Measured:
+    """What the measured window gave, as `_warm_up_and_measure` took it, for `_assemble`."""
 
-    if per_iteration:
-        if device_times:
-            samples, source = device_times, "device events joining every stream"
-        else:
-            samples, source = host_times, "host clock around launch + one wait for all streams"
-        latency = metrics.summarize(samples)
-        latency_note = f"per-iteration latency from {source}"
-        iteration_times: list[float] | None = samples
-        iteration_note = None
-        warning = metrics.stability_warning(latency)
-        if warning:
-            warnings.append(warning)
-    else:
-        latency, iteration_times = None, None
-        latency_note = iteration_note = (
+    window: OpWindow
+    window_ns: int
+    per_iteration: bool
+    host_times: list[float]
+    device_times: list[float] | None
+    verification: VerifyResult
+    submissions: list[SubmissionRecord] | None
+    on_cpu: OnCpu
+    instrumentation: Instrumentation
+
+
+class Latency(NamedTuple):
+    """latency_ms, iteration_times_ms and their notes, and the stability warning (or None)."""
+
+    latency: Stats | None
+    latency_note: str
+    iteration_times: list[float] | None
+    iteration_note: str | None
+    warning: str | None
+
+
+def latency_section(
+    per_iteration: bool, host_times: list[float], device_times: list[float] | None
+) -> Latency:
+    """Per-iteration latency from device events when the backend has them, else from the host
+    clock; none in end_only mode (the window time alone is measured)."""
+    if not per_iteration:
+        note = (
             "sync-mode end_only: iterations are not synchronised "
             "individually, so only the window time is measured"
         )
+        return Latency(None, note, None, note, None)
+    if device_times:
+        samples, source = device_times, "device events joining every stream"
+    else:
+        samples, source = host_times, "host clock around launch + one wait for all streams"
+    latency = metrics.summarize(samples)
+    return Latency(
+        latency, f"per-iteration latency from {source}", samples, None, metrics.stability_warning(latency)
+    )
 
-    work = workload.work_per_iteration() * config.iterations
-    tput = metrics.throughput(work, window_ns / 1e9, UNIT_SCALE[workload.throughput_unit()])
 
-    ops = window.rows
-    busy = window.per_stream_busy_ms(config.streams)
-    counts = window.per_stream_op_counts(config.streams)
-    concurrency_value = metrics.achieved_concurrency(busy, window_ms) if busy else None
-    delays = window.ready_to_start_ms()
+def run_warnings(
+    latency_warning: str | None, counts: list[int] | None, verification: VerifyResult
+) -> list[str]:
+    """The result's warnings, in order: unstable latency, streams idle in the window, a failed
+    verification."""
+    warnings = [latency_warning] if latency_warning else []
     idle_streams = [s for s, c in enumerate(counts or []) if c == 0]
     if idle_streams:
         warnings.append(f"streams without work in the window: {idle_streams}")
@@ -451,70 +453,119 @@ def _assemble(
             f"verification FAILED: max relative error {verification.max_rel_error:.3g}"
             f" > {verification.tolerance:g}"
         )
+    return warnings
 
+
+def config_section(config: RunConfig, device: str, size: str, backend_name: str) -> dict[str, Any]:
+    """The run's config as recorded: the options, with the device, size and backend resolved."""
     config_dict = config.to_dict()
-    config_dict.update({"device": backend.device, "size": size, "backend": backend.name})
+    config_dict.update({"device": device, "size": size, "backend": backend_name})
+    return config_dict
+
+
+def concurrency_section(busy: list[float] | None, window_ms: float, on_cpu: OnCpu) -> Concurrency:
+    """Streams with an op in flight (sum of per-stream busy time / window time; None without
+    per-op times), and the queue threads' on-CPU figures."""
+    return Concurrency(
+        achieved=metrics.achieved_concurrency(busy, window_ms) if busy else None,
+        window_ms=window_ms,
+        definition=("streams with an op in flight (wall clock): sum of per-stream busy time / window time"),
+        **on_cpu,
+    )
+
+
+def ops_section(
+    window: OpWindow, delays: Stats | None, op_timing: bool, handoffs: dict[str, Any] | None
+) -> Ops:
+    """Every op of the window (counted, per label), ready→start delays or why there are none,
+    and the hand-offs to idle queues."""
+    return Ops(
+        count=window.total,
+        per_label=window.per_label(),
+        ready_to_start_ms=delays,
+        ready_to_start_note=(
+            None
+            if delays
+            else "per-op timing off (--no-op-timing)"
+            if not op_timing
+            else "the backend cannot observe when an op became ready"
+        ),
+        handoffs=_handoffs(handoffs),
+        statistics=window.statistics_note() if window.rows else None,
+    )
+
+
+def verification_section(verification: VerifyResult, config: RunConfig) -> Verification:
+    """The workload's check of its outputs, and which iteration's outputs it checked."""
+    return Verification(
+        passed=verification.passed,
+        max_rel_error=verification.max_rel_error,
+        tolerance=verification.tolerance,
+        checked=verification.checked,
+        outputs_of=_verified_iteration(config),
+    )
+
+
+def metadata_section(workload: Workload, workers: list[Any], window_start_ns: int | None) -> Metadata:
+    """What the workload is (its catalogue entry and parameters) and which threads ran the queues."""
+    info = workload.INFO
+    return Metadata(
+        workload=workload.describe(),
+        category=info.category,
+        switch_sensitivity=info.switch_sensitivity,
+        work_scaling=info.work_scaling,
+        work_per_iteration=workload.work_per_iteration(),
+        workers=[w.__dict__ for w in workers],
+        window_start_monotonic_ns=window_start_ns,
+    )
+
+
+def _assemble(
+    config: RunConfig,
+    backend: Backend,
+    workload: Workload,
+    size: str,
+    measured: Measured,
+    tracer: WindowTracer | None,
+) -> RunResult:
+    """The RunResult of the window: each section from its builder, then the tracer's sections."""
+    window, verification, submissions = measured.window, measured.verification, measured.submissions
+    window_ms = measured.window_ns / 1e6
+    handoffs = backend.handoff_totals() if submissions is not None else None
+    latency = latency_section(measured.per_iteration, measured.host_times, measured.device_times)
+    work = workload.work_per_iteration() * config.iterations
+    tput = metrics.throughput(work, measured.window_ns / 1e9, UNIT_SCALE[workload.throughput_unit()])
+    ops = window.rows
+    busy = window.per_stream_busy_ms(config.streams)
+    counts = window.per_stream_op_counts(config.streams)
+    delays = window.ready_to_start_ms()
     result = RunResult(
-        workload_name=info.name,
+        workload_name=workload.INFO.name,
         stream_count=config.streams,
-        config=config_dict,
+        config=config_section(config, backend.device, size, backend.name),
         environment=collect_environment(backend.environment(), backend.name, backend.device),
         throughput=tput,
         throughput_unit=workload.throughput_unit(),
-        latency_ms=latency,
-        latency_note=latency_note,
-        iteration_times_ms=iteration_times,
-        iteration_times_note=iteration_note,
+        latency_ms=latency.latency,
+        latency_note=latency.latency_note,
+        iteration_times_ms=latency.iteration_times,
+        iteration_times_note=latency.iteration_note,
         total_time_ms=window_ms,
         switch_latency=(
             window.switch_analysis(window_ms, backend.window_wait_count())
             if config.op_timing
             else metrics.unmeasured_switch_analysis("per-op timing off (--no-op-timing)")
         ),
-        instrumentation=instrumentation,
-        concurrency=Concurrency(
-            achieved=concurrency_value,
-            window_ms=window_ms,
-            definition=(
-                "streams with an op in flight (wall clock): sum of per-stream busy time / window time"
-            ),
-            **on_cpu,
-        ),
+        instrumentation=measured.instrumentation,
+        concurrency=concurrency_section(busy, window_ms, measured.on_cpu),
         per_stream_times_ms=busy,
         per_stream_op_counts=counts,
-        ops=Ops(
-            count=window.total,
-            per_label=window.per_label(),
-            ready_to_start_ms=delays,
-            ready_to_start_note=(
-                None
-                if delays
-                else "per-op timing off (--no-op-timing)"
-                if not config.op_timing
-                else "the backend cannot observe when an op became ready"
-            ),
-            handoffs=_handoffs(handoffs),
-            statistics=window.statistics_note() if ops else None,
-        ),
+        ops=ops_section(window, delays, config.op_timing, handoffs),
         queue_mapping=backend.queue_mapping(),
         memory=backend.memory_stats(),
-        verification=Verification(
-            passed=verification.passed,
-            max_rel_error=verification.max_rel_error,
-            tolerance=verification.tolerance,
-            checked=verification.checked,
-            outputs_of=_verified_iteration(config),
-        ),
-        warnings=warnings,
-        metadata=Metadata(
-            workload=workload.describe(),
-            category=info.category,
-            switch_sensitivity=info.switch_sensitivity,
-            work_scaling=info.work_scaling,
-            work_per_iteration=workload.work_per_iteration(),
-            workers=[w.__dict__ for w in backend.workers()],
-            window_start_monotonic_ns=getattr(backend, "window_start_ns", None),
-        ),
+        verification=verification_section(verification, config),
+        warnings=run_warnings(latency.warning, counts, verification),
+        metadata=metadata_section(workload, backend.workers(), getattr(backend, "window_start_ns", None)),
         op_intervals=(
             compact_ops(ops, backend.window_waits(), window.total, backend.window_wait_count())
             if ops

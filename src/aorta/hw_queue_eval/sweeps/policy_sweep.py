@@ -4,7 +4,9 @@ A point's env reaches the child before any runtime starts (childrun); clock/powe
 this (parent) process around the child and restored after it (gpu_control). What a point
 records as `in_effect` comes from read-backs — the child's own view of its environment, the queue
 pool its backend built, the clock/power read after applying — never from the request.
-No torch import here.
+`run_policy_sweep` walks the schedule (every policy once per round, rounds shuffled), one child
+per point, the checkpoint (`checkpoint.CheckpointFile`, kind "policy-sweep") rewritten after
+every point, as `stream_sweep.run_sweep` does for stream counts. No torch import here.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ from __future__ import annotations
 import contextlib
 import statistics
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from aorta.common.interrupts import commit
 from aorta.hw_queue_eval.analysis.exact_u import ALPHA, MIN_RUNS_TO_DETECT
 from aorta.hw_queue_eval.analysis.stats import MIN_RUNS, compare_runs, median_ci
 from aorta.hw_queue_eval.analysis.summaries import run_summary
@@ -22,6 +26,7 @@ from aorta.hw_queue_eval.gpu.control import CPU_NOT_APPLICABLE, GpuControl, GpuR
 from aorta.hw_queue_eval.gpu.drivers.base import GpuDriver
 from aorta.hw_queue_eval.gpu.policies import Policy, cpu_ignored_env, not_applicable_reason
 from aorta.hw_queue_eval.run.cpupin import format_cpu_list
+from aorta.hw_queue_eval.sweeps.checkpoint import CheckpointFile, fingerprint, open_or_resume
 from aorta.hw_queue_eval.sweeps.childrun import run_point
 from aorta.hw_queue_eval.sweeps.repeats import conditions, interleaved_schedule
 
@@ -328,3 +333,133 @@ def summarize(points: list[dict[str, Any]], policies: Sequence[Policy]) -> dict[
             "policies are never ranked"
         ),
     }
+
+
+#: header fields a resumed policy-sweep file must match (its --resume fingerprint)
+FINGERPRINTED = (
+    "workload",
+    "streams",
+    "device",
+    "repeats",
+    "policies",
+    "gpu_control_request",
+    "run_config",
+    "run_flags",
+)
+
+
+@dataclass
+class PolicySweepSpec:
+    """Everything a policy sweep needs, validated by the CLI (`config.device` resolved)."""
+
+    policies: list[Policy]
+    config: RunConfig
+    base: GpuRequest  # the command line's --lock-clocks/--power-limit, under each policy's own
+    target: GpuTarget | None  # the GPU behind config.device (None: the CPU backend)
+    repeats: int
+    output: str
+    timeout_s: float | None = None
+    flags: list[str] = field(default_factory=list)  # passthrough flags (--ebpf-trace, --state-dir …)
+    nproc_per_node: int | None = None  # run each point under torchrun with this many ranks
+    open_driver: Callable[[GpuTarget], GpuDriver] | None = None  # opens target's driver
+    state_dir: str | None = None  # the --state-dir option (None: the default folder)
+
+    def schedule(self) -> list[list[str]]:
+        """Policy names per round (`schedule`)."""
+        return schedule(self.policies, self.repeats, self.config.seed)
+
+    def key(self, name: str, repeat: int) -> dict[str, Any]:
+        """Checkpoint key of a point: the one `run_policy_point` gives it."""
+        return {
+            "workload": self.config.workload,
+            "streams": self.config.streams,
+            "policy": name,
+            "repeat": repeat,
+        }
+
+    def header(self) -> dict[str, Any]:
+        header = {
+            "workload": self.config.workload,
+            "streams": self.config.streams,
+            "device": self.config.device,
+            "backend": "cpu" if self.config.device == "cpu" else "gpu",
+            "repeats": self.repeats,
+            "policies": [p.to_dict() for p in self.policies],
+            "gpu_control_request": self.base.to_dict(),
+            "gpu_control_target": None if self.target is None else self.target.describe(),
+            "run_config": self.config.to_dict(),
+            "run_flags": self.flags,
+            "schedule": self.schedule(),
+            "nproc_per_node": self.nproc_per_node,
+        }
+        fingerprinted = list(FINGERPRINTED)
+        if self.nproc_per_node is not None:  # absent otherwise: earlier files still resume
+            fingerprinted.append("nproc_per_node")
+        header["fingerprint"] = fingerprint({k: header[k] for k in fingerprinted})
+        return header
+
+
+def preflight(spec: PolicySweepSpec) -> None:
+    """Check every clock/power setting the sweep will apply (tools present, device readable,
+    watts in range) before any point runs; nothing is changed. No-op without a GPU target."""
+    if spec.target is None:
+        return
+    for request in {point_request(p, spec.base) for p in spec.policies} - {GpuRequest()}:
+        control = GpuControl(spec.target, request, open_driver=spec.open_driver, state_dir=spec.state_dir)
+        try:
+            control.preflight()
+        finally:
+            control.close()
+
+
+def open_checkpoint(spec: PolicySweepSpec, resume: bool) -> CheckpointFile:
+    """A fresh policy-sweep file, or the earlier one when resuming (same settings required)."""
+    return open_or_resume(spec.output, KIND, spec.header(), resume)
+
+
+#: on_point(policy, repeat, point_or_None_if_kept, done, total), after each point
+PolicyPointCallback = Callable[[str, int, dict[str, Any] | None, int, int], None]
+#: on_start(policy, repeat, done, total), before a point's child starts
+PolicyStartCallback = Callable[[str, int, int, int], None]
+
+
+def run_policy_sweep(
+    spec: PolicySweepSpec,
+    file: CheckpointFile,
+    on_point: PolicyPointCallback = lambda name, repeat, point, done, total: None,
+    on_start: PolicyStartCallback = lambda name, repeat, done, total: None,
+) -> dict[str, Any]:
+    """Run every pending point, recording each one as it ends; returns the summary saved with
+    the completed file.
+
+    A point already done ok in `file` (kept by --resume) is reported as `on_point(..., None, ...)`
+    and not run again. KeyboardInterrupt / Terminated propagate after the child is stopped;
+    every finished point is already on disk.
+    """
+    plan = [(repeat, name) for repeat, names in enumerate(spec.schedule(), start=1) for name in names]
+    total = len(plan)
+    by_name = {p.name: p for p in spec.policies}
+    file.save(state="running")
+    for done, (repeat, name) in enumerate(plan, start=1):
+        if file.done(spec.key(name, repeat)):
+            on_point(name, repeat, None, done, total)
+            continue
+        on_start(name, repeat, done, total)
+        point = run_policy_point(
+            by_name[name],
+            repeat,
+            spec.config,
+            spec.base,
+            spec.target,
+            spec.timeout_s,
+            spec.flags,
+            nproc_per_node=spec.nproc_per_node,
+            open_driver=spec.open_driver,
+            state_dir=spec.state_dir,
+        )
+        file.record(point, state="running")
+        on_point(name, repeat, point, done, total)
+    commit()  # every point is measured: the file is completed whatever signal comes now
+    summary = summarize(file.points, spec.policies)
+    file.save(state="complete", summary=summary)
+    return summary
