@@ -14,6 +14,10 @@ times as its own process, with one cause injected:
             op holding one shared copy engine that sleeps --copy-delay-us first
             (tests/cli_with_fakes.py --points-copy-delay-us: a throttled copy path that more
             streams cannot widen; the ops' busy time in copies is the evidence);
+- collective: comms_compute_overlap under torchrun (--nproc-per-node 2, gloo) on
+            --collective-streams, rank 1 sleeping --collective-delay-us before every all-reduce
+            (tests/cli_with_fakes.py --points-collective-delay-us: a late rank; its peer's wait
+            inside the collective is the evidence);
 - mux:      GPU_MAX_HW_QUEUES=1 (every stream on one hardware queue);
 - saturate: --cpus 0 (the host thread and every queue on one CPU: fewer cores than queues);
 - memory:   the sweep under `python -I -m aorta.tools.memory_pressure --limit LIMIT`, with
@@ -30,7 +34,8 @@ in ≥ PASS_SHARE of its sweeps, "none" in all of them. Exit 1 when that fails, 
     .venv/bin/python bench/diagnosis_confusion.py [--sweeps 5] [--repeats 3] [--cases LIST]
         [--workload large_gemm_only] [--size small] [--streams 1,2] [--iterations 20]
         [--host-delay-us 5000] [--memory-limit 512M] [--fresh-memory-kib 8192]
-        [--copy-streams 4,8] [--copy-delay-us 3000] [--json OUT] [--keep DIR]
+        [--copy-streams 4,8] [--copy-delay-us 3000] [--collective-streams 2,4]
+        [--collective-delay-us 3000] [--json OUT] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -56,8 +61,10 @@ CASES = {
     "memory": "memory_pressure",
     "sync": "synchronisation",
     "copy": "copy_bound",
+    "collective": "collective_bound",
 }
 COPY_WORKLOAD = "async_dataload"  # the catalogue's host→device copy pipeline (4..12 streams)
+COLLECTIVE_WORKLOAD = "comms_compute_overlap"  # GEMM buckets all-reduced on a comms stream
 NAMED = [
     "none",
     "host_launch_bound",
@@ -66,6 +73,7 @@ NAMED = [
     "memory_pressure",
     "synchronisation",
     "copy_bound",
+    "collective_bound",
     "other",
 ]
 PASS_SHARE = 0.8  # ≥ 4 of 5 sweeps
@@ -75,12 +83,14 @@ def sweep_command(
     case: str, args: argparse.Namespace, out: str, seed: int
 ) -> tuple[list[str], dict[str, str]]:
     """(argv, extra environment) of one sweep with `case` injected."""
-    copying = case == "copy"
+    copying, collective = case == "copy", case == "collective"
+    workload = COPY_WORKLOAD if copying else COLLECTIVE_WORKLOAD if collective else args.workload
+    streams = args.copy_streams if copying else args.collective_streams if collective else args.streams
     sweep = [
         "sweep",
-        COPY_WORKLOAD if copying else args.workload,
+        workload,
         "--streams",
-        args.copy_streams if copying else args.streams,
+        streams,
         "-d",
         "cpu",
         "-i",
@@ -111,6 +121,9 @@ def sweep_command(
     if copying:
         fake = ["--points-copy-delay-us", str(args.copy_delay_us)]
         return [sys.executable, "-I", str(FAKES), *fake, "--", *sweep], env
+    if collective:
+        fake = ["--points-collective-delay-us", str(args.collective_delay_us)]
+        return [sys.executable, "-I", str(FAKES), *fake, "--", *sweep, "--nproc-per-node", "2"], env
     if case == "sync":
         return [sys.executable, "-I", str(FAKES), "--points-extra-waits", "1", "--", *sweep], env
     if case == "mux":
@@ -224,6 +237,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--fresh-memory-kib", type=int, default=8192)
     parser.add_argument("--copy-streams", default="4,8")
     parser.add_argument("--copy-delay-us", type=int, default=3000)
+    parser.add_argument("--collective-streams", default="2,4")
+    parser.add_argument("--collective-delay-us", type=int, default=3000)
     parser.add_argument("--json", default=None)
     parser.add_argument("--keep", default=None, help="folder to keep the sweep files in (must exist)")
     args = parser.parse_args(argv)

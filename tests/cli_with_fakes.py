@@ -24,6 +24,13 @@
                     that more streams cannot widen.
 --points-copy-delay-us N
                     a sweep's points run through this file with --copy-delay-us N.
+--collective-delay-us N
+                    under torchrun, rank 1 sleeps N µs (an op of its own, "late_rank") before every
+                    collective op (label all_reduce, all_gather …) on a CPU-backend stream: it
+                    enters each collective late, and its peers wait for it inside.
+--points-collective-delay-us N
+                    a sweep's points run through this file with --collective-delay-us N (through
+                    torchrun when the sweep has --nproc-per-node).
 --extra-waits 1     every launch on CPU-backend stream k > 0 first waits on stream k-1's last op
                     (a dependency no workload declares: needless serialisation).
 --points-extra-waits 1
@@ -159,6 +166,27 @@ def throttled_copies(delay_us: int) -> Any:
     return run_benchmark
 
 
+def delayed_collectives(delay_us: int) -> Any:
+    """harness.run_benchmark with every collective op of torchrun rank 1 (on a CPU-backend stream)
+    preceded on its stream by a `delay_us` sleep op: a late rank (a straggler's longer compute),
+    that every peer waits for inside the collective."""
+    from aorta.hw_queue_eval.backends.cpu import CpuStream
+    from aorta.hw_queue_eval.run.harness import run_benchmark
+    from aorta.hw_queue_eval.workloads.collectives import is_collective_label
+
+    if os.environ.get("RANK") != "1":
+        return run_benchmark
+    launch = CpuStream.launch
+
+    def late(self: CpuStream, fn: Any, label: str) -> None:
+        if is_collective_label(label):
+            launch(self, lambda: time.sleep(delay_us / 1e6), "late_rank")
+        launch(self, fn, label)
+
+    CpuStream.launch = late  # type: ignore[method-assign]
+    return run_benchmark
+
+
 def serialised_launches() -> Any:
     """harness.run_benchmark with every launch on CPU stream k > 0 waiting on stream k-1 first."""
     from aorta.hw_queue_eval.backends.cpu import CpuStream
@@ -179,7 +207,11 @@ def faked_points(flag: str, value: str) -> Any:
     """A point command whose children run through this file with `flag value`."""
 
     def build(run_args: Sequence[str], out_path: str, nproc_per_node: int | None) -> list[str]:
-        return [sys.executable, "-I", ENTRY, flag, value, "--", "run", *run_args, "-o", out_path]
+        command = [sys.executable, "-I", ENTRY, flag, value, "--", "run", *run_args, "-o", out_path]
+        if nproc_per_node is None:
+            return command
+        torchrun = [sys.executable, "-I", "-m", "torch.distributed.run", "--standalone"]
+        return [*torchrun, "--nproc-per-node", str(nproc_per_node), "--no-python", *command]
 
     return build
 
@@ -209,6 +241,10 @@ def parse(argv: list[str]) -> tuple[Collaborators, list[str]]:
             given["benchmark"] = throttled_copies(int(value))
         elif flag == "--points-copy-delay-us":
             given["point_command"] = faked_points("--copy-delay-us", str(int(value)))
+        elif flag == "--collective-delay-us":
+            given["benchmark"] = delayed_collectives(int(value))
+        elif flag == "--points-collective-delay-us":
+            given["point_command"] = faked_points("--collective-delay-us", str(int(value)))
         elif flag == "--extra-waits":
             given["benchmark"] = serialised_launches()
         elif flag == "--points-extra-waits":

@@ -2,8 +2,9 @@
 
 The slow test runs a reduced table (1 sweep per case, 3 runs per point, streams 1,2; the bench's
 default is 5 sweeps, its ≥ 4-of-5 rule is the bench's): a per-launch host spin,
-GPU_MAX_HW_QUEUES=1, --cpus 0, an undeclared cross-stream wait and a throttled copy path
-(async_dataload, streams 4,8) must each be named first with confidence high or medium, and the
+GPU_MAX_HW_QUEUES=1, --cpus 0, an undeclared cross-stream wait, a throttled copy path
+(async_dataload, streams 4,8) and a late torchrun rank (comms_compute_overlap, 2 ranks, streams
+2,4) must each be named first with confidence high or medium, and the
 unmodified workload must have no cause named. The memory case (needs root, the pressure
 helper and eBPF; its ops write fresh memory inside the window) has its own slow eBPF test, 1
 sweep. The bench's scoring is checked on known rows.
@@ -55,7 +56,7 @@ def test_bad_case_is_one_line_exit_2():
 @pytest.mark.slow
 @pytest.mark.serial  # scaling is the evidence: the machine to itself
 def test_injected_causes_are_recovered(tmp_path: Path):
-    _recovered(tmp_path, "none,launch,mux,saturate,sync,copy")
+    _recovered(tmp_path, "none,launch,mux,saturate,sync,copy,collective")
 
 
 @pytest.mark.slow

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from aorta.hw_queue_eval.workloads.collectives import is_collective_label
 from aorta.hw_queue_eval.workloads.transfer import is_copy_label
 
 STARVATION_MIN = 0.25  # lanes idle ≥ 25 % of their time waiting for the host's launch, or
@@ -37,6 +38,11 @@ CORES_HELD_MIN = 0.5  # … and on a CPU ≥ half the CPUs they may use: else ot
 RUN_QUEUE_WAIT_MIN = 0.20  # queue threads waited for a CPU ≥ 20 % of the time they wanted one
 SYNC_DEFECTS_MIN = 0.5  # ≥ 1 (an integer count): undeclared waited pairs + declared unwaited ones
 COPY_SHARE_MIN = 0.5  # host↔device copies took ≥ half of the ops' busy (start→end) time
+# a rank waited inside collectives for a later peer ≥ 30 % of its ops' busy time; under torchrun
+# (gloo, 2 ranks, 2 CPUs, 4 streams) unmodified comms_compute_overlap measured 0.11 (88 % of its
+# busy time is in collectives: the transfer is not the wait), with rank 1 late by 3 ms before
+# every all-reduce 0.55
+PEER_WAIT_SHARE_MIN = 0.3
 RECLAIM_EPISODES_MIN = 3  # reclaim episodes (memcg + direct) or GPU evictions in the window
 MOST = 2 / 3  # "most runs" for medium
 HIGH_MIN_RUNS = 3  # runs of the examined point for "high"
@@ -52,15 +58,6 @@ CAUSES: dict[str, str] = {
     "collective_bound": "collective-bound",
     "synchronisation": "synchronisation",
     "memory_pressure": "memory pressure",
-}
-
-#: causes whose evidence (the GPU runtime views) these runs do not carry yet
-NOT_MEASURED = {
-    # the ops' busy time in collectives cannot be the figure: under torchrun (gloo, 2 CPUs) every
-    # catalogue workload spends 68-97 % of it in collectives, the peer's lateness included, with no
-    # cause injected; what separates a slow collective is each rank's wait for its peer, unrecorded
-    "collective_bound": "not measured in this sweep: a rank's wait for its peers inside a collective "
-    "is not recorded apart from the transfer",
 }
 
 
@@ -140,28 +137,78 @@ def head_of_line_share(result: dict[str, Any]) -> tuple[float | None, str | None
     return (queued / total, None) if total > 0 else (None, "no op with a ready time")
 
 
-def copy_share(result: dict[str, Any]) -> tuple[float | None, int | None, str | None]:
-    """(share of the ops' busy start→end time spent in host↔device copies, copy ops, reason when
-    unknown), from the op rows: a copy occupies its stream while it runs, on a GPU as a DMA
-    transfer, on the CPU backend as a memcpy. A run without copies measures 0."""
+def _op_spans(result: dict[str, Any]) -> tuple[list[tuple[str, float, float]], str | None]:
+    """[(label, start µs, end µs)] of one run's op rows, or ([], why not)."""
     table = result.get("op_intervals") or {}
     rows, cols, labels = table.get("rows"), table.get("columns") or [], table.get("labels")
     need = ("label", "start_us", "end_us")
     if not rows or any(c not in cols for c in need):
-        return None, None, "no op rows (--no-op-timing, or an older run)"
+        return [], "no op rows (--no-op-timing, or an older run)"
     lb, sa, en = (cols.index(c) for c in need)
-    copies = busy = copying = 0.0
+    spans = []
     for row in rows:
         if row[sa] is None or row[en] is None:
             continue
         label = row[lb]
         if isinstance(label, int) and isinstance(labels, list) and 0 <= label < len(labels):
             label = labels[label]
-        busy += row[en] - row[sa]
-        if is_copy_label(label):
-            copies += 1
-            copying += row[en] - row[sa]
-    return (copying / busy, int(copies), None) if busy > 0 else (None, None, "no op with a duration")
+        spans.append((str(label), float(row[sa]), float(row[en])))
+    return spans, None
+
+
+def copy_share(result: dict[str, Any]) -> tuple[float | None, int | None, str | None]:
+    """(share of the ops' busy start→end time spent in host↔device copies, copy ops, reason when
+    unknown), from the op rows: a copy occupies its stream while it runs, on a GPU as a DMA
+    transfer, on the CPU backend as a memcpy. A run without copies measures 0."""
+    spans, why = _op_spans(result)
+    if why:
+        return None, None, why
+    busy = sum(end - start for _, start, end in spans)
+    copies = [end - start for label, start, end in spans if is_copy_label(label)]
+    return (sum(copies) / busy, len(copies), None) if busy > 0 else (None, None, "no op with a duration")
+
+
+def peer_wait_share(result: dict[str, Any]) -> tuple[float | None, int | None, str | None]:
+    """(the largest share, over ranks, of a rank's op busy time spent waiting inside collectives
+    for a later peer, collectives matched, reason when unknown), from every rank's op rows
+    (torchrun). The largest, not the mean: one late rank makes the others wait, not itself.
+
+    The k-th collective op of each rank is the same collective (torch.distributed runs them in
+    one order on every rank); it cannot complete before the last rank enters it, so a rank's wait
+    is (the latest entry − its own entry), at most the op's duration. Entries are CLOCK_MONOTONIC
+    (the window start of each rank + the op's start), one clock for every process on the node.
+    What remains of a collective's time is the transfer itself: a rank waiting on nobody."""
+    ranks = (result.get("distributed") or {}).get("rank_results")
+    if not isinstance(ranks, list) or len(ranks) < 2:
+        return None, None, "not a torchrun run with 2 or more ranks: no peers to wait for"
+    entries: list[list[tuple[float, float]]] = []
+    busy: list[float] = []
+    for rank in ranks:
+        origin = (
+            (rank.get("metadata") or {}).get("window_start_monotonic_ns") if isinstance(rank, dict) else None
+        )
+        spans, why = _op_spans(rank) if isinstance(rank, dict) else ([], "a rank's result is missing")
+        if not isinstance(origin, int):
+            return None, None, why or "a rank's window start (metadata.window_start_monotonic_ns) is missing"
+        if why:
+            return None, None, why
+        busy.append(sum(end - start for _, start, end in spans))
+        entries.append(
+            sorted(
+                (origin / 1e3 + start, origin / 1e3 + end)
+                for label, start, end in spans
+                if is_collective_label(label)
+            )
+        )
+    matched = min(len(e) for e in entries)
+    if matched == 0 or min(busy) <= 0:
+        return None, None, "no collective op in the ranks' op rows"
+    waited = [0.0] * len(entries)
+    for k in range(matched):
+        latest = max(e[k][0] for e in entries)
+        for r, e in enumerate(entries):
+            waited[r] += min(max(0.0, latest - e[k][0]), e[k][1] - e[k][0])
+    return max(w / b for w, b in zip(waited, busy, strict=True)), matched, None
 
 
 def run_evidence(result: dict[str, Any]) -> dict[str, Any]:
@@ -185,6 +232,7 @@ def run_evidence(result: dict[str, Any]) -> dict[str, Any]:
     lanes_idle = 1.0 - achieved / streams if achieved is not None and streams else None
     hol_share, hol_reason = head_of_line_share(result)
     copying, copy_ops, copy_reason = copy_share(result)
+    peer_wait, collectives, peer_reason = peer_wait_share(result)
     host_share = (
         host / (host + on_cpu) if host is not None and on_cpu is not None and host + on_cpu > 0 else None
     )
@@ -228,6 +276,9 @@ def run_evidence(result: dict[str, Any]) -> dict[str, Any]:
         "copy_share": copying,
         "copy_ops": copy_ops,
         "copy_reason": copy_reason,
+        "peer_wait_share": peer_wait,
+        "collectives_matched": collectives,
+        "peer_wait_reason": peer_reason,
     }
 
 
@@ -300,6 +351,10 @@ def _copy_unmeasured(ev: dict[str, Any]) -> str | None:
     return None if ev["copy_share"] is not None else ev["copy_reason"]
 
 
+def _peer_unmeasured(ev: dict[str, Any]) -> str | None:
+    return None if ev["peer_wait_share"] is not None else ev["peer_wait_reason"]
+
+
 def _sync_unmeasured(ev: dict[str, Any]) -> str | None:
     if ev["sync_defects"] is None:
         return f"cross-stream waits not recorded: {ev['sync_reason']}"
@@ -311,6 +366,7 @@ RULES = (
     Rule("queue_multiplexing", "head_of_line_share", HOL_SHARE_MIN, _mux_gates, _mux_unmeasured, True),
     Rule("device_saturated", "run_queue_wait_share", RUN_QUEUE_WAIT_MIN, _sat_gates, _sat_unmeasured, True),
     Rule("copy_bound", "copy_share", COPY_SHARE_MIN, lambda ev: True, _copy_unmeasured),
+    Rule("collective_bound", "peer_wait_share", PEER_WAIT_SHARE_MIN, lambda ev: True, _peer_unmeasured),
     Rule("synchronisation", "sync_defects", SYNC_DEFECTS_MIN, lambda ev: True, _sync_unmeasured),
     Rule("memory_pressure", "reclaim_episodes", RECLAIM_EPISODES_MIN, lambda ev: True, _mem_unmeasured),
 )
@@ -370,6 +426,7 @@ def _evidence_figures(rule: Rule, runs: list[dict[str, Any]]) -> dict[str, Any]:
             "needless_waits",
         ),
         "copy_bound": ("copy_share", "copy_ops"),
+        "collective_bound": ("peer_wait_share", "collectives_matched"),
         "memory_pressure": ("reclaim_episodes",),
     }[rule.cause]
     out: dict[str, Any] = {}
@@ -418,6 +475,13 @@ def _describe(cause: str, fig: dict[str, Any], base: dict[str, Any] | None) -> s
             f"host↔device copies took {pct(fig['copy_share'])} of the ops' busy time "
             f"({fig['copy_ops']:g} copy op(s), median per run; at the knee {pct(before)})"
         )
+    if cause == "collective_bound":
+        before = (base or {}).get("peer_wait_share")
+        return (
+            f"a rank waited inside collectives for a later peer {pct(fig['peer_wait_share'])} of its "
+            f"ops' busy time ({fig['collectives_matched']:g} collective(s) matched across ranks, median "
+            f"per run; at the knee {pct(before)})"
+        )
     if cause == "synchronisation":
         return (
             f"{fig['needless_serialisation']:g} stream pair(s) waited on with no declared dependency "
@@ -461,8 +525,6 @@ def diagnose_point(
         entry["score"] = figures[rule.primary] / rule.threshold if figures[rule.primary] else 0.0
         supported.append(entry)
         checked.append({"cause": rule.cause, "status": "supported", "reason": entry["text"]})
-    for cause, reason in NOT_MEASURED.items():
-        checked.append({"cause": cause, "status": "not_measured", "reason": reason})
     supported.sort(key=lambda e: (CONFIDENCE_RANK[e["confidence"]], -e["score"]))
     return {"causes": supported, "checked": checked}
 

@@ -13,6 +13,14 @@ from typing import Any
 
 from aorta.common.errors import UsageError
 
+#: the collectives Collectives runs; an op label naming one (alone or in "a+b") is a collective op
+COLLECTIVE_OPS = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all"})
+
+
+def is_collective_label(label: Any) -> bool:
+    """True for an op label the workloads give an op that runs a collective."""
+    return isinstance(label, str) and any(part in COLLECTIVE_OPS for part in label.split("+"))
+
 
 class Collectives:
     """Collectives over the default process group, or over one rank when there is none.
