@@ -12,6 +12,9 @@ _gpu_view_points.py: a driver's known graph launches, host→device copies and c
 under `ebpf-attach --ebpf-gpu-runtime`, counted exactly. Last, the windows
 of _gpu_memory_points.py: past 200,000 ops (tiny_kernel_stress 16 streams, 120 and 360
 iterations per_iteration, 120 end_only), the op events held stay bounded and the op count exact.
+Then the diagnosis sweeps of _gpu_diagnosis_points.py: tiny_kernel_stress at 1/4/16 streams, 3
+repeats, unmodified and with the runtime held to one hardware queue: the causes named and the
+causes not measured on this GPU, each with why.
 On a lent machine it runs from the carried tree with nothing installed (_gpu_check_env.py: the
 wheels of .gpu-wheels/ go into a private folder on every child's path); the eBPF points run only
 where bpftrace, privileges and bpf() are all there (_gpu_ebpf_gate.py), else a line says why not.
@@ -30,6 +33,7 @@ from typing import TextIO
 
 from _gpu_check_args import parse_check_args
 from _gpu_check_env import WHEELS, child_env, child_paths, imported_from, install_wheels
+from _gpu_diagnosis_points import run_diagnosis_points
 from _gpu_ebpf_gate import ebpf_gate
 from _gpu_memory_points import run_memory_points
 from _gpu_runtime_points import run_points
@@ -148,6 +152,7 @@ def main() -> int:
         failed += run_points(args.device, args.iterations, out, env)
         failed += run_view_points(args.device, out, env)
     failed += run_memory_points(args.device, paths, env)
+    failed += run_diagnosis_points(args.device, args.iterations, args.quick, out, env)
     return 1 if failed else 0
 
 

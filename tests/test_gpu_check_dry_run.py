@@ -101,6 +101,11 @@ def test_documented_command_runs_offline_without_install(
     assert not any(line.get("traced") is not None or "launches_seen" in line for line in lines)
     memory = next(line for line in lines if line.get("check") == "bounded_memory")
     assert memory["ran"] is False and "GPU" in memory["reason"]
+    diagnosis = {line["case"]: line for line in lines if line.get("check") == "diagnosis"}
+    assert set(diagnosis) == {"unmodified", "mux"}
+    for line in diagnosis.values():
+        assert line["status"] == "ok" and line["streams"] == [1, 2] and line["text"], line
+        assert "collective_bound" in line["not_measured"]  # one process: no peers, and it says so
 
 
 def test_isolated_memory_child_imports_the_carried_tree(bare_python: str, tmp_path: Path) -> None:
