@@ -291,8 +291,10 @@ def test_traced_run_timeline_matches_the_aggregates(ebpf_ready: None, tmp_path: 
     assert section["families"]["cpu_sched"]["metrics"]["timeline"]["on_cpu"]["charged_from"] == (
         "sum_exec_runtime" if kernel_btf() else "sched_stat_runtime"
     )
+    kept = section["families"]["cpu_sched"]["metrics"]["timeline"]["on_cpu"]
+    assert kept["dropped"] == 0, kept  # else the kept slices cannot add up to the counter
     for row in workers:  # the slices add up to the kernel's own on-CPU counter of the worker
-        assert on_cpu[row["tid"]] == pytest.approx(row["on_cpu_ms"], rel=0.01), row
+        assert on_cpu[row["tid"]] == pytest.approx(row["on_cpu_ms"], rel=0.01), (row, kept)
     starts = {e["id"]: e for e in events if e["ph"] == "s" and e["cat"] == "dispatch"}
     ends = {e["id"]: e for e in events if e["ph"] == "f" and e["cat"] == "dispatch"}
     from_bells = [s for s in starts.values() if s["name"].endswith("→ dispatch")]
