@@ -42,7 +42,12 @@ def test_stop_during_attach_gets_ends_maps_by_sigint(ebpf_ready: None, delay_s: 
     session = _spawned(ready)
     deadline = time.monotonic() + 30
     # wait for bpftrace's "attaching N probes" record: its SIGINT handler is installed by then
-    while session.output.attached_probes is None and session.running and time.monotonic() < deadline:
+    while (
+        session.output.attached_probes is None
+        and session._proc is not None
+        and session._proc.poll() is None
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.002)
     time.sleep(delay_s)
     out = session.stop(timeout_s=30.0)  # attaching 12 probes can take seconds under load

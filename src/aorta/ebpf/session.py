@@ -428,10 +428,6 @@ class TraceSession:
         """The bpftrace (or sudo/setpriv wrapper) process id, None before start."""
         return self._proc.pid if self._proc is not None else None
 
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
     # -- stop --------------------------------------------------------------------------------
     def stop(self, timeout_s: float = 15.0) -> SessionOutput:
         """SIGINT, wait for END's maps; escalate to SIGTERM then SIGKILL. Returns the output.
