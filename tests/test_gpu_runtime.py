@@ -21,6 +21,7 @@ from aorta.ebpf import engine
 from aorta.ebpf.elfsyms import ElfError, defined_functions, function_addresses
 from aorta.ebpf.probes.base import TraceTarget
 from aorta.ebpf.probes.gpu_runtime import GpuRuntimeFamily
+from aorta.ebpf.probes.gpu_runtime_views import ALL_VIEWS, SWITCHED_OFF
 from aorta.ebpf.program import UPROBE_HANDSHAKE_IDS
 from aorta.ebpf.runtime_libs import runtime_libraries
 from conftest import unavailable
@@ -264,7 +265,7 @@ def test_hip_launches_per_stream_doorbells_per_queue_and_mapping(hip: ctypes.CDL
         return int(handle.value or 0)
 
     early = [new_stream() for _ in range(2)]  # their queues exist before bpftrace attaches
-    family = GpuRuntimeFamily()
+    family = GpuRuntimeFamily(views=ALL_VIEWS)
     program, session = _start(family)
     try:
         streams = early + [new_stream() for _ in range(n - 2)]
@@ -358,7 +359,8 @@ def test_cuda_runtime_and_driver_launches_streams_and_syncs(cuda: tuple[ctypes.C
     drv.standin_configure(0, LAUNCH_NS, 0)
     # only the CUDA stand-ins (this process may hold the HIP ones too, from another test)
     family = GpuRuntimeFamily(
-        libraries=[lib for lib in runtime_libraries((os.getpid(),)) if lib.kind in ("cudart", "cuda")]
+        libraries=[lib for lib in runtime_libraries((os.getpid(),)) if lib.kind in ("cudart", "cuda")],
+        views=ALL_VIEWS,
     )
     program, session = _start(family)
     try:
@@ -487,13 +489,27 @@ def test_ebpf_attach_adds_the_family_when_a_runtime_is_mapped(
         assert child.stdout is not None
         handles = [int(x) for x in child.stdout.readline().split()]
         out = tmp_path / "a.json"
-        proc = cli("ebpf-attach", "--pid", str(child.pid), "--duration", "3s", "-o", str(out))
+        views = "doorbells,launches,times"  # stream → queue mapping: launch state at the doorbell
+        proc = cli(
+            "ebpf-attach",
+            "--pid",
+            str(child.pid),
+            "--duration",
+            "3s",
+            "-o",
+            str(out),
+            "--ebpf-gpu-runtime-views",
+            views,
+        )
         assert proc.returncode == 0, proc.stderr
         import json
 
         data = json.loads(out.read_text())
         q = data["ebpf_queue_metrics"]
         metrics = q["families"]["gpu_runtime"]["metrics"]
+        assert metrics["views_probed"] == ["launches", "times", "doorbells"]  # the table's order
+        assert metrics["copies"] is None  # switched off: null with the reason, not an empty list
+        assert metrics["views"]["copies"]["reason"] == SWITCHED_OFF
         rows = {int(r["handle"], 16): r for r in metrics["streams"]}
         assert set(rows) == set(handles)
         assert all(rows[h]["launches"] > 100 for h in handles)
@@ -524,7 +540,7 @@ def test_collect_and_gpu_comparison_recomputed_by_hand() -> None:
     from aorta.hw_queue_eval.backends.base import OpRecord
     from aorta.hw_queue_eval.tracing.gpu_runtime_comparison import compare_gpu_runtime
 
-    family = GpuRuntimeFamily(libraries=[])
+    family = GpuRuntimeFamily(libraries=[], views=ALL_VIEWS)
     family.attached = [{"api": "hipLaunchKernel"}, {"api": "hsa_signal_store_screlease"}]
     maps = {
         "@gpu_runtime_launches": {"1,4096": 3, "4,4096": 2, "1,8192": 3, "1,12288": 1},
@@ -683,13 +699,33 @@ def test_show_script_renders_the_uprobes_of_a_process(standins: dict[str, Path],
         assert child.stdout.readline().strip() == "ready"
         proc = cli("ebpf-info", "--show-script", "--ebpf-gpu-runtime", "--pid", str(child.pid))
         assert proc.returncode == 0, proc.stderr
-        assert f"uprobe:{_point(standins['libcudart.so.12'], 'cudaLaunchKernel')}\n" in proc.stdout
-        assert f"uretprobe:{_point(standins['libcudart.so.12'], 'cudaLaunchKernel')}\n" in proc.stdout
+        launch = _point(standins["libcudart.so.12"], "cudaLaunchKernel")
+        assert f"uprobe:{launch}\n" in proc.stdout
+        assert f"uretprobe:{launch}\n" not in proc.stdout  # default views: entry probes only
+        assert "// cudaStreamSynchronize (" in proc.stdout  # syncs: on by default
         assert (
             "// gpu_runtime: not attached uprobe:cudart:cudaLaunchKernelExC_ptsz: symbol not in"
             in proc.stdout
         )
         assert f"@aorta_pids[{child.pid}] = 1;" in proc.stdout
+        # times on, syncs off (the views option alone implies --ebpf-gpu-runtime)
+        proc = cli(
+            "ebpf-info",
+            "--show-script",
+            "--ebpf-gpu-runtime-views",
+            "times,launches",
+            "--pid",
+            str(child.pid),
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert f"uprobe:{launch}\n" in proc.stdout
+        assert f"uretprobe:{launch}\n" in proc.stdout
+        assert "// cudaStreamSynchronize (" not in proc.stdout  # switched off: not probed
+        assert "// cudaLaunchKernel_ptsz (" in proc.stdout
+        proc = cli("ebpf-info", "--show-script", "--ebpf-gpu-runtime-views", "syncs", "--pid", str(child.pid))
+        assert proc.returncode == 0, proc.stderr
+        assert f"uprobe:{launch}\n" not in proc.stdout
+        assert "// cudaStreamSynchronize (" in proc.stdout
     finally:
         child.kill()
         child.wait()
@@ -888,3 +924,89 @@ def test_ebpf_attach_lists_the_runtime_family_with_its_reason_when_nothing_is_ma
     assert "no HIP/HSA/CUDA runtime library is mapped" in fam["events_missing"]["uprobe:*"]
     assert data["late_runtimes"]["programs"] == []
     assert "gpu_runtime (no HIP/HSA/CUDA runtime library" in proc.stdout  # the console line
+
+
+@pytest.mark.parametrize(
+    ("text", "views"),
+    [
+        ("waits, launches,launches", ("launches", "waits")),  # table order, each once, spaces ok
+        ("times,launches,doorbells,syncs,copies,collectives,waits", ALL_VIEWS),
+    ],
+)
+def test_views_option_parses_into_the_table_order(text: str, views: tuple[str, ...]) -> None:
+    from aorta.ebpf.probes.gpu_runtime_views import parse_views
+    from aorta.hw_queue_eval.commands._options import passthrough_args
+
+    assert parse_views(text) == views
+    assert GpuRuntimeFamily(views=views).views == views
+    # sweep / policy-sweep points get the checked list as given to run
+    assert passthrough_args({"ebpf_gpu_runtime_views": ",".join(views)}) == [
+        "--ebpf-gpu-runtime-views",
+        ",".join(views),
+    ]
+
+
+@pytest.mark.parametrize("command", ["run", "sweep", "policy-sweep", "ebpf-attach", "ebpf-info"])
+@pytest.mark.parametrize("bad", ["launch", "", "copies,bogus"])
+def test_an_unknown_view_is_a_one_line_usage_error(cli, command: str, bad: str) -> None:
+    args = {"run": ["run", "gemm"], "ebpf-info": ["ebpf-info", "--show-script"]}
+    proc = cli(*args.get(command, [command]), "--ebpf-gpu-runtime-views", bad)
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert "--ebpf-gpu-runtime-views" in lines[0]
+    assert "launches, times, doorbells, syncs, copies, collectives, waits" in lines[0]
+
+
+def test_a_switched_off_view_is_not_probed_and_says_so(standins: dict[str, Path]) -> None:
+    """Rendered for the stand-in libraries: a view left out has no probe block, and its result
+    is null with the reason (not an empty list or a zero)."""
+    from aorta.ebpf.probes.base import BpftraceDialect, RenderContext
+    from aorta.ebpf.runtime_libs import MappedLibrary
+
+    libs = [
+        MappedLibrary(kind, str(standins[name]), str(standins[name]), 1)
+        for kind, name in (
+            ("cudart", "libcudart.so.12"),
+            ("hip", "libamdhip64.so"),
+            ("hsa", "libhsa-runtime64.so.1"),
+        )
+    ]
+
+    def render(views: tuple[str, ...] | None) -> tuple[GpuRuntimeFamily, str]:
+        family = GpuRuntimeFamily(libraries=libs, views=views)
+        ctx = RenderContext(
+            tracefs=None,
+            dialect=BpftraceDialect((0, 17, 0)),
+            target=TraceTarget((1,)),
+            pid_filter="@p[pid]",
+            gate="@g",
+        )  # type: ignore[arg-type]
+        return family, "\n\n".join(family.render(ctx).probes)
+
+    family, text = render(None)
+    assert family.views == ("launches", "syncs", "copies", "collectives", "waits")
+    returns = [b.splitlines()[3] for b in text.split("\n\n") if b.startswith("uretprobe:")]
+    assert returns and all("StreamCreate" in r for r in returns)  # else entry probes only
+    assert "// hsa_signal_store_screlease (" not in text  # doorbells: opt-in
+    assert "@gpu_runtime_depth" not in text and "@gpu_runtime_t0" not in text
+    for block in (b for b in text.split("\n\n") if "@gpu_runtime_launches[" in b):
+        assert block.splitlines()[1] == "/@g && @p[pid]/"  # the gate first: one lookup off-window
+    family, text = render(("launches", "times", "doorbells"))
+    assert "uretprobe:" in text and "@gpu_runtime_depth" in text
+    assert "// hsa_signal_store_screlease (" in text and "@gpu_runtime_launch_rings" in text
+    assert "// cudaStreamSynchronize (" not in text
+    m = family.collect({}, {}).metrics
+    assert m["views"]["syncs"] == {"probed": [], "reason": SWITCHED_OFF}
+    assert m["views"]["stream_graph"] == {"probed": [], "reason": SWITCHED_OFF}
+    assert m["device_and_event_syncs"] is None and m["stream_graph"] is None
+    assert m["copies"] is None and m["collectives"] is None and m["collective_groups"] is None
+    assert m["views"]["launches"]["probed"] and m["views"]["times"]["probed"]
+    family, text = render(("syncs",))
+    assert "// cudaLaunchKernel (" not in text and "// cudaStreamSynchronize (" in text
+    m = family.collect({"@gpu_runtime_sync_calls": {"71,4096": 3}}, {}).metrics
+    assert m["launches_total"] is None and m["streams_created"] is None
+    assert m["views"]["launches"]["reason"] == SWITCHED_OFF
+    (row,) = m["streams"]
+    assert row["sync_calls"] == 3 and row["sync_blocked_ms"] is None  # counted, not timed: null
+    assert row["launches"] is None and m["summary"] is None  # no launches seen: no submissions

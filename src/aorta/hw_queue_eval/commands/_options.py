@@ -33,7 +33,14 @@ if TYPE_CHECKING:
     from aorta.hw_queue_eval.gpu.control import GpuRequest
 
 #: `run` options a sweep passes through to every point when `run` has them.
-PASSTHROUGH_FLAGS = ("ebpf_trace", "ebpf_memory_trace", "ebpf_gpu_runtime", "bpftrace", "state_dir")
+PASSTHROUGH_FLAGS = (
+    "ebpf_trace",
+    "ebpf_memory_trace",
+    "ebpf_gpu_runtime",
+    "ebpf_gpu_runtime_views",
+    "bpftrace",
+    "state_dir",
+)
 
 
 def passthrough_args(values: dict[str, Any]) -> list[str]:
@@ -324,9 +331,38 @@ def _bpftrace_value(ctx: click.Context, param: click.Parameter, value: str | Non
     return check_bpftrace(value)
 
 
+def _views_value(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--ebpf-gpu-runtime-views LIST checked when the command line is read (exit 2, one line,
+    naming the allowed views); the canonical list (table order, each once) so sweeps pass it on."""
+    if value is None:
+        return None
+    from aorta.ebpf.probes.gpu_runtime_views import parse_views
+
+    try:
+        return ",".join(parse_views(value))
+    except ValueError as exc:
+        raise UsageError(f"--ebpf-gpu-runtime-views: {exc}") from None
+
+
+def gpu_runtime_views(text: str | None) -> tuple[str, ...] | None:
+    """The views of a checked --ebpf-gpu-runtime-views value (None: the family's default set)."""
+    return tuple(text.split(",")) if text else None
+
+
 def tracing_options(func: Any) -> Any:
     """The eBPF flags of run-like commands (one list, so every run-like command gets each flag),
-    and --bpftrace, the bpftrace they start."""
+    --ebpf-gpu-runtime-views, and --bpftrace, the bpftrace they start."""
+    func = click.option(
+        "--ebpf-gpu-runtime-views",
+        "ebpf_gpu_runtime_views",
+        default=None,
+        metavar="LIST",
+        callback=_views_value,
+        help="Which gpu_runtime views to probe, comma-separated: launches, times, doorbells, syncs, "
+        "copies, collectives, waits [default: launches,syncs,copies,collectives,waits]. A view left "
+        "out is not probed (its result says so). times: call times via return probes; doorbells: "
+        "HSA queues. Implies --ebpf-gpu-runtime. Costs per view: docs/ebpf.md.",
+    )(func)
     func = click.option(
         "--bpftrace",
         "bpftrace",
@@ -347,15 +383,16 @@ def build_tracer(
     gpu_runtime: bool = False,
     timeline: bool = False,
     bpftrace: str | None = None,
+    gpu_runtime_views: tuple[str, ...] | None = None,
 ) -> Any:
     """The tracer for these flags (None without tracing); tells on stderr when tracing is off.
     `timeline`: --trace-out was given, so the tracer keeps per-event records for it; `bpftrace`:
-    the --bpftrace option."""
+    the --bpftrace option; `gpu_runtime_views`: --ebpf-gpu-runtime-views (None: the default)."""
     if not (queue or memory or gpu_runtime):
         return None
     from aorta.hw_queue_eval.tracing.window_tracer import make_tracer
 
-    tracer = make_tracer(queue, memory, gpu_runtime, timeline, bpftrace)
+    tracer = make_tracer(queue, memory, gpu_runtime, timeline, bpftrace, gpu_runtime_views)
     if tracer is not None and not tracer.ready.ok:
         click.echo(f"warning: eBPF tracing is off: {tracer.ready.reason}", err=True)
     return tracer
