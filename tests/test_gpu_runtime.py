@@ -1010,3 +1010,81 @@ def test_a_switched_off_view_is_not_probed_and_says_so(standins: dict[str, Path]
     (row,) = m["streams"]
     assert row["sync_calls"] == 3 and row["sync_blocked_ms"] is None  # counted, not timed: null
     assert row["launches"] is None and m["summary"] is None  # no launches seen: no submissions
+
+
+def test_driver_launches_made_by_the_cuda_runtime_are_told_apart_by_caller(standins: dict[str, Path]) -> None:
+    """Default views (no return probes): a libcuda launch whose return address lies in the
+    libcudart text this process mapped is a nested call, tested per traced pid in the probe."""
+    from aorta.ebpf.probes.base import BpftraceDialect, RenderContext
+    from aorta.ebpf.probes.gpu_runtime import caller_ranges
+
+    ctypes.CDLL(str(standins["libcudart.so.12"]))
+    ctypes.CDLL(str(standins["libcuda.so.1"]))
+    me = os.getpid()
+    ranges = caller_ranges([me], ("cudart",))
+    text_maps = [
+        line.split()[0]
+        for line in Path(f"/proc/{me}/maps").read_text().splitlines()
+        if line.endswith(str(standins["libcudart.so.12"])) and "x" in line.split()[1]
+    ]
+    assert [f"{lo:x}-{hi:x}" for _, lo, hi in ranges] == text_maps and ranges
+    libs = [lib for lib in runtime_libraries((me,)) if lib.kind in ("cudart", "cuda")]
+    ctx = RenderContext(
+        tracefs=None,
+        dialect=BpftraceDialect((0, 17, 0)),
+        target=TraceTarget((me,)),
+        pid_filter="1",
+        gate="@g",
+    )  # type: ignore[arg-type]
+    blocks = GpuRuntimeFamily(libraries=libs).render(ctx).probes
+    driver = next(b for b in blocks if "// cuLaunchKernel (" in b)
+    for _, lo, hi in ranges:
+        assert f"(pid == {me} && $ra >= {lo} && $ra < {hi})" in driver
+    runtime = next(b for b in blocks if "// cudaLaunchKernel (" in b)
+    assert "pid == " not in runtime  # nothing probed calls into libcudart's launches
+    timed = GpuRuntimeFamily(libraries=libs, views=ALL_VIEWS).render(ctx).probes
+    assert not any("$ra" in b for b in timed)  # with times: the depth map, across libraries
+
+
+@pytest.mark.slow
+@pytest.mark.ebpf
+def test_caller_test_in_the_probe_counts_calls_from_a_caller_range_as_nested(
+    cuda: tuple[ctypes.CDLL, ctypes.CDLL], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default views' caller test, live: with libffi's text (ctypes' caller of every C call
+    here) standing in for libcudart's, driver launches count as nested, runtime ones as launches;
+    without it the same calls are launches. Exact counts both ways."""
+    from aorta.ebpf.probes import gpu_runtime
+
+    rt, drv = cuda
+    me = os.getpid()
+    ffi = [
+        (me, *(int(x, 16) for x in line.split()[0].split("-")))
+        for line in Path(f"/proc/{me}/maps").read_text().splitlines()
+        if "/libffi" in line and "x" in line.split()[1]
+    ]
+    if not ffi:
+        pytest.skip("ctypes here does not call through a shared libffi")
+    one = Dim3(1, 1, 1)
+    libs = [lib for lib in runtime_libraries((me,)) if lib.kind in ("cudart", "cuda")]
+    for ranges, launches, nested in ((tuple(ffi), {11: 3}, {21: 5}), ((), {11: 3, 21: 5}, {})):
+        monkeypatch.setattr(gpu_runtime, "caller_ranges", lambda pids, kinds, r=ranges: r)
+        family = GpuRuntimeFamily(libraries=libs)
+        program, session = _start(family)
+        try:
+            drv.cuLaunchKernel(None, 1, 1, 1, 1, 1, 1, 0, 0x7000, None, None)  # before the window
+            session.window_start()
+            for _ in range(3):
+                rt.cudaLaunchKernel(None, one, one, None, 0, 0x7000)
+            for _ in range(5):
+                drv.cuLaunchKernel(None, 1, 1, 1, 1, 1, 1, 0, 0x7000, None, None)
+            session.window_stop()
+        except BaseException:
+            session.abort()
+            raise
+        out = session.stop()
+        assert out.exit_code == 0, out.stderr
+        m = engine.collect_results(program, out, {})[0].metrics
+        (row,) = m["streams"]
+        assert row["by_api"] == {gpu_runtime.m.api_name(a): n for a, n in launches.items()}
+        assert m["nested_launch_calls"] == {gpu_runtime.m.api_name(a): n for a, n in nested.items()}

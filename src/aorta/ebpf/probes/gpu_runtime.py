@@ -18,6 +18,8 @@ symbols are listed as not attached with the reason. Signatures: see docs/ebpf.md
 
 from __future__ import annotations
 
+import contextlib
+from pathlib import Path
 from typing import Any
 
 from aorta.ebpf import hist
@@ -27,7 +29,7 @@ from aorta.ebpf.probes import gpu_runtime_views as gv
 from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext
 from aorta.ebpf.probes.gpu_runtime_apis import APIS, P
 from aorta.ebpf.probes.gpu_runtime_bpf import Where, blocks
-from aorta.ebpf.runtime_libs import MappedLibrary, runtime_libraries, with_descendants
+from aorta.ebpf.runtime_libs import RUNTIME_LIBS, MappedLibrary, runtime_libraries, with_descendants
 from aorta.ebpf.uprobes import hit_cost_ns
 
 
@@ -100,6 +102,7 @@ class GpuRuntimeFamily(ProbeFamily):
             )
             return code
         pf, gate = ctx.pid_filter, ctx.gate
+        traced = with_descendants(ctx.target.pids) if ctx.target.pids else []
         times = "times" in self.views
         doorbell_streams = times and "launches" in self.views
         for lib in libs:
@@ -116,6 +119,11 @@ class GpuRuntimeFamily(ProbeFamily):
             probed: dict[int, str] = {}  # address → the API probed there (aliases count once)
             addrs = [f.address for f in present.values()]
             span = (min(addrs), max(addrs)) if addrs else None
+            callers = (
+                caller_ranges(traced, CALLER_KINDS[lib.kind])
+                if lib.kind in CALLER_KINDS and not times
+                else ()
+            )
             roles = gv.probed_roles(self.views)
             for api in (a for a in APIS if a.lib == lib.kind and a.role in roles):
                 symbol = next((s for s in api.symbols if s in present), None)
@@ -132,7 +140,10 @@ class GpuRuntimeFamily(ProbeFamily):
                 assert symbol is not None
                 fn = present[symbol]
                 probed[fn.address] = api.name
-                at = Where(f"{lib.path}:{_attach_point(symbol, fn)}", fn.address, span)
+                launch = api.role in ("launch", "graph_launch")
+                at = Where(
+                    f"{lib.path}:{_attach_point(symbol, fn)}", fn.address, span, callers if launch else ()
+                )
                 code.probes.extend(
                     _label(b, api.name, symbol)
                     for b in blocks(api, at, pf, gate, ctx.prefix(), times, doorbell_streams)
@@ -279,6 +290,32 @@ class GpuRuntimeFamily(ProbeFamily):
             ),
         }
         return FamilyResult(self.name, self.section, metrics, coverage)
+
+
+# a runtime kind → the runtimes whose calls into its exported launch functions are nested calls
+# (libcudart reaches the driver through entry points it looks up: cuGetProcAddress)
+CALLER_KINDS = {"cuda": ("cudart",)}
+MAX_CALLER_RANGES = 64  # per probe: the test is inlined (pid, start, end) by (pid, start, end)
+
+
+def caller_ranges(
+    pids: list[int] | tuple[int, ...], kinds: tuple[str, ...]
+) -> tuple[tuple[int, int, int], ...]:
+    """(pid, start, end) of each executable mapping of a `kinds` runtime file in /proc/PID/maps of
+    the traced processes, now (a process started later is not in it: there a driver launch made
+    by the CUDA runtime counts as a launch too, unless the times view is on)."""
+    out: list[tuple[int, int, int]] = []
+    for pid in pids:
+        with contextlib.suppress(OSError, ValueError):
+            for line in Path(f"/proc/{int(pid)}/maps").read_text().splitlines():
+                parts = line.split(maxsplit=5)
+                if len(parts) < 6 or "x" not in parts[1]:
+                    continue
+                name = parts[5].removesuffix(" (deleted)").rsplit("/", 1)[-1]
+                if any(RUNTIME_LIBS[k].match(name) for k in kinds):
+                    lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                    out.append((int(pid), lo, hi))
+    return tuple(out[:MAX_CALLER_RANGES])
 
 
 def _pair(calls: int, times: bool) -> tuple[int, int]:

@@ -26,22 +26,31 @@ OP_MAPS = {"copy": "copies", "memset": "copies", "collective": "colls"}
 INT32 = "0xffffffff"  # an int argument's register / stack slot: the upper half is undefined
 
 
+RA = "$ra"  # the return address, read at entry: *(uint64*)reg("sp")
+
+
 @dataclass(frozen=True)
 class Where:
-    """Where one entry point is probed: the attach point, and for the same-library caller test
-    its link-time address and the span of the library's functions (lowest, highest address)."""
+    """Where one entry point is probed: the attach point; for the same-library caller test its
+    link-time address and the span of the library's functions (lowest, highest address); and the
+    executable ranges of other probed runtimes that call it, per traced process (pid, start, end:
+    the CUDA runtime calling the driver's exported launch functions)."""
 
     point: str
     address: int = 0
     functions: tuple[int, int] | None = None
+    callers: tuple[tuple[int, int, int], ...] = ()
 
     def inside(self) -> str:
-        """A predicate true when the caller's return address is in the same library's functions
-        (unsigned: a caller below the lowest function wraps to a huge value); "0" without a span."""
-        if self.functions is None:
-            return "0"
-        lo, hi = self.functions
-        return f'*(uint64*)reg("sp") - reg("ip") + {self.address - lo} <= {hi - lo}'
+        """A predicate on $ra true when the caller is in the same library's functions (unsigned:
+        a caller below the lowest function wraps to a huge value) or in a calling runtime's
+        text in that process; "0" when neither is known."""
+        tests = []
+        if self.functions is not None:
+            lo, hi = self.functions
+            tests.append(f'{RA} - reg("ip") + {self.address - lo} <= {hi - lo}')
+        tests += [f"(pid == {p} && {RA} >= {lo} && {RA} < {hi})" for p, lo, hi in self.callers]
+        return " || ".join(tests) if tests else "0"
 
 
 def blocks(
@@ -74,13 +83,13 @@ def _entry_only(api: Api, at: Where, pf: str, gate: str, r: str) -> list[str]:
     if api.role in OP_MAPS:
         body = f"{P}{OP_MAPS[api.role]}[{r}{i}, {api.stream}, ({api.kind}) & {INT32}] = stats({api.size});"
         if inside != "0":
-            body = f"if (!({inside})) {{ {body} }}"
+            body = f'{RA} = *(uint64*)reg("sp");\n  if (!({inside})) {{ {body} }}'
         return [f"uprobe:{where}\n/{pred}/\n{{\n  {body}\n}}"]
     count = f"{P}launches[{r}{i}, {api.stream}] = count();"
     if inside == "0":
         return [f"uprobe:{where}\n/{pred}/\n{{\n  {count}\n}}"]
     return [
-        f"uprobe:{where}\n/{pred}/\n{{\n  $s = {api.stream};\n"
+        f'uprobe:{where}\n/{pred}/\n{{\n  $s = {api.stream};\n  {RA} = *(uint64*)reg("sp");\n'
         f"  if ({inside}) {{ {P}nested[{r}{i}] = count(); }}\n"
         f"  else {{ {P}launches[{r}{i}, $s] = count(); }}\n}}"
     ]
