@@ -1088,3 +1088,28 @@ def test_caller_test_in_the_probe_counts_calls_from_a_caller_range_as_nested(
         (row,) = m["streams"]
         assert row["by_api"] == {gpu_runtime.m.api_name(a): n for a, n in launches.items()}
         assert m["nested_launch_calls"] == {gpu_runtime.m.api_name(a): n for a, n in nested.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.ebpf
+def test_a_sweep_hands_the_views_to_its_points(cli, tmp_path: Path) -> None:
+    """--ebpf-gpu-runtime-views alone (it implies --ebpf-gpu-runtime) reaches every sweep point,
+    checked and in the table's order; the point's family probed exactly those views."""
+    import json
+
+    from ebpf_support import require_ebpf
+
+    require_ebpf()
+    out = tmp_path / "s.json"
+    proc = cli(
+        "sweep", "tiny_kernel_stress", "--streams", "1", "-i", "2", "-w", "1", "-d", "cpu", "--size", "small",
+        "--ebpf-gpu-runtime-views", "waits,copies", "-o", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["flags"] == ["--ebpf-gpu-runtime-views", "copies,waits"]
+    (point,) = data["points"]
+    metrics = point["result"]["ebpf_queue_metrics"]["families"]["gpu_runtime"]["metrics"]
+    assert metrics["views_probed"] == ["copies", "waits"]
+    assert metrics["views"]["launches"]["reason"] == SWITCHED_OFF
+    assert metrics["launches_total"] is None
