@@ -1113,3 +1113,11 @@ def test_a_sweep_hands_the_views_to_its_points(cli, tmp_path: Path) -> None:
     assert metrics["views_probed"] == ["copies", "waits"]
     assert metrics["views"]["launches"]["reason"] == SWITCHED_OFF
     assert metrics["launches_total"] is None
+
+
+def test_a_tracer_whose_view_is_switched_off_is_a_usage_error(cli) -> None:
+    proc = cli("ebpf-attach", "--pid", "1", "--tracers", "dma", "--ebpf-gpu-runtime-views", "launches")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: --tracers dma needs the copies view: add it to --ebpf-gpu-runtime-views"
+    ]

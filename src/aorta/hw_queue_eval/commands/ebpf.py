@@ -16,7 +16,7 @@ from aorta.common.errors import UsageError
 from aorta.common.procs import parse_pid, process_running, process_state, thread_group_of
 from aorta.hw_queue_eval.commands._options import gpu_runtime_views, tracing_options
 from aorta.hw_queue_eval.commands._output import save_and_print_json
-from aorta.hw_queue_eval.commands._tracers import parse_tracers, tracer_report
+from aorta.hw_queue_eval.commands._tracers import check_views, parse_tracers, tracer_report
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
 
@@ -298,7 +298,9 @@ def ebpf_attach_command(
         pid = _attach_pid(pid_text)
         roots = (pid,)
     seconds = parse_duration(duration)
-    tracers = tracer_report(parse_tracers(tracers_text)) if tracers_text is not None else None
+    names = parse_tracers(tracers_text) if tracers_text is not None else []
+    check_views(names, gpu_runtime_views(ebpf_gpu_runtime_views))
+    tracers = tracer_report(names) if tracers_text is not None else None
     families = {t["family"] for t in (tracers or {}).values()}
     ebpf_trace = ebpf_trace or "queue" in families
     ebpf_memory_trace = ebpf_memory_trace or "memory" in families
