@@ -1,16 +1,21 @@
-"""gpu_runtime's cost per kernel launch vs an empty entry uprobe on the same symbol (issue 26 item 7).
+"""gpu_runtime's cost per call vs an empty entry uprobe on the same symbol (issue 26 item 7).
 
-On the real vendor libraries from the pinned test wheels (tests/vendor_libs.py): libamdhip64's
-`hipLaunchKernel` and libcudart's `cudaLaunchKernel`, called on a fake stream (every call fails
-early without a GPU, after the entry uprobe fired). Each round times three conditions, in an
-order that rotates from round to round: untraced, one empty entry uprobe on the symbol's address
-(`uprobe:LIB:ADDR {}`, bpftrace directly), and the gpu_runtime family (entry + return probes with
-its maps). Each figure is the fastest of short batches (uprobe_cost._time_calls); the headline
-per library is the median over rounds of (family − untraced) / (empty − untraced), the goal ≤ 1.3.
-Also printed: what the family's own calibration (uprobes.hit_cost_ns, the cost the result
-reports per launch: entry+return pair) says, next to the paired measurement.
+On the real vendor libraries from the pinned test wheels (tests/vendor_libs.py): a launch
+(libcudart's `cudaLaunchKernel`), a copy, an event record and a stream sync (libcudart) and a
+collective (libnccl's `ncclAllReduce`), each called on a fake stream or a NULL communicator, so
+every call fails early without a GPU, after the entry uprobe fired. (libamdhip64's
+`hipLaunchKernel` is left out: without a GPU each call takes ~20 us, varying by as much, which
+hides a probe's cost.)
 
-Usage: sudo PYTHONPATH=src:tests python bench/uprobe_cost_launch.py [--calls 4000] [--rounds 6]
+Each round times four conditions, in an order that rotates from round to round: untraced; one
+empty entry uprobe on each symbol's address (`uprobe:LIB:ADDR {}`, bpftrace directly); the
+gpu_runtime family with its default views; the family with every view (`times` adds the return
+probes). Each figure is the fastest of short batches (uprobe_cost._time_calls). Printed per kind:
+untraced ns/call, the ns an empty uprobe adds, the ns each family condition adds (medians over
+rounds), and the median over rounds of (family - untraced) / (empty - untraced), the goal <= 1.3
+for the default views.
+
+Usage: sudo PYTHONPATH=src:tests python bench/uprobe_cost_launch.py [--calls 4000] [--rounds 8]
 """
 
 from __future__ import annotations
@@ -21,48 +26,77 @@ import os
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE))
 
-V, S = ctypes.c_void_p, ctypes.c_size_t
+V, S, INT = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
 STREAM = 0x5101000
-SYMBOLS = {"rocm": "hipLaunchKernel", "cudart": "cudaLaunchKernel"}
+CONDITIONS = ("plain", "empty", "default", "all")
 
 
-def _launchers() -> dict[str, tuple[str, str, object]]:
-    """library key → (path, symbol, a call of it)."""
+def _kinds() -> dict[str, tuple[str, str, Callable[[], object]]]:
+    """kind → (library path, symbol, one call of it)."""
     import vendor_libs
     from gpu_standins import Dim3
 
+    paths = {k: vendor_libs.library(k) for k in ("cudart", "nccl")}
+    missing = [k for k, p in paths.items() if p is None]
+    if missing:
+        raise SystemExit(f"vendor libraries not fetched: run python tests/vendor_libs.py {' '.join(missing)}")
+    rt, nc = (ctypes.CDLL(str(paths[k])) for k in ("cudart", "nccl"))
     one = Dim3(1, 1, 1)
-    out = {}
-    for key, symbol in SYMBOLS.items():
-        path = vendor_libs.library(key)
-        if path is None:
-            raise SystemExit(f"vendor library {key} not fetched: run python tests/vendor_libs.py {key}")
-        fn = getattr(ctypes.CDLL(str(path)), symbol)
-        fn.argtypes = [V, Dim3, Dim3, V, S, V]
-        out[key] = (str(path), symbol, lambda fn=fn: fn(None, one, one, None, 0, STREAM))
-    return out
+    rt.cudaLaunchKernel.argtypes = [V, Dim3, Dim3, V, S, V]
+    rt.cudaMemcpyAsync.argtypes = [V, V, S, INT, V]
+    rt.cudaEventRecord.argtypes = [V, V]
+    rt.cudaStreamSynchronize.argtypes = [V]
+    nc.ncclAllReduce.argtypes = [V, V, S, INT, INT, V, V]
+    cudart, nccl = (str(paths[k]) for k in ("cudart", "nccl"))
+    return {
+        "launch cudaLaunchKernel": (
+            cudart,
+            "cudaLaunchKernel",
+            lambda: rt.cudaLaunchKernel(None, one, one, None, 0, STREAM),
+        ),
+        "copy cudaMemcpyAsync": (
+            cudart,
+            "cudaMemcpyAsync",
+            lambda: rt.cudaMemcpyAsync(16, 32, 4096, 1, STREAM),
+        ),
+        "event cudaEventRecord": (cudart, "cudaEventRecord", lambda: rt.cudaEventRecord(0xE100000, STREAM)),
+        "sync cudaStreamSynchronize": (
+            cudart,
+            "cudaStreamSynchronize",
+            lambda: rt.cudaStreamSynchronize(STREAM),
+        ),
+        "collective ncclAllReduce": (
+            nccl,
+            "ncclAllReduce",
+            lambda: nc.ncclAllReduce(16, 32, 100, 7, 0, None, STREAM),
+        ),
+    }
 
 
-def _empty_probe(bpftrace: str, path: str, symbol: str) -> subprocess.Popen:
-    """bpftrace with one empty entry uprobe on `symbol`'s address in `path`, once attached."""
+def _empty_probes(bpftrace: str, points: list[tuple[str, str]]) -> subprocess.Popen:
+    """bpftrace with one empty entry uprobe on each (path, symbol)'s address, once attached."""
     from aorta.ebpf.elfsyms import function_addresses
     from aorta.ebpf.probes.gpu_runtime import _attach_point
 
-    point = _attach_point(symbol, function_addresses(path)[symbol])
-    code = f'uprobe:{path}:{point} {{ }}\nBEGIN {{ printf("ready\\n"); }}'
+    lines = []
+    for path, symbol in points:
+        point = _attach_point(symbol, function_addresses(path)[symbol])
+        lines.append(f"uprobe:{path}:{point} {{ }}")
+    code = "\n".join(lines) + '\nBEGIN { printf("ready\\n"); }'
     child = subprocess.Popen([bpftrace, "-B", "line", "-e", code], stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None
     for line in child.stdout:  # "Attaching N probes...", then BEGIN once every probe is attached
         if line.strip() == "ready":
             return child
     child.kill()
-    raise SystemExit("bpftrace did not attach the empty uprobe")
+    raise SystemExit("bpftrace did not attach the empty uprobes")
 
 
 def _ratio(ratios: list[float]) -> str:
@@ -73,63 +107,76 @@ def main() -> None:
     from aorta.ebpf import engine
     from aorta.ebpf.probes.base import TraceTarget
     from aorta.ebpf.probes.gpu_runtime import GpuRuntimeFamily
+    from aorta.ebpf.probes.gpu_runtime_views import ALL_VIEWS, DEFAULT_VIEWS
     from uprobe_cost import _time_calls
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=4000)
-    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=8)
     args = parser.parse_args()
-    libs = _launchers()
-    for _, _, fn in libs.values():
+    kinds = _kinds()
+    for _, _, fn in kinds.values():
         fn()  # lazy runtime initialisation
     ready = engine.check_readiness()
-    if not ready.ok or ready.tracefs is None:
+    if not ready.ok or ready.tracefs is None or ready.bpftrace is None:
         raise SystemExit(f"eBPF unavailable: {ready.reason}")
-    family = GpuRuntimeFamily()
-    program = engine.make_program(
-        True, False, TraceTarget((os.getpid(),)), ready.tracefs, ready.version, families=[family]
-    )
-    conditions = ("plain", "empty", "family")
-    ns: dict[str, dict[str, list[float]]] = {k: {c: [] for c in conditions} for k in libs}
+    families = {"default": GpuRuntimeFamily(views=DEFAULT_VIEWS), "all": GpuRuntimeFamily(views=ALL_VIEWS)}
+    programs = {
+        name: engine.make_program(
+            True, False, TraceTarget((os.getpid(),)), ready.tracefs, ready.version, families=[family]
+        )
+        for name, family in families.items()
+    }
+    ns: dict[str, dict[str, list[float]]] = {k: {c: [] for c in CONDITIONS} for k in kinds}
+
+    def time_all(cond: str) -> None:
+        for kind, (_, _, fn) in kinds.items():
+            ns[kind][cond].append(_time_calls(fn, args.calls))
+
     for r in range(args.rounds):
-        order = conditions[r % 3 :] + conditions[: r % 3]
+        order = CONDITIONS[r % len(CONDITIONS) :] + CONDITIONS[: r % len(CONDITIONS)]
         for cond in order:
-            for key, (path, symbol, fn) in libs.items():
-                if cond == "plain":
-                    ns[key][cond].append(_time_calls(fn, args.calls))
-                elif cond == "empty":
-                    child = _empty_probe(ready.bpftrace, path, symbol)
-                    try:
-                        ns[key][cond].append(_time_calls(fn, args.calls))
-                    finally:
-                        child.terminate()
-                        child.wait()
-            if cond == "family":
-                session = engine.start_session(program, ready)
+            if cond == "plain":
+                time_all(cond)
+            elif cond == "empty":
+                child = _empty_probes(ready.bpftrace, [(p, s) for p, s, _ in kinds.values()])
+                try:
+                    time_all(cond)
+                finally:
+                    child.terminate()
+                    child.wait()
+            else:
+                session = engine.start_session(programs[cond], ready)
                 session.window_start()
                 try:
-                    for key, (_, _, fn) in libs.items():
-                        ns[key][cond].append(_time_calls(fn, args.calls))
+                    time_all(cond)
                 finally:
                     session.window_stop()
                     session.stop()
-    calib = family.snapshot(None) or {}
-    print(f"calls per figure {args.calls}, rounds {args.rounds} (conditions rotated per round)")
-    for key, v in ns.items():
+    print(
+        f"calls per figure {args.calls}, rounds {args.rounds} (conditions rotated per round); "
+        f"default views {','.join(DEFAULT_VIEWS)}; all: {','.join(ALL_VIEWS)}"
+    )
+    for kind, v in ns.items():
         empty = [e - p for e, p in zip(v["empty"], v["plain"], strict=True)]
-        fam = [f - p for f, p in zip(v["family"], v["plain"], strict=True)]
-        ratios = [f / e for f, e in zip(fam, empty, strict=True) if e > 0]
-        print(
-            f"{SYMBOLS[key]} ({key}): untraced {statistics.median(v['plain']) / 1e3:.2f} us; "
-            f"empty uprobe +{statistics.median(empty) / 1e3:.2f} us; gpu_runtime "
-            f"+{statistics.median(fam) / 1e3:.2f} us; ratio {_ratio(ratios)} "
-            f"(per round: {', '.join(f'{x:.2f}' for x in ratios)})"
+        line = (
+            f"{kind}: untraced {statistics.median(v['plain']):.0f} ns/call; "
+            f"empty uprobe +{statistics.median(empty):.0f} ns"
         )
+        for cond in ("default", "all"):
+            added = [f - p for f, p in zip(v[cond], v["plain"], strict=True)]
+            ratios = [a / e for a, e in zip(added, empty, strict=True) if e > 0]
+            line += (
+                f"; {cond} views +{statistics.median(added):.0f} ns, ratio {_ratio(ratios)} "
+                f"(rounds: {', '.join(f'{x:.2f}' for x in ratios)})"
+            )
+        print(line)
+    calib = families["default"].snapshot(None) or {}
     pair = calib.get("entry_return_ns")
     print(
-        "family calibration (reported as per_launch_us): entry+return "
-        + (f"{pair / 1e3:.2f} us" if isinstance(pair, (int, float)) else "not measured")
-        + f", entry {calib.get('entry_ns', 0) / 1e3:.2f} us"
+        "family calibration (probe_cost in the result): entry+return "
+        + (f"{pair:.0f} ns" if isinstance(pair, (int, float)) else "not measured")
+        + f", entry {calib.get('entry_ns', 0):.0f} ns"
     )
 
 

@@ -2,8 +2,9 @@
 
 Times calls into the real libcudart.so.12 and libnccl.so.2 from the pinned test wheels
 (tests/vendor_libs.py; `python tests/vendor_libs.py` fetches them) that fail early without a
-GPU — an async copy (entry + return probe), an event record (entry probe), an AllReduce with a
-NULL communicator (entry + return) — untraced and traced by the gpu_runtime family, in rounds
+GPU — an async copy, an event record, an AllReduce with a NULL communicator (entry probes with
+the default views; bench/uprobe_cost_launch.py compares the views) — untraced and traced by the
+gpu_runtime family with its default views, in rounds
 (order alternating), each figure the fastest of short batches (uprobe_cost._time_calls). The
 headline per kind is the median over rounds of (traced − untraced) ns per call.
 

@@ -21,6 +21,7 @@ from aorta.ebpf import engine
 from aorta.ebpf.elfsyms import ElfError, defined_functions, function_addresses
 from aorta.ebpf.probes.base import TraceTarget
 from aorta.ebpf.probes.gpu_runtime import GpuRuntimeFamily
+from aorta.ebpf.probes.gpu_runtime_views import ALL_VIEWS, SWITCHED_OFF
 from aorta.ebpf.program import UPROBE_HANDSHAKE_IDS
 from aorta.ebpf.runtime_libs import runtime_libraries
 from conftest import unavailable
@@ -264,7 +265,7 @@ def test_hip_launches_per_stream_doorbells_per_queue_and_mapping(hip: ctypes.CDL
         return int(handle.value or 0)
 
     early = [new_stream() for _ in range(2)]  # their queues exist before bpftrace attaches
-    family = GpuRuntimeFamily()
+    family = GpuRuntimeFamily(views=ALL_VIEWS)
     program, session = _start(family)
     try:
         streams = early + [new_stream() for _ in range(n - 2)]
@@ -358,7 +359,8 @@ def test_cuda_runtime_and_driver_launches_streams_and_syncs(cuda: tuple[ctypes.C
     drv.standin_configure(0, LAUNCH_NS, 0)
     # only the CUDA stand-ins (this process may hold the HIP ones too, from another test)
     family = GpuRuntimeFamily(
-        libraries=[lib for lib in runtime_libraries((os.getpid(),)) if lib.kind in ("cudart", "cuda")]
+        libraries=[lib for lib in runtime_libraries((os.getpid(),)) if lib.kind in ("cudart", "cuda")],
+        views=ALL_VIEWS,
     )
     program, session = _start(family)
     try:
@@ -487,13 +489,27 @@ def test_ebpf_attach_adds_the_family_when_a_runtime_is_mapped(
         assert child.stdout is not None
         handles = [int(x) for x in child.stdout.readline().split()]
         out = tmp_path / "a.json"
-        proc = cli("ebpf-attach", "--pid", str(child.pid), "--duration", "3s", "-o", str(out))
+        views = "doorbells,launches,times"  # stream → queue mapping: launch state at the doorbell
+        proc = cli(
+            "ebpf-attach",
+            "--pid",
+            str(child.pid),
+            "--duration",
+            "3s",
+            "-o",
+            str(out),
+            "--ebpf-gpu-runtime-views",
+            views,
+        )
         assert proc.returncode == 0, proc.stderr
         import json
 
         data = json.loads(out.read_text())
         q = data["ebpf_queue_metrics"]
         metrics = q["families"]["gpu_runtime"]["metrics"]
+        assert metrics["views_probed"] == ["launches", "times", "doorbells"]  # the table's order
+        assert metrics["copies"] is None  # switched off: null with the reason, not an empty list
+        assert metrics["views"]["copies"]["reason"] == SWITCHED_OFF
         rows = {int(r["handle"], 16): r for r in metrics["streams"]}
         assert set(rows) == set(handles)
         assert all(rows[h]["launches"] > 100 for h in handles)
@@ -524,7 +540,7 @@ def test_collect_and_gpu_comparison_recomputed_by_hand() -> None:
     from aorta.hw_queue_eval.ops.records import OpRecord
     from aorta.hw_queue_eval.tracing.gpu_runtime_comparison import compare_gpu_runtime
 
-    family = GpuRuntimeFamily(libraries=[])
+    family = GpuRuntimeFamily(libraries=[], views=ALL_VIEWS)
     family.attached = [{"api": "hipLaunchKernel"}, {"api": "hsa_signal_store_screlease"}]
     maps = {
         "@gpu_runtime_launches": {"1,4096": 3, "4,4096": 2, "1,8192": 3, "1,12288": 1},
@@ -683,13 +699,33 @@ def test_show_script_renders_the_uprobes_of_a_process(standins: dict[str, Path],
         assert child.stdout.readline().strip() == "ready"
         proc = cli("ebpf-info", "--show-script", "--ebpf-gpu-runtime", "--pid", str(child.pid))
         assert proc.returncode == 0, proc.stderr
-        assert f"uprobe:{_point(standins['libcudart.so.12'], 'cudaLaunchKernel')}\n" in proc.stdout
-        assert f"uretprobe:{_point(standins['libcudart.so.12'], 'cudaLaunchKernel')}\n" in proc.stdout
+        launch = _point(standins["libcudart.so.12"], "cudaLaunchKernel")
+        assert f"uprobe:{launch}\n" in proc.stdout
+        assert f"uretprobe:{launch}\n" not in proc.stdout  # default views: entry probes only
+        assert "// cudaStreamSynchronize (" in proc.stdout  # syncs: on by default
         assert (
             "// gpu_runtime: not attached uprobe:cudart:cudaLaunchKernelExC_ptsz: symbol not in"
             in proc.stdout
         )
         assert f"@aorta_pids[{child.pid}] = 1;" in proc.stdout
+        # times on, syncs off (the views option alone implies --ebpf-gpu-runtime)
+        proc = cli(
+            "ebpf-info",
+            "--show-script",
+            "--ebpf-gpu-runtime-views",
+            "times,launches",
+            "--pid",
+            str(child.pid),
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert f"uprobe:{launch}\n" in proc.stdout
+        assert f"uretprobe:{launch}\n" in proc.stdout
+        assert "// cudaStreamSynchronize (" not in proc.stdout  # switched off: not probed
+        assert "// cudaLaunchKernel_ptsz (" in proc.stdout
+        proc = cli("ebpf-info", "--show-script", "--ebpf-gpu-runtime-views", "syncs", "--pid", str(child.pid))
+        assert proc.returncode == 0, proc.stderr
+        assert f"uprobe:{launch}\n" not in proc.stdout
+        assert "// cudaStreamSynchronize (" in proc.stdout
     finally:
         child.kill()
         child.wait()
@@ -889,3 +925,200 @@ def test_ebpf_attach_lists_the_runtime_family_with_its_reason_when_nothing_is_ma
     assert "no HIP/HSA/CUDA runtime library is mapped" in fam["events_missing"]["uprobe:*"]
     assert data["late_runtimes"]["programs"] == []
     assert "gpu_runtime (no HIP/HSA/CUDA runtime library" in proc.stdout  # the console line
+
+
+@pytest.mark.parametrize(
+    ("text", "views"),
+    [
+        ("waits, launches,launches", ("launches", "waits")),  # table order, each once, spaces ok
+        ("times,launches,doorbells,syncs,copies,collectives,waits", ALL_VIEWS),
+    ],
+)
+def test_views_option_parses_into_the_table_order(text: str, views: tuple[str, ...]) -> None:
+    from aorta.ebpf.probes.gpu_runtime_views import parse_views
+    from aorta.hw_queue_eval.commands._options import passthrough_args
+
+    assert parse_views(text) == views
+    assert GpuRuntimeFamily(views=views).views == views
+    # sweep / policy-sweep points get the checked list as given to run
+    assert passthrough_args({"ebpf_gpu_runtime_views": ",".join(views)}) == [
+        "--ebpf-gpu-runtime-views",
+        ",".join(views),
+    ]
+
+
+@pytest.mark.parametrize("command", ["run", "sweep", "policy-sweep", "ebpf-attach", "ebpf-info"])
+@pytest.mark.parametrize("bad", ["launch", "", "copies,bogus"])
+def test_an_unknown_view_is_a_one_line_usage_error(cli, command: str, bad: str) -> None:
+    args = {"run": ["run", "gemm"], "ebpf-info": ["ebpf-info", "--show-script"]}
+    proc = cli(*args.get(command, [command]), "--ebpf-gpu-runtime-views", bad)
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert "--ebpf-gpu-runtime-views" in lines[0]
+    assert "launches, times, doorbells, syncs, copies, collectives, waits" in lines[0]
+
+
+def test_a_switched_off_view_is_not_probed_and_says_so(standins: dict[str, Path]) -> None:
+    """Rendered for the stand-in libraries: a view left out has no probe block, and its result
+    is null with the reason (not an empty list or a zero)."""
+    from aorta.ebpf.probes.base import BpftraceDialect, RenderContext
+    from aorta.ebpf.runtime_libs import MappedLibrary
+
+    libs = [
+        MappedLibrary(kind, str(standins[name]), str(standins[name]), 1)
+        for kind, name in (
+            ("cudart", "libcudart.so.12"),
+            ("hip", "libamdhip64.so"),
+            ("hsa", "libhsa-runtime64.so.1"),
+        )
+    ]
+
+    def render(views: tuple[str, ...] | None) -> tuple[GpuRuntimeFamily, str]:
+        family = GpuRuntimeFamily(libraries=libs, views=views)
+        ctx = RenderContext(
+            tracefs=None,
+            dialect=BpftraceDialect((0, 17, 0)),
+            target=TraceTarget((1,)),
+            pid_filter="@p[pid]",
+            gate="@g",
+        )  # type: ignore[arg-type]
+        return family, "\n\n".join(family.render(ctx).probes)
+
+    family, text = render(None)
+    assert family.views == ("launches", "syncs", "copies", "collectives", "waits")
+    returns = [b.splitlines()[3] for b in text.split("\n\n") if b.startswith("uretprobe:")]
+    assert returns and all("StreamCreate" in r for r in returns)  # else entry probes only
+    assert "// hsa_signal_store_screlease (" not in text  # doorbells: opt-in
+    assert "@gpu_runtime_depth" not in text and "@gpu_runtime_t0" not in text
+    for block in (b for b in text.split("\n\n") if "@gpu_runtime_launches[" in b):
+        assert block.splitlines()[1] == "/@g && @p[pid]/"  # the gate first: one lookup off-window
+    family, text = render(("launches", "times", "doorbells"))
+    assert "uretprobe:" in text and "@gpu_runtime_depth" in text
+    assert "// hsa_signal_store_screlease (" in text and "@gpu_runtime_launch_rings" in text
+    assert "// cudaStreamSynchronize (" not in text
+    m = family.collect({}, {}).metrics
+    assert m["views"]["syncs"] == {"probed": [], "reason": SWITCHED_OFF}
+    assert m["views"]["stream_graph"] == {"probed": [], "reason": SWITCHED_OFF}
+    assert m["device_and_event_syncs"] is None and m["stream_graph"] is None
+    assert m["copies"] is None and m["collectives"] is None and m["collective_groups"] is None
+    assert m["views"]["launches"]["probed"] and m["views"]["times"]["probed"]
+    family, text = render(("syncs",))
+    assert "// cudaLaunchKernel (" not in text and "// cudaStreamSynchronize (" in text
+    m = family.collect({"@gpu_runtime_sync_calls": {"71,4096": 3}}, {}).metrics
+    assert m["launches_total"] is None and m["streams_created"] is None
+    assert m["views"]["launches"]["reason"] == SWITCHED_OFF
+    (row,) = m["streams"]
+    assert row["sync_calls"] == 3 and row["sync_blocked_ms"] is None  # counted, not timed: null
+    assert row["launches"] is None and m["summary"] is None  # no launches seen: no submissions
+
+
+def test_driver_launches_made_by_the_cuda_runtime_are_told_apart_by_caller(standins: dict[str, Path]) -> None:
+    """Default views (no return probes): a libcuda launch whose return address lies in the
+    libcudart text this process mapped is a nested call, tested per traced pid in the probe."""
+    from aorta.ebpf.probes.base import BpftraceDialect, RenderContext
+    from aorta.ebpf.probes.gpu_runtime import caller_ranges
+
+    ctypes.CDLL(str(standins["libcudart.so.12"]))
+    ctypes.CDLL(str(standins["libcuda.so.1"]))
+    me = os.getpid()
+    ranges = caller_ranges([me], ("cudart",))
+    text_maps = [
+        line.split()[0]
+        for line in Path(f"/proc/{me}/maps").read_text().splitlines()
+        if line.endswith(str(standins["libcudart.so.12"])) and "x" in line.split()[1]
+    ]
+    assert [f"{lo:x}-{hi:x}" for _, lo, hi in ranges] == text_maps and ranges
+    libs = [lib for lib in runtime_libraries((me,)) if lib.kind in ("cudart", "cuda")]
+    ctx = RenderContext(
+        tracefs=None,
+        dialect=BpftraceDialect((0, 17, 0)),
+        target=TraceTarget((me,)),
+        pid_filter="1",
+        gate="@g",
+    )  # type: ignore[arg-type]
+    blocks = GpuRuntimeFamily(libraries=libs).render(ctx).probes
+    driver = next(b for b in blocks if "// cuLaunchKernel (" in b)
+    for _, lo, hi in ranges:
+        assert f"(pid == {me} && $ra >= {lo} && $ra < {hi})" in driver
+    runtime = next(b for b in blocks if "// cudaLaunchKernel (" in b)
+    assert "pid == " not in runtime  # nothing probed calls into libcudart's launches
+    timed = GpuRuntimeFamily(libraries=libs, views=ALL_VIEWS).render(ctx).probes
+    assert not any("$ra" in b for b in timed)  # with times: the depth map, across libraries
+
+
+@pytest.mark.slow
+@pytest.mark.ebpf
+def test_caller_test_in_the_probe_counts_calls_from_a_caller_range_as_nested(
+    cuda: tuple[ctypes.CDLL, ctypes.CDLL], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default views' caller test, live: with libffi's text (ctypes' caller of every C call
+    here) standing in for libcudart's, driver launches count as nested, runtime ones as launches;
+    without it the same calls are launches. Exact counts both ways."""
+    from aorta.ebpf.probes import gpu_runtime
+
+    rt, drv = cuda
+    me = os.getpid()
+    ffi = [
+        (me, *(int(x, 16) for x in line.split()[0].split("-")))
+        for line in Path(f"/proc/{me}/maps").read_text().splitlines()
+        if "/libffi" in line and "x" in line.split()[1]
+    ]
+    if not ffi:
+        pytest.skip("ctypes here does not call through a shared libffi")
+    one = Dim3(1, 1, 1)
+    libs = [lib for lib in runtime_libraries((me,)) if lib.kind in ("cudart", "cuda")]
+    for ranges, launches, nested in ((tuple(ffi), {11: 3}, {21: 5}), ((), {11: 3, 21: 5}, {})):
+        monkeypatch.setattr(gpu_runtime, "caller_ranges", lambda pids, kinds, r=ranges: r)
+        family = GpuRuntimeFamily(libraries=libs)
+        program, session = _start(family)
+        try:
+            drv.cuLaunchKernel(None, 1, 1, 1, 1, 1, 1, 0, 0x7000, None, None)  # before the window
+            session.window_start()
+            for _ in range(3):
+                rt.cudaLaunchKernel(None, one, one, None, 0, 0x7000)
+            for _ in range(5):
+                drv.cuLaunchKernel(None, 1, 1, 1, 1, 1, 1, 0, 0x7000, None, None)
+            session.window_stop()
+        except BaseException:
+            session.abort()
+            raise
+        out = session.stop()
+        assert out.exit_code == 0, out.stderr
+        m = engine.collect_results(program, out, {})[0].metrics
+        (row,) = m["streams"]
+        assert row["by_api"] == {gpu_runtime.m.api_name(a): n for a, n in launches.items()}
+        assert m["nested_launch_calls"] == {gpu_runtime.m.api_name(a): n for a, n in nested.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.ebpf
+def test_a_sweep_hands_the_views_to_its_points(cli, tmp_path: Path) -> None:
+    """--ebpf-gpu-runtime-views alone (it implies --ebpf-gpu-runtime) reaches every sweep point,
+    checked and in the table's order; the point's family probed exactly those views."""
+    import json
+
+    from ebpf_support import require_ebpf
+
+    require_ebpf()
+    out = tmp_path / "s.json"
+    proc = cli(
+        "sweep", "tiny_kernel_stress", "--streams", "1", "-i", "2", "-w", "1", "-d", "cpu", "--size", "small",
+        "--ebpf-gpu-runtime-views", "waits,copies", "-o", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["flags"] == ["--ebpf-gpu-runtime-views", "copies,waits"]
+    (point,) = data["points"]
+    metrics = point["result"]["ebpf_queue_metrics"]["families"]["gpu_runtime"]["metrics"]
+    assert metrics["views_probed"] == ["copies", "waits"]
+    assert metrics["views"]["launches"]["reason"] == SWITCHED_OFF
+    assert metrics["launches_total"] is None
+
+
+def test_a_tracer_whose_view_is_switched_off_is_a_usage_error(cli) -> None:
+    proc = cli("ebpf-attach", "--pid", "1", "--tracers", "dma", "--ebpf-gpu-runtime-views", "launches")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: --tracers dma needs the copies view: add it to --ebpf-gpu-runtime-views"
+    ]

@@ -21,6 +21,7 @@ from aorta.ebpf.elfsyms import function_addresses
 from aorta.ebpf.probes.base import RenderContext, TraceTarget
 from aorta.ebpf.probes.gpu_runtime import GpuRuntimeFamily
 from aorta.ebpf.probes.gpu_runtime_apis import APIS, MEMCPY_KINDS, NCCL_TYPE_SIZES
+from aorta.ebpf.probes.gpu_runtime_views import ALL_VIEWS, DEFAULT_VIEWS
 from aorta.ebpf.runtime_libs import MappedLibrary
 from conftest import unavailable, vendor_library
 from vendor_driver import PLANS
@@ -150,7 +151,7 @@ def _phase(child: subprocess.Popen, name: str) -> None:
     assert child.stdout.readline().strip() == "done"
 
 
-def _run_plan(key: str) -> dict[str, Any]:
+def _run_plan(key: str, views: tuple[str, ...] = DEFAULT_VIEWS) -> dict[str, Any]:
     """Trace the driver process through before / window / after; the family's metrics."""
     from ebpf_support import require_ebpf
 
@@ -167,7 +168,7 @@ def _run_plan(key: str) -> dict[str, Any]:
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "ready"
         ready = engine.check_readiness()
-        family = GpuRuntimeFamily()
+        family = GpuRuntimeFamily(views=views)
         program = engine.make_program(
             True, False, TraceTarget((child.pid,)), ready.tracefs, ready.version, families=[family]
         )
@@ -203,7 +204,11 @@ def _check(key: str, m: dict[str, Any]) -> None:
         assert rows[h]["launches"] == sum(by_api.values()) - graphs
     copies = {(r["stream"], r["direction"]): r for r in m["copies"]}
     assert {k: {f: r[f] for f in ("calls", "bytes", "by_api")} for k, r in copies.items()} == want["copies"]
-    assert all(r["host_call_ms"] is not None and r["host_call_ms"] > 0 for r in copies.values())
+    if "times" in m["views_probed"]:  # host call time: entry → return
+        assert all(r["host_call_ms"] is not None and r["host_call_ms"] > 0 for r in copies.values())
+    else:  # not timed: null, never 0
+        assert all(r["host_call_ms"] is None for r in copies.values())
+        assert m["views"]["times"]["reason"] == "not probed: switched off (--ebpf-gpu-runtime-views)"
     colls = {(r["stream"], r["op"]): r for r in m["collectives"]}
     assert {k: {f: r[f] for f in ("calls", "elements", "bytes")} for k, r in colls.items()} == want["colls"]
     assert m["collective_groups"] == want["groups"]
@@ -236,8 +241,9 @@ def _check_joined(key: str, m: dict[str, Any]) -> None:
 
 @pytest.mark.slow
 @pytest.mark.ebpf
-def test_real_libcudart_every_launch_copy_event_and_sync_counted_exactly() -> None:
-    m = _run_plan("cudart")
+@pytest.mark.parametrize("views", [DEFAULT_VIEWS, ALL_VIEWS], ids=["default_views", "all_views"])
+def test_real_libcudart_every_launch_copy_event_and_sync_counted_exactly(views: tuple[str, ...]) -> None:
+    m = _run_plan("cudart", views)
     _check("cudart", m)
     assert m["views"]["collectives"]["probed"] == []
     assert "libnccl/librccl" in m["views"]["collectives"]["reason"]
@@ -245,15 +251,17 @@ def test_real_libcudart_every_launch_copy_event_and_sync_counted_exactly() -> No
 
 @pytest.mark.slow
 @pytest.mark.ebpf
-def test_real_libamdhip64_every_launch_copy_event_and_sync_counted_exactly() -> None:
-    m = _run_plan("rocm")
+@pytest.mark.parametrize("views", [DEFAULT_VIEWS, ALL_VIEWS], ids=["default_views", "all_views"])
+def test_real_libamdhip64_every_launch_copy_event_and_sync_counted_exactly(views: tuple[str, ...]) -> None:
+    m = _run_plan("rocm", views)
     _check("rocm", m)
 
 
 @pytest.mark.slow
 @pytest.mark.ebpf
-def test_real_libnccl_collectives_counted_with_bytes_per_stream_and_op() -> None:
-    m = _run_plan("nccl")
+@pytest.mark.parametrize("views", [DEFAULT_VIEWS, ALL_VIEWS], ids=["default_views", "all_views"])
+def test_real_libnccl_collectives_counted_with_bytes_per_stream_and_op(views: tuple[str, ...]) -> None:
+    m = _run_plan("nccl", views)
     _check("nccl", m)
     unknown = {r["op"]: r for r in m["collectives"] if r["bytes"] is None}
     assert set(unknown) == {"ncclAllReduce"}  # one call with datatype 99 spoils that row's bytes
@@ -270,7 +278,7 @@ def test_views_from_printed_maps_recomputed_by_hand() -> None:
 
     from aorta.hw_queue_eval.report.ebpf_gpu_runtime import render_gpu_runtime_rows
 
-    family = GpuRuntimeFamily(libraries=[])
+    family = GpuRuntimeFamily(libraries=[], views=ALL_VIEWS)
     family.attached = [{"api": n} for n in ("cudaMemcpyAsync", "cudaGraphLaunch", "cudaEventRecord")]
     family.not_attached = [{"api": "ncclAllReduce", "library": "/x/libnccl.so.2", "reason": "r"}]
     st = lambda n, total: {"count": n, "average": total // n, "total": total}  # noqa: E731

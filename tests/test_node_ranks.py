@@ -15,6 +15,7 @@ from aorta.ebpf import engine
 from aorta.ebpf.probes.base import TraceTarget
 from aorta.ebpf.probes.cpu_sched import CpuSchedFamily
 from aorta.ebpf.probes.gpu_runtime import GpuRuntimeFamily
+from aorta.ebpf.probes.gpu_runtime_views import ALL_VIEWS
 from aorta.ebpf.probes.host_memory import HostMemoryFamily
 from aorta.ebpf.probes.ranks import rank_key, rank_keyed, rank_slice
 from conftest import unavailable, wait_until
@@ -110,7 +111,7 @@ def test_one_program_for_two_ranks_gives_each_its_own_launches_doorbells_and_mma
             target,
             ready.tracefs,
             ready.version,
-            families=[GpuRuntimeFamily(), HostMemoryFamily(), CpuSchedFamily()],
+            families=[GpuRuntimeFamily(views=ALL_VIEWS), HostMemoryFamily(), CpuSchedFamily()],
         )
         session = engine.start_session(program, ready)
         session.window_start()

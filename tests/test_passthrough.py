@@ -90,8 +90,9 @@ def test_a_new_passthrough_flag_needs_only_the_two_lists(monkeypatch: pytest.Mon
     monkeypatch.setattr(_options, "PASSTHROUGH_FLAGS", (*_options.PASSTHROUGH_FLAGS, "ebpf_extra"))
     command = click.command("x")(_options.passthrough_run_options(lambda **kw: None))
     names = [p.name for p in command.params]
-    assert len(names) == len(_options.PASSTHROUGH_FLAGS) and names[-3:] == [
+    assert len(names) == len(_options.PASSTHROUGH_FLAGS) and names[-4:] == [
         "ebpf_extra",
+        "ebpf_gpu_runtime_views",
         "bpftrace",
         "state_dir",
     ]

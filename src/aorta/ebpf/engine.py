@@ -108,12 +108,14 @@ def make_program(
     token: int | None = None,
     families: list[ProbeFamily] | None = None,
     gpu_runtime: bool = False,
+    gpu_runtime_views: tuple[str, ...] | None = None,
 ) -> Program:
-    """Render the one program a run with these flags loads (also what --show-script prints).
+    """Render the one program a run with these flags loads (also what --show-script prints);
+    `gpu_runtime_views`: --ebpf-gpu-runtime-views (None: the family's default set).
 
     This process is the program's owner: it starts bpftrace, and the program exits with it.
     """
-    chosen = families if families is not None else families_for(queue, memory, gpu_runtime)
+    chosen = families if families is not None else families_for(queue, memory, gpu_runtime, gpu_runtime_views)
     return build_program(
         chosen,
         target,

@@ -49,6 +49,7 @@ class LateRuntimes:
         self.ready, self.started = ready, started
         main = [f for f in program.families if isinstance(f, GpuRuntimeFamily)]
         self.known = {file_identity(p) for f in main for p in f.seen_paths}
+        self.views = main[0].views if main else None  # late files: the same views as the main one
         self.late: list[_Late] = []
         self.errors: list[str] = []
         self._last = 0.0
@@ -64,7 +65,7 @@ class LateRuntimes:
         if not new:
             return
         self.known |= {file_identity(lib.path) for lib in new}
-        family = GpuRuntimeFamily(libraries=new)
+        family = GpuRuntimeFamily(libraries=new, views=self.views)
         tracefs = self.ready.tracefs
         assert tracefs is not None
         target = TraceTarget(pids=tuple(pids), follow_children=True)

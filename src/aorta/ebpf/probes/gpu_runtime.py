@@ -18,16 +18,18 @@ symbols are listed as not attached with the reason. Signatures: see docs/ebpf.md
 
 from __future__ import annotations
 
+import contextlib
+from pathlib import Path
 from typing import Any
 
 from aorta.ebpf import hist
 from aorta.ebpf.elfsyms import ElfError, Function, function_addresses
 from aorta.ebpf.probes import gpu_runtime_metrics as m
-from aorta.ebpf.probes import gpu_runtime_views as views
+from aorta.ebpf.probes import gpu_runtime_views as gv
 from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext
 from aorta.ebpf.probes.gpu_runtime_apis import APIS, P
-from aorta.ebpf.probes.gpu_runtime_bpf import blocks
-from aorta.ebpf.runtime_libs import MappedLibrary, runtime_libraries, with_descendants
+from aorta.ebpf.probes.gpu_runtime_bpf import Where, blocks
+from aorta.ebpf.runtime_libs import RUNTIME_LIBS, MappedLibrary, runtime_libraries, with_descendants
 from aorta.ebpf.uprobes import hit_cost_ns
 
 
@@ -51,6 +53,7 @@ class GpuRuntimeFamily(ProbeFamily):
             "launch_ns",
             "streams",
             "sync_ns",
+            "sync_calls",
             "queues",
             "doorbell",
             "rings",
@@ -61,16 +64,19 @@ class GpuRuntimeFamily(ProbeFamily):
             "colls_ns",
             "groups",
             "ev_src",
-            "ev_seen",
             "records",
             "edges",
             "wait_unknown",
         )
     )
 
-    def __init__(self, libraries: list[MappedLibrary] | None = None) -> None:
-        """`libraries`: probe these instead of the ones the traced pids mapped (ebpf-info)."""
+    def __init__(
+        self, libraries: list[MappedLibrary] | None = None, views: tuple[str, ...] | None = None
+    ) -> None:
+        """`libraries`: probe these instead of the ones the traced pids mapped (ebpf-info);
+        `views`: the views to probe (--ebpf-gpu-runtime-views; views.DEFAULT_VIEWS if None)."""
         self.libraries = libraries
+        self.views = gv.parse_views(",".join(views)) if views is not None else views_default()
         self.attached: list[dict[str, Any]] = []
         self.not_attached: list[dict[str, Any]] = []
         self.seen_paths: list[str] = []  # every runtime file the last render judged (late_runtimes)
@@ -96,6 +102,9 @@ class GpuRuntimeFamily(ProbeFamily):
             )
             return code
         pf, gate = ctx.pid_filter, ctx.gate
+        traced = with_descendants(ctx.target.pids) if ctx.target.pids else []
+        times = "times" in self.views
+        doorbell_streams = times and "launches" in self.views
         for lib in libs:
             if lib.problem:
                 code.missing[f"uprobe:{lib.mapped_as}"] = lib.problem
@@ -108,7 +117,15 @@ class GpuRuntimeFamily(ProbeFamily):
                 self.not_attached.append({"api": "*", "library": lib.mapped_as, "reason": str(exc)})
                 continue
             probed: dict[int, str] = {}  # address → the API probed there (aliases count once)
-            for api in (a for a in APIS if a.lib == lib.kind):
+            addrs = [f.address for f in present.values()]
+            span = (min(addrs), max(addrs)) if addrs else None
+            callers = (
+                caller_ranges(traced, CALLER_KINDS[lib.kind])
+                if lib.kind in CALLER_KINDS and not times
+                else ()
+            )
+            roles = gv.probed_roles(self.views)
+            for api in (a for a in APIS if a.lib == lib.kind and a.role in roles):
                 symbol = next((s for s in api.symbols if s in present), None)
                 event = f"uprobe:{lib.kind}:{api.name}"
                 reason = None
@@ -123,9 +140,13 @@ class GpuRuntimeFamily(ProbeFamily):
                 assert symbol is not None
                 fn = present[symbol]
                 probed[fn.address] = api.name
+                launch = api.role in ("launch", "graph_launch")
+                at = Where(
+                    f"{lib.path}:{_attach_point(symbol, fn)}", fn.address, span, callers if launch else ()
+                )
                 code.probes.extend(
                     _label(b, api.name, symbol)
-                    for b in blocks(api, f"{lib.path}:{_attach_point(symbol, fn)}", pf, gate, ctx.prefix())
+                    for b in blocks(api, at, pf, gate, ctx.prefix(), times, doorbell_streams)
                 )
                 code.used_events.append(event)
                 self.attached.append(
@@ -141,11 +162,13 @@ class GpuRuntimeFamily(ProbeFamily):
         return code
 
     def render_state(self) -> dict[str, Any]:
-        return {"attached": self.attached, "not_attached": self.not_attached}
+        return {"attached": self.attached, "not_attached": self.not_attached, "views": list(self.views)}
 
     def restore_state(self, state: dict[str, Any]) -> None:
         self.attached = list(state.get("attached") or [])
         self.not_attached = list(state.get("not_attached") or [])
+        if isinstance(state.get("views"), list):
+            self.views = gv.parse_views(",".join(str(v) for v in state["views"]))
 
     def snapshot(self, target: Any) -> Any:
         """What one uprobe hit costs here (uprobes.hit_cost_ns), measured once, before the window."""
@@ -157,11 +180,20 @@ class GpuRuntimeFamily(ProbeFamily):
 
     # -- collect -------------------------------------------------------------------------------
     def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
-        syncs = {k: hist.stats(v) for k, v in hist.keyed(maps.get(f"{P}sync_ns")).items()}
-        per_stream = m.stream_rows(maps, syncs)
+        on = set(self.views)
+        times = "times" in on
+        syncs: dict[Any, tuple[int, int | None] | None]  # (calls, ns blocked: None at entry only)
+        if times:
+            syncs = {k: hist.stats(v) for k, v in hist.keyed(maps.get(f"{P}sync_ns")).items()}
+        else:  # counted at entry only: calls, no time blocked
+            syncs = {
+                k: (n, None) for k, n in hist.keyed(maps.get(f"{P}sync_calls")).items() if isinstance(n, int)
+            }
+        per_stream = m.stream_rows(maps, syncs, "syncs" in on)
         queue_rows = m.queue_rows(maps, per_stream)
         handles = m.join_streams(per_stream, context.get("stream_handles") or [])
         total_launches = sum(r["launches"] for r in per_stream.values())
+        graph_total = sum(r["graph_launches"] for r in per_stream.values())
         hsa_probed = any(a["api"].startswith("hsa_signal_store") for a in self.attached)
         rings_used = (
             sorted(m.hex_handle(s) for s, r in queue_rows.items() if r["doorbell_rings"] > 0)
@@ -170,57 +202,72 @@ class GpuRuntimeFamily(ProbeFamily):
         )
         created = m.pair_map(maps.get(f"{P}streams"))  # (api, handle) → count
         copies, colls, graph = (
-            views.copy_rows(maps),
-            views.collective_rows(maps),
-            views.stream_graph(maps),
+            gv.copy_rows(maps),
+            gv.collective_rows(maps),
+            gv.stream_graph(maps),
         )
-        views_joined = views.join_views(
+        views_joined = gv.join_views(
             copies, colls, graph, m.handle_indices(context.get("stream_handles") or [])
         )
+        launches = self.attached and "launches" in on  # a switched-off view: null, not zeros
+        # without launches the family saw no submissions: it cannot head the queue section
+        summary = m.family_summary(per_stream, rings_used) if launches else None
+        streams_launching = len([r for r in per_stream.values() if r["launches"] or r["graph_launches"]])
+        if "launches" not in on:
+            for row in per_stream.values():
+                row["launches"] = row["graph_launches"] = None
+        if summary is not None and not times:
+            summary["launch_call_meaning"] = f"launch call time {gv.SWITCHED_OFF} (view times)"
         metrics = {
-            "summary": m.family_summary(per_stream, rings_used) if self.attached else None,
+            "summary": summary,
             "streams": sorted(
                 per_stream.values(), key=lambda r: (r["stream_index"] is None, r["stream_index"], r["handle"])
             ),
-            "queues": sorted(queue_rows.values(), key=lambda r: r["doorbell_signal"]),
-            "streams_created": [
-                {"api": m.api_name(a), "handle": m.hex_handle(h), "calls": n} for (a, h), n in created.items()
-            ],
-            "device_and_event_syncs": m.other_syncs(syncs),
-            "nested_launch_calls": {
-                m.api_name(int(k)): int(v) for k, v in hist.keyed(maps.get(f"{P}nested")).items() if k
-            },
+            "queues": (
+                sorted(queue_rows.values(), key=lambda r: r["doorbell_signal"]) if "doorbells" in on else None
+            ),
+            "streams_created": (
+                [
+                    {"api": m.api_name(a), "handle": m.hex_handle(h), "calls": n}
+                    for (a, h), n in created.items()
+                ]
+                if "launches" in on
+                else None
+            ),
+            "device_and_event_syncs": m.other_syncs(syncs) if "syncs" in on else None,
+            "nested_launch_calls": (
+                {m.api_name(int(k)): int(v) for k, v in hist.keyed(maps.get(f"{P}nested")).items() if k}
+                if "launches" in on
+                else None
+            ),
             "stream_handles_joined": handles,
             "views_joined": views_joined,
-            "launches_total": total_launches if self.attached else None,
+            "launches_total": total_launches if launches else None,
             "hw_queues_used": len(rings_used) if self.attached and rings_used is not None else None,
-            "streams_launching": len(
-                [r for r in per_stream.values() if r["launches"] or r["graph_launches"]]
-            ),
-            "graph_launches_total": (
-                sum(r["graph_launches"] for r in per_stream.values()) if self.attached else None
-            ),
+            "streams_launching": streams_launching if "launches" in on else None,
+            "graph_launches_total": graph_total if launches else None,
             "graph_launches_meaning": (
                 "hip/cudaGraphLaunch calls: one per graph launched, not the kernels inside it "
                 "(those are submitted by the runtime without an exported launch call)"
             ),
-            "copies": copies,
-            "collectives": colls,
-            "collective_groups": views.group_calls(maps),
-            "stream_graph": graph,
-            "views": views.view_status(
-                self.attached, self.not_attached, not self.attached and not self.not_attached
+            "copies": copies if "copies" in on else None,
+            "collectives": colls if "collectives" in on else None,
+            "collective_groups": gv.group_calls(maps) if "collectives" in on else None,
+            "stream_graph": graph if "waits" in on else None,
+            "views_probed": list(self.views),
+            "views": gv.view_status(
+                self.attached, self.not_attached, not self.attached and not self.not_attached, self.views
             ),
             "probes": {"attached": self.attached, "not_attached": self.not_attached},
             "probe_cost": (
                 m.probe_cost(
                     context,
                     {
-                        "launches": (total_launches, 0),
-                        "graph_launches": (sum(r["graph_launches"] for r in per_stream.values()), 0),
-                        "syncs": (sum(v[0] for v in syncs.values() if v), 0),
+                        "launches": _pair(total_launches, times),
+                        "graph_launches": _pair(graph_total, times),
+                        "syncs": _pair(sum(v[0] for v in syncs.values() if v), times),
                         "doorbell_rings": (0, sum(r["doorbell_rings"] for r in queue_rows.values())),
-                        **views.probed_calls(maps),
+                        **gv.probed_calls(maps, times),
                     },
                 )
                 if self.attached
@@ -244,6 +291,42 @@ class GpuRuntimeFamily(ProbeFamily):
             ),
         }
         return FamilyResult(self.name, self.section, metrics, coverage)
+
+
+# a runtime kind → the runtimes whose calls into its exported launch functions are nested calls
+# (libcudart reaches the driver through entry points it looks up: cuGetProcAddress)
+CALLER_KINDS = {"cuda": ("cudart",)}
+MAX_CALLER_RANGES = 64  # per probe: the test is inlined (pid, start, end) by (pid, start, end)
+
+
+def caller_ranges(
+    pids: list[int] | tuple[int, ...], kinds: tuple[str, ...]
+) -> tuple[tuple[int, int, int], ...]:
+    """(pid, start, end) of each executable mapping of a `kinds` runtime file in /proc/PID/maps of
+    the traced processes, now (a process started later is not in it: there a driver launch made
+    by the CUDA runtime counts as a launch too, unless the times view is on)."""
+    out: list[tuple[int, int, int]] = []
+    for pid in pids:
+        with contextlib.suppress(OSError, ValueError):
+            for line in Path(f"/proc/{int(pid)}/maps").read_text().splitlines():
+                parts = line.split(maxsplit=5)
+                if len(parts) < 6 or "x" not in parts[1]:
+                    continue
+                name = parts[5].removesuffix(" (deleted)").rsplit("/", 1)[-1]
+                if any(RUNTIME_LIBS[k].match(name) for k in kinds):
+                    lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                    out.append((int(pid), lo, hi))
+    return tuple(out[:MAX_CALLER_RANGES])
+
+
+def _pair(calls: int, times: bool) -> tuple[int, int]:
+    """(calls probed at entry and return, calls probed at entry only) for one kind of call."""
+    return (calls, 0) if times else (0, calls)
+
+
+def views_default() -> tuple[str, ...]:
+    """The views probed when --ebpf-gpu-runtime-views is not given."""
+    return gv.DEFAULT_VIEWS
 
 
 def _attach_point(symbol: str, fn: Function) -> str:

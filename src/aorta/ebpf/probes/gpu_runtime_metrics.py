@@ -13,8 +13,12 @@ def api_name(ident: int) -> str:
     return API_BY_ID[ident].name if ident in API_BY_ID else str(ident)
 
 
-def stream_rows(maps: dict[str, Any], syncs: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    """Per stream handle: launches by API, launch-call latency, stream syncs."""
+def stream_rows(
+    maps: dict[str, Any], syncs: dict[str, Any], syncs_on: bool = True
+) -> dict[int, dict[str, Any]]:
+    """Per stream handle: launches by API, launch-call latency, stream syncs (`syncs`: key →
+    (calls, ns blocked or None when not timed); `syncs_on`: the syncs view was probed, else the
+    sync fields are null)."""
     per_stream: dict[int, dict[str, Any]] = {}
     for (api_id, stream), n in pair_map(maps.get(f"{P}launches")).items():
         row = per_stream.setdefault(stream, new_stream_row(stream))
@@ -33,13 +37,16 @@ def stream_rows(maps: dict[str, Any], syncs: dict[str, Any]) -> dict[int, dict[s
         if stats is not None and api_id in API_BY_ID and API_BY_ID[api_id].role == "sync_stream":
             row = per_stream.setdefault(stream, new_stream_row(stream))
             row["sync_calls"] += stats[0]
-            row["sync_blocked_ms"] += stats[1] / 1e6
+            timed = stats[1] is not None and row["sync_blocked_ms"] is not None
+            row["sync_blocked_ms"] = row["sync_blocked_ms"] + stats[1] / 1e6 if timed else None
     for row in per_stream.values():
         row["launch_avg_us"] = (
             row["latency_total_ns"] / row["latency_count"] / 1e3 if row["latency_count"] else None
         )
         n, ns = row.pop("graph_latency_count"), row.pop("graph_latency_total_ns")
         row["graph_launch_avg_us"] = ns / n / 1e3 if n else None
+        if not syncs_on:
+            row["sync_calls"] = row["sync_blocked_ms"] = None
     return per_stream
 
 
@@ -84,7 +91,8 @@ def other_syncs(syncs: dict[str, Any]) -> list[dict[str, Any]]:
     for key, stats in syncs.items():
         api_id, _ = split_key(key)
         if stats is not None and api_id in API_BY_ID and API_BY_ID[api_id].role != "sync_stream":
-            out.append({"api": API_BY_ID[api_id].name, "calls": stats[0], "blocked_ms": stats[1] / 1e6})
+            blocked = stats[1] / 1e6 if stats[1] is not None else None
+            out.append({"api": API_BY_ID[api_id].name, "calls": stats[0], "blocked_ms": blocked})
     return out
 
 
@@ -210,7 +218,8 @@ def probe_cost(context: dict[str, Any], calls: dict[str, tuple[int, int]]) -> di
                 "when it opened: runtimes loaded later)"
             ),
         }
-    launches, rings = calls.get("launches", (0, 0))[0], calls.get("doorbell_rings", (0, 0))[1]
+    (lp, le), rings = calls.get("launches", (0, 0)), calls.get("doorbell_rings", (0, 0))[1]
+    launches = lp + le
     by_kind = {
         kind: {"calls": p + e, "hits": 2 * p + e, "probe_time_ms": (p * pair + e * entry) / 1e6}
         for kind, (p, e) in calls.items()
@@ -219,7 +228,9 @@ def probe_cost(context: dict[str, Any], calls: dict[str, tuple[int, int]]) -> di
     return {
         "entry_probe_us": entry / 1e3,
         "entry_return_pair_us": pair / 1e3,
-        "per_launch_us": (pair + entry * rings / launches) / 1e3 if launches else None,
+        "per_launch_us": ((lp * pair + le * entry) / launches + entry * rings / launches) / 1e3
+        if launches
+        else None,
         "hits_in_window": sum(v["hits"] for v in by_kind.values()),
         "probe_time_in_window_ms": spent_ns / 1e6,
         "by_kind": by_kind,
@@ -232,8 +243,8 @@ def probe_cost(context: dict[str, Any], calls: dict[str, tuple[int, int]]) -> di
             "host time spent in uprobe traps: costs timed in the tracer right before "
             "the window (llabs entry probe vs labs; ffsll entry+return vs ffs; medians "
             "of 3 x 100 calls) x calls counted in the window (launch, graph launch, sync, copy "
-            "and collective calls: entry+return; doorbell rings, event records and waits, group "
-            "calls: entry); by_kind splits it per kind of probe; share = that time / window "
-            "duration, all threads together"
+            "and collective calls: entry+return with the times view, else entry; doorbell rings, "
+            "event records and waits, group calls: entry); by_kind splits it per kind of probe; "
+            "share = that time / window duration, all threads together"
         ),
     }

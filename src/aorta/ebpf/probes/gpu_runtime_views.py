@@ -29,14 +29,53 @@ LIB_FILES = {
     "cuda": "libcuda",
     "nccl": "libnccl/librccl",
 }
-# view → the roles whose entry points feed it
-VIEW_ROLES = {
-    "launches": ("launch",),
-    "graph_launches": ("graph_launch",),
+# --ebpf-gpu-runtime-views: view → the roles whose entry points it probes. `times` adds return
+# probes to the entry points of the other views that have them (launch, copy, collective and sync
+# call times; nesting caught across libraries; which stream's launch rang which doorbell).
+SWITCHABLE_VIEWS: dict[str, tuple[str, ...]] = {
+    "launches": ("launch", "graph_launch", "stream_create"),
+    "times": (),
+    "doorbells": ("queue_create", "doorbell"),
+    "syncs": ("sync_stream", "sync_device", "sync_event"),
     "copies": ("copy", "memset"),
     "collectives": ("collective", "group"),
-    "stream_graph": ("event_record", "stream_wait"),
+    "waits": ("event_record", "stream_wait"),
 }
+# on unless --ebpf-gpu-runtime-views says otherwise: every view whose probes add little to a call
+# (bench/uprobe_cost_launch.py, docs/ebpf.md): times puts a return probe on every launch, copy,
+# collective and sync, doorbells a second uprobe on every HIP launch, so both are opt-in
+DEFAULT_VIEWS: tuple[str, ...] = ("launches", "syncs", "copies", "collectives", "waits")
+ALL_VIEWS: tuple[str, ...] = tuple(SWITCHABLE_VIEWS)
+SWITCHED_OFF = "not probed: switched off (--ebpf-gpu-runtime-views)"
+# view in the result → the roles whose entry points feed it, the switchable view it belongs to
+VIEW_ROLES = {
+    "launches": (("launch",), "launches"),
+    "graph_launches": (("graph_launch",), "launches"),
+    "times": (("launch", "graph_launch", "copy", "memset", "collective", "sync_stream"), "times"),
+    "doorbells": (("doorbell",), "doorbells"),
+    "syncs": (("sync_stream", "sync_device", "sync_event"), "syncs"),
+    "copies": (("copy", "memset"), "copies"),
+    "collectives": (("collective", "group"), "collectives"),
+    "stream_graph": (("event_record", "stream_wait"), "waits"),
+}
+
+
+def parse_views(text: str) -> tuple[str, ...]:
+    """`--ebpf-gpu-runtime-views a,b` → the views in the table's order, each once; ValueError
+    (one line naming the allowed views) for an unknown or empty list."""
+    allowed = ", ".join(SWITCHABLE_VIEWS)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise ValueError(f"needs at least one of {allowed}, got {text[:40]!r}")
+    for name in names:
+        if name not in SWITCHABLE_VIEWS:
+            raise ValueError(f"unknown view {name[:40]!r}: use {allowed}")
+    return tuple(v for v in SWITCHABLE_VIEWS if v in names)
+
+
+def probed_roles(views: tuple[str, ...]) -> set[str]:
+    """The roles whose entry points these views probe."""
+    return {role for v in views for role in SWITCHABLE_VIEWS[v]}
 
 
 def keys(key: str, n: int) -> tuple[int, ...] | None:
@@ -179,13 +218,19 @@ def stream_graph(maps: dict[str, Any]) -> dict[str, Any]:
 
 
 def view_status(
-    attached: list[dict[str, Any]], not_attached: list[dict[str, Any]], libs_missing: bool
+    attached: list[dict[str, Any]],
+    not_attached: list[dict[str, Any]],
+    libs_missing: bool,
+    views: tuple[str, ...] = DEFAULT_VIEWS,
 ) -> dict[str, Any]:
     """Per view: the entry points probed, or why none was (never silently absent)."""
     roles = {a.name: a.role for a in APIS}
     libs = {a.name: a.lib for a in APIS}
     out: dict[str, Any] = {}
-    for view, wanted in VIEW_ROLES.items():
+    for view, (wanted, switch) in VIEW_ROLES.items():
+        if switch not in views:
+            out[view] = {"probed": [], "reason": SWITCHED_OFF}
+            continue
         probed = sorted({a["api"] for a in attached if roles.get(a["api"]) in wanted})
         if probed:
             out[view] = {"probed": probed, "reason": None}
@@ -200,9 +245,10 @@ def view_status(
     return out
 
 
-def probed_calls(maps: dict[str, Any]) -> dict[str, tuple[int, int]]:
+def probed_calls(maps: dict[str, Any], times: bool = True) -> dict[str, tuple[int, int]]:
     """Per kind of probe beyond launches, syncs and doorbells: (calls probed at entry + return,
-    calls probed at entry only) in the window, for the probe cost."""
+    calls probed at entry only) in the window, for the probe cost (`times`: copies and
+    collectives have their return probe)."""
 
     def calls(name: str) -> int:
         return sum(c for c, _ in _stats3(maps.get(f"{P}{name}")).values())
@@ -211,9 +257,12 @@ def probed_calls(maps: dict[str, Any]) -> dict[str, tuple[int, int]]:
         values = (n for name in names for n in hist.keyed(maps.get(f"{P}{name}")).values())
         return sum(n for n in values if isinstance(n, int))
 
+    def pair(n: int) -> tuple[int, int]:
+        return (n, 0) if times else (0, n)
+
     return {
-        "copies": (calls("copies"), 0),
-        "collectives": (calls("colls"), 0),
+        "copies": pair(calls("copies")),
+        "collectives": pair(calls("colls")),
         "collective_groups": (0, counts("groups")),
         "event_records_and_waits": (0, counts("records", "edges", "wait_unknown")),
     }

@@ -39,19 +39,19 @@ def queue_summary_families(backend: str | None) -> tuple[str, ...]:
     return QUEUE_SUMMARY_FAMILIES["cpu" if backend == "cpu" else "gpu"]
 
 
-def _load(path: str) -> ProbeFamily:
+def _load(path: str, **kwargs: object) -> ProbeFamily:
     module_name, _, class_name = path.partition(":")
     cls = getattr(importlib.import_module(module_name), class_name)
-    family: ProbeFamily = cls()
+    family: ProbeFamily = cls(**kwargs)
     return family
 
 
-def families_for(queue: bool, memory: bool, gpu_runtime: bool = False) -> list[ProbeFamily]:
+def families_for(
+    queue: bool, memory: bool, gpu_runtime: bool = False, gpu_runtime_views: tuple[str, ...] | None = None
+) -> list[ProbeFamily]:
     """Fresh family instances for the requested tracing modes, queue families first (the order of
-    `families` in the sections; which summary heads them is QUEUE_SUMMARY_FAMILIES' rule)."""
-    paths = (
-        ([GPU_RUNTIME_FAMILY] if gpu_runtime else [])
-        + (QUEUE_FAMILIES if queue else [])
-        + (MEMORY_FAMILIES if memory else [])
-    )
-    return [_load(p) for p in paths]
+    `families` in the sections; which summary heads them is QUEUE_SUMMARY_FAMILIES' rule);
+    `gpu_runtime_views`: the gpu_runtime views to probe (None: its default set)."""
+    paths = (QUEUE_FAMILIES if queue else []) + (MEMORY_FAMILIES if memory else [])
+    runtime = [_load(GPU_RUNTIME_FAMILY, views=gpu_runtime_views)] if gpu_runtime else []
+    return runtime + [_load(p) for p in paths]

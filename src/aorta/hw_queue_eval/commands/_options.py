@@ -36,7 +36,14 @@ if TYPE_CHECKING:
 
 #: `run` options a sweep passes through to every point: `sweep` and `policy-sweep` declare them
 #: with `passthrough_run_options`, as `run` declares them (each must be one of `run_flag_options`).
-PASSTHROUGH_FLAGS = ("ebpf_trace", "ebpf_memory_trace", "ebpf_gpu_runtime", "bpftrace", "state_dir")
+PASSTHROUGH_FLAGS = (
+    "ebpf_trace",
+    "ebpf_memory_trace",
+    "ebpf_gpu_runtime",
+    "ebpf_gpu_runtime_views",
+    "bpftrace",
+    "state_dir",
+)
 
 
 def passthrough_args(values: dict[str, Any]) -> list[str]:
@@ -311,9 +318,10 @@ TRACING_FLAGS: list[tuple[str, str, str]] = [
     (
         "--ebpf-gpu-runtime",
         "ebpf_gpu_runtime",
-        "Also put uprobes on the GPU runtime the process loaded (HIP/HSA or CUDA): kernel launches per "
-        "stream, doorbell rings per hardware queue, launch and host-sync latency. Implies "
-        "--ebpf-trace. Opt-in: a uprobe costs microseconds per launch (see docs/ebpf.md).",
+        "Also put uprobes on the GPU runtime the process loaded (HIP/HSA or CUDA, NCCL/RCCL): kernel "
+        "launches, copies, collectives, host syncs and cross-stream waits per stream (doorbells and "
+        "call times: --ebpf-gpu-runtime-views). Implies --ebpf-trace. Opt-in: a uprobe costs about "
+        "a microsecond per call (see docs/ebpf.md).",
     ),
 ]
 
@@ -325,6 +333,39 @@ def _bpftrace_value(ctx: click.Context, param: click.Parameter, value: str | Non
     from aorta.ebpf.session import check_bpftrace
 
     return check_bpftrace(value)
+
+
+def _views_value(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--ebpf-gpu-runtime-views LIST checked when the command line is read (exit 2, one line,
+    naming the allowed views); the canonical list (table order, each once) so sweeps pass it on."""
+    if value is None:
+        return None
+    from aorta.ebpf.probes.gpu_runtime_views import parse_views
+
+    try:
+        return ",".join(parse_views(value))
+    except ValueError as exc:
+        raise UsageError(f"--ebpf-gpu-runtime-views: {exc}") from None
+
+
+def gpu_runtime_views(text: str | None) -> tuple[str, ...] | None:
+    """The views of a checked --ebpf-gpu-runtime-views value (None: the family's default set)."""
+    return tuple(text.split(",")) if text else None
+
+
+def gpu_runtime_views_option(func: Any) -> Any:
+    """--ebpf-gpu-runtime-views LIST: which gpu_runtime views are probed."""
+    return click.option(
+        "--ebpf-gpu-runtime-views",
+        "ebpf_gpu_runtime_views",
+        default=None,
+        metavar="LIST",
+        callback=_views_value,
+        help="Which gpu_runtime views to probe, comma-separated: launches, times, doorbells, syncs, "
+        "copies, collectives, waits [default: launches,syncs,copies,collectives,waits]. A view left "
+        "out is not probed (its result says so). times: call times via return probes; doorbells: "
+        "HSA queues. Implies --ebpf-gpu-runtime. Costs per view: docs/ebpf.md.",
+    )(func)
 
 
 def bpftrace_option(func: Any) -> Any:
@@ -344,12 +385,18 @@ Decorator = Callable[[Any], Any]
 
 
 def run_flag_options() -> list[tuple[str, Decorator]]:
-    """`run`'s eBPF flags, --bpftrace and --state-dir, in the order `run` lists them, as
-    (parameter name, option decorator): the one declaration `run` and the passthrough share."""
+    """`run`'s eBPF flags, --ebpf-gpu-runtime-views, --bpftrace and --state-dir, in the order
+    `run` lists them, as (parameter name, option decorator): the one declaration `run` and the
+    passthrough share."""
     flags: list[tuple[str, Decorator]] = [
         (dest, click.option(flag, dest, is_flag=True, help=text)) for flag, dest, text in TRACING_FLAGS
     ]
-    return [*flags, ("bpftrace", bpftrace_option), ("state_dir", state_dir_option)]
+    return [
+        *flags,
+        ("ebpf_gpu_runtime_views", gpu_runtime_views_option),
+        ("bpftrace", bpftrace_option),
+        ("state_dir", state_dir_option),
+    ]
 
 
 def _with_options(func: Any, options: list[Decorator]) -> Any:
@@ -361,7 +408,7 @@ def _with_options(func: Any, options: list[Decorator]) -> Any:
 
 def tracing_options(func: Any) -> Any:
     """The eBPF flags of run-like commands (one list, so every run-like command gets each flag),
-    and --bpftrace, the bpftrace they start."""
+    --ebpf-gpu-runtime-views, and --bpftrace, the bpftrace they start."""
     return _with_options(func, [option for name, option in run_flag_options() if name != "state_dir"])
 
 
@@ -385,15 +432,16 @@ def build_tracer(
     gpu_runtime: bool = False,
     timeline: bool = False,
     bpftrace: str | None = None,
+    gpu_runtime_views: tuple[str, ...] | None = None,
 ) -> Any:
     """The tracer for these flags (None without tracing); tells on stderr when tracing is off.
     `timeline`: --trace-out was given, so the tracer keeps per-event records for it; `bpftrace`:
-    the --bpftrace option."""
+    the --bpftrace option; `gpu_runtime_views`: --ebpf-gpu-runtime-views (None: the default)."""
     if not (queue or memory or gpu_runtime):
         return None
     from aorta.hw_queue_eval.tracing.window_tracer import make_tracer
 
-    tracer = make_tracer(queue, memory, gpu_runtime, timeline, bpftrace)
+    tracer = make_tracer(queue, memory, gpu_runtime, timeline, bpftrace, gpu_runtime_views)
     if tracer is not None and not tracer.ready.ok:
         click.echo(f"warning: eBPF tracing is off: {tracer.ready.reason}", err=True)
     return tracer

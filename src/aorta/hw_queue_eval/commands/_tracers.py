@@ -19,14 +19,19 @@ class Tracer:
     family: str  # queue | memory | gpu_runtime
     view: str
     markers: tuple[str, ...] = ()  # a probed API whose role or name contains one has the view
+    runtime_view: str | None = None  # the --ebpf-gpu-runtime-views view it needs
 
 
 TRACERS = {
     "queue": Tracer("queue", "driver queue section (ebpf_queue_metrics)"),
     "memory": Tracer("memory", "memory section (ebpf_memory_metrics)"),
-    "race": Tracer("gpu_runtime", "event-wait view (cross-stream event waits and syncs)", ("event",)),
-    "dma": Tracer("gpu_runtime", "copies view (host/device copies per stream)", ("copy", "memcpy")),
-    "rccl": Tracer("gpu_runtime", "collectives view (RCCL/NCCL calls per stream)", ("nccl", "collective")),
+    "race": Tracer(
+        "gpu_runtime", "event-wait view (cross-stream event waits and syncs)", ("event",), "waits"
+    ),
+    "dma": Tracer("gpu_runtime", "copies view (host/device copies per stream)", ("copy", "memcpy"), "copies"),
+    "rccl": Tracer(
+        "gpu_runtime", "collectives view (RCCL/NCCL calls per stream)", ("nccl", "collective"), "collectives"
+    ),
 }
 
 
@@ -39,6 +44,14 @@ def parse_tracers(text: str) -> list[str]:
         if name not in TRACERS:
             raise UsageError(f"unknown tracer {name[:40]!r} in --tracers: use {', '.join(TRACERS)}")
     return list(dict.fromkeys(names))
+
+
+def check_views(names: list[str], views: tuple[str, ...] | None) -> None:
+    """UsageError (one line) when --ebpf-gpu-runtime-views switches off a requested tracer's view."""
+    for name in names:
+        need = TRACERS[name].runtime_view
+        if views is not None and need is not None and need not in views:
+            raise UsageError(f"--tracers {name} needs the {need} view: add it to --ebpf-gpu-runtime-views")
 
 
 def view_present(tracer: Tracer) -> bool:

@@ -14,9 +14,9 @@ import click
 from aorta.common.atomicio import check_distinct_outputs, check_output_path
 from aorta.common.errors import UsageError
 from aorta.common.procs import parse_pid, process_running, process_state, thread_group_of
-from aorta.hw_queue_eval.commands._options import tracing_options
+from aorta.hw_queue_eval.commands._options import gpu_runtime_views, tracing_options
 from aorta.hw_queue_eval.commands._output import save_and_print_json
-from aorta.hw_queue_eval.commands._tracers import parse_tracers, tracer_report
+from aorta.hw_queue_eval.commands._tracers import check_views, parse_tracers, tracer_report
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
 
@@ -89,6 +89,7 @@ def ebpf_info_command(
     pid_text: str | None = None,
     mount: bool = False,
     tracefs_root: str | None = None,
+    ebpf_gpu_runtime_views: str | None = None,
 ) -> None:
     """What eBPF can trace on this machine (--tracefs DIR: in a recorded tracefs tree). Exit 0.
 
@@ -105,11 +106,12 @@ def ebpf_info_command(
             script = _script(
                 ebpf_trace or not ebpf_memory_trace,
                 ebpf_memory_trace,
-                ebpf_gpu_runtime,
+                ebpf_gpu_runtime or ebpf_gpu_runtime_views is not None,
                 pid,
                 mount,
                 bpftrace=bpftrace,
                 tracefs_root=tracefs_root,
+                gpu_runtime_views=gpu_runtime_views(ebpf_gpu_runtime_views),
             )
         except UsageError as exc:  # ebpf-info reports what it finds and exits 0
             script, problem = None, str(exc)
@@ -155,6 +157,7 @@ def _script(
     mount: bool = False,
     bpftrace: str | None = None,
     tracefs_root: str | None = None,
+    gpu_runtime_views: tuple[str, ...] | None = None,
 ) -> str:
     from aorta.ebpf import engine
     from aorta.ebpf.probes.base import TraceTarget
@@ -175,7 +178,15 @@ def _script(
         pids=(traced,), follow_children=True, thread_labels={traced: "q0"} if bells else {}, doorbells=bells
     )
     try:
-        program = engine.make_program(queue, memory, target, tracefs, version, gpu_runtime=gpu_runtime)
+        program = engine.make_program(
+            queue,
+            memory,
+            target,
+            tracefs,
+            version,
+            gpu_runtime=gpu_runtime,
+            gpu_runtime_views=gpu_runtime_views,
+        )
     except ProgramError as exc:
         raise UsageError(f"cannot render the program: {exc}") from None
     head = [
@@ -260,6 +271,7 @@ def ebpf_attach_command(
     bpftrace: str | None = None,
     tracers_text: str | None = None,
     max_text: str | None = None,
+    ebpf_gpu_runtime_views: str | None = None,
 ) -> None:
     """Trace a running process (threads and child processes) for a while; print and save.
 
@@ -286,11 +298,13 @@ def ebpf_attach_command(
         pid = _attach_pid(pid_text)
         roots = (pid,)
     seconds = parse_duration(duration)
-    tracers = tracer_report(parse_tracers(tracers_text)) if tracers_text is not None else None
+    names = parse_tracers(tracers_text) if tracers_text is not None else []
+    check_views(names, gpu_runtime_views(ebpf_gpu_runtime_views))
+    tracers = tracer_report(names) if tracers_text is not None else None
     families = {t["family"] for t in (tracers or {}).values()}
     ebpf_trace = ebpf_trace or "queue" in families
     ebpf_memory_trace = ebpf_memory_trace or "memory" in families
-    ebpf_gpu_runtime = ebpf_gpu_runtime or "gpu_runtime" in families
+    ebpf_gpu_runtime = ebpf_gpu_runtime or "gpu_runtime" in families or ebpf_gpu_runtime_views is not None
     check_distinct_outputs({"-o": output, "--trace-out": trace_out})
     if output:
         check_output_path(output)
@@ -317,7 +331,13 @@ def ebpf_attach_command(
     )
     try:
         program = engine.make_program(
-            queue, ebpf_memory_trace, target, ready.tracefs, ready.version, gpu_runtime=gpu_runtime
+            queue,
+            ebpf_memory_trace,
+            target,
+            ready.tracefs,
+            ready.version,
+            gpu_runtime=gpu_runtime,
+            gpu_runtime_views=gpu_runtime_views(ebpf_gpu_runtime_views),
         )
         session = engine.start_session(program, ready)
     except (ProgramError, SessionError) as exc:

@@ -25,6 +25,7 @@ from aorta.hw_queue_eval.commands._options import (
     gpu_control_context,
     gpu_control_options,
     gpu_request,
+    gpu_runtime_views,
     run_options,
     state_dir_option,
     tracing_options,
@@ -157,6 +158,7 @@ def run_command(
     ebpf_trace: bool = False,
     ebpf_memory_trace: bool = False,
     ebpf_gpu_runtime: bool = False,
+    ebpf_gpu_runtime_views: str | None = None,
     bpftrace: str | None = None,
     state_dir: str | None = None,
     dist_timeout: str = "300",
@@ -185,6 +187,8 @@ def run_command(
         workload, streams, iterations, warmup, device, size, sync_mode, seed, threads_per_queue, cpus
     )
     config = dataclasses.replace(config, op_timing=op_timing)
+    ebpf_gpu_runtime = ebpf_gpu_runtime or ebpf_gpu_runtime_views is not None  # views imply it
+    views = gpu_runtime_views(ebpf_gpu_runtime_views)
     from aorta.hw_queue_eval.distributed.torchrun import torchrun_env
 
     dist_env = torchrun_env()
@@ -235,6 +239,7 @@ def run_command(
             ebpf_memory_trace,
             ebpf_gpu_runtime,
             bpftrace,
+            views,
         )
         return
     if output:
@@ -261,10 +266,16 @@ def run_command(
         ] + (["--stream-priority", stream_priority] if stream_priority is not None else [])
         flags += ["--bpftrace", bpftrace] if bpftrace is not None else []
         flags += ["--state-dir", state_dir] if state_dir is not None else []
+        flags += ["--ebpf-gpu-runtime-views", ebpf_gpu_runtime_views] if ebpf_gpu_runtime_views else []
         _run_repeats(config, request, runs, [*flags, *knob_flags], output, as_json, quiet, state_dir)
         return
     tracer = build_tracer(
-        ebpf_trace, ebpf_memory_trace, ebpf_gpu_runtime, timeline=bool(trace_out), bpftrace=bpftrace
+        ebpf_trace,
+        ebpf_memory_trace,
+        ebpf_gpu_runtime,
+        timeline=bool(trace_out),
+        bpftrace=bpftrace,
+        gpu_runtime_views=views,
     )
     config = dataclasses.replace(config, device=resolve_device(config.device))  # imports torch
     control = gpu_control_context(config.device, request, state_dir)
@@ -423,6 +434,7 @@ def _run_under_torchrun(
     ebpf_memory_trace: bool = False,
     ebpf_gpu_runtime: bool = False,
     bpftrace: str | None = None,
+    gpu_runtime_views: tuple[str, ...] | None = None,
 ) -> None:
     """One rank of a torchrun job; rank 0 prints the table and alone writes -o/--trace-out.
 
@@ -458,6 +470,7 @@ def _run_under_torchrun(
             memory=ebpf_memory_trace,
             gpu_runtime=ebpf_gpu_runtime,
             bpftrace=bpftrace,
+            gpu_runtime_views=gpu_runtime_views,
         )
         if dist_env.local_rank == 0 and not tracer.ready.ok:
             click.echo(f"warning: eBPF tracing is off: {tracer.ready.reason}", err=True)

@@ -76,6 +76,7 @@ class NodeTracer(EbpfTracer):
         memory: bool = False,
         gpu_runtime: bool = False,
         bpftrace: str | None = None,
+        gpu_runtime_views: tuple[str, ...] | None = None,
     ) -> None:
         self.env = env
         self.lead = env.local_rank == 0
@@ -85,8 +86,14 @@ class NodeTracer(EbpfTracer):
         self.prefix = f"aorta/ebpf/{attempt if attempt.isdigit() else 0}/node{env.node_rank}/"
         # only the lead checks readiness: `bpftrace --version` is a bpftrace process too
         ready = engine.check_readiness(bpftrace=bpftrace) if self.lead else _remote_readiness({})
-        super().__init__(queue=queue, memory=memory, ready=ready, gpu_runtime=gpu_runtime)
-        self.families: list[ProbeFamily] = families_for(self.queue, memory, gpu_runtime)
+        super().__init__(
+            queue=queue,
+            memory=memory,
+            ready=ready,
+            gpu_runtime=gpu_runtime,
+            gpu_runtime_views=gpu_runtime_views,
+        )
+        self.families: list[ProbeFamily] = families_for(self.queue, memory, gpu_runtime, gpu_runtime_views)
         self.token: int | None = None
         self.snapshots: dict[str, dict[str, Any]] = {}
         self._published = False

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from aorta.ebpf.probes.gpu_runtime_views import SWITCHED_OFF
 from aorta.hw_queue_eval.report.console import fmt
 
 
@@ -32,8 +33,9 @@ def render_gpu_runtime_rows(section: dict[str, Any], console: Any) -> None:
         for r in rows:
             index = "-" if r.get("stream_index") is None else str(r["stream_index"])
             console.print(
-                f"    {index:>6} {r['handle']:<16} {r['launches']:>8} {r.get('graph_launches', 0):>6} "
-                f"{fmt(r.get('launch_avg_us'), '.2f', 'us'):>10} {r['sync_calls']:>5} "
+                f"    {index:>6} {r['handle']:<16} {fmt(r.get('launches'), 'd'):>8} "
+                f"{fmt(r.get('graph_launches'), 'd'):>6} "
+                f"{fmt(r.get('launch_avg_us'), '.2f', 'us'):>10} {fmt(r.get('sync_calls'), 'd'):>5} "
                 f"{fmt(r.get('sync_blocked_ms'), '.2f', 'ms'):>9} "
                 f"{','.join(r.get('queues') or []) or '-'}"
             )
@@ -45,7 +47,9 @@ def render_gpu_runtime_rows(section: dict[str, Any], console: Any) -> None:
         )
     render_views(metrics, console)
     for d in metrics.get("device_and_event_syncs") or []:
-        console.print(f"    {d['api']}: {d['calls']} calls, host blocked {d['blocked_ms']:.2f} ms")
+        console.print(
+            f"    {d['api']}: {d['calls']} calls, host blocked {fmt(d.get('blocked_ms'), '.2f', ' ms')}"
+        )
     cost = metrics.get("probe_cost") or {}
     if cost.get("entry_return_pair_us") is not None:
         console.print(
@@ -111,9 +115,11 @@ def render_views(metrics: dict[str, Any], console: Any) -> None:
                 f"      ? → {_stream(w['consumer'], w.get('consumer_index'))}: {w['waits']} waits "
                 "[dim](event never seen recorded)[/dim]"
             )
-    absent = [
-        f"{name} ({v['reason']})" for name, v in (metrics.get("views") or {}).items() if v.get("reason")
-    ]
+    views = metrics.get("views") or {}
+    off = [name for name, v in views.items() if v.get("reason") == SWITCHED_OFF]
+    absent = [f"{name} ({v['reason']})" for name, v in views.items() if v.get("reason") and name not in off]
+    if off:
+        absent.append(f"{', '.join(off)} (switched off: --ebpf-gpu-runtime-views)")
     if absent:
         console.print(f"    [dim]not probed: {'; '.join(absent)}[/dim]")
 

@@ -32,8 +32,10 @@ class EbpfTracer:
         ready: engine.Readiness | None = None,
         gpu_runtime: bool = False,
         timeline: bool = False,
+        gpu_runtime_views: tuple[str, ...] | None = None,
     ) -> None:
         self.queue = queue or gpu_runtime
+        self.gpu_runtime_views = gpu_runtime_views  # --ebpf-gpu-runtime-views (None: default)
         # per-event records for --trace-out's timeline (bounded: timeline.TIMELINE_EVENTS per kind)
         self.timeline_events = timeline_mod.TIMELINE_EVENTS if timeline else 0
         self.gpu_runtime = gpu_runtime
@@ -71,6 +73,7 @@ class EbpfTracer:
                 self.ready.tracefs,
                 self.ready.version,
                 gpu_runtime=self.gpu_runtime,
+                gpu_runtime_views=self.gpu_runtime_views,
             )
             self.session = engine.start_session(self.program, self.ready)
         except (ProgramError, SessionError, OSError) as exc:
@@ -172,15 +175,27 @@ def warn_in_result(warnings: list[str], sections: dict[str, Any]) -> None:
 
 
 def make_tracer(
-    queue: bool, memory: bool, gpu_runtime: bool = False, timeline: bool = False, bpftrace: str | None = None
+    queue: bool,
+    memory: bool,
+    gpu_runtime: bool = False,
+    timeline: bool = False,
+    bpftrace: str | None = None,
+    gpu_runtime_views: tuple[str, ...] | None = None,
 ) -> EbpfTracer | None:
     """A tracer for the requested modes, or None when no tracing was asked for; `timeline`
     (--trace-out given) also keeps the first events of each kind for the trace; `bpftrace` is
-    the --bpftrace option (None: PATH's)."""
+    the --bpftrace option (None: PATH's); `gpu_runtime_views`: --ebpf-gpu-runtime-views."""
     if not (queue or memory or gpu_runtime):
         return None
     ready = engine.check_readiness(bpftrace=bpftrace)
-    return EbpfTracer(queue, memory, ready=ready, gpu_runtime=gpu_runtime, timeline=timeline)
+    return EbpfTracer(
+        queue,
+        memory,
+        ready=ready,
+        gpu_runtime=gpu_runtime,
+        timeline=timeline,
+        gpu_runtime_views=gpu_runtime_views,
+    )
 
 
 def stream_handles(backend: Any) -> list[dict[str, Any]]:
