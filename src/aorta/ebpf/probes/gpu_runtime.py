@@ -23,6 +23,7 @@ from typing import Any
 from aorta.ebpf import hist
 from aorta.ebpf.elfsyms import ElfError, Function, function_addresses
 from aorta.ebpf.probes import gpu_runtime_metrics as m
+from aorta.ebpf.probes import gpu_runtime_timeline as tl
 from aorta.ebpf.probes import gpu_runtime_views as views
 from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext
 from aorta.ebpf.probes.gpu_runtime_apis import APIS, P
@@ -75,6 +76,7 @@ class GpuRuntimeFamily(ProbeFamily):
         self.not_attached: list[dict[str, Any]] = []
         self.seen_paths: list[str] = []  # every runtime file the last render judged (late_runtimes)
         self._hit_ns: dict[str, float] | None = None
+        self.timeline_cap = 0  # set by render: calls kept per thread and kind (0: no timeline)
 
     def wanted_events(self) -> list[str]:
         return [f"uprobe:{a.lib}:{a.name}" for a in APIS]
@@ -96,6 +98,11 @@ class GpuRuntimeFamily(ProbeFamily):
             )
             return code
         pf, gate = ctx.pid_filter, ctx.gate
+        # per-call records for --trace-out (gpu_runtime_timeline); not in a node program
+        keep = ctx.target.timeline_events if ctx.rank is None else 0
+        self.timeline_cap = tl.cap_per_thread(keep) if keep else 0
+        if self.timeline_cap:
+            code.end.extend(tl.end_code())
         for lib in libs:
             if lib.problem:
                 code.missing[f"uprobe:{lib.mapped_as}"] = lib.problem
@@ -127,6 +134,13 @@ class GpuRuntimeFamily(ProbeFamily):
                     _label(b, api.name, symbol)
                     for b in blocks(api, f"{lib.path}:{_attach_point(symbol, fn)}", pf, gate, ctx.prefix())
                 )
+                if self.timeline_cap:
+                    code.probes.extend(
+                        _label(b, api.name, symbol)
+                        for b in tl.blocks(
+                            api, f"{lib.path}:{_attach_point(symbol, fn)}", pf, gate, self.timeline_cap
+                        )
+                    )
                 code.used_events.append(event)
                 self.attached.append(
                     {
@@ -243,6 +257,8 @@ class GpuRuntimeFamily(ProbeFamily):
                 "(inside the closed driver), GPU-side dispatch and execution"
             ),
         }
+        if self.timeline_cap:
+            metrics["timeline"] = tl.collect(maps, context, self.timeline_cap)
         return FamilyResult(self.name, self.section, metrics, coverage)
 
 
