@@ -25,6 +25,7 @@ from aorta.ebpf.probes.base import RenderContext, TraceTarget
 from aorta.ebpf.probes.gpu_runtime import GpuRuntimeFamily
 from aorta.ebpf.probes.gpu_runtime_apis import API_BY_ID, APIS
 from aorta.ebpf.runtime_libs import MappedLibrary
+from aorta.ebpf.session import stop_timeout_s
 from aorta.hw_queue_eval.report.trace import build_trace
 from aorta.hw_queue_eval.report.trace_gpu_runtime import PID_GPU_RUNTIME, lanes
 from conftest import vendor_library
@@ -169,17 +170,14 @@ def _maps(
     calls: list[tuple[int, int, int, int | None, int, int, int]], seen: dict[tuple[int, int], int]
 ) -> dict[str, Any]:
     """Printed maps of calls (tid, kind id, start, end, api id, stream, extra) in slot order."""
-    maps: dict[str, dict[str, int]] = {f"{gtl.TL}{s}": {} for s in ("", "e", "s", "a", "x", "n")}
+    maps: dict[str, dict[str, Any]] = {gtl.TL: {}, f"{gtl.TL}e": {}}
     slot: Counter[tuple[int, int]] = Counter()
     for tid, k, start, end, api, stream, extra in calls:
         key = f"{tid},{k},{slot[(tid, k)]}"
         slot[(tid, k)] += 1
-        maps[gtl.TL][key] = start
+        maps[gtl.TL][key] = [start, stream, api, extra]
         if end is not None:
             maps[f"{gtl.TL}e"][key] = end
-        maps[f"{gtl.TL}s"][key] = stream
-        maps[f"{gtl.TL}a"][key] = api
-        maps[f"{gtl.TL}x"][key] = extra
     maps[f"{gtl.TL}n"] = {f"{t},{k}": n for (t, k), n in seen.items()}
     return maps
 
@@ -298,7 +296,7 @@ def run_cudart_plan(timeline_events: int) -> tuple[dict[str, Any], dict[str, Any
         except BaseException:
             session.abort()
             raise
-        out = session.stop()
+        out = session.stop(timeout_s=stop_timeout_s(session.output.attached_probes))
     finally:
         child.kill()
         child.wait()

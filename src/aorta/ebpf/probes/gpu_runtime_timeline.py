@@ -14,8 +14,8 @@ preempted (bpf_prog_run_array_uprobe, kernel ≥ 6.0), so two threads on one CPU
 a per-CPU slot index (timeline.py's design, safe for tracepoints that run with preemption off); a
 thread's own probes never interleave, so a per-thread index needs no atomics and its count is
 exact. A kind `k` of thread `tid` keeps its first `cap` calls of the window in slots
-[tid, k, i] of @gpu_runtime_tl (entry ns), _tle (return ns), _tls (stream), _tla (api | arg << 16)
-and _tlx (bytes / elements / event); @gpu_runtime_tln[tid, k] counts every call (exact `seen`).
+[tid, k, i] of @gpu_runtime_tl = (entry ns, stream, api | arg << 16, bytes / elements / event)
+and @gpu_runtime_tle = return ns; @gpu_runtime_tln[tid, k] counts every call (exact `seen`).
 Every map has the program's key limit, sized before it loads (mapcap.MAP_KEYS_MAX); more slots
 than that (more than keys_max / cap thread-kinds) are reported as dropped map updates by mapcap,
 and `dropped` stays exact (seen minus the slots read back).
@@ -82,37 +82,34 @@ def _extra(api: Api) -> str | None:
 
 def blocks(api: Api, where: str, pf: str, gate: str, cap: int) -> list[str]:
     """Entry and return blocks recording `api`'s calls (only for roles in KINDS; the argument
-    expressions come from the fixed table in gpu_runtime_apis, never from input)."""
+    expressions come from the fixed table in gpu_runtime_apis, never from input).
+
+    Per thread one state word @gpu_runtime_tlc[tid] = depth << 56 | kind << 32 | slot + 1 (0:
+    the outer call keeps no slot), so an outer call costs one state update at entry and one
+    at return besides its count and its slot."""
     if not wanted(api):
         return []
     _, k = KIND_OF_ROLE[api.role]
-    slot = f"[tid, (uint64){k}, $n]"
     packed = f"(uint64){api.ident}" + (f" | ({_arg(api)} << 16)" if _arg(api) else "")
-    keep = [
-        f"      {TL}{slot} = $t;",
-        f"      {TL}s{slot} = (uint64)({api.stream or '0'});",
-        f"      {TL}a{slot} = {packed};",
-    ]
     extra = _extra(api)
-    if extra is not None:
-        keep.append(f"      {TL}x{slot} = (uint64)({extra});")
-    keep.append(f"      {TL}cur[tid] = ((uint64){k} << 32) | ($n + 1);")
+    value = f"(nsecs, (uint64)({api.stream or '0'}), {packed}, (uint64)({extra or '0'}))"
     entry = "\n".join(
         [
             f"uprobe:{where}",
             f"/{pf}/",
             "{",
-            f"  $d = {TL}d[tid];",
-            f"  {TL}d[tid] = $d + 1;",
+            f"  $c = {TL}c[tid];",
+            "  $d = $c >> 56;",
             f"  if ($d == 0 && {gate}) {{",
-            "    $t = nsecs;",
             f"    $n = {TL}n[tid, (uint64){k}];",
             f"    {TL}n[tid, (uint64){k}] = $n + 1;",
             f"    if ($n < {int(cap)}) {{",
-            *keep,
+            f"      {TL}[tid, (uint64){k}, $n] = {value};",
+            f"      $c = ((uint64){k} << 32) | ($n + 1);",
             "    }",
             "  }",
             f"  if ($d > 0 && {gate}) {{ {TL}nest[tid, (uint64){k}] = count(); }}",
+            f"  {TL}c[tid] = $c + (1 << 56);",
             "}",
         ]
     )
@@ -121,15 +118,13 @@ def blocks(api: Api, where: str, pf: str, gate: str, cap: int) -> list[str]:
             f"uretprobe:{where}",
             f"/{pf}/",
             "{",
-            f"  $d = {TL}d[tid];",
-            f"  if ($d > 1) {{ {TL}d[tid] = $d - 1; }}",
+            f"  $c = {TL}c[tid];",
+            "  $d = $c >> 56;",
+            f"  if ($d > 1) {{ {TL}c[tid] = $c - (1 << 56); }}",
             "  if ($d == 1) {",
-            f"    delete({TL}d[tid]);",
-            f"    $c = {TL}cur[tid];",
-            "    if ($c != 0) {",
-            f"      {TL}e[tid, $c >> 32, ($c & {INT32}) - 1] = nsecs;",
-            f"      delete({TL}cur[tid]);",
-            "    }",
+            f"    delete({TL}c[tid]);",
+            f"    $i = $c & {INT32};",
+            f"    if ($i != 0) {{ {TL}e[tid, ($c >> 32) & 0xff, $i - 1] = nsecs; }}",
             "  }",
             "}",
         ]
@@ -139,7 +134,7 @@ def blocks(api: Api, where: str, pf: str, gate: str, cap: int) -> list[str]:
 
 def end_code() -> list[str]:
     """END statements: the per-thread call state is not a result."""
-    return [f"clear({TL}d);", f"clear({TL}cur);"]
+    return [f"clear({TL}c);"]
 
 
 def _keys3(maps: dict[str, Any], name: str) -> dict[tuple[int, int, int], int]:
@@ -148,6 +143,17 @@ def _keys3(maps: dict[str, Any], name: str) -> dict[tuple[int, int, int], int]:
         parts = key.split(",")
         if len(parts) == 3 and isinstance(value, int):
             out[(int(parts[0]), int(parts[1]) & U64, int(parts[2]) & U64)] = value & U64
+    return out
+
+
+def _slots(maps: dict[str, Any]) -> dict[tuple[int, int, int], tuple[int, int, int, int]]:
+    """@gpu_runtime_tl: slot → (entry ns, stream, api | arg << 16, bytes / elements / event)."""
+    out: dict[tuple[int, int, int], tuple[int, int, int, int]] = {}
+    for key, value in hist.keyed(maps.get(TL)).items():
+        parts = key.split(",")
+        if len(parts) == 3 and isinstance(value, list) and len(value) == 4:
+            start, stream, packed, x = (int(v) & U64 for v in value)
+            out[(int(parts[0]), int(parts[1]) & U64, int(parts[2]) & U64)] = (start, stream, packed, x)
     return out
 
 
@@ -199,16 +205,14 @@ def collect(maps: dict[str, Any], context: dict[str, Any], cap: int) -> dict[str
     `dropped`, `nested`, `unfinished` (kept, no return seen before bpftrace stopped) and
     `complete_until_ns` (every call of the kind that entered before it is kept; null: none
     dropped); the stream handles with the harness's index where it created them."""
-    starts, ends = _keys3(maps, TL), _keys3(maps, f"{TL}e")
-    streams, packed, extra = _keys3(maps, f"{TL}s"), _keys3(maps, f"{TL}a"), _keys3(maps, f"{TL}x")
+    slots, ends = _slots(maps), _keys3(maps, f"{TL}e")
     seen, nested = _keys2(maps, f"{TL}n"), _keys2(maps, f"{TL}nest")
     kinds: dict[str, dict[str, Any]] = {}
     for name, (k, _) in KINDS.items():
         rows = [
-            _row(name, tid, start, ends.get(key), packed.get(key, 0), streams.get(key, 0), extra.get(key))
-            for key, start in starts.items()
-            for tid, kk, _i in (key,)
-            if kk == k
+            _row(name, key[0], start, ends.get(key), packed, stream, x)
+            for key, (start, stream, packed, x) in slots.items()
+            if key[1] == k
         ]
         rows.sort(key=lambda r: (r[1], r[0]))
         n_seen = sum(v for (_, kk), v in seen.items() if kk == k)
