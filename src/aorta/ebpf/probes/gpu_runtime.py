@@ -91,6 +91,9 @@ class GpuRuntimeFamily(ProbeFamily):
         )
         self.attached, self.not_attached = [], []
         self.seen_paths = [lib.path for lib in libs]
+        # per-call records for --trace-out (gpu_runtime_timeline); not in a node program
+        keep = ctx.target.timeline_events if ctx.rank is None else 0
+        self.timeline_cap = tl.cap_per_thread(keep) if keep and libs else 0
         if not libs:
             code.missing["uprobe:*"] = (
                 "no HIP/HSA/CUDA runtime library is mapped by the traced processes "
@@ -98,9 +101,6 @@ class GpuRuntimeFamily(ProbeFamily):
             )
             return code
         pf, gate = ctx.pid_filter, ctx.gate
-        # per-call records for --trace-out (gpu_runtime_timeline); not in a node program
-        keep = ctx.target.timeline_events if ctx.rank is None else 0
-        self.timeline_cap = tl.cap_per_thread(keep) if keep else 0
         if self.timeline_cap:
             code.end.extend(tl.end_code())
         for lib in libs:
