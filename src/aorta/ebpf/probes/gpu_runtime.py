@@ -25,6 +25,7 @@ from typing import Any
 from aorta.ebpf import hist
 from aorta.ebpf.elfsyms import ElfError, Function, function_addresses
 from aorta.ebpf.probes import gpu_runtime_metrics as m
+from aorta.ebpf.probes import gpu_runtime_timeline as tl
 from aorta.ebpf.probes import gpu_runtime_views as gv
 from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext
 from aorta.ebpf.probes.gpu_runtime_apis import APIS, P
@@ -81,6 +82,7 @@ class GpuRuntimeFamily(ProbeFamily):
         self.not_attached: list[dict[str, Any]] = []
         self.seen_paths: list[str] = []  # every runtime file the last render judged (late_runtimes)
         self._hit_ns: dict[str, float] | None = None
+        self.timeline_cap = 0  # set by render: calls kept per thread and kind (0: no timeline)
 
     def wanted_events(self) -> list[str]:
         return [f"uprobe:{a.lib}:{a.name}" for a in APIS]
@@ -95,6 +97,9 @@ class GpuRuntimeFamily(ProbeFamily):
         )
         self.attached, self.not_attached = [], []
         self.seen_paths = [lib.path for lib in libs]
+        # per-call records for --trace-out (gpu_runtime_timeline); not in a node program
+        keep = ctx.target.timeline_events if ctx.rank is None else 0
+        self.timeline_cap = tl.cap_per_thread(keep) if keep and libs else 0
         if not libs:
             code.missing["uprobe:*"] = (
                 "no HIP/HSA/CUDA runtime library is mapped by the traced processes "
@@ -105,6 +110,8 @@ class GpuRuntimeFamily(ProbeFamily):
         traced = with_descendants(ctx.target.pids) if ctx.target.pids else []
         times = "times" in self.views
         doorbell_streams = times and "launches" in self.views
+        if self.timeline_cap:
+            code.end.extend(tl.end_code())
         for lib in libs:
             if lib.problem:
                 code.missing[f"uprobe:{lib.mapped_as}"] = lib.problem
@@ -148,6 +155,13 @@ class GpuRuntimeFamily(ProbeFamily):
                     _label(b, api.name, symbol)
                     for b in blocks(api, at, pf, gate, ctx.prefix(), times, doorbell_streams)
                 )
+                if self.timeline_cap:
+                    code.probes.extend(
+                        _label(b, api.name, symbol)
+                        for b in tl.blocks(
+                            api, f"{lib.path}:{_attach_point(symbol, fn)}", pf, gate, self.timeline_cap
+                        )
+                    )
                 code.used_events.append(event)
                 self.attached.append(
                     {
@@ -290,6 +304,8 @@ class GpuRuntimeFamily(ProbeFamily):
                 "(inside the closed driver), GPU-side dispatch and execution"
             ),
         }
+        if self.timeline_cap:
+            metrics["timeline"] = tl.collect(maps, context, self.timeline_cap)
         return FamilyResult(self.name, self.section, metrics, coverage)
 
 

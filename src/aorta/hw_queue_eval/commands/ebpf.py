@@ -282,7 +282,7 @@ def ebpf_attach_command(
     from aorta.ebpf.probes.base import TraceTarget
     from aorta.ebpf.program import ProgramError
     from aorta.ebpf.runtime_libs import with_descendants
-    from aorta.ebpf.session import SessionError
+    from aorta.ebpf.session import SessionError, stop_timeout_s
     from aorta.hw_queue_eval.report.console import make_console
     from aorta.hw_queue_eval.report.ebpf_blocks import render_queue_block
     from aorta.hw_queue_eval.report.ebpf_memory import render_memory_block
@@ -421,14 +421,6 @@ def ebpf_attach_command(
 
 
 MAX_PROCESSES_LIMIT = 256
-#: bpftrace detaches every uprobe after printing its maps on SIGINT: on a loaded 2-core machine
-#: 74 probes took 12 s and 198 (five runtime processes) over 15 s, so the wait grows per probe
-STOP_S_PER_PROBE = 0.4
-
-
-def stop_timeout_s(probes: int | None) -> float:
-    """How long to wait for bpftrace to exit after SIGINT: 15 s, more with many probes."""
-    return max(15.0, STOP_S_PER_PROBE * (probes or 0))
 
 
 def _attach_pid(pid_text: str) -> int:

@@ -8,7 +8,9 @@ With an eBPF timeline (run --ebpf-trace --trace-out), process 4 "threads" has tw
 traced thread, its on-CPU slices (sched_switch) and its run-queue waits, one instant per doorbell
 write on the writer's track with a flow arrow to the worker's dispatch, and from there to the op
 it started on its queue's track (timeline.py keeps the first events of each kind, and says how
-many it dropped, in otherData.ebpf_timeline).
+many it dropped, in otherData.ebpf_timeline). With --ebpf-gpu-runtime too, process 7 "GPU
+runtime (eBPF uprobes)" has one track per stream with each runtime call from entry to return and
+record → wait flow arrows (report/trace_gpu_runtime.py; otherData.ebpf_gpu_runtime_timeline).
 All timestamps are µs since the measurement-window start, the clock of `op_intervals`
 (CLOCK_MONOTONIC on the CPU backend, the one bpftrace uses).
 """
@@ -23,6 +25,7 @@ from typing import Any
 
 from aorta.common.flatten import flatten_numbers
 from aorta.ebpf import memory_metrics as mm
+from aorta.hw_queue_eval.report.trace_gpu_runtime import gpu_runtime_events
 
 PID_STREAMS, PID_QUEUES, PID_EBPF, PID_THREADS, PID_MEMORY, PID_GPU_MEMORY = 1, 2, 3, 4, 5, 6
 MEMORY_KINDS = ("page_faults_per_ms", "direct_reclaim", "memcg_reclaim", "migrations")
@@ -224,6 +227,7 @@ def _trace_events(
     yield from timeline_events(result, ops, tally)
     yield from memory_timeline_events(result, tally)
     yield from gpu_memory_timeline_events(result, tally)
+    yield from gpu_runtime_events(result, tally)
     for ts, level in busy_stream_counter(ops):
         yield {"ph": "C", "name": "busy streams", "pid": PID_STREAMS, "ts": ts, "args": {"busy": level}}
     window_us = float(result.get("total_time_ms") or 0.0) * 1000.0
@@ -505,6 +509,7 @@ def _trailer(result: dict[str, Any], ops: list[dict[str, Any]], tally: dict[str,
             "ebpf_timeline": tally.get("timeline"),
             "ebpf_memory_timeline": tally.get("memory_timeline"),
             "ebpf_gpu_memory_timeline": tally.get("gpu_memory_timeline"),
+            "ebpf_gpu_runtime_timeline": tally.get("gpu_runtime_timeline"),
             "note": None if ops else "the run recorded no op intervals",
         },
     }

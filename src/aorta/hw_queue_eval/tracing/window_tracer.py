@@ -15,7 +15,7 @@ from aorta.ebpf import timeline as timeline_mod
 from aorta.ebpf.probes.base import TraceTarget
 from aorta.ebpf.probes.cpu_sched import SUBMITTER_LABEL
 from aorta.ebpf.program import Program, ProgramError
-from aorta.ebpf.session import SessionError, TraceSession
+from aorta.ebpf.session import SessionError, TraceSession, stop_timeout_s
 from aorta.hw_queue_eval.results.models import TracerSections
 from aorta.hw_queue_eval.tracing.gpu_runtime_comparison import compare_gpu_runtime
 from aorta.hw_queue_eval.tracing.harness_comparison import compare_with_harness
@@ -108,7 +108,8 @@ class EbpfTracer:
             if self.queue:
                 sections["ebpf_vs_cuda_comparison"] = {"status": self.status, "error": self.error}
             return sections
-        output = self.session.stop()
+        # the --trace-out timeline doubles the gpu_runtime uprobes bpftrace detaches on exit
+        output = self.session.stop(timeout_s=stop_timeout_s(self.session.output.attached_probes))
         self.session = None
         fam_context = family_context(context, os.getpid(), self.submitter_tid, output)
         return sections_for(self.program, output, self.ready, self.queue, self.memory, context, fam_context)
