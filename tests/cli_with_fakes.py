@@ -55,7 +55,7 @@ from aorta.hw_queue_eval.commands.collaborators import Collaborators
 from aorta.hw_queue_eval.gpu.control import GpuTarget
 from aorta.hw_queue_eval.gpu.drivers import make_driver
 from aorta.hw_queue_eval.gpu.drivers.base import GpuDriver
-from aorta.hw_queue_eval.sweeps.childrun import point_command
+from aorta.hw_queue_eval.sweeps.childrun import point_command, under_torchrun
 
 ENTRY = os.path.abspath(__file__)
 SELF_KILL = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
@@ -208,10 +208,7 @@ def faked_points(flag: str, value: str) -> Any:
 
     def build(run_args: Sequence[str], out_path: str, nproc_per_node: int | None) -> list[str]:
         command = [sys.executable, "-I", ENTRY, flag, value, "--", "run", *run_args, "-o", out_path]
-        if nproc_per_node is None:
-            return command
-        torchrun = [sys.executable, "-I", "-m", "torch.distributed.run", "--standalone"]
-        return [*torchrun, "--nproc-per-node", str(nproc_per_node), "--no-python", *command]
+        return command if nproc_per_node is None else under_torchrun(command, nproc_per_node)
 
     return build
 

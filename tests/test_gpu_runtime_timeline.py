@@ -140,13 +140,8 @@ def test_trace_from_the_recorded_cudart_section_has_every_planned_call_and_flow(
     section = json.loads(FIXTURE.read_text())
     window = section["window"]
     tl = gtl.collect(section["maps"], context(window), 1024)
-    trace = build_trace(result_with(tl, window["start_monotonic_ns"]))
-    assert validate_trace(trace) == []
-    assert strict_overlaps(trace, PID_GPU_RUNTIME) == []
+    trace = trace_matching_the_plan(tl, window)
     plan = PLANS["cudart"]["window"]
-    per, flows = observed(trace)
-    assert per == expected_per_stream(plan)
-    assert flows == expected_flows(plan)
     assert all(s["dur"] >= 0 and s["args"]["host_call_us"] == s["dur"] for s in gpu_slices(trace))
     copies = [s for s in gpu_slices(trace) if s["args"]["call_kind"] == "copy"]
     planned_bytes = Counter(
@@ -306,10 +301,9 @@ def run_cudart_plan(timeline_events: int) -> tuple[dict[str, Any], dict[str, Any
     return metrics["timeline"], window
 
 
-@pytest.mark.slow
-@pytest.mark.ebpf
-def test_real_libcudart_every_call_is_one_slice_on_its_stream_and_waits_flow_from_records() -> None:
-    tl, window = run_cudart_plan(gtl.THREAD_SHARE * 1024)
+def trace_matching_the_plan(tl: dict[str, Any], window: dict[str, Any]) -> dict[str, Any]:
+    """The trace of a timeline, checked valid, overlap-free and equal to the cudart plan's calls
+    per stream and record → wait flows."""
     trace = build_trace(result_with(tl, window["start_monotonic_ns"]))
     assert validate_trace(trace) == []
     assert strict_overlaps(trace, PID_GPU_RUNTIME) == []
@@ -317,6 +311,14 @@ def test_real_libcudart_every_call_is_one_slice_on_its_stream_and_waits_flow_fro
     per, flows = observed(trace)
     assert per == expected_per_stream(plan)
     assert flows == expected_flows(plan)
+    return trace
+
+
+@pytest.mark.slow
+@pytest.mark.ebpf
+def test_real_libcudart_every_call_is_one_slice_on_its_stream_and_waits_flow_from_records() -> None:
+    tl, window = run_cudart_plan(gtl.THREAD_SHARE * 1024)
+    trace = trace_matching_the_plan(tl, window)
     for s in gpu_slices(trace):
         assert s["dur"] >= 0
         assert 0 <= s["ts"] <= (window["stop_monotonic_ns"] - window["start_monotonic_ns"]) / 1e3

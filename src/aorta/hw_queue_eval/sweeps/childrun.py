@@ -111,19 +111,13 @@ def point_command(
     command = python_module_command(
         "aorta.hw_queue_eval", "run", *run_args, "-o", out_path, package_dir=package_dir
     )
-    if nproc_per_node is None:
-        return command
-    return [
-        sys.executable,
-        "-I",
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        str(nproc_per_node),
-        "--no-python",
-        *command,
-    ]
+    return command if nproc_per_node is None else under_torchrun(command, nproc_per_node)
+
+
+def under_torchrun(command: Sequence[str], nproc_per_node: int) -> list[str]:
+    """`command` (an isolated `python -I …` argv) as every rank of a one-node torchrun job."""
+    torchrun = [sys.executable, "-I", "-m", "torch.distributed.run", "--standalone"]
+    return [*torchrun, "--nproc-per-node", str(nproc_per_node), "--no-python", *command]
 
 
 #: builds a point's child argv from (run args, result path, ranks per node or None)
