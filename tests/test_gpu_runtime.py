@@ -1068,7 +1068,7 @@ def test_caller_test_in_the_probe_counts_calls_from_a_caller_range_as_nested(
         if "/libffi" in line and "x" in line.split()[1]
     ]
     if not ffi:
-        pytest.skip("ctypes here does not call through a shared libffi")
+        unavailable("ctypes here does not call through a shared libffi (the caller range it stands in for)")
     one = Dim3(1, 1, 1)
     libs = [lib for lib in runtime_libraries((me,)) if lib.kind in ("cudart", "cuda")]
     for ranges, launches, nested in ((tuple(ffi), {11: 3}, {21: 5}), ((), {11: 3, 21: 5}, {})):

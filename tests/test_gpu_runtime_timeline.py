@@ -28,7 +28,7 @@ from aorta.ebpf.runtime_libs import MappedLibrary
 from aorta.ebpf.session import stop_timeout_s
 from aorta.hw_queue_eval.report.trace import build_trace
 from aorta.hw_queue_eval.report.trace_gpu_runtime import PID_GPU_RUNTIME, lanes
-from conftest import vendor_library
+from conftest import unavailable, vendor_library
 from trace_checks import validate_trace
 from vendor_driver import PLANS, Call
 
@@ -225,7 +225,7 @@ def test_timeline_off_renders_the_default_program_and_on_only_adds_blocks(tmp_pa
     from gpu_standins import build, gcc
 
     if gcc() is None:
-        pytest.skip("gcc not installed")
+        unavailable("gcc not installed (apt-get install gcc): the stand-in libraries are built with it")
     lib = build(tmp_path)["libcudart.so.12"]
     family = GpuRuntimeFamily(libraries=[MappedLibrary("cudart", str(lib), str(lib), 1)])
 
