@@ -93,12 +93,17 @@ class VerboseAttach:
         return list(self.lines)
 
     def stop(self, timeout: float = 30) -> list[str]:
-        """SIGINT bpftrace (again every 0.5 s: it takes the signal only once its handler is in,
-        after the last attach) and return every line once it closed its output."""
+        """SIGINT bpftrace, then SIGTERM every 0.5 s, and return every line once it closed its
+        output. A signal that lands while bpftrace attaches or reads events is noticed only at
+        its next event, hence the repeats; they are SIGTERM because bpftrace resets SIGINT to
+        the default action while it prints its maps (a second SIGINT kills it, exit -2) and
+        keeps its SIGTERM handler, which ends it the same way."""
         deadline = time.monotonic() + timeout
+        sig = signal.SIGINT
         while not self._ended:
             if self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGINT)
+                self.proc.send_signal(sig)
+                sig = signal.SIGTERM
             try:
                 while not self._ended:
                     self._next(min(deadline, time.monotonic() + 0.5))

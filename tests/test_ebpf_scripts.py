@@ -72,12 +72,15 @@ def _read_until_attached(proc: subprocess.Popen[str], timeout_s: float = 60.0) -
 
 
 def _interrupt(proc: subprocess.Popen[str], timeout_s: float = 60.0) -> tuple[str, str]:
-    """SIGINT bpftrace until it exits (its maps printed); its output. The attached_probes record
-    comes before the probes are all attached, and a SIGINT during attaching is lost (seen on a
-    loaded machine: no exit in 30 s), so one is sent again every 2 s."""
+    """SIGINT bpftrace, then SIGTERM every 2 s until it exits (its maps printed); its output.
+    The attached_probes record comes before the probes are all attached, and a signal during
+    attaching is noticed only at the next event (seen on a loaded machine: no exit in 30 s).
+    The repeats are SIGTERM: a second SIGINT while bpftrace prints its maps kills it (exit -2)."""
     deadline = time.monotonic() + timeout_s
+    sig = signal.SIGINT
     while True:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
+        sig = signal.SIGTERM
         try:
             return proc.communicate(timeout=2)
         except subprocess.TimeoutExpired:

@@ -1,14 +1,21 @@
-"""stop() against the real bpftrace: a SIGINT sent while bpftrace still attaches, a large END."""
+"""stop() against the real bpftrace: the EXIT marker for a ready program, a SIGINT sent while
+bpftrace still attaches, a large END, and the bpftrace behaviour that rules out a second SIGINT."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from aorta.ebpf import engine
+from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext, TraceTarget
 from aorta.ebpf.program import Program
-from aorta.ebpf.session import TraceSession
+from aorta.ebpf.session import EXIT_MARKER, TraceSession, bpftrace_path
 
 pytestmark = [pytest.mark.ebpf, pytest.mark.slow]
 
@@ -56,3 +63,107 @@ def test_stop_during_attach_gets_ends_maps_by_sigint(ebpf_ready: None, delay_s: 
     assert out.exit_code == 0, out.stderr
     assert "end ran" in out.printf
     assert out.maps["@end_map"] == {str(i): i for i in range(100)}
+
+
+class ManyKeys(ProbeFamily):
+    """Test family: one map key per getppid() of the traced process in the window."""
+
+    name = "t_keys"
+    section = "queue"
+    description = "test"
+
+    def wanted_events(self) -> list[str]:
+        return ["syscalls:sys_enter_getppid"]
+
+    def render(self, ctx: RenderContext) -> ProbeCode:
+        return ProbeCode(
+            probes=[
+                "tracepoint:syscalls:sys_enter_getppid\n"
+                f"/{ctx.pid_filter} && {ctx.gate}/\n{{\n  @t_keys_n[nsecs] = 1;\n}}"
+            ],
+            used_events=["syscalls:sys_enter_getppid"],
+        )
+
+    def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
+        return FamilyResult(self.name, self.section, dict(maps), {})
+
+
+@pytest.mark.parametrize("keys", [10, 20_000])
+def test_a_ready_program_is_ended_by_its_exit_marker_without_a_signal(ebpf_ready: None, keys: int) -> None:
+    """The gate's exit() ends bpftrace: END ran, every key printed, exit 0, and no SIGINT sent
+    (a second SIGINT while bpftrace prints its maps would kill it, see the test below)."""
+    ready = engine.check_readiness()
+    program = engine.make_program(
+        True, False, TraceTarget((os.getpid(),)), ready.tracefs, ready.version, families=[ManyKeys()]
+    )
+    session = engine.start_session(program, ready)
+    try:
+        session.window_start()
+        for _ in range(keys):
+            os.getppid()
+    finally:
+        out = session.stop()
+    assert out.stop_signal == EXIT_MARKER, (out.stop_signal, out.stderr)
+    assert out.sigints_sent == 0
+    assert out.exit_code == 0, out.stderr
+    assert len(out.maps.get("@t_keys_n", {})) == keys, sorted(out.maps)
+
+
+def _catches(pid: int, sig: signal.Signals) -> bool:
+    """Whether process `pid` has a handler installed for `sig` (SigCgt in /proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    raise AssertionError(f"no SigCgt line for pid {pid}")
+
+
+@pytest.mark.parametrize(("second", "survives"), [(signal.SIGINT, False), (signal.SIGTERM, True)])
+def test_bpftrace_printing_its_maps_dies_of_a_second_sigint_not_of_sigterm(
+    ebpf_ready: None, second: signal.Signals, survives: bool
+) -> None:
+    """The bpftrace behaviour behind stop(): once its poll loop has ended it resets SIGINT to the
+    default action, so a SIGINT while it prints its maps kills it (exit -2); SIGTERM keeps its
+    handler. bpftrace is held inside the printing by a full pipe (its map is far larger)."""
+    pid = os.getpid()
+    keys = 30_000
+    text = (
+        f"tracepoint:syscalls:sys_enter_getppid /pid == {pid}/ {{ "
+        f'if (@n == 0) {{ printf("attached\\n"); }} @n = @n + 1; @keys[@n] = 1; }}'
+    )
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "BPFTRACE_MAP_KEYS_MAX": str(2 * keys)}
+    proc = subprocess.Popen(
+        [bpftrace_path() or "bpftrace", "-f", "json", "-e", text], stdout=subprocess.PIPE, env=env
+    )
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 60
+        seen = b""
+        while b"attached" not in seen:  # the probe is live once it answered a getppid
+            assert time.monotonic() < deadline and proc.poll() is None, seen[-500:]
+            os.getppid()
+            seen += os.read(proc.stdout.fileno(), 65536) if _readable(proc) else b""
+        for _ in range(keys):
+            os.getppid()
+        # end the poll loop (SIGTERM: repeats are harmless), nothing read: printing blocks
+        while _catches(proc.pid, signal.SIGINT):
+            assert time.monotonic() < deadline and proc.poll() is None
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.05)
+        proc.send_signal(second)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if survives:
+        assert proc.returncode == 0
+        assert rest.count(b'"@keys"') == 1 and rest.rstrip().endswith(b"}}")
+    else:
+        assert proc.returncode == -signal.SIGINT
+
+
+def _readable(proc: subprocess.Popen[bytes]) -> bool:
+    import select
+
+    assert proc.stdout is not None
+    return bool(select.select([proc.stdout], [], [], 0.01)[0])

@@ -359,7 +359,7 @@ def exit_problem(output: SessionOutput) -> str | None:
     if output.exit_code == 0:
         return None
     if output.stop_signal == "SIGKILL":
-        return "bpftrace did not stop on SIGINT/SIGTERM and was killed: maps may be missing"
+        return "bpftrace did not stop on its exit marker, SIGINT or SIGTERM and was killed: maps may be lost"
     if output.exit_code is None:
         return "bpftrace exit status unknown"
     tail = " | ".join(output.stderr[-3:]) or "no message"

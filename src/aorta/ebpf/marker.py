@@ -7,7 +7,11 @@ before that and the bpftrace program (matching MAGIC *and* this session's random
 * PING answers with a printf (the attach handshake; see `program.py`),
 * WINDOW_START sets `@aorta_gate` to the window's start (nsecs, never 0) and records
   `@aorta_window_start_ns`,
-* WINDOW_STOP sets `@aorta_gate = 0` and records `@aorta_window_stop_ns`.
+* WINDOW_STOP sets `@aorta_gate = 0` and records `@aorta_window_stop_ns`,
+* EXIT calls bpftrace's `exit()`: the way `TraceSession.stop` ends a ready program. A signal can
+  kill bpftrace instead: it resets SIGINT to the default action once its poll loop ends, so a
+  second SIGINT while it prints its maps ends it with -2 (seen under load), and one that lands
+  while it is busy reading events is noticed only at the next event.
 
 The probe runs synchronously inside the syscall, so when `prctl` returns the gate is already open
 (or closed): the traced window is exactly the harness's measurement window.
@@ -24,7 +28,7 @@ from aorta.ebpf.probes.base import BpftraceDialect
 from aorta.ebpf.tracefs import Tracefs
 
 MAGIC = 0x414F5254  # "AORT"; prctl options are small numbers, this one is unused
-PING, WINDOW_START, WINDOW_STOP = 1, 2, 3
+PING, WINDOW_START, WINDOW_STOP, EXIT = 1, 2, 3, 4
 # raw_syscalls fallback: prctl's number where syscalls:sys_enter_prctl is missing
 _PRCTL_NR = {"x86_64": 157, "aarch64": 167, "ppc64le": 171, "s390x": 172}
 

@@ -59,6 +59,7 @@ class Program:
     target: TraceTarget | None = None
     handshake_ids: tuple[int, ...] = HANDSHAKE_IDS  # printf ids that must all answer a PING
     uprobe_ping: bool = False  # the tracer must also call the uprobe handshake function
+    exits_on_marker: bool = False  # the gate calls exit() on marker.EXIT (see TraceSession.stop)
 
 
 def validate_target(target: TraceTarget) -> None:
@@ -135,7 +136,10 @@ def _owner_guard_blocks(ctx: RenderContext, owner_pid: int) -> list[str]:
 def _gate_block(probe: marker.MarkerProbe, ranks: int = 1) -> str:
     """The window gate, which also answers the first handshake PING (one probe, not two)."""
     cmd = probe.command_expr
-    ping = f"  if ({cmd} == {marker.PING}) {{ {_ping_answer(HANDSHAKE_IDS[0])} }}\n"
+    ping = (
+        f"  if ({cmd} == {marker.PING}) {{ {_ping_answer(HANDSHAKE_IDS[0])} }}\n"
+        f"  if ({cmd} == {marker.EXIT}) {{ exit(); }}\n"
+    )
     stop = (
         f"  if ({cmd} == {marker.WINDOW_STOP}) {{ {GATE_MAP} = 0; {WINDOW_STOP_MAP} = nsecs; "
         f'printf("{CLOSED_TEXT}\\n"); }}\n}}'
@@ -193,7 +197,14 @@ def build_program(
             "or raw_syscalls:sys_enter): kernel built without CONFIG_FTRACE_SYSCALLS"
         )
     ctx = render_context(tracefs, dialect, target)
-    program = Program(text="", token=token, families=list(families), marker_event=probe.event, target=target)
+    program = Program(
+        text="",
+        token=token,
+        families=list(families),
+        marker_event=probe.event,
+        target=target,
+        exits_on_marker=True,
+    )
     begin = [
         f"  {PIDS_MAP}[{p}] = {slot + 1 if target.rank_keys else 1};" for slot, p in enumerate(target.pids)
     ]

@@ -11,8 +11,10 @@
 * Parse: a reader thread decodes every JSON record while bpftrace runs (maps, histograms, stats,
   printf, `lost_events`); the text form "Lost N events" is counted too; the RLIMIT_MEMLOCK notice
   on stderr is harmless and dropped.
-* Stop: SIGINT (END runs, maps print), re-sent every 0.25 s (bpftrace 0.17 loses one that arrives
-  while it attaches), then SIGTERM, then SIGKILL after timeouts. The readers drain stdout and
+* Stop: the EXIT marker (the gate calls exit(); END runs, maps print), re-sent every 0.25 s; before
+  the handshake SIGINT instead (bpftrace 0.17 notices one that lands while it attaches only at
+  its next event); then SIGTERM, then SIGKILL after timeouts. No signal is sent to a ready
+  program: bpftrace resets SIGINT to the default action while it prints its maps. The readers drain stdout and
   stderr until EOF whatever a line holds, so END never blocks on a full pipe. The temp file
   holding the program (sudo only) is removed as soon as bpftrace has loaded it, and again on
   every exit path.
@@ -48,7 +50,8 @@ HARMLESS_STDERR = (re.compile(r"RLIMIT_MEMLOCK"), re.compile(r"^\s*$"))
 _LOST_TEXT = re.compile(r"Lost (\d+) events")
 _VERSION_RE = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
 TEMP_PREFIX = "aorta-bpf-"
-SIGINT_RESEND_S = 0.25  # stop(): SIGINT again at this interval until bpftrace exits
+STOP_RESEND_S = 0.25  # stop(): the EXIT marker (or SIGINT) again at this interval until bpftrace exits
+EXIT_MARKER = "EXIT marker"  # SessionOutput.stop_signal when the gate's exit() ended bpftrace
 OWNER_ENV = "AORTA_TRACE_OWNER"  # set in bpftrace's environment: the pid that must outlive it
 
 #: bpftrace detaches every uprobe after printing its maps on SIGINT: on a loaded 2-core machine
@@ -258,7 +261,7 @@ class SessionOutput:
     printf: list[str] = field(default_factory=list)
     stderr: list[str] = field(default_factory=list)
     exit_code: int | None = None
-    stop_signal: str | None = None
+    stop_signal: str | None = None  # how stop() ended it: EXIT_MARKER, SIGINT, SIGTERM or SIGKILL
     sigints_sent: int = 0
     attach_s: float | None = None
     stop_s: float | None = None
@@ -439,41 +442,67 @@ class TraceSession:
 
     # -- stop --------------------------------------------------------------------------------
     def stop(self, timeout_s: float = 15.0) -> SessionOutput:
-        """SIGINT, wait for END's maps; escalate to SIGTERM then SIGKILL. Returns the output.
+        """End bpftrace so that END runs and its maps print; escalate to SIGTERM, then SIGKILL.
 
-        SIGINT is sent again every SIGINT_RESEND_S until bpftrace exits: bpftrace 0.17 loses a
-        SIGINT that arrives while it is still loading or attaching probes (it then runs on until
-        SIGTERM, and END's maps are lost). A repeated SIGINT does not cut END's output short."""
+        A ready program with the gate is ended by the EXIT marker (its gate calls `exit()`),
+        sent again every STOP_RESEND_S until bpftrace exits: no signal is sent, so none can kill
+        bpftrace while it prints its maps (it resets SIGINT to the default action then). Before
+        the handshake, or for a program without the gate, SIGINT is sent instead (see
+        `_interrupt`)."""
         t0 = time.monotonic()
         self.window_stop()
         proc = self._proc
         if proc is not None and proc.poll() is None:
             self.output.probe_cost = probe_cost(proc.pid)
         if proc is not None:
-            for sig, wait_s in ((signal.SIGINT, timeout_s), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+            if self.program.exits_on_marker and self._ready_event.is_set():
+                self._exit_by_marker(proc, timeout_s)
+            else:
+                self._interrupt(proc, timeout_s)
+            for sig, wait_s in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
                 if proc.poll() is not None:
                     break
                 self.output.stop_signal = sig.name
-                deadline = time.monotonic() + wait_s
-                heard = self._lines_read
-                while proc.poll() is None:
-                    # SIGINT again only while bpftrace has printed nothing since the first: once END
-                    # prints, another SIGINT kills it (exit -2, seen under load) while it prints or
-                    # detaches its probes
-                    if sig != signal.SIGINT or self.output.sigints_sent == 0 or self._lines_read == heard:
-                        self._signal(sig)
-                        if sig == signal.SIGINT:
-                            self.output.sigints_sent += 1
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        break
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        proc.wait(min(left, SIGINT_RESEND_S if sig == signal.SIGINT else left))
+                self._signal(sig)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(wait_s)
             self._join_readers(10)
             self.output.exit_code = proc.returncode
         self._cleanup_files()
         self.output.stop_s = time.monotonic() - t0
         return self.output
+
+    def _exit_by_marker(self, proc: subprocess.Popen[str], timeout_s: float) -> None:
+        """The EXIT marker, again every STOP_RESEND_S until bpftrace exits or timeout_s passes.
+        A repeat is harmless: once bpftrace is finishing it ignores further exit() events, and
+        the gate probe is detached before END runs."""
+        self.output.stop_signal = EXIT_MARKER
+        deadline = time.monotonic() + timeout_s
+        while proc.poll() is None:
+            marker.send(marker.EXIT, self.program.token)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(min(left, STOP_RESEND_S))
+
+    def _interrupt(self, proc: subprocess.Popen[str], timeout_s: float) -> None:
+        """SIGINT, again every STOP_RESEND_S while bpftrace has printed nothing since the first:
+        bpftrace 0.17 notices a SIGINT that lands while it attaches or reads events only at the
+        next event (without one it runs on until SIGTERM, and END's maps are lost). Once it
+        prints, another SIGINT would kill it (exit -2) while it prints or detaches its probes."""
+        self.output.stop_signal = signal.SIGINT.name
+        deadline = time.monotonic() + timeout_s
+        heard = self._lines_read
+        while proc.poll() is None:
+            if self.output.sigints_sent == 0 or self._lines_read == heard:
+                self._signal(signal.SIGINT)
+                self.output.sigints_sent += 1
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(min(left, STOP_RESEND_S))
 
     def abort(self) -> None:
         """Stop without caring for the output (exceptions, Ctrl+C); never leaves bpftrace behind."""
