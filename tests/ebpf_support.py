@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import queue
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -13,6 +12,8 @@ import time
 from typing import Any
 
 import pytest
+
+from aorta.ebpf.interrupt import Interrupter
 
 
 def ebpf_unavailable_reason() -> str | None:
@@ -93,20 +94,16 @@ class VerboseAttach:
         return list(self.lines)
 
     def stop(self, timeout: float = 30) -> list[str]:
-        """SIGINT bpftrace, then SIGTERM every 0.5 s, and return every line once it closed its
-        output. A signal that lands while bpftrace attaches or reads events is noticed only at
-        its next event, hence the repeats; they are SIGTERM because bpftrace resets SIGINT to
-        the default action while it prints its maps (a second SIGINT kills it, exit -2) and
-        keeps its SIGTERM handler, which ends it the same way."""
+        """SIGINT bpftrace when it can take it (`aorta.ebpf.interrupt`) and return every line
+        once it closed its output."""
         deadline = time.monotonic() + timeout
-        sig = signal.SIGINT
+        interrupter = Interrupter(self.proc.pid)
         while not self._ended:
             if self.proc.poll() is None:
-                self.proc.send_signal(sig)
-                sig = signal.SIGTERM
+                interrupter.send_if_due(time.monotonic(), len(self.lines))
             try:
                 while not self._ended:
-                    self._next(min(deadline, time.monotonic() + 0.5))
+                    self._next(min(deadline, time.monotonic() + 0.05))
             except queue.Empty:
                 if time.monotonic() >= deadline:
                     self.proc.kill()

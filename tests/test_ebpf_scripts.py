@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from aorta.ebpf.interrupt import Interrupter
 from aorta.ebpf.session import bpftrace_path
 from aorta.ebpf.tracefs import Tracefs
 
@@ -72,17 +72,14 @@ def _read_until_attached(proc: subprocess.Popen[str], timeout_s: float = 60.0) -
 
 
 def _interrupt(proc: subprocess.Popen[str], timeout_s: float = 60.0) -> tuple[str, str]:
-    """SIGINT bpftrace, then SIGTERM every 2 s until it exits (its maps printed); its output.
-    The attached_probes record comes before the probes are all attached, and a signal during
-    attaching is noticed only at the next event (seen on a loaded machine: no exit in 30 s).
-    The repeats are SIGTERM: a second SIGINT while bpftrace prints its maps kills it (exit -2)."""
+    """SIGINT bpftrace when it can take it (`aorta.ebpf.interrupt`) until it exits (its maps
+    printed); its output."""
     deadline = time.monotonic() + timeout_s
-    sig = signal.SIGINT
+    interrupter = Interrupter(proc.pid)
     while True:
-        proc.send_signal(sig)
-        sig = signal.SIGTERM
+        interrupter.send_if_due(time.monotonic(), 0)
         try:
-            return proc.communicate(timeout=2)
+            return proc.communicate(timeout=0.05)
         except subprocess.TimeoutExpired:
             if time.monotonic() > deadline:
                 raise

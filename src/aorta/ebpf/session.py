@@ -12,8 +12,8 @@
   printf, `lost_events`); the text form "Lost N events" is counted too; the RLIMIT_MEMLOCK notice
   on stderr is harmless and dropped.
 * Stop: the EXIT marker (the gate calls exit(); END runs, maps print), re-sent every 0.25 s; before
-  the handshake SIGINT instead (bpftrace 0.17 notices one that lands while it attaches only at
-  its next event); then SIGTERM, then SIGKILL after timeouts. No signal is sent to a ready
+  the handshake SIGINT instead, sent when bpftrace's poll loop waits (`interrupt.py`); then
+  SIGTERM, then SIGKILL after timeouts. No signal is sent to a ready
   program: bpftrace resets SIGINT to the default action while it prints its maps. The readers drain stdout and
   stderr until EOF whatever a line holds, so END never blocks on a full pipe. The temp file
   holding the program (sudo only) is removed as soon as bpftrace has loaded it, and again on
@@ -43,6 +43,7 @@ from aorta.common.procs import die_with_parent, is_ancestor, parse_pid, pid_aliv
 from aorta.common.safedir import check_root_may_use
 from aorta.ebpf import marker, uprobes
 from aorta.ebpf.filecaps import FileCaps, file_caps
+from aorta.ebpf.interrupt import Interrupter
 from aorta.ebpf.mapcap import MAP_KEYS_MAX
 from aorta.ebpf.program import CLOSED_TEXT, HANDSHAKE_IDS, READY_TEXT, Program
 
@@ -50,7 +51,8 @@ HARMLESS_STDERR = (re.compile(r"RLIMIT_MEMLOCK"), re.compile(r"^\s*$"))
 _LOST_TEXT = re.compile(r"Lost (\d+) events")
 _VERSION_RE = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
 TEMP_PREFIX = "aorta-bpf-"
-STOP_RESEND_S = 0.25  # stop(): the EXIT marker (or SIGINT) again at this interval until bpftrace exits
+STOP_RESEND_S = 0.25  # stop(): the EXIT marker again at this interval until bpftrace exits
+INTERRUPT_POLL_S = 0.02  # stop() without the marker: how often it looks whether SIGINT is due
 EXIT_MARKER = "EXIT marker"  # SessionOutput.stop_signal when the gate's exit() ended bpftrace
 OWNER_ENV = "AORTA_TRACE_OWNER"  # set in bpftrace's environment: the pid that must outlive it
 
@@ -487,22 +489,18 @@ class TraceSession:
                 proc.wait(min(left, STOP_RESEND_S))
 
     def _interrupt(self, proc: subprocess.Popen[str], timeout_s: float) -> None:
-        """SIGINT, again every STOP_RESEND_S while bpftrace has printed nothing since the first:
-        bpftrace 0.17 notices a SIGINT that lands while it attaches or reads events only at the
-        next event (without one it runs on until SIGTERM, and END's maps are lost). Once it
-        prints, another SIGINT would kill it (exit -2) while it prints or detaches its probes."""
+        """SIGINT when bpftrace can take it, again only when it was lost (`interrupt.py`)."""
         self.output.stop_signal = signal.SIGINT.name
+        interrupter = Interrupter(proc.pid, observable=not self.prefix)  # a prefix is sudo
         deadline = time.monotonic() + timeout_s
-        heard = self._lines_read
         while proc.poll() is None:
-            if self.output.sigints_sent == 0 or self._lines_read == heard:
-                self._signal(signal.SIGINT)
-                self.output.sigints_sent += 1
+            interrupter.send_if_due(time.monotonic(), self._lines_read)
+            self.output.sigints_sent = interrupter.sent
             left = deadline - time.monotonic()
             if left <= 0:
                 return
             with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(min(left, STOP_RESEND_S))
+                proc.wait(min(left, INTERRUPT_POLL_S))
 
     def abort(self) -> None:
         """Stop without caring for the output (exceptions, Ctrl+C); never leaves bpftrace behind."""
