@@ -88,8 +88,8 @@ def raw_start(ready: engine.Readiness, make: Callable[[], engine.Program]) -> tu
                 break
     took = time.monotonic() - t0
     stop.set()
-    for _ in range(120):  # bpftrace 0.17 can lose a SIGINT sent right after attaching: re-send
-        proc.send_signal(2)
+    for _ in range(120):  # the gate's exit(), as TraceSession.stop ends it (no signal)
+        marker.send(marker.EXIT, program.token)
         try:  # END prints the maps: read them, or bpftrace blocks on the pipe
             proc.communicate(timeout=0.25)
             break
