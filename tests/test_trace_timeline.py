@@ -449,3 +449,32 @@ def test_wait_idle_waits_for_every_worker_to_sleep_on_its_doorbell() -> None:
         assert all(q._idle for q in backend._queues)
     finally:
         backend.close()
+
+
+def test_a_worker_asleep_on_a_lock_is_not_waiting_on_its_doorbell() -> None:
+    """State S is not enough: a worker past its idle flag also sleeps while it waits for the GIL
+    or a lock, and runs the rest of its loop after the edge. Only the doorbell read counts."""
+    import threading
+    import time
+
+    from aorta.hw_queue_eval.backends.cpu import _waits_on
+
+    fd, lock = os.eventfd(0), threading.Lock()
+    lock.acquire()
+    on_fd = threading.Thread(target=os.eventfd_read, args=(fd,), daemon=True)
+    on_lock = threading.Thread(target=lock.acquire, daemon=True)
+    on_fd.start()
+    on_lock.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not _waits_on(on_fd.native_id or 0, fd):
+            assert time.monotonic() < deadline, "the eventfd reader never showed as blocked on it"
+            time.sleep(0.01)
+        assert not _waits_on(on_lock.native_id or 0, fd)  # asleep (S), but on the lock
+        assert not _waits_on(threading.get_native_id(), fd)  # running: this thread
+    finally:
+        os.eventfd_write(fd, 1)
+        lock.release()
+        on_fd.join(5)
+        on_lock.join(5)
+        os.close(fd)

@@ -124,6 +124,21 @@ def _sleeping(tid: int) -> bool:
         return True  # gone: nothing of it can run in the window
 
 
+def _waits_on(tid: int, fd: int) -> bool:
+    """Whether thread `tid` of this process is blocked in a syscall on `fd` (its doorbell read):
+    /proc/self/task/TID/syscall names the syscall and its first argument. State S alone is not
+    enough: a worker that has set its idle flag also sleeps while it waits for the GIL, and then
+    runs the tail of its loop (tens to hundreds of us under load) after a window edge."""
+    try:
+        with open(f"/proc/self/task/{tid}/syscall") as fh:
+            fields = fh.read().split()
+    except OSError:
+        return _sleeping(tid)  # gone, or a kernel without the file: the thread state decides
+    if len(fields) < 2 or fields[0] in ("running", "-1"):
+        return False
+    return int(fields[1], 16) == fd and _sleeping(tid)
+
+
 class _HardwareQueue:
     """One worker thread draining a FIFO of tasks; woken only through its doorbell."""
 
@@ -522,12 +537,12 @@ class CpuBackend(Backend):
         }
 
     def wait_idle(self, timeout_s: float = 0.5) -> bool:
-        """Wait until every worker sleeps on its doorbell (idle flag set, thread state S): after
+        """Wait until every worker sleeps on its doorbell (idle flag set, blocked reading it): after
         synchronize() a worker still runs its loop's tail, which an edge of the traced window
         would otherwise cut through (eBPF slices vs /proc on-CPU counters). False on timeout."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if all(q._idle and _sleeping(q.tid) for q in self._queues if q.tid):
+            if all(q._idle and _waits_on(q.tid, q.doorbell) for q in self._queues if q.tid):
                 return True
             time.sleep(50e-6)
         return False
