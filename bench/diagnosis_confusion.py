@@ -7,6 +7,9 @@ times as its own process, with one cause injected:
 - sync:     every launch on stream k > 0 first waits on stream k-1 (tests/cli_with_fakes.py
             --points-extra-waits: a dependency the workload does not declare, so the streams
             serialise; the stream order check's needless-serialisation edges are the evidence);
+- race:     graph_subgraphs on --race-streams, its join never waiting on the last branch
+            (tests/cli_with_fakes.py --points-dropped-join-wait: a declared dependency removed;
+            the stream order check's missing-synchronisation edge is the evidence);
 - none:     the unmodified catalogue workload;
 - launch:   every launch preceded by a known host spin (tests/cli_with_fakes.py
             --points-host-delay-us: each point's child runs with that collaborator);
@@ -35,7 +38,7 @@ in ≥ PASS_SHARE of its sweeps, "none" in all of them. Exit 1 when that fails, 
         [--workload large_gemm_only] [--size small] [--streams 1,2] [--iterations 20]
         [--host-delay-us 5000] [--memory-limit 512M] [--fresh-memory-kib 8192]
         [--copy-streams 4,8] [--copy-delay-us 3000] [--collective-streams 2,4]
-        [--collective-delay-us 3000] [--json OUT] [--keep DIR]
+        [--collective-delay-us 3000] [--race-streams 4,8] [--json OUT] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -60,11 +63,13 @@ CASES = {
     "saturate": "device_saturated",
     "memory": "memory_pressure",
     "sync": "synchronisation",
+    "race": "synchronisation",
     "copy": "copy_bound",
     "collective": "collective_bound",
 }
 COPY_WORKLOAD = "async_dataload"  # the catalogue's host→device copy pipeline (4..12 streams)
 COLLECTIVE_WORKLOAD = "comms_compute_overlap"  # GEMM buckets all-reduced on a comms stream
+RACE_WORKLOAD = "graph_subgraphs"  # fork/join: the join declares a wait on every branch
 NAMED = [
     "none",
     "host_launch_bound",
@@ -83,9 +88,12 @@ def sweep_command(
     case: str, args: argparse.Namespace, out: str, seed: int
 ) -> tuple[list[str], dict[str, str]]:
     """(argv, extra environment) of one sweep with `case` injected."""
-    copying, collective = case == "copy", case == "collective"
-    workload = COPY_WORKLOAD if copying else COLLECTIVE_WORKLOAD if collective else args.workload
-    streams = args.copy_streams if copying else args.collective_streams if collective else args.streams
+    copying, collective, race = case == "copy", case == "collective", case == "race"
+    workload, streams = {
+        "copy": (COPY_WORKLOAD, args.copy_streams),
+        "collective": (COLLECTIVE_WORKLOAD, args.collective_streams),
+        "race": (RACE_WORKLOAD, args.race_streams),
+    }.get(case, (args.workload, args.streams))
     sweep = [
         "sweep",
         workload,
@@ -126,6 +134,8 @@ def sweep_command(
         return [sys.executable, "-I", str(FAKES), *fake, "--", *sweep, "--nproc-per-node", "2"], env
     if case == "sync":
         return [sys.executable, "-I", str(FAKES), "--points-extra-waits", "1", "--", *sweep], env
+    if race:
+        return [sys.executable, "-I", str(FAKES), "--points-dropped-join-wait", "1", "--", *sweep], env
     if case == "mux":
         env["GPU_MAX_HW_QUEUES"] = "1"
     if case == "saturate":
@@ -178,7 +188,9 @@ def run_case(case: str, args: argparse.Namespace, index: int, folder: str) -> di
         cwd=folder,
     )
     elapsed = time.monotonic() - started
-    if proc.returncode != 0 or not os.path.exists(out):
+    # exit 1 with the file written: the sweep ran and some point failed (a race's wrong output
+    # fails verification): its diagnosis over the points that ran still counts
+    if proc.returncode not in (0, 1) or not os.path.exists(out):
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         return {
             "case": case,
@@ -200,6 +212,7 @@ def run_case(case: str, args: argparse.Namespace, index: int, folder: str) -> di
         "text": text,
         "recovered": recovered(case, named, confidence),
         "causes": [[c["cause"], c["confidence"]] for c in (diagnosis or {}).get("causes") or []],
+        "points_failed": sum(1 for p in data.get("points") or [] if p.get("status") != "ok"),
         "s": elapsed,
     }
 
@@ -239,6 +252,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--copy-delay-us", type=int, default=3000)
     parser.add_argument("--collective-streams", default="2,4")
     parser.add_argument("--collective-delay-us", type=int, default=3000)
+    parser.add_argument("--race-streams", default="4,8")
     parser.add_argument("--json", default=None)
     parser.add_argument("--keep", default=None, help="folder to keep the sweep files in (must exist)")
     args = parser.parse_args(argv)
@@ -277,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(row)
                 print(
                     f"sweep {index + 1} {case:<9} named {row['named']:<20} {row.get('confidence') or '':<7}"
-                    f" {row['s']:5.0f} s  {row.get('text') or row.get('error', '')}",
+                    f" {row['s']:5.0f} s  {row.get('text') or row.get('error', '')}"
+                    + (f" [{row['points_failed']} point run(s) failed]" if row.get("points_failed") else ""),
                     flush=True,
                 )
     lines, ok = table(rows, cases)

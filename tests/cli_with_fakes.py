@@ -203,6 +203,23 @@ def serialised_launches() -> Any:
     return run_benchmark
 
 
+def dropped_join_waits() -> Any:
+    """harness.run_benchmark with stream 0 never waiting on the last stream: the removed
+    dependency (graph_subgraphs' join then misses its last branch: a race)."""
+    from aorta.hw_queue_eval.backends.cpu import CpuStream
+    from aorta.hw_queue_eval.run.harness import run_benchmark
+
+    wait = CpuStream.wait
+
+    def dropping(self: CpuStream, other: Any) -> None:
+        if self.index == 0 and other.index == len(self._backend._streams) - 1:
+            return
+        wait(self, other)
+
+    CpuStream.wait = dropping  # type: ignore[method-assign]
+    return run_benchmark
+
+
 def faked_points(flag: str, value: str) -> Any:
     """A point command whose children run through this file with `flag value`."""
 
@@ -246,6 +263,10 @@ def parse(argv: list[str]) -> tuple[Collaborators, list[str]]:
             given["benchmark"] = serialised_launches()
         elif flag == "--points-extra-waits":
             given["point_command"] = faked_points("--extra-waits", "1")
+        elif flag == "--dropped-join-wait":
+            given["benchmark"] = dropped_join_waits()
+        elif flag == "--points-dropped-join-wait":
+            given["point_command"] = faked_points("--dropped-join-wait", "1")
         else:
             raise SystemExit(f"cli_with_fakes: unknown option {flag}")
     return Collaborators(**given), rest

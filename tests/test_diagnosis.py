@@ -345,3 +345,15 @@ def test_waiting_beside_other_load_with_demand_over_one_is_not_saturation():
     assert top["evidence"]["usable_cpus"] == 2
     assert top["evidence"]["cpu_demand"] == pytest.approx((1.3 + 1.5 + 0.1) / 2)
     assert top["evidence"]["cores_busy"] == pytest.approx((1.3 + 0.1) / 2)
+
+
+def test_a_race_beside_saturation_is_named_first():
+    """Both high: the missing synchronisation (an exact count) leads, saturation (a larger score
+    over its threshold) follows; the order rule is documented in docs/sweep-compare-report.md."""
+    pinned = {"cpus": [0], "mapping": {}, "host": [0], "queues": []}
+    one = _flat(1, JITTER, on_cpu=0.9, host=0.1, runq=0.05, missing=1)
+    two = _flat(2, JITTER, on_cpu=0.9, host=0.1, runq=0.5, missing=1)
+    for run in [*one, *two]:
+        run["environment"]["cpus_pinned"] = pinned
+    causes = [(c["cause"], c["confidence"]) for c in _diagnose(_sweep({1: one, 2: two}))["causes"]]
+    assert causes[:2] == [("synchronisation", "high"), ("device_saturated", "high")]

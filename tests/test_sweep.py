@@ -356,3 +356,20 @@ def test_sweep_refuses_an_unknown_device_before_any_child(tmp_path):
         main(["sweep", "hetero_kernels", "-s", "1,2", "-d", "tpu", "-o", str(tmp_path / "s.json")], seams)
     assert info.value.code == 2
     assert started == [] and list(tmp_path.iterdir()) == []
+
+
+def test_a_point_whose_run_failed_verification_says_so() -> None:
+    """A run that measured but failed (exit 1) prints its report on stdout, which a point
+    discards: the point's error comes from the result, not from the last progress line."""
+    from aorta.hw_queue_eval.sweeps.childrun import run_point
+
+    child = (
+        "import json, sys\n"
+        "print('Running graph_subgraphs on 4 streams…', file=sys.stderr)\n"
+        "json.dump({'status': 'failed', 'error': 'verification failed',"
+        " 'verification': {'passed': False, 'max_rel_error': 0.25}}, open(sys.argv[1], 'w'))\n"
+        "sys.exit(1)\n"
+    )
+    outcome = run_point([], build_command=lambda _args, out, _n: [sys.executable, "-I", "-c", child, out])
+    assert outcome.status == "failed" and outcome.returncode == 1
+    assert outcome.error == "run failed: verification failed (max relative error 0.25)"

@@ -48,6 +48,7 @@ MOST = 2 / 3  # "most runs" for medium
 HIGH_MIN_RUNS = 3  # runs of the examined point for "high"
 
 CONFIDENCE_RANK = {"high": 0, "medium": 1, "low": 2}
+DEFECT_CAUSES = frozenset({"synchronisation"})  # ranked first among causes of one confidence
 
 #: documented causes, in the order they are listed when equally supported
 CAUSES: dict[str, str] = {
@@ -525,7 +526,11 @@ def diagnose_point(
         entry["score"] = figures[rule.primary] / rule.threshold if figures[rule.primary] else 0.0
         supported.append(entry)
         checked.append({"cause": rule.cause, "status": "supported", "reason": entry["text"]})
-    supported.sort(key=lambda e: (CONFIDENCE_RANK[e["confidence"]], -e["score"]))
+    # within one confidence, a synchronisation defect leads: its figure is an exact count of
+    # recorded waits (no threshold noise), and a wrong wait is the program's, not the machine's
+    supported.sort(
+        key=lambda e: (CONFIDENCE_RANK[e["confidence"]], e["cause"] not in DEFECT_CAUSES, -e["score"])
+    )
     return {"causes": supported, "checked": checked}
 
 

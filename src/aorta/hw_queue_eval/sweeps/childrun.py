@@ -199,6 +199,13 @@ def run_point(
         if proc.returncode == 0 and result is not None:
             return PointOutcome("ok", result, None, duration, 0)
         reason = _last_error_line(stderr)
+        if result is not None and result.get("status") == "failed" and result.get("error"):
+            # the run measured and its outcome failed (verification): the result says why; its
+            # stderr holds only progress lines (the report went to the discarded stdout)
+            reason = f"run failed: {result['error']}"
+            verification = result.get("verification")
+            if isinstance(verification, dict) and verification.get("max_rel_error") is not None:
+                reason += f" (max relative error {verification['max_rel_error']:.3g})"
         if proc.returncode is not None and proc.returncode < 0:
             name = signal.Signals(-proc.returncode).name
             reason = f"killed by signal {-proc.returncode} ({name}; last output: {reason})"
