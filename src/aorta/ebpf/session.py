@@ -11,10 +11,10 @@
 * Parse: a reader thread decodes every JSON record while bpftrace runs (maps, histograms, stats,
   printf, `lost_events`); the text form "Lost N events" is counted too; the RLIMIT_MEMLOCK notice
   on stderr is harmless and dropped.
-* Stop: the EXIT marker (the gate calls exit(); END runs, maps print), re-sent every 0.25 s; before
-  the handshake SIGINT instead, sent when bpftrace's poll loop waits (`interrupt.py`); then
-  SIGTERM, then SIGKILL after timeouts. No signal is sent to a ready
-  program: bpftrace resets SIGINT to the default action while it prints its maps. The readers drain stdout and
+* Stop: the EXIT marker (the gate calls exit(); END runs, maps print), re-sent every 0.25 s;
+  before the handshake SIGINT instead, sent when bpftrace's poll loop waits (`interrupt.py`);
+  then SIGTERM, then SIGKILL after timeouts. No signal is sent to a ready program: bpftrace
+  resets SIGINT to the default action while it prints its maps. The readers drain stdout and
   stderr until EOF whatever a line holds, so END never blocks on a full pipe. The temp file
   holding the program (sudo only) is removed as soon as bpftrace has loaded it, and again on
   every exit path.
