@@ -44,9 +44,11 @@ in ≥ PASS_SHARE of its sweeps, "none" in all of them. Exit 1 when that fails, 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -173,20 +175,31 @@ def recovered(case: str, named: str, confidence: str | None) -> bool:
     return named == CASES[case] and confidence in ("high", "medium")
 
 
+def _run_group(
+    argv: list[str], env: dict[str, str], cwd: str, timeout_s: float
+) -> subprocess.CompletedProcess[str]:
+    """Run one sweep in its own process group; a timeout, Ctrl+C or a kill of this bench
+    (SIGTERM) ends the whole group, so no sweep or torchrun rank is left behind."""
+    proc = subprocess.Popen(
+        argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
 def run_case(case: str, args: argparse.Namespace, index: int, folder: str) -> dict[str, Any]:
     """One sweep of `case`: what it named, how long it took."""
     out = os.path.join(folder, f"{case}-{index}.json")
     argv, extra = sweep_command(case, args, out, 1234 + index)
     started = time.monotonic()
-    proc = subprocess.run(
-        argv,
-        env={**os.environ, **extra},
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-        cwd=folder,
-    )
+    proc = _run_group(argv, {**os.environ, **extra}, folder, timeout_s=1800)
     elapsed = time.monotonic() - started
     # exit 1 with the file written: the sweep ran and some point failed (a race's wrong output
     # fails verification): its diagnosis over the points that ran still counts
@@ -279,6 +292,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # ends the running sweep's group too
     cases = args.cases.split(",")
     rows: list[dict[str, Any]] = []
     started = time.monotonic()

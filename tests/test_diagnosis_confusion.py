@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -76,14 +77,25 @@ def test_memory_pressure_with_fresh_memory_in_the_window_is_recovered(tmp_path: 
 
 def _recovered(tmp_path: Path, cases: str) -> None:
     out = tmp_path / "table.json"
-    proc = subprocess.run(
+    bench = subprocess.Popen(
         [sys.executable, "-I", str(BENCH), "--sweeps", "1", "--cases", cases, "--json", str(out)],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=900,
-        check=False,
         cwd=tmp_path,
+        start_new_session=True,
     )
+    try:
+        stdout, stderr = bench.communicate(timeout=900)
+    finally:  # a timeout (or a failure here): SIGTERM, on which the bench ends its sweep's group
+        if bench.poll() is None:
+            os.killpg(bench.pid, signal.SIGTERM)
+            try:
+                bench.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(bench.pid, signal.SIGKILL)
+                bench.wait()
+    proc = subprocess.CompletedProcess(bench.args, bench.returncode, stdout, stderr)
     print(proc.stdout)
     data = json.loads(out.read_text())
     missed = [r for r in data["rows"] if not r.get("recovered")]

@@ -373,3 +373,27 @@ def test_a_point_whose_run_failed_verification_says_so() -> None:
     outcome = run_point([], build_command=lambda _args, out, _n: [sys.executable, "-I", "-c", child, out])
     assert outcome.status == "failed" and outcome.returncode == 1
     assert outcome.error == "run failed: verification failed (max relative error 0.25)"
+
+
+def test_a_torchrun_sweep_on_a_host_whose_name_does_not_resolve_is_refused_up_front(tmp_path) -> None:
+    """torchrun --standalone retries for ever when the hostname does not resolve (seen in a
+    debootstrapped Debian 12 without the name in /etc/hosts): one line, exit 2, nothing written."""
+    from aorta.common.errors import UsageError
+    from aorta.hw_queue_eval.sweeps.childrun import check_torchrun_host
+
+    check_torchrun_host("localhost")
+    with pytest.raises(UsageError, match=r"hostname 'no-such-host\.invalid' does not resolve.*/etc/hosts"):
+        check_torchrun_host("no-such-host.invalid")
+
+
+@pytest.mark.parametrize("command", ["sweep", "policy-sweep"])
+def test_torchrun_commands_refuse_an_unresolvable_hostname(tmp_path, monkeypatch, command) -> None:
+    import socket
+
+    monkeypatch.setattr(socket, "gethostname", lambda: "no-such-host.invalid")
+    out = tmp_path / "out.json"
+    args = [command, "comms_compute_overlap", "--streams", "2", "-d", "cpu", "--nproc-per-node", "2"]
+    proc = run_cli_inprocess(*args, "-o", str(out))
+    assert proc.returncode == 2, proc.stderr
+    assert "does not resolve" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not out.exists()

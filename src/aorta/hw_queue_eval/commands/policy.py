@@ -124,6 +124,10 @@ def policy_sweep_command(
         )
     timeout_s = parse_timeout(timeout)
     nproc = None if nproc_per_node is None else parse_positive_int(nproc_per_node, "--nproc-per-node")
+    if nproc is not None:
+        from aorta.hw_queue_eval.sweeps.childrun import check_torchrun_host
+
+        check_torchrun_host()
     flags = passthrough_args(passthrough)  # --state-dir too: each point's run reads state files
     state_dir = passthrough.get("state_dir")
     base = gpu_request(lock_clocks, power_limit, config.device)

@@ -139,6 +139,10 @@ def sweep_command(
         if nproc_per_node is None
         else parse_positive_int(nproc_per_node, "--nproc-per-node"),
     )
+    if spec.nproc_per_node is not None:
+        from aorta.hw_queue_eval.sweeps.childrun import check_torchrun_host
+
+        check_torchrun_host()
     if trace_out and spec.repeats > 1:
         raise UsageError("--trace-out writes one trace per stream count: use it without --repeats")
     if trace_out:

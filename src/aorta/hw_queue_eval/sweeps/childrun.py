@@ -12,6 +12,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -112,6 +113,20 @@ def point_command(
         "aorta.hw_queue_eval", "run", *run_args, "-o", out_path, package_dir=package_dir
     )
     return command if nproc_per_node is None else under_torchrun(command, nproc_per_node)
+
+
+def check_torchrun_host(hostname: str | None = None) -> None:
+    """Refuse (UsageError) a machine whose hostname does not resolve: torchrun --standalone
+    binds its rendezvous to it and then retries for ever ("The IPv6 network addresses of (vm,
+    …) cannot be retrieved"), so every point would hang until its timeout."""
+    name = hostname or socket.gethostname()
+    try:
+        socket.getaddrinfo(name, None)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise UsageError(
+            f"--nproc-per-node: this machine's hostname {name!r} does not resolve ({exc}); torchrun's "
+            f"rendezvous needs it: add '127.0.1.1 {name}' to /etc/hosts"
+        ) from None
 
 
 def under_torchrun(command: Sequence[str], nproc_per_node: int) -> list[str]:
