@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from aorta.ebpf.interrupt import Interrupter
+from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext
 
 
 def ebpf_unavailable_reason() -> str | None:
@@ -137,3 +138,27 @@ def start_attach(pid: int, *args: str) -> subprocess.Popen[str]:
         lines.append(attach.stderr.readline())
     assert lines[-1], "".join(lines) + attach.communicate()[1]
     return attach
+
+
+class ManyKeys(ProbeFamily):
+    """Test family: one new key per getppid() of the traced process in the window."""
+
+    name = "t_many"
+    section = "queue"
+    description = "test"
+
+    def wanted_events(self) -> list[str]:
+        return ["syscalls:sys_enter_getppid"]
+
+    def render(self, ctx: RenderContext) -> ProbeCode:
+        return ProbeCode(
+            probes=[
+                "tracepoint:syscalls:sys_enter_getppid\n"
+                f"/{ctx.pid_filter} && {ctx.gate}/\n{{\n"
+                "  @t_many_keys[nsecs] = count();\n  @t_many_n = count();\n}"
+            ],
+            used_events=["syscalls:sys_enter_getppid"],
+        )
+
+    def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
+        return FamilyResult(self.name, self.section, {"summary": None}, {})

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import pytest
 
 from aorta.ebpf import engine, mapcap
-from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext, TraceTarget
+from aorta.ebpf.probes.base import TraceTarget
+from ebpf_support import ManyKeys
 
 PROGRAM = "BEGIN\n{\n  @a_x = 1;\n}\n\ntp:x\n{\n  @a_many[nsecs] = count(); @a_few[1] = hist(2);\n}\n"
 
@@ -38,30 +38,6 @@ def test_flags_per_bpftrace_version():
     assert mapcap.bpftrace_flags((0, 20, 2)) == ["-k"]
     assert mapcap.bpftrace_flags((0, 23, 0)) == []
     assert mapcap.bpftrace_flags(None) == ["-k"]
-
-
-class ManyKeys(ProbeFamily):
-    """Test family: one new key per getppid() of the traced process in the window."""
-
-    name = "t_many"
-    section = "queue"
-    description = "test"
-
-    def wanted_events(self) -> list[str]:
-        return ["syscalls:sys_enter_getppid"]
-
-    def render(self, ctx: RenderContext) -> ProbeCode:
-        return ProbeCode(
-            probes=[
-                "tracepoint:syscalls:sys_enter_getppid\n"
-                f"/{ctx.pid_filter} && {ctx.gate}/\n{{\n"
-                "  @t_many_keys[nsecs] = count();\n  @t_many_n = count();\n}"
-            ],
-            used_events=["syscalls:sys_enter_getppid"],
-        )
-
-    def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
-        return FamilyResult(self.name, self.section, {"summary": None}, {})
 
 
 @pytest.mark.slow

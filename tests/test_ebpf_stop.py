@@ -9,15 +9,15 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from aorta.ebpf import engine
 from aorta.ebpf.interrupt import Interrupter
-from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext, TraceTarget
+from aorta.ebpf.probes.base import TraceTarget
 from aorta.ebpf.program import Program
 from aorta.ebpf.session import EXIT_MARKER, TraceSession, bpftrace_path
+from ebpf_support import ManyKeys
 
 pytestmark = [pytest.mark.ebpf, pytest.mark.slow]
 
@@ -67,29 +67,6 @@ def test_stop_during_attach_gets_ends_maps_by_sigint(ebpf_ready: None, delay_s: 
     assert out.maps["@end_map"] == {str(i): i for i in range(100)}
 
 
-class ManyKeys(ProbeFamily):
-    """Test family: one map key per getppid() of the traced process in the window."""
-
-    name = "t_keys"
-    section = "queue"
-    description = "test"
-
-    def wanted_events(self) -> list[str]:
-        return ["syscalls:sys_enter_getppid"]
-
-    def render(self, ctx: RenderContext) -> ProbeCode:
-        return ProbeCode(
-            probes=[
-                "tracepoint:syscalls:sys_enter_getppid\n"
-                f"/{ctx.pid_filter} && {ctx.gate}/\n{{\n  @t_keys_n[nsecs] = 1;\n}}"
-            ],
-            used_events=["syscalls:sys_enter_getppid"],
-        )
-
-    def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
-        return FamilyResult(self.name, self.section, dict(maps), {})
-
-
 @pytest.mark.parametrize("keys", [10, 20_000])
 def test_a_ready_program_is_ended_by_its_exit_marker_without_a_signal(ebpf_ready: None, keys: int) -> None:
     """The gate's exit() ends bpftrace: END ran, every key printed, exit 0, and no SIGINT sent
@@ -108,7 +85,7 @@ def test_a_ready_program_is_ended_by_its_exit_marker_without_a_signal(ebpf_ready
     assert out.stop_signal == EXIT_MARKER, (out.stop_signal, out.stderr)
     assert out.sigints_sent == 0
     assert out.exit_code == 0, out.stderr
-    assert len(out.maps.get("@t_keys_n", {})) == keys, sorted(out.maps)
+    assert len(out.maps.get("@t_many_keys", {})) == keys, sorted(out.maps)
 
 
 def _catches(pid: int, sig: signal.Signals) -> bool:
