@@ -93,7 +93,6 @@ def test_queue_pool_1_vs_4_detected_over_interleaved_repeats(tmp_path: Path) -> 
     tput = rows["single_queue"]["vs_baseline"]["throughput"]
     assert tput["base_n"] == 5
     assert tput["test_n"] == 5
-    assert tput["verdict"] != "improvement", tput  # one queue never beats four beyond noise
     # queue threads on a CPU in each 4-queue run (schedstat, that run's own window): only when
     # every one of them had a second core for a quarter of its window does a difference exist in
     # every run (idle here: 1.50-1.59, one queue at most 1 by construction). The 1-minute load
@@ -109,5 +108,7 @@ def test_queue_pool_1_vs_4_detected_over_interleaved_repeats(tmp_path: Path) -> 
             f"a 4-queue run had no second core (queue threads on a CPU: {[round(x, 2) for x in on_cpu]}): "
             f"single_queue vs baseline {tput['change_pct']:+.1f}%, {tput['verdict']}"
         )
+    # with a second core, one queue never beats four beyond noise (without one it can: the
+    # 4-queue run's threads then share one core, a CI failure seen under a foreign load)
     assert tput["verdict"] == "regression", (tput, on_cpu)
     assert tput["change_ci_pct"][1] < 0
