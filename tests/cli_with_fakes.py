@@ -35,6 +35,12 @@
                     (a dependency no workload declares: needless serialisation).
 --points-extra-waits 1
                     a sweep's points run through this file with --extra-waits 1.
+--fake-cuda-runtime LOG
+                    the GPU backend (-d cuda:0) runs on tests/fake_cuda.py's device, whose stream
+                    operations call the real libcudart.so.12 (tests/vendor_libs.py) as torch
+                    would; the workload's tensors stay on the CPU. LOG gets JSON: "streams",
+                    every stream handle in creation order, and "window", the calls made inside
+                    the tracer's window as rows [api, stream, event].
 
 Production code has none of these switches: they live here, and reach aorta only as the
 `Collaborators` a caller of `cli.main` may pass.
@@ -220,6 +226,57 @@ def dropped_join_waits() -> Any:
     return run_benchmark
 
 
+def real_cudart_runs(log_path: str) -> Any:
+    """harness.run_benchmark on the GPU backend over the fake device whose stream operations call
+    the real libcudart (fake_cuda.RealCudart), tensors on the CPU (a CPU build of torch has no CUDA
+    tensors); installed now, before `run` resolves its device. Each run writes the stream handles
+    and the calls made between the tracer's window_start and window_stop to `log_path`: the
+    ground truth."""
+    import json
+
+    import pytest
+    import torch
+
+    import fake_cuda
+    import vendor_libs
+    from aorta.hw_queue_eval.backends.gpu import GpuBackend
+    from aorta.hw_queue_eval.run.harness import run_benchmark
+
+    library = vendor_libs.library("cudart")
+    if library is None:
+        raise SystemExit("cli_with_fakes: the real libcudart is not fetched (python tests/vendor_libs.py)")
+    runtime = fake_cuda.RealCudart(library)
+    patch = pytest.MonkeyPatch()  # never undone: this process only runs the one command
+    fake_cuda.install(patch, runtime)
+    patch.setattr(GpuBackend, "torch_device", lambda self: torch.device("cpu"))
+
+    def benchmark(config: Any, tracer: Any = None, **kwargs: Any) -> Any:
+        if tracer is not None:
+            log_inside_window(tracer, runtime)
+        result = run_benchmark(config, tracer=tracer, **kwargs)
+        with open(log_path, "w") as log:
+            calls = [[c.api, c.stream, c.event] for c in runtime.window]
+            json.dump({"streams": runtime.streams, "window": calls}, log)
+        return result
+
+    return benchmark
+
+
+def log_inside_window(tracer: Any, runtime: Any) -> None:
+    """`runtime` records its calls from the moment the tracer's window opened until it closes."""
+    start, stop = tracer.window_start, tracer.window_stop
+
+    def started() -> None:
+        start()
+        runtime.recording = True
+
+    def stopping() -> None:
+        runtime.recording = False
+        stop()
+
+    tracer.window_start, tracer.window_stop = started, stopping
+
+
 def faked_points(flag: str, value: str) -> Any:
     """A point command whose children run through this file with `flag value`."""
 
@@ -265,6 +322,8 @@ def parse(argv: list[str]) -> tuple[Collaborators, list[str]]:
             given["point_command"] = faked_points("--extra-waits", "1")
         elif flag == "--dropped-join-wait":
             given["benchmark"] = dropped_join_waits()
+        elif flag == "--fake-cuda-runtime":
+            given["benchmark"] = real_cudart_runs(value)
         elif flag == "--points-dropped-join-wait":
             given["point_command"] = faked_points("--dropped-join-wait", "1")
         else:

@@ -10,11 +10,17 @@ not complete raises, as CUDA's does (cudaErrorNotReady).
 
 Times on a grid of 1/64 ms (15,625 ns) are exact in binary floats, so the ns the backend computes
 from them can be recomputed by hand.
+
+Opt-in (`install(monkeypatch, RealCudart(path))`): the stream operations also call the real
+libcudart.so.12 with the fake handles, as torch would (RealCudart), so a uprobe on it sees a run.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -29,13 +35,24 @@ class FakeStream:
 
     def __init__(self, device: Any = None) -> None:
         FakeStream.serial += 1
-        self.cuda_stream = FakeStream.serial
+        runtime = DEVICE.runtime
+        self.cuda_stream = FakeStream.serial if runtime is None else runtime.new_stream(FakeStream.serial)
         self.t = 0.0
         DEVICE.streams.append(self)
 
     def wait_stream(self, other: FakeStream) -> None:
         FakeStream.waits += 1
-        self.t = max(self.t, other.t)
+        if DEVICE.runtime is None:
+            self.t = max(self.t, other.t)
+            return
+        event = FakeEvent()  # torch: self.wait_event(other.record_event())
+        event.record(other)
+        self.wait_event(event)
+
+    def wait_event(self, event: FakeEvent) -> None:
+        self.t = max(self.t, event.t or 0.0)
+        if DEVICE.runtime is not None:
+            DEVICE.runtime.call("cudaStreamWaitEvent", self.cuda_stream, event.handle)
 
 
 class FakeEvent:
@@ -47,6 +64,8 @@ class FakeEvent:
     def __init__(self, enable_timing: bool = False) -> None:
         FakeEvent.created += 1
         FakeEvent.alive += 1
+        runtime = DEVICE.runtime
+        self.handle = FakeEvent.created if runtime is None else runtime.event_handle(FakeEvent.created)
         self.t: float | None = None
 
     def __del__(self) -> None:
@@ -57,6 +76,8 @@ class FakeEvent:
         assert stream is not None, "record needs a stream"
         stream.t = max(stream.t, DEVICE.now)  # enqueued now: cannot run in the past
         self.t = DEVICE.last_recorded = stream.t
+        if DEVICE.runtime is not None:
+            DEVICE.runtime.call("cudaEventRecord", stream.cuda_stream, self.handle)
 
     def query(self) -> bool:
         DEVICE.queries += 1
@@ -88,6 +109,7 @@ class Device:
         self.syncs = 0
         self.queries = 0
         self.elapsed_calls = 0
+        self.runtime: RealCudart | None = None
 
     def run(self, duration_ms: float) -> None:
         """An op's kernel on the current stream: busy for `duration_ms` from the stream's clock."""
@@ -116,25 +138,96 @@ class Device:
     def synchronize(self, device: Any = None) -> None:
         self.syncs += 1
         self.advance(self.latest())
+        if self.runtime is not None:
+            self.runtime.call("cudaDeviceSynchronize")
 
     @contextlib.contextmanager
     def stream(self, stream: FakeStream) -> Any:
         previous, self.current = self.current, stream
         try:
-            yield
+            if self.runtime is None:
+                yield
+            else:
+                with self.runtime.kernel_of_op(stream.cuda_stream):
+                    yield
         finally:
             self.current = previous
+
+
+class RealCudart:
+    """The real libcudart.so.12 called the way torch calls it for the fake's stream operations:
+    an op run in `torch.cuda.stream(s)` launches one kernel on s (cudaLaunchKernel at the op's
+    first torch call, between its timing events), `Event.record(s)` is cudaEventRecord,
+    `wait_stream` a record on the other stream and cudaStreamWaitEvent, `synchronize`
+    cudaDeviceSynchronize. Without a GPU every call fails early, after its entry uprobe fired.
+
+    `window` holds the calls made while `recording` is on (the ground truth of a traced window),
+    `streams` every stream handle in creation order; handles fall as streams are created, so
+    handle order is not creation order."""
+
+    def __init__(self, path: Path) -> None:
+        import vendor_driver  # the calls with the library's own signatures
+
+        self.driver = vendor_driver
+        self.lib = ctypes.CDLL(str(path))
+        self.recording = False
+        self.window: list[Any] = []  # vendor_driver.Call, one per call (n = 1)
+        self.streams: list[int] = []
+
+    def new_stream(self, serial: int) -> int:
+        """The handle of the `serial`-th stream created (vendor_driver.s: distinct, nonzero,
+        page-aligned like real ones)."""
+        self.streams.append(self.driver.s(64 - serial))
+        return self.streams[-1]
+
+    def event_handle(self, serial: int) -> int:
+        """The `serial`-th event's handle (vendor_driver.e)."""
+        return int(self.driver.e(serial))
+
+    def call(self, api: str, stream: int = 0, event: int = 0) -> None:
+        """One call of `api` into the real library, logged while recording."""
+        made = self.driver.Call(api, 1, stream, event=event)
+        self.driver.call(self.lib, made)
+        if self.recording:
+            self.window.append(made)
+
+    def kernel_of_op(self, stream: int) -> Any:
+        """A torch function mode for one op's body: its first torch call launches its kernel."""
+        return _one_kernel_mode()(self, stream)
+
+
+@functools.cache
+def _one_kernel_mode() -> type:
+    """The TorchFunctionMode class of RealCudart.kernel_of_op (torch imported on first use)."""
+    from torch.overrides import TorchFunctionMode
+
+    class OneKernel(TorchFunctionMode):
+        """One op's body: its first torch call launches the op's kernel on `stream`."""
+
+        def __init__(self, runtime: RealCudart, stream: int) -> None:
+            super().__init__()
+            self.runtime, self.stream, self.launched = runtime, stream, False
+
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if not self.launched:
+                self.launched = True
+                self.runtime.call("cudaLaunchKernel", self.stream)
+            return func(*args, **(kwargs or {}))
+
+    return OneKernel
 
 
 DEVICE = Device()
 
 
-def install(monkeypatch: Any) -> Device:
-    """Replace torch.cuda's stream/event API (and what the GPU backend reads) with the fake."""
+def install(monkeypatch: Any, runtime: RealCudart | None = None) -> Device:
+    """Replace torch.cuda's stream/event API (and what the GPU backend reads) with the fake;
+    `runtime`: its stream operations also call the real libcudart (RealCudart)."""
     import torch
 
     DEVICE.reset()
-    FakeEvent.created = FakeStream.waits = 0
+    DEVICE.runtime = runtime
+    FakeEvent.created = FakeStream.waits = FakeStream.serial = 0
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     monkeypatch.setattr(torch.cuda, "Stream", FakeStream)
     monkeypatch.setattr(torch.cuda, "stream", DEVICE.stream)
@@ -144,6 +237,7 @@ def install(monkeypatch: Any) -> Device:
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d=None: 0)
     monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda d=None: 0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     props = SimpleNamespace(name="fake device", total_memory=1 << 30, multi_processor_count=1)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d=None: props)
     return DEVICE

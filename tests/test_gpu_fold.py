@@ -9,6 +9,7 @@ that whole log, the number of events alive (counted by the fake), and the host w
 from __future__ import annotations
 
 import gc
+import time
 
 import numpy as np
 import pytest
@@ -36,6 +37,7 @@ class Truth:
     def __init__(self) -> None:
         self.backend: gpu.GpuBackend | None = None
         self.window_ms: float | None = None
+        self.window_host_ns: tuple[int, int] | None = None  # CLOCK_MONOTONIC around start_window
         self.ops: list[tuple[int, int, str, float, float]] = []
 
     def records(self) -> list[OpRecord]:
@@ -114,7 +116,9 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch):
         start_window = backend.start_window
 
         def recorded_start() -> None:
+            before = time.monotonic_ns()
             start_window()
+            TRUTH.window_host_ns = (before, time.monotonic_ns())
             TRUTH.window_ms = DEVICE.last_recorded  # the window-start event
 
         backend.start_window = recorded_start  # type: ignore[method-assign]
@@ -229,6 +233,16 @@ def test_below_the_cap_every_op_is_a_row_as_before(
         per_iteration = 60 if sync_mode == "per_iteration" else 0
         assert fake_gpu.syncs == 2 + per_iteration + 3
     assert figures[40] == figures[10**9]
+
+
+def test_the_window_start_is_on_the_clock_ebpf_records_use(fake_gpu) -> None:
+    """metadata.window_start_monotonic_ns of a GPU run: CLOCK_MONOTONIC (bpftrace's nsecs) taken
+    in start_window, the origin --trace-out puts eBPF records at (null before: no GPU runtime
+    calls, no kernel timeline in a GPU run's trace)."""
+    result = _run("per_iteration", iterations=3)
+    assert TRUTH.window_host_ns is not None
+    before, after = TRUTH.window_host_ns
+    assert before <= result["metadata"]["window_start_monotonic_ns"] <= after
 
 
 @pytest.mark.parametrize("sync_mode", ["per_iteration", "end_only"])

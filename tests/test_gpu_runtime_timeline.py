@@ -4,7 +4,9 @@ Ground truth: the vendor driver's plan (tests/vendor_driver.py) of calls on the 
 every call of the window is one slice on its stream's track, each record → wait pair one flow.
 The non-slow tests build the trace from a section recorded on that run
 (fixtures/gpu_runtime_timeline_cudart.json: the printed @gpu_runtime_tl* maps and the window)
-and from hand-made maps whose calls overlap, nest and exceed the cap.
+and from hand-made maps whose calls overlap, nest and exceed the cap. The last test drives the
+real `run` path (harness → GPU backend → window tracer → result → trace) on tests/fake_cuda.py's
+device, whose stream operations call the real libcudart: its log of those calls is the truth.
 """
 
 from __future__ import annotations
@@ -85,9 +87,9 @@ def track_names(trace: dict[str, Any]) -> dict[int, str]:
     }
 
 
-def expected_per_stream(window: list[Call]) -> Counter[tuple[str | None, str]]:
-    """(stream track label, api) → calls, from the plan (device/event syncs have no stream)."""
-    index = harness_streams()
+def expected_per_stream(window: list[Call], index: dict[int, int]) -> Counter[tuple[str | None, str]]:
+    """(stream track label, api) → calls, from the plan (device/event syncs have no stream);
+    `index`: stream handle → harness stream index."""
     api = {a.name: a for a in APIS}
     out: Counter[tuple[str | None, str]] = Counter()
     for c in window:
@@ -129,6 +131,8 @@ def observed(trace: dict[str, Any]) -> tuple[Counter[tuple[str | None, str]], Co
     for f in (e for e in trace["traceEvents"] if e.get("ph") == "f" and e["pid"] == PID_GPU_RUNTIME):
         src, dst = at[(starts[f["id"]]["tid"], starts[f["id"]]["ts"])], at[(f["tid"], f["ts"])]
         assert src["args"]["call_kind"] == "event_record" and dst["args"]["call_kind"] == "stream_wait"
+        assert src["args"]["stream"] in names[starts[f["id"]]["tid"]]  # on the producer's track
+        assert dst["args"]["stream"] in names[f["tid"]]  # it ends on the consumer's track
         assert src["args"]["event"] == dst["args"]["event"]
         assert src["ts"] <= dst["ts"]
         flows[(dst["args"]["event"], src["args"]["stream"], dst["args"]["stream"])] += 1
@@ -309,7 +313,7 @@ def trace_matching_the_plan(tl: dict[str, Any], window: dict[str, Any]) -> dict[
     assert strict_overlaps(trace, PID_GPU_RUNTIME) == []
     plan = PLANS["cudart"]["window"]
     per, flows = observed(trace)
-    assert per == expected_per_stream(plan)
+    assert per == expected_per_stream(plan, harness_streams())
     assert flows == expected_flows(plan)
     return trace
 
@@ -348,3 +352,110 @@ def test_real_libcudart_cap_drops_exactly_the_excess_and_keeps_the_first_calls()
     assert {k: v["dropped"] for k, v in meta["kinds"].items()} == {
         k: v["dropped"] for k, v in tl["kinds"].items()
     }
+
+
+# -- the real run path: `run -d cuda:0` on the fake device over the real libcudart ---------------
+STREAMS, ITERATIONS = 4, 5
+RUN = ("run", "graph_subgraphs", "--streams", str(STREAMS), "-d", "cuda:0", "--size", "small")
+RUN_OPTIONS = ("-i", str(ITERATIONS), "-w", "2", "--ebpf-gpu-runtime")
+
+
+def run_on_fake_gpu(tmp_path: Path) -> tuple[list[Call], dict[int, int], dict[str, Any], dict[str, Any]]:
+    """`run graph_subgraphs` (fork/join: cross-stream waits) on the GPU backend with
+    --ebpf-gpu-runtime --trace-out, through cli_with_fakes --fake-cuda-runtime (tests/fake_cuda.py's
+    device, its stream operations calling the real libcudart): the calls made in the tracer's
+    window, stream handle → harness index (GpuBackend creates its streams in index order, then
+    its timer), the result and the trace."""
+    from conftest import run_cli
+    from ebpf_support import require_ebpf
+
+    require_ebpf()
+    vendor_library("cudart")
+    log, result, trace = (tmp_path / name for name in ("calls.json", "result.json", "trace.json"))
+    outputs = ("--trace-out", str(trace), "-o", str(result))
+    proc = run_cli(*RUN, *RUN_OPTIONS, *outputs, fakes=("--fake-cuda-runtime", str(log)))
+    assert proc.returncode == 0, proc.stderr
+    made = json.loads(log.read_text())
+    window = [Call(api, 1, stream, event=event) for api, stream, event in made["window"]]
+    index = {handle: i for i, handle in enumerate(made["streams"][:STREAMS])}
+    return window, index, json.loads(result.read_text()), json.loads(trace.read_text())
+
+
+def edges_of(window: list[Call], index: dict[int, int]) -> Counter[tuple[str, int | None, str, int | None]]:
+    """(producer handle, its harness index, consumer handle, its index) → waits, from the calls
+    (each wait's event was recorded in them)."""
+    out: Counter[tuple[str, int | None, str, int | None]] = Counter()
+    for (_, producer, consumer), n in expected_flows(window).items():
+        p, c = int(producer, 16), int(consumer, 16)
+        out[(producer, index.get(p), consumer, index.get(c))] += n
+    return out
+
+
+def check_result(window: list[Call], index: dict[int, int], result: dict[str, Any]) -> None:
+    """gpu_runtime's launches and record → wait edges per stream handle and harness index are the
+    calls made; launches the ops the harness issued; edges between harness streams the declared."""
+    metrics = result["ebpf_queue_metrics"]["families"]["gpu_runtime"]["metrics"]
+    launched = Counter((hex(c.stream), index[c.stream]) for c in window if c.api == "cudaLaunchKernel")
+    assert {(r["handle"], r["stream_index"]): r["launches"] for r in metrics["streams"]} == launched
+    assert {i: n for (_, i), n in launched.items()} == dict(enumerate(result["per_stream_op_counts"]))
+    assert metrics["stream_handles_joined"] == {
+        "harness_streams": STREAMS,
+        "matched": STREAMS,
+        "ebpf_streams_not_in_harness": 0,
+    }
+    comparison = result["ebpf_vs_cuda_comparison"]
+    assert comparison["launches_matched"] == comparison["harness_ops"] == sum(launched.values())
+    graph = metrics["stream_graph"]
+    edges = {
+        (e["producer"], e["producer_index"], e["consumer"], e["consumer_index"]): e["waits"]
+        for e in graph["edges"]
+    }
+    assert edges == edges_of(window, index) and graph["waits_producer_unknown"] == []
+    joined = {(p, c): n for (_, p, _, c), n in edges.items() if p is not None and c is not None}
+    declared = {(d["producer"], d["consumer"]) for d in result["stream_order"]["declared"]}
+    assert joined == dict.fromkeys(declared, ITERATIONS)
+
+
+def check_trace(
+    window: list[Call], index: dict[int, int], result: dict[str, Any], trace: dict[str, Any]
+) -> None:
+    """Process 7 has a track per harness stream named by its index (the timer stream by handle,
+    device syncs on the no-stream track), each call of the window one slice inside it, no two
+    overlapping on a track, one flow from each wait's record, and counts that say so."""
+    assert validate_trace(trace) == [] and strict_overlaps(trace, PID_GPU_RUNTIME) == []
+    timer = {c.stream for c in window if c.stream and c.stream not in index}
+    assert len(timer) == 1
+    assert set(track_names(trace).values()) == {
+        *(_label(h, index) for h in (*index, *timer)),
+        "no stream (device / event syncs)",
+    }
+    waits = sum(1 for c in window if c.api == "cudaStreamWaitEvent")
+    per, flows = observed(trace)
+    assert per == expected_per_stream(window, index)
+    assert flows == expected_flows(window) and sum(flows.values()) == waits
+    window_us = (result["ebpf_queue_metrics"]["window"]["stop_monotonic_ns"] - trace_origin(result)) / 1e3
+    assert all(s["ts"] > 0 and s["ts"] + s["dur"] < window_us for s in gpu_slices(trace))
+    meta = trace["otherData"]["ebpf_gpu_runtime_timeline"]
+    kinds = Counter(gtl.KIND_OF_ROLE[ROLE[c.api]][0] for c in window)
+    for kind, part in meta["kinds"].items():
+        assert part["seen"] == part["kept"] == part["in_trace"] == kinds.get(kind, 0), kind
+        assert part["dropped"] == part["nested"] == part["unfinished"] == 0, kind
+    assert meta["flows"] == waits and meta["waits_without_record"] == meta["waits_after_records_dropped"] == 0
+
+
+def trace_origin(result: dict[str, Any]) -> int:
+    """The trace's origin: the GPU backend's window start, before the tracer's gate opened."""
+    origin = result["metadata"]["window_start_monotonic_ns"]
+    assert isinstance(origin, int) and origin < result["ebpf_queue_metrics"]["window"]["start_monotonic_ns"]
+    return origin
+
+
+@pytest.mark.slow
+@pytest.mark.ebpf
+def test_run_on_the_gpu_backend_traces_every_runtime_call_of_its_streams(tmp_path: Path) -> None:
+    """harness → GPU backend → window tracer → result → --trace-out, every figure against the
+    fake's log of the calls it made into the real libcudart inside the window."""
+    window, index, result, trace = run_on_fake_gpu(tmp_path)
+    assert Counter(c.api for c in window)["cudaLaunchKernel"] == STREAMS * 2 * ITERATIONS  # 2 ops each
+    check_result(window, index, result)
+    check_trace(window, index, result, trace)

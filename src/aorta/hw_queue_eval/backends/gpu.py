@@ -153,6 +153,7 @@ class GpuBackend(Backend):
         self._iteration_ms: list[float] = []
         self._current_start: Any = None
         self._window_event: Any = None
+        self._window_start_ns = 0
 
     @property
     def streams(self) -> list[Stream]:
@@ -185,6 +186,7 @@ class GpuBackend(Backend):
         self._last_end = [0] * self.stream_count
         self._iteration_ms = []
         self._window_event = torch.cuda.Event(enable_timing=True)
+        self._window_start_ns = time.monotonic_ns()
         self._window_event.record(self._timer)
         for stream in self._streams:
             stream.cuda_stream.wait_stream(self._timer)
@@ -276,6 +278,14 @@ class GpuBackend(Backend):
 
     def folded_ops(self) -> FoldedOps | None:
         return self._fold.statistics()
+
+    @property
+    def window_start_ns(self) -> int:
+        """CLOCK_MONOTONIC ns (bpftrace's `nsecs`) right before the window-start event was
+        enqueued: the host origin of the ops' times, which count from that event on the device
+        (idle after warm-up's synchronize, it runs the event within its launch latency). It puts
+        eBPF records (--trace-out) on the ops' clock."""
+        return self._window_start_ns
 
     @property
     def pending_ops(self) -> int:

@@ -12,7 +12,8 @@ many it dropped, in otherData.ebpf_timeline). With --ebpf-gpu-runtime too, proce
 runtime (eBPF uprobes)" has one track per stream with each runtime call from entry to return and
 record → wait flow arrows (report/trace_gpu_runtime.py; otherData.ebpf_gpu_runtime_timeline).
 All timestamps are µs since the measurement-window start, the clock of `op_intervals`
-(CLOCK_MONOTONIC on the CPU backend, the one bpftrace uses).
+(CLOCK_MONOTONIC on the CPU backend, the one bpftrace uses; on the GPU backend the ops count from
+the window-start event, and eBPF records from the host's clock right before it was enqueued).
 """
 
 from __future__ import annotations
