@@ -162,3 +162,18 @@ class ManyKeys(ProbeFamily):
 
     def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
         return FamilyResult(self.name, self.section, {"summary": None}, {})
+
+
+class FakeGpuBackend:
+    """What the tracer asks of a GPU backend: no CPU workers, the streams' runtime handles."""
+
+    name = "gpu"
+
+    def __init__(self, handles: list[int]) -> None:
+        self.handles = handles
+
+    def workers(self) -> list[Any]:
+        return []
+
+    def stream_handles(self) -> list[dict[str, Any]]:
+        return [{"stream": i, "handle": h} for i, h in enumerate(self.handles)]

@@ -9,6 +9,7 @@ its entry uprobe fired. Ground truth: the plan itself (counts, bytes, directions
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +23,7 @@ from aorta.ebpf.probes.base import RenderContext, TraceTarget
 from aorta.ebpf.probes.gpu_runtime import GpuRuntimeFamily
 from aorta.ebpf.probes.gpu_runtime_apis import APIS, MEMCPY_KINDS, NCCL_TYPE_SIZES
 from aorta.ebpf.probes.gpu_runtime_views import ALL_VIEWS, DEFAULT_VIEWS
-from aorta.ebpf.runtime_libs import MappedLibrary
+from aorta.ebpf.runtime_libs import MappedLibrary, own_libc
 from conftest import unavailable, vendor_library
 from vendor_driver import PLANS
 
@@ -47,6 +48,21 @@ def _render(family: GpuRuntimeFamily, pids: tuple[int, ...] = ()) -> list[str]:
     return family.render(ctx).probes
 
 
+def first_mnemonic(path: Path, address: int) -> str:
+    """The mnemonic of the instruction at `address` in `path`, decoded by binutils' objdump."""
+    objdump = shutil.which("objdump")
+    if objdump is None:
+        unavailable("objdump (binutils) not installed: cannot decode the entry instructions")
+    out = subprocess.run(
+        [objdump, "-d", f"--start-address={address:#x}", f"--stop-address={address + 8:#x}", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    line = next(x for x in out.splitlines() if x.strip().startswith(f"{address:x}:"))
+    return line.split("\t")[2].split()[0]
+
+
 @pytest.mark.slow  # reads libnccl.so.2 (470 MB)
 @pytest.mark.parametrize("key", ["rocm", "cudart", "nccl"])
 def test_real_library_symbols_resolve_and_each_address_is_probed_once(key: str) -> None:
@@ -62,8 +78,18 @@ def test_real_library_symbols_resolve_and_each_address_is_probed_once(key: str) 
     addresses = function_addresses(path)
     # probed by address (bpftrace 0.17 would also attach a plain name to every C++ function whose
     # demangled name starts with it: ncclGroupEnd → ncclGroupEndInternal(...), counted twice)
-    heads = [b.splitlines()[0] for b in probes if b.startswith("uprobe:")]
+    heads = [b.splitlines()[0] for b in probes if b.startswith("uprobe:") and "// cost calibration" not in b]
     points = [int(h.rsplit(":", 1)[1], 16) for h in heads]
+    # each probed function's first instruction as objdump decodes it: a push in all but libnccl's
+    # ncclBcast (sub $0x10,%rsp: single-stepped); one calibration probe per class
+    first = {a["api"]: first_mnemonic(path, addresses[a["symbol"]].address) for a in family.attached}
+    assert {a["api"]: a["entry_instruction"] for a in family.attached} == {
+        api: "push" if m == "push" else "other" for api, m in first.items()
+    }
+    assert {api for api, m in first.items() if m != "push"} == ({"ncclBcast"} if key == "nccl" else set())
+    calibration = [b for b in probes if "// cost calibration" in b]
+    assert len(calibration) == len({a["entry_instruction"] for a in family.attached})
+    assert all(b.startswith(f"uprobe:{own_libc()}:") for b in calibration)
     assert len(points) == len(attached)
     assert len(set(points)) == len(points)  # one entry uprobe per address
     assert sorted(points) == sorted(addresses[a["symbol"]].address for a in family.attached)
@@ -279,7 +305,10 @@ def test_views_from_printed_maps_recomputed_by_hand() -> None:
     from aorta.hw_queue_eval.report.ebpf_gpu_runtime import render_gpu_runtime_rows
 
     family = GpuRuntimeFamily(libraries=[], views=ALL_VIEWS)
-    family.attached = [{"api": n} for n in ("cudaMemcpyAsync", "cudaGraphLaunch", "cudaEventRecord")]
+    family.attached = [
+        {"api": n, "entry_instruction": "other" if n == "cudaMemcpyAsync" else "push"}
+        for n in ("cudaMemcpyAsync", "cudaGraphLaunch", "cudaEventRecord")
+    ]
     family.not_attached = [{"api": "ncclAllReduce", "library": "/x/libnccl.so.2", "reason": "r"}]
     st = lambda n, total: {"count": n, "average": total // n, "total": total}  # noqa: E731
     maps = {
@@ -299,26 +328,43 @@ def test_views_from_printed_maps_recomputed_by_hand() -> None:
         "@gpu_runtime_wait_unknown": {"193,12288": 5},
         "@gpu_runtime_records": {"183,4096": 2},
     }
-    start = {"entry_ns": 1000, "entry_return_ns": 3000}
+    start = {"entry_ns": {"push": 1000, "other": 5000}, "return_ns": 2000}  # pairs: 3000, 7000
     context = {
         "snapshots": {"gpu_runtime": {"start": start}},
         "window": {"duration_ms": 10.0},
         "stream_handles": [{"stream": 0, "handle": 4096}, {"stream": 1, "handle": 8192}],
     }
     m = family.collect(maps, context).metrics
-    # probe cost: pairs = 3 launches + 2 graph launches + 8 copies + 4 collectives; entries = 2
-    # records + 6 waits with a producer + 5 without + 8 group calls
-    assert m["probe_cost"]["hits_in_window"] == 2 * (3 + 2 + 8 + 4) + (2 + 6 + 5 + 8)
-    assert m["probe_cost"]["probe_time_in_window_ms"] == pytest.approx(
-        ((3 + 2 + 8 + 4) * 3000 + 21 * 1000) / 1e6
-    )
-    by_kind = m["probe_cost"]["by_kind"]
-    assert by_kind["copies"] == {"calls": 8, "hits": 16, "probe_time_ms": 8 * 3000 / 1e6}
-    assert by_kind["event_records_and_waits"] == {"calls": 13, "hits": 13, "probe_time_ms": 13 * 1000 / 1e6}
-    assert by_kind["collective_groups"]["calls"] == 8
-    assert by_kind["graph_launches"]["calls"] == 2
-    assert m["probe_cost"]["window_share_pct"] == pytest.approx(
-        100 * ((3 + 2 + 8 + 4) * 3000 + 21 * 1000) / 10e6
+    # probe cost: pairs = 2 graph launches (push first: 3000 ns) + 8 copies (another first
+    # instruction: 7000 ns); entries (push: 1000 ns) = 2 records + 6 waits with a producer + 5
+    # without. No kernel-launch or collective entry point was probed here, so their calls have
+    # no cost class: null, and so are the totals and the cost per launch, with the reason
+    cost = m["probe_cost"]
+    assert cost["hits_in_window"] == 2 * (3 + 2 + 8 + 4) + (2 + 6 + 5 + 8)
+    by_kind = cost["by_kind"]
+    assert by_kind["copies"] == {
+        "calls": 8,
+        "hits": 16,
+        "entry_instruction": "other",
+        "probe_time_ms": 8 * 7000 / 1e6,
+    }
+    assert by_kind["event_records_and_waits"] == {
+        "calls": 13,
+        "hits": 13,
+        "entry_instruction": "push",
+        "probe_time_ms": 13 * 1000 / 1e6,
+    }
+    assert by_kind["graph_launches"]["probe_time_ms"] == 2 * 3000 / 1e6
+    assert by_kind["collective_groups"] == {
+        "calls": 8,
+        "hits": 8,
+        "entry_instruction": None,
+        "probe_time_ms": None,
+    }
+    assert cost["per_launch_us"] is None
+    assert cost["probe_time_in_window_ms"] is None and cost["window_share_pct"] is None
+    assert cost["reason"] == (
+        "no calibration probe of the entry-instruction class of: launches, collectives, collective_groups"
     )
     rows = {r["handle"]: r for r in m["streams"]}
     assert rows["0x1000"]["launches"] == 3
@@ -377,7 +423,8 @@ def test_views_from_printed_maps_recomputed_by_hand() -> None:
     render_gpu_runtime_rows(section, Console(file=out, width=200))
     text = out.getvalue()
     assert "graph launches: 2" in text
-    assert "uprobe time by kind: launches 0.01 ms, graph_launches 0.01 ms, copies 0.02 ms" in text
+    assert "uprobe time by kind: launches n/a, graph_launches 0.01 ms, copies 0.06 ms" in text
+    assert "an entry hit: 5.00 us where it starts otherwise, +2.00 us with its return probe; 1.00 us" in text
     assert "0x1000 (s0)  H2D            4        12388" in text
     assert "0xfffffffffffff000 D2H" in text  # a handle the harness did not create: no index
     assert "0x1000 (s0) → 0x2000 (s1): 4 waits" in text
@@ -411,7 +458,7 @@ def test_two_entry_points_at_one_address_are_probed_once(tmp_path: Path) -> None
     assert [a["api"] for a in family.attached] == ["cudaEventRecord"]
     reasons = {n["api"]: n["reason"] for n in family.not_attached}
     assert reasons["cudaEventRecord_ptsz"] == "same address as cudaEventRecord (an alias): counted there"
-    assert len([b for b in probes if b.startswith("uprobe:")]) == 1
+    assert len([b for b in probes if b.startswith("uprobe:") and "// cost calibration" not in b]) == 1
 
 
 def test_late_program_maps_are_added_key_by_key() -> None:

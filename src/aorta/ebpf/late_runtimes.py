@@ -65,7 +65,7 @@ class LateRuntimes:
         if not new:
             return
         self.known |= {file_identity(lib.path) for lib in new}
-        family = GpuRuntimeFamily(libraries=new, views=self.views)
+        family = GpuRuntimeFamily(libraries=new, views=self.views, calibrate=False)
         tracefs = self.ready.tracefs
         assert tracefs is not None
         target = TraceTarget(pids=tuple(pids), follow_children=True)

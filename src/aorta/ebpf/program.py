@@ -239,7 +239,6 @@ def build_program(
         end.extend(f"  {line}" for line in code.end)
     if user_blocks:  # bracketed by their own handshake (bpftrace attaches them after tracepoints)
         blocks.append(uprobes.handshake_block(token, UPROBE_HANDSHAKE_IDS[0]) or "")
-        blocks.append(uprobes.calibration_block() or "")
         blocks.extend(user_blocks)
         blocks.append(uprobes.handshake_block(token, UPROBE_HANDSHAKE_IDS[1]) or "")
         program.handshake_ids = HANDSHAKE_IDS + UPROBE_HANDSHAKE_IDS

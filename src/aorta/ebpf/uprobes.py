@@ -13,14 +13,11 @@ from __future__ import annotations
 import ctypes
 import os
 import re
-import time
 
 from aorta.ebpf.elfsyms import ElfError, defined_functions
 from aorta.ebpf.runtime_libs import own_libc
 
 HANDSHAKE_FUNCTION = "llabs"
-# cost calibration: a uretprobe (entry trap + return trampoline) on ffsll, timed against ffs
-RETURN_CALIBRATION_FUNCTION = "ffsll"
 READY_TEXT = "aorta_ready"  # same text as the tracepoint handshake (program.READY_TEXT)
 _UPROBE_RE = re.compile(r"^u(ret)?probe:/[A-Za-z0-9_./+-]+:[A-Za-z0-9_]+$")
 _handshake_target: tuple[str | None] | None = None
@@ -48,9 +45,7 @@ def handshake_library() -> str | None:
     if _handshake_target is None:
         libc = own_libc()
         try:
-            ok = libc is not None and {HANDSHAKE_FUNCTION, RETURN_CALIBRATION_FUNCTION} <= defined_functions(
-                libc
-            )
+            ok = libc is not None and HANDSHAKE_FUNCTION in defined_functions(libc)
         except ElfError:
             ok = False
         _handshake_target = (libc if ok else None,)
@@ -69,51 +64,6 @@ def handshake_block(token: int, ident: int) -> str | None:
 
 
 _libc: ctypes.CDLL | None = None
-CALIBRATION_CALLS = 100
-
-
-def calibration_block() -> str | None:
-    """A uretprobe that never matches (ffsll returns ≤ 64): it only makes ffsll cost a return probe."""
-    libc = handshake_library()
-    if libc is None:
-        return None
-    return (
-        f"uretprobe:{libc}:{RETURN_CALIBRATION_FUNCTION}\n/pid == {os.getpid()} && retval == 999/\n"
-        "{\n  @aorta_calibration = count();\n}"
-    )
-
-
-def _median_extra_ns(probed: object, plain: object, calls: int) -> float:
-    samples = []
-    for _ in range(3):
-        t0 = time.perf_counter_ns()
-        for _ in range(calls):
-            plain(0)  # type: ignore[operator]
-        t1 = time.perf_counter_ns()
-        for _ in range(calls):
-            probed(0)  # type: ignore[operator]
-        t2 = time.perf_counter_ns()
-        samples.append(((t2 - t1) - (t1 - t0)) / calls)
-    return max(0.0, sorted(samples)[1])
-
-
-def hit_cost_ns(calls: int = CALIBRATION_CALLS) -> dict[str, float]:
-    """What probes cost here, timed in this process while the program is attached: an entry
-    uprobe (`llabs`, the handshake probe, predicate false for 0, vs unprobed `labs`) and an entry
-    + return pair (`ffsll` with the calibration uretprobe vs unprobed `ffs`); medians of 3 x calls."""
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None)
-    llabs, labs = getattr(_libc, HANDSHAKE_FUNCTION), _libc.labs
-    llabs.restype, llabs.argtypes = ctypes.c_longlong, [ctypes.c_longlong]
-    labs.restype, labs.argtypes = ctypes.c_long, [ctypes.c_long]
-    ffsll, ffs = getattr(_libc, RETURN_CALIBRATION_FUNCTION), _libc.ffs
-    ffsll.restype, ffsll.argtypes = ctypes.c_int, [ctypes.c_longlong]
-    ffs.restype, ffs.argtypes = ctypes.c_int, [ctypes.c_int]
-    return {
-        "entry_ns": _median_extra_ns(llabs, labs, calls),
-        "entry_return_ns": _median_extra_ns(ffsll, ffs, calls),
-    }
 
 
 def ping(token: int) -> None:

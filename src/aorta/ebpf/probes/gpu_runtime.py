@@ -23,15 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from aorta.ebpf import hist
-from aorta.ebpf.elfsyms import ElfError, Function, function_addresses
+from aorta.ebpf.elfsyms import ElfError, function_addresses
+from aorta.ebpf.probes import gpu_runtime_calibration as calibration
 from aorta.ebpf.probes import gpu_runtime_metrics as m
 from aorta.ebpf.probes import gpu_runtime_timeline as tl
 from aorta.ebpf.probes import gpu_runtime_views as gv
 from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext
 from aorta.ebpf.probes.gpu_runtime_apis import APIS, P
-from aorta.ebpf.probes.gpu_runtime_bpf import Where, blocks
+from aorta.ebpf.probes.gpu_runtime_bpf import Where, attach_point, blocks
 from aorta.ebpf.runtime_libs import RUNTIME_LIBS, MappedLibrary, runtime_libraries, with_descendants
-from aorta.ebpf.uprobes import hit_cost_ns
 
 
 class GpuRuntimeFamily(ProbeFamily):
@@ -72,16 +72,22 @@ class GpuRuntimeFamily(ProbeFamily):
     )
 
     def __init__(
-        self, libraries: list[MappedLibrary] | None = None, views: tuple[str, ...] | None = None
+        self,
+        libraries: list[MappedLibrary] | None = None,
+        views: tuple[str, ...] | None = None,
+        calibrate: bool = True,
     ) -> None:
         """`libraries`: probe these instead of the ones the traced pids mapped (ebpf-info);
-        `views`: the views to probe (--ebpf-gpu-runtime-views; views.DEFAULT_VIEWS if None)."""
+        `views`: the views to probe (--ebpf-gpu-runtime-views; views.DEFAULT_VIEWS if None);
+        `calibrate`: carry the cost calibration probes (a late program's costs are not timed)."""
         self.libraries = libraries
+        self.calibrate = calibrate
         self.views = gv.parse_views(",".join(views)) if views is not None else views_default()
         self.attached: list[dict[str, Any]] = []
         self.not_attached: list[dict[str, Any]] = []
         self.seen_paths: list[str] = []  # every runtime file the last render judged (late_runtimes)
-        self._hit_ns: dict[str, float] | None = None
+        self._calibration: calibration.Plan | None = None  # set by render when it attached probes
+        self._hit_costs: dict[str, Any] | None = None
         self.timeline_cap = 0  # set by render: calls kept per thread and kind (0: no timeline)
 
     def wanted_events(self) -> list[str]:
@@ -96,6 +102,7 @@ class GpuRuntimeFamily(ProbeFamily):
             else runtime_libraries(with_descendants(ctx.target.pids))
         )
         self.attached, self.not_attached = [], []
+        self._calibration = None
         self.seen_paths = [lib.path for lib in libs]
         # per-call records for --trace-out (gpu_runtime_timeline); not in a node program
         keep = ctx.target.timeline_events if ctx.rank is None else 0
@@ -149,7 +156,7 @@ class GpuRuntimeFamily(ProbeFamily):
                 probed[fn.address] = api.name
                 launch = api.role in ("launch", "graph_launch")
                 at = Where(
-                    f"{lib.path}:{_attach_point(symbol, fn)}", fn.address, span, callers if launch else ()
+                    f"{lib.path}:{attach_point(symbol, fn)}", fn.address, span, callers if launch else ()
                 )
                 code.probes.extend(
                     _label(b, api.name, symbol)
@@ -159,7 +166,7 @@ class GpuRuntimeFamily(ProbeFamily):
                     code.probes.extend(
                         _label(b, api.name, symbol)
                         for b in tl.blocks(
-                            api, f"{lib.path}:{_attach_point(symbol, fn)}", pf, gate, self.timeline_cap
+                            api, f"{lib.path}:{attach_point(symbol, fn)}", pf, gate, self.timeline_cap
                         )
                     )
                 code.used_events.append(event)
@@ -171,8 +178,14 @@ class GpuRuntimeFamily(ProbeFamily):
                         "library": lib.mapped_as,
                         "probed_path": lib.path,
                         "pid": lib.pid,
+                        "entry_instruction": calibration.entry_class(lib.path, fn),
                     }
                 )
+        if (
+            self.attached and self.calibrate
+        ):  # what one hit costs, timed on probes whose first instruction is alike
+            self._calibration = calibration.plan([a["entry_instruction"] for a in self.attached], times)
+            code.probes.extend(calibration.render(self._calibration) if self._calibration else [])
         return code
 
     def render_state(self) -> dict[str, Any]:
@@ -185,12 +198,13 @@ class GpuRuntimeFamily(ProbeFamily):
             self.views = gv.parse_views(",".join(str(v) for v in state["views"]))
 
     def snapshot(self, target: Any) -> Any:
-        """What one uprobe hit costs here (uprobes.hit_cost_ns), measured once, before the window."""
-        if not self.attached:
+        """What one uprobe hit costs here per entry-instruction class (gpu_runtime_calibration),
+        timed once, right before the window; None when this program carries no calibration."""
+        if not self.attached or self._calibration is None:
             return None
-        if self._hit_ns is None:
-            self._hit_ns = hit_cost_ns()
-        return dict(self._hit_ns)
+        if self._hit_costs is None:
+            self._hit_costs = calibration.hit_costs(self._calibration)
+        return dict(self._hit_costs)
 
     # -- collect -------------------------------------------------------------------------------
     def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
@@ -283,6 +297,7 @@ class GpuRuntimeFamily(ProbeFamily):
                         "doorbell_rings": (0, sum(r["doorbell_rings"] for r in queue_rows.values())),
                         **gv.probed_calls(maps, times),
                     },
+                    m.kind_classes(self.attached),
                 )
                 if self.attached
                 else None
@@ -343,17 +358,6 @@ def _pair(calls: int, times: bool) -> tuple[int, int]:
 def views_default() -> tuple[str, ...]:
     """The views probed when --ebpf-gpu-runtime-views is not given."""
     return gv.DEFAULT_VIEWS
-
-
-def _attach_point(symbol: str, fn: Function) -> str:
-    """The function's address where it equals its file offset, else its name.
-
-    bpftrace 0.17 expands a plain name to every C++ function whose demangled name starts with
-    it (`ncclGroupEnd` also attaches `ncclGroupEndInternal(...)`, counting one call twice); an
-    address names exactly one instruction. Where the segment's address and file offset differ
-    the name is kept (how bpftrace maps such an address is not established here).
-    """
-    return f"0x{fn.address:x}" if fn.offset == fn.address else symbol
 
 
 def _label(block: str, api: str, symbol: str) -> str:

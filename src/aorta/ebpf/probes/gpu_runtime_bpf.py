@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aorta.ebpf.elfsyms import Function
 from aorta.ebpf.probes.common import both
 from aorta.ebpf.probes.gpu_runtime_apis import QUEUE_DOORBELL_OFF, QUEUE_ID_OFF, Api, P
 
@@ -27,6 +28,17 @@ INT32 = "0xffffffff"  # an int argument's register / stack slot: the upper half 
 
 
 RA = "$ra"  # the return address, read at entry: *(uint64*)reg("sp")
+
+
+def attach_point(symbol: str, fn: Function) -> str:
+    """The function's address where it equals its file offset, else its name.
+
+    bpftrace 0.17 expands a plain name to every C++ function whose demangled name starts with
+    it (`ncclGroupEnd` also attaches `ncclGroupEndInternal(...)`, counting one call twice); an
+    address names exactly one instruction. Where the segment's address and file offset differ
+    the name is kept (how bpftrace maps such an address is not established here).
+    """
+    return f"0x{fn.address:x}" if fn.offset == fn.address else symbol
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from typing import Any
 
 from aorta.ebpf import hist
 from aorta.ebpf.probes.gpu_runtime_apis import API_BY_ID, P
+from aorta.ebpf.probes.gpu_runtime_calibration import CLASS_MEANING
 
 
 def api_name(ident: int) -> str:
@@ -196,20 +197,56 @@ def join_streams(per_stream: dict[int, dict[str, Any]], handles: list[dict[str, 
     }
 
 
-def probe_cost(context: dict[str, Any], calls: dict[str, tuple[int, int]]) -> dict[str, Any]:
-    """uprobe cost per launch, per kind of probe and as a share of the window, from costs measured
-    at the window's start.
+# kind of probe in probe_cost → the API roles whose calls it counts
+KIND_ROLES = {
+    "launches": ("launch",),
+    "graph_launches": ("graph_launch",),
+    "syncs": ("sync_stream", "sync_device", "sync_event"),
+    "doorbell_rings": ("doorbell",),
+    "copies": ("copy", "memset"),
+    "collectives": ("collective",),
+    "collective_groups": ("group",),
+    "event_records_and_waits": ("event_record", "stream_wait"),
+}
+
+
+def kind_classes(attached: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Per kind of probe, the entry-instruction classes of the functions probed for it."""
+    role = {a.name: a.role for a in API_BY_ID.values()}
+    out: dict[str, set[str]] = {}
+    for entry in attached:
+        kind = next((k for k, roles in KIND_ROLES.items() if role.get(entry["api"]) in roles), None)
+        if kind is not None and entry.get("entry_instruction"):
+            out.setdefault(kind, set()).add(str(entry["entry_instruction"]))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def _class_costs(start: dict[str, Any]) -> dict[str, tuple[float | None, float | None]]:
+    """Per entry-instruction class: (ns per entry hit, ns per entry + return pair), None unknown."""
+    entry = start.get("entry_ns") if isinstance(start.get("entry_ns"), dict) else {}
+    ret = start.get("return_ns")
+    out: dict[str, tuple[float | None, float | None]] = {}
+    for cls, ns in (entry or {}).items():
+        e = float(ns) if isinstance(ns, (int, float)) else None
+        pair = e + float(ret) if e is not None and isinstance(ret, (int, float)) else None
+        out[str(cls)] = (e, pair)
+    return out
+
+
+def probe_cost(
+    context: dict[str, Any], calls: dict[str, tuple[int, int]], classes: dict[str, list[str]]
+) -> dict[str, Any]:
+    """uprobe cost per launch, per kind of probe and as a share of the window, from costs timed
+    right before the window on calibration probes of each entry-instruction class
+    (gpu_runtime_calibration).
 
     `calls`: kind → (calls probed at entry and return, calls probed at entry only) in the window;
-    "launches" and "doorbell_rings" give the cost per launch. Both costs are timed in the tracer
-    right before the window (uprobes.hit_cost_ns); the probed functions' first instruction
-    (emulated or single-stepped) changes the real cost a little.
+    `classes`: kind → the entry-instruction classes of its probed functions (several: the dearer
+    one is charged, an upper bound). "launches" and "doorbell_rings" give the cost per launch.
     """
     start = ((context.get("snapshots") or {}).get("gpu_runtime") or {}).get("start") or {}
-    entry = start.get("entry_ns") if isinstance(start, dict) else None
-    pair = start.get("entry_return_ns") if isinstance(start, dict) else None
-    window_ms = (context.get("window") or {}).get("duration_ms")
-    if not isinstance(entry, (int, float)) or not isinstance(pair, (int, float)):
+    costs = _class_costs(start) if isinstance(start, dict) else {}
+    if not costs:
         return {
             "entry_probe_us": None,
             "entry_return_pair_us": None,
@@ -218,33 +255,74 @@ def probe_cost(context: dict[str, Any], calls: dict[str, tuple[int, int]]) -> di
                 "when it opened: runtimes loaded later)"
             ),
         }
+
+    def cost(kind: str, paired: bool) -> float | None:
+        known = [costs.get(c, (None, None))[1 if paired else 0] for c in classes.get(kind, [])]
+        return None if not known or None in known else max(k for k in known if k is not None)
+
+    def spent(kind: str, paired_calls: int, entry_calls: int) -> float | None:
+        """ns spent in `kind`'s hits (None: a cost needed is unknown)."""
+        pair, entry = cost(kind, True), cost(kind, False)
+        if (paired_calls and pair is None) or (entry_calls and entry is None):
+            return None
+        return paired_calls * (pair or 0.0) + entry_calls * (entry or 0.0)
+
+    by_kind: dict[str, dict[str, Any]] = {}
+    for kind, (p, e) in calls.items():
+        ns = spent(kind, p, e)
+        by_kind[kind] = {
+            "calls": p + e,
+            "hits": 2 * p + e,
+            "entry_instruction": "+".join(classes.get(kind, [])) or None,
+            "probe_time_ms": ns / 1e6 if ns is not None else None,
+        }
+    unknown = [k for k, v in by_kind.items() if v["probe_time_ms"] is None]
     (lp, le), rings = calls.get("launches", (0, 0)), calls.get("doorbell_rings", (0, 0))[1]
-    launches = lp + le
-    by_kind = {
-        kind: {"calls": p + e, "hits": 2 * p + e, "probe_time_ms": (p * pair + e * entry) / 1e6}
-        for kind, (p, e) in calls.items()
-    }
-    spent_ns = sum(v["probe_time_ms"] for v in by_kind.values()) * 1e6
+    launch_ns, ring_ns = spent("launches", lp, le), spent("doorbell_rings", 0, rings)
+    per_launch = (
+        (launch_ns + ring_ns) / (lp + le)
+        if lp + le and launch_ns is not None and ring_ns is not None
+        else None
+    )
+    launch_pair, launch_entry = cost("launches", True), cost("launches", False)
+    spent_ns = None if unknown else sum(v["probe_time_ms"] or 0.0 for v in by_kind.values()) * 1e6
+    window_ms = (context.get("window") or {}).get("duration_ms")
+    calibrated_on = start.get("calibrated_on") if isinstance(start.get("calibrated_on"), dict) else {}
     return {
-        "entry_probe_us": entry / 1e3,
-        "entry_return_pair_us": pair / 1e3,
-        "per_launch_us": ((lp * pair + le * entry) / launches + entry * rings / launches) / 1e3
-        if launches
-        else None,
+        "entry_probe_us": launch_entry / 1e3 if launch_entry is not None else None,
+        "entry_return_pair_us": launch_pair / 1e3 if launch_pair is not None else None,
+        "per_launch_us": per_launch / 1e3 if per_launch is not None else None,
+        "by_entry_instruction": {
+            cls: {
+                "entry_probe_us": e / 1e3 if e is not None else None,
+                "entry_return_pair_us": pr / 1e3 if pr is not None else None,
+                "calibrated_on": (calibrated_on or {}).get(cls),
+                "meaning": CLASS_MEANING.get(cls),
+            }
+            for cls, (e, pr) in sorted(costs.items())
+        },
         "hits_in_window": sum(v["hits"] for v in by_kind.values()),
-        "probe_time_in_window_ms": spent_ns / 1e6,
+        "probe_time_in_window_ms": spent_ns / 1e6 if spent_ns is not None else None,
         "by_kind": by_kind,
         "window_share_pct": (
             100 * spent_ns / (window_ms * 1e6)
-            if isinstance(window_ms, (int, float)) and window_ms > 0
+            if spent_ns is not None and isinstance(window_ms, (int, float)) and window_ms > 0
             else None
         ),
+        **(
+            {"reason": f"no calibration probe of the entry-instruction class of: {', '.join(unknown)}"}
+            if unknown
+            else {}
+        ),
         "meaning": (
-            "host time spent in uprobe traps: costs timed in the tracer right before "
-            "the window (llabs entry probe vs labs; ffsll entry+return vs ffs; medians "
-            "of 3 x 100 calls) x calls counted in the window (launch, graph launch, sync, copy "
-            "and collective calls: entry+return with the times view, else entry; doorbell rings, "
-            "event records and waits, group calls: entry); by_kind splits it per kind of probe; "
-            "share = that time / window duration, all threads together"
+            "host time spent in uprobe hits: right before the window, a calibration probe per "
+            "class of first instruction of the probed functions (a push, executed in the trap, or "
+            "another instruction, single-stepped: a second trap) runs a launch probe's body on a C "
+            "library function of that class, timed against an unprobed twin (medians of 3 x 100 "
+            "calls); the return probe's share is timed on ffsll's calibration uretprobe. Cost x "
+            "calls counted in the window (launch, graph launch, sync, copy and collective calls: "
+            "entry+return with the times view, else entry; doorbell rings, event records and "
+            "waits, group calls: entry); by_kind splits it per kind of probe; share = that time / "
+            "window duration, all threads together"
         ),
     }

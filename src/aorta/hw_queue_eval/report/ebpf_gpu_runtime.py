@@ -51,15 +51,28 @@ def render_gpu_runtime_rows(section: dict[str, Any], console: Any) -> None:
             f"    {d['api']}: {d['calls']} calls, host blocked {fmt(d.get('blocked_ms'), '.2f', ' ms')}"
         )
     cost = metrics.get("probe_cost") or {}
-    if cost.get("entry_return_pair_us") is not None:
-        console.print(
-            f"    [dim]uprobe cost: {fmt(cost.get('per_launch_us'), '.2f', ' us')} per launch "
-            f"(entry probe {cost['entry_probe_us']:.2f} us, entry+return "
-            f"{cost['entry_return_pair_us']:.2f} us), "
-            f"{fmt(cost.get('window_share_pct'), '.1f', '%')} of the window[/dim]"
+    classes = cost.get("by_entry_instruction") or {}
+    if classes:
+        hits = "; ".join(
+            f"{fmt(v.get('entry_probe_us'), '.2f', ' us')} "
+            + ("where a function starts with a push" if cls == "push" else "where it starts otherwise")
+            + (
+                f", +{v['entry_return_pair_us'] - v['entry_probe_us']:.2f} us with its return probe"
+                if v.get("entry_return_pair_us") is not None and v.get("entry_probe_us") is not None
+                else ""
+            )
+            for cls, v in classes.items()
         )
+        console.print(
+            f"    [dim]uprobe cost: {fmt(cost.get('per_launch_us'), '.2f', ' us')} per launch, "
+            f"{fmt(cost.get('window_share_pct'), '.1f', '%')} of the window (an entry hit: {hits})[/dim]"
+        )
+        if cost.get("reason"):
+            console.print(f"    [dim]uprobe cost: {cost['reason']}[/dim]")
         kinds = [
-            f"{k} {v['probe_time_ms']:.2f} ms" for k, v in (cost.get("by_kind") or {}).items() if v["calls"]
+            f"{k} {fmt(v['probe_time_ms'], '.2f', ' ms')}"
+            for k, v in (cost.get("by_kind") or {}).items()
+            if v["calls"]
         ]
         if kinds:
             console.print(f"    [dim]uprobe time by kind: {', '.join(kinds)}[/dim]")
