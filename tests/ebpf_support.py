@@ -140,12 +140,15 @@ def start_attach(pid: int, *args: str) -> subprocess.Popen[str]:
     return attach
 
 
-class ManyKeys(ProbeFamily):
-    """Test family: one new key per getppid() of the traced process in the window."""
+class GetppidFamily(ProbeFamily):
+    """Test family: runs `action` on each getppid() of the traced process in the window (an exact
+    ground truth: the test makes the calls); collect returns the printed maps as they are."""
 
-    name = "t_many"
     section = "queue"
     description = "test"
+
+    def __init__(self, name: str, action: str) -> None:
+        self.name, self.action = name, action
 
     def wanted_events(self) -> list[str]:
         return ["syscalls:sys_enter_getppid"]
@@ -154,14 +157,18 @@ class ManyKeys(ProbeFamily):
         return ProbeCode(
             probes=[
                 "tracepoint:syscalls:sys_enter_getppid\n"
-                f"/{ctx.pid_filter} && {ctx.gate}/\n{{\n"
-                "  @t_many_keys[nsecs] = count();\n  @t_many_n = count();\n}"
+                f"/{ctx.pid_filter} && {ctx.gate}/\n{{\n  {self.action}\n}}"
             ],
             used_events=["syscalls:sys_enter_getppid"],
         )
 
     def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
-        return FamilyResult(self.name, self.section, {"summary": None}, {})
+        return FamilyResult(self.name, self.section, dict(maps), {})
+
+
+def many_keys() -> GetppidFamily:
+    """One new map key per getppid() (keyed by nsecs), and their count."""
+    return GetppidFamily("t_many", "@t_many_keys[nsecs] = count();\n  @t_many_n = count();")
 
 
 class FakeGpuBackend:

@@ -12,7 +12,7 @@ import pytest
 from aorta.ebpf import engine
 from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext, TraceTarget
 from aorta.ebpf.probes.cpu_sched import CpuSchedFamily
-from ebpf_support import path_without_bpftrace, start_attach
+from ebpf_support import GetppidFamily, path_without_bpftrace, start_attach
 
 pytestmark = pytest.mark.ebpf
 
@@ -35,29 +35,6 @@ class FenceCount(ProbeFamily):
                 f"  @t_fence_n[str({a('driver')})] = count();\n}}"
             ],
             used_events=["dma_fence:dma_fence_signaled"],
-        )
-
-    def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
-        return FamilyResult(self.name, self.section, dict(maps), {})
-
-
-class GetppidCount(ProbeFamily):
-    """Test family: counts getppid() of the traced process in the window (exact ground truth)."""
-
-    name = "t_ppid"
-    section = "queue"
-    description = "test"
-
-    def wanted_events(self) -> list[str]:
-        return ["syscalls:sys_enter_getppid"]
-
-    def render(self, ctx: RenderContext) -> ProbeCode:
-        return ProbeCode(
-            probes=[
-                "tracepoint:syscalls:sys_enter_getppid\n"
-                f"/{ctx.pid_filter} && {ctx.gate}/\n{{\n  @t_ppid_n = count();\n}}"
-            ],
-            used_events=["syscalls:sys_enter_getppid"],
         )
 
     def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
@@ -107,7 +84,7 @@ def test_gate_counts_exactly_the_window(ebpf_ready: None) -> None:
     target = TraceTarget(
         (pid,), thread_labels={worker.tid: "q0"}, doorbells=((pid, worker.fd, worker.tid, 0),)
     )
-    _, session = _session([family, FenceCount(), GetppidCount()], target)
+    _, session = _session([family, FenceCount(), GetppidFamily("t_ppid", "@t_ppid_n = count();")], target)
     try:
         worker.ring(40)
         for _ in range(40):

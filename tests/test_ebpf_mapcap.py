@@ -8,7 +8,7 @@ import pytest
 
 from aorta.ebpf import engine, mapcap
 from aorta.ebpf.probes.base import TraceTarget
-from ebpf_support import ManyKeys
+from ebpf_support import many_keys
 
 PROGRAM = "BEGIN\n{\n  @a_x = 1;\n}\n\ntp:x\n{\n  @a_many[nsecs] = count(); @a_few[1] = hist(2);\n}\n"
 
@@ -44,7 +44,7 @@ def test_flags_per_bpftrace_version():
 @pytest.mark.ebpf
 def test_tiny_map_drops_are_counted_by_map_name(ebpf_ready: None) -> None:
     ready = engine.check_readiness()
-    family = ManyKeys()
+    family = many_keys()
     program = engine.make_program(
         True, False, TraceTarget((os.getpid(),)), ready.tracefs, ready.version, families=[family]
     )

@@ -17,7 +17,7 @@ from aorta.ebpf.interrupt import Interrupter
 from aorta.ebpf.probes.base import TraceTarget
 from aorta.ebpf.program import Program
 from aorta.ebpf.session import EXIT_MARKER, TraceSession, bpftrace_path
-from ebpf_support import ManyKeys
+from ebpf_support import many_keys
 
 pytestmark = [pytest.mark.ebpf, pytest.mark.slow]
 
@@ -73,7 +73,7 @@ def test_a_ready_program_is_ended_by_its_exit_marker_without_a_signal(ebpf_ready
     (a second SIGINT while bpftrace prints its maps would kill it, see the test below)."""
     ready = engine.check_readiness()
     program = engine.make_program(
-        True, False, TraceTarget((os.getpid(),)), ready.tracefs, ready.version, families=[ManyKeys()]
+        True, False, TraceTarget((os.getpid(),)), ready.tracefs, ready.version, families=[many_keys()]
     )
     session = engine.start_session(program, ready)
     try:
