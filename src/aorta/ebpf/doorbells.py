@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.ebpf.probes.cpu_sched import DOORBELL_BYTES, WORKER_COMM
 
 PROC = Path("/proc")
@@ -40,7 +41,7 @@ class Doorbells:
     unresolved: dict[int, str] = field(default_factory=dict)  # queue id → why
     sampled_s: float = 0.0
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> JsonObject:
         """JSON for the attach result: what was traced and what could not be."""
         return {
             "source": SOURCE,

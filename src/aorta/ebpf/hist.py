@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
+
 
 def buckets(value: Any) -> list[tuple[int, int, int]]:
     """A printed histogram as (min, max, count) triples; anything else gives []."""
@@ -63,7 +65,7 @@ def stats(value: Any) -> tuple[int, int] | None:
     return None
 
 
-def keyed(value: Any) -> dict[str, Any]:
+def keyed(value: Any) -> JsonObject:
     """A printed keyed map as {key text: value}; a scalar map gives {"": value}.
 
     bpftrace prints nothing for a map that never got an entry, so None means empty.
@@ -225,7 +227,7 @@ def quantile(dist: dict[str, Any], q: float) -> dict[str, Any] | None:
     }
 
 
-def describe(p: dict[str, Any] | None, scale: float = 1e3, unit: str = "us") -> str:
+def describe(p: JsonObject | None, scale: float = 1e3, unit: str = "us") -> str:
     """ "12.3 us (exact, 83 events)" or "12.3 us (log-linear, in 11.0–13.0 us, ±18 %)"."""
     if p is None:
         return "n/a"

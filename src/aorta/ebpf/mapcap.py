@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
+
 MAP_KEYS_MAX = 65536  # bpftrace's default (4096) could silently drop per-tid/per-job keys
 E2BIG = -7  # map_update_elem on a full hash map
 HELPER_ERRORS_BY_DEFAULT = (0, 23, 0)  # bpftrace reports helper errors without -k from here on
@@ -48,7 +50,7 @@ def key_count(value: Any) -> int:
 
 
 def capacity_report(
-    text: str, helper_errors: dict[tuple[str, int, int, int], int], maps: dict[str, Any], keys_max: int
+    text: str, helper_errors: dict[tuple[str, int, int, int], int], maps: JsonObject, keys_max: int
 ) -> dict[str, Any]:
     """`dropped_updates` per map, full maps, other helper errors and the limit that applied."""
     dropped: dict[str, int] = {}

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import hist
+from aorta.ebpf.probes.base import CollectContext
 
 #: TTM memory types used by amdgpu_bo_move (old/new_placement) and amdgpu_bo_create (type).
 TTM_PLACEMENTS = {
@@ -53,7 +55,7 @@ def placement_name(code: int) -> str:
 # ---------------------------------------------------------------- bpftrace map helpers
 
 
-def keyed(maps: Mapping[str, Any], name: str) -> dict[tuple[int, ...], int]:
+def keyed(maps: JsonObject, name: str) -> dict[tuple[int, ...], int]:
     """A printed per-key map ({"1,2": 5}) as {(1, 2): 5}; absent, empty or non-numeric → {}."""
     out: dict[tuple[int, ...], int] = {}
     if not isinstance(maps.get(name), dict):
@@ -68,7 +70,7 @@ def keyed(maps: Mapping[str, Any], name: str) -> dict[tuple[int, ...], int]:
     return out
 
 
-def scalar(maps: Mapping[str, Any], name: str) -> int:
+def scalar(maps: JsonObject, name: str) -> int:
     """A printed scalar map (count/sum) as int; absent → 0 (bpftrace prints nothing for 0)."""
     value = maps.get(name)
     return int(value) if isinstance(value, (int, float)) else 0
@@ -79,7 +81,7 @@ def total(table: Mapping[Any, int]) -> int:
     return sum(table.values())
 
 
-def window_seconds(context: Mapping[str, Any]) -> float | None:
+def window_seconds(context: CollectContext) -> float | None:
     """The traced window in seconds, as the kernel saw it (engine's `window` info), else None."""
     window = context.get("window") or {}
     duration_ms = window.get("duration_ms") if isinstance(window, dict) else None
@@ -105,7 +107,7 @@ def derive_bo_moves(
     twohop: Mapping[tuple[int, ...], int],
     twohop_bytes: Mapping[tuple[int, ...], int],
     own: int | None = None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """BO moves from the kernel's per-hop counts and its paired two-hop counts.
 
     hops / hop_bytes: (old, new, traced) → count / bytes, one entry per amdgpu_bo_move event.
@@ -262,7 +264,7 @@ def _us(ns: float | None) -> float | None:
 
 def summarize_evictions(
     per_proc: Mapping[int, dict[str, Any]], traced_ids: set[int], window_s: float | None
-) -> dict[str, Any]:
+) -> JsonObject:
     """Guide numbers for the traced processes (by their own pid/pasid), others counted apart."""
     mine = [st for pid, st in per_proc.items() if pid in traced_ids]
     pairs = [d for st in mine for d in st["pairs_ns"]]
@@ -291,7 +293,7 @@ def summarize_evictions(
     }
 
 
-def restore_delay_note(delays_jiffies: Mapping[int, int], hz: int | None) -> dict[str, Any]:
+def restore_delay_note(delays_jiffies: Mapping[int, int], hz: int | None) -> JsonObject:
     """What the driver said about its restore delay (schedule_evict_and_restore's delay_jiffies)."""
     if not delays_jiffies:
         return {
@@ -324,7 +326,7 @@ def restore_delay_note(delays_jiffies: Mapping[int, int], hz: int | None) -> dic
 
 def legacy_aliases(
     pairs: int | None, eviction_rate: float | None, avg_evict_to_restore_us: float | None
-) -> dict[str, Any]:
+) -> JsonObject:
     """The upstream keys, with the meaning docs/guide.md documents (NOT GPU page faults)."""
     return {
         "total_faults": pairs,

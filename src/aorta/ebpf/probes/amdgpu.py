@@ -9,11 +9,10 @@ as buffer moves and clears, or other processes).
 
 from __future__ import annotations
 
-from typing import Any
-
+from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import hist
 from aorta.ebpf.probes import jobs
-from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext
+from aorta.ebpf.probes.base import CollectContext, FamilyResult, ProbeCode, ProbeFamily, RenderContext
 from aorta.ebpf.probes.common import KERNEL_BYPASS, int_key, text
 
 CHAIN = jobs.JobChain(
@@ -85,7 +84,7 @@ class AmdgpuFamily(ProbeFamily):
             )
         return code
 
-    def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
+    def collect(self, maps: JsonObject, context: CollectContext) -> FamilyResult:
         submits = jobs.counts(maps, "@amdgpu_submits")
         dispatches = jobs.counts(maps, "@amdgpu_dispatches")
         internal = jobs.counts(maps, "@amdgpu_internal_jobs")

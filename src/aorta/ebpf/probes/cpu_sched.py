@@ -22,8 +22,10 @@ import os
 import re
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import hist, procstat, timeline
 from aorta.ebpf.probes.base import (
+    CollectContext,
     FamilyResult,
     ProbeCode,
     ProbeFamily,
@@ -287,7 +289,7 @@ class CpuSchedFamily(ProbeFamily):
         """Per-thread kernel counters of the traced processes (on-CPU, run delay, switches)."""
         return procstat.task_counters(target.pids, target.exclude_pids)
 
-    def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
+    def collect(self, maps: JsonObject, context: CollectContext) -> FamilyResult:
         workers = {int(w["tid"]): w for w in context.get("workers", []) if w.get("tid")}
         queues = _queue_stats(maps)
         snaps = (context.get("snapshots") or {}).get(self.name) or {}
@@ -345,7 +347,7 @@ class CpuSchedFamily(ProbeFamily):
 
     def _summarise(
         self,
-        rows: list[dict[str, Any]],
+        rows: list[JsonObject],
         queues: dict[int, dict[str, Any]],
         workers: dict[int, dict[str, Any]],
         per_submission: list[list[Any]],
@@ -396,7 +398,7 @@ QUEUE_KEYED_MAPS = (
 )
 
 
-def queue_slice(maps: dict[str, Any], first: int, count: int) -> dict[str, Any]:
+def queue_slice(maps: JsonObject, first: int, count: int) -> JsonObject:
     """The maps of queues first..first+count-1 renumbered from 0 (one rank's share of a node's
     program, whose ranks got disjoint queue ranges); maps not keyed by queue are kept as they are."""
     out = dict(maps)
@@ -404,7 +406,7 @@ def queue_slice(maps: dict[str, Any], first: int, count: int) -> dict[str, Any]:
         value = maps.get(name)
         if value is None:
             continue
-        kept: dict[str, Any] = {}
+        kept: JsonObject = {}
         for key, item in hist.keyed(value).items():
             head, sep, rest = key.partition(",")
             if head.lstrip("-").isdigit() and first <= int(head) < first + count:
@@ -413,7 +415,7 @@ def queue_slice(maps: dict[str, Any], first: int, count: int) -> dict[str, Any]:
     return out
 
 
-def _queue_stats(maps: dict[str, Any]) -> dict[int, dict[str, Any]]:
+def _queue_stats(maps: JsonObject) -> dict[int, dict[str, Any]]:
     """Per queue: rings (submissions), dispatches, their sum, histogram, protocol breaks."""
     queues: dict[int, dict[str, Any]] = {}
 
@@ -435,7 +437,7 @@ def _queue_stats(maps: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return queues
 
 
-def _per_submission(maps: dict[str, Any]) -> list[list[int | None]]:
+def _per_submission(maps: JsonObject) -> list[list[int | None]]:
     """[queue, seq, doorbell ns, submit→dispatch ns or None] per recorded submission (sorted)."""
     rings = hist.keyed(maps.get("@cpu_sched_ring"))
     delays = hist.keyed(maps.get("@cpu_sched_sub"))
@@ -448,8 +450,8 @@ def _per_submission(maps: dict[str, Any]) -> list[list[int | None]]:
 
 
 def _timeline(
-    maps: dict[str, Any], context: dict[str, Any], queues: dict[int, dict[str, Any]], keep: int, bells: int
-) -> dict[str, Any]:
+    maps: JsonObject, context: CollectContext, queues: dict[int, dict[str, Any]], keep: int, bells: int
+) -> JsonObject:
     """The per-event records for --trace-out: on-CPU slices and run-queue waits per registered
     thread, and each doorbell [queue, seq, writer tid, write ns, dispatch ns or null]; each kind
     with the exact number seen, how many were kept (the first ones) and dropped."""
@@ -519,10 +521,10 @@ def per_queue_cap(queues: int) -> int:
 
 def _summary(
     queues: dict[int, dict[str, Any]],
-    worker_rows: list[dict[str, Any]],
+    worker_rows: list[JsonObject],
     per_submission: list[list[Any]],
     cap: int,
-) -> dict[str, Any]:
+) -> JsonObject:
     """The queue section's headline: counts behind every mean, exact P99 when all samples are kept."""
     n = sum(q["dispatches"] for q in queues.values())
     total = sum(q["total_ns"] for q in queues.values())
@@ -566,7 +568,7 @@ def _summary(
     }
 
 
-def _p99_record(samples: list[int], merged: list[tuple[int, int, int]], n: int) -> dict[str, Any] | None:
+def _p99_record(samples: list[int], merged: list[tuple[int, int, int]], n: int) -> JsonObject | None:
     """The P99 in hist.quantile's shape (ns): exact nearest rank when the per-submission store
     kept every dispatch, else the log-linear histogram's bucket with its error bound."""
     if not n:
@@ -616,7 +618,7 @@ def _thread_row(
     cpus: list[int],
     start: dict[int, Any],
     stop: dict[int, Any],
-) -> dict[str, Any]:
+) -> JsonObject:
     """One per-thread (= per queue on the CPU backend) row of the table; the doorbell columns are
     null unless the thread is a queue worker whose doorbell was traced (`q` given)."""
     helper = WORKER_COMM.match(comm or "") if worker is None else None
