@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from aorta.common.finite import ratio
+from aorta.common.jsontypes import JsonObject
 from aorta.common.percent import percent_above
 from aorta.hw_queue_eval.ops.metrics import INSTABILITY_IQR_RATIO
 
@@ -53,7 +54,7 @@ class ScalingPoint:
     throughput_runs: list[float] = field(default_factory=list)
 
 
-def _ebpf_dispatch_us(result: dict[str, Any], key: str) -> float | None:
+def _ebpf_dispatch_us(result: JsonObject, key: str) -> float | None:
     """A documented figure of the run's `ebpf_queue_metrics` (the summary of the family that saw
     the traced submissions, named by its `source`); None when the run was not traced, tracing
     failed, or no family measured it. Read by name: a figure of another family never stands in."""
@@ -64,17 +65,17 @@ def _ebpf_dispatch_us(result: dict[str, Any], key: str) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def dispatch_p99_us(result: dict[str, Any]) -> float | None:
+def dispatch_p99_us(result: JsonObject) -> float | None:
     """Kernel-measured submit→dispatch P99 (µs) of a traced run."""
     return _ebpf_dispatch_us(result, "submit_to_dispatch_p99_us")
 
 
-def dispatch_avg_us(result: dict[str, Any]) -> float | None:
+def dispatch_avg_us(result: JsonObject) -> float | None:
     """Kernel-measured submit→dispatch average (µs) of a traced run."""
     return _ebpf_dispatch_us(result, "submit_to_dispatch_avg_us")
 
 
-def scaling_point(result: dict[str, Any]) -> ScalingPoint | None:
+def scaling_point(result: JsonObject) -> ScalingPoint | None:
     """A ScalingPoint from a run result, or None when it has no throughput."""
     if result.get("throughput") is None:
         return None
@@ -93,7 +94,7 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(clean) if clean else None
 
 
-def group_points(results: list[dict[str, Any]]) -> list[ScalingPoint]:
+def group_points(results: list[JsonObject]) -> list[ScalingPoint]:
     """One ScalingPoint per stream count: medians over its runs, the CI of the throughput."""
     from aorta.hw_queue_eval.analysis.stats import median_ci
 
@@ -190,7 +191,7 @@ def step_trend(a: ScalingPoint, b: ScalingPoint) -> str:
     return "uncertain"
 
 
-def find_knee(points: list[ScalingPoint], work_scaling: str) -> tuple[int | None, list[dict[str, Any]]]:
+def find_knee(points: list[ScalingPoint], work_scaling: str) -> tuple[int | None, list[JsonObject]]:
     """Stream count where throughput stops scaling (None: scales to the end) and each step.
 
     The knee is the smallest K (not the last point) such that no later point b captures
@@ -199,7 +200,7 @@ def find_knee(points: list[ScalingPoint], work_scaling: str) -> tuple[int | None
     steps = []
     for a, b in itertools.pairwise(points):
         gain = captured(a, b, work_scaling)
-        step: dict[str, Any] = {
+        step: JsonObject = {
             "from": a.streams,
             "to": b.streams,
             "captured": gain,
@@ -234,7 +235,7 @@ class ScalingAnalysis:
     peak_streams: int | None
     peak_throughput: float | None
     knee_streams: int | None
-    steps: list[dict[str, Any]]
+    steps: list[JsonObject]
     latency_jump_streams: int | None
     dispatch_jump_streams: int | None
     pool_size: int | None
@@ -252,14 +253,14 @@ class ScalingAnalysis:
     warnings: list[str] = field(default_factory=list)
     throughputs: list[float] = field(default_factory=list)  # per point, stream_counts order
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The JSON analysis, with upstream AORTA's keys (results/upstream_keys.py)."""
         from aorta.hw_queue_eval.results.upstream_keys import scaling_keys
 
         return {**asdict(self), **scaling_keys(self.stream_counts, self.throughputs, self.peak_streams)}
 
 
-def pool_size_of(result: dict[str, Any]) -> tuple[int | None, str]:
+def pool_size_of(result: JsonObject) -> tuple[int | None, str]:
     """Hardware-queue pool size of a run: its queue mapping, else GPU_MAX_HW_QUEUES it ran with."""
     pool = (result.get("queue_mapping") or {}).get("pool_size")
     if isinstance(pool, int):
@@ -372,7 +373,7 @@ def unstable_points(points: list[ScalingPoint]) -> list[dict[str, Any]]:
     ]
 
 
-def analyze(results: list[dict[str, Any]], work_scaling: str) -> ScalingAnalysis | None:
+def analyze(results: list[JsonObject], work_scaling: str) -> ScalingAnalysis | None:
     """Scaling analysis of ok run results (any order, repeats of a stream count grouped);
     None with fewer than two usable stream counts."""
     points = group_points(results)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.ops.records import OpRecord
 
 if TYPE_CHECKING:
@@ -204,7 +205,7 @@ class Backend(ABC):
     def reset_memory_peak(self) -> None:
         """Start a new peak-memory measurement (no-op where unsupported)."""
 
-    def environment(self) -> dict[str, Any]:
+    def environment(self) -> JsonObject:
         """Backend facts for the result's environment block."""
         return {}
 

@@ -26,6 +26,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.backends.base import (
     Backend,
     DependencyLog,
@@ -569,7 +570,7 @@ class CpuBackend(Backend):
             "source": "VmHWM of this process, reset before warm-up",
         }
 
-    def environment(self) -> dict[str, Any]:
+    def environment(self) -> JsonObject:
         """The settings that decide how the queue threads share the CPUs (docs/metrics.md)."""
         import torch
 

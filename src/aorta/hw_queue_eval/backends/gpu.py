@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aorta.common.errors import UsageError
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.backends.base import Backend, DependencyLog, Stream
 from aorta.hw_queue_eval.backends.priority import StreamFactory, describe, torch_priorities
 from aorta.hw_queue_eval.ops.opfold import CHUNK_OPS, DEVICE, FoldedOps, LabelTable, OpFold
@@ -346,7 +347,7 @@ class GpuBackend(Backend):
             "source": "torch.cuda caching allocator peaks on the target device",
         }
 
-    def environment(self) -> dict[str, Any]:
+    def environment(self) -> JsonObject:
         import torch
 
         props = torch.cuda.get_device_properties(self._torch_device)

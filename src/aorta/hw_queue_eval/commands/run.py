@@ -16,6 +16,7 @@ from aorta.common.atomicio import (
 )
 from aorta.common.errors import ExitCode, MeasurementFailed, UsageError
 from aorta.common.interrupts import commit
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.analysis.exact_u import ALPHA, MIN_RUNS_TO_DETECT
 from aorta.hw_queue_eval.commands import collaborators
 from aorta.hw_queue_eval.commands._options import (
@@ -47,9 +48,7 @@ def register(group: click.Group) -> None:
     group.add_command(run_command)
 
 
-def _write_outputs(
-    result: dict[str, Any], output: str | None, trace_out: str | None
-) -> tuple[list[str], str]:
+def _write_outputs(result: JsonObject, output: str | None, trace_out: str | None) -> tuple[list[str], str]:
     """Write -o and --trace-out: (what was written, "" or the one-line error). On a failed write
     (disk full) the file is kept in a private temp folder that the error names. The trace is
     encoded and written piece by piece (report/trace.trace_chunks): its memory does not grow
@@ -349,7 +348,7 @@ def _overlap_flags(overlap: dict[str, str | None]) -> list[str]:
     ]
 
 
-def _echo_profile(result: dict[str, Any]) -> None:
+def _echo_profile(result: JsonObject) -> None:
     """The PROFILER OUTPUT block of a --profile run (nothing without one)."""
     from aorta.hw_queue_eval.report.profiler_view import profiler_lines
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.backends import Backend, create_backend, resolve_device
 from aorta.hw_queue_eval.backends.base import SubmissionRecord
 from aorta.hw_queue_eval.backends.priority import parse_spec
@@ -456,7 +457,7 @@ def run_warnings(
     return warnings
 
 
-def config_section(config: RunConfig, device: str, size: str, backend_name: str) -> dict[str, Any]:
+def config_section(config: RunConfig, device: str, size: str, backend_name: str) -> JsonObject:
     """The run's config as recorded: the options, with the device, size and backend resolved."""
     config_dict = config.to_dict()
     config_dict.update({"device": device, "size": size, "backend": backend_name})

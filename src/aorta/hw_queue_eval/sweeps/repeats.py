@@ -13,10 +13,11 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.analysis.summaries import aggregate, representative, run_summary
 
 
-def conditions() -> dict[str, Any]:
+def conditions() -> JsonObject:
     """Machine load when a run starts (1-min load average, cores), to flag mixed conditions."""
     try:
         load = os.getloadavg()[0]

@@ -28,6 +28,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
+
 FORMULA = (
     "per submission (doorbell ring): kernel = doorbell write → worker on a CPU; harness = "
     "doorbell write → worker starts the handed work; coverage = 100 * matched / harness "
@@ -59,11 +61,11 @@ NO_HANDOFFS = (
 
 
 def compare_with_harness(
-    queue_section: dict[str, Any],
+    queue_section: JsonObject,
     submissions: list[Any] | None,
     kernel_records: list[list[Any]] | None,
     totals: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """The comparison section; null values carry a reason.
 
     `submissions` may hold only each queue's first rings (backends/cpu.py keeps at least the
@@ -76,7 +78,7 @@ def compare_with_harness(
             "formula": FORMULA,
         }
     source = queue_section.get("source")
-    base: dict[str, Any] = {
+    base: JsonObject = {
         "status": "ok",
         "error": None,
         "formula": FORMULA,
@@ -170,7 +172,7 @@ def match_submissions(
     return pairs, dict(why), late
 
 
-def _means(pairs: list[tuple[int, int, str]], kernel_key: str, harness_key: str) -> dict[str, Any]:
+def _means(pairs: list[tuple[int, int, str]], kernel_key: str, harness_key: str) -> JsonObject:
     """Both means over the same pairs, their count, and the kernel's share of the harness sum."""
     k_total = sum(k for k, _, _ in pairs)
     h_total = sum(h for _, h, _ in pairs)

@@ -10,9 +10,10 @@ import os
 import threading
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import engine
 from aorta.ebpf import timeline as timeline_mod
-from aorta.ebpf.probes.base import TraceTarget
+from aorta.ebpf.probes.base import CollectContext, TraceTarget
 from aorta.ebpf.probes.cpu_sched import SUBMITTER_LABEL
 from aorta.ebpf.program import Program, ProgramError
 from aorta.ebpf.session import SessionError, TraceSession, stop_timeout_s
@@ -100,7 +101,7 @@ class EbpfTracer:
         warn_in_result(context.warnings, sections)
         return TracerSections.of(sections)
 
-    def _finish(self, context: WindowContext) -> dict[str, Any]:
+    def _finish(self, context: WindowContext) -> JsonObject:
         if self.session is None or self.program is None:
             sections = engine.unavailable_sections(
                 self.error or "not started", self.queue, self.memory, self.status, self.ready
@@ -123,7 +124,7 @@ class EbpfTracer:
 
 def family_context(
     context: WindowContext, pid: int, submitter_tid: int | None, output: Any
-) -> dict[str, Any]:
+) -> CollectContext:
     """What the families' collect needs from one benchmark process (its workers, pid, streams)."""
     backend = context.backend
     workers = [w.__dict__ for w in backend.workers()] if backend is not None else []
@@ -144,8 +145,8 @@ def sections_for(
     queue: bool,
     memory: bool,
     context: WindowContext,
-    fam_context: dict[str, Any],
-) -> dict[str, Any]:
+    fam_context: CollectContext,
+) -> JsonObject:
     """The result sections of one process from a stopped session's output."""
     results = engine.collect_results(program, output, fam_context)
     backend = context.backend.name if context.backend is not None else None
@@ -164,7 +165,7 @@ def sections_for(
     return sections
 
 
-def warn_in_result(warnings: list[str], sections: dict[str, Any]) -> None:
+def warn_in_result(warnings: list[str], sections: JsonObject) -> None:
     """Surface tracing problems among the result's warnings (they are easy to miss otherwise)."""
     for key, section in sections.items():
         if not isinstance(section, dict) or key == "ebpf_vs_cuda_comparison":
