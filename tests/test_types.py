@@ -39,7 +39,6 @@ ALLOWED: dict[str, str] = {
     "src/aorta/ebpf/probes/jobs.py": NOT_YET,
     "src/aorta/ebpf/procstat.py": NOT_YET,
     "src/aorta/ebpf/session.py": NOT_YET,
-    "src/aorta/hw_queue_eval/analysis/diagnosis.py": NOT_YET,
     "src/aorta/hw_queue_eval/analysis/scaling.py": NOT_YET,
     "src/aorta/hw_queue_eval/backends/base.py": NOT_YET,
     "src/aorta/hw_queue_eval/backends/cpu.py": NOT_YET,
