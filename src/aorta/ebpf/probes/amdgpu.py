@@ -110,7 +110,7 @@ class AmdgpuFamily(ProbeFamily):
             "submissions_per_ring": jobs.measured_or_none(submits, absent),
             "dispatches_per_ring": jobs.measured_or_none(dispatches, absent),
             "jobs_without_traced_submission": jobs.measured_or_none(internal, absent),
-            "submit_to_dispatch_hist_ns": hist.as_records(s2d["hist"]),
+            "submit_to_dispatch_hist_ns": hist.as_records(s2d.hist),
             "histogram_kind": hist.LOGLINEAR_KIND,
             "dispatch_to_done_avg_us": jobs.avg_us(d2c),
             "dispatch_to_done_count": jobs.measured_or_none(d2c[0] if d2c else 0, absent),

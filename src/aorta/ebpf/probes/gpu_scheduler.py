@@ -122,7 +122,7 @@ class GpuSchedulerFamily(ProbeFamily):
             "queued_per_ring": jobs.measured_or_none(queued, absent),
             "run_per_ring": jobs.measured_or_none(run, absent),
             "jobs_without_traced_submission": jobs.measured_or_none(untraced, absent),
-            "submit_to_dispatch_hist_ns": hist.as_records(q2r["hist"]),
+            "submit_to_dispatch_hist_ns": hist.as_records(q2r.hist),
             "histogram_kind": hist.LOGLINEAR_KIND,
             "run_to_done_avg_us": jobs.avg_us(r2d),
         }

@@ -26,7 +26,7 @@ def job_summary(
     submits: dict[str, int],
     dispatches: dict[str, int],
     s2d: tuple[int, int] | None,
-    s2d_dist: dict[str, Any],
+    s2d_dist: hist.Distribution,
     *,
     submissions_meaning: str,
     dispatches_meaning: str,

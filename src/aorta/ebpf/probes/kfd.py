@@ -180,7 +180,7 @@ class KfdFamily(ProbeFamily):
             "queues_created": created,
             "wait_events_p99_us": wait_p99["value"] / 1e3 if wait_p99 else None,
             "wait_events_p99": wait_p99,
-            "wait_events_hist_ns": hist.as_records(wait["hist"]),
+            "wait_events_hist_ns": hist.as_records(wait.hist),
             "sysfs_inventory": inventory,
             "multiplexing": multiplexing_verdict(created, inventory, context.get("streams")),
         }
