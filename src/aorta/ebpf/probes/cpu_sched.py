@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from aorta.common.jsontypes import JsonObject
@@ -44,6 +45,19 @@ DOORBELL_BYTES = 8  # an eventfd read returns its 8-byte counter
 DISPATCH_HEAD = "tracepoint:sched:sched_switch\n{\n"  # the doorbells' switch probe (no predicate)
 ON_CPU, RUN_QUEUE = "cpu_sched_tlon", "cpu_sched_tlrq"  # timeline slice kinds (timeline.py)
 _EVENTS = ("sched:sched_switch", "syscalls:sys_enter_write", "syscalls:sys_exit_read")
+
+
+@dataclass
+class QueueStats:
+    """One queue's doorbell figures from the printed maps: doorbells rung (submissions), those
+    consumed by its worker (dispatches) with their summed delay, the delay histogram, and
+    doorbells left unconsumed (protocol breaks)."""
+
+    submissions: int = 0
+    dispatches: int = 0
+    total_ns: int = 0
+    hist: list[tuple[int, int, int]] = field(default_factory=list)
+    unconsumed: int = 0
 
 
 class CpuSchedFamily(ProbeFamily):
@@ -311,7 +325,7 @@ class CpuSchedFamily(ProbeFamily):
             worker = workers.get(tid)
             q = queues.get(worker["queue"]) if worker else None
             if worker and bells_on and q is None:  # traced, and nothing rang: a measured 0
-                q = {"submissions": 0, "dispatches": 0, "total_ns": 0, "hist": [], "unconsumed": 0}
+                q = QueueStats()
             edge_cpus = {
                 c for c in (start.get(tid, {}).get("cpu"), stop.get(tid, {}).get("cpu")) if c is not None
             }
@@ -348,7 +362,7 @@ class CpuSchedFamily(ProbeFamily):
     def _summarise(
         self,
         rows: list[JsonObject],
-        queues: dict[int, dict[str, Any]],
+        queues: dict[int, QueueStats],
         workers: dict[int, dict[str, Any]],
         per_submission: list[list[Any]],
         attached: list[str],
@@ -377,7 +391,7 @@ class CpuSchedFamily(ProbeFamily):
                 "the log-linear histogram's estimate, said by submit_to_dispatch_p99_method"
             ),
         }
-        merged = hist.merge(*(q["hist"] for q in queues.values()))
+        merged = hist.merge(*(q.hist for q in queues.values()))
         metrics = {
             "summary": summary,
             "threads": rows,
@@ -415,25 +429,23 @@ def queue_slice(maps: JsonObject, first: int, count: int) -> JsonObject:
     return out
 
 
-def _queue_stats(maps: JsonObject) -> dict[int, dict[str, Any]]:
+def _queue_stats(maps: JsonObject) -> dict[int, QueueStats]:
     """Per queue: rings (submissions), dispatches, their sum, histogram, protocol breaks."""
-    queues: dict[int, dict[str, Any]] = {}
+    queues: dict[int, QueueStats] = {}
 
-    def queue(q: int) -> dict[str, Any]:
-        return queues.setdefault(
-            q, {"submissions": 0, "dispatches": 0, "total_ns": 0, "hist": [], "unconsumed": 0}
-        )
+    def queue(q: int) -> QueueStats:
+        return queues.setdefault(q, QueueStats())
 
     for key, value in hist.keyed(maps.get("@cpu_sched_seq")).items():
-        queue(int(key))["submissions"] = int(value)
+        queue(int(key)).submissions = int(value)
     for key, value in hist.keyed(maps.get("@cpu_sched_s2d_s")).items():
         st = hist.stats(value)
         if st:
-            queue(int(key))["dispatches"], queue(int(key))["total_ns"] = st
+            queue(int(key)).dispatches, queue(int(key)).total_ns = st
     for key, buckets in hist.loglinear_keyed(maps.get("@cpu_sched_s2d")).items():
-        queue(int(key))["hist"] = buckets
+        queue(int(key)).hist = buckets
     for key, value in hist.keyed(maps.get("@cpu_sched_unconsumed")).items():
-        queue(int(key))["unconsumed"] = int(value)
+        queue(int(key)).unconsumed = int(value)
     return queues
 
 
@@ -450,7 +462,7 @@ def _per_submission(maps: JsonObject) -> list[list[int | None]]:
 
 
 def _timeline(
-    maps: JsonObject, context: CollectContext, queues: dict[int, dict[str, Any]], keep: int, bells: int
+    maps: JsonObject, context: CollectContext, queues: dict[int, QueueStats], keep: int, bells: int
 ) -> JsonObject:
     """The per-event records for --trace-out: on-CPU slices and run-queue waits per registered
     thread, and each doorbell [queue, seq, writer tid, write ns, dispatch ns or null]; each kind
@@ -475,7 +487,7 @@ def _timeline(
             ]
         )
     rows.sort(key=lambda r: (r[3], r[0]))
-    seen = sum(q["submissions"] for q in queues.values())
+    seen = sum(q.submissions for q in queues.values())
     threads = [
         {"tid": int(w["tid"]), "label": f"q{w['queue']}", "queue": w["queue"]}
         for w in context.get("workers", [])
@@ -520,32 +532,32 @@ def per_queue_cap(queues: int) -> int:
 
 
 def _summary(
-    queues: dict[int, dict[str, Any]],
+    queues: dict[int, QueueStats],
     worker_rows: list[JsonObject],
     per_submission: list[list[Any]],
     cap: int,
 ) -> JsonObject:
     """The queue section's headline: counts behind every mean, exact P99 when all samples are kept."""
-    n = sum(q["dispatches"] for q in queues.values())
-    total = sum(q["total_ns"] for q in queues.values())
-    merged = hist.merge(*(q["hist"] for q in queues.values()))
+    n = sum(q.dispatches for q in queues.values())
+    total = sum(q.total_ns for q in queues.values())
+    merged = hist.merge(*(q.hist for q in queues.values()))
     samples = [r[3] for r in per_submission if r[3] is not None]
     p99 = _p99_record(samples, merged, n)
     rings = sorted({r["queue"] for r in worker_rows if (r["on_cpu_ms"] or 0) > 0 or r["dispatches"]})
     return {
         "source": "cpu_sched",
-        "total_submissions": sum(q["submissions"] for q in queues.values()),
+        "total_submissions": sum(q.submissions for q in queues.values()),
         "submissions_meaning": (
             "doorbell writes: hand-offs of work to an idle CPU-backend queue "
             "(one eventfd write each), window only"
         ),
-        "submissions_per_queue": {str(k): v["submissions"] for k, v in sorted(queues.items())},
+        "submissions_per_queue": {str(k): v.submissions for k, v in sorted(queues.items())},
         "total_dispatches": n,
         "dispatches_meaning": (
             "those doorbells consumed by their worker, each timed at the "
             "worker's first switch onto a CPU after the write"
         ),
-        "unconsumed_doorbells": sum(q["unconsumed"] for q in queues.values()),
+        "unconsumed_doorbells": sum(q.unconsumed for q in queues.values()),
         "hw_rings_used": rings,
         "hw_rings_meaning": "CPU-backend queues whose worker thread ran in the window",
         "submit_to_dispatch_avg_us": total / n / 1e3 if n else None,
@@ -612,7 +624,7 @@ def _thread_row(
     tid: int,
     comm: str | None,
     worker: dict[str, Any] | None,
-    q: dict[str, Any] | None,
+    q: QueueStats | None,
     samples: list[int],
     submitter: bool,
     cpus: list[int],
@@ -622,8 +634,8 @@ def _thread_row(
     """One per-thread (= per queue on the CPU backend) row of the table; the doorbell columns are
     null unless the thread is a queue worker whose doorbell was traced (`q` given)."""
     helper = WORKER_COMM.match(comm or "") if worker is None else None
-    n = q["dispatches"] if q else None
-    p99 = _p99_record(samples, q["hist"], n) if q and n else None
+    n = q.dispatches if q else None
+    p99 = _p99_record(samples, q.hist, n) if q and n else None
     on_cpu = procstat.delta(start, stop, tid, "exec_ns")
     delay = procstat.delta(start, stop, tid, "run_delay_ns")
     vol = procstat.delta(start, stop, tid, "voluntary")
@@ -636,9 +648,9 @@ def _thread_row(
         "helper_of_queue": int(helper.group(1)) if helper else None,
         "submitter": submitter,
         "streams": _streams_of(worker),
-        "submissions": q["submissions"] if q else None,
+        "submissions": q.submissions if q else None,
         "dispatches": n,
-        "submit_to_dispatch_avg_us": (q["total_ns"] / n / 1e3) if q and n else None,
+        "submit_to_dispatch_avg_us": (q.total_ns / n / 1e3) if q and n else None,
         "submit_to_dispatch_p99_us": (p99["value"] / 1e3) if p99 else None,
         "submit_to_dispatch_p99_method": (
             None if p99 is None else "exact" if p99["method"] == "exact" else "log-linear estimate"
