@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from aorta.ebpf import hist
+from aorta.ebpf import hist, procstat
 from aorta.ebpf.probes.amdgpu import AmdgpuFamily
 from aorta.ebpf.probes.base import FamilyResult
 from aorta.ebpf.probes.cpu_sched import CpuSchedFamily
@@ -66,15 +66,16 @@ def test_cpu_sched_attributes_doorbells_to_queues() -> None:
     }
     workers = [{"tid": 11, "queue": 0, "streams": (0, 2)}, {"tid": 12, "queue": 1, "streams": (1,)}]
 
-    def counters(exec_ns: int, vol: int, invol: int, comm: str = "aorta-hwq0") -> dict:
-        return {
-            "exec_ns": exec_ns,
-            "run_delay_ns": exec_ns // 10,
-            "voluntary": vol,
-            "involuntary": invol,
-            "comm": comm,
-            "cpu": 0,
-        }
+    def counters(exec_ns: int, vol: int, invol: int, comm: str = "aorta-hwq0") -> procstat.ThreadCounters:
+        return procstat.ThreadCounters(
+            pid=1,
+            comm=comm,
+            exec_ns=exec_ns,
+            run_delay_ns=exec_ns // 10,
+            voluntary=vol,
+            involuntary=invol,
+            cpu=0,
+        )
 
     snaps = {
         "cpu_sched": {

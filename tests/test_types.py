@@ -35,7 +35,6 @@ ALLOWED: dict[str, str] = {
     "src/aorta/ebpf/mapcap.py": NOT_YET,
     "src/aorta/ebpf/memory_metrics.py": NOT_YET,
     "src/aorta/ebpf/probes/cpu_sched.py": NOT_YET,
-    "src/aorta/ebpf/procstat.py": NOT_YET,
     "src/aorta/ebpf/session.py": NOT_YET,
     "src/aorta/hw_queue_eval/analysis/scaling.py": NOT_YET,
     "src/aorta/hw_queue_eval/backends/base.py": NOT_YET,

@@ -307,12 +307,13 @@ class CpuSchedFamily(ProbeFamily):
         workers = {int(w["tid"]): w for w in context.get("workers", []) if w.get("tid")}
         queues = _queue_stats(maps)
         snaps = (context.get("snapshots") or {}).get(self.name) or {}
-        start, stop = snaps.get("start") or {}, snaps.get("stop") or {}
+        start: dict[int, procstat.ThreadCounters] = snaps.get("start") or {}
+        stop: dict[int, procstat.ThreadCounters] = snaps.get("stop") or {}
         cpus: dict[int, set[int]] = {}
         for key in hist.keyed(maps.get("@cpu_sched_cpus")):
-            tid, _, cpu = key.partition(",")
-            if tid and cpu:
-                cpus.setdefault(int(tid), set()).add(int(cpu))
+            thread, _, cpu = key.partition(",")
+            if thread and cpu:
+                cpus.setdefault(int(thread), set()).add(int(cpu))
         tids = {t for t in stop if (procstat.delta(start, stop, t, "exec_ns") or 0) > 0}
         tids |= set(workers)
         counted = {int(k): int(v) for k, v in hist.keyed(maps.get("@cpu_sched_switches")).items()}
@@ -326,10 +327,9 @@ class CpuSchedFamily(ProbeFamily):
             q = queues.get(worker["queue"]) if worker else None
             if worker and bells_on and q is None:  # traced, and nothing rang: a measured 0
                 q = QueueStats()
-            edge_cpus = {
-                c for c in (start.get(tid, {}).get("cpu"), stop.get(tid, {}).get("cpu")) if c is not None
-            }
-            comm = stop.get(tid, {}).get("comm") or start.get(tid, {}).get("comm")
+            first, last = start.get(tid), stop.get(tid)
+            edge_cpus = {c.cpu for c in (first, last) if c is not None and c.cpu is not None}
+            comm = (last.comm if last else None) or (first.comm if first else None)
             mine = worker["queue"] if worker else None
             samples = [r[3] for r in per_submission if r[0] == mine and r[3] is not None]
             row = _thread_row(
@@ -628,8 +628,8 @@ def _thread_row(
     samples: list[int],
     submitter: bool,
     cpus: list[int],
-    start: dict[int, Any],
-    stop: dict[int, Any],
+    start: dict[int, procstat.ThreadCounters],
+    stop: dict[int, procstat.ThreadCounters],
 ) -> JsonObject:
     """One per-thread (= per queue on the CPU backend) row of the table; the doorbell columns are
     null unless the thread is a queue worker whose doorbell was traced (`q` given)."""
