@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import engine
 from aorta.ebpf.engine import Readiness, check_readiness
-from aorta.ebpf.probes.base import CollectContext, ProbeFamily, TraceTarget
+from aorta.ebpf.probes.base import CollectContext, ProbeFamily, QueueWorker, TraceTarget
 from aorta.ebpf.probes.registry import families_for
 
 
@@ -56,7 +56,7 @@ class TracedWindow:
 def _default_context(target: TraceTarget) -> CollectContext:
     """The family context for a plain Python caller: its doorbells' workers as queues, the
     calling thread as the submitter."""
-    workers = [{"tid": tid, "queue": queue, "streams": [queue]} for _, _, tid, queue in target.doorbells]
+    workers = [QueueWorker(tid, queue, streams=(queue,)) for _, _, tid, queue in target.doorbells]
     return {
         "workers": workers,
         "pids": list(target.pids),

@@ -56,6 +56,19 @@ class TraceTarget:
     timeline_events: int = 0  # per-event timeline records kept per kind (0: aggregates only)
 
 
+@dataclass(frozen=True)
+class QueueWorker:
+    """A thread that runs one queue's work (CPU backend), as collect() finds it in the context's
+    `workers`: its tid and queue, the streams it serves (None: not known from outside the
+    process), its doorbell fd and its process (None where not known)."""
+
+    tid: int
+    queue: int
+    streams: tuple[int, ...] | None = None
+    doorbell_fd: int | None = None
+    pid: int | None = None
+
+
 @dataclass
 class RenderContext:
     """What a family needs to render code for this machine and this run.

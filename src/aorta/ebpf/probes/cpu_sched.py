@@ -30,6 +30,7 @@ from aorta.ebpf.probes.base import (
     FamilyResult,
     ProbeCode,
     ProbeFamily,
+    QueueWorker,
     RenderContext,
     TraceTarget,
 )
@@ -304,7 +305,7 @@ class CpuSchedFamily(ProbeFamily):
         return procstat.task_counters(target.pids, target.exclude_pids)
 
     def collect(self, maps: JsonObject, context: CollectContext) -> FamilyResult:
-        workers = {int(w["tid"]): w for w in context.get("workers", []) if w.get("tid")}
+        workers: dict[int, QueueWorker] = {w.tid: w for w in context.get("workers", []) if w.tid}
         queues = _queue_stats(maps)
         snaps = (context.get("snapshots") or {}).get(self.name) or {}
         start: dict[int, procstat.ThreadCounters] = snaps.get("start") or {}
@@ -324,13 +325,13 @@ class CpuSchedFamily(ProbeFamily):
         rows = []
         for tid in sorted(tids):
             worker = workers.get(tid)
-            q = queues.get(worker["queue"]) if worker else None
+            q = queues.get(worker.queue) if worker else None
             if worker and bells_on and q is None:  # traced, and nothing rang: a measured 0
                 q = QueueStats()
             first, last = start.get(tid), stop.get(tid)
             edge_cpus = {c.cpu for c in (first, last) if c is not None and c.cpu is not None}
             comm = (last.comm if last else None) or (first.comm if first else None)
-            mine = worker["queue"] if worker else None
+            mine = worker.queue if worker else None
             samples = [r[3] for r in per_submission if r[0] == mine and r[3] is not None]
             row = _thread_row(
                 tid,
@@ -344,7 +345,7 @@ class CpuSchedFamily(ProbeFamily):
                 stop,
             )
             if worker and not bells_on:  # a queue worker whose doorbell was not traced
-                row["queue"], row["streams"] = worker["queue"], _streams_of(worker)
+                row["queue"], row["streams"] = worker.queue, _streams_of(worker)
             if row["switches"] is None and tid in counted:  # not in both /proc snapshots
                 row["switches"] = counted[tid]
             rows.append(row)
@@ -363,7 +364,7 @@ class CpuSchedFamily(ProbeFamily):
         self,
         rows: list[JsonObject],
         queues: dict[int, QueueStats],
-        workers: dict[int, dict[str, Any]],
+        workers: dict[int, QueueWorker],
         per_submission: list[list[Any]],
         attached: list[str],
         cap: int,
@@ -489,9 +490,7 @@ def _timeline(
     rows.sort(key=lambda r: (r[3], r[0]))
     seen = sum(q.submissions for q in queues.values())
     threads = [
-        {"tid": int(w["tid"]), "label": f"q{w['queue']}", "queue": w["queue"]}
-        for w in context.get("workers", [])
-        if w.get("tid")
+        {"tid": w.tid, "label": f"q{w.queue}", "queue": w.queue} for w in context.get("workers", []) if w.tid
     ]
     threads += [
         {"tid": int(t), "label": SUBMITTER_LABEL, "queue": None} for t in context.get("submitter_tids", [])
@@ -623,7 +622,7 @@ def _sum_or_none(values: list[float | None]) -> float | None:
 def _thread_row(
     tid: int,
     comm: str | None,
-    worker: dict[str, Any] | None,
+    worker: QueueWorker | None,
     q: QueueStats | None,
     samples: list[int],
     submitter: bool,
@@ -643,7 +642,7 @@ def _thread_row(
     return {
         "tid": tid,
         "comm": comm,
-        "queue": worker["queue"] if worker else None,
+        "queue": worker.queue if worker else None,
         # threads a queue worker started (torch/OpenMP pools) inherit its name: shown, not counted
         "helper_of_queue": int(helper.group(1)) if helper else None,
         "submitter": submitter,
@@ -663,7 +662,7 @@ def _thread_row(
     }
 
 
-def _streams_of(worker: dict[str, Any] | None) -> list[int] | None:
+def _streams_of(worker: QueueWorker | None) -> list[int] | None:
     """The streams a worker serves (None when unknown: not a worker, or found from outside)."""
-    streams = worker.get("streams") if worker else None
+    streams = worker.streams if worker else None
     return list(streams) if streams is not None else None

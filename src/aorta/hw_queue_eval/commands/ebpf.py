@@ -326,7 +326,7 @@ def ebpf_attach_command(
     target = TraceTarget(
         pids=pids,
         follow_children=True,
-        thread_labels={w["tid"]: f"q{w['queue']}" for w in bells.workers},
+        thread_labels={w.tid: f"q{w.queue}" for w in bells.workers},
         doorbells=bells.doorbells,
         timeline_events=timeline.TIMELINE_EVENTS if trace_out else 0,
     )

@@ -13,7 +13,7 @@ from typing import Any
 from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import engine
 from aorta.ebpf import timeline as timeline_mod
-from aorta.ebpf.probes.base import CollectContext, TraceTarget
+from aorta.ebpf.probes.base import CollectContext, QueueWorker, TraceTarget
 from aorta.ebpf.probes.cpu_sched import SUBMITTER_LABEL
 from aorta.ebpf.program import Program, ProgramError
 from aorta.ebpf.session import SessionError, TraceSession, stop_timeout_s
@@ -127,7 +127,11 @@ def family_context(
 ) -> CollectContext:
     """What the families' collect needs from one benchmark process (its workers, pid, streams)."""
     backend = context.backend
-    workers = [w.__dict__ for w in backend.workers()] if backend is not None else []
+    workers = (
+        [QueueWorker(w.tid, w.queue, tuple(w.streams), w.doorbell_fd) for w in backend.workers()]
+        if backend is not None
+        else []
+    )
     return {
         "workers": workers,
         "window": engine.window_info(output),
