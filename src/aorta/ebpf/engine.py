@@ -257,8 +257,8 @@ def _section(
         **summary,
         "lost_events": lost,
         "lost_event_records": output.lost_records,
-        "dropped_updates": capacity["dropped_updates_total"],
-        "map_capacity": capacity,
+        "dropped_updates": capacity.dropped_updates_total,
+        "map_capacity": capacity.to_json(),
         "families": families,
         "probes_attached": output.attached_probes,
         "events_attached": sorted({e for r in results for e in program.used_events.get(r.family, [])}),
@@ -291,14 +291,14 @@ def _section(
     warnings = []
     if lost:
         warnings.append(f"{lost} events lost")
-    if capacity["dropped_updates_total"] or capacity["full_maps"]:
+    if capacity.dropped_updates_total or capacity.full_maps:
         maps = ", ".join(
-            f"{name} ({capacity['dropped_updates'].get(name, 'full')})"
-            for name in sorted({*capacity["dropped_updates"], *capacity["full_maps"]})
+            f"{name} ({capacity.dropped_updates.get(name, 'full')})"
+            for name in sorted({*capacity.dropped_updates, *capacity.full_maps})
         )
         warnings.append(
-            f"{capacity['dropped_updates_total']} map updates dropped by full maps "
-            f"[{maps}] (limit {capacity['keys_max']} keys per map)"
+            f"{capacity.dropped_updates_total} map updates dropped by full maps "
+            f"[{maps}] (limit {capacity.keys_max} keys per map)"
         )
     if warnings:
         body["warning"] = "; ".join(warnings) + ": aggregates are incomplete"
