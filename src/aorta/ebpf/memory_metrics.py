@@ -10,7 +10,7 @@ from __future__ import annotations
 import gzip
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -195,7 +195,31 @@ def kfd_events_from_log(log: Mapping[tuple[int, ...], int]) -> list[KfdEvent]:
     return sorted(events, key=lambda e: (e.ts_ns, e.kind))
 
 
-def pair_evictions(events: Iterable[KfdEvent]) -> dict[int, dict[str, Any]]:
+@dataclass
+class ProcessEvictions:
+    """One process's evictions in the window, as `pair_evictions` pairs them: counts, the
+    evict→restore times (ns), restores with no eviction seen, the evict and restore workers' run
+    times (ns), and whether it was still evicted at the end."""
+
+    evictions: int = 0
+    restores: int = 0
+    pairs_ns: list[int] = field(default_factory=list)
+    unpaired_restores: int = 0
+    evict_worker_ns: list[int] = field(default_factory=list)
+    restore_worker_ns: list[int] = field(default_factory=list)
+    still_evicted_at_end: bool = False
+
+
+@dataclass
+class _OpenEviction:
+    """What `pair_evictions` still waits to close for one process (times in ns)."""
+
+    evicted_since: int | None = None
+    evict_worker: int | None = None
+    restore_worker: int | None = None
+
+
+def pair_evictions(events: Iterable[KfdEvent]) -> dict[int, ProcessEvictions]:
     """Per process id: evictions, restores and evict→restore pairs (times in ns).
 
     Rule: an eviction starts at the evict worker's start (or the old single `evict_process`
@@ -205,51 +229,35 @@ def pair_evictions(events: Iterable[KfdEvent]) -> dict[int, dict[str, Any]]:
     happened before the window) and evictions not restored by the end stay unpaired.
     Worker run times (start → end) are measured separately for evict and restore.
     """
-    state: dict[int, dict[str, Any]] = {}
-
-    def proc_state(pid: int) -> dict[str, Any]:
-        return state.setdefault(
-            pid,
-            {
-                "evictions": 0,
-                "restores": 0,
-                "pairs_ns": [],
-                "evicted_since": None,
-                "unpaired_restores": 0,
-                "evict_worker_ns": [],
-                "restore_worker_ns": [],
-                "open_evict_worker": None,
-                "open_restore_worker": None,
-            },
-        )
-
+    state: dict[int, ProcessEvictions] = {}
+    pending: dict[int, _OpenEviction] = {}
     for ev in sorted(events, key=lambda e: (e.ts_ns, e.kind)):
-        st = proc_state(ev.proc)
+        st = state.setdefault(ev.proc, ProcessEvictions())
+        op = pending.setdefault(ev.proc, _OpenEviction())
         if ev.kind in (KFD_EVICT_START, KFD_OLD_EVICT):
-            st["evictions"] += 1
-            if st["evicted_since"] is None:
-                st["evicted_since"] = ev.ts_ns
+            st.evictions += 1
+            if op.evicted_since is None:
+                op.evicted_since = ev.ts_ns
             if ev.kind == KFD_EVICT_START:
-                st["open_evict_worker"] = ev.ts_ns
+                op.evict_worker = ev.ts_ns
         elif ev.kind == KFD_EVICT_END:
-            if st["open_evict_worker"] is not None:
-                st["evict_worker_ns"].append(ev.ts_ns - st["open_evict_worker"])
-                st["open_evict_worker"] = None
+            if op.evict_worker is not None:
+                st.evict_worker_ns.append(ev.ts_ns - op.evict_worker)
+                op.evict_worker = None
         elif ev.kind == KFD_RESTORE_START:
-            st["open_restore_worker"] = ev.ts_ns
+            op.restore_worker = ev.ts_ns
         elif ev.kind in (KFD_RESTORE_END, KFD_OLD_RESTORE):
-            st["restores"] += 1
-            if ev.kind == KFD_RESTORE_END and st["open_restore_worker"] is not None:
-                st["restore_worker_ns"].append(ev.ts_ns - st["open_restore_worker"])
-                st["open_restore_worker"] = None
-            if st["evicted_since"] is not None:
-                st["pairs_ns"].append(ev.ts_ns - st["evicted_since"])
-                st["evicted_since"] = None
+            st.restores += 1
+            if ev.kind == KFD_RESTORE_END and op.restore_worker is not None:
+                st.restore_worker_ns.append(ev.ts_ns - op.restore_worker)
+                op.restore_worker = None
+            if op.evicted_since is not None:
+                st.pairs_ns.append(ev.ts_ns - op.evicted_since)
+                op.evicted_since = None
             else:
-                st["unpaired_restores"] += 1
-    for st in state.values():
-        st["still_evicted_at_end"] = st["evicted_since"] is not None
-        del st["evicted_since"], st["open_evict_worker"], st["open_restore_worker"]
+                st.unpaired_restores += 1
+    for proc, st in state.items():
+        st.still_evicted_at_end = pending[proc].evicted_since is not None
     return state
 
 
@@ -263,17 +271,17 @@ def _us(ns: float | None) -> float | None:
 
 
 def summarize_evictions(
-    per_proc: Mapping[int, dict[str, Any]], traced_ids: set[int], window_s: float | None
+    per_proc: Mapping[int, ProcessEvictions], traced_ids: set[int], window_s: float | None
 ) -> JsonObject:
     """Guide numbers for the traced processes (by their own pid/pasid), others counted apart."""
     mine = [st for pid, st in per_proc.items() if pid in traced_ids]
-    pairs = [d for st in mine for d in st["pairs_ns"]]
-    evictions = sum(st["evictions"] for st in mine)
-    restores = sum(st["restores"] for st in mine)
-    evict_worker = [d for st in mine for d in st["evict_worker_ns"]]
-    restore_worker = [d for st in mine for d in st["restore_worker_ns"]]
+    pairs = [d for st in mine for d in st.pairs_ns]
+    evictions = sum(st.evictions for st in mine)
+    restores = sum(st.restores for st in mine)
+    evict_worker = [d for st in mine for d in st.evict_worker_ns]
+    restore_worker = [d for st in mine for d in st.restore_worker_ns]
     others = {
-        str(pid): {"evictions": st["evictions"], "restores": st["restores"]}
+        str(pid): {"evictions": st.evictions, "restores": st.restores}
         for pid, st in sorted(per_proc.items())
         if pid not in traced_ids
     }
@@ -287,8 +295,8 @@ def summarize_evictions(
         "max_evict_to_restore_us": max(pairs) / 1e3 if pairs else None,
         "avg_evict_worker_us": _us(_mean(evict_worker)),
         "avg_restore_worker_us": _us(_mean(restore_worker)),
-        "unpaired_restores": sum(st["unpaired_restores"] for st in mine),
-        "still_evicted_at_window_end": sum(1 for st in mine if st["still_evicted_at_end"]),
+        "unpaired_restores": sum(st.unpaired_restores for st in mine),
+        "still_evicted_at_window_end": sum(1 for st in mine if st.still_evicted_at_end),
         "other_processes": others,
     }
 
