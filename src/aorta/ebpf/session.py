@@ -46,6 +46,7 @@ from aorta.ebpf import marker, uprobes
 from aorta.ebpf.filecaps import FileCaps, file_caps
 from aorta.ebpf.interrupt import Interrupter
 from aorta.ebpf.mapcap import MAP_KEYS_MAX
+from aorta.ebpf.probes.base import EdgeSnapshots
 from aorta.ebpf.program import CLOSED_TEXT, HANDSHAKE_IDS, READY_TEXT, Program
 
 HARMLESS_STDERR = (re.compile(r"RLIMIT_MEMLOCK"), re.compile(r"^\s*$"))
@@ -269,7 +270,7 @@ class SessionOutput:
     attach_s: float | None = None
     stop_s: float | None = None
     probe_cost: JsonObject | None = None
-    snapshots: dict[str, dict[str, Any]] = field(default_factory=dict)
+    snapshots: dict[str, EdgeSnapshots] = field(default_factory=dict)  # family name → its edges
     # (helper, retcode, line, col) → count of bpftrace `helper_error` records (failed updates)
     helper_errors: dict[tuple[str, int, int, int], int] = field(default_factory=dict)
     map_keys_max: int = MAP_KEYS_MAX

@@ -19,6 +19,9 @@ from aorta.ebpf.tracefs import EventFormat, Tracefs
 #: streams, snapshots, attached events, …; the engine and the tracers build it). A dict, not yet
 #: a dataclass: the gpu_runtime families read it as one (pending their calibration work).
 CollectContext: TypeAlias = dict[str, Any]
+#: one family's `snapshot()` values by window edge ("start", "stop"): opaque to everyone but the
+#: family, which finds them in its collect context as context["snapshots"][family name]
+EdgeSnapshots: TypeAlias = dict[str, object]
 
 
 @dataclass(frozen=True)

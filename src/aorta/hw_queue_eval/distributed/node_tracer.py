@@ -38,7 +38,7 @@ from aorta.common import environment
 from aorta.common.errors import UsageError
 from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import engine, marker
-from aorta.ebpf.probes.base import ProbeFamily, TraceTarget
+from aorta.ebpf.probes.base import EdgeSnapshots, ProbeFamily, TraceTarget
 from aorta.ebpf.probes.cpu_sched import SUBMITTER_LABEL, queue_slice
 from aorta.ebpf.probes.ranks import rank_key, rank_keyed, rank_slice
 from aorta.ebpf.probes.registry import families_for
@@ -96,7 +96,7 @@ class NodeTracer(EbpfTracer):
         )
         self.families: list[ProbeFamily] = families_for(self.queue, memory, gpu_runtime, gpu_runtime_views)
         self.token: int | None = None
-        self.snapshots: dict[str, dict[str, Any]] = {}
+        self.snapshots: dict[str, EdgeSnapshots] = {}  # family name → this rank's own edges
         self._published = False
 
     # -- hand-over ----------------------------------------------------------------------------
