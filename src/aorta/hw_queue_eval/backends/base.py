@@ -46,6 +46,18 @@ class SubmissionRecord:
     first_kind: str
 
 
+@dataclass(frozen=True)
+class HandoffTotals:
+    """Every hand-off to an idle queue of the window, counted (the kept SubmissionRecords may be
+    only the first ones): in all, per queue, by the kind of the first task handed over, and how
+    many records were kept."""
+
+    count: int
+    per_queue: dict[int, int]
+    first_task_kinds: dict[str, int]
+    kept: int
+
+
 class DependencyLog:
     """Cross-stream waits enqueued during the window, named by per-stream op ordinals.
 
@@ -152,9 +164,8 @@ class Backend(ABC):
         than `row_cap` and stop_window returned only the first ones; None when it returned all."""
         return None
 
-    def handoff_totals(self) -> dict[str, Any] | None:
-        """Every hand-off of the window counted (count, per_queue, first_task_kinds, kept);
-        None where hand-offs are not observable."""
+    def handoff_totals(self) -> HandoffTotals | None:
+        """Every hand-off of the window counted; None where hand-offs are not observable."""
         return None
 
     def submissions(self) -> list[SubmissionRecord] | None:

@@ -29,6 +29,7 @@ from collections import Counter
 from typing import Any
 
 from aorta.common.jsontypes import JsonObject
+from aorta.hw_queue_eval.backends.base import HandoffTotals
 
 FORMULA = (
     "per submission (doorbell ring): kernel = doorbell write → worker on a CPU; harness = "
@@ -64,7 +65,7 @@ def compare_with_harness(
     queue_section: JsonObject,
     submissions: list[Any] | None,
     kernel_records: list[list[Any]] | None,
-    totals: dict[str, Any] | None = None,
+    totals: HandoffTotals | None = None,
 ) -> JsonObject:
     """The comparison section; null values carry a reason.
 
@@ -96,7 +97,7 @@ def compare_with_harness(
             "kernel_visible_share_pct": None,
             "reason": NO_HANDOFFS,
         }
-    harness_n = totals["count"] if totals else len(submissions)
+    harness_n = totals.count if totals else len(submissions)
     kernel_n = queue_section.get("total_submissions")
     # the kernel keeps per-submission records for the first `cap` rings of each queue only
     cap = queue_section.get("per_submission_cap_per_queue")
@@ -121,7 +122,7 @@ def compare_with_harness(
         "timing_check_meaning": TIMING_CHECK_MEANING,
         "harness_label": HARNESS_LABEL_CPU,
         "first_task_kinds": (
-            dict(totals["first_task_kinds"]) if totals else dict(Counter(s.first_kind for s in submissions))
+            dict(totals.first_task_kinds) if totals else dict(Counter(s.first_kind for s in submissions))
         ),
     }
     if not pairs:
