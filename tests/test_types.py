@@ -33,10 +33,8 @@ ALLOWED: dict[str, str] = {
     "src/aorta/ebpf/probes/gpu_runtime_views.py": PENDING_GPU_RUNTIME,
     "src/aorta/hw_queue_eval/analysis/scaling.py": NOT_YET,
     "src/aorta/hw_queue_eval/backends/gpu.py": NOT_YET,
-    "src/aorta/hw_queue_eval/commands/run.py": NOT_YET,
     "src/aorta/hw_queue_eval/distributed/node_tracer.py": NOT_YET,
     "src/aorta/hw_queue_eval/gpu/control.py": NOT_YET,
-    "src/aorta/hw_queue_eval/sweeps/repeats.py": NOT_YET,
     "src/aorta/hw_queue_eval/tracing/window_tracer.py": NOT_YET,
 }
 
