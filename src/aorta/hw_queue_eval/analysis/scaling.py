@@ -24,7 +24,6 @@ from __future__ import annotations
 import itertools
 import statistics
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from aorta.common.finite import ratio
 from aorta.common.jsontypes import JsonObject
@@ -227,6 +226,14 @@ def find_jump(points: list[ScalingPoint], field: str) -> int | None:
 
 
 @dataclass(frozen=True)
+class UnstablePoint:
+    """A stream count whose worst run's iteration IQR/median was above INSTABILITY_IQR_RATIO."""
+
+    streams: int
+    iqr_over_median: float
+
+
+@dataclass(frozen=True)
 class ScalingAnalysis:
     """Result of `analyze`: stored in the sweep file and shown by sweep and report."""
 
@@ -249,7 +256,7 @@ class ScalingAnalysis:
     ci_level: float | None = None  # the lowest CI level over the points
     confidence: str = "unknown"  # high | low | unknown
     confidence_reason: str = ""
-    unstable_points: list[dict[str, Any]] = field(default_factory=list)
+    unstable_points: list[UnstablePoint] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     throughputs: list[float] = field(default_factory=list)  # per point, stream_counts order
 
@@ -364,10 +371,10 @@ def confidence_of(points: list[ScalingPoint], knee: int | None, work_scaling: st
     return "high", f"the {level:.0%} CIs of the medians separate it ({fewest}+ runs per point)"
 
 
-def unstable_points(points: list[ScalingPoint]) -> list[dict[str, Any]]:
+def unstable_points(points: list[ScalingPoint]) -> list[UnstablePoint]:
     """Points whose worst run had iteration IQR/median above the per-run warning level."""
     return [
-        {"streams": p.streams, "iqr_over_median": p.iqr_over_median}
+        UnstablePoint(p.streams, p.iqr_over_median)
         for p in points
         if p.iqr_over_median is not None and p.iqr_over_median > INSTABILITY_IQR_RATIO
     ]
@@ -394,10 +401,10 @@ def analyze(results: list[JsonObject], work_scaling: str) -> ScalingAnalysis | N
     unstable = unstable_points(points)
     warnings = []
     if unstable:
-        worst = percent_above(max(u["iqr_over_median"] for u in unstable), INSTABILITY_IQR_RATIO)
+        worst = percent_above(max(u.iqr_over_median for u in unstable), INSTABILITY_IQR_RATIO)
         warnings.append(
             f"unstable points (iteration IQR/median > {INSTABILITY_IQR_RATIO:.0%}, up "
-            f"to {worst}): {', '.join(str(u['streams']) for u in unstable)} "
+            f"to {worst}): {', '.join(str(u.streams) for u in unstable)} "
             "streams; the verdict is weakened by them"
         )
         if confidence == "high":
@@ -405,7 +412,7 @@ def analyze(results: list[JsonObject], work_scaling: str) -> ScalingAnalysis | N
     verdict = verdict_text(knee, points[-1].streams, pool, cores, backend, lat_jump, disp_jump)
     verdict += f" [confidence {confidence}: {why}]"
     if unstable:
-        verdict += f"; unstable points at {', '.join(str(u['streams']) for u in unstable)} streams"
+        verdict += f"; unstable points at {', '.join(str(u.streams) for u in unstable)} streams"
     return ScalingAnalysis(
         stream_counts=[p.streams for p in points],
         throughputs=[p.throughput for p in points],
