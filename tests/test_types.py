@@ -31,10 +31,8 @@ ALLOWED: dict[str, str] = {
     "src/aorta/ebpf/probes/gpu_runtime_metrics.py": PENDING_GPU_RUNTIME,
     "src/aorta/ebpf/probes/gpu_runtime_timeline.py": PENDING_GPU_RUNTIME,
     "src/aorta/ebpf/probes/gpu_runtime_views.py": PENDING_GPU_RUNTIME,
-    "src/aorta/hw_queue_eval/backends/gpu.py": NOT_YET,
     "src/aorta/hw_queue_eval/distributed/node_tracer.py": NOT_YET,
     "src/aorta/hw_queue_eval/gpu/control.py": NOT_YET,
-    "src/aorta/hw_queue_eval/tracing/window_tracer.py": NOT_YET,
 }
 
 _MAPPINGS = frozenset({"dict", "Dict", "Mapping", "MutableMapping"})

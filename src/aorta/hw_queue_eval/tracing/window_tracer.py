@@ -17,6 +17,7 @@ from aorta.ebpf.probes.base import CollectContext, QueueWorker, TraceTarget
 from aorta.ebpf.probes.cpu_sched import SUBMITTER_LABEL
 from aorta.ebpf.program import Program, ProgramError
 from aorta.ebpf.session import SessionError, TraceSession, stop_timeout_s
+from aorta.hw_queue_eval.backends.base import StreamHandle
 from aorta.hw_queue_eval.results.models import TracerSections
 from aorta.hw_queue_eval.tracing.gpu_runtime_comparison import compare_gpu_runtime
 from aorta.hw_queue_eval.tracing.harness_comparison import compare_with_harness
@@ -204,7 +205,7 @@ def make_tracer(
     )
 
 
-def stream_handles(backend: Any) -> list[dict[str, Any]]:
+def stream_handles(backend: Any) -> list[StreamHandle]:
     """The backend's stream index → runtime stream handle (GPU backend), to join uprobe counts."""
     method = getattr(backend, "stream_handles", None)
     try:
