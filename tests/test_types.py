@@ -18,7 +18,6 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "src" / "aorta"
 PENDING_GPU_RUNTIME = "pending: gpu_runtime calibration work"
-NOT_YET = "in-process structures that become dataclasses next (issue 23, item 2)"
 
 #: file (relative to the repository) → why it may still spell `dict[str, Any]`
 ALLOWED: dict[str, str] = {
@@ -31,8 +30,6 @@ ALLOWED: dict[str, str] = {
     "src/aorta/ebpf/probes/gpu_runtime_metrics.py": PENDING_GPU_RUNTIME,
     "src/aorta/ebpf/probes/gpu_runtime_timeline.py": PENDING_GPU_RUNTIME,
     "src/aorta/ebpf/probes/gpu_runtime_views.py": PENDING_GPU_RUNTIME,
-    "src/aorta/hw_queue_eval/distributed/node_tracer.py": NOT_YET,
-    "src/aorta/hw_queue_eval/gpu/control.py": NOT_YET,
 }
 
 _MAPPINGS = frozenset({"dict", "Dict", "Mapping", "MutableMapping"})

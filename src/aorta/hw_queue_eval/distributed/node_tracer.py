@@ -262,7 +262,7 @@ class NodeTracer(EbpfTracer):
             time.sleep(max(0.0, _WAIT_SLICE_S - (time.monotonic() - began)))  # no busy loop
 
 
-def check_siblings(ranks: list[dict[str, Any]]) -> None:
+def check_siblings(ranks: list[JsonObject]) -> None:
     """Trace only processes started by this rank's own torchrun agent: the store accepts writes
     from any local user, so a published pid must be a sibling of this process (ValueError)."""
     agent = os.getppid()
@@ -309,7 +309,7 @@ def restore_families(families: list[ProbeFamily], states: JsonObject) -> None:
             family.restore_state(state)
 
 
-def node_target(ranks: list[dict[str, Any]]) -> TraceTarget:
+def node_target(ranks: list[JsonObject]) -> TraceTarget:
     """One target for a node's ranks (slot = position = local rank): their pids, thread labels
     keyed by pid, doorbells with queue numbers moved to slot * QUEUE_STRIDE + queue."""
     labels: dict[int, str] = {}
@@ -335,8 +335,9 @@ def node_target(ranks: list[dict[str, Any]]) -> TraceTarget:
     )
 
 
-def _own_threads(backend: Any) -> dict[str, Any]:
-    """This rank's pid, queue workers (tid, queue, doorbell fd) and submitting thread."""
+def _own_threads(backend: Any) -> JsonObject:
+    """This rank's pid, queue workers (tid, queue, doorbell fd) and submitting thread, as the JSON
+    it publishes in the store (`node_target` reads it on local rank 0)."""
     workers = [
         {"tid": w.tid, "queue": w.queue, "doorbell_fd": w.doorbell_fd} for w in backend.workers() if w.tid
     ]

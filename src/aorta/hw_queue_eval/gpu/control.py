@@ -309,7 +309,7 @@ class GpuControl:
         self.driver: GpuDriver | None = None
         self.record: JsonObject | None = None
         self.path: Path | None = None
-        self.report: dict[str, Any] = {
+        self.report: JsonObject = {  # the result's gpu_control section, updated in place
             "requested": request.to_dict(),
             "device": target.describe(),
             "status": "not_started",
@@ -341,7 +341,7 @@ class GpuControl:
             )
         return snap
 
-    def __enter__(self) -> dict[str, Any]:
+    def __enter__(self) -> JsonObject:
         try:
             prior = self.preflight()
         except BaseException:
