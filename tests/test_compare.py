@@ -38,12 +38,13 @@ def _repeated(medians, streams=4, workload="hetero_kernels", seed=0, **kw):
     """A `run --repeats` file: one run per median (iteration times around it), built with the
     same helper the CLI uses."""
     from aorta.hw_queue_eval.analysis.summaries import representative
-    from aorta.hw_queue_eval.sweeps.repeats import repeats_block
+    from aorta.hw_queue_eval.sweeps.childrun import PointOutcome
+    from aorta.hw_queue_eval.sweeps.repeats import RepeatOutcome, repeats_block
 
     results = [
         _run(_noisy(m, 20, seed + i), streams=streams, workload=workload, **kw) for i, m in enumerate(medians)
     ]
-    outcomes = [{"repeat": i + 1, "status": "ok", "result": r, "error": None} for i, r in enumerate(results)]
+    outcomes = [RepeatOutcome(i + 1, PointOutcome("ok", r, None, 1.0, 0)) for i, r in enumerate(results)]
     combined = dict(results[representative(results)])
     combined["repeats"] = repeats_block(results, outcomes, len(results))
     return combined

@@ -5,6 +5,7 @@ scales names none; unmeasured causes are listed as such; the sweep file keeps it
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 import pytest
@@ -89,6 +90,21 @@ def _flat(n: int, jitter: list[float], **ev: Any) -> list[dict[str, Any]]:
 
 
 JITTER = [0.0, 1.0, -1.0]
+
+
+def test_every_figure_a_rule_names_is_a_numeric_field_of_the_evidence():
+    # rules name their figures by the keys the diagnosis writes: a typo must fail here, not in a run
+    numeric = {
+        f.name
+        for f in dataclasses.fields(diagnosis.RunEvidence)
+        if "float" in str(f.type) or "int" in str(f.type)
+    }
+    named = {rule.primary for rule in diagnosis.RULES}
+    named |= {key for keys in diagnosis.EVIDENCE_FIGURES.values() for key in keys}
+    assert named <= numeric, sorted(named - numeric)
+    assert (
+        set(diagnosis.EVIDENCE_FIGURES) == {rule.cause for rule in diagnosis.RULES} == set(diagnosis.CAUSES)
+    )
 
 
 def test_scaling_sweep_names_no_cause():

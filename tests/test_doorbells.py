@@ -48,7 +48,7 @@ def test_workers_and_their_doorbells_are_found_helpers_are_not(backend: object) 
         stop.set()
         helper.join()
     registry = {(w.tid, w.queue, w.doorbell_fd) for w in backend.workers()}  # type: ignore[attr-defined]
-    assert {(w["tid"], w["queue"], w["doorbell_fd"]) for w in found.workers} == registry
+    assert {(w.tid, w.queue, w.doorbell_fd) for w in found.workers} == registry
     assert {(tid, q, fd) for _pid, fd, tid, q in found.doorbells} == registry
     assert all(pid == os.getpid() for pid, *_ in found.doorbells)
     assert found.unresolved == {}
@@ -67,7 +67,7 @@ def test_a_queue_whose_worker_never_waits_is_unresolved_and_totals_are_null(back
         busy.join()
     assert set(found.unresolved) == {7}
     assert "never seen waiting on its doorbell" in found.unresolved[7]
-    assert {w["queue"] for w in found.workers} == {0, 1}
+    assert {w.queue for w in found.workers} == {0, 1}
     section = {"source": "cpu_sched", "total_submissions": 10, "total_dispatches": 10}
     partial_queues(section, found)
     assert section["total_submissions"] is None and section["total_dispatches"] is None

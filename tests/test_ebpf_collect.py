@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from aorta.ebpf import hist
+from aorta.ebpf import hist, procstat
 from aorta.ebpf.probes.amdgpu import AmdgpuFamily
-from aorta.ebpf.probes.base import FamilyResult
+from aorta.ebpf.probes.base import FamilyResult, QueueWorker
 from aorta.ebpf.probes.cpu_sched import CpuSchedFamily
 from aorta.ebpf.probes.gpu_scheduler import GpuSchedulerFamily
 from aorta.ebpf.probes.kfd import multiplexing_verdict
@@ -64,17 +64,18 @@ def test_cpu_sched_attributes_doorbells_to_queues() -> None:
         "@cpu_sched_sub": {"0,0": 1000, "0,1": 0, "0,2": 5000, "1,0": 2000},
         "@cpu_sched_cpus": {"11,1": 1},
     }
-    workers = [{"tid": 11, "queue": 0, "streams": (0, 2)}, {"tid": 12, "queue": 1, "streams": (1,)}]
+    workers = [QueueWorker(11, 0, streams=(0, 2)), QueueWorker(12, 1, streams=(1,))]
 
-    def counters(exec_ns: int, vol: int, invol: int, comm: str = "aorta-hwq0") -> dict:
-        return {
-            "exec_ns": exec_ns,
-            "run_delay_ns": exec_ns // 10,
-            "voluntary": vol,
-            "involuntary": invol,
-            "comm": comm,
-            "cpu": 0,
-        }
+    def counters(exec_ns: int, vol: int, invol: int, comm: str = "aorta-hwq0") -> procstat.ThreadCounters:
+        return procstat.ThreadCounters(
+            pid=1,
+            comm=comm,
+            exec_ns=exec_ns,
+            run_delay_ns=exec_ns // 10,
+            voluntary=vol,
+            involuntary=invol,
+            cpu=0,
+        )
 
     snaps = {
         "cpu_sched": {

@@ -24,13 +24,21 @@ def test_capacity_report_counts_drops_per_map_and_flags_full_maps():
     errors = {("map_update_elem", -7, 8, 19): 42, ("map_delete_elem", -2, 8, 30): 3}
     maps = {"@a_many": {str(i): 1 for i in range(8)}, "@a_few": {"1": [{"min": 2, "max": 3, "count": 5}]}}
     report = mapcap.capacity_report(PROGRAM, errors, maps, keys_max=8)
-    assert report["dropped_updates"] == {"@a_many": 42}
-    assert report["dropped_updates_total"] == 42
-    assert set(report["full_maps"]) == {"@a_many"}
-    assert report["other_helper_errors"] == {"map_delete_elem -2": 3}
+    assert report.dropped_updates == {"@a_many": 42}
+    assert report.dropped_updates_total == 42
+    assert set(report.full_maps) == {"@a_many"}
+    assert report.other_helper_errors == {"map_delete_elem -2": 3}
+    assert list(report.to_json()) == [
+        "keys_max",
+        "keys_max_source",
+        "dropped_updates",
+        "dropped_updates_total",
+        "full_maps",
+        "other_helper_errors",
+    ]
     quiet = mapcap.capacity_report(PROGRAM, {}, maps, keys_max=100)
-    assert quiet["dropped_updates_total"] == 0
-    assert quiet["full_maps"] == {}
+    assert quiet.dropped_updates_total == 0
+    assert quiet.full_maps == {}
 
 
 def test_flags_per_bpftrace_version():

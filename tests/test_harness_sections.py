@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from aorta.hw_queue_eval.backends.base import HandoffTotals
 from aorta.hw_queue_eval.config.run_config import RunConfig
 from aorta.hw_queue_eval.run import harness
 from aorta.hw_queue_eval.workloads.base import VerifyResult, WorkloadInfo
@@ -90,7 +91,12 @@ def test_ops_say_why_ready_delays_are_missing() -> None:
     assert timed["handoffs"]["count"] is None and "not visible" in timed["handoffs"]["reason"]
     off = harness.ops_section(_Window([], 0), None, False, None)
     assert off["ready_to_start_note"] == "per-op timing off (--no-op-timing)" and off["statistics"] is None
-    blind = harness.ops_section(_Window(["op"], 1), None, True, {"count": 3, "per_queue": {0: 3, 1: 0}})
+    blind = harness.ops_section(
+        _Window(["op"], 1),
+        None,
+        True,
+        HandoffTotals(count=3, per_queue={0: 3, 1: 0}, first_task_kinds={}, kept=3),
+    )
     assert blind["ready_to_start_note"] == "the backend cannot observe when an op became ready"
     assert blind["handoffs"]["count"] == 3 and blind["handoffs"]["per_queue"] == {"0": 3}
 

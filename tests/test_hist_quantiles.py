@@ -27,7 +27,7 @@ def test_loglinear_buckets_tile_the_line_with_at_most_25_percent_width():
         assert low <= value < high
 
 
-def _dist_from(values: list[int], cap: int | None) -> dict[str, Any]:
+def _dist_from(values: list[int], cap: int | None) -> hist.Distribution:
     """What the recorder's maps hold after `values` on one CPU with `cap` slots."""
     ll: dict[str, int] = {}
     for v in values:
@@ -119,7 +119,7 @@ def test_kernel_recorder_matches_known_values(ebpf_ready: None, tmp_path, cap: i
     assert out.lost_events == 0, out.stderr
     assert not out.helper_errors, out.stderr
     dist = hist.distribution(out.maps, "t_dist_off")
-    assert dist["count"] == len(values)
+    assert dist.count == len(values)
     expected: dict[int, int] = {}
     for v in values:
         expected[hist.loglinear_index(v)] = expected.get(hist.loglinear_index(v), 0) + 1

@@ -106,15 +106,15 @@ STREAM = [
 
 def test_evict_restore_pairing_per_process():
     per = mm.pair_evictions(reversed(STREAM))  # order of arrival must not matter
-    assert per[100]["pairs_ns"] == [101000, 200000]
-    assert per[100]["evictions"] == 3
-    assert per[100]["restores"] == 3
-    assert per[100]["unpaired_restores"] == 1
-    assert per[100]["evict_worker_ns"] == [500]
-    assert per[100]["restore_worker_ns"] == [1000]
-    assert not per[100]["still_evicted_at_end"]
-    assert per[200]["evictions"] == 1
-    assert per[200]["still_evicted_at_end"]
+    assert per[100].pairs_ns == [101000, 200000]
+    assert per[100].evictions == 3
+    assert per[100].restores == 3
+    assert per[100].unpaired_restores == 1
+    assert per[100].evict_worker_ns == [500]
+    assert per[100].restore_worker_ns == [1000]
+    assert not per[100].still_evicted_at_end
+    assert per[200].evictions == 1
+    assert per[200].still_evicted_at_end
     summary = mm.summarize_evictions(per, {100}, window_s=2.0)
     assert summary["evictions"] == 3
     assert summary["evict_restore_pairs"] == 2
@@ -130,9 +130,9 @@ def test_old_event_names_pair_the_same_way():
     per = mm.pair_evictions(
         [KfdEvent(10, KFD_OLD_EVICT, 7), KfdEvent(110, KFD_OLD_RESTORE, 7), KfdEvent(200, KFD_OLD_EVICT, 7)]
     )
-    assert per[7]["pairs_ns"] == [100]
-    assert per[7]["evictions"] == 2
-    assert per[7]["still_evicted_at_end"]
+    assert per[7].pairs_ns == [100]
+    assert per[7].evictions == 2
+    assert per[7].still_evicted_at_end
 
 
 def test_rates_and_aliases_need_a_window():

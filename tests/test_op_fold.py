@@ -304,20 +304,20 @@ def test_handoffs_beyond_the_kept_rings_are_counted(monkeypatch: pytest.MonkeyPa
     finally:
         backend.close()
     assert len(subs) == 4 and [s.seq for s in subs] == [0, 1, 2, 3]
-    assert totals["kept"] == 4 and totals["count"] >= 30  # markers may ring too (timing)
-    assert totals["first_task_kinds"]["op"] == 30
+    assert totals.kept == 4 and totals.count >= 30  # markers may ring too (timing)
+    assert totals.first_task_kinds["op"] == 30
     section = {
         "status": "ok",
         "source": "cpu_sched",
-        "total_submissions": totals["count"],
+        "total_submissions": totals.count,
         "lost_events": 0,
         "per_submission_cap_per_queue": 3,
     }
     kernel = [[0, s.seq, s.ring_ns, s.start_ns - s.ring_ns] for s in subs[:3]]
     c = compare_with_harness(section, subs, kernel, totals)
-    assert c["harness_submissions"] == totals["count"] and c["submissions_equal"]
+    assert c["harness_submissions"] == totals.count and c["submissions_equal"]
     assert c["matched_submissions"] == 3 and c["coverage_pct"] == 100.0
-    assert c["beyond_record_cap"] == totals["count"] - 3
+    assert c["beyond_record_cap"] == totals.count - 3
     assert c["first_task_kinds"]["op"] == 30
 
 

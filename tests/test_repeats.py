@@ -55,6 +55,35 @@ def test_repeats_bad_input_exit_2_nothing_written(tmp_path: Path) -> None:
         assert not out.exists()
 
 
+def test_repeated_runs_keep_the_median_run_and_say_which_repeats_failed(monkeypatch) -> None:
+    # no child process: the outcomes of three repeats are given, one of them a failure
+    from aorta.hw_queue_eval.sweeps import childrun, repeats
+
+    given = iter(
+        [
+            childrun.PointOutcome("ok", {"throughput": 10.0, "warnings": ["w"]}, None, 1.5, 0),
+            childrun.PointOutcome("failed", None, "exit 1: boom", 0.5, 1),
+            childrun.PointOutcome("ok", {"throughput": 30.0, "warnings": []}, None, 2.5, 0),
+        ]
+    )
+    monkeypatch.setattr(childrun, "run_point", lambda args, timeout_s=None: next(given))
+    seen: list[tuple[int, str]] = []
+    result, outcomes = repeats.run_repeated(
+        ["x"], 3, on_repeat=lambda o: seen.append((o.repeat, o.point.status))
+    )
+    assert seen == [(1, "ok"), (2, "failed"), (3, "ok")]
+    assert [o.ok for o in outcomes] == [True, False, True]
+    assert result is not None and result["throughput"] == 10.0  # the lower median of two
+    assert result["warnings"] == ["w", "repeat 2 failed: exit 1: boom"]
+    block = result["repeats"]
+    assert (block["requested"], block["ok"], block["representative_repeat"]) == (3, 2, 1)
+    assert [list(e)[:5] for e in block["per_repeat"]] == [
+        ["repeat", "status", "error", "duration_s", "conditions"]
+    ] * 3
+    assert [e.get("throughput") for e in block["per_repeat"]] == [10.0, None, 30.0]
+    assert block["per_repeat"][1]["error"] == "exit 1: boom" and block["per_repeat"][1]["duration_s"] == 0.5
+
+
 @pytest.mark.slow
 @pytest.mark.serial  # a sibling worker's load would take the second core the 4 queues need
 def test_queue_pool_1_vs_4_detected_over_interleaved_repeats(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from aorta.hw_queue_eval.analysis.scaling import analyze
+from aorta.hw_queue_eval.analysis.scaling import UnstablePoint, analyze
 from factories import queue_section, queue_summary, run_result
 
 
@@ -194,7 +194,8 @@ def test_unstable_points_are_flagged_and_weaken_the_verdict():
         + _runs(4, [20.5, 20.4, 20.6], 400)
     )
     a = analyze(results, "per_stream")
-    assert a.unstable_points == [{"streams": 1, "iqr_over_median": 0.5}]
+    assert a.unstable_points == [UnstablePoint(streams=1, iqr_over_median=0.5)]
+    assert a.to_dict()["unstable_points"] == [{"streams": 1, "iqr_over_median": 0.5}]
     assert a.confidence == "low"
     assert "weakened by unstable points" in a.confidence_reason
     assert "unstable points at 1 streams" in a.verdict

@@ -7,11 +7,11 @@ import contextlib
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import engine
 from aorta.ebpf.engine import Readiness, check_readiness
-from aorta.ebpf.probes.base import ProbeFamily, TraceTarget
+from aorta.ebpf.probes.base import CollectContext, ProbeFamily, QueueWorker, TraceTarget
 from aorta.ebpf.probes.registry import families_for
 
 
@@ -41,22 +41,22 @@ class TracedWindow:
     `sections` holds `ebpf_queue_metrics` / `ebpf_memory_metrics`, the same blocks a benchmark
     result carries (docs/ebpf-integration.md); `window` the window's CLOCK_MONOTONIC edges."""
 
-    sections: dict[str, Any] = field(default_factory=dict)
-    window: dict[str, Any] = field(default_factory=dict)
+    sections: JsonObject = field(default_factory=dict)
+    window: JsonObject = field(default_factory=dict)
 
     @property
-    def queue(self) -> dict[str, Any] | None:
+    def queue(self) -> JsonObject | None:
         return self.sections.get("ebpf_queue_metrics")
 
     @property
-    def memory(self) -> dict[str, Any] | None:
+    def memory(self) -> JsonObject | None:
         return self.sections.get("ebpf_memory_metrics")
 
 
-def _default_context(target: TraceTarget) -> dict[str, Any]:
+def _default_context(target: TraceTarget) -> CollectContext:
     """The family context for a plain Python caller: its doorbells' workers as queues, the
     calling thread as the submitter."""
-    workers = [{"tid": tid, "queue": queue, "streams": [queue]} for _, _, tid, queue in target.doorbells]
+    workers = [QueueWorker(tid, queue, streams=(queue,)) for _, _, tid, queue in target.doorbells]
     return {
         "workers": workers,
         "pids": list(target.pids),

@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.ebpf.tracefs import Tracefs, find_tracefs, kernel_btf
 
 CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
@@ -28,7 +29,7 @@ AMDKFD_EVENTS = (
 )
 
 
-def readiness_summary() -> dict[str, Any]:
+def readiness_summary() -> JsonObject:
     """A verdict line plus the reasons behind it; no probes are attached."""
     details = []
     bpftrace = shutil.which("bpftrace")
@@ -97,14 +98,14 @@ def _by_subsystem(states: dict[str, str]) -> dict[str, dict[str, int]]:
     return counts
 
 
-def family_events(tracefs: Tracefs | None, program: Any = None) -> dict[str, Any]:
+def family_events(tracefs: Tracefs | None, program: Any = None) -> JsonObject:
     """Per probe family / subsystem: which of its tracepoints exist here, and what would attach."""
     from aorta.ebpf.probes.registry import families_for
 
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     for family in families_for(queue=True, memory=True):
         states = event_states(tracefs, family.wanted_events())
-        entry: dict[str, Any] = {
+        entry: JsonObject = {
             "section": family.section,
             "description": family.description,
             "events": {ev: state == "present" for ev, state in states.items()},
@@ -166,8 +167,8 @@ def _render_program(ready: Any) -> Any:
 
 
 def _subsystem_list(
-    tracefs: Tracefs | None, families: dict[str, Any], system: str, extra: tuple[str, ...] = ()
-) -> dict[str, Any]:
+    tracefs: Tracefs | None, families: JsonObject, system: str, extra: tuple[str, ...] = ()
+) -> JsonObject:
     """docs/guide.md's "<system> tracepoints:" list: every event aorta uses from `system`, with its state."""
     wanted = {
         ev for fam in families.values() for ev in (fam.get("states") or {}) if ev.startswith(f"{system}:")
@@ -184,7 +185,7 @@ def _subsystem_list(
     return {"events": {ev.split(":", 1)[1]: st for ev, st in states.items()}, "note": note}
 
 
-def guide_summary(ready: Any, families: dict[str, Any]) -> dict[str, Any]:
+def guide_summary(ready: Any, families: JsonObject) -> JsonObject:
     """docs/guide.md's "eBPF Capabilities" block as data: versions, privileges, verdict, AMD tracepoints."""
     from aorta.ebpf.probes.kfd import KFD_DEVICE
 
@@ -229,7 +230,7 @@ def guide_summary(ready: Any, families: dict[str, Any]) -> dict[str, Any]:
 
 def full_report(
     mount: bool = False, bpftrace: str | None = None, tracefs_root: str | None = None
-) -> dict[str, Any]:
+) -> JsonObject:
     """Everything `ebpf-info` shows, as JSON-safe data. A diagnostic: it mounts tracefs only when
     asked (`mount`, ebpf-info --mount); run and ebpf-attach mount it to trace. `bpftrace` and
     `tracefs_root` are ebpf-info's --bpftrace and --tracefs (a bad one raises UsageError)."""
@@ -240,7 +241,7 @@ def full_report(
     sudo_ok, sudo_why = sudo_works() if os.geteuid() != 0 else (None, "not needed (root)")
     program = _render_program(ready)
     families = family_events(ready.tracefs, program)
-    modes: dict[str, Any] = {}
+    modes: JsonObject = {}
     for mode, section in (("--ebpf-trace", "queue"), ("--ebpf-memory-trace", "memory")):
         fams = {n: f for n, f in families.items() if f.get("section") == section}
         if program is not None:

@@ -17,8 +17,9 @@ import platform
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from aorta.common.jsontypes import JsonObject
+from aorta.ebpf.probes.base import QueueWorker
 from aorta.ebpf.probes.cpu_sched import DOORBELL_BYTES, WORKER_COMM
 
 PROC = Path("/proc")
@@ -36,17 +37,16 @@ class Doorbells:
     """What was found: TraceTarget.doorbells, the workers for cpu_sched's collect, what was not."""
 
     doorbells: tuple[tuple[int, int, int, int], ...] = ()  # (pid, fd, worker tid, queue id)
-    workers: list[dict[str, Any]] = field(default_factory=list)
+    workers: list[QueueWorker] = field(default_factory=list)
     unresolved: dict[int, str] = field(default_factory=dict)  # queue id → why
     sampled_s: float = 0.0
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> JsonObject:
         """JSON for the attach result: what was traced and what could not be."""
         return {
             "source": SOURCE,
             "found": [
-                {"pid": w["pid"], "tid": w["tid"], "queue": w["queue"], "fd": w["doorbell_fd"]}
-                for w in self.workers
+                {"pid": w.pid, "tid": w.tid, "queue": w.queue, "fd": w.doorbell_fd} for w in self.workers
             ],
             "unresolved": {str(q): why for q, why in sorted(self.unresolved.items())},
             "complete": not self.unresolved,
@@ -110,9 +110,7 @@ def find_doorbells(pids: list[int] | tuple[int, ...], timeout_s: float = 3.0) ->
                 if fd is not None:
                     queue = ids.get(pid, 0) + n
                     found.doorbells += ((pid, fd, tid, queue),)
-                    found.workers.append(
-                        {"tid": tid, "queue": queue, "streams": None, "pid": pid, "doorbell_fd": fd}
-                    )
+                    found.workers.append(QueueWorker(tid, queue, doorbell_fd=fd, pid=pid))
                     del todo[(pid, n)]
                     break
         if not todo or time.monotonic() - t0 > timeout_s:
@@ -124,5 +122,5 @@ def find_doorbells(pids: list[int] | tuple[int, ...], timeout_s: float = 3.0) ->
         for pid, n in todo
     }
     found.sampled_s = time.monotonic() - t0
-    found.workers.sort(key=lambda w: w["queue"])
+    found.workers.sort(key=lambda w: w.queue)
     return found

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import mapcap, marker
-from aorta.ebpf.probes.base import BpftraceDialect, FamilyResult, ProbeFamily, TraceTarget
+from aorta.ebpf.probes.base import BpftraceDialect, CollectContext, FamilyResult, ProbeFamily, TraceTarget
 from aorta.ebpf.probes.registry import families_for, queue_summary_families
 from aorta.ebpf.program import Program, build_program
 from aorta.ebpf.session import (
@@ -40,7 +40,7 @@ class Readiness:
     tracefs: Tracefs | None
     tracefs_note: str
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         """JSON-safe summary for result sections."""
         return {
             "path": self.bpftrace,
@@ -145,7 +145,7 @@ def start_session(
     return session
 
 
-def collect_results(program: Program, output: SessionOutput, context: dict[str, Any]) -> list[FamilyResult]:
+def collect_results(program: Program, output: SessionOutput, context: CollectContext) -> list[FamilyResult]:
     """Route printed maps to families by prefix; a family failing to collect reports an error.
 
     `context["snapshots"]`, when given, replaces the session's (a torchrun rank's own /proc
@@ -167,7 +167,7 @@ def collect_results(program: Program, output: SessionOutput, context: dict[str, 
     return results
 
 
-def window_info(output: SessionOutput) -> dict[str, Any]:
+def window_info(output: SessionOutput) -> JsonObject:
     """The traced window as the kernel saw it (CLOCK_MONOTONIC ns)."""
     start = output.maps.get("@aorta_window_start_ns")
     stop = output.maps.get("@aorta_window_stop_ns")
@@ -189,10 +189,10 @@ def build_sections(
     queue: bool,
     memory: bool,
     backend: str | None = None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """`ebpf_queue_metrics` / `ebpf_memory_metrics` for the requested modes; `backend` ("cpu",
     "gpu", None from outside) picks the queue summary's family (queue_summary_families)."""
-    sections: dict[str, Any] = {}
+    sections: JsonObject = {}
     for wanted, section, key in (
         (queue, "queue", "ebpf_queue_metrics"),
         (memory, "memory", "ebpf_memory_metrics"),
@@ -204,13 +204,13 @@ def build_sections(
     return sections
 
 
-def family_summary(result: FamilyResult) -> dict[str, Any] | None:
+def family_summary(result: FamilyResult) -> JsonObject | None:
     """The `summary` a family put in its metrics, or None."""
     summary = result.metrics.get("summary") if isinstance(result.metrics, dict) else None
     return summary if isinstance(summary, dict) else None
 
 
-def queue_summary(results: list[FamilyResult], backend: str | None) -> dict[str, Any]:
+def queue_summary(results: list[FamilyResult], backend: str | None) -> JsonObject:
     """The queue section's headline: the whole summary of the first family in
     queue_summary_families(backend) that saw submissions, `source` naming it; {} when none did."""
     by_name = {r.family: r for r in results}
@@ -222,10 +222,10 @@ def queue_summary(results: list[FamilyResult], backend: str | None) -> dict[str,
     return {}
 
 
-def memory_summary(results: list[FamilyResult]) -> dict[str, Any]:
+def memory_summary(results: list[FamilyResult]) -> JsonObject:
     """The memory section's headline: every memory family's summary side by side (GPU buffer
     keys from amdmem, `host_*` keys from hostmem: disjoint, so none replaces another's)."""
-    summary: dict[str, Any] = {}
+    summary: JsonObject = {}
     for r in results:
         summary.update(family_summary(r) or {})
     return summary
@@ -237,9 +237,9 @@ def _section(
     results: list[FamilyResult],
     ready: Readiness,
     section: str,
-    summary: dict[str, Any],
-) -> dict[str, Any]:
-    families: dict[str, Any] = {}
+    summary: JsonObject,
+) -> JsonObject:
+    families: JsonObject = {}
     for r in results:
         families[r.family] = {
             "metrics": r.metrics,
@@ -251,14 +251,14 @@ def _section(
     problem = exit_problem(output)
     # one program: a map that dropped updates is reported in every section it feeds
     capacity = mapcap.capacity_report(program.text, output.helper_errors, output.maps, output.map_keys_max)
-    body: dict[str, Any] = {
+    body: JsonObject = {
         "status": "error" if problem else "ok",
         "error": problem,
         **summary,
         "lost_events": lost,
         "lost_event_records": output.lost_records,
-        "dropped_updates": capacity["dropped_updates_total"],
-        "map_capacity": capacity,
+        "dropped_updates": capacity.dropped_updates_total,
+        "map_capacity": capacity.to_json(),
         "families": families,
         "probes_attached": output.attached_probes,
         "events_attached": sorted({e for r in results for e in program.used_events.get(r.family, [])}),
@@ -291,21 +291,21 @@ def _section(
     warnings = []
     if lost:
         warnings.append(f"{lost} events lost")
-    if capacity["dropped_updates_total"] or capacity["full_maps"]:
+    if capacity.dropped_updates_total or capacity.full_maps:
         maps = ", ".join(
-            f"{name} ({capacity['dropped_updates'].get(name, 'full')})"
-            for name in sorted({*capacity["dropped_updates"], *capacity["full_maps"]})
+            f"{name} ({capacity.dropped_updates.get(name, 'full')})"
+            for name in sorted({*capacity.dropped_updates, *capacity.full_maps})
         )
         warnings.append(
-            f"{capacity['dropped_updates_total']} map updates dropped by full maps "
-            f"[{maps}] (limit {capacity['keys_max']} keys per map)"
+            f"{capacity.dropped_updates_total} map updates dropped by full maps "
+            f"[{maps}] (limit {capacity.keys_max} keys per map)"
         )
     if warnings:
         body["warning"] = "; ".join(warnings) + ": aggregates are incomplete"
     return body
 
 
-def interpret_queue(section: dict[str, Any], streams: int | None) -> list[str]:
+def interpret_queue(section: JsonObject, streams: int | None) -> list[str]:
     """docs/guide.md's interpretation bands applied to the queue summary (only what the data supports)."""
     lines: list[str] = []
     avg, p99 = section.get("submit_to_dispatch_avg_us"), section.get("submit_to_dispatch_p99_us")
@@ -330,7 +330,7 @@ def _tail_band(ratio: float) -> str:
     return "good (< 3x avg)" if ratio < 3 else "stalls (> 10x avg)" if ratio > 10 else "uneven"
 
 
-def p99_bounds_us(section: dict[str, Any], p99: float) -> tuple[float, float, str]:
+def p99_bounds_us(section: JsonObject, p99: float) -> tuple[float, float, str]:
     """Where the P99 lies for sure (µs) and how it was obtained: exact, log-linear or log2."""
     rec = section.get("submit_to_dispatch_p99")
     if isinstance(rec, dict) and rec.get("method"):
@@ -341,7 +341,7 @@ def p99_bounds_us(section: dict[str, Any], p99: float) -> tuple[float, float, st
     return p99, p99, "unknown precision"
 
 
-def tail_line(section: dict[str, Any], p99: float, avg: float) -> str:
+def tail_line(section: JsonObject, p99: float, avg: float) -> str:
     """The "P99 is N× avg" band of docs/guide.md, decided only when the P99's whole bucket is in one band."""
     low, high, method = p99_bounds_us(section, p99)
     band_low, band_high = _tail_band(low / avg), _tail_band(high / avg)
@@ -366,7 +366,7 @@ def exit_problem(output: SessionOutput) -> str | None:
     return f"bpftrace exited with {output.exit_code}: {tail}"
 
 
-def _has_events(summary: dict[str, Any]) -> bool:
+def _has_events(summary: JsonObject) -> bool:
     return bool(
         summary.get("total_submissions") or summary.get("total_dispatches") or summary.get("hw_rings_used")
     )
@@ -374,10 +374,10 @@ def _has_events(summary: dict[str, Any]) -> bool:
 
 def unavailable_sections(
     reason: str, queue: bool, memory: bool, status: str = "unavailable", ready: Readiness | None = None
-) -> dict[str, Any]:
+) -> JsonObject:
     """Sections that say why tracing did not happen (never zeros)."""
     body = {"status": status, "error": reason, "bpftrace": ready.describe() if ready else None}
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     if queue:
         out["ebpf_queue_metrics"] = dict(body)
     if memory:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
+
+from aorta.common.jsontypes import JsonObject
 
 
 def buckets(value: Any) -> list[tuple[int, int, int]]:
@@ -63,7 +66,7 @@ def stats(value: Any) -> tuple[int, int] | None:
     return None
 
 
-def keyed(value: Any) -> dict[str, Any]:
+def keyed(value: Any) -> JsonObject:
     """A printed keyed map as {key text: value}; a scalar map gives {"": value}.
 
     bpftrace prints nothing for a map that never got an entry, so None means empty.
@@ -187,18 +190,28 @@ def exact_values(events: Any, seq: Any) -> list[int] | None:
     return stored if len(stored) == total else None
 
 
-def distribution(maps: dict[str, Any], name: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Distribution:
+    """One recorder's printed maps, read: how many events, every value when the store kept all
+    of them (else None), and the log-linear histogram as (min, max inclusive, count)."""
+
+    count: int
+    exact: list[int] | None
+    hist: list[tuple[int, int, int]]
+
+
+def distribution(maps: JsonObject, name: str) -> Distribution:
     """Count, and the inputs of `quantile`, from a recorder's printed maps."""
     ll = loglinear_hist(maps.get(f"@{name}_ll"))
     exact = exact_values(maps.get(f"@{name}_ev"), maps.get(f"@{name}_seq"))
-    return {"count": total(ll), "exact": exact, "hist": ll}
+    return Distribution(count=total(ll), exact=exact, hist=ll)
 
 
-def quantile(dist: dict[str, Any], q: float) -> dict[str, Any] | None:
+def quantile(dist: Distribution, q: float) -> JsonObject | None:
     """The q-quantile with its method: exact (linear interpolation, numpy's default) when the
     store held every event, else log-linear: the bucket holding it, an interpolated estimate and
     the error bound (bucket width / lower edge). None without samples."""
-    exact = dist.get("exact")
+    exact = dist.exact
     if exact:
         import numpy as np
 
@@ -211,21 +224,21 @@ def quantile(dist: dict[str, Any], q: float) -> dict[str, Any] | None:
             "bucket_max": value,
             "error_bound_pct": 0.0,
         }
-    p = percentile(dist.get("hist") or [], q)
+    p = percentile(dist.hist, q)
     if p is None:
         return None
     low, high = p["bucket_min"], p["bucket_max"]
     return {
         "value": p["estimate"],
         "method": "log-linear",
-        "count": total(dist["hist"]),
+        "count": total(dist.hist),
         "bucket_min": low,
         "bucket_max": high,
         "error_bound_pct": 100.0 * (high - low) / low if low > 0 else None,
     }
 
 
-def describe(p: dict[str, Any] | None, scale: float = 1e3, unit: str = "us") -> str:
+def describe(p: JsonObject | None, scale: float = 1e3, unit: str = "us") -> str:
     """ "12.3 us (exact, 83 events)" or "12.3 us (log-linear, in 11.0–13.0 us, ±18 %)"."""
     if p is None:
         return "n/a"

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import engine, hist
 from aorta.ebpf.probes.base import TraceTarget
 from aorta.ebpf.probes.gpu_runtime import GpuRuntimeFamily
@@ -116,7 +117,7 @@ class LateRuntimes:
             missing.update(late.program.missing.get(main.name, {}))
         return replace(out, maps=maps, lost_events=lost)
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> JsonObject:
         """What was found late, for the result file."""
         return {
             "rescan_s": RESCAN_S,

@@ -12,7 +12,10 @@ sign that needs no helper records).
 from __future__ import annotations
 
 import re
+from dataclasses import asdict, dataclass
 from typing import Any
+
+from aorta.common.jsontypes import JsonObject
 
 MAP_KEYS_MAX = 65536  # bpftrace's default (4096) could silently drop per-tid/per-job keys
 E2BIG = -7  # map_update_elem on a full hash map
@@ -47,9 +50,29 @@ def key_count(value: Any) -> int:
     return 1
 
 
+KEYS_MAX_SOURCE = "BPFTRACE_MAP_KEYS_MAX, set by aorta for every map of the program"
+
+
+@dataclass(frozen=True)
+class MapCapacity:
+    """What the map key limit cost a session: updates dropped per map (and in all), the maps that
+    are full, other helper errors, and the limit that applied. `to_json` is `map_capacity`."""
+
+    keys_max: int
+    keys_max_source: str
+    dropped_updates: dict[str, int]
+    dropped_updates_total: int
+    full_maps: dict[str, str]
+    other_helper_errors: dict[str, int]
+
+    def to_json(self) -> JsonObject:
+        """The section's `map_capacity` object (the fields, in their order)."""
+        return asdict(self)
+
+
 def capacity_report(
-    text: str, helper_errors: dict[tuple[str, int, int, int], int], maps: dict[str, Any], keys_max: int
-) -> dict[str, Any]:
+    text: str, helper_errors: dict[tuple[str, int, int, int], int], maps: JsonObject, keys_max: int
+) -> MapCapacity:
     """`dropped_updates` per map, full maps, other helper errors and the limit that applied."""
     dropped: dict[str, int] = {}
     full: dict[str, str] = {}
@@ -66,11 +89,11 @@ def capacity_report(
     for name, value in maps.items():
         if key_count(value) >= keys_max:
             full.setdefault(name, f"holds {keys_max} keys: the limit")
-    return {
-        "keys_max": keys_max,
-        "keys_max_source": "BPFTRACE_MAP_KEYS_MAX, set by aorta for every map of the program",
-        "dropped_updates": dropped,
-        "dropped_updates_total": sum(dropped.values()),
-        "full_maps": full,
-        "other_helper_errors": other,
-    }
+    return MapCapacity(
+        keys_max=keys_max,
+        keys_max_source=KEYS_MAX_SOURCE,
+        dropped_updates=dropped,
+        dropped_updates_total=sum(dropped.values()),
+        full_maps=full,
+        other_helper_errors=other,
+    )

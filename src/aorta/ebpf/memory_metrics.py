@@ -10,11 +10,13 @@ from __future__ import annotations
 import gzip
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import hist
+from aorta.ebpf.probes.base import CollectContext
 
 #: TTM memory types used by amdgpu_bo_move (old/new_placement) and amdgpu_bo_create (type).
 TTM_PLACEMENTS = {
@@ -53,7 +55,7 @@ def placement_name(code: int) -> str:
 # ---------------------------------------------------------------- bpftrace map helpers
 
 
-def keyed(maps: Mapping[str, Any], name: str) -> dict[tuple[int, ...], int]:
+def keyed(maps: JsonObject, name: str) -> dict[tuple[int, ...], int]:
     """A printed per-key map ({"1,2": 5}) as {(1, 2): 5}; absent, empty or non-numeric → {}."""
     out: dict[tuple[int, ...], int] = {}
     if not isinstance(maps.get(name), dict):
@@ -68,7 +70,7 @@ def keyed(maps: Mapping[str, Any], name: str) -> dict[tuple[int, ...], int]:
     return out
 
 
-def scalar(maps: Mapping[str, Any], name: str) -> int:
+def scalar(maps: JsonObject, name: str) -> int:
     """A printed scalar map (count/sum) as int; absent → 0 (bpftrace prints nothing for 0)."""
     value = maps.get(name)
     return int(value) if isinstance(value, (int, float)) else 0
@@ -79,7 +81,7 @@ def total(table: Mapping[Any, int]) -> int:
     return sum(table.values())
 
 
-def window_seconds(context: Mapping[str, Any]) -> float | None:
+def window_seconds(context: CollectContext) -> float | None:
     """The traced window in seconds, as the kernel saw it (engine's `window` info), else None."""
     window = context.get("window") or {}
     duration_ms = window.get("duration_ms") if isinstance(window, dict) else None
@@ -105,7 +107,7 @@ def derive_bo_moves(
     twohop: Mapping[tuple[int, ...], int],
     twohop_bytes: Mapping[tuple[int, ...], int],
     own: int | None = None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """BO moves from the kernel's per-hop counts and its paired two-hop counts.
 
     hops / hop_bytes: (old, new, traced) → count / bytes, one entry per amdgpu_bo_move event.
@@ -193,7 +195,31 @@ def kfd_events_from_log(log: Mapping[tuple[int, ...], int]) -> list[KfdEvent]:
     return sorted(events, key=lambda e: (e.ts_ns, e.kind))
 
 
-def pair_evictions(events: Iterable[KfdEvent]) -> dict[int, dict[str, Any]]:
+@dataclass
+class ProcessEvictions:
+    """One process's evictions in the window, as `pair_evictions` pairs them: counts, the
+    evict→restore times (ns), restores with no eviction seen, the evict and restore workers' run
+    times (ns), and whether it was still evicted at the end."""
+
+    evictions: int = 0
+    restores: int = 0
+    pairs_ns: list[int] = field(default_factory=list)
+    unpaired_restores: int = 0
+    evict_worker_ns: list[int] = field(default_factory=list)
+    restore_worker_ns: list[int] = field(default_factory=list)
+    still_evicted_at_end: bool = False
+
+
+@dataclass
+class _OpenEviction:
+    """What `pair_evictions` still waits to close for one process (times in ns)."""
+
+    evicted_since: int | None = None
+    evict_worker: int | None = None
+    restore_worker: int | None = None
+
+
+def pair_evictions(events: Iterable[KfdEvent]) -> dict[int, ProcessEvictions]:
     """Per process id: evictions, restores and evict→restore pairs (times in ns).
 
     Rule: an eviction starts at the evict worker's start (or the old single `evict_process`
@@ -203,51 +229,35 @@ def pair_evictions(events: Iterable[KfdEvent]) -> dict[int, dict[str, Any]]:
     happened before the window) and evictions not restored by the end stay unpaired.
     Worker run times (start → end) are measured separately for evict and restore.
     """
-    state: dict[int, dict[str, Any]] = {}
-
-    def proc_state(pid: int) -> dict[str, Any]:
-        return state.setdefault(
-            pid,
-            {
-                "evictions": 0,
-                "restores": 0,
-                "pairs_ns": [],
-                "evicted_since": None,
-                "unpaired_restores": 0,
-                "evict_worker_ns": [],
-                "restore_worker_ns": [],
-                "open_evict_worker": None,
-                "open_restore_worker": None,
-            },
-        )
-
+    state: dict[int, ProcessEvictions] = {}
+    pending: dict[int, _OpenEviction] = {}
     for ev in sorted(events, key=lambda e: (e.ts_ns, e.kind)):
-        st = proc_state(ev.proc)
+        st = state.setdefault(ev.proc, ProcessEvictions())
+        op = pending.setdefault(ev.proc, _OpenEviction())
         if ev.kind in (KFD_EVICT_START, KFD_OLD_EVICT):
-            st["evictions"] += 1
-            if st["evicted_since"] is None:
-                st["evicted_since"] = ev.ts_ns
+            st.evictions += 1
+            if op.evicted_since is None:
+                op.evicted_since = ev.ts_ns
             if ev.kind == KFD_EVICT_START:
-                st["open_evict_worker"] = ev.ts_ns
+                op.evict_worker = ev.ts_ns
         elif ev.kind == KFD_EVICT_END:
-            if st["open_evict_worker"] is not None:
-                st["evict_worker_ns"].append(ev.ts_ns - st["open_evict_worker"])
-                st["open_evict_worker"] = None
+            if op.evict_worker is not None:
+                st.evict_worker_ns.append(ev.ts_ns - op.evict_worker)
+                op.evict_worker = None
         elif ev.kind == KFD_RESTORE_START:
-            st["open_restore_worker"] = ev.ts_ns
+            op.restore_worker = ev.ts_ns
         elif ev.kind in (KFD_RESTORE_END, KFD_OLD_RESTORE):
-            st["restores"] += 1
-            if ev.kind == KFD_RESTORE_END and st["open_restore_worker"] is not None:
-                st["restore_worker_ns"].append(ev.ts_ns - st["open_restore_worker"])
-                st["open_restore_worker"] = None
-            if st["evicted_since"] is not None:
-                st["pairs_ns"].append(ev.ts_ns - st["evicted_since"])
-                st["evicted_since"] = None
+            st.restores += 1
+            if ev.kind == KFD_RESTORE_END and op.restore_worker is not None:
+                st.restore_worker_ns.append(ev.ts_ns - op.restore_worker)
+                op.restore_worker = None
+            if op.evicted_since is not None:
+                st.pairs_ns.append(ev.ts_ns - op.evicted_since)
+                op.evicted_since = None
             else:
-                st["unpaired_restores"] += 1
-    for st in state.values():
-        st["still_evicted_at_end"] = st["evicted_since"] is not None
-        del st["evicted_since"], st["open_evict_worker"], st["open_restore_worker"]
+                st.unpaired_restores += 1
+    for proc, st in state.items():
+        st.still_evicted_at_end = pending[proc].evicted_since is not None
     return state
 
 
@@ -261,17 +271,17 @@ def _us(ns: float | None) -> float | None:
 
 
 def summarize_evictions(
-    per_proc: Mapping[int, dict[str, Any]], traced_ids: set[int], window_s: float | None
-) -> dict[str, Any]:
+    per_proc: Mapping[int, ProcessEvictions], traced_ids: set[int], window_s: float | None
+) -> JsonObject:
     """Guide numbers for the traced processes (by their own pid/pasid), others counted apart."""
     mine = [st for pid, st in per_proc.items() if pid in traced_ids]
-    pairs = [d for st in mine for d in st["pairs_ns"]]
-    evictions = sum(st["evictions"] for st in mine)
-    restores = sum(st["restores"] for st in mine)
-    evict_worker = [d for st in mine for d in st["evict_worker_ns"]]
-    restore_worker = [d for st in mine for d in st["restore_worker_ns"]]
+    pairs = [d for st in mine for d in st.pairs_ns]
+    evictions = sum(st.evictions for st in mine)
+    restores = sum(st.restores for st in mine)
+    evict_worker = [d for st in mine for d in st.evict_worker_ns]
+    restore_worker = [d for st in mine for d in st.restore_worker_ns]
     others = {
-        str(pid): {"evictions": st["evictions"], "restores": st["restores"]}
+        str(pid): {"evictions": st.evictions, "restores": st.restores}
         for pid, st in sorted(per_proc.items())
         if pid not in traced_ids
     }
@@ -285,13 +295,13 @@ def summarize_evictions(
         "max_evict_to_restore_us": max(pairs) / 1e3 if pairs else None,
         "avg_evict_worker_us": _us(_mean(evict_worker)),
         "avg_restore_worker_us": _us(_mean(restore_worker)),
-        "unpaired_restores": sum(st["unpaired_restores"] for st in mine),
-        "still_evicted_at_window_end": sum(1 for st in mine if st["still_evicted_at_end"]),
+        "unpaired_restores": sum(st.unpaired_restores for st in mine),
+        "still_evicted_at_window_end": sum(1 for st in mine if st.still_evicted_at_end),
         "other_processes": others,
     }
 
 
-def restore_delay_note(delays_jiffies: Mapping[int, int], hz: int | None) -> dict[str, Any]:
+def restore_delay_note(delays_jiffies: Mapping[int, int], hz: int | None) -> JsonObject:
     """What the driver said about its restore delay (schedule_evict_and_restore's delay_jiffies)."""
     if not delays_jiffies:
         return {
@@ -324,7 +334,7 @@ def restore_delay_note(delays_jiffies: Mapping[int, int], hz: int | None) -> dic
 
 def legacy_aliases(
     pairs: int | None, eviction_rate: float | None, avg_evict_to_restore_us: float | None
-) -> dict[str, Any]:
+) -> JsonObject:
     """The upstream keys, with the meaning docs/guide.md documents (NOT GPU page faults)."""
     return {
         "total_faults": pairs,

@@ -8,10 +8,29 @@ probes measure event by event.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Literal
 
 PROC = Path("/proc")
+
+#: the counters `delta` takes the difference of
+Counter = Literal["exec_ns", "run_delay_ns", "voluntary", "involuntary"]
+
+
+@dataclass(frozen=True)
+class ThreadCounters:
+    """One thread's counters at one moment: its process and name, on-CPU time and run-queue wait
+    (ns, schedstat; None without it), context switches, and the CPU it last ran on."""
+
+    pid: int
+    comm: str | None
+    exec_ns: int | None
+    run_delay_ns: int | None
+    voluntary: int
+    involuntary: int
+    cpu: int | None
 
 
 def _read(path: Path) -> str | None:
@@ -38,9 +57,9 @@ def _descendants(pids: tuple[int, ...] | list[int], exclude: tuple[int, ...] = (
 
 def task_counters(
     pids: tuple[int, ...] | list[int], exclude: tuple[int, ...] = ()
-) -> dict[int, dict[str, Any]]:
-    """tid → {pid, comm, exec_ns, run_delay_ns, voluntary, involuntary} for all their threads."""
-    out: dict[int, dict[str, Any]] = {}
+) -> dict[int, ThreadCounters]:
+    """tid → its counters, for every thread of the pids and their descendants."""
+    out: dict[int, ThreadCounters] = {}
     for pid in _descendants(pids, exclude):
         try:
             tasks = list((PROC / str(pid) / "task").iterdir())
@@ -52,27 +71,27 @@ def task_counters(
             status = _read(task / "status") or ""
             fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
             try:
-                out[int(task.name)] = {
-                    "pid": pid,
-                    "comm": fields.get("Name", "").strip() or None,
-                    "exec_ns": int(sched[0]) if len(sched) >= 2 else None,
-                    "run_delay_ns": int(sched[1]) if len(sched) >= 2 else None,
-                    "voluntary": int(fields["voluntary_ctxt_switches"]),
-                    "involuntary": int(fields["nonvoluntary_ctxt_switches"]),
+                out[int(task.name)] = ThreadCounters(
+                    pid=pid,
+                    comm=fields.get("Name", "").strip() or None,
+                    exec_ns=int(sched[0]) if len(sched) >= 2 else None,
+                    run_delay_ns=int(sched[1]) if len(sched) >= 2 else None,
+                    voluntary=int(fields["voluntary_ctxt_switches"]),
+                    involuntary=int(fields["nonvoluntary_ctxt_switches"]),
                     # field 39 "processor": the CPU it last ran on (stat fields after the comm)
-                    "cpu": int(stat[36]) if len(stat) > 36 else None,
-                }
+                    cpu=int(stat[36]) if len(stat) > 36 else None,
+                )
             except (KeyError, ValueError):
                 continue
     return out
 
 
 def delta(
-    start: dict[int, dict[str, Any]], stop: dict[int, dict[str, Any]], tid: int, key: str
+    start: Mapping[int, ThreadCounters], stop: Mapping[int, ThreadCounters], tid: int, key: Counter
 ) -> int | None:
     """stop − start of one counter (a thread born in the window starts at 0); None if unknown."""
-    end = stop.get(tid, {}).get(key)
+    end: int | None = getattr(stop[tid], key) if tid in stop else None
     if end is None:
         return None
-    begin = start.get(tid, {}).get(key, 0) if tid in start else 0
+    begin: int | None = getattr(start[tid], key) if tid in start else 0
     return None if begin is None else end - begin

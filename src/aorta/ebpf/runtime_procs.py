@@ -12,8 +12,8 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.ebpf.runtime_libs import runtime_libraries
 
 #: processes one attach traces at most (one bpftrace program follows them all, and each adds its
@@ -26,15 +26,15 @@ class RuntimeProcesses:
     """What the scan found: the pids to trace (with their libraries) and the ones skipped."""
 
     scanned: int = 0
-    traced: list[dict[str, Any]] = field(default_factory=list)
-    skipped: list[dict[str, Any]] = field(default_factory=list)
+    traced: list[JsonObject] = field(default_factory=list)
+    skipped: list[JsonObject] = field(default_factory=list)
     cap: int = MAX_PROCESSES
 
     @property
     def pids(self) -> tuple[int, ...]:
         return tuple(t["pid"] for t in self.traced)
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> JsonObject:
         return {
             "scanned_processes": self.scanned,
             "cap": self.cap,
@@ -65,7 +65,7 @@ def find_runtime_processes(pids: Iterable[int], cap: int = MAX_PROCESSES) -> Run
         libs = runtime_libraries([pid])
         if not libs:
             continue
-        entry: dict[str, Any] = {
+        entry: JsonObject = {
             "pid": pid,
             "comm": _comm(pid),
             "libraries": sorted({lib.mapped_as for lib in libs}),

@@ -39,12 +39,14 @@ from typing import Any
 
 from aorta.common import environment
 from aorta.common.errors import UsageError
+from aorta.common.jsontypes import JsonObject
 from aorta.common.procs import die_with_parent, is_ancestor, parse_pid, pid_alive, stale_owned_dirs
 from aorta.common.safedir import check_root_may_use
 from aorta.ebpf import marker, uprobes
 from aorta.ebpf.filecaps import FileCaps, file_caps
 from aorta.ebpf.interrupt import Interrupter
 from aorta.ebpf.mapcap import MAP_KEYS_MAX
+from aorta.ebpf.probes.base import EdgeSnapshots
 from aorta.ebpf.program import CLOSED_TEXT, HANDSHAKE_IDS, READY_TEXT, Program
 
 HARMLESS_STDERR = (re.compile(r"RLIMIT_MEMLOCK"), re.compile(r"^\s*$"))
@@ -256,7 +258,7 @@ def file_caps_launch(bpftrace: str, caps: FileCaps, sudo_why: str) -> tuple[list
 class SessionOutput:
     """Everything bpftrace reported: printed maps by name, lost events, diagnostics."""
 
-    maps: dict[str, Any] = field(default_factory=dict)
+    maps: JsonObject = field(default_factory=dict)
     lost_events: int = 0
     lost_records: int = 0
     attached_probes: int | None = None
@@ -267,8 +269,8 @@ class SessionOutput:
     sigints_sent: int = 0
     attach_s: float | None = None
     stop_s: float | None = None
-    probe_cost: dict[str, Any] | None = None
-    snapshots: dict[str, dict[str, Any]] = field(default_factory=dict)
+    probe_cost: JsonObject | None = None
+    snapshots: dict[str, EdgeSnapshots] = field(default_factory=dict)  # family name → its edges
     # (helper, retcode, line, col) → count of bpftrace `helper_error` records (failed updates)
     helper_errors: dict[tuple[str, int, int, int], int] = field(default_factory=dict)
     map_keys_max: int = MAP_KEYS_MAX
@@ -568,7 +570,7 @@ class TraceSession:
             elif kind == "printf" and isinstance(data, str):
                 self._printf(data)
 
-    def _helper_error(self, record: dict[str, Any]) -> None:
+    def _helper_error(self, record: JsonObject) -> None:
         """Count a failed helper call (a full map refusing an update) by statement position."""
         try:
             key = (
@@ -666,7 +668,7 @@ def _owner_of(pid: int) -> int | None:
     return None
 
 
-def probe_cost(pid: int) -> dict[str, Any]:
+def probe_cost(pid: int) -> JsonObject:
     """Time the kernel spent in this bpftrace's BPF programs since attach (fdinfo run_time_ns).
 
     The kernel counts it only while sysctl kernel.bpf_stats_enabled=1; otherwise the values are

@@ -11,8 +11,8 @@ kind over all CPUs). Times are bpftrace's `nsecs`: CLOCK_MONOTONIC, the clock of
 from __future__ import annotations
 
 import os
-from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import hist
 from aorta.ebpf.program import GATE_MAP, WINDOW_START_MAP, WINDOW_STOP_MAP
 
@@ -56,7 +56,7 @@ def slice_code(
     ]
 
 
-def slices(maps: dict[str, Any], name: str) -> dict[str, Any]:
+def slices(maps: JsonObject, name: str) -> JsonObject:
     """[[tid, start ns, end ns, charged ns or None], …] sorted by start, with `seen` (exact),
     `kept` and `dropped`; charged is what the kernel counted as the thread's run time."""
     ends = hist.keyed(maps.get(f"@{name}_e"))
@@ -72,9 +72,7 @@ def slices(maps: dict[str, Any], name: str) -> dict[str, Any]:
     return {"rows": rows, "seen": seen, "kept": len(rows), "dropped": seen - len(rows)}
 
 
-def open_slices(
-    maps: dict[str, Any], name: str, window: dict[str, Any], kind: dict[str, Any], cap_total: int
-) -> None:
+def open_slices(maps: JsonObject, name: str, window: JsonObject, kind: JsonObject, cap_total: int) -> None:
     """Add to `kind` the slices still open when bpftrace stopped (@<name> tid → start ns, from a
     thread that never switched after the gate closed), clipped to the window, within the cap."""
     start, stop = window.get("start_monotonic_ns"), window.get("stop_monotonic_ns")
@@ -104,7 +102,7 @@ def instant_code(name: str, value: str, cap: int) -> list[str]:
     ]
 
 
-def instants(maps: dict[str, Any], name: str) -> dict[str, Any]:
+def instants(maps: JsonObject, name: str) -> JsonObject:
     """[[time ns, value], …] sorted by time, with `seen` (exact), `kept` and `dropped`."""
     values = hist.keyed(maps.get(f"@{name}_v"))
     rows = sorted([int(ts), int(values.get(key, 0))] for key, ts in hist.keyed(maps.get(f"@{name}")).items())
@@ -122,7 +120,7 @@ def bucket_code(name: str, cap: int, bucket_ns: int = 1_000_000) -> list[str]:
     ]
 
 
-def buckets(maps: dict[str, Any], name: str) -> dict[str, Any]:
+def buckets(maps: JsonObject, name: str) -> JsonObject:
     """[[bucket index, count], …] with `seen` (every event), `kept` (in the buckets), `dropped`."""
     rows = sorted([int(k), int(v)] for k, v in hist.keyed(maps.get(f"@{name}")).items())
     late = maps.get(f"@{name}_late")

@@ -308,7 +308,7 @@ class MemoryPressure:
             for s, handler in old.items():
                 signal.signal(s, handler)
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> dict[str, str | int | None]:
         """The cgroup's own counters (limit hits, usage) as independent evidence of pressure."""
         if self.folder is None or self.place is None:
             return {}
@@ -317,7 +317,7 @@ class MemoryPressure:
             if self.place.version == 2
             else ("memory.failcnt", "memory.usage_in_bytes", "memory.max_usage_in_bytes")
         )
-        out: dict[str, Any] = {
+        out: dict[str, str | int | None] = {
             "cgroup": str(self.folder),
             "version": self.place.version,
             "limit_bytes": self.limit,

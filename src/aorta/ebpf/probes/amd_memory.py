@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import memory_metrics as mm
 from aorta.ebpf import timeline
-from aorta.ebpf.probes.base import EventSetFamily, FamilyResult, ProbeCode, RenderContext
+from aorta.ebpf.probes.base import CollectContext, EventSetFamily, FamilyResult, ProbeCode, RenderContext
 from aorta.ebpf.tracefs import EventFormat
 
 P = "@amdmem_"
@@ -149,7 +149,7 @@ def kfd_log_probe(
     return "\n".join([*lines, "}"])
 
 
-def kfd_timeline(records: dict[str, Any]) -> dict[str, Any]:
+def kfd_timeline(records: JsonObject) -> JsonObject:
     """KFD instants (timeline.instants of TL_KFD) as events [ns, kind name, pid/pasid] and
     slices [pid/pasid, "evict"/"restore", start ns, end ns]: a worker start paired with the next
     end of the same kind and process; unpaired events stay instants only."""
@@ -359,7 +359,7 @@ class AmdMemoryFamily(EventSetFamily):
 
     # -- results
 
-    def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
+    def collect(self, maps: JsonObject, context: CollectContext) -> FamilyResult:
         """Guide numbers (moves, volume, maps, evictions) plus the evidence behind them."""
         window_s = mm.window_seconds(context)
         have = self.attached
@@ -369,7 +369,7 @@ class AmdMemoryFamily(EventSetFamily):
         def seen(*events: str) -> bool:
             return have is None or any(e in have for e in events)
 
-        metrics: dict[str, Any] = {}
+        metrics: JsonObject = {}
         notes: dict[str, str] = {}
         if seen(*BO_MOVE_EVENTS):
             bo = mm.derive_bo_moves(
@@ -451,7 +451,7 @@ class AmdMemoryFamily(EventSetFamily):
         return FamilyResult(self.name, self.section, metrics, coverage)
 
     @staticmethod
-    def _creates(maps: dict[str, Any], own: int = 1) -> dict[str, Any]:
+    def _creates(maps: JsonObject, own: int = 1) -> JsonObject:
         counts = mm.keyed(maps, f"{P}creates")
         pages = mm.keyed(maps, f"{P}create_pages")
         page = os.sysconf("SC_PAGE_SIZE")
@@ -468,7 +468,7 @@ class AmdMemoryFamily(EventSetFamily):
         }
 
     @staticmethod
-    def _evictions(maps: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
+    def _evictions(maps: JsonObject, context: CollectContext) -> JsonObject:
         log = mm.keyed(maps, f"{P}kfd_log")
         events = mm.kfd_events_from_log(log)
         counted = mm.total(mm.keyed(maps, f"{P}kfd_count"))
@@ -487,7 +487,7 @@ class AmdMemoryFamily(EventSetFamily):
         return summary
 
 
-def _traced_kfd_ids(variant: str | None, pids: list[int]) -> tuple[set[int], dict[str, Any]]:
+def _traced_kfd_ids(variant: str | None, pids: list[int]) -> tuple[set[int], JsonObject]:
     """Which amdkfd ids are ours: the pids themselves (pid variant) or their pasids from sysfs."""
     if variant == "pid":
         return set(pids), {
@@ -511,11 +511,11 @@ def _traced_kfd_ids(variant: str | None, pids: list[int]) -> tuple[set[int], dic
     }
 
 
-def guide_summary(metrics: dict[str, Any], window_s: float | None) -> dict[str, Any]:
+def guide_summary(metrics: JsonObject, window_s: float | None) -> JsonObject:
     """The memory numbers of docs/guide.md and their legacy aliases; null with a reason when unmeasured."""
     bo, ev = metrics.get("bo_moves"), metrics.get("evictions")
     maps, unmaps = metrics.get("vm_maps"), metrics.get("vm_unmaps")
-    out: dict[str, Any] = {
+    out: JsonObject = {
         "bo_moves": bo["moves"] if bo else None,
         "bo_moves_per_sec": bo["moves_per_sec"] if bo else None,
         "migration_volume_bytes": bo["bytes"] if bo else None,

@@ -9,11 +9,10 @@ as buffer moves and clears, or other processes).
 
 from __future__ import annotations
 
-from typing import Any
-
+from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import hist
 from aorta.ebpf.probes import jobs
-from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext
+from aorta.ebpf.probes.base import CollectContext, FamilyResult, ProbeCode, ProbeFamily, RenderContext
 from aorta.ebpf.probes.common import KERNEL_BYPASS, int_key, text
 
 CHAIN = jobs.JobChain(
@@ -85,7 +84,7 @@ class AmdgpuFamily(ProbeFamily):
             )
         return code
 
-    def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
+    def collect(self, maps: JsonObject, context: CollectContext) -> FamilyResult:
         submits = jobs.counts(maps, "@amdgpu_submits")
         dispatches = jobs.counts(maps, "@amdgpu_dispatches")
         internal = jobs.counts(maps, "@amdgpu_internal_jobs")
@@ -111,7 +110,7 @@ class AmdgpuFamily(ProbeFamily):
             "submissions_per_ring": jobs.measured_or_none(submits, absent),
             "dispatches_per_ring": jobs.measured_or_none(dispatches, absent),
             "jobs_without_traced_submission": jobs.measured_or_none(internal, absent),
-            "submit_to_dispatch_hist_ns": hist.as_records(s2d["hist"]),
+            "submit_to_dispatch_hist_ns": hist.as_records(s2d.hist),
             "histogram_kind": hist.LOGLINEAR_KIND,
             "dispatch_to_done_avg_us": jobs.avg_us(d2c),
             "dispatch_to_done_count": jobs.measured_or_none(d2c[0] if d2c else 0, absent),

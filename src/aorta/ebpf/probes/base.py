@@ -10,9 +10,18 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
+from aorta.common.jsontypes import JsonObject
 from aorta.ebpf.tracefs import EventFormat, Tracefs
+
+#: What `ProbeFamily.collect` gets besides the maps: run facts by name (window, workers, pids,
+#: streams, snapshots, attached events, …; the engine and the tracers build it). A dict, not yet
+#: a dataclass: the gpu_runtime families read it as one (pending their calibration work).
+CollectContext: TypeAlias = dict[str, Any]
+#: one family's `snapshot()` values by window edge ("start", "stop"): opaque to everyone but the
+#: family, which finds them in its collect context as context["snapshots"][family name]
+EdgeSnapshots: TypeAlias = dict[str, object]
 
 
 @dataclass(frozen=True)
@@ -48,6 +57,19 @@ class TraceTarget:
     window_ranks: int = 1
     rank_keys: bool = False
     timeline_events: int = 0  # per-event timeline records kept per kind (0: aggregates only)
+
+
+@dataclass(frozen=True)
+class QueueWorker:
+    """A thread that runs one queue's work (CPU backend), as collect() finds it in the context's
+    `workers`: its tid and queue, the streams it serves (None: not known from outside the
+    process), its doorbell fd and its process (None where not known)."""
+
+    tid: int
+    queue: int
+    streams: tuple[int, ...] | None = None
+    doorbell_fd: int | None = None
+    pid: int | None = None
 
 
 @dataclass
@@ -106,8 +128,8 @@ class FamilyResult:
 
     family: str
     section: str  # "queue" or "memory"
-    metrics: dict[str, Any]
-    coverage: dict[str, Any]
+    metrics: JsonObject  # written into the result as is
+    coverage: JsonObject
 
 
 class ProbeFamily(ABC):
@@ -128,18 +150,18 @@ class ProbeFamily(ABC):
         """bpftrace code for the events present in ctx.tracefs; list the missing ones."""
 
     @abstractmethod
-    def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
+    def collect(self, maps: JsonObject, context: CollectContext) -> FamilyResult:
         """Metrics from this family's printed maps (keys are map names with '@').
 
         `context` carries run facts: window seconds, worker tid → queue/stream registry, etc.
         """
 
-    def render_state(self) -> dict[str, Any]:
+    def render_state(self) -> JsonObject:
         """What `collect` keeps from `render` (JSON-safe), for processes that did not render: a
         node's other torchrun ranks collect from local rank 0's program."""
         return {}
 
-    def restore_state(self, state: dict[str, Any]) -> None:
+    def restore_state(self, state: JsonObject) -> None:
         """Take over another process's `render_state()`."""
 
     def snapshot(self, target: TraceTarget) -> Any:
@@ -159,9 +181,9 @@ class EventSetFamily(ProbeFamily):
     def __init__(self) -> None:
         self.attached: set[str] | None = None  # set by render(): collect reports only these
 
-    def render_state(self) -> dict[str, Any]:
+    def render_state(self) -> JsonObject:
         return {"attached": None if self.attached is None else sorted(self.attached)}
 
-    def restore_state(self, state: dict[str, Any]) -> None:
+    def restore_state(self, state: JsonObject) -> None:
         attached = state.get("attached")
         self.attached = None if attached is None else set(attached)

@@ -20,13 +20,17 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import hist, procstat, timeline
 from aorta.ebpf.probes.base import (
+    CollectContext,
     FamilyResult,
     ProbeCode,
     ProbeFamily,
+    QueueWorker,
     RenderContext,
     TraceTarget,
 )
@@ -42,6 +46,19 @@ DOORBELL_BYTES = 8  # an eventfd read returns its 8-byte counter
 DISPATCH_HEAD = "tracepoint:sched:sched_switch\n{\n"  # the doorbells' switch probe (no predicate)
 ON_CPU, RUN_QUEUE = "cpu_sched_tlon", "cpu_sched_tlrq"  # timeline slice kinds (timeline.py)
 _EVENTS = ("sched:sched_switch", "syscalls:sys_enter_write", "syscalls:sys_exit_read")
+
+
+@dataclass
+class QueueStats:
+    """One queue's doorbell figures from the printed maps: doorbells rung (submissions), those
+    consumed by its worker (dispatches) with their summed delay, the delay histogram, and
+    doorbells left unconsumed (protocol breaks)."""
+
+    submissions: int = 0
+    dispatches: int = 0
+    total_ns: int = 0
+    hist: list[tuple[int, int, int]] = field(default_factory=list)
+    unconsumed: int = 0
 
 
 class CpuSchedFamily(ProbeFamily):
@@ -287,16 +304,17 @@ class CpuSchedFamily(ProbeFamily):
         """Per-thread kernel counters of the traced processes (on-CPU, run delay, switches)."""
         return procstat.task_counters(target.pids, target.exclude_pids)
 
-    def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
-        workers = {int(w["tid"]): w for w in context.get("workers", []) if w.get("tid")}
+    def collect(self, maps: JsonObject, context: CollectContext) -> FamilyResult:
+        workers: dict[int, QueueWorker] = {w.tid: w for w in context.get("workers", []) if w.tid}
         queues = _queue_stats(maps)
         snaps = (context.get("snapshots") or {}).get(self.name) or {}
-        start, stop = snaps.get("start") or {}, snaps.get("stop") or {}
+        start: dict[int, procstat.ThreadCounters] = snaps.get("start") or {}
+        stop: dict[int, procstat.ThreadCounters] = snaps.get("stop") or {}
         cpus: dict[int, set[int]] = {}
         for key in hist.keyed(maps.get("@cpu_sched_cpus")):
-            tid, _, cpu = key.partition(",")
-            if tid and cpu:
-                cpus.setdefault(int(tid), set()).add(int(cpu))
+            thread, _, cpu = key.partition(",")
+            if thread and cpu:
+                cpus.setdefault(int(thread), set()).add(int(cpu))
         tids = {t for t in stop if (procstat.delta(start, stop, t, "exec_ns") or 0) > 0}
         tids |= set(workers)
         counted = {int(k): int(v) for k, v in hist.keyed(maps.get("@cpu_sched_switches")).items()}
@@ -307,14 +325,13 @@ class CpuSchedFamily(ProbeFamily):
         rows = []
         for tid in sorted(tids):
             worker = workers.get(tid)
-            q = queues.get(worker["queue"]) if worker else None
+            q = queues.get(worker.queue) if worker else None
             if worker and bells_on and q is None:  # traced, and nothing rang: a measured 0
-                q = {"submissions": 0, "dispatches": 0, "total_ns": 0, "hist": [], "unconsumed": 0}
-            edge_cpus = {
-                c for c in (start.get(tid, {}).get("cpu"), stop.get(tid, {}).get("cpu")) if c is not None
-            }
-            comm = stop.get(tid, {}).get("comm") or start.get(tid, {}).get("comm")
-            mine = worker["queue"] if worker else None
+                q = QueueStats()
+            first, last = start.get(tid), stop.get(tid)
+            edge_cpus = {c.cpu for c in (first, last) if c is not None and c.cpu is not None}
+            comm = (last.comm if last else None) or (first.comm if first else None)
+            mine = worker.queue if worker else None
             samples = [r[3] for r in per_submission if r[0] == mine and r[3] is not None]
             row = _thread_row(
                 tid,
@@ -328,7 +345,7 @@ class CpuSchedFamily(ProbeFamily):
                 stop,
             )
             if worker and not bells_on:  # a queue worker whose doorbell was not traced
-                row["queue"], row["streams"] = worker["queue"], _streams_of(worker)
+                row["queue"], row["streams"] = worker.queue, _streams_of(worker)
             if row["switches"] is None and tid in counted:  # not in both /proc snapshots
                 row["switches"] = counted[tid]
             rows.append(row)
@@ -345,9 +362,9 @@ class CpuSchedFamily(ProbeFamily):
 
     def _summarise(
         self,
-        rows: list[dict[str, Any]],
-        queues: dict[int, dict[str, Any]],
-        workers: dict[int, dict[str, Any]],
+        rows: list[JsonObject],
+        queues: dict[int, QueueStats],
+        workers: dict[int, QueueWorker],
         per_submission: list[list[Any]],
         attached: list[str],
         cap: int,
@@ -375,7 +392,7 @@ class CpuSchedFamily(ProbeFamily):
                 "the log-linear histogram's estimate, said by submit_to_dispatch_p99_method"
             ),
         }
-        merged = hist.merge(*(q["hist"] for q in queues.values()))
+        merged = hist.merge(*(q.hist for q in queues.values()))
         metrics = {
             "summary": summary,
             "threads": rows,
@@ -396,7 +413,7 @@ QUEUE_KEYED_MAPS = (
 )
 
 
-def queue_slice(maps: dict[str, Any], first: int, count: int) -> dict[str, Any]:
+def queue_slice(maps: JsonObject, first: int, count: int) -> JsonObject:
     """The maps of queues first..first+count-1 renumbered from 0 (one rank's share of a node's
     program, whose ranks got disjoint queue ranges); maps not keyed by queue are kept as they are."""
     out = dict(maps)
@@ -404,7 +421,7 @@ def queue_slice(maps: dict[str, Any], first: int, count: int) -> dict[str, Any]:
         value = maps.get(name)
         if value is None:
             continue
-        kept: dict[str, Any] = {}
+        kept: JsonObject = {}
         for key, item in hist.keyed(value).items():
             head, sep, rest = key.partition(",")
             if head.lstrip("-").isdigit() and first <= int(head) < first + count:
@@ -413,29 +430,27 @@ def queue_slice(maps: dict[str, Any], first: int, count: int) -> dict[str, Any]:
     return out
 
 
-def _queue_stats(maps: dict[str, Any]) -> dict[int, dict[str, Any]]:
+def _queue_stats(maps: JsonObject) -> dict[int, QueueStats]:
     """Per queue: rings (submissions), dispatches, their sum, histogram, protocol breaks."""
-    queues: dict[int, dict[str, Any]] = {}
+    queues: dict[int, QueueStats] = {}
 
-    def queue(q: int) -> dict[str, Any]:
-        return queues.setdefault(
-            q, {"submissions": 0, "dispatches": 0, "total_ns": 0, "hist": [], "unconsumed": 0}
-        )
+    def queue(q: int) -> QueueStats:
+        return queues.setdefault(q, QueueStats())
 
     for key, value in hist.keyed(maps.get("@cpu_sched_seq")).items():
-        queue(int(key))["submissions"] = int(value)
+        queue(int(key)).submissions = int(value)
     for key, value in hist.keyed(maps.get("@cpu_sched_s2d_s")).items():
         st = hist.stats(value)
         if st:
-            queue(int(key))["dispatches"], queue(int(key))["total_ns"] = st
+            queue(int(key)).dispatches, queue(int(key)).total_ns = st
     for key, buckets in hist.loglinear_keyed(maps.get("@cpu_sched_s2d")).items():
-        queue(int(key))["hist"] = buckets
+        queue(int(key)).hist = buckets
     for key, value in hist.keyed(maps.get("@cpu_sched_unconsumed")).items():
-        queue(int(key))["unconsumed"] = int(value)
+        queue(int(key)).unconsumed = int(value)
     return queues
 
 
-def _per_submission(maps: dict[str, Any]) -> list[list[int | None]]:
+def _per_submission(maps: JsonObject) -> list[list[int | None]]:
     """[queue, seq, doorbell ns, submit→dispatch ns or None] per recorded submission (sorted)."""
     rings = hist.keyed(maps.get("@cpu_sched_ring"))
     delays = hist.keyed(maps.get("@cpu_sched_sub"))
@@ -448,8 +463,8 @@ def _per_submission(maps: dict[str, Any]) -> list[list[int | None]]:
 
 
 def _timeline(
-    maps: dict[str, Any], context: dict[str, Any], queues: dict[int, dict[str, Any]], keep: int, bells: int
-) -> dict[str, Any]:
+    maps: JsonObject, context: CollectContext, queues: dict[int, QueueStats], keep: int, bells: int
+) -> JsonObject:
     """The per-event records for --trace-out: on-CPU slices and run-queue waits per registered
     thread, and each doorbell [queue, seq, writer tid, write ns, dispatch ns or null]; each kind
     with the exact number seen, how many were kept (the first ones) and dropped."""
@@ -473,11 +488,9 @@ def _timeline(
             ]
         )
     rows.sort(key=lambda r: (r[3], r[0]))
-    seen = sum(q["submissions"] for q in queues.values())
+    seen = sum(q.submissions for q in queues.values())
     threads = [
-        {"tid": int(w["tid"]), "label": f"q{w['queue']}", "queue": w["queue"]}
-        for w in context.get("workers", [])
-        if w.get("tid")
+        {"tid": w.tid, "label": f"q{w.queue}", "queue": w.queue} for w in context.get("workers", []) if w.tid
     ]
     threads += [
         {"tid": int(t), "label": SUBMITTER_LABEL, "queue": None} for t in context.get("submitter_tids", [])
@@ -518,32 +531,32 @@ def per_queue_cap(queues: int) -> int:
 
 
 def _summary(
-    queues: dict[int, dict[str, Any]],
-    worker_rows: list[dict[str, Any]],
+    queues: dict[int, QueueStats],
+    worker_rows: list[JsonObject],
     per_submission: list[list[Any]],
     cap: int,
-) -> dict[str, Any]:
+) -> JsonObject:
     """The queue section's headline: counts behind every mean, exact P99 when all samples are kept."""
-    n = sum(q["dispatches"] for q in queues.values())
-    total = sum(q["total_ns"] for q in queues.values())
-    merged = hist.merge(*(q["hist"] for q in queues.values()))
+    n = sum(q.dispatches for q in queues.values())
+    total = sum(q.total_ns for q in queues.values())
+    merged = hist.merge(*(q.hist for q in queues.values()))
     samples = [r[3] for r in per_submission if r[3] is not None]
     p99 = _p99_record(samples, merged, n)
     rings = sorted({r["queue"] for r in worker_rows if (r["on_cpu_ms"] or 0) > 0 or r["dispatches"]})
     return {
         "source": "cpu_sched",
-        "total_submissions": sum(q["submissions"] for q in queues.values()),
+        "total_submissions": sum(q.submissions for q in queues.values()),
         "submissions_meaning": (
             "doorbell writes: hand-offs of work to an idle CPU-backend queue "
             "(one eventfd write each), window only"
         ),
-        "submissions_per_queue": {str(k): v["submissions"] for k, v in sorted(queues.items())},
+        "submissions_per_queue": {str(k): v.submissions for k, v in sorted(queues.items())},
         "total_dispatches": n,
         "dispatches_meaning": (
             "those doorbells consumed by their worker, each timed at the "
             "worker's first switch onto a CPU after the write"
         ),
-        "unconsumed_doorbells": sum(q["unconsumed"] for q in queues.values()),
+        "unconsumed_doorbells": sum(q.unconsumed for q in queues.values()),
         "hw_rings_used": rings,
         "hw_rings_meaning": "CPU-backend queues whose worker thread ran in the window",
         "submit_to_dispatch_avg_us": total / n / 1e3 if n else None,
@@ -566,7 +579,7 @@ def _summary(
     }
 
 
-def _p99_record(samples: list[int], merged: list[tuple[int, int, int]], n: int) -> dict[str, Any] | None:
+def _p99_record(samples: list[int], merged: list[tuple[int, int, int]], n: int) -> JsonObject | None:
     """The P99 in hist.quantile's shape (ns): exact nearest rank when the per-submission store
     kept every dispatch, else the log-linear histogram's bucket with its error bound."""
     if not n:
@@ -609,19 +622,19 @@ def _sum_or_none(values: list[float | None]) -> float | None:
 def _thread_row(
     tid: int,
     comm: str | None,
-    worker: dict[str, Any] | None,
-    q: dict[str, Any] | None,
+    worker: QueueWorker | None,
+    q: QueueStats | None,
     samples: list[int],
     submitter: bool,
     cpus: list[int],
-    start: dict[int, Any],
-    stop: dict[int, Any],
-) -> dict[str, Any]:
+    start: dict[int, procstat.ThreadCounters],
+    stop: dict[int, procstat.ThreadCounters],
+) -> JsonObject:
     """One per-thread (= per queue on the CPU backend) row of the table; the doorbell columns are
     null unless the thread is a queue worker whose doorbell was traced (`q` given)."""
     helper = WORKER_COMM.match(comm or "") if worker is None else None
-    n = q["dispatches"] if q else None
-    p99 = _p99_record(samples, q["hist"], n) if q and n else None
+    n = q.dispatches if q else None
+    p99 = _p99_record(samples, q.hist, n) if q and n else None
     on_cpu = procstat.delta(start, stop, tid, "exec_ns")
     delay = procstat.delta(start, stop, tid, "run_delay_ns")
     vol = procstat.delta(start, stop, tid, "voluntary")
@@ -629,14 +642,14 @@ def _thread_row(
     return {
         "tid": tid,
         "comm": comm,
-        "queue": worker["queue"] if worker else None,
+        "queue": worker.queue if worker else None,
         # threads a queue worker started (torch/OpenMP pools) inherit its name: shown, not counted
         "helper_of_queue": int(helper.group(1)) if helper else None,
         "submitter": submitter,
         "streams": _streams_of(worker),
-        "submissions": q["submissions"] if q else None,
+        "submissions": q.submissions if q else None,
         "dispatches": n,
-        "submit_to_dispatch_avg_us": (q["total_ns"] / n / 1e3) if q and n else None,
+        "submit_to_dispatch_avg_us": (q.total_ns / n / 1e3) if q and n else None,
         "submit_to_dispatch_p99_us": (p99["value"] / 1e3) if p99 else None,
         "submit_to_dispatch_p99_method": (
             None if p99 is None else "exact" if p99["method"] == "exact" else "log-linear estimate"
@@ -649,7 +662,7 @@ def _thread_row(
     }
 
 
-def _streams_of(worker: dict[str, Any] | None) -> list[int] | None:
+def _streams_of(worker: QueueWorker | None) -> list[int] | None:
     """The streams a worker serves (None when unknown: not a worker, or found from outside)."""
-    streams = worker.get("streams") if worker else None
+    streams = worker.streams if worker else None
     return list(streams) if streams is not None else None

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import hist
 from aorta.ebpf.probes import jobs
-from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext
+from aorta.ebpf.probes.base import CollectContext, FamilyResult, ProbeCode, ProbeFamily, RenderContext
 from aorta.ebpf.probes.common import KERNEL_BYPASS, int_key, ptr_key, text
 
 OLD = ("drm_sched_job", "drm_run_job", "drm_sched_process_job")
@@ -93,7 +94,7 @@ class GpuSchedulerFamily(ProbeFamily):
         if done_key_r is None or done_key is None:
             code.missing[f"gpu_scheduler:{names[2]}"] = "absent or no fence identity to join"
 
-    def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
+    def collect(self, maps: JsonObject, context: CollectContext) -> FamilyResult:
         queued = jobs.counts(maps, "@gpu_scheduler_queued")
         run = jobs.counts(maps, "@gpu_scheduler_run")
         untraced = jobs.counts(maps, "@gpu_scheduler_untraced_jobs")
@@ -121,7 +122,7 @@ class GpuSchedulerFamily(ProbeFamily):
             "queued_per_ring": jobs.measured_or_none(queued, absent),
             "run_per_ring": jobs.measured_or_none(run, absent),
             "jobs_without_traced_submission": jobs.measured_or_none(untraced, absent),
-            "submit_to_dispatch_hist_ns": hist.as_records(q2r["hist"]),
+            "submit_to_dispatch_hist_ns": hist.as_records(q2r.hist),
             "histogram_kind": hist.LOGLINEAR_KIND,
             "run_to_done_avg_us": jobs.avg_us(r2d),
         }

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import memory_metrics as mm
 from aorta.ebpf import timeline
 from aorta.ebpf.probes.amd_memory import traced_flag
-from aorta.ebpf.probes.base import EventSetFamily, FamilyResult, ProbeCode, RenderContext
+from aorta.ebpf.probes.base import CollectContext, EventSetFamily, FamilyResult, ProbeCode, RenderContext
 
 P = "@hostmem_"
 RECLAIM_KINDS = {
@@ -184,7 +185,7 @@ class HostMemoryFamily(EventSetFamily):
         self.attached = set(code.used_events)
         return code
 
-    def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
+    def collect(self, maps: JsonObject, context: CollectContext) -> FamilyResult:
         """Per-process and total numbers; rates over the measurement window."""
         window_s = mm.window_seconds(context)
 
@@ -194,7 +195,7 @@ class HostMemoryFamily(EventSetFamily):
         def per_pid(name: str) -> dict[str, int]:
             return {str(k[0]): v for k, v in sorted(mm.keyed(maps, f"{P}{name}").items())}
 
-        metrics: dict[str, Any] = {}
+        metrics: JsonObject = {}
         if seen("exceptions:page_fault_user"):
             faults = per_pid("faults")
             metrics["page_faults"] = {
@@ -267,7 +268,7 @@ class HostMemoryFamily(EventSetFamily):
         return FamilyResult(self.name, self.section, metrics, coverage)
 
 
-def host_summary(metrics: dict[str, Any]) -> dict[str, Any]:
+def host_summary(metrics: JsonObject) -> JsonObject:
     """The CPU-side lines shown beside the GPU numbers of docs/guide.md (null when not attached)."""
 
     def pick(name: str, key: str) -> Any:

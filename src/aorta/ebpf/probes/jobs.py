@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import hist
-from aorta.ebpf.probes.base import ProbeCode, RenderContext
+from aorta.ebpf.probes.base import CollectContext, ProbeCode, RenderContext
 from aorta.ebpf.probes.common import both
 
 
-def counts(maps: dict[str, Any], name: str) -> dict[str, int]:
+def counts(maps: JsonObject, name: str) -> dict[str, int]:
     """A printed keyed count map as {key: int}, so each family reads its per-ring counters alike."""
     return {k: int(v) for k, v in hist.keyed(maps.get(name)).items()}
 
@@ -25,14 +26,14 @@ def job_summary(
     submits: dict[str, int],
     dispatches: dict[str, int],
     s2d: tuple[int, int] | None,
-    s2d_dist: dict[str, Any],
+    s2d_dist: hist.Distribution,
     *,
     submissions_meaning: str,
     dispatches_meaning: str,
     hw_rings_meaning: str,
     submit_to_dispatch_meaning: str,
     not_measured: str | None = None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """The summary dict (same keys, same order) that every driver-job family reports.
 
     `not_measured`: why the family's job events were not attached; the counts are then null
@@ -55,7 +56,7 @@ def job_summary(
     }
 
 
-def not_attached(context: dict[str, Any], events: list[str], missing: str) -> str | None:
+def not_attached(context: CollectContext, events: list[str], missing: str) -> str | None:
     """Why a job family measured nothing (none of `events` attached), or None when it did."""
     attached = set(context.get("attached") or [])
     return None if attached & set(events) else missing

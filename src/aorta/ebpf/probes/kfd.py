@@ -15,10 +15,10 @@ import contextlib
 import os
 import re
 from pathlib import Path
-from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import hist
-from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext
+from aorta.ebpf.probes.base import CollectContext, FamilyResult, ProbeCode, ProbeFamily, RenderContext
 from aorta.ebpf.probes.common import KERNEL_BYPASS
 
 KFD_TYPE = 0x4B
@@ -145,8 +145,8 @@ class KfdFamily(ProbeFamily):
         ]
         return code
 
-    def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
-        calls: dict[str, dict[str, Any]] = {}
+    def collect(self, maps: JsonObject, context: CollectContext) -> FamilyResult:
+        calls: dict[str, JsonObject] = {}
         lat = {k: hist.stats(v) for k, v in hist.keyed(maps.get("@kfd_lat")).items()}
         for key, value in hist.keyed(maps.get("@kfd_calls")).items():
             nr, _, ph = key.partition(",")
@@ -180,7 +180,7 @@ class KfdFamily(ProbeFamily):
             "queues_created": created,
             "wait_events_p99_us": wait_p99["value"] / 1e3 if wait_p99 else None,
             "wait_events_p99": wait_p99,
-            "wait_events_hist_ns": hist.as_records(wait["hist"]),
+            "wait_events_hist_ns": hist.as_records(wait.hist),
             "sysfs_inventory": inventory,
             "multiplexing": multiplexing_verdict(created, inventory, context.get("streams")),
         }
@@ -194,17 +194,17 @@ class KfdFamily(ProbeFamily):
         return FamilyResult(self.name, self.section, metrics, coverage)
 
 
-def queue_inventory(pids: list[int]) -> dict[str, Any]:
+def queue_inventory(pids: list[int]) -> JsonObject:
     """Snapshot of the hardware queues each pid holds, from KFD's sysfs; null with a reason."""
     if not SYSFS_PROC.is_dir():
         return {"queues": None, "reason": f"{SYSFS_PROC} absent (no AMD KFD driver on this machine)"}
-    out: list[dict[str, Any]] = []
+    out: list[JsonObject] = []
     for pid in pids:
         qdir = SYSFS_PROC / str(int(pid)) / "queues"
         if not qdir.is_dir():
             continue
         for q in sorted(qdir.iterdir(), key=lambda p: p.name):
-            entry: dict[str, Any] = {"pid": int(pid), "queue_id": q.name}
+            entry: JsonObject = {"pid": int(pid), "queue_id": q.name}
             for attr in ("type", "gpuid", "size"):
                 with contextlib.suppress(OSError):
                     entry[attr] = (q / attr).read_text().strip()
@@ -212,9 +212,7 @@ def queue_inventory(pids: list[int]) -> dict[str, Any]:
     return {"queues": out, "count": len(out), "source": str(SYSFS_PROC)}
 
 
-def multiplexing_verdict(
-    created: list[dict[str, Any]], inventory: dict[str, Any], streams: int | None
-) -> dict[str, Any]:
+def multiplexing_verdict(created: list[JsonObject], inventory: JsonObject, streams: int | None) -> JsonObject:
     """Hardware compute queues vs streams requested → multiplexed, one per stream, or unknown."""
     compute = None
     if inventory.get("queues") is not None:

@@ -9,8 +9,8 @@ key removed, so `collect` reads the same shapes as in a single-process program.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import hist
 from aorta.ebpf.probes.base import ProbeFamily
 
@@ -25,7 +25,7 @@ def rank_keyed(families: Iterable[ProbeFamily]) -> list[str]:
     return [name for family in families for name in family.rank_keyed_maps]
 
 
-def rank_slice(maps: dict[str, Any], names: Iterable[str], key: int) -> dict[str, Any]:
+def rank_slice(maps: JsonObject, names: Iterable[str], key: int) -> JsonObject:
     """`maps` with each named map reduced to rank `key`'s entries, the key removed (a map left
     with only the rank key becomes a scalar); other maps are kept as they are (node-wide)."""
     out = dict(maps)
@@ -34,7 +34,7 @@ def rank_slice(maps: dict[str, Any], names: Iterable[str], key: int) -> dict[str
         value = maps.get(name)
         if value is None:
             continue
-        kept: dict[str, Any] = {}
+        kept: JsonObject = {}
         for text, item in hist.keyed(value).items():
             head, _, rest = text.partition(",")
             if head.strip() == want:

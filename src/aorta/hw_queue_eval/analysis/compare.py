@@ -20,6 +20,7 @@ from typing import Any
 
 from aorta.common.errors import UsageError
 from aorta.common.flatten import flatten_numbers
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.analysis.exact_u import ALPHA, MIN_RUNS_TO_DETECT
 from aorta.hw_queue_eval.analysis.stats import MIN_RUNS, compare_runs, median_iqr, percent_change
 from aorta.hw_queue_eval.analysis.summaries import representative, run_summary
@@ -48,10 +49,10 @@ class Point:
     throughput_unit: str | None
     work_per_iteration: float | None
     latency: dict[str, float]
-    settings: dict[str, Any]
+    settings: JsonObject
     single: dict[str, float | None]
-    ebpf: dict[str, dict[str, Any]] = field(default_factory=dict)
-    runs: list[dict[str, Any]] = field(default_factory=list)  # one run_summary per run
+    ebpf: dict[str, JsonObject] = field(default_factory=dict)
+    runs: list[JsonObject] = field(default_factory=list)  # one run_summary per run
 
     @property
     def key(self) -> Key:
@@ -64,7 +65,7 @@ def key_text(key: Key) -> str:
     return f"{workload} @ {streams} streams" + (f" [{policy}]" if policy else "")
 
 
-def normalize_latency(result: dict[str, Any]) -> dict[str, float]:
+def normalize_latency(result: JsonObject) -> dict[str, float]:
     """Latency statistics from `latency_ms.p50` (ours, upstream runs) or `latency.p50_ms` (older)."""
     lat = result.get("latency_ms")
     if isinstance(lat, dict):
@@ -77,7 +78,7 @@ def normalize_latency(result: dict[str, Any]) -> dict[str, float]:
     return {}
 
 
-def _policy_of(result: dict[str, Any], point_key: dict[str, Any] | None) -> str | None:
+def _policy_of(result: JsonObject, point_key: JsonObject | None) -> str | None:
     for source in (point_key or {}, result, (result.get("config") or {}).get("extra") or {}):
         for name in ("policy", "policy_name"):
             value = source.get(name)
@@ -87,7 +88,7 @@ def _policy_of(result: dict[str, Any], point_key: dict[str, Any] | None) -> str 
 
 
 def compare_point(
-    result: dict[str, Any], point_key: dict[str, Any] | None = None, policy: str | None = None
+    result: JsonObject, point_key: JsonObject | None = None, policy: str | None = None
 ) -> Point:
     """A Point from one run-like dict (ours or upstream); UsageError when it lacks the basics."""
     workload = result.get("workload_name") or (point_key or {}).get("workload")
@@ -279,7 +280,7 @@ def _iqr(values: list[float]) -> float | None:
 
 def _run_rows(
     base: Point, test: Point, threshold: float, metrics: tuple[tuple[str, str, str | None, bool], ...]
-) -> list[dict[str, Any]]:
+) -> list[JsonObject]:
     rows = []
     for name, label, unit, higher in metrics:
         b, t = run_values(base, name), run_values(test, name)
@@ -300,7 +301,7 @@ def _run_rows(
     return rows
 
 
-def _info_rows(base: Point, test: Point, threshold: float) -> list[dict[str, Any]]:
+def _info_rows(base: Point, test: Point, threshold: float) -> list[JsonObject]:
     rows = [{**row, "verdict": None} for row in _run_rows(base, test, threshold, INFO_METRICS)]
     for name, value in base.single.items():
         rows.append(
@@ -319,7 +320,7 @@ def _info_rows(base: Point, test: Point, threshold: float) -> list[dict[str, Any
     return rows
 
 
-def _attached_families(section: dict[str, Any]) -> set[str]:
+def _attached_families(section: JsonObject) -> set[str]:
     """Families of an eBPF section that attached at least one event."""
     families = section.get("families") or {}
     return {name for name, fam in families.items() if isinstance(fam, dict) and fam.get("events_attached")}
@@ -349,10 +350,10 @@ def _comparable_leaves(section: Any) -> dict[str, float]:
     return out
 
 
-def ebpf_diff(base: Point, test: Point) -> dict[str, Any]:
+def ebpf_diff(base: Point, test: Point) -> JsonObject:
     """Measured eBPF values present in both points (sections that traced ok, families that
     attached, no timestamps or bookkeeping, not zero on both sides) with their change."""
-    rows: list[dict[str, Any]] = []
+    rows: list[JsonObject] = []
     skipped = []
     for section in EBPF_SECTIONS:
         b_sec, t_sec = base.ebpf.get(section), test.ebpf.get(section)
@@ -389,7 +390,7 @@ def _is_traced(section: Any) -> bool:
     return isinstance(section, dict) and section.get("status", "ok") == "ok" and bool(section)
 
 
-def tracing_note(diff: dict[str, Any], metrics: list[dict[str, Any]]) -> str | None:
+def tracing_note(diff: JsonObject, metrics: list[JsonObject]) -> str | None:
     """When one side was traced and the other not: whether the difference is distinguishable
     from the run-to-run noise compare measured (answers "does tracing perturb the run?")."""
     if diff["base_traced"] == diff["test_traced"]:
@@ -440,9 +441,7 @@ def _check_compatible(base: Point, test: Point) -> None:
         )
 
 
-def compare_files(
-    base_paths: str | list[str], test_paths: list[str], threshold: float = 5.0
-) -> dict[str, Any]:
+def compare_files(base_paths: str | list[str], test_paths: list[str], threshold: float = 5.0) -> JsonObject:
     """The whole comparison as a JSON-ready dict (UsageError for unreadable or unpairable files).
 
     Several base files are pooled as the repeats of their points (load_side); so are the
@@ -456,7 +455,7 @@ def compare_files(
     tests = []
     for kind, points, test_notes, path in test_sides(test_paths):
         notes += test_notes
-        pairs: list[dict[str, Any]] = []
+        pairs: list[JsonObject] = []
         for point in sorted(points, key=lambda p: (p.workload, p.streams, p.policy or "")):
             base = base_by_key.get(point.key)
             if base is None:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.workloads.collectives import is_collective_label
 from aorta.hw_queue_eval.workloads.transfer import is_copy_label
 
@@ -71,7 +72,7 @@ def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def usable_cpus(result: dict[str, Any]) -> int | None:
+def usable_cpus(result: JsonObject) -> int | None:
     """CPUs the run's threads could use: the distinct --cpus, else the allowed set, else all."""
     env = result.get("environment") or {}
     pinned = env.get("cpus_pinned") or {}
@@ -86,7 +87,7 @@ def usable_cpus(result: dict[str, Any]) -> int | None:
     return None
 
 
-def busiest_shared_queue(result: dict[str, Any]) -> tuple[float | None, int | None, str | None]:
+def busiest_shared_queue(result: JsonObject) -> tuple[float | None, int | None, str | None]:
     """(busy share of the window of the busiest queue serving ≥ 2 streams, its stream count,
     reason when unknown). A CPU queue runs one op at a time: its busy time is Σ its streams'."""
     qmap = result.get("queue_mapping") or {}
@@ -107,7 +108,7 @@ def busiest_shared_queue(result: dict[str, Any]) -> tuple[float | None, int | No
     return sum(busy[i] or 0.0 for i in best) / window, len(best), None
 
 
-def head_of_line_share(result: dict[str, Any]) -> tuple[float | None, str | None]:
+def head_of_line_share(result: JsonObject) -> tuple[float | None, str | None]:
     """(share of the ops' ready→end time they spent queued behind *another stream's* op on their
     own queue, reason when unknown), from the op rows. A CPU queue runs one op at a time, so the
     other streams' ops on it are disjoint intervals; waiting behind one's own stream is order."""
@@ -138,7 +139,7 @@ def head_of_line_share(result: dict[str, Any]) -> tuple[float | None, str | None
     return (queued / total, None) if total > 0 else (None, "no op with a ready time")
 
 
-def _op_spans(result: dict[str, Any]) -> tuple[list[tuple[str, float, float]], str | None]:
+def _op_spans(result: JsonObject) -> tuple[list[tuple[str, float, float]], str | None]:
     """[(label, start µs, end µs)] of one run's op rows, or ([], why not)."""
     table = result.get("op_intervals") or {}
     rows, cols, labels = table.get("rows"), table.get("columns") or [], table.get("labels")
@@ -157,7 +158,7 @@ def _op_spans(result: dict[str, Any]) -> tuple[list[tuple[str, float, float]], s
     return spans, None
 
 
-def copy_share(result: dict[str, Any]) -> tuple[float | None, int | None, str | None]:
+def copy_share(result: JsonObject) -> tuple[float | None, int | None, str | None]:
     """(share of the ops' busy start→end time spent in host↔device copies, copy ops, reason when
     unknown), from the op rows: a copy occupies its stream while it runs, on a GPU as a DMA
     transfer, on the CPU backend as a memcpy. A run without copies measures 0."""
@@ -169,7 +170,7 @@ def copy_share(result: dict[str, Any]) -> tuple[float | None, int | None, str | 
     return (sum(copies) / busy, len(copies), None) if busy > 0 else (None, None, "no op with a duration")
 
 
-def peer_wait_share(result: dict[str, Any]) -> tuple[float | None, int | None, str | None]:
+def peer_wait_share(result: JsonObject) -> tuple[float | None, int | None, str | None]:
     """(the largest share, over ranks, of a rank's op busy time spent waiting inside collectives
     for a later peer, collectives matched, reason when unknown), from every rank's op rows
     (torchrun). The largest, not the mean: one late rank makes the others wait, not itself.
@@ -212,7 +213,50 @@ def peer_wait_share(result: dict[str, Any]) -> tuple[float | None, int | None, s
     return max(w / b for w, b in zip(waited, busy, strict=True)), matched, None
 
 
-def run_evidence(result: dict[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RunEvidence:
+    """The figures the causes are judged on, from one run (None where not measured), and why a
+    figure is missing. The field names are the names the diagnosis writes (`primary_figure`,
+    `evidence`)."""
+
+    sync_defects: int | None
+    missing_synchronisation: int | None
+    needless_serialisation: int | None
+    needless_waits: int | None
+    sync_reason: str | None
+    streams: int | None
+    queues_in_use: int | None
+    launch_starvation_share: float | None
+    lanes_idle_share: float | None
+    cross_stream_waits: object  # as the result file holds it
+    host_on_cpu: float | None
+    host_cpu_share: float | None
+    host_runnable: float | None
+    busiest_shared_queue_busy: float | None
+    streams_on_busiest_shared_queue: int | None
+    queue_reason: str | None
+    head_of_line_reason: str | None
+    head_of_line_wait_mean_ms: float | None
+    head_of_line_share: float | None
+    usable_cpus: int | None
+    cores_busy: float | None
+    cpu_demand: float | None
+    run_queue_wait_share: float | None
+    reclaim_episodes: float | None
+    copy_share: float | None
+    copy_ops: int | None
+    copy_reason: str | None
+    peer_wait_share: float | None
+    collectives_matched: int | None
+    peer_wait_reason: str | None
+
+    def figure(self, name: str) -> float | None:
+        """The figure a rule names (its primary figure, or one of its evidence figures)."""
+        value: float | None = getattr(self, name)
+        return value
+
+
+def run_evidence(result: JsonObject) -> RunEvidence:
     """The figures the causes are judged on, from one run (None where not measured)."""
     conc = result.get("concurrency") or {}
     starv = (result.get("switch_latency") or {}).get("launch_starvation") or {}
@@ -249,38 +293,38 @@ def run_evidence(result: dict[str, Any]) -> dict[str, Any]:
     measured = isinstance(missing, list) and isinstance(needless, list) and order.get("edges") is not None
     missing_edges: list[Any] = missing if isinstance(missing, list) else []
     needless_edges: list[Any] = needless if isinstance(needless, list) else []
-    return {
-        "sync_defects": len(missing_edges) + len(needless_edges) if measured else None,
-        "missing_synchronisation": len(missing_edges) if measured else None,
-        "needless_serialisation": len(needless_edges) if measured else None,
-        "needless_waits": sum(_count(e.get("waits")) or 0 for e in needless_edges) if measured else None,
-        "sync_reason": None if measured else (order.get("note") or "no stream order check in this run"),
-        "streams": _count(result.get("stream_count")),
-        "queues_in_use": _count(qmap.get("queues_created")),
-        "launch_starvation_share": _num(starv.get("share_of_lane_time")),
-        "lanes_idle_share": lanes_idle,
-        "cross_stream_waits": starv.get("cross_stream_waits"),
-        "host_on_cpu": host,
-        "host_cpu_share": host_share,
-        "host_runnable": None if host is None or host_wait is None else host + host_wait,
-        "busiest_shared_queue_busy": share,
-        "streams_on_busiest_shared_queue": per_queue,
-        "queue_reason": queue_reason,
-        "head_of_line_reason": hol_reason,
-        "head_of_line_wait_mean_ms": _num(hol.get("mean")),
-        "head_of_line_share": hol_share,
-        "usable_cpus": cpus,
-        "cores_busy": (on_cpu + host) / cpus if on_cpu is not None and host is not None and cpus else None,
-        "cpu_demand": demand,
-        "run_queue_wait_share": _num(conc.get("queue_run_queue_wait_share")),
-        "reclaim_episodes": reclaim,
-        "copy_share": copying,
-        "copy_ops": copy_ops,
-        "copy_reason": copy_reason,
-        "peer_wait_share": peer_wait,
-        "collectives_matched": collectives,
-        "peer_wait_reason": peer_reason,
-    }
+    return RunEvidence(
+        sync_defects=len(missing_edges) + len(needless_edges) if measured else None,
+        missing_synchronisation=len(missing_edges) if measured else None,
+        needless_serialisation=len(needless_edges) if measured else None,
+        needless_waits=sum(_count(e.get("waits")) or 0 for e in needless_edges) if measured else None,
+        sync_reason=None if measured else (order.get("note") or "no stream order check in this run"),
+        streams=_count(result.get("stream_count")),
+        queues_in_use=_count(qmap.get("queues_created")),
+        launch_starvation_share=_num(starv.get("share_of_lane_time")),
+        lanes_idle_share=lanes_idle,
+        cross_stream_waits=starv.get("cross_stream_waits"),
+        host_on_cpu=host,
+        host_cpu_share=host_share,
+        host_runnable=None if host is None or host_wait is None else host + host_wait,
+        busiest_shared_queue_busy=share,
+        streams_on_busiest_shared_queue=per_queue,
+        queue_reason=queue_reason,
+        head_of_line_reason=hol_reason,
+        head_of_line_wait_mean_ms=_num(hol.get("mean")),
+        head_of_line_share=hol_share,
+        usable_cpus=cpus,
+        cores_busy=(on_cpu + host) / cpus if on_cpu is not None and host is not None and cpus else None,
+        cpu_demand=demand,
+        run_queue_wait_share=_num(conc.get("queue_run_queue_wait_share")),
+        reclaim_episodes=reclaim,
+        copy_share=copying,
+        copy_ops=copy_ops,
+        copy_reason=copy_reason,
+        peer_wait_share=peer_wait,
+        collectives_matched=collectives,
+        peer_wait_reason=peer_reason,
+    )
 
 
 @dataclass(frozen=True)
@@ -290,75 +334,72 @@ class Rule:
     cause: str
     primary: str
     threshold: float
-    gates: Callable[[dict[str, Any]], bool]
-    unmeasured: Callable[[dict[str, Any]], str | None]
+    gates: Callable[[RunEvidence], bool]
+    unmeasured: Callable[[RunEvidence], str | None]
     growth: bool = False  # must also exceed the knee's runs
 
 
-def _launch_unmeasured(ev: dict[str, Any]) -> str | None:
-    if ev["host_cpu_share"] is None:
+def _launch_unmeasured(ev: RunEvidence) -> str | None:
+    if ev.host_cpu_share is None:
         return "host and queue threads' on-CPU time not measured (GPU backend, or an older run)"
     return None
 
 
-def _launch_gates(ev: dict[str, Any]) -> bool:
+def _launch_gates(ev: RunEvidence) -> bool:
     # while the host is busy the lanes must sit idle: waited gaps for the host's launch (a lane
     # waiting for a cross-stream wait is not waiting for the host), or streams with nothing in
     # flight (one op per lane per iteration leaves no lane gaps to count)
-    starved = ev["cross_stream_waits"] == 0 and (ev["launch_starvation_share"] or 0.0) >= STARVATION_MIN
-    return starved or (ev["lanes_idle_share"] or 0.0) >= LANES_IDLE_MIN
+    starved = ev.cross_stream_waits == 0 and (ev.launch_starvation_share or 0.0) >= STARVATION_MIN
+    return starved or (ev.lanes_idle_share or 0.0) >= LANES_IDLE_MIN
 
 
-def _mux_unmeasured(ev: dict[str, Any]) -> str | None:
-    if ev["queues_in_use"] is None:
+def _mux_unmeasured(ev: RunEvidence) -> str | None:
+    if ev.queues_in_use is None:
         return "queues in use not known (runtime-managed stream→queue mapping)"
-    if ev["head_of_line_share"] is None:
-        reason: str | None = ev["head_of_line_reason"]
-        return reason
-    return None
+    return ev.head_of_line_reason if ev.head_of_line_share is None else None
 
 
-def _mux_gates(ev: dict[str, Any]) -> bool:
-    streams, queues = ev["streams"], ev["queues_in_use"]
+def _mux_gates(ev: RunEvidence) -> bool:
+    streams, queues = ev.streams, ev.queues_in_use
     return isinstance(streams, int) and isinstance(queues, int) and streams > queues
 
 
-def _sat_unmeasured(ev: dict[str, Any]) -> str | None:
-    if ev["run_queue_wait_share"] is None or ev["cpu_demand"] is None:
+def _sat_unmeasured(ev: RunEvidence) -> str | None:
+    if ev.run_queue_wait_share is None or ev.cpu_demand is None:
         return "on-CPU and run-queue wait of the threads not measured (GPU backend, or an older run)"
     return None
 
 
-def _sat_gates(ev: dict[str, Any]) -> bool:
+def _sat_gates(ev: RunEvidence) -> bool:
     # our own threads want at least every CPU they may use, and held at least half of them: the
     # wait is for each other's CPUs. Demand counts run-queue wait, which other processes' load
     # inflates; on a busy machine (on a CPU 22-35 % of 2 CPUs, waiting 62-78 %) the CPUs they
     # waited for were mostly someone else's, which is not this workload saturating the device
     return (
-        ev["cpu_demand"] is not None
-        and ev["cpu_demand"] >= CPU_DEMAND_MIN
-        and ev["cores_busy"] is not None
-        and ev["cores_busy"] >= CORES_HELD_MIN
+        ev.cpu_demand is not None
+        and ev.cpu_demand >= CPU_DEMAND_MIN
+        and ev.cores_busy is not None
+        and ev.cores_busy >= CORES_HELD_MIN
     )
 
 
-def _mem_unmeasured(ev: dict[str, Any]) -> str | None:
-    if ev["reclaim_episodes"] is None:
+def _mem_unmeasured(ev: RunEvidence) -> str | None:
+    if ev.reclaim_episodes is None:
         return "not measured: run with --ebpf-memory-trace"
     return None
 
 
-def _copy_unmeasured(ev: dict[str, Any]) -> str | None:
-    return None if ev["copy_share"] is not None else ev["copy_reason"]
+def _copy_unmeasured(ev: RunEvidence) -> str | None:
+    return None if ev.copy_share is not None else ev.copy_reason
 
 
-def _peer_unmeasured(ev: dict[str, Any]) -> str | None:
-    return None if ev["peer_wait_share"] is not None else ev["peer_wait_reason"]
+def _peer_unmeasured(ev: RunEvidence) -> str | None:
+    return None if ev.peer_wait_share is not None else ev.peer_wait_reason
 
 
-def _sync_unmeasured(ev: dict[str, Any]) -> str | None:
-    if ev["sync_defects"] is None:
-        return f"cross-stream waits not recorded: {ev['sync_reason']}"
+def _sync_unmeasured(ev: RunEvidence) -> str | None:
+    if ev.sync_defects is None:
+        return f"cross-stream waits not recorded: {ev.sync_reason}"
     return None
 
 
@@ -373,15 +414,15 @@ RULES = (
 )
 
 
-def _holds(rule: Rule, ev: dict[str, Any]) -> bool:
-    value = ev[rule.primary]
+def _holds(rule: Rule, ev: RunEvidence) -> bool:
+    value = ev.figure(rule.primary)
     return value is not None and value >= rule.threshold and rule.gates(ev)
 
 
-def _confidence(rule: Rule, runs: list[dict[str, Any]], base: list[dict[str, Any]]) -> tuple[str, str]:
+def _confidence(rule: Rule, runs: list[RunEvidence], base: list[RunEvidence]) -> tuple[str, str]:
     """(high | medium | low, why) of a cause that holds in some of `runs`."""
     holding = [ev for ev in runs if _holds(rule, ev)]
-    values = [ev[rule.primary] for ev in runs if ev[rule.primary] is not None]
+    values = [v for v in (ev.figure(rule.primary) for ev in runs) if v is not None]
     n, k = len(runs), len(holding)
     text = f"holds in {k}/{n} run(s)"
     if n == 1:
@@ -389,7 +430,7 @@ def _confidence(rule: Rule, runs: list[dict[str, Any]], base: list[dict[str, Any
     spread = max(values) - min(values)
     separated = k == n and min(values) - rule.threshold > spread
     if rule.growth:
-        before = [ev[rule.primary] for ev in base if ev[rule.primary] is not None]
+        before = [v for v in (ev.figure(rule.primary) for ev in base) if v is not None]
         if before and k == n:
             grows = min(values) > max(before)
             separated = separated and grows
@@ -401,43 +442,47 @@ def _confidence(rule: Rule, runs: list[dict[str, Any]], base: list[dict[str, Any
     return "low", text
 
 
-def _evidence_figures(rule: Rule, runs: list[dict[str, Any]]) -> dict[str, Any]:
+#: per cause, the RunEvidence figures its `evidence` reports (medians over the runs)
+EVIDENCE_FIGURES: dict[str, tuple[str, ...]] = {
+    "host_launch_bound": (
+        "host_cpu_share",
+        "host_on_cpu",
+        "host_runnable",
+        "launch_starvation_share",
+        "lanes_idle_share",
+    ),
+    "queue_multiplexing": (
+        "streams",
+        "queues_in_use",
+        "head_of_line_share",
+        "head_of_line_wait_mean_ms",
+        "busiest_shared_queue_busy",
+        "streams_on_busiest_shared_queue",
+    ),
+    "device_saturated": ("usable_cpus", "cpu_demand", "cores_busy", "run_queue_wait_share"),
+    "synchronisation": (
+        "sync_defects",
+        "missing_synchronisation",
+        "needless_serialisation",
+        "needless_waits",
+    ),
+    "copy_bound": ("copy_share", "copy_ops"),
+    "collective_bound": ("peer_wait_share", "collectives_matched"),
+    "memory_pressure": ("reclaim_episodes",),
+}
+
+
+def _evidence_figures(rule: Rule, runs: list[RunEvidence]) -> JsonObject:
     """The medians over the runs of the figures this cause is judged on."""
-    keys = {
-        "host_launch_bound": (
-            "host_cpu_share",
-            "host_on_cpu",
-            "host_runnable",
-            "launch_starvation_share",
-            "lanes_idle_share",
-        ),
-        "queue_multiplexing": (
-            "streams",
-            "queues_in_use",
-            "head_of_line_share",
-            "head_of_line_wait_mean_ms",
-            "busiest_shared_queue_busy",
-            "streams_on_busiest_shared_queue",
-        ),
-        "device_saturated": ("usable_cpus", "cpu_demand", "cores_busy", "run_queue_wait_share"),
-        "synchronisation": (
-            "sync_defects",
-            "missing_synchronisation",
-            "needless_serialisation",
-            "needless_waits",
-        ),
-        "copy_bound": ("copy_share", "copy_ops"),
-        "collective_bound": ("peer_wait_share", "collectives_matched"),
-        "memory_pressure": ("reclaim_episodes",),
-    }[rule.cause]
-    out: dict[str, Any] = {}
+    keys = EVIDENCE_FIGURES[rule.cause]
+    out: JsonObject = {}
     for key in keys:
-        vals = [ev[key] for ev in runs if isinstance(ev[key], (int, float))]
+        vals = [v for v in (ev.figure(key) for ev in runs) if isinstance(v, (int, float))]
         out[key] = statistics.median(vals) if vals else None
     return out
 
 
-def _describe(cause: str, fig: dict[str, Any], base: dict[str, Any] | None) -> str:
+def _describe(cause: str, fig: JsonObject, base: JsonObject | None) -> str:
     """One line of the figures behind a cause."""
 
     def pct(v: Any) -> str:
@@ -493,9 +538,7 @@ def _describe(cause: str, fig: dict[str, Any], base: dict[str, Any] | None) -> s
     return f"{fig['reclaim_episodes']:g} reclaim episode(s) / evictions in the window (median per run)"
 
 
-def diagnose_point(
-    runs: list[dict[str, Any]], knee_runs: list[dict[str, Any]] | None = None
-) -> dict[str, Any]:
+def diagnose_point(runs: list[JsonObject], knee_runs: list[JsonObject] | None = None) -> JsonObject:
     """Every documented cause checked on the runs of one point (`knee_runs`: the point before,
     for growth causes): the supported ones ranked, the others with why not."""
     evs = [run_evidence(r) for r in runs]
@@ -508,7 +551,7 @@ def diagnose_point(
             continue
         holding = sum(_holds(rule, ev) for ev in evs)
         figures = _evidence_figures(rule, evs)
-        entry: dict[str, Any] = {
+        entry: JsonObject = {
             "cause": rule.cause,
             "label": CAUSES[rule.cause],
             "primary_figure": rule.primary,
@@ -534,11 +577,11 @@ def diagnose_point(
     return {"causes": supported, "checked": checked}
 
 
-def _runs_at(results: list[dict[str, Any]], streams: int) -> list[dict[str, Any]]:
+def _runs_at(results: list[JsonObject], streams: int) -> list[JsonObject]:
     return [r for r in results if r.get("stream_count") == streams and r.get("throughput") is not None]
 
 
-def diagnose_sweep(results: list[dict[str, Any]], analysis: dict[str, Any]) -> dict[str, Any]:
+def diagnose_sweep(results: list[JsonObject], analysis: JsonObject) -> JsonObject:
     """`analysis.diagnosis` of a sweep: what is examined, the supported causes (first = primary)
     and every documented cause's status."""
     counts = analysis.get("stream_counts") or []
@@ -589,7 +632,7 @@ def diagnose_sweep(results: list[dict[str, Any]], analysis: dict[str, Any]) -> d
     }
 
 
-def diagnose_run(result: dict[str, Any]) -> dict[str, Any]:
+def diagnose_run(result: JsonObject) -> JsonObject:
     """The causes one run's own evidence supports (confidence at most "low": one run, unless it
     carries repeats' runs, which are not kept whole)."""
     return diagnose_point([result])

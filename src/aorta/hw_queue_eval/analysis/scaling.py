@@ -24,9 +24,9 @@ from __future__ import annotations
 import itertools
 import statistics
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from aorta.common.finite import ratio
+from aorta.common.jsontypes import JsonObject
 from aorta.common.percent import percent_above
 from aorta.hw_queue_eval.ops.metrics import INSTABILITY_IQR_RATIO
 
@@ -53,7 +53,7 @@ class ScalingPoint:
     throughput_runs: list[float] = field(default_factory=list)
 
 
-def _ebpf_dispatch_us(result: dict[str, Any], key: str) -> float | None:
+def _ebpf_dispatch_us(result: JsonObject, key: str) -> float | None:
     """A documented figure of the run's `ebpf_queue_metrics` (the summary of the family that saw
     the traced submissions, named by its `source`); None when the run was not traced, tracing
     failed, or no family measured it. Read by name: a figure of another family never stands in."""
@@ -64,17 +64,17 @@ def _ebpf_dispatch_us(result: dict[str, Any], key: str) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def dispatch_p99_us(result: dict[str, Any]) -> float | None:
+def dispatch_p99_us(result: JsonObject) -> float | None:
     """Kernel-measured submit→dispatch P99 (µs) of a traced run."""
     return _ebpf_dispatch_us(result, "submit_to_dispatch_p99_us")
 
 
-def dispatch_avg_us(result: dict[str, Any]) -> float | None:
+def dispatch_avg_us(result: JsonObject) -> float | None:
     """Kernel-measured submit→dispatch average (µs) of a traced run."""
     return _ebpf_dispatch_us(result, "submit_to_dispatch_avg_us")
 
 
-def scaling_point(result: dict[str, Any]) -> ScalingPoint | None:
+def scaling_point(result: JsonObject) -> ScalingPoint | None:
     """A ScalingPoint from a run result, or None when it has no throughput."""
     if result.get("throughput") is None:
         return None
@@ -93,7 +93,7 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(clean) if clean else None
 
 
-def group_points(results: list[dict[str, Any]]) -> list[ScalingPoint]:
+def group_points(results: list[JsonObject]) -> list[ScalingPoint]:
     """One ScalingPoint per stream count: medians over its runs, the CI of the throughput."""
     from aorta.hw_queue_eval.analysis.stats import median_ci
 
@@ -190,7 +190,7 @@ def step_trend(a: ScalingPoint, b: ScalingPoint) -> str:
     return "uncertain"
 
 
-def find_knee(points: list[ScalingPoint], work_scaling: str) -> tuple[int | None, list[dict[str, Any]]]:
+def find_knee(points: list[ScalingPoint], work_scaling: str) -> tuple[int | None, list[JsonObject]]:
     """Stream count where throughput stops scaling (None: scales to the end) and each step.
 
     The knee is the smallest K (not the last point) such that no later point b captures
@@ -199,7 +199,7 @@ def find_knee(points: list[ScalingPoint], work_scaling: str) -> tuple[int | None
     steps = []
     for a, b in itertools.pairwise(points):
         gain = captured(a, b, work_scaling)
-        step: dict[str, Any] = {
+        step: JsonObject = {
             "from": a.streams,
             "to": b.streams,
             "captured": gain,
@@ -226,6 +226,14 @@ def find_jump(points: list[ScalingPoint], field: str) -> int | None:
 
 
 @dataclass(frozen=True)
+class UnstablePoint:
+    """A stream count whose worst run's iteration IQR/median was above INSTABILITY_IQR_RATIO."""
+
+    streams: int
+    iqr_over_median: float
+
+
+@dataclass(frozen=True)
 class ScalingAnalysis:
     """Result of `analyze`: stored in the sweep file and shown by sweep and report."""
 
@@ -234,7 +242,7 @@ class ScalingAnalysis:
     peak_streams: int | None
     peak_throughput: float | None
     knee_streams: int | None
-    steps: list[dict[str, Any]]
+    steps: list[JsonObject]
     latency_jump_streams: int | None
     dispatch_jump_streams: int | None
     pool_size: int | None
@@ -248,18 +256,18 @@ class ScalingAnalysis:
     ci_level: float | None = None  # the lowest CI level over the points
     confidence: str = "unknown"  # high | low | unknown
     confidence_reason: str = ""
-    unstable_points: list[dict[str, Any]] = field(default_factory=list)
+    unstable_points: list[UnstablePoint] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     throughputs: list[float] = field(default_factory=list)  # per point, stream_counts order
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The JSON analysis, with upstream AORTA's keys (results/upstream_keys.py)."""
         from aorta.hw_queue_eval.results.upstream_keys import scaling_keys
 
         return {**asdict(self), **scaling_keys(self.stream_counts, self.throughputs, self.peak_streams)}
 
 
-def pool_size_of(result: dict[str, Any]) -> tuple[int | None, str]:
+def pool_size_of(result: JsonObject) -> tuple[int | None, str]:
     """Hardware-queue pool size of a run: its queue mapping, else GPU_MAX_HW_QUEUES it ran with."""
     pool = (result.get("queue_mapping") or {}).get("pool_size")
     if isinstance(pool, int):
@@ -363,16 +371,16 @@ def confidence_of(points: list[ScalingPoint], knee: int | None, work_scaling: st
     return "high", f"the {level:.0%} CIs of the medians separate it ({fewest}+ runs per point)"
 
 
-def unstable_points(points: list[ScalingPoint]) -> list[dict[str, Any]]:
+def unstable_points(points: list[ScalingPoint]) -> list[UnstablePoint]:
     """Points whose worst run had iteration IQR/median above the per-run warning level."""
     return [
-        {"streams": p.streams, "iqr_over_median": p.iqr_over_median}
+        UnstablePoint(p.streams, p.iqr_over_median)
         for p in points
         if p.iqr_over_median is not None and p.iqr_over_median > INSTABILITY_IQR_RATIO
     ]
 
 
-def analyze(results: list[dict[str, Any]], work_scaling: str) -> ScalingAnalysis | None:
+def analyze(results: list[JsonObject], work_scaling: str) -> ScalingAnalysis | None:
     """Scaling analysis of ok run results (any order, repeats of a stream count grouped);
     None with fewer than two usable stream counts."""
     points = group_points(results)
@@ -393,10 +401,10 @@ def analyze(results: list[dict[str, Any]], work_scaling: str) -> ScalingAnalysis
     unstable = unstable_points(points)
     warnings = []
     if unstable:
-        worst = percent_above(max(u["iqr_over_median"] for u in unstable), INSTABILITY_IQR_RATIO)
+        worst = percent_above(max(u.iqr_over_median for u in unstable), INSTABILITY_IQR_RATIO)
         warnings.append(
             f"unstable points (iteration IQR/median > {INSTABILITY_IQR_RATIO:.0%}, up "
-            f"to {worst}): {', '.join(str(u['streams']) for u in unstable)} "
+            f"to {worst}): {', '.join(str(u.streams) for u in unstable)} "
             "streams; the verdict is weakened by them"
         )
         if confidence == "high":
@@ -404,7 +412,7 @@ def analyze(results: list[dict[str, Any]], work_scaling: str) -> ScalingAnalysis
     verdict = verdict_text(knee, points[-1].streams, pool, cores, backend, lat_jump, disp_jump)
     verdict += f" [confidence {confidence}: {why}]"
     if unstable:
-        verdict += f"; unstable points at {', '.join(str(u['streams']) for u in unstable)} streams"
+        verdict += f"; unstable points at {', '.join(str(u.streams) for u in unstable)} streams"
     return ScalingAnalysis(
         stream_counts=[p.streams for p in points],
         throughputs=[p.throughput for p in points],

@@ -11,11 +11,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any
 
 import numpy as np
 
 from aorta.common.finite import ratio
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.analysis.exact_u import ALPHA, MIN_RUNS_TO_DETECT, min_p_value, u_distribution
 
 EXACT_MAX_PRODUCT = 2500  # exact U distribution when n1*n2 is at most this and there are no ties
@@ -122,7 +122,7 @@ class MedianCI:
     cv_pct: float | None  # sample std / mean × 100 (run-to-run spread)
     spread_pct: float | None  # (max − min) / median × 100: the measured noise floor
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return asdict(self)
 
 
@@ -195,7 +195,7 @@ class RunComparison:
     reason: str
     runs_needed: int | None = None  # inconclusive: runs per side for a CI as narrow as ±threshold
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return asdict(self)
 
 

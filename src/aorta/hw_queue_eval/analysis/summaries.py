@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.analysis.scaling import dispatch_avg_us, dispatch_p99_us
 from aorta.hw_queue_eval.analysis.stats import median_ci
 
@@ -20,7 +21,7 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def run_summary(result: dict[str, Any]) -> dict[str, Any]:
+def run_summary(result: JsonObject) -> JsonObject:
     """The numbers of one run that decisions use: throughput, latency percentiles, key eBPF."""
     lat = result.get("latency_ms") or {}
     old = result.get("latency") or {}
@@ -41,16 +42,16 @@ def run_summary(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def aggregate(summaries: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def aggregate(summaries: Sequence[JsonObject]) -> JsonObject:
     """Per metric over the runs: median, CI of the median (with its level), CV, noise floor."""
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     for name in (*RUN_METRICS, "ebpf_dispatch_p99_us"):
         values = [s[name] for s in summaries if s.get(name) is not None]
         out[name] = median_ci(values).to_dict() if values else None
     return out
 
 
-def representative(results: Sequence[dict[str, Any]]) -> int:
+def representative(results: Sequence[JsonObject]) -> int:
     """Index of the run whose throughput is the (lower) median: its details stand for the set."""
     order = sorted(
         range(len(results)),

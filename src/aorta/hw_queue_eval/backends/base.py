@@ -5,8 +5,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.ops.records import OpRecord
 
 if TYPE_CHECKING:
@@ -27,6 +28,16 @@ class WorkerInfo:
     doorbell_fd: int | None = None
 
 
+class StreamHandle(TypedDict):
+    """One stream of the GPU backend: its index and the runtime's handle for it (a cudaStream_t /
+    hipStream_t as an int), so eBPF uprobe counts per handle join the harness's streams. A dict,
+    not a dataclass: the gpu_runtime families read it from their collect context by key (pending
+    their calibration work)."""
+
+    stream: int
+    handle: int
+
+
 @dataclass(frozen=True)
 class SubmissionRecord:
     """One hand-off of work to an idle queue (a doorbell ring), as the harness saw it.
@@ -43,6 +54,18 @@ class SubmissionRecord:
     rung_ns: int
     start_ns: int
     first_kind: str
+
+
+@dataclass(frozen=True)
+class HandoffTotals:
+    """Every hand-off to an idle queue of the window, counted (the kept SubmissionRecords may be
+    only the first ones): in all, per queue, by the kind of the first task handed over, and how
+    many records were kept."""
+
+    count: int
+    per_queue: dict[int, int]
+    first_task_kinds: dict[str, int]
+    kept: int
 
 
 class DependencyLog:
@@ -151,9 +174,8 @@ class Backend(ABC):
         than `row_cap` and stop_window returned only the first ones; None when it returned all."""
         return None
 
-    def handoff_totals(self) -> dict[str, Any] | None:
-        """Every hand-off of the window counted (count, per_queue, first_task_kinds, kept);
-        None where hand-offs are not observable."""
+    def handoff_totals(self) -> HandoffTotals | None:
+        """Every hand-off of the window counted; None where hand-offs are not observable."""
         return None
 
     def submissions(self) -> list[SubmissionRecord] | None:
@@ -204,7 +226,7 @@ class Backend(ABC):
     def reset_memory_peak(self) -> None:
         """Start a new peak-memory measurement (no-op where unsupported)."""
 
-    def environment(self) -> dict[str, Any]:
+    def environment(self) -> JsonObject:
         """Backend facts for the result's environment block."""
         return {}
 

@@ -26,9 +26,11 @@ from collections import Counter, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.backends.base import (
     Backend,
     DependencyLog,
+    HandoffTotals,
     Stream,
     SubmissionRecord,
     WorkerInfo,
@@ -499,7 +501,7 @@ class CpuBackend(Backend):
     def folded_ops(self) -> FoldedOps | None:
         return self._fold.statistics()
 
-    def handoff_totals(self) -> dict[str, Any]:
+    def handoff_totals(self) -> HandoffTotals:
         """Every hand-off of the window counted, also those beyond the MAX_KEPT_RINGS kept."""
         per_queue = {q.index: min(q.ring_count, q.wake_count) for q in self._queues}
         if all(max(q.ring_count, q.wake_count) <= MAX_KEPT_RINGS for q in self._queues):
@@ -508,12 +510,12 @@ class CpuBackend(Backend):
             kinds = Counter(
                 {name: sum(q.wake_kinds[k] for q in self._queues) for k, name in enumerate(_KIND_NAMES)}
             )
-        return {
-            "count": sum(per_queue.values()),
-            "per_queue": per_queue,
-            "first_task_kinds": {k: v for k, v in kinds.items() if v},
-            "kept": sum(min(len(q.rings), len(q.wakes)) for q in self._queues),
-        }
+        return HandoffTotals(
+            count=sum(per_queue.values()),
+            per_queue=per_queue,
+            first_task_kinds={k: v for k, v in kinds.items() if v},
+            kept=sum(min(len(q.rings), len(q.wakes)) for q in self._queues),
+        )
 
     def submissions(self) -> list[SubmissionRecord]:
         """Every doorbell ring of the window (call after stop_window), per queue in ring order."""
@@ -569,7 +571,7 @@ class CpuBackend(Backend):
             "source": "VmHWM of this process, reset before warm-up",
         }
 
-    def environment(self) -> dict[str, Any]:
+    def environment(self) -> JsonObject:
         """The settings that decide how the queue threads share the CPUs (docs/metrics.md)."""
         import torch
 

@@ -26,7 +26,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aorta.common.errors import UsageError
-from aorta.hw_queue_eval.backends.base import Backend, DependencyLog, Stream
+from aorta.common.jsontypes import JsonObject
+from aorta.hw_queue_eval.backends.base import Backend, DependencyLog, Stream, StreamHandle
 from aorta.hw_queue_eval.backends.priority import StreamFactory, describe, torch_priorities
 from aorta.hw_queue_eval.ops.opfold import CHUNK_OPS, DEVICE, FoldedOps, LabelTable, OpFold
 from aorta.hw_queue_eval.ops.records import OpRecord
@@ -326,7 +327,7 @@ class GpuBackend(Backend):
             ),
         }
 
-    def stream_handles(self) -> list[dict[str, Any]]:
+    def stream_handles(self) -> list[StreamHandle]:
         """Stream index → the runtime's stream handle (torch `Stream.cuda_stream`, a cudaStream_t /
         hipStream_t as an int): eBPF uprobe counts per stream handle join the harness's streams."""
         return [{"stream": s.index, "handle": int(s.cuda_stream.cuda_stream)} for s in self._streams]
@@ -346,7 +347,7 @@ class GpuBackend(Backend):
             "source": "torch.cuda caching allocator peaks on the target device",
         }
 
-    def environment(self) -> dict[str, Any]:
+    def environment(self) -> JsonObject:
         import torch
 
         props = torch.cuda.get_device_properties(self._torch_device)

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from aorta.common.errors import UsageError
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.config.run_config import (
     DEFAULT_ITERATIONS,
     DEFAULT_SEED,
@@ -46,7 +47,7 @@ PASSTHROUGH_FLAGS = (
 )
 
 
-def passthrough_args(values: dict[str, Any]) -> list[str]:
+def passthrough_args(values: Mapping[str, object]) -> list[str]:
     """A child `run`'s arguments for the passed-through options: an on flag as itself, a given
     value (--bpftrace PATH, --state-dir DIR) as the option and its value; off flags and unset
     values are left out."""
@@ -103,7 +104,7 @@ class Progress:
 
     def __init__(self) -> None:
         self._bar: Any = None
-        self._tasks: dict[str, Any] = {}
+        self._tasks: dict[str, int] = {}  # phase → rich's TaskID (an int)
         if sys.stderr.isatty():
             from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -447,7 +448,7 @@ def build_tracer(
     return tracer
 
 
-def sweep_run_options(config: Any) -> dict[str, Any]:
+def sweep_run_options(config: Any) -> JsonObject:
     """The run options a sweep file records and hands to each point (its --resume fingerprint)."""
     from aorta.hw_queue_eval.run.cpupin import format_cpu_list
 

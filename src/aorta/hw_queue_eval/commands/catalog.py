@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import click
 
 from aorta import __version__
 from aorta.common.atomicio import atomic_write_json, check_output_path
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.commands._output import save_and_print_json
 from aorta.hw_queue_eval.config.run_config import env_knobs, hw_queue_pool_size, parse_positive_int
 from aorta.hw_queue_eval.gpu.devnodes import gpu_devices_seen_by_kernel
@@ -129,14 +129,14 @@ def _which(program: str) -> str | None:
     return shutil.which(program)
 
 
-def tracing_readiness() -> dict[str, Any]:
+def tracing_readiness() -> JsonObject:
     """Short tracing summary for `info` (details: `ebpf-info`)."""
     from aorta.ebpf.capabilities import readiness_summary
 
     return readiness_summary()
 
 
-def collect_info() -> dict[str, Any]:
+def collect_info() -> JsonObject:
     torch_version = _package_version("torch")
     gpus = gpu_devices_seen_by_kernel()
     has_gpu = gpus["amd_kfd"] or bool(gpus["nvidia_devices"])

@@ -13,6 +13,7 @@ import click
 
 from aorta.common.atomicio import check_distinct_outputs, check_output_path
 from aorta.common.errors import UsageError
+from aorta.common.jsontypes import JsonObject
 from aorta.common.procs import parse_pid, process_running, process_state, thread_group_of
 from aorta.hw_queue_eval.commands._options import gpu_runtime_views, tracing_options
 from aorta.hw_queue_eval.commands._output import save_and_print_json
@@ -205,7 +206,7 @@ def _script(
     return "\n".join(head) + "\n" + program.text
 
 
-def gpu_runtime_report() -> dict[str, Any]:
+def gpu_runtime_report() -> JsonObject:
     """What the opt-in gpu_runtime family would probe (symbols listed; libraries found per run)."""
     from aorta.ebpf.probes.gpu_runtime_apis import APIS
     from aorta.ebpf.runtime_libs import RUNTIME_LIBS
@@ -220,7 +221,7 @@ def gpu_runtime_report() -> dict[str, Any]:
     }
 
 
-def _print_info(data: dict[str, Any]) -> None:
+def _print_info(data: JsonObject) -> None:
     from aorta.hw_queue_eval.report.ebpf_info import render_ebpf_info
 
     render_ebpf_info(data)
@@ -325,7 +326,7 @@ def ebpf_attach_command(
     target = TraceTarget(
         pids=pids,
         follow_children=True,
-        thread_labels={w["tid"]: f"q{w['queue']}" for w in bells.workers},
+        thread_labels={w.tid: f"q{w.queue}" for w in bells.workers},
         doorbells=bells.doorbells,
         timeline_events=timeline.TIMELINE_EVENTS if trace_out else 0,
     )
@@ -467,7 +468,7 @@ def _scan_runtime_processes(max_text: str | None) -> Any:
     return scan
 
 
-def runtime_processes_text(report: dict[str, Any]) -> str:
+def runtime_processes_text(report: JsonObject) -> str:
     """Which processes an attach without --pid traced, which it skipped and why."""
     lines = [
         f"Processes that map a GPU runtime: {len(report['traced'])} traced, "
@@ -493,7 +494,7 @@ def wait_for_all_exit(pids: tuple[int, ...], seconds: float, tick: Callable[[], 
     return True
 
 
-def write_attach_trace(path: str, data: dict[str, Any], window: dict[str, Any]) -> None:
+def write_attach_trace(path: str, data: JsonObject, window: JsonObject) -> None:
     """The attach window as a trace (report/trace.py): no ops, the kernel's own events, µs since
     the window opened (its CLOCK_MONOTONIC start is the origin)."""
     from aorta.common.atomicio import atomic_write_bytes
@@ -542,7 +543,7 @@ def wait_for_exit(pid: int, seconds: float, tick: Callable[[], None] | None = No
             os.close(fd)
 
 
-def partial_queues(section: dict[str, Any], bells: Any) -> None:
+def partial_queues(section: JsonObject, bells: Any) -> None:
     """Totals over only some queues are not the totals: null them with the reason when a queue's
     doorbell was not found (its per-queue counts stay)."""
     if not bells.unresolved or section.get("source") != "cpu_sched":
@@ -556,7 +557,7 @@ def partial_queues(section: dict[str, Any], bells: Any) -> None:
     )
 
 
-def attach_window_text(data: dict[str, Any]) -> str:
+def attach_window_text(data: JsonObject) -> str:
     """The traced window's length, and why it is shorter than asked when it is."""
     traced = data.get("duration_s")
     text = f"Window: {traced:.3f} s" if isinstance(traced, (int, float)) else "Window: n/a"

@@ -8,6 +8,7 @@ import click
 
 from aorta.common.atomicio import check_output_path
 from aorta.common.errors import AortaError, ExitCode, UsageError
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.commands import collaborators
 from aorta.hw_queue_eval.commands._options import (
     build_config,
@@ -162,7 +163,7 @@ def policy_sweep_command(
     def on_start(name: str, repeat: int, done: int, total: int) -> None:
         click.echo(f"[{done}/{total}] {name} (repeat {repeat})…", err=True)
 
-    def on_point(name: str, repeat: int, point: dict[str, Any] | None, done: int, total: int) -> None:
+    def on_point(name: str, repeat: int, point: JsonObject | None, done: int, total: int) -> None:
         if point is None:
             click.echo(f"[{done}/{total}] {name} (repeat {repeat}): kept from {output}", err=True)
         elif point["status"] != "ok":

@@ -16,6 +16,7 @@ from aorta.common.atomicio import (
 )
 from aorta.common.errors import ExitCode, MeasurementFailed, UsageError
 from aorta.common.interrupts import commit
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.analysis.exact_u import ALPHA, MIN_RUNS_TO_DETECT
 from aorta.hw_queue_eval.commands import collaborators
 from aorta.hw_queue_eval.commands._options import (
@@ -47,9 +48,7 @@ def register(group: click.Group) -> None:
     group.add_command(run_command)
 
 
-def _write_outputs(
-    result: dict[str, Any], output: str | None, trace_out: str | None
-) -> tuple[list[str], str]:
+def _write_outputs(result: JsonObject, output: str | None, trace_out: str | None) -> tuple[list[str], str]:
     """Write -o and --trace-out: (what was written, "" or the one-line error). On a failed write
     (disk full) the file is kept in a private temp folder that the error names. The trace is
     encoded and written piece by piece (report/trace.trace_chunks): its memory does not grow
@@ -349,7 +348,7 @@ def _overlap_flags(overlap: dict[str, str | None]) -> list[str]:
     ]
 
 
-def _echo_profile(result: dict[str, Any]) -> None:
+def _echo_profile(result: JsonObject) -> None:
     """The PROFILER OUTPUT block of a --profile run (nothing without one)."""
     from aorta.hw_queue_eval.report.profiler_view import profiler_lines
 
@@ -376,7 +375,7 @@ def _run_repeats(
     from aorta.hw_queue_eval.report.repeats_view import render_repeats
     from aorta.hw_queue_eval.results.run_result import save_result
     from aorta.hw_queue_eval.sweeps.policy_sweep import child_run_args
-    from aorta.hw_queue_eval.sweeps.repeats import run_repeated
+    from aorta.hw_queue_eval.sweeps.repeats import RepeatOutcome, run_repeated
 
     if not quiet:
         click.echo(
@@ -385,22 +384,23 @@ def _run_repeats(
             err=True,
         )
 
-    def on_repeat(repeat: int, outcome: dict[str, Any]) -> None:
-        tput = (outcome.get("result") or {}).get("throughput")
+    def on_repeat(outcome: RepeatOutcome) -> None:
+        point = outcome.point
+        tput = (point.result or {}).get("throughput")
         text = (
-            f"{tput:.4g} {outcome['result'].get('throughput_unit')}"
+            f"{tput:.4g} {(point.result or {}).get('throughput_unit')}"
             if tput is not None
-            else f"{outcome['status']}: {outcome.get('error')}"
+            else f"{point.status}: {point.error}"
         )
         if not quiet:
-            click.echo(f"  repeat {repeat}/{runs}: {text} ({outcome['duration_s']:.1f} s)", err=True)
+            click.echo(f"  repeat {outcome.repeat}/{runs}: {text} ({point.duration_s:.1f} s)", err=True)
 
     with gpu_control_context(config.device, request, state_dir) as gpu_report:
         result, outcomes = run_repeated(child_run_args(config, flags), runs, on_repeat=on_repeat)
     if result is None:
         first = outcomes[0]
         raise MeasurementFailed(
-            f"every repeat failed (repeat 1 {first['status']}: {first['error']}); nothing written"
+            f"every repeat failed (repeat 1 {first.point.status}: {first.point.error}); nothing written"
         )
     if gpu_report is not None:
         result["gpu_control"] = gpu_report

@@ -8,6 +8,7 @@ import click
 
 from aorta.common.atomicio import OutputFolder, check_output_dir
 from aorta.common.errors import ExitCode
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.commands import collaborators
 from aorta.hw_queue_eval.commands._options import Progress, build_config, run_options, sweep_run_options
 from aorta.hw_queue_eval.commands._output import hold_output_lock, saved_on_interrupt
@@ -115,7 +116,7 @@ def suite_command(
         def on_workload(entry: Any, done: int, total: int) -> None:
             progress.log(f"[{done}/{total}] {entry.workload} ({entry.priority}) → {entry.spec.output}")
 
-        def on_point(n: int, point: dict[str, Any] | None, done: int, total: int) -> None:
+        def on_point(n: int, point: JsonObject | None, done: int, total: int) -> None:
             if point is None:
                 progress.log(f"  {n:>3} streams: already done (resumed)")
             elif point["status"] == "ok":

@@ -9,6 +9,7 @@ import click
 
 from aorta.common.atomicio import check_output_path
 from aorta.common.errors import ExitCode, UsageError
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.commands import collaborators
 from aorta.hw_queue_eval.commands._options import (
     Progress,
@@ -29,7 +30,7 @@ def register(group: click.Group) -> None:
     group.add_command(sweep_command)
 
 
-def _describe(point: dict[str, Any], unit: str) -> str:
+def _describe(point: JsonObject, unit: str) -> str:
     streams = point["key"]["streams"]
     if "repeat" in point["key"]:
         streams = f"{streams} (repeat {point['key']['repeat']})"
@@ -168,7 +169,7 @@ def sweep_command(
         if gpu_report is not None:
             file.header["gpu_control"] = gpu_report  # the same dict ends as "restored"
 
-        def on_point(n: int, point: dict[str, Any] | None, done: int, total: int) -> None:
+        def on_point(n: int, point: JsonObject | None, done: int, total: int) -> None:
             progress.log(
                 f"  {n:>3} streams: already done (resumed)"
                 if point is None

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from aorta.common.errors import UsageError
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.config.run_config import parse_positive_int
 
 OVERLAP_WORKLOAD = "comms_compute_overlap"
@@ -90,7 +91,7 @@ def parse_mm_dim(text: str) -> tuple[int, int, int]:
     return m, n, k
 
 
-def overlap_knobs(workload: str, streams: int, values: dict[str, str | None]) -> dict[str, Any]:
+def overlap_knobs(workload: str, streams: int, values: dict[str, str | None]) -> JsonObject:
     """The comms_compute_overlap options from the raw flag values (empty when none is given)."""
     given = {name: value for name, value in values.items() if value is not None}
     if not given:
@@ -98,7 +99,7 @@ def overlap_knobs(workload: str, streams: int, values: dict[str, str | None]) ->
     if workload != OVERLAP_WORKLOAD:
         flags = ", ".join(f"--{n.replace('_', '-')}" for n in given)
         raise UsageError(f"{flags} apply to {OVERLAP_WORKLOAD} only, not {workload}: drop them")
-    options: dict[str, Any] = {}
+    options: JsonObject = {}
     for name, value in given.items():
         if name == "mm_dim":
             options["mm_dim"] = parse_mm_dim(value)
@@ -134,7 +135,7 @@ def collective_knobs(
     async_op: bool,
     dist_backend: str | None,
     process_groups: str | None,
-) -> tuple[dict[str, Any], str | None]:
+) -> tuple[JsonObject, str | None]:
     """(workload options, process-group backend) from the collective flags; `world_size` is
     None outside torchrun, where every one of them is refused."""
     used = [
@@ -156,7 +157,7 @@ def collective_knobs(
         )
     if dist_backend is not None and dist_backend not in DIST_BACKENDS:
         raise UsageError(f"unknown --backend {dist_backend!r}: use nccl or gloo")
-    options: dict[str, Any] = {}
+    options: JsonObject = {}
     if (async_op or process_groups is not None) and workload != OVERLAP_WORKLOAD:
         raise UsageError(f"--async-op and --process-groups apply to {OVERLAP_WORKLOAD} only, not {workload}")
     if async_op:

@@ -8,6 +8,7 @@ from typing import Any
 
 from aorta.common import environment
 from aorta.common.errors import UsageError
+from aorta.common.jsontypes import JsonObject
 
 SIZES = ("small", "medium", "large")
 SYNC_MODES = ("per_iteration", "end_only")
@@ -43,15 +44,15 @@ class RunConfig:
     # run a second, uninstrumented window to measure what the instrumentation costs;
     # None: on GPU only (the CPU backend's per-op clock reads are not switchable)
     instrumentation_cost: bool | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: JsonObject = field(default_factory=dict)
     # --profile: torch.profiler over an extra window after the measured one, trace written here
     profile_dir: str | None = None
     rank: int | None = None  # under torchrun: this rank (names its profiler trace apart)
     # workload-specific knobs (e.g. comms_compute_overlap's --mode), checked by the workload class
-    workload_options: dict[str, Any] = field(default_factory=dict)
+    workload_options: JsonObject = field(default_factory=dict)
     dist_backend: str | None = None  # under torchrun: --backend (None: gloo on CPU, nccl on GPU)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """Plain dict for the result JSON."""
         return asdict(self)
 

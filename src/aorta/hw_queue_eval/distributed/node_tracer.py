@@ -36,8 +36,9 @@ from typing import Any
 
 from aorta.common import environment
 from aorta.common.errors import UsageError
+from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import engine, marker
-from aorta.ebpf.probes.base import ProbeFamily, TraceTarget
+from aorta.ebpf.probes.base import EdgeSnapshots, ProbeFamily, TraceTarget
 from aorta.ebpf.probes.cpu_sched import SUBMITTER_LABEL, queue_slice
 from aorta.ebpf.probes.ranks import rank_key, rank_keyed, rank_slice
 from aorta.ebpf.probes.registry import families_for
@@ -95,7 +96,7 @@ class NodeTracer(EbpfTracer):
         )
         self.families: list[ProbeFamily] = families_for(self.queue, memory, gpu_runtime, gpu_runtime_views)
         self.token: int | None = None
-        self.snapshots: dict[str, dict[str, Any]] = {}
+        self.snapshots: dict[str, EdgeSnapshots] = {}  # family name → this rank's own edges
         self._published = False
 
     # -- hand-over ----------------------------------------------------------------------------
@@ -117,7 +118,7 @@ class NodeTracer(EbpfTracer):
             json.loads(self._wait(f"target/{r}", f"local rank {r}'s threads"))
             for r in range(1, self.env.local_world_size)
         ]
-        reply: dict[str, Any] = {"bpftrace": self.ready.describe() if self.ready else {}}
+        reply: JsonObject = {"bpftrace": self.ready.describe() if self.ready else {}}
         if self.ready.ok and self.ready.tracefs is not None:
             try:
                 check_siblings(ranks)
@@ -188,7 +189,7 @@ class NodeTracer(EbpfTracer):
         warn_in_result(context.warnings, sections)
         return TracerSections.of(sections)
 
-    def _finish(self, context: WindowContext) -> dict[str, Any]:
+    def _finish(self, context: WindowContext) -> JsonObject:
         if self.token is None:
             return super()._finish(context)  # the unavailable/error sections
         if self.lead:
@@ -261,7 +262,7 @@ class NodeTracer(EbpfTracer):
             time.sleep(max(0.0, _WAIT_SLICE_S - (time.monotonic() - began)))  # no busy loop
 
 
-def check_siblings(ranks: list[dict[str, Any]]) -> None:
+def check_siblings(ranks: list[JsonObject]) -> None:
     """Trace only processes started by this rank's own torchrun agent: the store accepts writes
     from any local user, so a published pid must be a sibling of this process (ValueError)."""
     agent = os.getppid()
@@ -279,7 +280,7 @@ def check_siblings(ranks: list[dict[str, Any]]) -> None:
             )
 
 
-def node_info(env: distributed.DistEnv, shared: dict[str, Any]) -> dict[str, Any]:
+def node_info(env: distributed.DistEnv, shared: JsonObject) -> JsonObject:
     """Who traced this rank and which numbers are its own (`node_tracer` in each section)."""
     return {
         "node_rank": env.node_rank,
@@ -300,7 +301,7 @@ def node_info(env: distributed.DistEnv, shared: dict[str, Any]) -> dict[str, Any
     }
 
 
-def restore_families(families: list[ProbeFamily], states: dict[str, Any]) -> None:
+def restore_families(families: list[ProbeFamily], states: JsonObject) -> None:
     """Give a rank's own family instances what local rank 0's kept from rendering."""
     for family in families:
         state = states.get(family.name)
@@ -308,7 +309,7 @@ def restore_families(families: list[ProbeFamily], states: dict[str, Any]) -> Non
             family.restore_state(state)
 
 
-def node_target(ranks: list[dict[str, Any]]) -> TraceTarget:
+def node_target(ranks: list[JsonObject]) -> TraceTarget:
     """One target for a node's ranks (slot = position = local rank): their pids, thread labels
     keyed by pid, doorbells with queue numbers moved to slot * QUEUE_STRIDE + queue."""
     labels: dict[int, str] = {}
@@ -334,8 +335,9 @@ def node_target(ranks: list[dict[str, Any]]) -> TraceTarget:
     )
 
 
-def _own_threads(backend: Any) -> dict[str, Any]:
-    """This rank's pid, queue workers (tid, queue, doorbell fd) and submitting thread."""
+def _own_threads(backend: Any) -> JsonObject:
+    """This rank's pid, queue workers (tid, queue, doorbell fd) and submitting thread, as the JSON
+    it publishes in the store (`node_target` reads it on local rank 0)."""
     workers = [
         {"tid": w.tid, "queue": w.queue, "doorbell_fd": w.doorbell_fd} for w in backend.workers() if w.tid
     ]
@@ -346,7 +348,7 @@ def _own_threads(backend: Any) -> dict[str, Any]:
     }
 
 
-def _published(output: SessionOutput, program: Program, bpftrace_pid: int | None) -> dict[str, Any]:
+def _published(output: SessionOutput, program: Program, bpftrace_pid: int | None) -> JsonObject:
     """What the other local ranks need to build their sections (JSON)."""
     data = {name: getattr(output, name) for name in _OUTPUT_FIELDS}
     data["helper_errors"] = [[*k, v] for k, v in output.helper_errors.items()]
@@ -365,7 +367,7 @@ def _published(output: SessionOutput, program: Program, bpftrace_pid: int | None
     return data
 
 
-def _output_from(data: dict[str, Any]) -> SessionOutput:
+def _output_from(data: JsonObject) -> SessionOutput:
     output = SessionOutput(**{name: data[name] for name in _OUTPUT_FIELDS})
     output.helper_errors = {
         (str(h), int(r), int(line), int(col)): int(n) for h, r, line, col, n in data.get("helper_errors", [])
@@ -373,7 +375,7 @@ def _output_from(data: dict[str, Any]) -> SessionOutput:
     return output
 
 
-def _program_from(data: dict[str, Any], families: list[ProbeFamily]) -> Program:
+def _program_from(data: JsonObject, families: list[ProbeFamily]) -> Program:
     """The node's program as far as collecting needs it (this rank's families, restored)."""
     return Program(
         text=data["text"],
@@ -385,7 +387,7 @@ def _program_from(data: dict[str, Any], families: list[ProbeFamily]) -> Program:
     )
 
 
-def _remote_readiness(described: dict[str, Any]) -> engine.Readiness:
+def _remote_readiness(described: JsonObject) -> engine.Readiness:
     """The lead's bpftrace as its sections describe it (this rank runs none)."""
     version = described.get("version")
     return engine.Readiness(

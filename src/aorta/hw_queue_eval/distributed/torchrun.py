@@ -25,6 +25,7 @@ from typing import Any
 
 from aorta.common import environment
 from aorta.common.errors import UsageError
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.config.run_config import RunConfig
 
 ERROR_KEY = "aorta/error/"
@@ -156,7 +157,7 @@ def run_distributed(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     tracer: Any = None,
     benchmark: Callable[..., Any] | None = None,
-) -> dict[str, Any] | None:
+) -> JsonObject | None:
     """Run `config` on this rank; rank 0 returns the combined result, the others None.
 
     `benchmark` measures this rank's run (default harness.run_benchmark); whatever it raises is
@@ -194,7 +195,7 @@ def run_distributed(
     return combine(gathered) if gathered is not None else None
 
 
-def rank_info(env: DistEnv, backend: str) -> dict[str, Any]:
+def rank_info(env: DistEnv, backend: str) -> JsonObject:
     """This rank's identity in the job, for its result."""
     return {
         "mode": "torchrun",
@@ -209,7 +210,7 @@ def rank_info(env: DistEnv, backend: str) -> dict[str, Any]:
     }
 
 
-def rank_summary(result: dict[str, Any]) -> dict[str, Any]:
+def rank_summary(result: JsonObject) -> JsonObject:
     """One row of the per-rank table."""
     info = result["distributed"]
     latency = result.get("latency_ms") or {}
@@ -229,7 +230,7 @@ def rank_summary(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def combine(results: list[dict[str, Any]]) -> dict[str, Any]:
+def combine(results: list[JsonObject]) -> JsonObject:
     """Rank 0's result as the top level (compare/report read it), every rank's inside."""
     results = sorted(results, key=lambda r: r["distributed"]["rank"])
     rows = [rank_summary(r) for r in results]
@@ -264,7 +265,7 @@ def combine(results: list[dict[str, Any]]) -> dict[str, Any]:
     return combined
 
 
-def format_rank_table(combined: dict[str, Any]) -> list[str]:
+def format_rank_table(combined: JsonObject) -> list[str]:
     """Plain-text per-rank table plus the aggregate line (rank 0 prints it)."""
     dist_info = combined["distributed"]
     agg = dist_info["aggregate"]

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from aorta.common import environment
 from aorta.common.errors import AortaError, DeviceLeftChanged, UsageError
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.gpu import state as gpu_state
 from aorta.hw_queue_eval.gpu.drivers import make_driver
 from aorta.hw_queue_eval.gpu.drivers.amd_smi import AmdSmi
@@ -57,7 +58,7 @@ class GpuRequest:
     def empty(self) -> bool:
         return self.clock_level is None and self.power_limit_w is None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"clock_level": self.clock_level, "power_limit_w": self.power_limit_w}
 
 
@@ -138,7 +139,7 @@ class DeviceGpus:
         return device == "cpu" or (device == "auto" and not any_gpu_node())
 
 
-def _driver_for_record(record: dict[str, Any]) -> GpuDriver:
+def _driver_for_record(record: JsonObject) -> GpuDriver:
     """The same kind of driver that made the changes recorded in a state file."""
     tool, index = record.get("tool"), int(record["index"])
     if tool == "nvidia-smi":
@@ -180,9 +181,7 @@ def restore_advice(state_dir: str | Path | None) -> str:
     return f"run `python -m aorta.hw_queue_eval restore{option}`"
 
 
-def _restore_device(
-    driver: GpuDriver, record: dict[str, Any], state_dir: str | Path | None
-) -> dict[str, Any]:
+def _restore_device(driver: GpuDriver, record: JsonObject, state_dir: str | Path | None) -> JsonObject:
     """Undo what `record` says was (or was about to be) changed; verify; return what was read
     (`state_dir`: the folder of its state file, for the advice when that fails).
 
@@ -247,7 +246,7 @@ def restore_from_file(path: Path, state_dir: str | Path | None) -> str:
     )
 
 
-def _check_power_in_range(driver: GpuDriver, record: dict[str, Any], path: Path) -> None:
+def _check_power_in_range(driver: GpuDriver, record: JsonObject, path: Path) -> None:
     """Refuse a recorded prior power cap outside what the device reports it accepts now."""
     watts = record["prior"].get("power_limit_w")
     if watts is None or "power_limit_w" not in record.get("applied", {}):
@@ -308,15 +307,15 @@ class GpuControl:
         self.state_dir = state_dir
         self.open_driver = open_driver or DeviceGpus().driver_for
         self.driver: GpuDriver | None = None
-        self.record: dict[str, Any] | None = None
+        self.record: JsonObject | None = None
         self.path: Path | None = None
-        self.report: dict[str, Any] = {
+        self.report: JsonObject = {  # the result's gpu_control section, updated in place
             "requested": request.to_dict(),
             "device": target.describe(),
             "status": "not_started",
         }
 
-    def preflight(self) -> dict[str, Any]:
+    def preflight(self) -> JsonObject:
         """Tool present, device readable, requested power within its limits (changes nothing)."""
         path = gpu_state.state_path(self.target.vendor, self.target.index, self.state_dir)
         if path.exists():
@@ -342,7 +341,7 @@ class GpuControl:
             )
         return snap
 
-    def __enter__(self) -> dict[str, Any]:
+    def __enter__(self) -> JsonObject:
         try:
             prior = self.preflight()
         except BaseException:
@@ -375,7 +374,7 @@ class GpuControl:
         self.record["applied"][key] = value
         gpu_state.write_state(self.record, self.state_dir)
 
-    def _apply(self, prior: dict[str, Any]) -> None:
+    def _apply(self, prior: JsonObject) -> None:
         assert self.driver is not None
         target_clock = None
         if self.request.clock_level is not None:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+
+from aorta.common.jsontypes import JsonObject
 
 KFD_TOPOLOGY = Path("/sys/class/kfd/kfd/topology/nodes")
 
 
-def gpu_devices_seen_by_kernel() -> dict[str, Any]:
+def gpu_devices_seen_by_kernel() -> JsonObject:
     """GPUs visible through /dev and sysfs, found without importing torch."""
     kfd_nodes = []
     if KFD_TOPOLOGY.is_dir():

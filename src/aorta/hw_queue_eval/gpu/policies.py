@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aorta.common.errors import UsageError
+from aorta.common.jsontypes import JsonObject
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -134,7 +135,7 @@ class Policy:
         """True if the policy changes clocks or power (device state, not just env)."""
         return self.clock_level is not None or self.power_limit_w is not None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """Plain dict for the JSON file (the request, not what took effect)."""
         return {
             "name": self.name,

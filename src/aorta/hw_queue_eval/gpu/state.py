@@ -22,6 +22,7 @@ from typing import Any, TypeGuard
 from aorta.common import environment
 from aorta.common.atomicio import atomic_write_json, read_json_file
 from aorta.common.errors import UsageError
+from aorta.common.jsontypes import JsonObject
 from aorta.common.safedir import check_root_may_use
 
 STATE_VERSION = 1
@@ -107,7 +108,7 @@ def process_start_ticks(pid: int) -> int | None:
         return None
 
 
-def owner_alive(record: dict[str, Any]) -> bool:
+def owner_alive(record: JsonObject) -> bool:
     """True if the process that wrote `record` is still running (same pid and start time)."""
     pid, ticks = record.get("pid"), record.get("pid_start_ticks")
     if not isinstance(pid, int) or pid <= 0:
@@ -115,7 +116,7 @@ def owner_alive(record: dict[str, Any]) -> bool:
     return ticks is not None and process_start_ticks(pid) == ticks
 
 
-def write_state(record: dict[str, Any], given: str | Path | None) -> Path:
+def write_state(record: JsonObject, given: str | Path | None) -> Path:
     """Write one device's record atomically; returns its path."""
     ensure_state_dir(given)
     path = state_path(record["vendor"], record["index"], given)
@@ -123,7 +124,7 @@ def write_state(record: dict[str, Any], given: str | Path | None) -> Path:
     return path
 
 
-def read_state(path: Path) -> dict[str, Any]:
+def read_state(path: Path) -> JsonObject:
     """Read and validate a state file (UsageError naming the bad field; the file stays)."""
     if path.is_symlink():
         raise UsageError(f"state file {path} is a symbolic link; refusing to read it")
@@ -135,7 +136,7 @@ def read_state(path: Path) -> dict[str, Any]:
             "it was left in place: check it, then restore the GPU by hand or "
             "remove it"
         )
-    checked: dict[str, Any] = data  # record_problem accepted it: a JSON object
+    checked: JsonObject = data  # record_problem accepted it: a JSON object
     return checked
 
 

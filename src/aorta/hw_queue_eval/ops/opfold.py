@@ -32,10 +32,10 @@ import itertools
 import math
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.ops import metrics
 from aorta.hw_queue_eval.ops.devicelane import DeviceLane
 from aorta.hw_queue_eval.ops.loghist import RELATIVE_ERROR, LogHistogram, bucket_keys
@@ -395,7 +395,7 @@ class FoldedOps:
     def ready_to_start_ms(self) -> Stats | None:
         return self.fold.delays.summary_ms()
 
-    def per_label(self) -> dict[str, Any]:
+    def per_label(self) -> JsonObject:
         labels = self.fold.labels
         return {
             labels[k]: v.summary_ms()
@@ -424,7 +424,7 @@ class FoldedOps:
         }
         return _wait_figures(total, sum(self.fold.wait_switches.values())), per_lane
 
-    def note(self) -> dict[str, Any]:
+    def note(self) -> JsonObject:
         """How the figures of this run were computed (the result's `ops.statistics`)."""
         return {
             "source": "every op of the window, folded as it completed",
@@ -481,7 +481,7 @@ class OpWindow:
             return self.folded.ready_to_start_ms()
         return metrics.summarize(metrics.ready_to_start_delays_ms(self.rows))
 
-    def per_label(self) -> dict[str, Any]:
+    def per_label(self) -> JsonObject:
         if self.folded is not None:
             return self.folded.per_label()
         return metrics.per_label_summary(self.rows)
@@ -495,7 +495,7 @@ class OpWindow:
             )
         return metrics.switch_analysis(self.rows, window_ms, waits)
 
-    def statistics_note(self) -> dict[str, Any]:
+    def statistics_note(self) -> JsonObject:
         """How this run's op figures were computed (the result's `ops.statistics`)."""
         if self.folded is not None:
             return self.folded.note()

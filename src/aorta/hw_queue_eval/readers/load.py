@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from aorta.common.atomicio import read_json_file
 from aorta.common.errors import UsageError
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.readers.upgrade import upgrade
 from aorta.hw_queue_eval.results.schema import SCHEMA_VERSION
 from aorta.hw_queue_eval.results.validation import check_input
 
 
-def load_result(path: str | os.PathLike[str]) -> dict[str, Any]:
+def load_result(path: str | os.PathLike[str]) -> JsonObject:
     """Read a JSON result file of any kind aorta writes (or the upstream tool's layout).
 
     The file is validated against the schema first (validation.py), then schema-v1 files come

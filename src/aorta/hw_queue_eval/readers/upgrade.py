@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.ops import metrics
 from aorta.hw_queue_eval.ops.records import OpRecord
 from aorta.hw_queue_eval.results.models import SwitchLatency
@@ -27,7 +28,7 @@ V1 = 1
 V2 = 2
 
 
-def upgrade(data: dict[str, Any]) -> dict[str, Any]:
+def upgrade(data: JsonObject) -> JsonObject:
     """A v2 view of `data` (a run, sweep or policy sweep); current and foreign files come back as is."""
     version = data.get("schema_version")
     if version == V1:
@@ -51,7 +52,7 @@ def upgrade(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _upgrade_run(run: dict[str, Any]) -> None:
+def _upgrade_run(run: JsonObject) -> None:
     ver = run.get("verification")
     if isinstance(ver, dict) and "max_abs_error" in ver:
         ver = dict(ver)
@@ -77,7 +78,7 @@ def _upgrade_run(run: dict[str, Any]) -> None:
         }
 
 
-def _before_split(data: dict[str, Any]) -> bool:
+def _before_split(data: JsonObject) -> bool:
     """Whether a v2 run, or a point of a v2 sweep, has a switch section from before the split."""
     if data.get("kind") == "run":
         switch = data.get("switch_latency")
@@ -89,7 +90,7 @@ def _before_split(data: dict[str, Any]) -> bool:
     )
 
 
-def _split_switch(run: dict[str, Any]) -> None:
+def _split_switch(run: JsonObject) -> None:
     """The switch section over ready gaps, from a complete op table; else null with the reason."""
     old = run["switch_latency"]
     table = run.get("op_intervals")
@@ -109,7 +110,7 @@ def _split_switch(run: dict[str, Any]) -> None:
     run["switch_latency"] = switch
 
 
-def _recomputed_switch(run: dict[str, Any], note: str) -> SwitchLatency | None:
+def _recomputed_switch(run: JsonObject, note: str) -> SwitchLatency | None:
     """The switch section recomputed from the run's own op rows; None without usable rows."""
     table = run.get("op_intervals")
     ops = ops_from_intervals(table)

@@ -6,6 +6,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.report.console import fmt
 
 _MD_SPECIAL = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation character
@@ -39,7 +40,7 @@ def _median_iqr(median: Any, iqr: Any, n: Any) -> str:
     return f"{median:.4g} ({runs}" + (f", IQR {iqr:.2g})" if iqr is not None else ")")
 
 
-def change_text(m: dict[str, Any]) -> str:
+def change_text(m: JsonObject) -> str:
     """'+12.3% [+4.0, +20.1] 97%' (change, CI of the change, its level) or just the change."""
     text = fmt(m.get("change_pct"), "+.1f", "%")
     ci = m.get("change_ci_pct")
@@ -48,11 +49,11 @@ def change_text(m: dict[str, Any]) -> str:
     return text
 
 
-def _point_name(pair: dict[str, Any]) -> str:
+def _point_name(pair: JsonObject) -> str:
     return f"{pair['workload']} @ {pair['streams']}" + (f" [{pair['policy']}]" if pair.get("policy") else "")
 
 
-def metric_rows(test: dict[str, Any], esc: Callable[[Any], str] = _plain) -> list[list[str]]:
+def metric_rows(test: JsonObject, esc: Callable[[Any], str] = _plain) -> list[list[str]]:
     """Table rows (strings) of one test file's paired metrics; `esc` quotes input-file text."""
     rows = []
     for pair in test["pairs"]:
@@ -80,7 +81,7 @@ def metric_rows(test: dict[str, Any], esc: Callable[[Any], str] = _plain) -> lis
     return rows
 
 
-def _ebpf_lines(test: dict[str, Any], verbose: bool = False, esc: Callable[[Any], str] = _plain) -> list[str]:
+def _ebpf_lines(test: JsonObject, verbose: bool = False, esc: Callable[[Any], str] = _plain) -> list[str]:
     """Per pair: the tracing note, skipped sections, then at most EBPF_DEFAULT_LINES measured
     values (summary figures first, then the largest changes); all of them with verbose.
     `esc` quotes input-file text."""
@@ -103,7 +104,7 @@ def _ebpf_lines(test: dict[str, Any], verbose: bool = False, esc: Callable[[Any]
     return lines
 
 
-def rerun_hint(cmp: dict[str, Any]) -> str:
+def rerun_hint(cmp: JsonObject) -> str:
     """What more runs would decide the inconclusive metrics, never a count both sides already
     have: the largest per-metric estimate (runs per side that narrow the CI to ±threshold), or
     the fewest runs per side that can reach p < α where a side has fewer; else no number."""
@@ -137,7 +138,7 @@ def rerun_hint(cmp: dict[str, Any]) -> str:
     return f"rerun each side that has fewer than {n} runs with --repeats {n} ({why})"
 
 
-def overall_line(cmp: dict[str, Any]) -> str:
+def overall_line(cmp: JsonObject) -> str:
     """The one-line outcome, matching the exit code (1 on a regression, else 0)."""
     metrics = [m for t in cmp["tests"] for p in t["pairs"] for m in p["metrics"]]
     runs = sorted({n for t in cmp["tests"] for p in t["pairs"] for n in p.get("runs", [])})
@@ -163,7 +164,7 @@ def overall_line(cmp: dict[str, Any]) -> str:
     )
 
 
-def render_console(cmp: dict[str, Any], console: Any, verbose: bool = False) -> None:
+def render_console(cmp: JsonObject, console: Any, verbose: bool = False) -> None:
     """One table per test file, eBPF diffs, unpaired points and the outcome line."""
     from rich.table import Table
 
@@ -198,7 +199,7 @@ def render_console(cmp: dict[str, Any], console: Any, verbose: bool = False) -> 
     console.print(f"\n{overall_line(cmp)}")
 
 
-def to_markdown(cmp: dict[str, Any], verbose: bool = False) -> str:
+def to_markdown(cmp: JsonObject, verbose: bool = False) -> str:
     """A Markdown summary for CI comments; every string from the input files is escaped."""
     out = [f"### aorta compare (threshold {cmp['threshold_pct']:g}%, α = {cmp['alpha']:g})", ""]
     for test in cmp["tests"]:

@@ -9,6 +9,7 @@ import re
 import sys
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.run.stream_order import edge_names, order_sentences
 
 
@@ -58,7 +59,7 @@ def fmt(value: Any, spec: str = ".3f", unit: str = "", none: str = "n/a") -> str
     return str(value)
 
 
-def quiet_line(result: dict[str, Any]) -> str:
+def quiet_line(result: JsonObject) -> str:
     """`run -q`: the run in one line (throughput, iteration P50/P99, status, warning count)."""
     lat = result.get("latency_ms") or {}
     unit = result.get("throughput_unit")
@@ -78,7 +79,7 @@ def _block(console: Any, title: str, rows: list[tuple[str, str]]) -> None:
         console.print(f"  {key + ':':<{width + 1}}  {value}")
 
 
-def render_run(result: dict[str, Any], console: Any) -> None:
+def render_run(result: JsonObject, console: Any) -> None:
     """Configuration, throughput, latency, queue switch analysis, timing, interpretation."""
     cfg = result.get("config", {})
     env = result.get("environment", {})
@@ -172,7 +173,7 @@ def render_run(result: dict[str, Any], console: Any) -> None:
             console.print(f"  • {line}")
 
 
-def order_rows(order: dict[str, Any]) -> list[tuple[str, str]]:
+def order_rows(order: JsonObject) -> list[tuple[str, str]]:
     """The observed stream graph and both differences from the declared one (docs/metrics.md)."""
     if order.get("edges") is None:
         return [("Observed", f"n/a ({order.get('note')})")]
@@ -187,7 +188,7 @@ def order_rows(order: dict[str, Any]) -> list[tuple[str, str]]:
 SWITCH_LABEL = "Switch overhead (like for like, ready gaps)"
 
 
-def switch_rows(sw: dict[str, Any]) -> list[tuple[str, str]]:
+def switch_rows(sw: JsonObject) -> list[tuple[str, str]]:
     """Switch overhead rows (none shows an overhead when no switch happened), then launch waits."""
     switches = sw.get("switch_count")
     if switches is None:  # not measured (e.g. a v1 file without op intervals)
@@ -233,14 +234,14 @@ def switch_rows(sw: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-def starvation_label(block: dict[str, Any]) -> str:
+def starvation_label(block: JsonObject) -> str:
     """The host's launch alone where the window had no cross-stream waits, else both causes."""
     if block.get("cross_stream_waits") == 0:
         return "Host launch starvation"
     return "Lane waiting for its next op (launch or wait)"
 
 
-def starvation_row(sw: dict[str, Any]) -> tuple[str, str]:
+def starvation_row(sw: JsonObject) -> tuple[str, str]:
     """Gaps whose next op was not ready when the lane freed: count, total, share, sizes."""
     block = sw.get("launch_starvation")
     if not block:
@@ -284,7 +285,7 @@ def _mapping_text(mapping: list[int]) -> str:
     return ", ".join(f"q{q}←s{','.join(map(str, s))}" for q, s in sorted(queues.items()))
 
 
-def interpret(result: dict[str, Any]) -> list[str]:
+def interpret(result: JsonObject) -> list[str]:
     """A few plain sentences that explain the numbers; only claims the data supports."""
     lines = []
     streams = result["stream_count"]
@@ -312,7 +313,7 @@ def interpret(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-def diagnosis_sentences(result: dict[str, Any]) -> list[str]:
+def diagnosis_sentences(result: JsonObject) -> list[str]:
     """What this run's own evidence supports as a limit (analysis/diagnosis.py; one run: at most
     confidence low)."""
     from aorta.hw_queue_eval.analysis.diagnosis import diagnose_run
@@ -323,7 +324,7 @@ def diagnosis_sentences(result: dict[str, Any]) -> list[str]:
     ]
 
 
-def concurrency_line(conc: dict[str, Any], streams: int) -> str | None:
+def concurrency_line(conc: JsonObject, streams: int) -> str | None:
     """Parallelism: on-CPU queues where the kernel counted them, else streams in flight; says which."""
     wall, on_cpu = conc.get("achieved"), conc.get("on_cpu_queues")
     if on_cpu is not None:
@@ -342,7 +343,7 @@ def concurrency_line(conc: dict[str, Any], streams: int) -> str | None:
     return None
 
 
-def switch_line(sw: dict[str, Any]) -> str | None:
+def switch_line(sw: JsonObject) -> str | None:
     """The switch sentence, only when the like-for-like difference is outside the measured spread."""
     overhead, spread = sw.get("switch_overhead_ms"), sw.get("spread_ms")
     if overhead is None or not sw.get("outside_spread"):
@@ -364,7 +365,7 @@ def switch_line(sw: dict[str, Any]) -> str | None:
 STARVATION_SHARE = 0.01  # below 1 % of lane time the waits are not worth a sentence
 
 
-def starvation_line(sw: dict[str, Any]) -> str | None:
+def starvation_line(sw: JsonObject) -> str | None:
     """The launch-wait sentence, when lanes spent a noticeable share of their time waiting."""
     block = sw.get("launch_starvation") or {}
     share = block.get("share_of_lane_time")

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.report.console import fmt
 from aorta.hw_queue_eval.report.ebpf_gpu_runtime import render_gpu_runtime_comparison, render_gpu_runtime_rows
 from aorta.hw_queue_eval.report.ebpf_memory import render_memory_block
 from aorta.hw_queue_eval.report.ebpf_rows import dropped_text, helper_error_text, labelled, open_block, table
 
 
-def render_queue_block(section: dict[str, Any] | None, console: Any) -> None:
+def render_queue_block(section: JsonObject | None, console: Any) -> None:
     """The driver-level queue block, its per-queue table, lost events and coverage."""
     if not open_block(section, console, "eBPF DRIVER-LEVEL QUEUE METRICS"):
         return
@@ -80,7 +81,7 @@ FAMILY_COLUMNS = (
 )
 
 
-def family_rows(section: dict[str, Any]) -> list[list[Any]]:
+def family_rows(section: JsonObject) -> list[list[Any]]:
     """One row per attached family that reports a queue summary (FAMILY_COLUMNS)."""
     rows = []
     for name, data in (section.get("families") or {}).items():
@@ -119,7 +120,7 @@ THREAD_COLUMNS = (
 )
 
 
-def thread_rows(threads: list[dict[str, Any]]) -> list[list[Any]]:
+def thread_rows(threads: list[JsonObject]) -> list[list[Any]]:
     """The per-thread table's cells (THREAD_COLUMNS), v1 rows (other columns) left out."""
     return [
         [
@@ -141,7 +142,7 @@ def thread_rows(threads: list[dict[str, Any]]) -> list[list[Any]]:
     ]
 
 
-def p99_text(section: dict[str, Any]) -> str:
+def p99_text(section: JsonObject) -> str:
     """The P99 with how it was obtained: exact, or the bucket it lies in and the error bound."""
     from aorta.ebpf.engine import p99_bounds_us
 
@@ -158,7 +159,7 @@ def p99_text(section: dict[str, Any]) -> str:
     return f"{p99:.1f} us ({method}: in {low:.1f}–{high:.1f} us{bound})"
 
 
-def thread_p99_text(row: dict[str, Any]) -> str:
+def thread_p99_text(row: JsonObject) -> str:
     """A per-thread P99: exact, or marked ≈ when it is the log-linear histogram's estimate (a row
     written before the method was recorded is an estimate too)."""
     p99 = row.get("submit_to_dispatch_p99_us")
@@ -168,7 +169,7 @@ def thread_p99_text(row: dict[str, Any]) -> str:
     return f"{mark}{p99:.1f}us"
 
 
-def render_dropped(section: dict[str, Any], console: Any) -> None:
+def render_dropped(section: JsonObject, console: Any) -> None:
     """`Dropped updates` beside lost events (full maps), and a warning line when any."""
     text = dropped_text(section)
     if text is None:
@@ -181,7 +182,7 @@ def render_dropped(section: dict[str, Any], console: Any) -> None:
         console.print(f"  [yellow]warning:[/yellow] {section['warning']}")
 
 
-def _role(row: dict[str, Any]) -> str:
+def _role(row: JsonObject) -> str:
     if row.get("queue") is not None:
         return f"q{row['queue']}"
     if row.get("helper_of_queue") is not None:
@@ -189,11 +190,11 @@ def _role(row: dict[str, Any]) -> str:
     return "host" if row.get("submitter") else "-"
 
 
-def _streams(row: dict[str, Any]) -> str:
+def _streams(row: JsonObject) -> str:
     return ",".join(map(str, row["streams"])) if row.get("streams") else (row.get("comm") or "")
 
 
-def comparison_title(section: dict[str, Any]) -> str:
+def comparison_title(section: JsonObject) -> str:
     """The comparison block's title: what the kernel's figures are compared with."""
     if "measurement_accuracy_pct" in section:  # written before the doorbell design (v1 layout)
         return "eBPF vs CUDA COMPARISON"
@@ -205,7 +206,7 @@ def comparison_title(section: dict[str, Any]) -> str:
     return "eBPF vs HARNESS COMPARISON"
 
 
-def render_comparison_block(section: dict[str, Any] | None, console: Any) -> None:
+def render_comparison_block(section: JsonObject | None, console: Any) -> None:
     """The comparison block: both means over one population, the counts behind them, coverage
     as a count and the timing check apart from it."""
     if section is None or not open_block(section, console, comparison_title(section), "not available"):
@@ -242,7 +243,7 @@ def render_comparison_block(section: dict[str, Any] | None, console: Any) -> Non
     )
 
 
-def coverage_text(section: dict[str, Any]) -> str:
+def coverage_text(section: JsonObject) -> str:
     """ "matched of harness submissions matched (…)": the coverage as the count it is."""
     harness = section.get("harness_submissions")
     if not isinstance(harness, int):
@@ -256,7 +257,7 @@ def coverage_text(section: dict[str, Any]) -> str:
     )
 
 
-def render_timing_check(section: dict[str, Any], console: Any) -> None:
+def render_timing_check(section: JsonObject, console: Any) -> None:
     """ "Timing check": matched submissions whose kernel dispatch precedes the harness's start,
     and a warning when some do not (the kernel's times are then wrong)."""
     late, checked = section.get("timing_inconsistent"), section.get("timing_checked")
@@ -277,7 +278,7 @@ def render_timing_check(section: dict[str, Any], console: Any) -> None:
         )
 
 
-def _notes(section: dict[str, Any], console: Any, keys: tuple[str, ...]) -> None:
+def _notes(section: JsonObject, console: Any, keys: tuple[str, ...]) -> None:
     """The dim lines under the comparison block: what each figure means, then the formula."""
     for key in keys:
         if section.get(key):
@@ -285,7 +286,7 @@ def _notes(section: dict[str, Any], console: Any, keys: tuple[str, ...]) -> None
     console.print(f"  [dim]{section.get('formula')}[/dim]")
 
 
-def _render_v1_comparison(section: dict[str, Any], console: Any) -> None:
+def _render_v1_comparison(section: JsonObject, console: Any) -> None:
     """Files from before the doorbell design: their 'accuracy' was a share of delay, so say so."""
     labelled(console, "eBPF submit→dispatch", fmt(section.get("ebpf_submit_to_dispatch_ms"), ".3f", " ms"))
     labelled(console, "Harness dispatch delay", fmt(section.get("harness_dispatch_delay_ms"), ".3f", " ms"))
@@ -296,14 +297,14 @@ def _render_v1_comparison(section: dict[str, Any], console: Any) -> None:
     )
 
 
-def render_ebpf(result: dict[str, Any], console: Any) -> None:
+def render_ebpf(result: JsonObject, console: Any) -> None:
     """Every eBPF block present in a result (memory blocks come from their own module)."""
     render_queue_block(result.get("ebpf_queue_metrics"), console)
     render_comparison_block(result.get("ebpf_vs_cuda_comparison"), console)
     render_memory_block(result.get("ebpf_memory_metrics"), console)
 
 
-def rank_ebpf_lines(combined: dict[str, Any]) -> list[str]:
+def rank_ebpf_lines(combined: JsonObject) -> list[str]:
     """One line per rank of a torchrun result with what its eBPF sections measured (rank 0
     prints them under the per-rank table; none when the job was not traced)."""
     lines = []

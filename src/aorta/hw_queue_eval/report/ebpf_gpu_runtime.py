@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.ebpf.probes.gpu_runtime_views import SWITCHED_OFF
 from aorta.hw_queue_eval.report.console import fmt
 
 
-def render_gpu_runtime_rows(section: dict[str, Any], console: Any) -> None:
+def render_gpu_runtime_rows(section: JsonObject, console: Any) -> None:
     """Per-stream launches/latency/syncs and per-queue doorbells, if the family attached."""
     family = (section.get("families") or {}).get("gpu_runtime") or {}
     metrics = family.get("metrics") or {}
@@ -78,7 +79,7 @@ def render_gpu_runtime_rows(section: dict[str, Any], console: Any) -> None:
             console.print(f"    [dim]uprobe time by kind: {', '.join(kinds)}[/dim]")
 
 
-def render_views(metrics: dict[str, Any], console: Any) -> None:
+def render_views(metrics: JsonObject, console: Any) -> None:
     """The copy, collective and stream-ordering views (only those that saw calls), then one line
     naming the views that were not probed and why."""
     if metrics.get("graph_launches_total"):
@@ -147,7 +148,7 @@ def _apis(counts: dict[str, int]) -> str:
     return ", ".join(f"{name} {n}" for name, n in counts.items())
 
 
-def render_gpu_runtime_comparison(section: dict[str, Any], console: Any, width: int = 22) -> None:
+def render_gpu_runtime_comparison(section: JsonObject, console: Any, width: int = 22) -> None:
     """Extra comparison rows when the comparison comes from the gpu_runtime family."""
     if section.get("kernel_source") != "gpu_runtime":
         return

@@ -7,9 +7,9 @@ its tracepoints exist per subsystem, and what would attach on this machine (and 
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
+
+from aorta.common.jsontypes import JsonObject
 
 LABEL = 22
 
@@ -18,7 +18,7 @@ def _line(label: str, value: str) -> None:
     click.echo(f"  {label + ':':<{LABEL}}{value}")
 
 
-def _event_list(label: str, block: dict[str, Any]) -> None:
+def _event_list(label: str, block: JsonObject) -> None:
     """`amdgpu tracepoints:` and its events; one note line when there is nothing to list."""
     if block.get("note"):
         _line(label, f"({block['note']})")
@@ -29,7 +29,7 @@ def _event_list(label: str, block: dict[str, Any]) -> None:
         click.echo(f"    {event:<{width}}{state}")
 
 
-def render_summary(summary: dict[str, Any]) -> None:
+def render_summary(summary: JsonObject) -> None:
     """The docs/guide.md block, with 'not installed' and '(not accessible)' where it uses them."""
     click.echo("eBPF Capabilities")
     click.echo("=================")
@@ -53,7 +53,7 @@ def render_summary(summary: dict[str, Any]) -> None:
     _line("KFD device", f"{dev['path']} {'present' if dev['exists'] else 'absent'}")
 
 
-def _family(name: str, fam: dict[str, Any]) -> None:
+def _family(name: str, fam: JsonObject) -> None:
     mode = "--ebpf-trace" if fam.get("section") == "queue" else "--ebpf-memory-trace"
     click.echo(f"  {name} [{mode}]: {fam.get('description', '')}")
     subsystems = fam.get("by_subsystem") or {}
@@ -76,7 +76,7 @@ def _family(name: str, fam: dict[str, Any]) -> None:
         click.echo(f"      not attached ({why}): {', '.join(events)}")
 
 
-def render_details(data: dict[str, Any]) -> None:
+def render_details(data: JsonObject) -> None:
     """Paths, privileges, per-family tracepoints and attach view, and the verdict per mode."""
     bt, priv = data["bpftrace"], data["privileges"]
     click.echo("")
@@ -121,7 +121,7 @@ def render_details(data: dict[str, Any]) -> None:
         click.echo(f"{mode}: {state}")
 
 
-def render_ebpf_info(data: dict[str, Any]) -> None:
+def render_ebpf_info(data: JsonObject) -> None:
     """The whole `ebpf-info` text: summary, then details."""
     render_summary(data["summary"])
     render_details(data)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.report import ebpf_rows
 from aorta.hw_queue_eval.report.console import fmt
 
@@ -15,12 +16,12 @@ def _line(console: Any, label: str, value: str) -> None:
     ebpf_rows.labelled(console, label, value, WIDTH)
 
 
-def _na(section: dict[str, Any]) -> str:
+def _na(section: JsonObject) -> str:
     reason = section.get("gpu_memory_reason")
     return "n/a (not measured: see below)" if reason else "n/a"
 
 
-def render_memory_block(section: dict[str, Any] | None, console: Any) -> None:
+def render_memory_block(section: JsonObject | None, console: Any) -> None:
     """GPU memory numbers (guide), host memory lines, lost events, window and coverage."""
     if not ebpf_rows.open_block(section, console, "eBPF MEMORY METRICS"):
         return

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
+from aorta.common.jsontypes import JsonObject
+
 # bpftrace helper failures that are part of normal operation (helper name, return code) → why
 BENIGN_HELPER_ERRORS = {
     ("map_delete_elem", -2): "a delete of a key the map does not hold (ENOENT): the probes clear "
@@ -89,8 +91,8 @@ def table(
 
 
 def open_block(
-    section: dict[str, Any] | None, console: Any, title: str, unavailable: str = "tracing {status}"
-) -> TypeGuard[dict[str, Any]]:
+    section: JsonObject | None, console: Any, title: str, unavailable: str = "tracing {status}"
+) -> TypeGuard[JsonObject]:
     """Print a block's title, or why its section is not ok; True when the body should follow
     (a TypeGuard: after it the section is known to be a dict).
 
@@ -106,7 +108,7 @@ def open_block(
     return True
 
 
-def dropped_text(section: dict[str, Any]) -> str | None:
+def dropped_text(section: JsonObject) -> str | None:
     """ "N (map count, …)": updates full maps refused; None for results without the field."""
     cap = section.get("map_capacity")
     if not isinstance(cap, dict):
@@ -125,7 +127,7 @@ def _helper_key(key: str) -> tuple[str, int | None]:
         return key, None
 
 
-def helper_error_text(section: dict[str, Any]) -> str | None:
+def helper_error_text(section: JsonObject) -> str | None:
     """The helper errors that mean something, explained; None when there are none.
 
     bpftrace reports every failed helper call; failed map updates are the dropped updates, and

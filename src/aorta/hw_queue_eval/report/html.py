@@ -15,6 +15,7 @@ from typing import Any
 
 from aorta.common.atomicio import OutputFolder
 from aorta.common.errors import UsageError
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.report import plots
 from aorta.hw_queue_eval.report.console import fmt, interpret, switch_rows
 from aorta.hw_queue_eval.report.ebpf_blocks import render_ebpf
@@ -79,7 +80,7 @@ def histogram_filename(section: str, name: str, prefix: str = "") -> str:
     return f"{prefix}ebpf_{_SECTION_SHORT.get(section, section)}_{slug}.png"
 
 
-def _ebpf_plots(result: dict[str, Any], prefix: str = "") -> list[Plot]:
+def _ebpf_plots(result: JsonObject, prefix: str = "") -> list[Plot]:
     out = []
     for section in EBPF_SECTIONS:
         for name, buckets in plots.find_histograms(result.get(section) or {}):
@@ -133,7 +134,7 @@ def _block_html(block: Block) -> str:
     return "".join(parts)
 
 
-def ebpf_html(result: dict[str, Any], figures: list[Plot]) -> str:
+def ebpf_html(result: JsonObject, figures: list[Plot]) -> str:
     """The eBPF section: the console's blocks (same builders, same labels), then the histograms."""
     recorder = BlockRecorder()
     render_ebpf(result, recorder)
@@ -143,7 +144,7 @@ def ebpf_html(result: dict[str, Any], figures: list[Plot]) -> str:
     return "".join(_block_html(b) for b in recorder.blocks) + (f"<h3>Histograms</h3>{hists}" if hists else "")
 
 
-def run_option_rows(sweep: dict[str, Any]) -> list[list[Any]]:
+def run_option_rows(sweep: JsonObject) -> list[list[Any]]:
     """(option, value) of a sweep's run options; an option left to its default (None, or
     device 'auto') shows what the points ran with, read from their results' config."""
     configs = [p["result"].get("config") or {} for p in sweep.get("points") or [] if p.get("result")]
@@ -161,7 +162,7 @@ def run_option_rows(sweep: dict[str, Any]) -> list[list[Any]]:
     return rows
 
 
-def sweep_page(sweep: dict[str, Any], prefix: str = "", level: int = 1) -> tuple[str, list[Plot], list[str]]:
+def sweep_page(sweep: JsonObject, prefix: str = "", level: int = 1) -> tuple[str, list[Plot], list[str]]:
     """(HTML body, plots, notes) for a sweep file; `prefix` names its PNGs apart from other
     sweeps' on one page, `level` is its heading level (1 alone, 2 inside a suite page)."""
     results = [p["result"] for p in sweep.get("points", []) if p.get("status") == "ok" and p.get("result")]
@@ -224,8 +225,8 @@ def sweep_page(sweep: dict[str, Any], prefix: str = "", level: int = 1) -> tuple
 
 
 def diagnosis_section(
-    diagnosis: dict[str, Any] | None,
-    results: list[dict[str, Any]],
+    diagnosis: JsonObject | None,
+    results: list[JsonObject],
     prefix: str,
     sub: str,
     figures: list[Plot],
@@ -256,7 +257,7 @@ def diagnosis_section(
     return out + ([f"<ul>{''.join(items)}</ul>"] if items else [])
 
 
-def run_page(result: dict[str, Any]) -> tuple[str, list[Plot], list[str]]:
+def run_page(result: JsonObject) -> tuple[str, list[Plot], list[str]]:
     """(HTML body, plots, notes) for a run result."""
     notes, figures = [], []
     dist = plots.latency_distribution(result)
@@ -310,7 +311,7 @@ def run_page(result: dict[str, Any]) -> tuple[str, list[Plot], list[str]]:
     return "\n".join(body), figures + ebpf_figures, notes
 
 
-def policy_page(data: dict[str, Any]) -> tuple[str, list[Plot], list[str]]:
+def policy_page(data: JsonObject) -> tuple[str, list[Plot], list[str]]:
     """(HTML body, plots, notes) for a policy-sweep file: one bar per policy with CIs."""
     from aorta.hw_queue_eval.report.policy_table import effect_text, reference_of
 
@@ -374,7 +375,7 @@ def policy_page(data: dict[str, Any]) -> tuple[str, list[Plot], list[str]]:
     return "\n".join(body), figures, notes
 
 
-def page_for(data: dict[str, Any]) -> tuple[str, list[Plot], list[str]]:
+def page_for(data: JsonObject) -> tuple[str, list[Plot], list[str]]:
     """Dispatch on the file kind; UsageError for kinds the report does not draw."""
     from aorta.hw_queue_eval.results import upstream
 
@@ -396,7 +397,7 @@ def page_for(data: dict[str, Any]) -> tuple[str, list[Plot], list[str]]:
     raise UsageError(f"report draws run, sweep and policy-sweep files, not kind {data.get('kind')!r}")
 
 
-def write_report(data: dict[str, Any], out_dir: Path, source: str) -> list[Path]:
+def write_report(data: JsonObject, out_dir: Path, source: str) -> list[Path]:
     """Write every PNG and index.html into `out_dir` (atomically each); returns the paths.
 
     The folder is created and written through its descriptor (atomicio.OutputFolder): a link
@@ -407,7 +408,7 @@ def write_report(data: dict[str, Any], out_dir: Path, source: str) -> list[Path]
 
 
 def suite_page(
-    level: str, sweeps: list[dict[str, Any]], skipped: list[tuple[str, str]]
+    level: str, sweeps: list[JsonObject], skipped: list[tuple[str, str]]
 ) -> tuple[str, list[Plot], list[str]]:
     """(HTML body, plots, notes) of a `run-priority` suite: an overview row per workload, then
     each workload's sweep section (its PNGs prefixed with its name)."""

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from aorta.common.jsontypes import JsonObject
+
 MAX_TIMELINE_ITERATIONS = 5
 BOUND_KEYS = {"min", "max", "low", "high"}
 DPI = 110
@@ -31,7 +33,7 @@ def png_of(fig: Any) -> bytes:
     return buffer.getvalue()
 
 
-def _mark_knee_and_pool(ax: Any, analysis: dict[str, Any] | None) -> None:
+def _mark_knee_and_pool(ax: Any, analysis: JsonObject | None) -> None:
     if not analysis:
         return
     if analysis.get("knee_streams") is not None:
@@ -58,7 +60,7 @@ def _mark_knee_and_pool(ax: Any, analysis: dict[str, Any] | None) -> None:
         )
 
 
-def _annotate_diagnosis(ax: Any, diagnosis: dict[str, Any] | None) -> None:
+def _annotate_diagnosis(ax: Any, diagnosis: JsonObject | None) -> None:
     """The diagnosed cause(s) written at the knee (or the examined point), one line each."""
     where = (diagnosis or {}).get("knee_streams") or (diagnosis or {}).get("examined_streams")
     if not diagnosis or where is None:
@@ -86,7 +88,7 @@ def _stream_axis(ax: Any, streams: Sequence[int]) -> None:
     ax.grid(True, alpha=0.3)
 
 
-def sweep_throughput(sweep: dict[str, Any], results: list[dict[str, Any]]) -> bytes | None:
+def sweep_throughput(sweep: JsonObject, results: list[JsonObject]) -> bytes | None:
     """Throughput vs streams (median over repeats, CI band and every run when repeated) with the
     ideal line, the knee and the queue-pool size marked."""
     from aorta.hw_queue_eval.analysis.scaling import group_points
@@ -135,7 +137,7 @@ def sweep_throughput(sweep: dict[str, Any], results: list[dict[str, Any]]) -> by
     return png_of(fig)
 
 
-def sweep_latency(sweep: dict[str, Any], results: list[dict[str, Any]]) -> bytes | None:
+def sweep_latency(sweep: JsonObject, results: list[JsonObject]) -> bytes | None:
     """P50/P99 iteration latency vs streams (and kernel dispatch P99 when traced)."""
     import statistics
 
@@ -186,7 +188,7 @@ def sweep_latency(sweep: dict[str, Any], results: list[dict[str, Any]]) -> bytes
     return png_of(fig)
 
 
-def latency_distribution(result: dict[str, Any]) -> bytes | None:
+def latency_distribution(result: JsonObject) -> bytes | None:
     """Histogram and empirical CDF of the per-iteration latency samples."""
     samples = np.asarray(result.get("iteration_times_ms") or [], dtype=float)
     if samples.size == 0:
@@ -210,7 +212,7 @@ def latency_distribution(result: dict[str, Any]) -> bytes | None:
     return png_of(fig)
 
 
-def op_timeline(result: dict[str, Any]) -> tuple[bytes | None, str]:
+def op_timeline(result: JsonObject) -> tuple[bytes | None, str]:
     """One lane per stream, ops as bars coloured by label (first iterations only); and a caption."""
     table = result.get("op_intervals") or {}
     rows = table.get("rows") or []
@@ -255,10 +257,10 @@ def op_timeline(result: dict[str, Any]) -> tuple[bytes | None, str]:
     return png_of(fig), caption
 
 
-def find_histograms(section: Any, path: str = "") -> list[tuple[str, list[dict[str, Any]]]]:
+def find_histograms(section: Any, path: str = "") -> list[tuple[str, list[JsonObject]]]:
     """bpftrace-style histograms in an eBPF section: lists of {count, min/max (or low/high)} buckets
     (bpftrace's JSON may omit `min` on the first bucket)."""
-    found: list[tuple[str, list[dict[str, Any]]]] = []
+    found: list[tuple[str, list[JsonObject]]] = []
     if isinstance(section, dict):
         for key, value in section.items():
             found += find_histograms(value, f"{path}.{key}" if path else str(key))
@@ -283,7 +285,7 @@ def time_unit_of(name: str) -> float | None:
     return None
 
 
-def complete_buckets(buckets: list[dict[str, Any]]) -> list[tuple[int, int, int]]:
+def complete_buckets(buckets: list[JsonObject]) -> list[tuple[int, int, int]]:
     """(low, high exclusive, count) of every bucket from the first to the last one printed, the
     empty ones included: log-linear buckets (4 per power of two) or log2 buckets when the bounds
     are theirs, else the printed buckets as they are."""
@@ -316,7 +318,7 @@ def _quantity(name: str) -> str:
     return stem.replace("_", " ")
 
 
-def histogram_figure(name: str, buckets: list[dict[str, Any]]) -> Any:
+def histogram_figure(name: str, buckets: list[JsonObject]) -> Any:
     """Figure of one kernel-side histogram: a bar per bucket (empty ones included) spanning its
     bounds on a log axis, in one readable time unit when the histogram holds times."""
     spans = complete_buckets(buckets)
@@ -340,12 +342,12 @@ def histogram_figure(name: str, buckets: list[dict[str, Any]]) -> Any:
     return fig
 
 
-def ebpf_histogram(name: str, buckets: list[dict[str, Any]]) -> bytes:
+def ebpf_histogram(name: str, buckets: list[JsonObject]) -> bytes:
     """PNG of `histogram_figure`."""
     return png_of(histogram_figure(name, buckets))
 
 
-def policy_figure(data: dict[str, Any], metric: str = "throughput") -> Any:
+def policy_figure(data: JsonObject, metric: str = "throughput") -> Any:
     """Figure of a policy sweep: one bar per policy (median over repeats) with the CI of the
     median as error bar and each repeat as a dot; not-applicable / failed policies labelled."""
     rows = (data.get("summary") or {}).get("rows") or []
@@ -399,7 +401,7 @@ def policy_figure(data: dict[str, Any], metric: str = "throughput") -> Any:
     return fig
 
 
-def policy_plot(data: dict[str, Any], metric: str = "throughput") -> bytes | None:
+def policy_plot(data: JsonObject, metric: str = "throughput") -> bytes | None:
     """PNG of `policy_figure`, None when no policy has a measurement."""
     rows = (data.get("summary") or {}).get("rows") or []
     if not any(r.get("runs") for r in rows):

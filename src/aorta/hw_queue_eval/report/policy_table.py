@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.report.console import fmt
 
 if TYPE_CHECKING:
@@ -12,7 +13,7 @@ if TYPE_CHECKING:
 _VERDICT_WORD = {"improvement": "better", "regression": "worse", "unchanged": "same", "inconclusive": "n.s."}
 
 
-def _delta(cmp: dict[str, Any] | None) -> str:
+def _delta(cmp: JsonObject | None) -> str:
     if not cmp:
         return "—"
     word = _VERDICT_WORD.get(cmp.get("verdict") or "", cmp.get("verdict"))
@@ -28,7 +29,7 @@ def _num(value: float | None) -> str:
     return f"{value:.0f}" if abs(value) >= 100 else f"{value:.2f}" if abs(value) >= 1 else f"{value:.4g}"
 
 
-def effect_text(row: dict[str, Any]) -> str:
+def effect_text(row: JsonObject) -> str:
     """Settings in effect as one short phrase (read back, not requested)."""
     if row.get("status") == "not_applicable":
         return str(row.get("reason"))
@@ -53,12 +54,12 @@ def effect_text(row: dict[str, Any]) -> str:
     return ", ".join(parts) or "as found"
 
 
-def reference_of(summary: dict[str, Any]) -> dict[str, Any]:
+def reference_of(summary: JsonObject) -> JsonObject:
     """The policy the Δ columns compare against (files before `summary.reference`: baseline)."""
     return summary.get("reference") or {"policy": "baseline", "why": "listed in the sweep"}
 
 
-def render_policy_table(data: dict[str, Any], console: Any) -> None:
+def render_policy_table(data: JsonObject, console: Any) -> None:
     """The comparison table, then best-throughput / best-P99 lines and the queue-pool note."""
     from rich.table import Table
 

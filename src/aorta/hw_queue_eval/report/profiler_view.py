@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
+
 RULE = "-" * 70
 SHOWN = 5  # ops in the console block; the result keeps run/profiling.TOP_OPS
 
@@ -12,7 +14,7 @@ def _ms(value: Any) -> str:
     return "—" if value is None else f"{value:8.3f} ms"
 
 
-def profiler_lines(result: dict[str, Any]) -> list[str]:
+def profiler_lines(result: JsonObject) -> list[str]:
     """The block's lines, or none when the run was not profiled."""
     section = result.get("profiler")
     if not section:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.report.console import fmt
 
 
-def ci_text(stat: dict[str, Any] | None, spec: str = ".4g") -> str:
+def ci_text(stat: JsonObject | None, spec: str = ".4g") -> str:
     """'median [low, high] (75 % CI, n=3)' or 'median (n=1, no CI)' or 'n/a'."""
     if not stat:
         return "n/a"
@@ -19,7 +20,7 @@ def ci_text(stat: dict[str, Any] | None, spec: str = ".4g") -> str:
     )
 
 
-def render_repeats(result: dict[str, Any], console: Any) -> None:
+def render_repeats(result: JsonObject, console: Any) -> None:
     """The REPEATS block: per-repeat numbers and the statistics compare will use."""
     block = result.get("repeats")
     if not block:

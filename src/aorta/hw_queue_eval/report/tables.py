@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.analysis.scaling import dispatch_avg_us, dispatch_p99_us
 from aorta.hw_queue_eval.analysis.stats import median_ci
 from aorta.hw_queue_eval.report.console import fmt
@@ -23,13 +24,13 @@ def throughput_cell(tputs: list[float], spec: str = ".2f") -> str:
     return f"{ci.median:{spec}} [{ci.low:{spec}}, {ci.high:{spec}}]"
 
 
-def sweep_table(sweep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+def sweep_table(sweep: JsonObject) -> tuple[list[str], list[list[str]]]:
     """One row per stream count: status, throughput (median over its runs, with the CI when
     repeated), latency, switch, concurrency, eBPF. The numbers the scaling verdict uses."""
     unit = sweep.get("throughput_unit") or ""
     analysis = sweep.get("analysis") or {}
     eff = dict(zip(analysis.get("stream_counts") or [], analysis.get("efficiency") or [], strict=False))
-    groups: dict[Any, list[dict[str, Any]]] = {}
+    groups: dict[Any, list[JsonObject]] = {}
     for point in sweep.get("points", []):
         groups.setdefault(point.get("key", {}).get("streams"), []).append(point)
     repeated = any("repeat" in (p.get("key") or {}) for p in sweep.get("points", []))
@@ -96,7 +97,7 @@ def sweep_table(sweep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
-def diagnosis_lines(diagnosis: dict[str, Any] | None) -> list[str]:
+def diagnosis_lines(diagnosis: JsonObject | None) -> list[str]:
     """DIAGNOSIS block: the subject, one line per supported cause (cause, evidence, confidence),
     then the documented causes not measured in these runs."""
     if not diagnosis:
@@ -113,7 +114,7 @@ def diagnosis_lines(diagnosis: dict[str, Any] | None) -> list[str]:
     return lines
 
 
-def render_sweep(sweep: dict[str, Any], console: Any) -> None:
+def render_sweep(sweep: JsonObject, console: Any) -> None:
     """The sweep summary table and the scaling verdict on the console."""
     from rich.table import Table
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.report import plots
 from aorta.hw_queue_eval.report.trace import ebpf_timeline
 
@@ -40,7 +41,7 @@ class Slice:
     on_cpu_dropped: int | None = None
 
 
-def add_on_cpu(part: Slice, result: dict[str, Any]) -> None:
+def add_on_cpu(part: Slice, result: JsonObject) -> None:
     """Fill `part`'s eBPF lanes from the cpu_sched timeline: each traced thread's on-CPU slices
     clipped to [start_ms, end_ms] (workers by queue, then the others, by tid) and the doorbell
     writes in it. Leaves on_cpu None when there is no timeline or no window origin."""
@@ -71,7 +72,7 @@ def add_on_cpu(part: Slice, result: dict[str, Any]) -> None:
     )
 
 
-def handoff_times(rows: list[dict[str, Any]]) -> list[float]:
+def handoff_times(rows: list[JsonObject]) -> list[float]:
     """Ready times (µs) of the ops whose queue had finished every earlier op before they became
     ready: a hand-off to an idle queue. An op queued behind its stream's previous op is ready at
     exactly that op's end, so it is not one. Rows of one window, any order; a row without a ready
@@ -87,7 +88,7 @@ def handoff_times(rows: list[dict[str, Any]]) -> list[float]:
     return sorted(out)
 
 
-def select_slice(result: dict[str, Any], slice_ms: float = SLICE_MS) -> Slice | None:
+def select_slice(result: JsonObject, slice_ms: float = SLICE_MS) -> Slice | None:
     """The first `slice_ms` of the iteration of median span (the typical one; the earliest of
     two), from the first op's ready time; None without op rows."""
     table = result.get("op_intervals") or {}
@@ -141,7 +142,7 @@ def _instants(
     )  # fmt: skip
 
 
-def timeline_figure(result: dict[str, Any], slice_ms: float = SLICE_MS) -> tuple[Any, str]:
+def timeline_figure(result: JsonObject, slice_ms: float = SLICE_MS) -> tuple[Any, str]:
     """(figure, caption) of the slice; (None, why) when the result has no op rows."""
     part = select_slice(result, slice_ms)
     if part is None:
@@ -223,7 +224,7 @@ def timeline_figure(result: dict[str, Any], slice_ms: float = SLICE_MS) -> tuple
     return fig, caption
 
 
-def timeline_png(result: dict[str, Any]) -> tuple[bytes | None, str]:
+def timeline_png(result: JsonObject) -> tuple[bytes | None, str]:
     """PNG of `timeline_figure` and its caption (None and why when there is nothing to draw)."""
     fig, caption = timeline_figure(result)
     return (None if fig is None else plots.png_of(fig)), caption

@@ -22,9 +22,9 @@ import bisect
 import json
 from collections import defaultdict
 from collections.abc import Iterator
-from typing import Any
 
 from aorta.common.flatten import flatten_numbers
+from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import memory_metrics as mm
 from aorta.hw_queue_eval.report.trace_gpu_runtime import gpu_runtime_events
 
@@ -34,14 +34,14 @@ TIMELINE_KINDS = ("on_cpu", "run_queue", "doorbells")
 MAX_EBPF_COUNTERS = 64
 
 
-def _meta(pid: int, tid: int | None, kind: str, name: str) -> dict[str, Any]:
-    event: dict[str, Any] = {"ph": "M", "pid": pid, "name": kind, "args": {"name": name}}
+def _meta(pid: int, tid: int | None, kind: str, name: str) -> JsonObject:
+    event: JsonObject = {"ph": "M", "pid": pid, "name": kind, "args": {"name": name}}
     if tid is not None:
         event["tid"] = tid
     return event
 
 
-def _op_rows(result: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+def _op_rows(result: JsonObject) -> tuple[list[JsonObject], list[str]]:
     table = result.get("op_intervals") or {}
     columns = table.get("columns") or []
     labels = table.get("labels") or []
@@ -51,7 +51,7 @@ def _op_rows(result: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
     return rows, labels
 
 
-def busy_stream_counter(ops: list[dict[str, Any]]) -> list[tuple[float, int]]:
+def busy_stream_counter(ops: list[JsonObject]) -> list[tuple[float, int]]:
     """(time µs, number of streams with an op running) at every change."""
     edges: dict[float, int] = defaultdict(int)
     by_stream: dict[int, list[tuple[float, float]]] = defaultdict(list)
@@ -77,14 +77,14 @@ def busy_stream_counter(ops: list[dict[str, Any]]) -> list[tuple[float, int]]:
     return out
 
 
-def wait_flows(result: dict[str, Any], ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def wait_flows(result: JsonObject, ops: list[JsonObject]) -> list[JsonObject]:
     """Flow arrows (ph s → f) from the op waited for to the op that waited, one per wait.
 
     `op_intervals.waits` names ops by their ordinal on their stream in the window; ops run in
     launch order on a stream, so the k-th op by start time is the k-th launched.
     """
     waits = ((result.get("op_intervals") or {}).get("waits") or {}).get("rows") or []
-    by_stream: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    by_stream: dict[int, list[JsonObject]] = defaultdict(list)
     for op in ops:
         by_stream[op["stream"]].append(op)
     for stream_ops in by_stream.values():
@@ -122,8 +122,8 @@ def wait_flows(result: dict[str, Any], ops: list[dict[str, Any]]) -> list[dict[s
     return events
 
 
-def _ebpf_events(result: dict[str, Any], window_us: float) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = []
+def _ebpf_events(result: JsonObject, window_us: float) -> list[JsonObject]:
+    events: list[JsonObject] = []
     sections = {
         k: result.get(k)
         for k in ("ebpf_queue_metrics", "ebpf_memory_metrics", "ebpf_vs_cuda_comparison")
@@ -156,9 +156,7 @@ def _ebpf_events(result: dict[str, Any], window_us: float) -> list[dict[str, Any
     return events
 
 
-def _trace_events(
-    result: dict[str, Any], ops: list[dict[str, Any]], tally: dict[str, int]
-) -> Iterator[dict[str, Any]]:
+def _trace_events(result: JsonObject, ops: list[JsonObject], tally: dict[str, int]) -> Iterator[JsonObject]:
     """Every event of the trace, one at a time (a trace of 200,000 ops is ~600,000 events: kept
     as one list and encoded with indent, they took 1.8 GB for a 174 MB file). Counts the waits
     drawn into `tally`."""
@@ -235,7 +233,7 @@ def _trace_events(
     yield from _ebpf_events(result, window_us)
 
 
-def ebpf_timeline(result: dict[str, Any]) -> dict[str, Any] | None:
+def ebpf_timeline(result: JsonObject) -> JsonObject | None:
     """The cpu_sched family's per-event records of a traced run, None when it kept none."""
     families = (result.get("ebpf_queue_metrics") or {}).get("families") or {}
     found = ((families.get("cpu_sched") or {}).get("metrics") or {}).get("timeline")
@@ -244,7 +242,7 @@ def ebpf_timeline(result: dict[str, Any]) -> dict[str, Any] | None:
 
 def _flow(
     flow_id: int, name: str, start: tuple[int, int, float], end: tuple[int, int, float]
-) -> list[dict[str, Any]]:
+) -> list[JsonObject]:
     """A flow arrow (ph s → f) from (pid, tid, ts) to (pid, tid, ts)."""
     return [
         {
@@ -269,9 +267,7 @@ def _flow(
     ]
 
 
-def timeline_events(
-    result: dict[str, Any], ops: list[dict[str, Any]], tally: dict[str, Any]
-) -> Iterator[dict[str, Any]]:
+def timeline_events(result: JsonObject, ops: list[JsonObject], tally: JsonObject) -> Iterator[JsonObject]:
     """Process 4: the eBPF timeline's slices, doorbell and dispatch instants and their flows,
     on the ops' clock (ns since window_start_monotonic_ns); counts what it drew into `tally`."""
     tl = ebpf_timeline(result)
@@ -382,7 +378,7 @@ def timeline_events(
             flow_id += 1
 
 
-def memory_timeline_events(result: dict[str, Any], tally: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def memory_timeline_events(result: JsonObject, tally: JsonObject) -> Iterator[JsonObject]:
     """Process 5: page faults per ms (a counter), reclaim episodes per thread (slices) and page
     migrations (instants) from the hostmem family's records (--ebpf-memory-trace)."""
     families = (result.get("ebpf_memory_metrics") or {}).get("families") or {}
@@ -433,7 +429,7 @@ def memory_timeline_events(result: dict[str, Any], tally: dict[str, Any]) -> Ite
         }
 
 
-def gpu_memory_timeline_events(result: dict[str, Any], tally: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def gpu_memory_timeline_events(result: JsonObject, tally: JsonObject) -> Iterator[JsonObject]:
     """Process 6: AMD GPU memory from the amdmem family's records: BO move hops as instants on
     one track (every BO of the GPU), KFD evict/restore worker runs as slices per process and
     kind, and every KFD event as an instant on its process's track."""
@@ -463,7 +459,7 @@ def gpu_memory_timeline_events(result: dict[str, Any], tally: dict[str, Any]) ->
         }
     tracks: dict[tuple[int, str], int] = {}
 
-    def track(ident: int, what: str) -> Iterator[dict[str, Any]]:
+    def track(ident: int, what: str) -> Iterator[JsonObject]:
         if (ident, what) not in tracks:
             tracks[(ident, what)] = len(tracks) + 2
             yield _meta(PID_GPU_MEMORY, tracks[(ident, what)], "thread_name", f"KFD process {ident} {what}")
@@ -493,7 +489,7 @@ def gpu_memory_timeline_events(result: dict[str, Any], tally: dict[str, Any]) ->
         }
 
 
-def _trailer(result: dict[str, Any], ops: list[dict[str, Any]], tally: dict[str, int]) -> dict[str, Any]:
+def _trailer(result: JsonObject, ops: list[JsonObject], tally: dict[str, int]) -> JsonObject:
     """The trace's top-level fields besides its events (known once every event was made)."""
     table = result.get("op_intervals") or {}
     return {
@@ -516,7 +512,7 @@ def _trailer(result: dict[str, Any], ops: list[dict[str, Any]], tally: dict[str,
     }
 
 
-def build_trace(result: dict[str, Any]) -> dict[str, Any]:
+def build_trace(result: JsonObject) -> JsonObject:
     """The trace-event object for one run result (uses its `op_intervals` table)."""
     ops, _ = _op_rows(result)
     tally: dict[str, int] = {}
@@ -524,7 +520,7 @@ def build_trace(result: dict[str, Any]) -> dict[str, Any]:
     return {"traceEvents": events, **_trailer(result, ops, tally)}
 
 
-def trace_chunks(result: dict[str, Any], chunk_bytes: int = 1 << 20) -> Iterator[bytes]:
+def trace_chunks(result: JsonObject, chunk_bytes: int = 1 << 20) -> Iterator[bytes]:
     """`build_trace(result)` as UTF-8 JSON in pieces of about `chunk_bytes`, one event per line,
     each event encoded as it is made: what `--trace-out` writes, in memory that does not grow
     with the trace (NaN/Infinity refused, as in every file aorta writes)."""
@@ -545,7 +541,7 @@ def trace_chunks(result: dict[str, Any], chunk_bytes: int = 1 << 20) -> Iterator
     yield "".join(parts).encode("utf-8")
 
 
-def _fault_counter(ts_us: float, faults: int) -> dict[str, Any]:
+def _fault_counter(ts_us: float, faults: int) -> JsonObject:
     """One sample of the host page-fault counter track (faults in that millisecond)."""
     return {
         "ph": "C",

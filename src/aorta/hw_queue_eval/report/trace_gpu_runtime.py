@@ -17,20 +17,22 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
+
 PID_GPU_RUNTIME = 7
 FLOW_ID_BASE = 1 << 32  # above every other flow id of the trace (those count from 1)
 KINDS = ("launch", "copy", "collective", "sync", "event_record", "stream_wait")
 NO_STREAM = "no stream"
 
 
-def gpu_runtime_timeline(result: dict[str, Any]) -> dict[str, Any] | None:
+def gpu_runtime_timeline(result: JsonObject) -> JsonObject | None:
     """The gpu_runtime family's per-call records of a traced run, None when it kept none."""
     families = (result.get("ebpf_queue_metrics") or {}).get("families") or {}
     found = ((families.get("gpu_runtime") or {}).get("metrics") or {}).get("timeline")
     return found if isinstance(found, dict) else None
 
 
-def calls(tl: dict[str, Any]) -> list[dict[str, Any]]:
+def calls(tl: JsonObject) -> list[JsonObject]:
     """Every finished call of every kind as a dict of the record's columns plus `call_kind`."""
     columns = tl.get("columns") or []
     out = []
@@ -44,7 +46,7 @@ def calls(tl: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def lanes(rows: list[dict[str, Any]]) -> list[int]:
+def lanes(rows: list[JsonObject]) -> list[int]:
     """A lane per call (rows sorted by start): the first lane whose last call ended by its start."""
     ends: list[int] = []
     out = []
@@ -64,7 +66,7 @@ def _stream_label(handle: str | None, index: int | None) -> str:
     return f"stream {index} ({handle})" if index is not None else f"stream {handle}"
 
 
-def gpu_runtime_events(result: dict[str, Any], tally: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def gpu_runtime_events(result: JsonObject, tally: JsonObject) -> Iterator[JsonObject]:
     """Process 7's events on the ops' clock (µs since window_start_monotonic_ns); what it drew,
     and each kind's seen / kept / dropped, into tally["gpu_runtime_timeline"]."""
     tl = gpu_runtime_timeline(result)
@@ -76,7 +78,7 @@ def gpu_runtime_events(result: dict[str, Any], tally: dict[str, Any]) -> Iterato
         return (ns - origin) / 1e3
 
     kinds = tl.get("kinds") or {}
-    summary: dict[str, Any] = {
+    summary: JsonObject = {
         kind: {
             **{
                 k: (kinds.get(kind) or {}).get(k)
@@ -91,7 +93,7 @@ def gpu_runtime_events(result: dict[str, Any], tally: dict[str, Any]) -> Iterato
         part["complete_until_us"] = us(until) if isinstance(until, int) else None
     index = {s["handle"]: s.get("stream_index") for s in tl.get("streams") or []}
     rows = calls(tl)
-    by_stream: dict[str | None, list[dict[str, Any]]] = {}
+    by_stream: dict[str | None, list[JsonObject]] = {}
     for call in rows:
         by_stream.setdefault(call["stream"], []).append(call)
     order = sorted(
@@ -156,17 +158,17 @@ def gpu_runtime_events(result: dict[str, Any], tally: dict[str, Any]) -> Iterato
 
 
 def record_wait_flows(
-    rows: list[dict[str, Any]],
+    rows: list[JsonObject],
     track_of: dict[int, int],
     records_complete_until: int | None,
     counts: dict[str, int],
     us: Any,
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[JsonObject]:
     """A flow arrow from each stream wait's producer record (the last record of the same event
     handle that entered before the wait did) to the wait; none where the records were capped
     before the wait (a dropped record may be the true producer) or none was recorded in the
     window. Counts both into `counts`."""
-    last: dict[str, dict[str, Any]] = {}
+    last: dict[str, JsonObject] = {}
     counts.update({"flows": 0, "waits_without_record": 0, "waits_after_records_dropped": 0})
     for call in rows:  # by entry time
         event = call.get("event")

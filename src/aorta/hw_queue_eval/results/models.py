@@ -4,8 +4,8 @@ Each TypedDict is the layout of one section of schema v2 (schema/run_result.v2.j
 docs/results-schema.md). At run time they are plain dicts, so the JSON is exactly what the
 producers built; the types name every documented key once, for producers, readers and the test
 factory alike. Keys a section may lack are in a `total=False` subclass. Sections whose keys are
-open-ended (environment, workload parameters, an eBPF family's own metrics) stay `dict[str, Any]`.
-No torch import here.
+open-ended (environment, workload parameters, an eBPF family's own metrics) stay `JsonObject`
+(common/jsontypes.py). No torch import here.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Required, TypedDict
+
+from aorta.common.jsontypes import JsonObject
 
 
 class Stats(TypedDict):
@@ -132,8 +134,8 @@ class SwitchLatency(_SwitchLatencyWritten, total=False):
     when it reads an older file."""
 
     upgrade_note: str  # how this section was recomputed from the file's op rows
-    v1: dict[str, Any]  # a v1 file's own switch section, kept as it was
-    before_split: dict[str, Any]  # a v2 section from before launch waits were split out
+    v1: JsonObject  # a v1 file's own switch section, kept as it was
+    before_split: JsonObject  # a v2 section from before launch waits were split out
 
 
 class _OnCpuRequired(TypedDict):
@@ -183,7 +185,7 @@ class Ops(TypedDict):
     ready_to_start_ms: Stats | None
     ready_to_start_note: str | None
     handoffs: Handoffs
-    statistics: dict[str, Any] | None
+    statistics: JsonObject | None
 
 
 class OpWaits(TypedDict):
@@ -278,22 +280,22 @@ class Verification(TypedDict):
 class Metadata(TypedDict):
     """metadata: what the workload is and which threads ran the queues."""
 
-    workload: dict[str, Any]
+    workload: JsonObject
     category: str
     switch_sensitivity: str
     work_scaling: str
     work_per_iteration: float
-    workers: list[dict[str, Any]]
+    workers: list[JsonObject]
     window_start_monotonic_ns: int | None
 
 
 class UpstreamMetadata(Metadata, total=False):
     """metadata with upstream AORTA's keys (copies of `environment` facts, upstream_keys.py)."""
 
-    device_info: dict[str, Any]
-    rocm_info: dict[str, Any]
-    driver_info: dict[str, Any] | None
-    multi_gpu: dict[str, Any]
+    device_info: JsonObject
+    rocm_info: JsonObject
+    driver_info: JsonObject | None
+    multi_gpu: JsonObject
     upstream_keys: dict[str, str]
 
 
@@ -341,7 +343,7 @@ class QueueSummary(_QueueSummaryRequired, total=False):
     """The headline figures of ebpf_queue_metrics: one family's summary, named by `source`."""
 
     source: str
-    submit_to_dispatch_p99: dict[str, Any] | None
+    submit_to_dispatch_p99: JsonObject | None
     submit_to_dispatch_p99_method: str | None
     summary_reason: str
 
@@ -360,8 +362,8 @@ class EbpfQueueSection(_EbpfSectionRequired, total=False):
     the QueueSummary keys at top level, the lost-event counts and each family's own numbers."""
 
     lost_events: int | None
-    families: dict[str, Any]
-    bpftrace: dict[str, Any] | None
+    families: JsonObject
+    bpftrace: JsonObject | None
     interpretation: list[str]
     warning: str
 
@@ -370,12 +372,12 @@ class EbpfQueueSection(_EbpfSectionRequired, total=False):
 class TracerSections:
     """What a window tracer adds to a run result: its three sections, each null when not traced."""
 
-    ebpf_queue_metrics: dict[str, Any] | None = None
-    ebpf_memory_metrics: dict[str, Any] | None = None
-    ebpf_vs_cuda_comparison: dict[str, Any] | None = None
+    ebpf_queue_metrics: JsonObject | None = None
+    ebpf_memory_metrics: JsonObject | None = None
+    ebpf_vs_cuda_comparison: JsonObject | None = None
 
     @classmethod
-    def of(cls, sections: Mapping[str, Any]) -> TracerSections:
+    def of(cls, sections: Mapping[str, JsonObject | None]) -> TracerSections:
         """The sections from a {section name: body} mapping; a name the result lacks is a bug."""
         names = {f.name for f in fields(cls)}
         unknown = set(sections) - names

@@ -12,9 +12,9 @@ from __future__ import annotations
 import functools
 import re
 from pathlib import Path
-from typing import Any
 
 import aorta
+from aorta.common.jsontypes import JsonObject
 
 MAX_READ = 64 * 1024
 _SHA = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
@@ -105,7 +105,7 @@ def git_commit(package_dir: Path | None = None) -> tuple[str | None, str | None]
 
 
 @functools.cache
-def tool_info() -> dict[str, Any]:
+def tool_info() -> JsonObject:
     """The result's `tool` section: name, version, git commit (null with the reason)."""
     sha, reason = git_commit()
     return {"name": "aorta", "version": aorta.__version__, "git_commit": sha, "git_commit_reason": reason}
@@ -114,14 +114,14 @@ def tool_info() -> dict[str, Any]:
 # -- GPU driver and clocks -------------------------------------------------------------------------
 
 
-def gpu_vendor(environment: dict[str, Any]) -> str | None:
+def gpu_vendor(environment: JsonObject) -> str | None:
     """nvidia / amd from the torch build the run used, None on the CPU backend."""
     if environment.get("backend") != "gpu":
         return None
     return "amd" if environment.get("rocm_version") else "nvidia"
 
 
-def gpu_driver(environment: dict[str, Any], root: Path = Path("/")) -> dict[str, Any]:
+def gpu_driver(environment: JsonObject, root: Path = Path("/")) -> JsonObject:
     """The kernel driver of the GPU: name, version and the file it came from (null + reason)."""
     vendor = gpu_vendor(environment)
     if vendor is None:
@@ -161,7 +161,7 @@ def gpu_driver(environment: dict[str, Any], root: Path = Path("/")) -> dict[str,
     }
 
 
-def pci_address(environment: dict[str, Any]) -> str | None:
+def pci_address(environment: JsonObject) -> str | None:
     """The GPU's PCI address (domain:bus:device.0) from the backend's device properties."""
     bus, dev, domain = (environment.get(k) for k in ("pci_bus_id", "pci_device_id", "pci_domain_id"))
     if not all(isinstance(v, int) and v >= 0 for v in (bus, dev, domain)):
@@ -178,7 +178,7 @@ def _current_dpm_mhz(text: str | None) -> int | None:
     return None
 
 
-def _unread_clocks(reason: str) -> dict[str, Any]:
+def _unread_clocks(reason: str) -> JsonObject:
     return {
         "graphics_mhz": None,
         "memory_mhz": None,
@@ -189,7 +189,7 @@ def _unread_clocks(reason: str) -> dict[str, Any]:
     }
 
 
-def amd_clocks(address: str, root: Path = Path("/")) -> dict[str, Any]:
+def amd_clocks(address: str, root: Path = Path("/")) -> JsonObject:
     """sclk/mclk in effect (the `*` level of pp_dpm_sclk/mclk) and the performance level."""
     device = root / "sys/bus/pci/devices" / address
     graphics = _current_dpm_mhz(_read(device / "pp_dpm_sclk"))
@@ -206,7 +206,7 @@ def amd_clocks(address: str, root: Path = Path("/")) -> dict[str, Any]:
     }
 
 
-def nvidia_clocks(address: str) -> dict[str, Any]:
+def nvidia_clocks(address: str) -> JsonObject:
     """SM and memory clocks in effect through NVML (pynvml), when it is importable."""
     try:
         import pynvml
@@ -235,7 +235,7 @@ def nvidia_clocks(address: str) -> dict[str, Any]:
     }
 
 
-def gpu_clocks(environment: dict[str, Any], root: Path = Path("/")) -> dict[str, Any]:
+def gpu_clocks(environment: JsonObject, root: Path = Path("/")) -> JsonObject:
     """The GPU clocks in effect for this run (locked by --lock-clocks or not); null + reason."""
     vendor = gpu_vendor(environment)
     if vendor is None:
@@ -246,6 +246,6 @@ def gpu_clocks(environment: dict[str, Any], root: Path = Path("/")) -> dict[str,
     return amd_clocks(address, root) if vendor == "amd" else nvidia_clocks(address)
 
 
-def gpu_facts(environment: dict[str, Any]) -> dict[str, Any]:
+def gpu_facts(environment: JsonObject) -> JsonObject:
     """The environment keys this module adds: gpu_driver and gpu_clocks."""
     return {"gpu_driver": gpu_driver(environment), "gpu_clocks": gpu_clocks(environment)}

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from aorta.common.atomicio import atomic_write_json
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.results import upstream_keys
 from aorta.hw_queue_eval.results.models import (
     Concurrency,
@@ -49,8 +50,8 @@ class RunResult:
 
     workload_name: str
     stream_count: int
-    config: dict[str, Any]
-    environment: dict[str, Any]
+    config: JsonObject
+    environment: JsonObject
     throughput: float | None
     throughput_unit: str
     latency_ms: Stats | None
@@ -67,14 +68,14 @@ class RunResult:
     memory: Memory
     verification: Verification | None
     warnings: list[str] = field(default_factory=list)
-    metadata: Metadata | dict[str, Any] = field(default_factory=dict)
+    metadata: Metadata | JsonObject = field(default_factory=dict)
     op_intervals: OpIntervals | None = None
     instrumentation: Instrumentation | None = None
-    ebpf_queue_metrics: dict[str, Any] | None = None
-    ebpf_memory_metrics: dict[str, Any] | None = None
-    ebpf_vs_cuda_comparison: dict[str, Any] | None = None
+    ebpf_queue_metrics: JsonObject | None = None
+    ebpf_memory_metrics: JsonObject | None = None
+    ebpf_vs_cuda_comparison: JsonObject | None = None
     stream_order: StreamOrder | None = None  # observed waits vs declared (analysis/stream_order)
-    profiler: dict[str, Any] | None = None  # --profile only (absent from the JSON otherwise)
+    profiler: JsonObject | None = None  # --profile only (absent from the JSON otherwise)
     status: str = "ok"
     error: str | None = None
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
@@ -86,7 +87,7 @@ class RunResult:
         self.ebpf_memory_metrics = sections.ebpf_memory_metrics
         self.ebpf_vs_cuda_comparison = sections.ebpf_vs_cuda_comparison
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The JSON object of schema v2 (header keys first)."""
         from aorta.hw_queue_eval.results.provenance import tool_info
 
@@ -100,13 +101,13 @@ class RunResult:
         return {**header, **body}
 
 
-def collect_environment(backend_env: dict[str, Any], backend: str, device: str) -> dict[str, Any]:
+def collect_environment(backend_env: JsonObject, backend: str, device: str) -> JsonObject:
     """Host, kernel, Python, torch, device, runtime and GPU driver versions, the GPU clocks in
     effect, plus the queue env knobs."""
     from aorta.hw_queue_eval.config.run_config import env_knobs, runtime_env
     from aorta.hw_queue_eval.results.provenance import gpu_facts
 
-    env: dict[str, Any] = {
+    env: JsonObject = {
         "host": platform.node(),
         "kernel": platform.release(),
         "os": platform.platform(),
@@ -129,7 +130,7 @@ def collect_environment(backend_env: dict[str, Any], backend: str, device: str) 
     return env
 
 
-def save_result(path: str | os.PathLike[str], result: dict[str, Any]) -> None:
+def save_result(path: str | os.PathLike[str], result: JsonObject) -> None:
     """Write a result (or sweep) dict atomically."""
     atomic_write_json(path, result)
 

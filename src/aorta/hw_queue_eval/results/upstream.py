@@ -8,7 +8,7 @@ no schema_version; validation.py checks them against upstream's own types before
 
 from __future__ import annotations
 
-from typing import Any
+from aorta.common.jsontypes import JsonObject
 
 NOTE = (
     "written by the upstream tool (AORTA 0.2-0.3): no repeats, one run per point; its switch "
@@ -16,12 +16,12 @@ NOTE = (
 )
 
 
-def is_upstream(data: dict[str, Any]) -> bool:
+def is_upstream(data: JsonObject) -> bool:
     """Whether a loaded file is the upstream tool's (it has neither kind nor schema_version)."""
     return "kind" not in data and "schema_version" not in data
 
 
-def as_points(data: dict[str, Any]) -> dict[str, Any]:
+def as_points(data: JsonObject) -> JsonObject:
     """An upstream `{"results": [...]}` file as our sweep / policy-sweep layout (points with
     key, status and result); the runs themselves are shared, not copied."""
     points = []
@@ -32,7 +32,7 @@ def as_points(data: dict[str, Any]) -> dict[str, Any]:
         run = entry.get("result") if isinstance(entry.get("policy"), dict) else entry
         if not isinstance(run, dict):
             continue
-        key: dict[str, Any] = {"workload": run.get("workload_name"), "streams": run.get("stream_count")}
+        key: JsonObject = {"workload": run.get("workload_name"), "streams": run.get("stream_count")}
         if run is not entry:
             policy = True
             key["policy"] = entry["policy"].get("name")

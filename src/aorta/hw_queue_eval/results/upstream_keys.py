@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from aorta.common.finite import ratio
+from aorta.common.jsontypes import JsonObject
 
 INFLECTION_DROP = 0.8  # upstream: efficiency below 80 % of the previous point's
 
@@ -29,7 +30,7 @@ SWITCH_MEANING = {
 }
 
 
-def upstream_switch(ops: Sequence[Any]) -> dict[str, Any]:
+def upstream_switch(ops: Sequence[Any]) -> JsonObject:
     """Upstream's switch figures from op records (iteration, stream, start_ns, end_ns): within
     each iteration, ops in end order; each positive gap to the next op's start is inter-stream
     when the two streams differ, intra-stream when not."""
@@ -63,7 +64,7 @@ def upstream_switch(ops: Sequence[Any]) -> dict[str, Any]:
     }
 
 
-def unmeasured_upstream_switch(reason: str) -> dict[str, Any]:
+def unmeasured_upstream_switch(reason: str) -> JsonObject:
     """Upstream's switch keys, every one null with the reason."""
     return {
         **dict.fromkeys(SWITCH_MEANING),
@@ -99,8 +100,8 @@ def add_queue_keys(section: Any) -> None:
         )
     source = section.get("source")
     family = (section.get("families") or {}).get(source) or {}
-    metrics: dict[str, Any] = family["metrics"] if isinstance(family.get("metrics"), dict) else {}
-    summary: dict[str, Any] = metrics["summary"] if isinstance(metrics.get("summary"), dict) else {}
+    metrics: JsonObject = family["metrics"] if isinstance(family.get("metrics"), dict) else {}
+    summary: JsonObject = metrics["summary"] if isinstance(metrics.get("summary"), dict) else {}
     for up, kind in (("per_ring_submissions", "submissions"), ("per_ring_dispatches", "dispatches")):
         found = None
         for where, name in ((metrics, f"{kind}_per_ring"), (summary, f"{kind}_per_queue")):
@@ -116,7 +117,7 @@ def add_queue_keys(section: Any) -> None:
     section["upstream_keys"] = meaning
 
 
-def _alias(section: dict[str, Any], up: str, ours: str, why: str) -> str:
+def _alias(section: JsonObject, up: str, ours: str, why: str) -> str:
     """Copy our value to upstream's name; its meaning, or why it is null."""
     section[up] = section.get(ours)
     if section[up] is not None:
@@ -142,7 +143,7 @@ def add_memory_keys(section: Any) -> None:
     section["upstream_keys"] = meaning
 
 
-def metadata_keys(environment: dict[str, Any]) -> dict[str, Any]:
+def metadata_keys(environment: JsonObject) -> JsonObject:
     """metadata.device_info / rocm_info / driver_info / multi_gpu: upstream's places for facts
     our `environment` holds (copies of its values, null where it has none)."""
     env = environment or {}
@@ -166,9 +167,7 @@ def metadata_keys(environment: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def scaling_keys(
-    stream_counts: list[int], throughputs: list[float], peak_streams: int | None
-) -> dict[str, Any]:
+def scaling_keys(stream_counts: list[int], throughputs: list[float], peak_streams: int | None) -> JsonObject:
     """The sweep analysis keys of upstream: `throughputs` and `peak_stream_count` alias ours;
     `efficiencies` and `inflection_point` are upstream's formulas (linear in the stream count
     from the first point; the first point whose efficiency falls below 80 % of the previous)."""

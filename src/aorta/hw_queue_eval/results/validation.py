@@ -24,6 +24,7 @@ import os
 from typing import Any
 
 from aorta.common.errors import UsageError
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.results.schema import SCHEMA_VERSION, run_result_schema
 
 INT64_MIN = -(1 << 63)
@@ -35,11 +36,11 @@ _OBJ_OR_NULL = {"type": ["object", "null"]}
 
 
 @functools.cache
-def _run_schema() -> dict[str, Any]:
+def _run_schema() -> JsonObject:
     """The run schema as readers apply it: every type, const and enum of the current schema, but
     only workload_name and stream_count required (older and upstream files lack the rest, and the
     readers show what is missing as n/a)."""
-    schema: dict[str, Any] = _drop_required(copy.deepcopy(run_result_schema()))
+    schema: JsonObject = _drop_required(copy.deepcopy(run_result_schema()))
     schema.pop("$schema", None)
     schema.pop("$id", None)
     schema["required"] = ["workload_name", "stream_count"]
@@ -68,7 +69,7 @@ def _drop_required(node: Any) -> Any:
     return node
 
 
-def _point_schema(key: dict[str, Any]) -> dict[str, Any]:
+def _point_schema(key: JsonObject) -> JsonObject:
     return {
         "type": "object",
         "required": ["key", "status"],
@@ -283,7 +284,7 @@ _INT_MAP = {"type": "object", "additionalProperties": {"type": "integer"}}
 
 
 @functools.cache
-def _upstream_run_schema() -> dict[str, Any]:
+def _upstream_run_schema() -> JsonObject:
     """A run as upstream AORTA 0.2.0-0.3.0 writes it (`HarnessResult.to_json`): its own types
     (its switch, memory and eBPF sections are not ours), latency under `latency_ms` or, in older
     files, `latency` {p50_ms, ...}."""
@@ -329,7 +330,7 @@ def _upstream_run_schema() -> dict[str, Any]:
     }
 
 
-def _upstream(kind: str) -> dict[str, Any]:
+def _upstream(kind: str) -> JsonObject:
     """The upstream tool's files: `save_sweep_results` ({timestamp, workload, results[],
     environment, analysis}), its policy comparison ({workload, stream_count, timestamp,
     results: [{policy, result}]}), and `{"policies": {name: run}}`; runs as upstream writes them."""
@@ -365,7 +366,7 @@ def _upstream(kind: str) -> dict[str, Any]:
     }
 
 
-def schema_for(data: Any) -> tuple[str, dict[str, Any]]:
+def schema_for(data: Any) -> tuple[str, JsonObject]:
     """(what the file is, its schema) from its kind; UsageError when it is no result at all."""
     if not isinstance(data, dict):
         raise UsageError("top level is not a JSON object: not an aorta result")
@@ -393,7 +394,7 @@ def schema_for(data: Any) -> tuple[str, dict[str, Any]]:
     )
 
 
-def problem(data: Any, schema: dict[str, Any]) -> str | None:
+def problem(data: Any, schema: JsonObject) -> str | None:
     """The most relevant schema violation of `data` as 'where: what', or None when valid."""
     import jsonschema
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection, Sequence
-from typing import Any
 
 from aorta.common.errors import UsageError
+from aorta.common.jsontypes import JsonObject
 
 
 def _format(cpus: Collection[int]) -> str:
@@ -83,7 +83,7 @@ class Pinning:
             os.sched_setaffinity(tid, {cpu})  # a thread id: that thread only
         os.sched_setaffinity(0, {host})  # 0: the calling thread only (Linux)
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> JsonObject:
         """What the threads' masks read back as (environment.cpus_pinned)."""
 
         def mask(tid: int) -> list[int] | None:

@@ -13,8 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.backends import Backend, create_backend, resolve_device
-from aorta.hw_queue_eval.backends.base import SubmissionRecord
+from aorta.hw_queue_eval.backends.base import HandoffTotals, SubmissionRecord
 from aorta.hw_queue_eval.backends.priority import parse_spec
 from aorta.hw_queue_eval.config.run_config import RunConfig
 from aorta.hw_queue_eval.ops import metrics
@@ -123,7 +124,7 @@ def compact_ops(
     )
 
 
-def _handoffs(totals: dict[str, Any] | None) -> Handoffs:
+def _handoffs(totals: HandoffTotals | None) -> Handoffs:
     """The harness's own count of hand-offs to an idle queue (doorbell rings) in the window."""
     if totals is None:
         return Handoffs(
@@ -131,9 +132,9 @@ def _handoffs(totals: dict[str, Any] | None) -> Handoffs:
             per_queue=None,
             reason="this backend's hand-offs are not visible to the host (user-mode queues)",
         )
-    per_queue = {str(q): n for q, n in totals["per_queue"].items() if n}
+    per_queue = {str(q): n for q, n in totals.per_queue.items() if n}
     return Handoffs(
-        count=totals["count"],
+        count=totals.count,
         per_queue=per_queue,
         meaning="hand-offs of work to an idle queue: one doorbell (eventfd) write each",
         source="harness",
@@ -456,7 +457,7 @@ def run_warnings(
     return warnings
 
 
-def config_section(config: RunConfig, device: str, size: str, backend_name: str) -> dict[str, Any]:
+def config_section(config: RunConfig, device: str, size: str, backend_name: str) -> JsonObject:
     """The run's config as recorded: the options, with the device, size and backend resolved."""
     config_dict = config.to_dict()
     config_dict.update({"device": device, "size": size, "backend": backend_name})
@@ -475,7 +476,7 @@ def concurrency_section(busy: list[float] | None, window_ms: float, on_cpu: OnCp
 
 
 def ops_section(
-    window: OpWindow, delays: Stats | None, op_timing: bool, handoffs: dict[str, Any] | None
+    window: OpWindow, delays: Stats | None, op_timing: bool, handoffs: HandoffTotals | None
 ) -> Ops:
     """Every op of the window (counted, per label), ready→start delays or why there are none,
     and the hand-offs to idle queues."""

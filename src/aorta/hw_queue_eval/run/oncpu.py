@@ -24,9 +24,9 @@ def snapshot(worker_tids: list[int]) -> dict[int, int] | None:
     counters = procstat.task_counters([os.getpid()])
     wanted = set(worker_tids)
     out = {
-        tid: c["exec_ns"]
+        tid: c.exec_ns
         for tid, c in counters.items()
-        if c.get("exec_ns") is not None and (tid in wanted or QUEUE_THREAD_COMM.match(c.get("comm") or ""))
+        if c.exec_ns is not None and (tid in wanted or QUEUE_THREAD_COMM.match(c.comm or ""))
     }
     return out if wanted & set(out) else None
 
@@ -66,11 +66,11 @@ def wait_snapshot(worker_tids: list[int], host_tid: int) -> dict[int, tuple[bool
     counters = procstat.task_counters([os.getpid()])
     wanted = set(worker_tids)
     out = {
-        tid: (tid == host_tid, c["exec_ns"], c["run_delay_ns"])
+        tid: (tid == host_tid, c.exec_ns, c.run_delay_ns)
         for tid, c in counters.items()
-        if c.get("exec_ns") is not None
-        and c.get("run_delay_ns") is not None
-        and (tid == host_tid or tid in wanted or QUEUE_THREAD_COMM.match(c.get("comm") or ""))
+        if c.exec_ns is not None
+        and c.run_delay_ns is not None
+        and (tid == host_tid or tid in wanted or QUEUE_THREAD_COMM.match(c.comm or ""))
     }
     has_host = any(v[0] for v in out.values())
     return out if has_host and wanted & set(out) else None

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aorta.common import environment
+from aorta.common.jsontypes import JsonObject
 
 #: how many ops the PROFILER OUTPUT block and the result keep
 TOP_OPS = 10
@@ -53,7 +54,7 @@ def _all_threads_config() -> tuple[Any, bool]:
         return None, False
 
 
-def _top_ops(profiler: Any, on_device: bool) -> list[dict[str, Any]]:
+def _top_ops(profiler: Any, on_device: bool) -> list[JsonObject]:
     """The TOP_OPS ops by device time (GPU) or by self CPU time (CPU), with their counts."""
     rows = []
     for event in profiler.key_averages():
@@ -81,7 +82,7 @@ def profile_window(
     backend_name: str,
     profile_dir: str,
     name: str,
-) -> dict[str, Any]:
+) -> JsonObject:
     """Run `iterations` iterations (`run_one(i)`, then `finish()` waits for all streams) under
     torch.profiler; write its Chrome trace to `profile_dir/name`; return the result's section."""
     from torch.profiler import profile
@@ -93,7 +94,7 @@ def profile_window(
     environment.set_default("KINETO_LOG_LEVEL", "6")
     config, all_threads = _all_threads_config()
     activities = _activities(backend_name)
-    kwargs: dict[str, Any] = {"activities": activities, "record_shapes": True}
+    kwargs: JsonObject = {"activities": activities, "record_shapes": True}
     if config is not None:
         kwargs["experimental_config"] = config
     start = time.perf_counter_ns()

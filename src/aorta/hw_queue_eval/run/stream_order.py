@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.results.models import StreamEdge, StreamOrder
 
 SOURCE = "the backend's queue dependencies: stream.wait calls recorded in the measured window"
@@ -46,7 +47,7 @@ def stream_order(declared: set[tuple[int, int]], observed: dict[tuple[int, int],
     return section
 
 
-def runtime_edges(section: StreamOrder | None, queue_metrics: dict[str, Any] | None) -> StreamOrder | None:
+def runtime_edges(section: StreamOrder | None, queue_metrics: JsonObject | None) -> StreamOrder | None:
     """`section` with `runtime_edges` filled from the eBPF gpu_runtime stream graph, by stream
     index: the runtime's EventRecord → StreamWaitEvent edges whose two handles are the harness's
     streams (gpu_runtime joins them, `stream_handles_joined`). Edges with a stream the harness did
@@ -82,7 +83,7 @@ def runtime_edges(section: StreamOrder | None, queue_metrics: dict[str, Any] | N
     return section
 
 
-def runtime_differences(section: dict[str, Any]) -> tuple[list[StreamEdge], list[StreamEdge]] | None:
+def runtime_differences(section: JsonObject) -> tuple[list[StreamEdge], list[StreamEdge]] | None:
     """(declared but never waited on in the runtime, waited on but not declared), from
     `runtime_edges` (None when they were not observed)."""
     observed = section.get("runtime_edges")
@@ -105,7 +106,7 @@ def edge_names(edges: list[Any], limit: int | None = None) -> str:
     return ", ".join(names) + (f", … (+{more} more)" if more else "")
 
 
-def order_sentences(result: dict[str, Any]) -> list[str]:
+def order_sentences(result: JsonObject) -> list[str]:
     """Interpretation lines, only for a non-empty difference (none for older files)."""
     section = result.get("stream_order") or {}
     lines = []

@@ -20,35 +20,36 @@ from aorta.common.atomicio import (
     read_owned_json,
 )
 from aorta.common.errors import UsageError
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.results.provenance import tool_info
 from aorta.hw_queue_eval.results.run_result import utc_timestamp
 from aorta.hw_queue_eval.results.schema import SCHEMA_VERSION
 from aorta.hw_queue_eval.results.validation import duplicate_point, point_problem
 
 
-def fingerprint(config: dict[str, Any]) -> str:
+def fingerprint(config: JsonObject) -> str:
     """A short stable hash of the settings that must match for a point to be reused."""
     text = json.dumps(config, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _key_text(key: dict[str, Any]) -> str:
+def _key_text(key: JsonObject) -> str:
     return json.dumps(key, sort_keys=True)
 
 
 class CheckpointFile:
     """Points of one sweep-like run, each `{"key", "status", "error", "result", ...}`."""
 
-    def __init__(self, path: str | os.PathLike[str], kind: str, header: dict[str, Any]) -> None:
+    def __init__(self, path: str | os.PathLike[str], kind: str, header: JsonObject) -> None:
         self.path = path
         self.kind = kind
         self.header = header
-        self.points: list[dict[str, Any]] = []
+        self.points: list[JsonObject] = []
         self.created = utc_timestamp()
         self.notes: list[str] = []  # what --resume set aside, for the command to show
 
     @classmethod
-    def resume(cls, path: str | os.PathLike[str], kind: str, header: dict[str, Any]) -> CheckpointFile:
+    def resume(cls, path: str | os.PathLike[str], kind: str, header: JsonObject) -> CheckpointFile:
         """Load an earlier file of the same kind and fingerprint (UsageError if it differs).
 
         As root, a file owned by another user is refused (a planted checkpoint's fake points
@@ -92,12 +93,12 @@ class CheckpointFile:
         ]
         return file
 
-    def done(self, key: dict[str, Any]) -> bool:
+    def done(self, key: JsonObject) -> bool:
         """True if a point with this key finished ok."""
         wanted = _key_text(key)
         return any(_key_text(p.get("key", {})) == wanted and p.get("status") == "ok" for p in self.points)
 
-    def record(self, point: dict[str, Any], **extra: Any) -> None:
+    def record(self, point: JsonObject, **extra: Any) -> None:
         """Add or replace the point with the same key, then rewrite the file atomically.
 
         `extra` top-level keys (e.g. a sweep's running analysis) are written in the same rewrite.
@@ -107,7 +108,7 @@ class CheckpointFile:
         self.points.append(point)
         self.save(**extra)
 
-    def to_dict(self, **extra: Any) -> dict[str, Any]:
+    def to_dict(self, **extra: Any) -> JsonObject:
         return {
             "schema_version": SCHEMA_VERSION,
             "kind": self.kind,
@@ -139,7 +140,7 @@ class CheckpointFile:
 
 
 def open_or_resume(
-    path: str | os.PathLike[str], kind: str, header: dict[str, Any], resume: bool
+    path: str | os.PathLike[str], kind: str, header: JsonObject, resume: bool
 ) -> CheckpointFile:
     """A fresh file, or the earlier one with --resume; never silently overwrites finished points."""
     if resume and os.path.exists(path):

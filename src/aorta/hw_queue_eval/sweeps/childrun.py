@@ -20,11 +20,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Any
 
 from aorta.common.atomicio import read_json_file
 from aorta.common.errors import UsageError
 from aorta.common.interrupts import INTERRUPTS
+from aorta.common.jsontypes import JsonObject
 from aorta.common.procs import (
     OWNER_PID_ENV,
     child_environment,
@@ -42,12 +42,12 @@ class PointOutcome:
     """What happened to one child run."""
 
     status: str  # ok | failed | timeout
-    result: dict[str, Any] | None
+    result: JsonObject | None
     error: str | None
     duration_s: float
     returncode: int | None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "status": self.status,
             "error": self.error,

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aorta.common.interrupts import commit
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.analysis.exact_u import ALPHA, MIN_RUNS_TO_DETECT
 from aorta.hw_queue_eval.analysis.stats import MIN_RUNS, compare_runs, median_ci
 from aorta.hw_queue_eval.analysis.summaries import run_summary
@@ -74,16 +75,14 @@ def point_request(policy: Policy, base: GpuRequest) -> GpuRequest:
     )
 
 
-def in_effect(
-    policy: Policy, result: dict[str, Any] | None, gpu_report: dict[str, Any] | None
-) -> dict[str, Any]:
+def in_effect(policy: Policy, result: JsonObject | None, gpu_report: JsonObject | None) -> JsonObject:
     """Settings as read back: env seen by the child, queue pool built, clock/power read."""
     environment = (result or {}).get("environment") or {}
     env_seen = {**(environment.get("env_knobs") or {}), **(environment.get("runtime_env") or {})}
     names = sorted(set(policy.env) | {"GPU_MAX_HW_QUEUES"})
     mismatch = sorted(n for n, v in policy.env.items() if env_seen.get(n) != v)
     qmap = (result or {}).get("queue_mapping") or {}
-    effect: dict[str, Any] = {
+    effect: JsonObject = {
         "env": {n: env_seen.get(n) for n in names} if result else None,
         "env_as_requested": (not mismatch) if result else None,
         "env_mismatch": mismatch if result else None,
@@ -128,14 +127,14 @@ def run_policy_point(
     open_driver: Callable[[GpuTarget], GpuDriver] | None = None,
     *,
     state_dir: str | None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """One policy once: apply clock/power (if any), run the child with the env, restore.
 
     `open_driver` opens the driver of `target` (default: its vendor library or tool);
     `state_dir`: the --state-dir option (None: the default folder)."""
     key = {"workload": config.workload, "streams": config.streams, "policy": policy.name, "repeat": repeat}
     request = point_request(policy, base)
-    point: dict[str, Any] = {"key": key, "policy": policy.to_dict(), "request": request.to_dict()}
+    point: JsonObject = {"key": key, "policy": policy.to_dict(), "request": request.to_dict()}
     backend = "cpu" if config.device == "cpu" else "gpu"
     reason = (
         CPU_NOT_APPLICABLE if not request.empty and target is None else not_applicable_reason(policy, backend)
@@ -183,15 +182,15 @@ def _median(values: Sequence[float | None]) -> float | None:
     return statistics.median(clean) if clean else None
 
 
-def _ci(values: list[float]) -> dict[str, Any] | None:
+def _ci(values: list[float]) -> JsonObject | None:
     return median_ci(values).to_dict() if values else None
 
 
-def _policy_row(name: str, points: list[dict[str, Any]]) -> dict[str, Any]:
+def _policy_row(name: str, points: list[JsonObject]) -> JsonObject:
     ok = [p for p in points if p.get("status") == "ok" and p.get("result")]
     na = [p for p in points if p.get("status") == "not_applicable"]
     failed = [p for p in points if p.get("status") not in ("ok", "not_applicable")]
-    row: dict[str, Any] = {"policy": name, "points": len(points), "ok": len(ok)}
+    row: JsonObject = {"policy": name, "points": len(points), "ok": len(ok)}
     if na and not ok:
         row.update({"status": "not_applicable", "reason": na[0]["error"]})
         return row
@@ -230,11 +229,11 @@ def _policy_row(name: str, points: list[dict[str, Any]]) -> dict[str, Any]:
     return row
 
 
-def _values(row: dict[str, Any], name: str) -> list[float]:
+def _values(row: JsonObject, name: str) -> list[float]:
     return [r[name] for r in row.get("runs") or [] if r.get(name) is not None]
 
 
-def reference_policy(names: Sequence[str]) -> dict[str, Any]:
+def reference_policy(names: Sequence[str]) -> JsonObject:
     """The policy every other is compared against: baseline when listed, else the first listed
     (a sweep of `--policies a,b` still compares b with a), and why it was chosen."""
     if BASELINE in names:
@@ -246,8 +245,8 @@ def reference_policy(names: Sequence[str]) -> dict[str, Any]:
 
 
 def _best(
-    rows: list[dict[str, Any]], metric: str, baseline: dict[str, Any] | None, repeats: int, ref: str
-) -> dict[str, Any]:
+    rows: list[JsonObject], metric: str, baseline: JsonObject | None, repeats: int, ref: str
+) -> JsonObject:
     """The applicable policy that beats the reference policy `ref` beyond noise on `metric`
     (vs_baseline key), or why none is named."""
     if baseline is None:
@@ -286,7 +285,7 @@ def _best(
     return {"policy": None, "text": f"no policy differs beyond noise from {ref}"}
 
 
-def summarize(points: list[dict[str, Any]], policies: Sequence[Policy]) -> dict[str, Any]:
+def summarize(points: list[JsonObject], policies: Sequence[Policy]) -> JsonObject:
     """Per-policy rows (run-level statistics over repeats), deltas vs the reference policy
     (reference_policy) from the same per-repeat values, and best lines over applicable policies
     beyond noise."""
@@ -302,7 +301,7 @@ def summarize(points: list[dict[str, Any]], policies: Sequence[Policy]) -> dict[
         if base is None:
             row["vs_baseline"] = {"reason": f"the reference policy {ref} did not run ok in this sweep"}
             continue
-        vs: dict[str, Any] = {}
+        vs: JsonObject = {}
         for label, name, higher in (
             ("throughput", "throughput", True),
             ("latency", "latency_p50_ms", False),
@@ -368,7 +367,7 @@ class PolicySweepSpec:
         """Policy names per round (`schedule`)."""
         return schedule(self.policies, self.repeats, self.config.seed)
 
-    def key(self, name: str, repeat: int) -> dict[str, Any]:
+    def key(self, name: str, repeat: int) -> JsonObject:
         """Checkpoint key of a point: the one `run_policy_point` gives it."""
         return {
             "workload": self.config.workload,
@@ -377,7 +376,7 @@ class PolicySweepSpec:
             "repeat": repeat,
         }
 
-    def header(self) -> dict[str, Any]:
+    def header(self) -> JsonObject:
         header = {
             "workload": self.config.workload,
             "streams": self.config.streams,
@@ -418,7 +417,7 @@ def open_checkpoint(spec: PolicySweepSpec, resume: bool) -> CheckpointFile:
 
 
 #: on_point(policy, repeat, point_or_None_if_kept, done, total), after each point
-PolicyPointCallback = Callable[[str, int, dict[str, Any] | None, int, int], None]
+PolicyPointCallback = Callable[[str, int, JsonObject | None, int, int], None]
 #: on_start(policy, repeat, done, total), before a point's child starts
 PolicyStartCallback = Callable[[str, int, int, int], None]
 
@@ -428,7 +427,7 @@ def run_policy_sweep(
     file: CheckpointFile,
     on_point: PolicyPointCallback = lambda name, repeat, point, done, total: None,
     on_start: PolicyStartCallback = lambda name, repeat, done, total: None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """Run every pending point, recording each one as it ends; returns the summary saved with
     the completed file.
 

@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.analysis.summaries import aggregate, representative, run_summary
 
+if TYPE_CHECKING:  # childrun is imported only where a repeat runs (run_repeated)
+    from aorta.hw_queue_eval.sweeps.childrun import PointOutcome
 
-def conditions() -> dict[str, Any]:
+
+def conditions() -> JsonObject:
     """Machine load when a run starts (1-min load average, cores), to flag mixed conditions."""
     try:
         load = os.getloadavg()[0]
@@ -39,21 +44,36 @@ def interleaved_schedule(items: Sequence[Any], repeats: int, seed: int) -> list[
     return rounds
 
 
+@dataclass(frozen=True)
+class RepeatOutcome:
+    """One repeat of `run --repeats`: its number, what its child run did, and the machine's load
+    when it started (`conditions`)."""
+
+    repeat: int
+    point: PointOutcome
+    conditions: JsonObject | None = None
+
+    @property
+    def ok(self) -> bool:
+        """The child ran to the end and handed back a result."""
+        return self.point.status == "ok" and self.point.result is not None
+
+
 def repeats_block(
-    results: Sequence[dict[str, Any]], outcomes: Sequence[dict[str, Any]], requested: int
-) -> dict[str, Any]:
+    results: Sequence[JsonObject], outcomes: Sequence[RepeatOutcome], requested: int
+) -> JsonObject:
     """The `repeats` key of a run result made of several child runs."""
     per_repeat = []
     for outcome in outcomes:
         entry = {
-            "repeat": outcome["repeat"],
-            "status": outcome["status"],
-            "error": outcome.get("error"),
-            "duration_s": outcome.get("duration_s"),
-            "conditions": outcome.get("conditions"),
+            "repeat": outcome.repeat,
+            "status": outcome.point.status,
+            "error": outcome.point.error,
+            "duration_s": outcome.point.duration_s,
+            "conditions": outcome.conditions,
         }
-        if outcome.get("result") is not None and outcome["status"] == "ok":
-            entry.update(run_summary(outcome["result"]))
+        if outcome.ok:
+            entry.update(run_summary(outcome.point.result or {}))
         per_repeat.append(entry)
     ok = [e for e in per_repeat if e["status"] == "ok"]
     rep = representative(results) if results else None
@@ -71,26 +91,28 @@ def repeats_block(
 
 
 def run_repeated(
-    run_args: Sequence[str], repeats: int, timeout_s: float | None = None, on_repeat: Any = None
-) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    run_args: Sequence[str],
+    repeats: int,
+    timeout_s: float | None = None,
+    on_repeat: Callable[[RepeatOutcome], None] | None = None,
+) -> tuple[JsonObject | None, list[RepeatOutcome]]:
     """`run RUN_ARGS` `repeats` times, each in a fresh child: (one run result with `repeats`,
     or None when every repeat failed; the outcome of each repeat).
 
     The top level is the representative repeat's result (median throughput).
-    `on_repeat(i, outcome_dict)` reports progress.
+    `on_repeat(outcome)` reports progress.
     """
     from aorta.hw_queue_eval.sweeps.childrun import run_point
 
-    outcomes: list[dict[str, Any]] = []
+    outcomes: list[RepeatOutcome] = []
     for repeat in range(1, repeats + 1):
         cond = conditions()
-        outcome = run_point(list(run_args), timeout_s=timeout_s)
-        entry = {"repeat": repeat, **outcome.to_dict(), "result": outcome.result, "conditions": cond}
-        outcomes.append(entry)
+        outcome = RepeatOutcome(repeat, run_point(list(run_args), timeout_s=timeout_s), cond)
+        outcomes.append(outcome)
         if on_repeat is not None:
-            on_repeat(repeat, entry)
-    ok = [o for o in outcomes if o["status"] == "ok" and o["result"] is not None]
-    results = [o["result"] for o in ok]
+            on_repeat(outcome)
+    ok = [o for o in outcomes if o.ok]
+    results = [o.point.result for o in ok if o.point.result is not None]
     if not results:
         return None, outcomes
     combined = dict(results[representative(results)])
@@ -100,6 +122,6 @@ def run_repeated(
         combined.setdefault("warnings", [])
         combined["warnings"] = [
             *combined["warnings"],
-            *(f"repeat {o['repeat']} {o['status']}: {o['error']}" for o in failed),
+            *(f"repeat {o.repeat} {o.point.status}: {o.point.error}" for o in failed),
         ]
     return combined, outcomes

@@ -14,10 +14,10 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from aorta.common.errors import UsageError
 from aorta.common.interrupts import commit
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.analysis import diagnosis, scaling
 from aorta.hw_queue_eval.config.run_config import env_knobs
 from aorta.hw_queue_eval.sweeps.checkpoint import CheckpointFile, fingerprint, open_or_resume
@@ -58,7 +58,7 @@ class SweepSpec:
     info: WorkloadInfo
     stream_counts: list[int]
     dropped: list[int]
-    run_options: dict[str, Any]  # option name → value, passed to every child `run`
+    run_options: JsonObject  # option name → value, passed to every child `run`
     output: str
     timeout_s: float | None = None
     trace_out: str | None = None
@@ -66,9 +66,9 @@ class SweepSpec:
     repeats: int = 1
     nproc_per_node: int | None = None  # run each point under torchrun with this many ranks
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> JsonObject:
         """What must match for a finished point to be reused by --resume."""
-        settings: dict[str, Any] = {
+        settings: JsonObject = {
             "workload": self.workload,
             "run_options": self.run_options,
             "flags": sorted(self.flags),
@@ -84,12 +84,12 @@ class SweepSpec:
         """Stream counts per round: as given for one repeat, else shuffled every round."""
         return interleaved_schedule(self.stream_counts, self.repeats, int(self.run_options.get("seed") or 0))
 
-    def key(self, streams: int, repeat: int) -> dict[str, Any]:
+    def key(self, streams: int, repeat: int) -> JsonObject:
         """Checkpoint key: {workload, streams} (plus `repeat` when repeating)."""
         key = point_key(self.workload, streams)
         return {**key, "repeat": repeat} if self.repeats > 1 else key
 
-    def header(self) -> dict[str, Any]:
+    def header(self) -> JsonObject:
         return {
             "workload": self.workload,
             "throughput_unit": self.info.throughput_unit,
@@ -118,17 +118,17 @@ class SweepSpec:
         return args
 
 
-def point_key(workload: str, streams: int) -> dict[str, Any]:
+def point_key(workload: str, streams: int) -> JsonObject:
     """Checkpoint key of a sweep point (compare pairs on workload and stream count, too)."""
     return {"workload": workload, "streams": streams}
 
 
-def ok_results(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def ok_results(points: list[JsonObject]) -> list[JsonObject]:
     """Results of the points that finished ok."""
     return [p["result"] for p in points if p.get("status") == "ok" and p.get("result")]
 
 
-def load_conditions_warning(points: list[dict[str, Any]]) -> str | None:
+def load_conditions_warning(points: list[JsonObject]) -> str | None:
     """A warning when ok points come from several sessions (--resume) under different load."""
     conds = [p.get("conditions") or {} for p in points if p.get("status") == "ok"]
     sessions = {c.get("session_pid") for c in conds if c.get("session_pid") is not None}
@@ -150,7 +150,7 @@ def load_conditions_warning(points: list[dict[str, Any]]) -> str | None:
     )
 
 
-def analysis_of(points: list[dict[str, Any]], work_scaling: str) -> dict[str, Any] | None:
+def analysis_of(points: list[JsonObject], work_scaling: str) -> JsonObject | None:
     """Scaling analysis of the ok points (repeats grouped) and its diagnosis, as stored in the
     sweep file."""
     results = ok_results(points)
@@ -171,7 +171,7 @@ def open_checkpoint(spec: SweepSpec, resume: bool) -> CheckpointFile:
     return open_or_resume(spec.output, SWEEP_KIND, spec.header(), resume)
 
 
-PointCallback = Callable[[int, dict[str, Any] | None, int, int], None]
+PointCallback = Callable[[int, JsonObject | None, int, int], None]
 
 
 def run_sweep(

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.sweeps.checkpoint import CheckpointFile
 from aorta.hw_queue_eval.sweeps.childrun import PointCommand, point_command
 from aorta.hw_queue_eval.sweeps.stream_sweep import SweepSpec, open_checkpoint, run_sweep
@@ -44,7 +44,7 @@ def plan_suite(
     level: str,
     counts: list[int],
     folder: str,
-    run_options: dict[str, Any],
+    run_options: JsonObject,
     flags: list[str],
     timeout_s: float | None = None,
 ) -> list[SuiteEntry]:

@@ -20,6 +20,8 @@ import itertools
 from collections import defaultdict
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
+
 FORMULA = (
     "coverage = 100 * launches on the harness's streams (uprobes, joined by stream handle) / "
     "ops the harness issued, same window"
@@ -52,8 +54,8 @@ def _op_figures(ops: list[Any], folded: Any) -> tuple[int, dict[Any, int], int, 
 
 
 def compare_gpu_runtime(
-    queue_section: dict[str, Any], ops: list[Any], streams: int | None, folded: Any = None
-) -> dict[str, Any]:
+    queue_section: JsonObject, ops: list[Any], streams: int | None, folded: Any = None
+) -> JsonObject:
     """The comparison section from the gpu_runtime family; null values carry a reason.
 
     `ops`: the window's op rows; `folded`: its folded figures when it had more ops than rows."""

@@ -28,6 +28,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
+from aorta.hw_queue_eval.backends.base import HandoffTotals
+
 FORMULA = (
     "per submission (doorbell ring): kernel = doorbell write → worker on a CPU; harness = "
     "doorbell write → worker starts the handed work; coverage = 100 * matched / harness "
@@ -59,11 +62,11 @@ NO_HANDOFFS = (
 
 
 def compare_with_harness(
-    queue_section: dict[str, Any],
+    queue_section: JsonObject,
     submissions: list[Any] | None,
     kernel_records: list[list[Any]] | None,
-    totals: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    totals: HandoffTotals | None = None,
+) -> JsonObject:
     """The comparison section; null values carry a reason.
 
     `submissions` may hold only each queue's first rings (backends/cpu.py keeps at least the
@@ -76,7 +79,7 @@ def compare_with_harness(
             "formula": FORMULA,
         }
     source = queue_section.get("source")
-    base: dict[str, Any] = {
+    base: JsonObject = {
         "status": "ok",
         "error": None,
         "formula": FORMULA,
@@ -94,7 +97,7 @@ def compare_with_harness(
             "kernel_visible_share_pct": None,
             "reason": NO_HANDOFFS,
         }
-    harness_n = totals["count"] if totals else len(submissions)
+    harness_n = totals.count if totals else len(submissions)
     kernel_n = queue_section.get("total_submissions")
     # the kernel keeps per-submission records for the first `cap` rings of each queue only
     cap = queue_section.get("per_submission_cap_per_queue")
@@ -119,7 +122,7 @@ def compare_with_harness(
         "timing_check_meaning": TIMING_CHECK_MEANING,
         "harness_label": HARNESS_LABEL_CPU,
         "first_task_kinds": (
-            dict(totals["first_task_kinds"]) if totals else dict(Counter(s.first_kind for s in submissions))
+            dict(totals.first_task_kinds) if totals else dict(Counter(s.first_kind for s in submissions))
         ),
     }
     if not pairs:
@@ -170,7 +173,7 @@ def match_submissions(
     return pairs, dict(why), late
 
 
-def _means(pairs: list[tuple[int, int, str]], kernel_key: str, harness_key: str) -> dict[str, Any]:
+def _means(pairs: list[tuple[int, int, str]], kernel_key: str, harness_key: str) -> JsonObject:
     """Both means over the same pairs, their count, and the kernel's share of the harness sum."""
     k_total = sum(k for k, _, _ in pairs)
     h_total = sum(h for _, h, _ in pairs)

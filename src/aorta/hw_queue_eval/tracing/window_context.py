@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from aorta.hw_queue_eval.backends.base import Backend, SubmissionRecord
+from aorta.hw_queue_eval.backends.base import Backend, HandoffTotals, SubmissionRecord
 from aorta.hw_queue_eval.ops.opfold import FoldedOps
 from aorta.hw_queue_eval.ops.records import OpRecord
 
@@ -30,4 +29,4 @@ class WindowContext:
     ops: Sequence[OpRecord] = ()
     folded: FoldedOps | None = None
     submissions: list[SubmissionRecord] | None = None
-    handoff_totals: dict[str, Any] | None = None
+    handoff_totals: HandoffTotals | None = None

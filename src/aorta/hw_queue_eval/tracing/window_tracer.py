@@ -10,12 +10,14 @@ import os
 import threading
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import engine
 from aorta.ebpf import timeline as timeline_mod
-from aorta.ebpf.probes.base import TraceTarget
+from aorta.ebpf.probes.base import CollectContext, QueueWorker, TraceTarget
 from aorta.ebpf.probes.cpu_sched import SUBMITTER_LABEL
 from aorta.ebpf.program import Program, ProgramError
 from aorta.ebpf.session import SessionError, TraceSession, stop_timeout_s
+from aorta.hw_queue_eval.backends.base import StreamHandle
 from aorta.hw_queue_eval.results.models import TracerSections
 from aorta.hw_queue_eval.tracing.gpu_runtime_comparison import compare_gpu_runtime
 from aorta.hw_queue_eval.tracing.harness_comparison import compare_with_harness
@@ -100,7 +102,7 @@ class EbpfTracer:
         warn_in_result(context.warnings, sections)
         return TracerSections.of(sections)
 
-    def _finish(self, context: WindowContext) -> dict[str, Any]:
+    def _finish(self, context: WindowContext) -> JsonObject:
         if self.session is None or self.program is None:
             sections = engine.unavailable_sections(
                 self.error or "not started", self.queue, self.memory, self.status, self.ready
@@ -123,10 +125,14 @@ class EbpfTracer:
 
 def family_context(
     context: WindowContext, pid: int, submitter_tid: int | None, output: Any
-) -> dict[str, Any]:
+) -> CollectContext:
     """What the families' collect needs from one benchmark process (its workers, pid, streams)."""
     backend = context.backend
-    workers = [w.__dict__ for w in backend.workers()] if backend is not None else []
+    workers = (
+        [QueueWorker(w.tid, w.queue, tuple(w.streams), w.doorbell_fd) for w in backend.workers()]
+        if backend is not None
+        else []
+    )
     return {
         "workers": workers,
         "window": engine.window_info(output),
@@ -144,8 +150,8 @@ def sections_for(
     queue: bool,
     memory: bool,
     context: WindowContext,
-    fam_context: dict[str, Any],
-) -> dict[str, Any]:
+    fam_context: CollectContext,
+) -> JsonObject:
     """The result sections of one process from a stopped session's output."""
     results = engine.collect_results(program, output, fam_context)
     backend = context.backend.name if context.backend is not None else None
@@ -164,7 +170,7 @@ def sections_for(
     return sections
 
 
-def warn_in_result(warnings: list[str], sections: dict[str, Any]) -> None:
+def warn_in_result(warnings: list[str], sections: JsonObject) -> None:
     """Surface tracing problems among the result's warnings (they are easy to miss otherwise)."""
     for key, section in sections.items():
         if not isinstance(section, dict) or key == "ebpf_vs_cuda_comparison":
@@ -199,7 +205,7 @@ def make_tracer(
     )
 
 
-def stream_handles(backend: Any) -> list[dict[str, Any]]:
+def stream_handles(backend: Any) -> list[StreamHandle]:
     """The backend's stream index → runtime stream handle (GPU backend), to join uprobe counts."""
     method = getattr(backend, "stream_handles", None)
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.workloads.base import (
     VerifyResult,
     Workload,
@@ -159,7 +160,7 @@ class ActivationCheckpoint(Workload):
             pairs, 1e-3, "output, all-reduced weight gradients and input gradient vs serial recomputation"
         )
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         return {
             **super().describe(),
             "collectives": self.comm.describe(),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.workloads.base import (
     VerifyResult,
     Workload,
@@ -96,7 +97,7 @@ class AsyncDataload(Workload):
             pairs.append((self.logits[b], torch.relu(x @ self.w1) @ self.w2))
         return compare_tensors(pairs, 1e-3, "model outputs of every batch vs serial recomputation")
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         p = self.params
         return {
             **super().describe(),

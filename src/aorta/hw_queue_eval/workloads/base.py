@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from aorta.common.errors import UsageError
+from aorta.common.jsontypes import JsonObject
 
 UNIT_SCALE = {
     "GFLOPS": 1e9,
@@ -66,7 +67,7 @@ class Workload(ABC):
     MODELS: ClassVar[str] = ""
 
     def __init__(
-        self, streams: int, size: str, device: Any, seed: int, options: dict[str, Any] | None = None
+        self, streams: int, size: str, device: Any, seed: int, options: JsonObject | None = None
     ) -> None:
         self.INFO.check_streams(streams)
         if size not in self.SIZES:
@@ -79,7 +80,7 @@ class Workload(ABC):
         self.options = self.check_options(dict(options or {}), streams)
 
     @classmethod
-    def check_options(cls, options: dict[str, Any], streams: int) -> dict[str, Any]:
+    def check_options(cls, options: JsonObject, streams: int) -> JsonObject:
         """This workload's knobs, validated (UsageError naming the bad one); none by default."""
         if options:
             raise UsageError(f"{cls.INFO.name} takes no workload options (got {', '.join(sorted(options))})")
@@ -136,7 +137,7 @@ class Workload(ABC):
         """
         return set()
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         """Size parameters and how the streams are used, for the result metadata."""
         return {
             "size": self.size,

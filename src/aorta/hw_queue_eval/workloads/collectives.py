@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from aorta.common.errors import UsageError
+from aorta.common.jsontypes import JsonObject
 
 #: the collectives Collectives runs; an op label naming one (alone or in "a+b") is a collective op
 COLLECTIVE_OPS = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all"})
@@ -92,10 +93,10 @@ class Collectives:
         else:
             out.copy_(inp)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         """What the collectives were, for the result metadata."""
         if self.real:
-            described: dict[str, Any] = {
+            described: JsonObject = {
                 "mode": "torch.distributed",
                 "backend": self.backend,
                 "rank": self.rank,

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from aorta.common.errors import UsageError
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.workloads.base import VerifyResult, Workload, WorkloadInfo, compare_tensors
 from aorta.hw_queue_eval.workloads.collectives import Collectives
 
@@ -42,7 +43,7 @@ OPTION_NAMES = (
 )
 
 
-def _count(options: dict[str, Any], name: str, flag: str, high: int) -> int | None:
+def _count(options: JsonObject, name: str, flag: str, high: int) -> int | None:
     value = options.get(name)
     if value is None:
         return None
@@ -77,7 +78,7 @@ class CommsComputeOverlap(Workload):
     )
 
     @classmethod
-    def check_options(cls, options: dict[str, Any], streams: int) -> dict[str, Any]:
+    def check_options(cls, options: JsonObject, streams: int) -> JsonObject:
         """Validate upstream's knobs against `streams`; the flag named in each error."""
         unknown = sorted(set(options) - set(OPTION_NAMES))
         if unknown:
@@ -238,7 +239,7 @@ class CommsComputeOverlap(Workload):
             "serial recomputation in float32 (all ranks hold the same inputs)",
         )
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         return {
             **super().describe(),
             "options": {**self.options, "mm_dim": list(self.dims)},

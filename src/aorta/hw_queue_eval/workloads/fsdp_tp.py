@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from aorta.common.errors import UsageError
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.workloads.base import (
     VerifyResult,
     Workload,
@@ -143,5 +144,5 @@ class FsdpTp(Workload):
             f"{len(self.full)} layers' activations and reduce-scattered gradients vs serial recomputation",
         )
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         return {**super().describe(), "collectives": self.comm.describe()}

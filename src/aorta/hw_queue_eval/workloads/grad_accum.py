@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.workloads.base import (
     VerifyResult,
     Workload,
@@ -132,7 +133,7 @@ class GradAccum(Workload):
             pairs, 1e-3, f"{len(pairs)} all-reduced gradient buckets vs serial accumulation"
         )
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         return {
             **super().describe(),
             "collectives": self.comm.describe(),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.workloads.base import VerifyResult, Workload, WorkloadInfo, compare_tensors
 
 
@@ -114,7 +115,7 @@ class HeteroKernels(Workload):
                 pairs.append((self.y[s][(tiny_ops - 1) % 2], expected))
         return compare_tensors(pairs, 1e-3, f"{len(pairs)} stream outputs vs serial recomputation")
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         roles = self.roles()
         return {
             **super().describe(),

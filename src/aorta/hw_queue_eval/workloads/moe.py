@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from aorta.common.errors import UsageError
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.workloads.base import VerifyResult, Workload, WorkloadInfo, compare_tensors
 from aorta.hw_queue_eval.workloads.collectives import Collectives
 
@@ -152,7 +153,7 @@ class MixtureOfExperts(Workload):
             pairs, 1e-3, "combined output (and exchanged tokens under torchrun) vs serial recomputation"
         )
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         return {
             **super().describe(),
             "collectives": self.comm.describe(),

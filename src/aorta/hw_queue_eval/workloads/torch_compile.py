@@ -11,12 +11,14 @@ in one process.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from aorta.common.errors import UsageError
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.workloads.base import VerifyResult, Workload, WorkloadInfo, compare_tensors
 
-_COMPILED: dict[str, Any] = {}
+_COMPILED: dict[str, Callable[..., Any]] = {}  # region name → its compiled function
 
 
 def entry_region(x: Any, w: Any) -> Any:
@@ -43,7 +45,7 @@ def exit_region(acc: Any, w: Any) -> Any:
 REGIONS = {"entry": entry_region, "branch": branch_region, "exit": exit_region}
 
 
-def compiled_regions() -> dict[str, Any]:
+def compiled_regions() -> dict[str, Callable[..., Any]]:
     """The three regions wrapped by torch.compile(backend='inductor'), once per process."""
     import torch
 
@@ -154,7 +156,7 @@ class TorchCompile(Workload):
             "compiled diamond output vs eager serial recomputation",
         )
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         return {
             **super().describe(),
             "compile_seconds": round(self.compile_seconds, 6),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.workloads.base import (
     VerifyResult,
     Workload,
@@ -152,6 +153,6 @@ class ZeroOffload(Workload):
             "offloaded gradients, host Adam state and uploaded parameters vs serial recomputation",
         )
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         h = self.params["hidden"]
         return {**super().describe(), "copied_bytes_per_iteration": 2 * 4 * h * h * self.params["layers"]}

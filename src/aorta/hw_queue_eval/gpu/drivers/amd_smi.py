@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.gpu.drivers.base import GpuControlError, level_index
 from aorta.hw_queue_eval.gpu.drivers.rocm_smi import amd_in_effect
 
@@ -191,7 +192,7 @@ class AmdSmi:
     def _set_sclk(self, step: int) -> None:
         self._call("amdsmi_set_clk_freq", self._enum("AmdSmiClkType", "SYS"), 1 << step)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> JsonObject:
         perf = self._perf_name(self._call("amdsmi_get_gpu_perf_level"))
         levels, current = amdsmi_sclk(
             self._call("amdsmi_get_clk_freq", self._enum("AmdSmiClkType", "SYS")), self.index
@@ -199,7 +200,7 @@ class AmdSmi:
         power = amdsmi_power(self._call("amdsmi_get_power_cap_info"), self.index)
         return {**power, "clock": {"perf_level": perf, "sclk_level": current, "levels_mhz": levels}}
 
-    def set_clock_level(self, level: int, snap: dict[str, Any]) -> dict[str, Any]:
+    def set_clock_level(self, level: int, snap: JsonObject) -> JsonObject:
         levels = snap["clock"]["levels_mhz"]
         step = level_index(level, len(levels))
         self._set_perf("manual")
@@ -209,11 +210,11 @@ class AmdSmi:
     def set_power_limit(self, watts: float) -> None:
         self._call("amdsmi_set_power_cap", 0, round(watts * 1_000_000))  # sensor 0, microwatts
 
-    def restore_clock(self, prior: dict[str, Any]) -> None:
+    def restore_clock(self, prior: JsonObject) -> None:
         clock = prior["clock"]
         if clock["perf_level"] == "manual" and clock.get("sclk_level") is not None:
             self._set_sclk(int(clock["sclk_level"]))
         self._set_perf(clock["perf_level"])
 
-    def in_effect(self, snap: dict[str, Any]) -> dict[str, Any]:
+    def in_effect(self, snap: JsonObject) -> JsonObject:
         return amd_in_effect(snap)

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from typing import Any, Protocol
+from typing import Protocol
 
 from aorta.common.errors import UsageError
+from aorta.common.jsontypes import JsonObject
 
 TOOL_TIMEOUT_S = 30.0
 POWER_TOLERANCE_W = 1.0
@@ -39,11 +40,11 @@ class GpuDriver(Protocol):
     index: int
     tool: str
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> JsonObject:
         """The device's current clock and power state (JSON-able)."""
         ...
 
-    def set_clock_level(self, level: int, snap: dict[str, Any]) -> dict[str, Any]:
+    def set_clock_level(self, level: int, snap: JsonObject) -> JsonObject:
         """Lock clocks at `level`; return the target (device step, MHz) for verification."""
         ...
 
@@ -51,11 +52,11 @@ class GpuDriver(Protocol):
         """Set the power cap in watts."""
         ...
 
-    def restore_clock(self, prior: dict[str, Any]) -> None:
+    def restore_clock(self, prior: JsonObject) -> None:
         """Put the clock state of `prior` back."""
         ...
 
-    def in_effect(self, snap: dict[str, Any]) -> dict[str, Any]:
+    def in_effect(self, snap: JsonObject) -> JsonObject:
         """Clock level/MHz and power cap as read back from a fresh snapshot."""
         ...
 

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.gpu.drivers.base import GpuControlError, SmiTool, level_index, tool_number
 
 
-def nvidia_clock_target(level: int, snap: dict[str, Any]) -> dict[str, Any]:
+def nvidia_clock_target(level: int, snap: JsonObject) -> JsonObject:
     """The supported graphics clock for `level`, as the NVIDIA drivers (CLI and NVML) lock it."""
     supported = snap["clock"]["supported_mhz"]
     step = level_index(level, len(supported))
     return {"level": level, "device_step": step, "steps": len(supported), "mhz": supported[step]}
 
 
-def nvidia_in_effect(snap: dict[str, Any]) -> dict[str, Any]:
+def nvidia_in_effect(snap: JsonObject) -> JsonObject:
     """Clock and power cap read back from an NVIDIA snapshot (CLI and NVML alike)."""
     return {"clock_mhz": snap["clock"]["sm_mhz"], "power_limit_w": snap["power_limit_w"]}
 
@@ -34,7 +33,7 @@ class NvidiaSmi(SmiTool):
         "clocks.max.sm",
     )
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> JsonObject:
         out = self._smi(f"--query-gpu={','.join(self._FIELDS)}", "--format=csv,noheader,nounits")
         if not out.strip():
             raise GpuControlError(f"nvidia-smi -i {self.index} printed nothing for the query")
@@ -59,7 +58,7 @@ class NvidiaSmi(SmiTool):
             },
         }
 
-    def set_clock_level(self, level: int, snap: dict[str, Any]) -> dict[str, Any]:
+    def set_clock_level(self, level: int, snap: JsonObject) -> JsonObject:
         target = nvidia_clock_target(level, snap)
         self._smi("-lgc", f"{target['mhz']},{target['mhz']}")
         return target
@@ -67,8 +66,8 @@ class NvidiaSmi(SmiTool):
     def set_power_limit(self, watts: float) -> None:
         self._smi("-pl", f"{watts:.2f}")
 
-    def restore_clock(self, prior: dict[str, Any]) -> None:
+    def restore_clock(self, prior: JsonObject) -> None:
         self._smi("-rgc")
 
-    def in_effect(self, snap: dict[str, Any]) -> dict[str, Any]:
+    def in_effect(self, snap: JsonObject) -> JsonObject:
         return nvidia_in_effect(snap)

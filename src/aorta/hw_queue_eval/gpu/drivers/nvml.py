@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.gpu.drivers.base import GpuControlError
 from aorta.hw_queue_eval.gpu.drivers.nvidia_smi import nvidia_clock_target, nvidia_in_effect
 
@@ -31,7 +32,7 @@ class Pynvml:
         except self.nvml.NVMLError as exc:
             raise GpuControlError(f"NVML {name} on GPU {self.index} failed: {exc}") from None
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> JsonObject:
         nv = self.nvml
         low, high = self._call("nvmlDeviceGetPowerManagementLimitConstraints")
         supported: set[int] = set()
@@ -51,7 +52,7 @@ class Pynvml:
             },
         }
 
-    def set_clock_level(self, level: int, snap: dict[str, Any]) -> dict[str, Any]:
+    def set_clock_level(self, level: int, snap: JsonObject) -> JsonObject:
         target = nvidia_clock_target(level, snap)
         self._call("nvmlDeviceSetGpuLockedClocks", target["mhz"], target["mhz"])
         return target
@@ -59,8 +60,8 @@ class Pynvml:
     def set_power_limit(self, watts: float) -> None:
         self._call("nvmlDeviceSetPowerManagementLimit", round(watts * 1000))
 
-    def restore_clock(self, prior: dict[str, Any]) -> None:
+    def restore_clock(self, prior: JsonObject) -> None:
         self._call("nvmlDeviceResetGpuLockedClocks")
 
-    def in_effect(self, snap: dict[str, Any]) -> dict[str, Any]:
+    def in_effect(self, snap: JsonObject) -> JsonObject:
         return nvidia_in_effect(snap)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.gpu.drivers.base import GpuControlError, SmiTool, level_index, tool_number
 
 
-def amd_in_effect(snap: dict[str, Any]) -> dict[str, Any]:
+def amd_in_effect(snap: JsonObject) -> JsonObject:
     """Clock level/MHz, perf level and power cap read back from an AMD snapshot (CLI and amdsmi)."""
     clock = snap["clock"]
     step = clock.get("sclk_level")
@@ -32,7 +32,7 @@ class RocmSmi(SmiTool):
     tool = "rocm-smi"
     index_flag = "-d"
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> JsonObject:
         out = self._smi("--showperflevel", "--showmaxpower", "--showclkfrq")
         perf, cap, levels, current, in_sclk = None, None, [], None, False
         for raw in out.splitlines():
@@ -66,7 +66,7 @@ class RocmSmi(SmiTool):
             "clock": {"perf_level": perf, "sclk_level": current, "levels_mhz": levels},
         }
 
-    def set_clock_level(self, level: int, snap: dict[str, Any]) -> dict[str, Any]:
+    def set_clock_level(self, level: int, snap: JsonObject) -> JsonObject:
         levels = snap["clock"]["levels_mhz"]
         step = level_index(level, len(levels))
         self._smi("--setperflevel", "manual")
@@ -76,11 +76,11 @@ class RocmSmi(SmiTool):
     def set_power_limit(self, watts: float) -> None:
         self._smi("--setpoweroverdrive", str(round(watts)), "--autorespond", "YES")
 
-    def restore_clock(self, prior: dict[str, Any]) -> None:
+    def restore_clock(self, prior: JsonObject) -> None:
         clock = prior["clock"]
         if clock["perf_level"] == "manual" and clock.get("sclk_level") is not None:
             self._smi("--setsclk", str(clock["sclk_level"]))
         self._smi("--setperflevel", clock["perf_level"])
 
-    def in_effect(self, snap: dict[str, Any]) -> dict[str, Any]:
+    def in_effect(self, snap: JsonObject) -> JsonObject:
         return amd_in_effect(snap)

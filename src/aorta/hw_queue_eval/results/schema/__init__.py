@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+
+from aorta.common.jsontypes import JsonObject
 
 SCHEMA_VERSION = 2  # v1 files are upgraded on load (readers/upgrade.py)
 
 SCHEMA_FILE = Path(__file__).parent / "run_result.v2.json"
 
 
-def run_result_schema() -> dict[str, Any]:
+def run_result_schema() -> JsonObject:
     """The JSON Schema of a run result (the documented contract, docs/results-schema.md)."""
-    schema: dict[str, Any] = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+    schema: JsonObject = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
     return schema
