@@ -278,7 +278,7 @@ for i in range(HANDOFFS):
     backend.synchronize()
 backend.stop_window()
 totals = backend.handoff_totals()
-print(json.dumps({"per_queue": totals["per_queue"], "exit_ns": time.monotonic_ns()}), flush=True)
+print(json.dumps({"per_queue": totals.per_queue, "exit_ns": time.monotonic_ns()}), flush=True)
 os._exit(0)
 """
 
