@@ -32,7 +32,7 @@ CLASS_MEANING = {
     OTHER: "any other first instruction (mov, sub, endbr64 ...): single-stepped, a second trap",
 }
 MAGIC = 0x41435242  # first argument of a calibration call: only these calls run the probe's body
-CALLS = 100  # per timing sample; the median of 3 samples
+CALLS, BATCHES = 100, 5  # calls per timed batch; batches per function (the fastest counts)
 CALIB_PREFIX = f"{P}calib_"  # the calibration probes' copies of the family's maps
 
 
@@ -155,19 +155,18 @@ def _function(name: str) -> Callable[[], object]:
 
 
 def _extra_ns(c: Calibrator, calls: int) -> float:
-    """Median over 3 samples of (probed − twin) ns per call, each `calls` calls of each."""
+    """(probed − twin) ns per call, each the fastest of BATCHES alternating batches of `calls`
+    calls (timeit's rule: a slower batch was slowed by something else, on a loaded machine
+    another process taking the CPU; the median of a few let such a batch through)."""
     probed, twin = _function(c.probed), _function(c.twin)
-    samples = []
-    for _ in range(3):
-        t0 = time.perf_counter_ns()
-        for _ in range(calls):
-            twin()
-        t1 = time.perf_counter_ns()
-        for _ in range(calls):
-            probed()
-        t2 = time.perf_counter_ns()
-        samples.append(((t2 - t1) - (t1 - t0)) / calls)
-    return max(0.0, sorted(samples)[1])
+    best = {"probed": float("inf"), "twin": float("inf")}
+    for _ in range(BATCHES):
+        for name, fn in (("twin", twin), ("probed", probed)):
+            start = time.perf_counter_ns()
+            for _ in range(calls):
+                fn()
+            best[name] = min(best[name], (time.perf_counter_ns() - start) / calls)
+    return max(0.0, best["probed"] - best["twin"])
 
 
 def hit_costs(calib: Plan, calls: int = CALLS) -> dict[str, object]:
