@@ -8,10 +8,12 @@ measured: its window vs an uninstrumented window of the same iterations (`instr_
 instrumented / uninstrumented − 1). Then, as root (or with sudo -n), the eBPF points of
 _gpu_runtime_points.py: tiny_kernel_stress at 1/4/16 streams with --ebpf-trace --ebpf-gpu-runtime
 (launches seen == ops issued, HW queues vs streams, uprobe cost per launch), and the views of
-_gpu_view_points.py: a driver's known graph launches, host→device copies and cross-stream waits
-under `ebpf-attach --ebpf-gpu-runtime`, counted exactly. Last, the windows
-of _gpu_memory_points.py: past 200,000 ops (tiny_kernel_stress 16 streams, 120 and 360
-iterations per_iteration, 120 end_only), the op events held stay bounded and the op count exact.
+_gpu_view_points.py: a driver's known graph launches, host→device copies, cross-stream waits and
+all-reduces (a world-size-1 NCCL process group) under `ebpf-attach --ebpf-gpu-runtime`, counted
+exactly, with the cost per call (traced vs untraced; without eBPF or a GPU, lines saying why).
+Last, the windows of _gpu_memory_points.py: past 200,000 ops (tiny_kernel_stress 16 streams, 120
+and 360 iterations per_iteration, 120 end_only), the op events held stay bounded and the op count
+exact.
 Then the diagnosis sweeps of _gpu_diagnosis_points.py: tiny_kernel_stress at 1/4/16 streams, 3
 repeats, unmodified and with the runtime held to one hardware queue: the causes named and the
 causes not measured on this GPU, each with why.
@@ -150,7 +152,7 @@ def main() -> int:
     print(json.dumps({"check": "ebpf_points", "ran": ebpf, "reason": reason}))
     if ebpf:
         failed += run_points(args.device, args.iterations, out, env)
-        failed += run_view_points(args.device, out, env)
+    failed += run_view_points(args.device, out, env, (ebpf, reason))
     failed += run_memory_points(args.device, paths, env)
     failed += run_diagnosis_points(args.device, args.iterations, args.quick, out, env)
     return 1 if failed else 0

@@ -128,10 +128,11 @@ if [ -n "$extras" ]; then
 fi
 # ---- end of the upstream block
 # --- test set-up: real GPU vendor libraries (issue 26) ------------------------------------------
-# The gpu_runtime tests probe AMD's libamdhip64 and NVIDIA's libcudart / libnccl from pinned PyPI
-# wheels (no GPU needed). tests/vendor_libs.py downloads them once with `pip download --no-deps`
-# into ~/.cache/aorta-test-wheels (~520 MB, nccl is 350 MB), checks their SHA-256 and extracts
-# only the shared libraries the tests load into ~/.cache/aorta-test-libs; later runs reuse both.
+# The gpu_runtime tests probe AMD's libamdhip64 / libhsa-runtime64 and NVIDIA's libcudart (CUDA 12
+# and 13) / libnccl from pinned PyPI wheels (no GPU needed). tests/vendor_libs.py downloads them
+# once with `pip download --no-deps` into ~/.cache/aorta-test-wheels (~525 MB, nccl is 350 MB),
+# checks their SHA-256 and extracts only the shared libraries the tests load into
+# ~/.cache/aorta-test-libs; later runs reuse both.
 if [ -n "$extras" ]; then
   say "fetching the pinned GPU vendor libraries for the tests (cached in ~/.cache)"
   "$VPY" -I tests/vendor_libs.py \

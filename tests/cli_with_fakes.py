@@ -41,6 +41,11 @@
                     would; the workload's tensors stay on the CPU. LOG gets JSON: "streams",
                     every stream handle in creation order, and "window", the calls made inside
                     the tracer's window as rows [api, stream, event].
+--fake-cuda-nccl LOG
+                    as --fake-cuda-runtime, and torch.distributed is one NCCL rank whose
+                    collectives call the real libnccl.so.2 on the current stream
+                    (fake_cuda.FakeDistributed); LOG also gets "collectives", the NCCL calls made
+                    inside the window as rows [api, stream, count, datatype].
 
 Production code has none of these switches: they live here, and reach aorta only as the
 `Collaborators` a caller of `cli.main` may pass.
@@ -226,12 +231,13 @@ def dropped_join_waits() -> Any:
     return run_benchmark
 
 
-def real_cudart_runs(log_path: str) -> Any:
+def real_cudart_runs(log_path: str, nccl: bool = False) -> Any:
     """harness.run_benchmark on the GPU backend over the fake device whose stream operations call
     the real libcudart (fake_cuda.RealCudart), tensors on the CPU (a CPU build of torch has no CUDA
     tensors); installed now, before `run` resolves its device. Each run writes the stream handles
     and the calls made between the tracer's window_start and window_stop to `log_path`: the
-    ground truth."""
+    ground truth. `nccl`: torch.distributed is one rank calling the real libnccl (loaded now, so
+    the tracer finds it mapped)."""
     import json
 
     import pytest
@@ -249,6 +255,11 @@ def real_cudart_runs(log_path: str) -> Any:
     patch = pytest.MonkeyPatch()  # never undone: this process only runs the one command
     fake_cuda.install(patch, runtime)
     patch.setattr(GpuBackend, "torch_device", lambda self: torch.device("cpu"))
+    if nccl:
+        nccl_library = vendor_libs.library("nccl")
+        if nccl_library is None:
+            raise SystemExit("cli_with_fakes: the real libnccl is not fetched (python tests/vendor_libs.py)")
+        fake_cuda.install_distributed(patch, runtime, nccl_library)
 
     def benchmark(config: Any, tracer: Any = None, **kwargs: Any) -> Any:
         if tracer is not None:
@@ -256,7 +267,8 @@ def real_cudart_runs(log_path: str) -> Any:
         result = run_benchmark(config, tracer=tracer, **kwargs)
         with open(log_path, "w") as log:
             calls = [[c.api, c.stream, c.event] for c in runtime.window]
-            json.dump({"streams": runtime.streams, "window": calls}, log)
+            colls = [[c.api, c.stream, c.size, c.kind] for c in runtime.window if c.api.startswith("nccl")]
+            json.dump({"streams": runtime.streams, "window": calls, "collectives": colls}, log)
         return result
 
     return benchmark
@@ -324,6 +336,8 @@ def parse(argv: list[str]) -> tuple[Collaborators, list[str]]:
             given["benchmark"] = dropped_join_waits()
         elif flag == "--fake-cuda-runtime":
             given["benchmark"] = real_cudart_runs(value)
+        elif flag == "--fake-cuda-nccl":
+            given["benchmark"] = real_cudart_runs(value, nccl=True)
         elif flag == "--points-dropped-join-wait":
             given["point_command"] = faked_points("--dropped-join-wait", "1")
         else:

@@ -13,6 +13,8 @@ from them can be recomputed by hand.
 
 Opt-in (`install(monkeypatch, RealCudart(path))`): the stream operations also call the real
 libcudart.so.12 with the fake handles, as torch would (RealCudart), so a uprobe on it sees a run.
+With `install_distributed(monkeypatch, runtime, nccl_path)` torch.distributed is a world of one
+NCCL rank whose collectives call the real libnccl on the current stream (FakeDistributed).
 """
 
 from __future__ import annotations
@@ -184,10 +186,13 @@ class RealCudart:
         """The `serial`-th event's handle (vendor_driver.e)."""
         return int(self.driver.e(serial))
 
-    def call(self, api: str, stream: int = 0, event: int = 0) -> None:
-        """One call of `api` into the real library, logged while recording."""
-        made = self.driver.Call(api, 1, stream, event=event)
-        self.driver.call(self.lib, made)
+    def call(
+        self, api: str, stream: int = 0, event: int = 0, size: int = 0, kind: int = 0, lib: Any = None
+    ) -> None:
+        """One call of `api` into the real library (`lib`: another one, e.g. libnccl), logged
+        while recording; size, kind: a collective's element count and ncclDataType_t."""
+        made = self.driver.Call(api, 1, stream, size=size, kind=kind, event=event)
+        self.driver.call(self.lib if lib is None else lib, made)
         if self.recording:
             self.window.append(made)
 
@@ -217,6 +222,49 @@ def _one_kernel_mode() -> type:
     return OneKernel
 
 
+# torch dtype name → ncclDataType_t (nccl.h)
+NCCL_DTYPES = {
+    "int8": 0,
+    "uint8": 1,
+    "int32": 2,
+    "int64": 4,
+    "float16": 6,
+    "float32": 7,
+    "float64": 8,
+    "bfloat16": 9,
+}
+
+
+class FakeDistributed:
+    """torch.distributed as one NCCL rank (world size 1): each collective does what it computes
+    over one rank (a copy) and calls the real libnccl once on the current fake stream, with the
+    count and datatype c10d passes (NCCL's count semantics: the tensor for all-reduce, the send
+    buffer for all-gather, the receive buffer for reduce-scatter), as torch 2.x does for a
+    collective with async_op=False (it runs on the current stream). Without a GPU the call fails
+    early (NULL communicator), after its entry uprobe fired; the runtime logs it."""
+
+    def __init__(self, runtime: RealCudart, path: Path) -> None:
+        self.runtime = runtime
+        self.lib = ctypes.CDLL(str(path))
+
+    def _nccl(self, api: str, tensor: Any) -> None:
+        stream = DEVICE.current
+        assert stream is not None, "a collective must run inside torch.cuda.stream(...)"
+        dtype = NCCL_DTYPES[str(tensor.dtype).removeprefix("torch.")]
+        self.runtime.call(api, stream.cuda_stream, size=tensor.numel(), kind=dtype, lib=self.lib)
+
+    def all_reduce(self, tensor: Any, group: Any = None, async_op: bool = False) -> None:
+        self._nccl("ncclAllReduce", tensor)
+
+    def all_gather_into_tensor(self, out: Any, shard: Any, group: Any = None, async_op: bool = False) -> None:
+        out.copy_(shard.view_as(out))
+        self._nccl("ncclAllGather", shard)
+
+    def reduce_scatter_tensor(self, out: Any, inp: Any, group: Any = None, async_op: bool = False) -> None:
+        out.copy_(inp.view_as(out))
+        self._nccl("ncclReduceScatter", out)
+
+
 DEVICE = Device()
 
 
@@ -241,3 +289,23 @@ def install(monkeypatch: Any, runtime: RealCudart | None = None) -> Device:
     props = SimpleNamespace(name="fake device", total_memory=1 << 30, multi_processor_count=1)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d=None: props)
     return DEVICE
+
+
+def install_distributed(monkeypatch: Any, runtime: RealCudart, nccl_path: Path) -> FakeDistributed:
+    """torch.distributed initialised as one NCCL rank whose collectives call the real libnccl
+    (FakeDistributed); after `install(monkeypatch, runtime)`."""
+    import torch.distributed as dist
+
+    fake = FakeDistributed(runtime, nccl_path)
+    for name, value in (
+        ("is_available", lambda: True),
+        ("is_initialized", lambda: True),
+        ("get_rank", lambda group=None: 0),
+        ("get_world_size", lambda group=None: 1),
+        ("get_backend", lambda group=None: "nccl"),
+        ("all_reduce", fake.all_reduce),
+        ("all_gather_into_tensor", fake.all_gather_into_tensor),
+        ("reduce_scatter_tensor", fake.reduce_scatter_tensor),
+    ):
+        monkeypatch.setattr(dist, name, value)
+    return fake

@@ -126,6 +126,12 @@ def test_documented_command_runs_offline_without_install(python: str, wheels: Pa
     ebpf = next(line for line in lines if line.get("check") == "ebpf_points")
     assert ebpf["ran"] is False and "bpftrace not on PATH" in ebpf["reason"]
     assert not any(line.get("traced") is not None or "launches_seen" in line for line in lines)
+    # the views, the all-reduce and the cost per call: a line each, saying why they did not run
+    views = {line["check"]: line for line in lines if str(line.get("check")).startswith("gpu_runtime_")}
+    assert set(views) == {"gpu_runtime_views", "gpu_runtime_collectives", "gpu_runtime_view_cost"}
+    assert all(
+        v["ran"] is False and v["reason"].startswith("device cpu: needs a GPU") for v in views.values()
+    )
     memory = next(line for line in lines if line.get("check") == "bounded_memory")
     assert memory["ran"] is False and "GPU" in memory["reason"]
     diagnosis = {line["case"]: line for line in lines if line.get("check") == "diagnosis"}

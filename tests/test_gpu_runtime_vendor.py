@@ -1,7 +1,8 @@
 """gpu_runtime against the real vendor libraries PyPI wheels ship (no GPU needed).
 
-AMD's libamdhip64 (ROCm 5.x, versioned exports), NVIDIA's libcudart.so.12 and libnccl.so.2
-(weak aliases) are fetched by `scripts/setup.sh --test` (tests/vendor_libs.py: pinned versions and
+AMD's libamdhip64 and libhsa-runtime64 (ROCm 5.x, versioned exports), NVIDIA's libcudart.so.12
+and libcudart.so.13 (CUDA 13: what torch 2.11's cu130 build loads) and libnccl.so.2 (weak
+aliases) are fetched by `scripts/setup.sh --test` (tests/vendor_libs.py: pinned versions and
 hashes, cached outside the checkout). A driver process (tests/vendor_driver.py) dlopens one of
 them and makes a known plan of calls on fake stream/event handles; every call fails early, after
 its entry uprobe fired. Ground truth: the plan itself (counts, bytes, directions, edges).
@@ -23,13 +24,13 @@ from aorta.ebpf.probes.base import RenderContext, TraceTarget
 from aorta.ebpf.probes.gpu_runtime import GpuRuntimeFamily
 from aorta.ebpf.probes.gpu_runtime_apis import APIS, MEMCPY_KINDS, NCCL_TYPE_SIZES
 from aorta.ebpf.probes.gpu_runtime_views import ALL_VIEWS, DEFAULT_VIEWS
-from aorta.ebpf.runtime_libs import MappedLibrary, own_libc
+from aorta.ebpf.runtime_libs import RUNTIME_LIBS, MappedLibrary, own_libc
 from conftest import unavailable, vendor_library
 from vendor_driver import PLANS
 
 ROLE = {a.name: a.role for a in APIS}
 API = {a.name: a for a in APIS}
-KIND = {"rocm": "hip", "cudart": "cudart", "nccl": "nccl"}
+KIND = {"rocm": "hip", "hsa": "hsa", "cudart": "cudart", "cudart13": "cudart", "nccl": "nccl"}
 # entry points of the family these library versions do not export (listed, with the reason)
 ABSENT = {
     "rocm": {
@@ -38,8 +39,16 @@ ABSENT = {
         "hipModuleLaunchKernel_spt",
         "hipModuleLaunchCooperativeKernel",
     },
+    "hsa": set(),
     "cudart": set(),
+    "cudart13": set(),  # CUDA 13 removed none of the probed entry points (its symbol table)
     "nccl": set(),
+}
+# probed functions whose first instruction is not a push (single-stepped: dearer per hit)
+NOT_PUSH = {
+    "nccl": {"ncclBcast"},  # sub $0x10,%rsp
+    # ROCr's exported wrappers load the API table first: mov 0x…(%rip),%rax, then jump
+    "hsa": {"hsa_queue_create", "hsa_signal_store_screlease", "hsa_signal_store_relaxed"},
 }
 
 
@@ -63,30 +72,40 @@ def first_mnemonic(path: Path, address: int) -> str:
     return line.split("\t")[2].split()[0]
 
 
+def _library(key: str) -> Path:
+    """The real library of `key`; hsa: the libhsa-runtime64.so of the ROCm wheel."""
+    if key == "hsa":
+        return vendor_library("rocm").with_name("libhsa-runtime64.so")
+    return vendor_library(key)
+
+
 @pytest.mark.slow  # reads libnccl.so.2 (470 MB)
-@pytest.mark.parametrize("key", ["rocm", "cudart", "nccl"])
+@pytest.mark.parametrize("key", ["rocm", "hsa", "cudart", "cudart13", "nccl"])
 def test_real_library_symbols_resolve_and_each_address_is_probed_once(key: str) -> None:
-    path = vendor_library(key)
-    family = GpuRuntimeFamily(libraries=[MappedLibrary(KIND[key], str(path), str(path), 1)])
+    path = _library(key)
+    # the file name as a process maps it is matched to its runtime kind (runtime_libs)
+    assert [kind for kind, pattern in RUNTIME_LIBS.items() if pattern.match(path.name)] == [KIND[key]]
+    views = (*DEFAULT_VIEWS, "doorbells") if key == "hsa" else DEFAULT_VIEWS  # HSA: the doorbells view
+    family = GpuRuntimeFamily(libraries=[MappedLibrary(KIND[key], str(path), str(path), 1)], views=views)
     probes = _render(family)
     attached = {a["api"]: a for a in family.attached}
     wanted = {a.name for a in APIS if a.lib == KIND[key]}
     assert set(attached) == wanted - ABSENT[key]
     assert {n["api"] for n in family.not_attached} == ABSENT[key]
-    planned = {c.api for phase in PLANS[key].values() for c in phase}
+    planned = {c.api for phase in PLANS.get(key, {}).values() for c in phase}
     assert planned <= set(attached)  # every API the driver calls is probed
     addresses = function_addresses(path)
     # probed by address (bpftrace 0.17 would also attach a plain name to every C++ function whose
     # demangled name starts with it: ncclGroupEnd → ncclGroupEndInternal(...), counted twice)
     heads = [b.splitlines()[0] for b in probes if b.startswith("uprobe:") and "// cost calibration" not in b]
     points = [int(h.rsplit(":", 1)[1], 16) for h in heads]
-    # each probed function's first instruction as objdump decodes it: a push in all but libnccl's
-    # ncclBcast (sub $0x10,%rsp: single-stepped); one calibration probe per class
+    # each probed function's first instruction as objdump decodes it: a push in all but NOT_PUSH
+    # (single-stepped); one calibration probe per class
     first = {a["api"]: first_mnemonic(path, addresses[a["symbol"]].address) for a in family.attached}
     assert {a["api"]: a["entry_instruction"] for a in family.attached} == {
         api: "push" if m == "push" else "other" for api, m in first.items()
     }
-    assert {api for api, m in first.items() if m != "push"} == ({"ncclBcast"} if key == "nccl" else set())
+    assert {api for api, m in first.items() if m != "push"} == NOT_PUSH.get(key, set())
     calibration = [b for b in probes if "// cost calibration" in b]
     assert len(calibration) == len({a["entry_instruction"] for a in family.attached})
     assert all(b.startswith(f"uprobe:{own_libc()}:") for b in calibration)
@@ -268,9 +287,12 @@ def _check_joined(key: str, m: dict[str, Any]) -> None:
 @pytest.mark.slow
 @pytest.mark.ebpf
 @pytest.mark.parametrize("views", [DEFAULT_VIEWS, ALL_VIEWS], ids=["default_views", "all_views"])
-def test_real_libcudart_every_launch_copy_event_and_sync_counted_exactly(views: tuple[str, ...]) -> None:
-    m = _run_plan("cudart", views)
-    _check("cudart", m)
+@pytest.mark.parametrize("key", ["cudart", "cudart13"])  # CUDA 12 and CUDA 13's libcudart
+def test_real_libcudart_every_launch_copy_event_and_sync_counted_exactly(
+    key: str, views: tuple[str, ...]
+) -> None:
+    m = _run_plan(key, views)
+    _check(key, m)
     assert m["views"]["collectives"]["probed"] == []
     assert "libnccl/librccl" in m["views"]["collectives"]["reason"]
 

@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -105,6 +106,8 @@ def test_folded_figures_match_exact_recomputation_over_every_op() -> None:
     assert view.total == len(ops)
     assert view.per_stream_op_counts(6) == metrics.per_stream_op_counts(ops, 6)
     assert view.per_stream_busy_ms(6) == pytest.approx(metrics.per_stream_busy_ms(ops, 6), rel=1e-12)
+    # ops per stream and label (the collective join's harness side): exact
+    assert folded.per_stream_label_counts() == Counter((op.stream, op.label) for op in ops)
     # count/mean/std/min/max exact; percentiles within α
     exact_labels = metrics.per_label_summary(ops)
     for label, got in view.per_label().items():

@@ -117,6 +117,7 @@ PLANS["cudart"]["window"] += [  # records with flags: CUDA only
     Call("cudaStreamWaitEvent", 2, s(1), event=e(3)),  # s2 → s1
     Call("cudaStreamWaitEvent_ptsz", 1, s(5), event=e(4)),  # s3 → s5
 ]
+PLANS["cudart13"] = PLANS["cudart"]  # CUDA 13's libcudart: the same entry points and signatures
 # ncclDataType_t: int8 0, int32 2, int64 4, float16 6, float32 7, float64 8, bfloat16 9
 PLANS["nccl"] = {
     "before": [Call("ncclAllReduce", 1, s(1), 1000, 7)],

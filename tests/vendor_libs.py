@@ -1,5 +1,8 @@
 """The real GPU vendor libraries the gpu_runtime tests probe, from pinned PyPI wheels (tests only).
 
+AMD's ROCm 5 libamdhip64 (with libhsa-runtime64), NVIDIA's CUDA 12 and CUDA 13 runtimes
+(libcudart.so.12, libcudart.so.13: torch 2.11's cu130 build loads the latter) and libnccl.so.2.
+
 No GPU is needed: every call made on them fails early (no driver / no device / invalid handle),
 and a uprobe at a function's entry fires before that. Wheels are pinned by version and SHA-256,
 downloaded with `pip download --no-deps` into ~/.cache/aorta-test-wheels (outside the checkout),
@@ -62,6 +65,14 @@ WHEELS_PINNED = {
         {"libcudart.so.12": "256e6409e4f06f618e1fb53d4844a6b81cdded1013afa8ade40c22f99eb133b7"},
         ("--platform", "manylinux2014_x86_64", "--only-binary=:all:"),
     ),
+    "cudart13": Wheel(  # the CUDA 13 runtime torch 2.11's cu130 build loads (the lent image's)
+        "nvidia-cuda-runtime==13.0.96",
+        "nvidia_cuda_runtime-13.0.96-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl",
+        "7f82250d7782aa23b6cfe765ecc7db554bd3c2870c43f3d1821f1d18aebf0548",
+        "nvidia/cu13/lib/",
+        {"libcudart.so.13": "96c42e418cec19054186b9429c321603cc190bf26a18104e19408117a2a817b0"},
+        ("--platform", "manylinux2014_x86_64", "--only-binary=:all:"),
+    ),
     "nccl": Wheel(  # 350 MB download, 470 MB extracted
         "nvidia-nccl-cu12==2.32.3",
         "nvidia_nccl_cu12-2.32.3-py3-none-manylinux_2_27_x86_64.whl",
@@ -72,7 +83,12 @@ WHEELS_PINNED = {
     ),
 }
 # the library a test drives, per wheel
-MAIN = {"rocm": "libamdhip64.so", "cudart": "libcudart.so.12", "nccl": "libnccl.so.2"}
+MAIN = {
+    "rocm": "libamdhip64.so",
+    "cudart": "libcudart.so.12",
+    "cudart13": "libcudart.so.13",
+    "nccl": "libnccl.so.2",
+}
 
 
 def _sha256(path: Path) -> str:

@@ -8,9 +8,9 @@ before). Once it holds more, every op is converted to int64 columns and folded i
 figures, and only the first `row_cap` ops by start time stay as rows (docs/metrics.md, "Runs
 with more ops than rows"):
 
-- exact: op counts and busy time per stream, and count, sum, mean, std, min, max of op durations
-  per label and of ready→start delays; lane-gap counts per (lane, previous kind, next kind,
-  switch);
+- exact: op counts and busy time per stream, op counts per stream and label, and count, sum,
+  mean, std, min, max of op durations per label and of ready→start delays; lane-gap counts per
+  (lane, previous kind, next kind, switch);
 - within a relative error `loghist.RELATIVE_ERROR`: percentiles (and the medians the switch
   analysis compares), from log-bucket histograms.
 
@@ -160,6 +160,7 @@ class OpFold:
         self.counts = np.zeros(stream_count, dtype=np.int64)
         self.busy_ns = np.zeros(stream_count, dtype=np.int64)
         self.durations: dict[int, RunningSummary] = defaultdict(RunningSummary)
+        self.label_counts: dict[int, np.ndarray] = {}  # label -> ops per stream
         self.delays = RunningSummary()
         # (lane, previous label, label, switch, ready: None where unknown) -> gaps
         self.gaps: dict[tuple[int | None, int, int, bool, bool | None], LogHistogram] = defaultdict(
@@ -198,7 +199,13 @@ class OpFold:
             : self.stream_count
         ].astype(np.int64)
         for label in _distinct(lab):
-            self.durations[label].add(duration if len(self.labels) == 1 else duration[lab == label])
+            mask = lab == label
+            self.durations[label].add(duration if len(self.labels) == 1 else duration[mask])
+            per_stream = np.bincount(st[mask], minlength=self.stream_count)[: self.stream_count]
+            if label in self.label_counts:
+                self.label_counts[label] += per_stream
+            else:
+                self.label_counts[label] = per_stream.astype(np.int64)
         if self._device is not None:
             self._fold_stream_gaps(c)
             self._device.push(c)
@@ -400,6 +407,16 @@ class FoldedOps:
         return {
             labels[k]: v.summary_ms()
             for k, v in sorted(self.fold.durations.items(), key=lambda kv: labels[kv[0]])
+        }
+
+    def per_stream_label_counts(self) -> dict[tuple[int, str], int]:
+        """(stream, op label) → ops, exact over every op of the window (the collective join)."""
+        labels = self.fold.labels
+        return {
+            (stream, labels[label]): int(n)
+            for label, counts in self.fold.label_counts.items()
+            for stream, n in enumerate(counts)
+            if n
         }
 
     def stream_gaps_ns(self) -> tuple[int, int] | None:

@@ -16,8 +16,11 @@ from aorta.hw_queue_eval.report.ebpf_memory import render_memory_block
 from aorta.hw_queue_eval.report.ebpf_rows import dropped_text, helper_error_text, labelled, open_block, table
 
 
-def render_queue_block(section: JsonObject | None, console: Any) -> None:
-    """The driver-level queue block, its per-queue table, lost events and coverage."""
+def render_queue_block(
+    section: JsonObject | None, console: Any, collectives: JsonObject | None = None
+) -> None:
+    """The driver-level queue block, its per-queue table, lost events and coverage; `collectives`:
+    the comparison's join of the workload's collective ops with the runtime's calls, if any."""
     if not open_block(section, console, "eBPF DRIVER-LEVEL QUEUE METRICS"):
         return
     labelled(console, "Total submissions", fmt(section.get("total_submissions"), "d"))
@@ -53,7 +56,7 @@ def render_queue_block(section: JsonObject | None, console: Any) -> None:
             THREAD_COLUMNS,
             rows,
         )
-    render_gpu_runtime_rows(section, console)
+    render_gpu_runtime_rows(section, console, collectives)
     for line in section.get("interpretation") or []:
         console.print(f"  • {line}")
     absent = []
@@ -299,8 +302,10 @@ def _render_v1_comparison(section: JsonObject, console: Any) -> None:
 
 def render_ebpf(result: JsonObject, console: Any) -> None:
     """Every eBPF block present in a result (memory blocks come from their own module)."""
-    render_queue_block(result.get("ebpf_queue_metrics"), console)
-    render_comparison_block(result.get("ebpf_vs_cuda_comparison"), console)
+    comparison = result.get("ebpf_vs_cuda_comparison")
+    joined = comparison.get("collectives") if isinstance(comparison, dict) else None
+    render_queue_block(result.get("ebpf_queue_metrics"), console, joined)
+    render_comparison_block(comparison, console)
     render_memory_block(result.get("ebpf_memory_metrics"), console)
 
 

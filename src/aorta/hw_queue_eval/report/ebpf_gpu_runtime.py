@@ -12,8 +12,9 @@ from aorta.ebpf.probes.gpu_runtime_views import SWITCHED_OFF
 from aorta.hw_queue_eval.report.console import fmt
 
 
-def render_gpu_runtime_rows(section: JsonObject, console: Any) -> None:
-    """Per-stream launches/latency/syncs and per-queue doorbells, if the family attached."""
+def render_gpu_runtime_rows(section: JsonObject, console: Any, collectives: JsonObject | None = None) -> None:
+    """Per-stream launches/latency/syncs and per-queue doorbells, if the family attached;
+    `collectives`: the join with the workload's collective ops (shown when it has rows)."""
     family = (section.get("families") or {}).get("gpu_runtime") or {}
     metrics = family.get("metrics") or {}
     if not family.get("events_attached"):
@@ -47,6 +48,7 @@ def render_gpu_runtime_rows(section: JsonObject, console: Any) -> None:
             f"{len(q.get('streams') or {})} streams [dim]({q['source']})[/dim]"
         )
     render_views(metrics, console)
+    render_collective_join(collectives, console)
     for d in metrics.get("device_and_event_syncs") or []:
         console.print(
             f"    {d['api']}: {d['calls']} calls, host blocked {fmt(d.get('blocked_ms'), '.2f', ' ms')}"
@@ -136,6 +138,34 @@ def render_views(metrics: JsonObject, console: Any) -> None:
         absent.append(f"{', '.join(off)} (switched off: --ebpf-gpu-runtime-views)")
     if absent:
         console.print(f"    [dim]not probed: {'; '.join(absent)}[/dim]")
+
+
+VERDICT_TEXT = {"exact": "exact", "runtime_more": "runtime saw more", "runtime_fewer": "runtime saw fewer"}
+
+
+def render_collective_join(joined: JsonObject | None, console: Any) -> None:
+    """The workload's collective ops vs the runtime's calls per harness stream and kind, with a
+    line saying what each row that is not exact means; nothing when there is no row."""
+    rows = (joined or {}).get("rows") or []
+    if not rows:
+        return
+    console.print(
+        "    collectives vs the workload's collective ops (per harness stream; - = not the harness's):"
+    )
+    console.print(
+        f"      {'stream':<6} {'op':<15} {'ops':>6} {'calls':>6} {'verdict':<17} bytes (harness / runtime)"
+    )
+    for r in rows:
+        stream = "-" if r["stream"] is None else f"s{r['stream']}"
+        console.print(
+            f"      {stream:<6} {r['op']:<15} {r['harness_ops']:>6} {r['runtime_calls']:>6} "
+            f"{VERDICT_TEXT.get(r['verdict'], r['verdict']):<17} "
+            f"{fmt(r.get('harness_bytes'), 'd')} / {fmt(r.get('runtime_bytes'), 'd')}"
+        )
+    for r in rows:
+        if r["verdict"] != "exact":
+            stream = "-" if r["stream"] is None else f"s{r['stream']}"
+            console.print(f"      [dim]{stream} {r['op']}: {r['meaning']}[/dim]")
 
 
 def _stream(handle: str, index: int | None) -> str:

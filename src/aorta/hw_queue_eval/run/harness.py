@@ -587,6 +587,7 @@ def _assemble(
                     folded=window.folded,  # every op's figures when `ops` holds only the first
                     submissions=submissions,
                     handoff_totals=handoffs,
+                    collectives=workload.collective_facts(),
                 )
             )
         )

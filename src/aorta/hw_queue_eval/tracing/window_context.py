@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from aorta.hw_queue_eval.backends.base import Backend, HandoffTotals, SubmissionRecord
 from aorta.hw_queue_eval.ops.opfold import FoldedOps
 from aorta.hw_queue_eval.ops.records import OpRecord
+from aorta.hw_queue_eval.workloads.collectives import CollectiveFacts
 
 
 @dataclass(frozen=True)
@@ -20,7 +21,8 @@ class WindowContext:
     warnings: the result's warnings list; the tracer appends its problems to it (easy to miss
     otherwise). ops: the op rows the result keeps; folded: every op's figures when `ops` holds
     only the first ones. submissions / handoff_totals: the CPU backend's doorbell rings (None
-    on the GPU backend).
+    on the GPU backend). collectives: how the workload's collectives ran (None: it runs none),
+    for the join with the runtime's NCCL/RCCL calls.
     """
 
     backend: Backend | None = None
@@ -30,3 +32,4 @@ class WindowContext:
     folded: FoldedOps | None = None
     submissions: list[SubmissionRecord] | None = None
     handoff_totals: HandoffTotals | None = None
+    collectives: CollectiveFacts | None = None

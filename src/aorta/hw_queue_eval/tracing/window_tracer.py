@@ -19,6 +19,7 @@ from aorta.ebpf.program import Program, ProgramError
 from aorta.ebpf.session import SessionError, TraceSession, stop_timeout_s
 from aorta.hw_queue_eval.backends.base import StreamHandle
 from aorta.hw_queue_eval.results.models import TracerSections
+from aorta.hw_queue_eval.tracing.collective_join import collective_join, harness_collective_ops
 from aorta.hw_queue_eval.tracing.gpu_runtime_comparison import compare_gpu_runtime
 from aorta.hw_queue_eval.tracing.harness_comparison import compare_with_harness
 from aorta.hw_queue_eval.tracing.window_context import WindowContext
@@ -167,6 +168,13 @@ def sections_for(
             if queue_section.get("source") == "gpu_runtime"
             else compare_with_harness(queue_section, context.submissions, records, context.handoff_totals)
         )
+        runtime = (queue_section.get("families") or {}).get("gpu_runtime")
+        if runtime is not None:  # the workload's collective ops vs the runtime's NCCL/RCCL calls
+            sections["ebpf_vs_cuda_comparison"]["collectives"] = collective_join(
+                runtime.get("metrics") or {},
+                harness_collective_ops(context.ops, context.folded),
+                context.collectives,
+            )
     return sections
 
 

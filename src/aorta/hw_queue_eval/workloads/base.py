@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from aorta.common.errors import UsageError
 from aorta.common.jsontypes import JsonObject
+from aorta.hw_queue_eval.workloads.collectives import CollectiveFacts, Collectives
 
 UNIT_SCALE = {
     "GFLOPS": 1e9,
@@ -136,6 +137,12 @@ class Workload(ABC):
         (run/stream_order.py); workloads with independent streams declare none.
         """
         return set()
+
+    def collective_facts(self) -> CollectiveFacts | None:
+        """How this workload's collectives ran, for the join with the runtime's NCCL/RCCL calls;
+        None when it runs none (the distributed workloads keep their Collectives in `comm`)."""
+        comm = getattr(self, "comm", None)
+        return comm.facts() if isinstance(comm, Collectives) else None
 
     def describe(self) -> JsonObject:
         """Size parameters and how the streams are used, for the result metadata."""

@@ -9,6 +9,7 @@ into the output buffer, and the result says so (`describe`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from aorta.common.errors import UsageError
@@ -21,6 +22,29 @@ COLLECTIVE_OPS = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_t
 def is_collective_label(label: Any) -> bool:
     """True for an op label the workloads give an op that runs a collective."""
     return isinstance(label, str) and any(part in COLLECTIVE_OPS for part in label.split("+"))
+
+
+def collective_kinds(label: str) -> list[str]:
+    """The collectives an op label names, in order ("reduce+all_reduce" → ["all_reduce"])."""
+    return [part for part in label.split("+") if part in COLLECTIVE_OPS]
+
+
+@dataclass(frozen=True)
+class CollectiveFacts:
+    """What the harness knows of a workload's collectives, for the join with the NCCL/RCCL calls
+    the gpu_runtime family saw (tracing/collective_join.py).
+
+    mode: "torch.distributed" (real collectives) or "single_process" (one-rank copies, no
+    collective library called); backend: the process group's (nccl covers RCCL), None outside
+    torchrun. bytes_per_call: per collective kind the bytes each real call passed in NCCL's count
+    semantics (count x element size: the tensor for all_reduce, the send buffer for all_gather,
+    the receive buffer for reduce_scatter, the per-peer chunk for all_to_all); None for a kind
+    whose calls passed different sizes; a kind never called for real is absent."""
+
+    mode: str
+    backend: str | None
+    world_size: int
+    bytes_per_call: dict[str, int | None]
 
 
 class Collectives:
@@ -42,6 +66,7 @@ class Collectives:
         self.group_ranks: list[int] | None = None
         self.async_op = async_op and self.real
         self.pending: list[Any] = []
+        self._sizes: dict[str, set[int]] = {}  # kind → bytes per real call (NCCL count x element size)
         if self.real and process_groups:
             made = [(ranks, dist.new_group(ranks)) for ranks in process_groups]  # same order on all ranks
             mine = next(((r, g) for r, g in made if self.rank in r), None)
@@ -56,6 +81,7 @@ class Collectives:
         if self.real:
             import torch.distributed as dist
 
+            self._note("all_reduce", out.numel() * out.element_size())
             work = dist.all_reduce(out, group=self.group, async_op=self.async_op)
             if self.async_op:
                 self.pending.append(work)
@@ -71,6 +97,7 @@ class Collectives:
         if self.real:
             import torch.distributed as dist
 
+            self._note("all_gather", shard.numel() * shard.element_size())
             dist.all_gather_into_tensor(out, shard)
         else:
             out.copy_(shard)
@@ -80,6 +107,7 @@ class Collectives:
         if self.real:
             import torch.distributed as dist
 
+            self._note("reduce_scatter", out.numel() * out.element_size())
             dist.reduce_scatter_tensor(out, inp)
         else:
             out.copy_(inp)
@@ -89,9 +117,22 @@ class Collectives:
         if self.real:
             import torch.distributed as dist
 
+            self._note("all_to_all", inp.numel() // self.world_size * inp.element_size())
             dist.all_to_all_single(out, inp)
         else:
             out.copy_(inp)
+
+    def _note(self, kind: str, nbytes: int) -> None:
+        self._sizes.setdefault(kind, set()).add(int(nbytes))
+
+    def facts(self) -> CollectiveFacts:
+        """How the collectives ran and the bytes per call of each kind called for real."""
+        return CollectiveFacts(
+            mode="torch.distributed" if self.real else "single_process",
+            backend=self.backend,
+            world_size=self.world_size,
+            bytes_per_call={k: min(v) if len(v) == 1 else None for k, v in sorted(self._sizes.items())},
+        )
 
     def describe(self) -> JsonObject:
         """What the collectives were, for the result metadata."""
