@@ -8,9 +8,13 @@ the function (tests/late_load_child.py); hand-made mapping records for the pure 
 
 from __future__ import annotations
 
+import _ctypes
+import ctypes
 import json
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +24,8 @@ from aorta.ebpf import late_report as lr
 from aorta.ebpf.probes import gpu_runtime_loads as loads
 from aorta.ebpf.probes.base import BpftraceDialect, RenderContext, TraceTarget
 from aorta.ebpf.tracefs import Tracefs
-from conftest import unavailable, vendor_library
-from gpu_standins import build, gcc
+from conftest import unavailable, vendor_library, wait_until
+from gpu_standins import Dim3, build, gcc
 from late_load_child import HANDLES
 
 CHILD = Path(__file__).parent / "late_load_child.py"
@@ -289,3 +293,94 @@ def test_ebpf_attach_lists_a_runtime_mapped_in_its_last_second_as_not_probed(
     assert family["events_missing"][f"uprobe:{standin_cudart}"].startswith("mapped after attach; mapped in")
     assert f"late runtime {standin_cudart.name}: mapped at" in console
     assert data["late_runtimes"]["programs"] == []
+
+
+def _load(path: Path) -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(path))
+    lib.standin_configure.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64]
+    lib.standin_configure(0, 0, 0)
+    lib.cudaLaunchKernel.argtypes = [
+        ctypes.c_void_p,
+        Dim3,
+        Dim3,
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_void_p,
+    ]
+    return lib
+
+
+def _trapped(lib: ctypes.CDLL) -> bool:
+    """Whether the uprobe's breakpoint is in this process's copy of cudaLaunchKernel."""
+    address = ctypes.cast(lib.cudaLaunchKernel, ctypes.c_void_p).value or 0
+    return ctypes.c_ubyte.from_address(address).value == 0xCC
+
+
+@pytest.mark.slow
+@pytest.mark.ebpf
+def test_run_tracer_probes_runtimes_the_measured_process_maps_after_it_attached(
+    standin_cudart: Path, tmp_path: Path
+) -> None:
+    """`run --ebpf-gpu-runtime`'s tracer in this process: a runtime mapped during warm-up (after
+    the tracer attached) is probed before the window and all its window calls count; one mapped
+    inside the window counts from its late gate on, the calls before are the reported gap's."""
+    from aorta.hw_queue_eval.tracing.window_context import WindowContext
+    from aorta.hw_queue_eval.tracing.window_tracer import EbpfTracer
+    from ebpf_support import FakeGpuBackend, require_ebpf
+
+    require_ebpf()
+    early, late = tmp_path / "early" / standin_cudart.name, tmp_path / "late" / standin_cudart.name
+    for copy in (early, late):  # files of their own: not mapped by this process before
+        copy.parent.mkdir()
+        shutil.copy(standin_cudart, copy)
+    backend = FakeGpuBackend([])
+    tracer = EbpfTracer(False, False, gpu_runtime=True)
+    tracer.prepare(backend, None)
+    assert tracer.session is not None, tracer.error
+    one = Dim3(1, 1, 1)
+    loaded: list[ctypes.CDLL] = []
+    calls: list[list[int]] = []
+    try:
+        loaded.append(_load(early))  # "warm-up": torch initialising CUDA lazily
+        watch = tracer.late
+        assert watch is not None
+        wait_until(lambda: str(early) in watch.late.probed_paths(), "the early runtime's late program", 60)
+        assert _trapped(loaded[0])
+        tracer.window_start()
+        for _ in range(10):
+            loaded[0].cudaLaunchKernel(None, one, one, None, 0, 0x7300000)
+        time.sleep(0.2)
+        dlopen_start = time.monotonic_ns()
+        loaded.append(_load(late))
+        dlopen_end = time.monotonic_ns()
+        # called from the moment dlopen returned until half a second after its breakpoint showed
+        deadline, trapped_at = time.monotonic_ns() + 60_000 * MS, None
+        while time.monotonic_ns() < deadline and (trapped_at is None or calls[-1][0] < trapped_at + 500 * MS):
+            trap = _trapped(loaded[1])
+            handle = HANDLES[len(calls) % 2]
+            start = time.monotonic_ns()
+            loaded[1].cudaLaunchKernel(None, one, one, None, 0, handle)
+            calls.append([start, time.monotonic_ns(), handle, trap])
+            trapped_at = start if trap and trapped_at is None else trapped_at
+            time.sleep(0.0005)
+        tracer.window_stop()
+        sections = tracer.finish(WindowContext(backend=backend, stream_count=0))  # type: ignore[arg-type]
+    except BaseException:
+        tracer.abort()
+        raise
+    finally:
+        for lib in loaded:  # unmapped again: later tests render this process's runtimes
+            _ctypes.dlclose(lib._handle)  # type: ignore[attr-defined]
+    section = sections.ebpf_queue_metrics
+    assert section["status"] == "ok", section.get("error")
+    metrics = section["families"]["gpu_runtime"]["metrics"]
+    first, second = _row(metrics, early), _row(metrics, late)
+    # live before the window: its gate opened right after the main one (two marker syscalls), so
+    # only that instant went uncounted, and the report says so instead of claiming every call
+    assert first["probed"] and first["mapped_at_ms"] < 0 and first["probes_live_at_ms"] < 0
+    assert first["not_counted_ms"] == first["counted_from_ms"] < 50
+    assert "after the window opened were not counted" in first["calls_not_counted_reason"]
+    counts = {r["handle"]: r["by_api"].get("cudaLaunchKernel", 0) for r in metrics["streams"]}
+    assert counts["0x7300000"] == 10
+    assert second["probed"] and dlopen_start <= second["mapped_monotonic_ns"] <= dlopen_end
+    _check_counted_from_the_gate(second, calls, counts)
