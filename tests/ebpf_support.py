@@ -113,9 +113,9 @@ class VerboseAttach:
         return list(self.lines)
 
 
-def start_attach(pid: int, *args: str) -> subprocess.Popen[str]:
-    """`ebpf-attach --pid PID --duration 120s ARGS…` started, returned once it says it traces (the
-    window is open); its stderr so far is in the failure message when it ends before that."""
+def start_attach(pid: int, *args: str, duration: str = "120s") -> subprocess.Popen[str]:
+    """`ebpf-attach --pid PID --duration DURATION ARGS…` started, returned once it says it traces
+    (the window is open); its stderr so far is in the failure message when it ends before that."""
     attach = subprocess.Popen(
         [
             sys.executable,
@@ -125,7 +125,7 @@ def start_attach(pid: int, *args: str) -> subprocess.Popen[str]:
             "--pid",
             str(pid),
             "--duration",
-            "120s",
+            duration,
             *args,
         ],
         stdout=subprocess.PIPE,

@@ -123,3 +123,20 @@ def with_descendants(pids: tuple[int, ...] | list[int]) -> list[int]:
                 with contextlib.suppress(OSError, ValueError):
                     todo.extend(int(x) for x in (task / "children").read_text().split())
     return out
+
+
+def executable_starts(pids: tuple[int, ...] | list[int], inode: int, name: str) -> list[tuple[int, int]]:
+    """(pid, start address) of the first executable mapping of file `name` (its last path part)
+    with inode `inode` in /proc/PID/maps of each of `pids` that maps it: where its code lies, to
+    find the kernel's record of that mapping (probes/gpu_runtime_loads)."""
+    out: list[tuple[int, int]] = []
+    for pid in pids:
+        with contextlib.suppress(OSError, ValueError):
+            for line in Path(f"/proc/{int(pid)}/maps").read_text().splitlines():
+                parts = line.split(maxsplit=5)
+                if len(parts) < 6 or "x" not in parts[1] or not parts[4].isdigit():
+                    continue
+                if int(parts[4]) == inode and parts[5].removesuffix(" (deleted)").rsplit("/", 1)[-1] == name:
+                    out.append((int(pid), int(parts[0].split("-")[0], 16)))
+                    break
+    return out

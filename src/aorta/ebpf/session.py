@@ -308,6 +308,9 @@ class TraceSession:
         self._ready_event = threading.Event()
         self._closed_event = threading.Event()
         self._window_open = False
+        # set by every printf line that is not the engine's own (late_runtimes: a new executable
+        # mapping of a traced process); whoever waits on it clears it
+        self.printf_seen = threading.Event()
 
     # -- start -------------------------------------------------------------------------------
     def start(self, timeout_s: float = 60.0) -> None:
@@ -604,6 +607,7 @@ class TraceSession:
                     self._ready_event.set()
             elif part.strip():
                 self.output.printf.append(part)
+                self.printf_seen.set()
 
     def handle_stderr(self, line: str) -> None:
         """Keep stderr lines that matter; count 'Lost N events'; drop the RLIMIT_MEMLOCK notice."""

@@ -25,6 +25,7 @@ from typing import Any
 from aorta.ebpf import hist
 from aorta.ebpf.elfsyms import ElfError, function_addresses
 from aorta.ebpf.probes import gpu_runtime_calibration as calibration
+from aorta.ebpf.probes import gpu_runtime_loads as loads_probes
 from aorta.ebpf.probes import gpu_runtime_metrics as m
 from aorta.ebpf.probes import gpu_runtime_timeline as tl
 from aorta.ebpf.probes import gpu_runtime_views as gv
@@ -76,12 +77,17 @@ class GpuRuntimeFamily(ProbeFamily):
         libraries: list[MappedLibrary] | None = None,
         views: tuple[str, ...] | None = None,
         calibrate: bool = True,
+        watch_loads: bool = True,
     ) -> None:
         """`libraries`: probe these instead of the ones the traced pids mapped (ebpf-info);
         `views`: the views to probe (--ebpf-gpu-runtime-views; views.DEFAULT_VIEWS if None);
-        `calibrate`: carry the cost calibration probes (a late program's costs are not timed)."""
+        `calibrate`: carry the cost calibration probes (a late program's costs are not timed);
+        `watch_loads`: record when the traced processes map executable files (gpu_runtime_loads:
+        the clock of runtimes loaded after attach; a late program has no need of it)."""
         self.libraries = libraries
         self.calibrate = calibrate
+        self.watch_loads = watch_loads
+        self.loads_reason: str | None = None  # why mapping times are not recorded (set by render)
         self.views = gv.parse_views(",".join(views)) if views is not None else views_default()
         self.attached: list[dict[str, Any]] = []
         self.not_attached: list[dict[str, Any]] = []
@@ -107,6 +113,9 @@ class GpuRuntimeFamily(ProbeFamily):
         # per-call records for --trace-out (gpu_runtime_timeline); not in a node program
         keep = ctx.target.timeline_events if ctx.rank is None else 0
         self.timeline_cap = tl.cap_per_thread(keep) if keep and libs else 0
+        loads = loads_probes.render(ctx) if self.watch_loads else None
+        self.loads_reason = loads.reason if loads is not None else "not asked for"
+        code.probes.extend(loads.blocks if loads is not None else ())
         if not libs:
             code.missing["uprobe:*"] = (
                 "no HIP/HSA/CUDA runtime library is mapped by the traced processes "

@@ -280,6 +280,7 @@ def ebpf_attach_command(
     from aorta.ebpf import engine, timeline
     from aorta.ebpf.doorbells import Doorbells, find_doorbells
     from aorta.ebpf.late_runtimes import LateRuntimes
+    from aorta.ebpf.late_runtimes import place as place_late_report
     from aorta.ebpf.probes.base import TraceTarget
     from aorta.ebpf.program import ProgramError
     from aorta.ebpf.runtime_libs import with_descendants
@@ -353,15 +354,20 @@ def ebpf_attach_command(
         # printed once the gate is open: what the target does from now on is in the window
         who = f"pid {pid}" if pid is not None else "pids " + ", ".join(map(str, roots))
         click.echo(f"tracing {who} (threads and children) for {seconds:g} s…", err=True)
-        late = LateRuntimes(roots, program, ready, time.monotonic()) if gpu_runtime else None
+        late = LateRuntimes(roots, program, ready, session) if gpu_runtime else None
+        if late is not None:
+            late.window_start()
         tick = late.poll if late is not None else None
         exited = (
             wait_for_exit(pid, seconds, tick=tick)
             if pid is not None
             else wait_for_all_exit(roots, seconds, tick=tick)
         )
+        if late is not None:  # late gates close first: no late call counts outside the main window
+            late.window_stop()
         session.window_stop()
         if late is not None:
+            late.scan(LATE_AT_END)
             late.stop()
         out = session.stop(timeout_s=stop_timeout_s(session.output.attached_probes))
     except BaseException:
@@ -369,7 +375,9 @@ def ebpf_attach_command(
         if late is not None:
             late.abort()
         raise
+    late_report = None
     if late is not None:
+        late_report = late.report(out)
         out = late.absorb(program, out)
     window = engine.window_info(out)
     context = {
@@ -382,6 +390,8 @@ def ebpf_attach_command(
     results = engine.collect_results(program, out, context)
     backend = "cpu" if bells.doorbells else None
     sections = engine.build_sections(program, out, results, ready, queue, ebpf_memory_trace, backend)
+    if late_report is not None:
+        place_late_report(sections, late_report)
     if "ebpf_queue_metrics" in sections:
         queue_section = sections["ebpf_queue_metrics"]
         queue_section["interpretation"] = engine.interpret_queue(queue_section, None)
@@ -404,7 +414,7 @@ def ebpf_attach_command(
         "doorbells": bells.report(),
         "traced_pids": sorted(int(k) for k in (out.maps.get("@aorta_pids") or {})),
         "tracers": tracers,
-        "late_runtimes": late.report() if late is not None else None,
+        "late_runtimes": late_report,  # also in families.gpu_runtime.metrics.late_runtimes
         **sections,
     }
     if trace_out:
@@ -422,6 +432,11 @@ def ebpf_attach_command(
 
 
 MAX_PROCESSES_LIMIT = 256
+#: why a runtime file found by the scan after the window is not probed (the re-scans stop a
+#: second before the end: a program started then would not be live before the window closes)
+LATE_AT_END = "mapped in the last second of the attach (after the last re-scan): not probed"
+#: how often the attach wakes while it waits, to act on the kernel's notice of a new mapping
+TICK_S = 0.05
 
 
 def _attach_pid(pid_text: str) -> int:
@@ -520,7 +535,7 @@ def wait_for_exit(pid: int, seconds: float, tick: Callable[[], None] | None = No
 
     A pidfd becomes readable the moment the process exits, so the window ends at the exit, not
     at the next poll; /proc polling every 5 ms where pidfds are unavailable. `tick` (the late
-    runtime re-scan) runs at least every 0.5 s while more than a second of the window is left."""
+    runtime watcher) runs every TICK_S while more than a second of the window is left."""
     deadline = time.monotonic() + seconds
     try:
         fd = os.pidfd_open(pid)
@@ -536,7 +551,7 @@ def wait_for_exit(pid: int, seconds: float, tick: Callable[[], None] | None = No
             if fd is None:
                 time.sleep(min(0.005, left))
             else:
-                select.select([fd], [], [], min(left, 0.5))
+                select.select([fd], [], [], min(left, 0.5 if tick is None else TICK_S))
         return True
     finally:
         if fd is not None:

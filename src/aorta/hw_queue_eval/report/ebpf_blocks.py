@@ -12,6 +12,7 @@ from typing import Any
 from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.report.console import fmt
 from aorta.hw_queue_eval.report.ebpf_gpu_runtime import render_gpu_runtime_comparison, render_gpu_runtime_rows
+from aorta.hw_queue_eval.report.ebpf_late_runtimes import render_late_runtime_rows
 from aorta.hw_queue_eval.report.ebpf_memory import render_memory_block
 from aorta.hw_queue_eval.report.ebpf_rows import dropped_text, helper_error_text, labelled, open_block, table
 
@@ -57,6 +58,7 @@ def render_queue_block(
             rows,
         )
     render_gpu_runtime_rows(section, console, collectives)
+    render_late_runtime_rows(section, console)
     for line in section.get("interpretation") or []:
         console.print(f"  • {line}")
     absent = []

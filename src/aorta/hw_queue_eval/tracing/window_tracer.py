@@ -13,6 +13,7 @@ from typing import Any
 from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import engine
 from aorta.ebpf import timeline as timeline_mod
+from aorta.ebpf.late_runtimes import place
 from aorta.ebpf.probes.base import CollectContext, QueueWorker, TraceTarget
 from aorta.ebpf.probes.cpu_sched import SUBMITTER_LABEL
 from aorta.ebpf.program import Program, ProgramError
@@ -22,6 +23,7 @@ from aorta.hw_queue_eval.results.models import TracerSections
 from aorta.hw_queue_eval.tracing.collective_join import collective_join, harness_collective_ops
 from aorta.hw_queue_eval.tracing.gpu_runtime_comparison import compare_gpu_runtime
 from aorta.hw_queue_eval.tracing.harness_comparison import compare_with_harness
+from aorta.hw_queue_eval.tracing.late_watch import LateWatch
 from aorta.hw_queue_eval.tracing.window_context import WindowContext
 
 
@@ -49,6 +51,7 @@ class EbpfTracer:
         self.error: str | None = None if self.ready.ok else self.ready.reason
         self.status = "ok" if self.ready.ok else "unavailable"
         self.submitter_tid: int | None = None
+        self.late: LateWatch | None = None  # runtimes mapped after prepare (gpu_runtime only)
 
     def prepare(self, backend: Any, workload: Any) -> None:
         """Attach every probe (blocking until the handshake) before warm-up."""
@@ -82,12 +85,19 @@ class EbpfTracer:
         except (ProgramError, SessionError, OSError) as exc:
             self.status, self.error = "error", str(exc)
             self.session = None
+            return
+        if self.gpu_runtime:
+            self.late = LateWatch(pid, self.program, self.ready, self.session)
 
     def window_start(self) -> None:
         if self.session is not None:
             self.session.window_start()
+        if self.late is not None:
+            self.late.window_start()
 
     def window_stop(self) -> None:
+        if self.late is not None:  # late gates first: no late call counts outside the main window
+            self.late.window_stop()
         if self.session is not None:
             self.session.window_stop()
 
@@ -111,14 +121,28 @@ class EbpfTracer:
             if self.queue:
                 sections["ebpf_vs_cuda_comparison"] = {"status": self.status, "error": self.error}
             return sections
+        late, self.late = self.late, None
+        if late is not None:
+            late.finish()
         # the --trace-out timeline doubles the gpu_runtime uprobes bpftrace detaches on exit
         output = self.session.stop(timeout_s=stop_timeout_s(self.session.output.attached_probes))
         self.session = None
+        report = None
+        if late is not None:
+            output, report = late.absorb(self.program, output)
         fam_context = family_context(context, os.getpid(), self.submitter_tid, output)
-        return sections_for(self.program, output, self.ready, self.queue, self.memory, context, fam_context)
+        sections = sections_for(
+            self.program, output, self.ready, self.queue, self.memory, context, fam_context
+        )
+        if report is not None:
+            place(sections, report)
+        return sections
 
     def abort(self) -> None:
         """Stop bpftrace now (exceptions, Ctrl+C): no orphan, temp files removed."""
+        if self.late is not None:
+            self.late.abort()
+            self.late = None
         if self.session is not None:
             self.session.abort()
             self.session = None
