@@ -448,8 +448,9 @@ class TraceSession:
         return self._proc.pid if self._proc is not None else None
 
     # -- stop --------------------------------------------------------------------------------
-    def stop(self, timeout_s: float = 15.0) -> SessionOutput:
+    def stop(self, timeout_s: float | None = None) -> SessionOutput:
         """End bpftrace so that END runs and its maps print; escalate to SIGTERM, then SIGKILL.
+        `timeout_s`: how long it may take (default: stop_timeout_s of the probes attached).
 
         A ready program with the gate is ended by the EXIT marker (its gate calls `exit()`),
         sent again every STOP_RESEND_S until bpftrace exits: no signal is sent, so none can kill
@@ -457,6 +458,8 @@ class TraceSession:
         the handshake, or for a program without the gate, SIGINT is sent instead (see
         `_interrupt`)."""
         t0 = time.monotonic()
+        if timeout_s is None:
+            timeout_s = stop_timeout_s(self.output.attached_probes)
         self.window_stop()
         proc = self._proc
         if proc is not None and proc.poll() is None:

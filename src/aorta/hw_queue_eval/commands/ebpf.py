@@ -284,7 +284,7 @@ def ebpf_attach_command(
     from aorta.ebpf.probes.base import TraceTarget
     from aorta.ebpf.program import ProgramError
     from aorta.ebpf.runtime_libs import with_descendants
-    from aorta.ebpf.session import SessionError, stop_timeout_s
+    from aorta.ebpf.session import SessionError
     from aorta.hw_queue_eval.report.console import make_console
     from aorta.hw_queue_eval.report.ebpf_blocks import render_queue_block
     from aorta.hw_queue_eval.report.ebpf_memory import render_memory_block
@@ -369,7 +369,7 @@ def ebpf_attach_command(
         if late is not None:
             late.scan(LATE_AT_END)
             late.stop()
-        out = session.stop(timeout_s=stop_timeout_s(session.output.attached_probes))
+        out = session.stop()
     except BaseException:
         session.abort()
         if late is not None:

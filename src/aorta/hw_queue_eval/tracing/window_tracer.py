@@ -17,7 +17,7 @@ from aorta.ebpf.late_runtimes import place
 from aorta.ebpf.probes.base import CollectContext, QueueWorker, TraceTarget
 from aorta.ebpf.probes.cpu_sched import SUBMITTER_LABEL
 from aorta.ebpf.program import Program, ProgramError
-from aorta.ebpf.session import SessionError, TraceSession, stop_timeout_s
+from aorta.ebpf.session import SessionError, TraceSession
 from aorta.hw_queue_eval.backends.base import StreamHandle
 from aorta.hw_queue_eval.results.models import TracerSections
 from aorta.hw_queue_eval.tracing.collective_join import collective_join, harness_collective_ops
@@ -125,7 +125,7 @@ class EbpfTracer:
         if late is not None:
             late.finish()
         # the --trace-out timeline doubles the gpu_runtime uprobes bpftrace detaches on exit
-        output = self.session.stop(timeout_s=stop_timeout_s(self.session.output.attached_probes))
+        output = self.session.stop()
         self.session = None
         report = None
         if late is not None:
