@@ -18,7 +18,7 @@ from aorta.hw_queue_eval.report.trace import build_trace
 from conftest import load_json, run_cli_inprocess
 from ebpf_support import start_attach
 from factories import op_intervals, queue_section, run_result
-from trace_checks import validate_trace
+from trace_checks import thread_slices, validate_trace
 
 ORIGIN = 5_000_000_000  # window_start_monotonic_ns of the synthetic run
 HOST, W0, W1 = 100, 200, 201
@@ -222,13 +222,15 @@ def test_slices_from_printed_maps_count_what_the_cap_dropped() -> None:
 
 
 def test_slice_code_clips_to_the_window_and_caps_per_cpu() -> None:
-    code = "\n".join(
-        timeline.slice_code("cpu_sched_tlon", "@cpu_sched_tlsince[$p]", "$p", 12, ("$x - $x0", "$x0 != 0"))
-    )
+    charged = timeline.Charged("$x", "$x0", "@cpu_sched_tlg[$p]", "@cpu_sched_tlc[$p]")
+    code = "\n".join(timeline.slice_code("cpu_sched_tlon", "@cpu_sched_tlsince[$p]", "$p", 12, charged))
     assert "if ($a < $g0) { $a = $g0; }" in code  # a slice open at the start begins there
     assert "if (@aorta_gate == 0 && $g1 && $e > $g1) { $e = $g1; }" in code  # … one at the close ends there
     assert "@cpu_sched_tlon[cpu, $i, $p] = $a; @cpu_sched_tlon_e[cpu, $i] = $e;" in code
-    assert "if ($a == $a0 && $e == $t && $x0 != 0) { @cpu_sched_tlon_x[cpu, $i] = $x - $x0; }" in code
+    # charged: counter at the end minus at the start; a clipped end is read at its marker instead
+    assert "$c0 = $x0; if ($a != $a0) { $c0 = @cpu_sched_tlg[$p]; }" in code
+    assert "$c1 = $x; if ($e != $t) { $c1 = @cpu_sched_tlc[$p]; }" in code
+    assert "if ($c0 && $c1) { @cpu_sched_tlon_x[cpu, $i] = $c1 - $c0; }" in code
     with pytest.raises(ValueError):
         timeline.slice_code("bad name", "$x", "$p", 1)
 
@@ -277,24 +279,22 @@ def test_traced_run_timeline_matches_the_aggregates(ebpf_ready: None, tmp_path: 
     bells = [e for e in events if e.get("cat") == "doorbell"]
     assert len(bells) == section["total_submissions"] > 0  # every doorbell, under the cap
     names = _tracks(trace)
-    on_cpu: dict[int, float] = defaultdict(float)
-    for e in events:
-        if (
-            e["ph"] == "X"
-            and e["pid"] == 4
-            and e["name"] == "on CPU"
-            and names[(4, e["tid"])].startswith("q")
-        ):
-            assert e["args"]["charged_us"] is not None  # workers sleep at both window edges
-            on_cpu[int(names[(4, e["tid"])].split()[2])] += e["args"]["charged_us"] / 1e3
-    workers = [r for r in section["families"]["cpu_sched"]["metrics"]["threads"] if r["queue"] is not None]
+    # every slice is charged: workers sleep at both window edges, and the harness thread's
+    # slices the edges clip are charged from its counter read at the markers
+    on_cpu = {
+        tid: sum(e["args"]["charged_us"] for e in slices) / 1e3
+        for (_, tid), slices in thread_slices(trace, "on CPU").items()
+    }
+    rows = section["families"]["cpu_sched"]["metrics"]["threads"]
+    workers = [r for r in rows if r["queue"] is not None]
     assert workers
     assert section["families"]["cpu_sched"]["metrics"]["timeline"]["on_cpu"]["charged_from"] == (
         "sum_exec_runtime" if kernel_btf() else "sched_stat_runtime"
     )
     kept = section["families"]["cpu_sched"]["metrics"]["timeline"]["on_cpu"]
     assert kept["dropped"] == 0, kept  # else the kept slices cannot add up to the counter
-    for row in workers:  # the slices add up to the kernel's own on-CPU counter of the worker
+    (host,) = [r for r in rows if r["submitter"]]
+    for row in [*workers, host]:  # the slices add up to the kernel's own on-CPU counter of the thread
         assert on_cpu[row["tid"]] == pytest.approx(row["on_cpu_ms"], rel=0.01), (row, kept)
     starts = {e["id"]: e for e in events if e["ph"] == "s" and e["cat"] == "dispatch"}
     ends = {e["id"]: e for e in events if e["ph"] == "f" and e["cat"] == "dispatch"}
@@ -363,7 +363,7 @@ def test_charged_time_is_read_from_the_task_counter_where_the_kernel_has_btf() -
     """With BTF the slice's charged time is the switched-out task's sum_exec_runtime (exact); the
     sched_stat_runtime sum is only the fallback: its program is skipped when a tick lands while
     another BPF program runs, which lost 2.4 % of a worker's on-CPU time in CI."""
-    from aorta.ebpf import engine
+    from aorta.ebpf import engine, marker
     from aorta.ebpf.probes.base import TraceTarget
     from aorta.ebpf.tracefs import Tracefs
 
@@ -373,9 +373,43 @@ def test_charged_time_is_read_from_the_task_counter_where_the_kernel_has_btf() -
     )
     traced = engine.make_program(True, True, target, tf, (0, 17, 0), token=7)
     assert "$x = curtask->se.sum_exec_runtime + 1;" in traced.text
-    assert "@cpu_sched_tlon_x[cpu, $i] = $x - $x0;" in traced.text
+    assert "@cpu_sched_tlon_x[cpu, $i] = $c1 - $c0;" in traced.text
     assert "sched_stat_runtime" not in traced.text  # no program on every tick of the machine
     assert "sched:sched_stat_runtime" not in traced.missing.get("cpu_sched", {})
+    # the thread sending the markers (the harness) has its counter read in its marker syscall
+    counter = "curtask->se.sum_exec_runtime"
+    edges = (
+        f"tracepoint:syscalls:sys_enter_prctl\n/args->option == {marker.MAGIC} && args->arg3 == 7 "
+        "&& @cpu_sched_track[tid]/\n{\n  $p = (int64)tid;\n"
+        f"  if (args->arg2 == {marker.WINDOW_START}) {{ @cpu_sched_tlg[$p] = {counter} + 1; }}\n"
+        f"  if (args->arg2 == {marker.WINDOW_STOP}) {{ @cpu_sched_tlc[$p] = {counter} + 1; }}\n}}"
+    )
+    assert edges in traced.text
+
+
+def test_the_harness_thread_is_followed_on_a_backend_without_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU backend has no queue workers: the harness thread, which makes its runtime calls, is
+    still registered, so its on-CPU and run-queue slices are kept (the timeline's switch probe and
+    its marker probe are rendered for it) and it is the per-thread table's submitter."""
+    import threading
+
+    from aorta.ebpf import engine
+    from aorta.ebpf.tracefs import Tracefs
+    from aorta.hw_queue_eval.tracing.window_tracer import EbpfTracer
+    from ebpf_support import FakeGpuBackend
+
+    tf = Tracefs(Path(__file__).parent / "fixtures" / "tracefs" / "linux-6.8", btf=True)
+    ready = engine.Readiness(True, None, "/usr/bin/bpftrace", (0, 17, 0), [], "root", tf, "recorded")
+    started: list[Any] = []
+    monkeypatch.setattr(engine, "start_session", lambda program, ready: started.append(program))
+    tracer = EbpfTracer(True, False, ready=ready, timeline=True)
+    tracer.prepare(FakeGpuBackend([0x7000]), None)
+    (program,) = started
+    me = threading.get_native_id()
+    assert tracer.submitter_tid == me and program.target.thread_labels == {me: cpu_sched.SUBMITTER_LABEL}
+    assert f"@cpu_sched_track[{me}] = 1;" in program.text
+    assert "sched:sched_switch (timeline)" not in program.missing["cpu_sched"]  # no "no registered threads"
+    assert "@cpu_sched_tlon[cpu, $i, $p] = $a;" in program.text and "@cpu_sched_tlg[$p]" in program.text
 
 
 @pytest.mark.ebpf

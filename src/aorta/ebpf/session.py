@@ -42,7 +42,7 @@ from aorta.common.errors import UsageError
 from aorta.common.jsontypes import JsonObject
 from aorta.common.procs import die_with_parent, is_ancestor, parse_pid, pid_alive, stale_owned_dirs
 from aorta.common.safedir import check_root_may_use
-from aorta.ebpf import marker, uprobes
+from aorta.ebpf import marker, procstat, uprobes
 from aorta.ebpf.filecaps import FileCaps, file_caps
 from aorta.ebpf.interrupt import Interrupter
 from aorta.ebpf.mapcap import MAP_KEYS_MAX
@@ -271,6 +271,7 @@ class SessionOutput:
     stop_s: float | None = None
     probe_cost: JsonObject | None = None
     snapshots: dict[str, EdgeSnapshots] = field(default_factory=dict)  # family name → its edges
+    marker_clock: procstat.MarkerClock | None = None  # the marker thread's CPU time at the markers
     # (helper, retcode, line, col) → count of bpftrace `helper_error` records (failed updates)
     helper_errors: dict[tuple[str, int, int, int], int] = field(default_factory=dict)
     map_keys_max: int = MAP_KEYS_MAX
@@ -404,6 +405,7 @@ class TraceSession:
     def window_start(self) -> None:
         """Open the gate: from now on families count events (snapshots taken just before)."""
         self._snapshot("start")
+        self.output.marker_clock = procstat.start_marker_clock()
         marker.send(marker.WINDOW_START, self.program.token)
         self._window_open = True
 
@@ -412,6 +414,9 @@ class TraceSession:
         the gate's closing line: records emitted in the window (failed map updates, printf) come
         through the event buffers asynchronously and would be cut off by an early SIGINT."""
         if self._window_open:
+            clock = self.output.marker_clock
+            if clock is not None and clock.tid == threading.get_native_id():
+                clock.stop = procstat.own_counters()
             marker.send(marker.WINDOW_STOP, self.program.token)
             self._window_open = False
             self._snapshot("stop")

@@ -11,6 +11,7 @@ kind over all CPUs). Times are bpftrace's `nsecs`: CLOCK_MONOTONIC, the clock of
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import hist
@@ -29,18 +30,35 @@ def _check(name: str) -> None:
         raise ValueError(f"invalid timeline map name {name!r}")
 
 
-def slice_code(
-    name: str, start: str, tid: str, cap: int, charged: tuple[str, str] | None = None
-) -> list[str]:
+@dataclass(frozen=True)
+class Charged:
+    """Where a slice's charged run time comes from: bpftrace expressions of one thread's run-time
+    counter, each stored + 1 so that 0 means unknown. `now`: at the switch that ends the slice;
+    `before`: at the slice's start (the thread's previous switch-out); `at_open` / `at_close`: at
+    the window's opening / closing marker, read by the thread that sent it, for its slices the
+    window clipped (0 for every other thread: their clipped slices stay uncharged)."""
+
+    now: str
+    before: str
+    at_open: str = "0"
+    at_close: str = "0"
+
+
+def slice_code(name: str, start: str, tid: str, cap: int, charged: Charged | None = None) -> list[str]:
     """Statements recording the slice [`start`, now] of thread `tid` (bpftrace expressions),
     clipped to the window: kept when it overlaps it, even if it ends after the gate closed (the
     first switch after the close ends the slice that was running at it). `$t` must hold now.
-    `charged`: (expression, condition): the ns the kernel charged the slice, kept in
-    @<name>_x[cpu, i] when the condition holds, for slices the window did not clip."""
+    `charged`: the thread's run-time counter at the slice's ends (Charged), whose difference, the
+    ns the kernel charged the slice inside the window, goes to @<name>_x[cpu, i] when both ends
+    are known: a clipped end is read at the marker that clipped it."""
     _check(name)
     keep = f"@{name}[cpu, $i, {tid}] = $a; @{name}_e[cpu, $i] = $e;"
     if charged is not None:
-        keep += f" if ($a == $a0 && $e == $t && {charged[1]}) {{ @{name}_x[cpu, $i] = {charged[0]}; }}"
+        keep += (
+            f" $c0 = {charged.before}; if ($a != $a0) {{ $c0 = {charged.at_open}; }}"
+            f" $c1 = {charged.now}; if ($e != $t) {{ $c1 = {charged.at_close}; }}"
+            f" if ($c0 && $c1) {{ @{name}_x[cpu, $i] = $c1 - $c0; }}"
+        )
     return [
         f"$a = {start}; $a0 = $a; $g0 = {WINDOW_START_MAP}; $g1 = {WINDOW_STOP_MAP};",
         "if ($g0 && $a) {",
