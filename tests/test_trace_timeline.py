@@ -18,7 +18,7 @@ from aorta.hw_queue_eval.report.trace import build_trace
 from conftest import load_json, run_cli_inprocess
 from ebpf_support import start_attach
 from factories import op_intervals, queue_section, run_result
-from trace_checks import thread_slices, validate_trace
+from trace_checks import HARNESS_EDGE_SWITCHES, thread_slices, validate_trace
 
 ORIGIN = 5_000_000_000  # window_start_monotonic_ns of the synthetic run
 HOST, W0, W1 = 100, 200, 201
@@ -333,11 +333,32 @@ def test_a_low_cap_drops_exactly_the_excess(
     assert tl["doorbells"]["seen"] == section["total_submissions"]
     meta = trace["otherData"]["ebpf_timeline"]
     assert meta["doorbells"]["in_trace"] == section["total_submissions"] - excess
-    for kind in ("on_cpu", "run_queue"):
-        assert tl[kind]["seen"] > 5 * cpus
+    skipped = section["probe_cost"]["recursion_misses"]  # program runs the kernel skipped
+    for kind, count in slices_from_switches(section).items():
+        assert count > 5 * cpus
         assert tl[kind]["kept"] <= 5 * cpus + len(tl["threads"])  # + slices open at the close
-        assert tl[kind]["dropped"] == tl[kind]["seen"] - tl[kind]["kept"]
+        # the kernel's count of what it saw against the threads' own switch counters, and dropped
+        # is that count's excess over what was kept: exact for the workers; the harness thread's
+        # count is off when it switches between its read and a marker (a GIL hand-off there is
+        # two switches), and the kernel's count is short by any program run it skipped
+        low, high = count - HARNESS_EDGE_SWITCHES - skipped, count + HARNESS_EDGE_SWITCHES
+        assert low <= tl[kind]["seen"] <= high, (kind, tl[kind]["seen"], count, skipped)
+        assert low <= tl[kind]["dropped"] + tl[kind]["kept"] <= high, (kind, tl[kind], count)
         assert meta[kind]["in_trace"] == tl[kind]["kept"]
+
+
+def slices_from_switches(section: dict[str, Any]) -> dict[str, int]:
+    """The on-CPU and run-queue slices the timeline must have seen, from an independent count:
+    each followed thread's context switches in the window (its per-thread row: /proc status at
+    the window edges; the harness thread's own getrusage right before each marker). A queue
+    worker sleeps at both edges: one on-CPU slice and one run-queue wait per switch. The harness
+    thread runs at both: as many waits as switches, one slice more (the one cut at the close)."""
+    metrics = section["families"]["cpu_sched"]["metrics"]
+    followed = {t["tid"] for t in metrics["timeline"]["threads"]}
+    rows = [r for r in metrics["threads"] if r["tid"] in followed]
+    assert len(rows) == len(followed) and sum(r["submitter"] for r in rows) == 1
+    switches = sum(r["switches"] for r in rows)
+    return {"on_cpu": switches + 1, "run_queue": switches}
 
 
 @pytest.mark.parametrize("gen", ["linux-5.4", "linux-6.8", "linux-6.17"])

@@ -686,6 +686,7 @@ def probe_cost(pid: int) -> JsonObject:
     )
     run_ns = run_cnt = 0
     progs = 0
+    misses: int | None = None  # fdinfo has recursion_misses from Linux 5.12
     for p in pids:
         try:
             fds = list(Path(f"/proc/{p}/fd").iterdir())
@@ -703,6 +704,8 @@ def probe_cost(pid: int) -> JsonObject:
                 progs += 1
                 run_ns += int(info.get("run_time_ns", "0").strip() or 0)
                 run_cnt += int(info.get("run_cnt", "0").strip() or 0)
+                if "recursion_misses" in info:
+                    misses = (misses or 0) + int(info["recursion_misses"].strip() or 0)
     enabled = _read("/proc/sys/kernel/bpf_stats_enabled") == "1"
     if progs == 0:
         return {
@@ -716,11 +719,13 @@ def probe_cost(pid: int) -> JsonObject:
             "programs": progs,
             "run_count": None,
             "run_time_ms": None,
+            "recursion_misses": misses,
             "reason": "kernel.bpf_stats_enabled=0: the kernel does not time BPF programs",
         }
     return {
         "programs": progs,
         "run_count": run_cnt,
+        "recursion_misses": misses,
         "run_time_ms": run_ns / 1e6,
         "avg_ns_per_run": run_ns / run_cnt if run_cnt else None,
         "covered": "every hit since attach (warm-up and window), all probes",
