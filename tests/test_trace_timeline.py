@@ -219,6 +219,13 @@ def test_slices_from_printed_maps_count_what_the_cap_dropped() -> None:
     )
     assert kind["rows"][-1] == [8, 400, 900, None]
     assert (kind["seen"], kind["kept"], kind["dropped"]) == (7, 4, 3)
+    assert "unstarted" not in kind  # not tracked for this kind: absent, not 0
+    # slices that ended in the window with no switch-in seen: 2 of thread 7 (charged 30 µs
+    # together), 1 of thread 8 whose previous switch-out was not seen either (charge unknown)
+    lost = {**maps, "@cpu_sched_tlon_u": {"7": 2, "8": 1}, "@cpu_sched_tlon_ux": {"7": 30_000}}
+    tracked = timeline.slices(lost, "cpu_sched_tlon", unstarted=True)
+    assert tracked["unstarted"] == 3 and tracked["unstarted_by_thread"] == [[7, 2, 30_000], [8, 1, None]]
+    assert (tracked["seen"], tracked["kept"], tracked["dropped"]) == (6, 3, 3)  # seen: started ones
 
 
 def test_slice_code_clips_to_the_window_and_caps_per_cpu() -> None:
@@ -231,6 +238,15 @@ def test_slice_code_clips_to_the_window_and_caps_per_cpu() -> None:
     assert "$c0 = $x0; if ($a != $a0) { $c0 = @cpu_sched_tlg[$p]; }" in code
     assert "$c1 = $x; if ($e != $t) { $c1 = @cpu_sched_tlc[$p]; }" in code
     assert "if ($c0 && $c1) { @cpu_sched_tlon_x[cpu, $i] = $c1 - $c0; }" in code
+    assert "@cpu_sched_tlon_u" not in code  # unstarted slices only where asked
+    lost = timeline.slice_code("cpu_sched_tlon", "@cpu_sched_tlsince[$p]", "$p", 12, charged, unstarted=True)
+    # no switch-in seen, gate open: counted, charged from the previous switch-out (or the opening
+    # marker, if later) to now
+    assert lost[-1] == (
+        "} else { if ($g0 && @aorta_gate) { @cpu_sched_tlon_u[$p] = count();"
+        " $u0 = $x0; $u9 = @cpu_sched_tlg[$p]; if ($u9 > $u0) { $u0 = $u9; }"
+        " $u1 = $x; if ($u0 && $u1) { @cpu_sched_tlon_ux[$p] = sum($u1 - $u0); } } }"
+    )
     with pytest.raises(ValueError):
         timeline.slice_code("bad name", "$x", "$p", 1)
 
@@ -293,9 +309,12 @@ def test_traced_run_timeline_matches_the_aggregates(ebpf_ready: None, tmp_path: 
     )
     kept = section["families"]["cpu_sched"]["metrics"]["timeline"]["on_cpu"]
     assert kept["dropped"] == 0, kept  # else the kept slices cannot add up to the counter
+    # + the charged time of slices whose switch-in the program did not see (counted, not drawn)
+    unstarted = {tid: ns / 1e6 for tid, _, ns in kept["unstarted_by_thread"]}
     (host,) = [r for r in rows if r["submitter"]]
     for row in [*workers, host]:  # the slices add up to the kernel's own on-CPU counter of the thread
-        assert on_cpu[row["tid"]] == pytest.approx(row["on_cpu_ms"], rel=0.01), (row, kept)
+        charged_ms = on_cpu[row["tid"]] + unstarted.get(row["tid"], 0.0)
+        assert charged_ms == pytest.approx(row["on_cpu_ms"], rel=0.01), (row, kept["unstarted_by_thread"])
     starts = {e["id"]: e for e in events if e["ph"] == "s" and e["cat"] == "dispatch"}
     ends = {e["id"]: e for e in events if e["ph"] == "f" and e["cat"] == "dispatch"}
     from_bells = [s for s in starts.values() if s["name"].endswith("→ dispatch")]
@@ -340,10 +359,12 @@ def test_a_low_cap_drops_exactly_the_excess(
         # the kernel's count of what it saw against the threads' own switch counters, and dropped
         # is that count's excess over what was kept: exact for the workers; the harness thread's
         # count is off when it switches between its read and a marker (a GIL hand-off there is
-        # two switches), and the kernel's count is short by any program run it skipped
+        # two switches), and the kernel's count is short by any program run it skipped. A switch-in
+        # the program did not see loses that slice and its run-queue wait: counted as unstarted
         low, high = count - HARNESS_EDGE_SWITCHES - skipped, count + HARNESS_EDGE_SWITCHES
-        assert low <= tl[kind]["seen"] <= high, (kind, tl[kind]["seen"], count, skipped)
-        assert low <= tl[kind]["dropped"] + tl[kind]["kept"] <= high, (kind, tl[kind], count)
+        seen = tl[kind]["seen"] + tl["on_cpu"]["unstarted"]
+        assert low <= seen <= high, (kind, tl[kind]["seen"], tl["on_cpu"]["unstarted"], count, skipped)
+        assert low <= tl[kind]["dropped"] + tl[kind]["kept"] + tl["on_cpu"]["unstarted"] <= high
         assert meta[kind]["in_trace"] == tl[kind]["kept"]
 
 

@@ -241,7 +241,9 @@ class CpuSchedFamily(ProbeFamily):
             *charged,
             *(
                 f"  {line}"
-                for line in timeline.slice_code(ON_CPU, "@cpu_sched_tlsince[$p]", "$p", cap, counters)
+                for line in timeline.slice_code(
+                    ON_CPU, "@cpu_sched_tlsince[$p]", "$p", cap, counters, unstarted=True
+                )
             ),
             "  delete(@cpu_sched_tlsince[$p]);",
             # still runnable when switched out (preempted, yielded): its run-queue wait starts;
@@ -505,7 +507,7 @@ def _timeline(
     thread, and each doorbell [queue, seq, writer tid, write ns, dispatch ns or null]; each kind
     with the exact number seen, how many were kept (the first ones) and dropped."""
     window = context.get("window") or {}
-    on_cpu = timeline.slices(maps, ON_CPU)
+    on_cpu = timeline.slices(maps, ON_CPU, unstarted=True)
     timeline.open_slices(maps, "@cpu_sched_tlsince", window, on_cpu, timeline.cap_per_cpu(keep) * _cpus())
     run_queue = timeline.slices(maps, RUN_QUEUE)
     writers = hist.keyed(maps.get("@cpu_sched_ringt"))
@@ -545,7 +547,9 @@ def _timeline(
         },
         "meaning": (
             "the first events of each kind in the window (per CPU for slices, per queue for "
-            "doorbells); seen is the exact in-kernel count, dropped = seen - kept"
+            "doorbells); seen is the exact in-kernel count, dropped = seen - kept; on_cpu's "
+            "unstarted: slices that ended in the window whose switch-in was not seen (not in "
+            "seen, not drawn; their charged ns per thread in unstarted_by_thread)"
         ),
     }
 
