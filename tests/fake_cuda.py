@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -142,6 +143,7 @@ class Device:
         self.advance(self.latest())
         if self.runtime is not None:
             self.runtime.call("cudaDeviceSynchronize")
+            time.sleep(self.runtime.sync_block_s)  # the host blocks until the device is done
 
     @contextlib.contextmanager
     def stream(self, stream: FakeStream) -> Any:
@@ -165,7 +167,11 @@ class RealCudart:
 
     `window` holds the calls made while `recording` is on (the ground truth of a traced window),
     `streams` every stream handle in creation order; handles fall as streams are created, so
-    handle order is not creation order."""
+    handle order is not creation order. A device sync also blocks the calling thread for
+    `sync_block_s`, as a real one does while the GPU finishes: one voluntary context switch of
+    the harness thread per sync, which its eBPF thread track must show."""
+
+    sync_block_s = 0.0005
 
     def __init__(self, path: Path) -> None:
         import vendor_driver  # the calls with the library's own signatures

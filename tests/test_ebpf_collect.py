@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from aorta.ebpf import hist, procstat
@@ -144,6 +146,52 @@ def test_cpu_sched_attributes_doorbells_to_queues() -> None:
     assert rows[11]["submit_to_dispatch_p99_method"] == "exact"
     # the doorbell probes were not attached: no summary rather than zeros
     assert CpuSchedFamily().collect(maps, {**context, "attached": []}).metrics["summary"] is None
+
+
+def test_the_marker_threads_row_is_its_own_reads_at_the_markers() -> None:
+    """The harness thread runs at both edges and reads every thread's /proc counters on its own
+    time outside the window: its row takes on-CPU time and switches from its reads right before
+    the markers (MarkerClock); another thread's row, or a clock missing an edge, keeps /proc's."""
+
+    def counters(exec_ns: int, vol: int, invol: int) -> procstat.ThreadCounters:
+        return procstat.ThreadCounters(1, "python", exec_ns, 0, vol, invol, 0)
+
+    snaps = {
+        "cpu_sched": {
+            "start": {7: counters(1_000_000, 5, 1), 8: counters(0, 0, 0)},
+            "stop": {7: counters(9_000_000, 9, 2), 8: counters(2_000_000, 3, 0)},
+        }
+    }
+    clock = procstat.MarkerClock(
+        7, procstat.OwnCounters(1_500_000, 6, 1), procstat.OwnCounters(4_500_000, 8, 1)
+    )
+
+    def rows(marker_clock: procstat.MarkerClock | None) -> dict[int, dict[str, object]]:
+        context = {"submitter_tids": [7], "snapshots": snaps, "marker_clock": marker_clock}
+        return {r["tid"]: r for r in CpuSchedFamily().collect({}, context).metrics["threads"]}
+
+    marked = rows(clock)
+    assert (marked[7]["on_cpu_ms"], marked[7]["switches"], marked[7]["involuntary"]) == (3.0, 2, 0)
+    assert (marked[8]["on_cpu_ms"], marked[8]["switches"]) == (2.0, 3)
+    assert (rows(None)[7]["on_cpu_ms"], rows(None)[7]["switches"]) == (8.0, 5)
+    unfinished = procstat.MarkerClock(7, clock.start)  # the window never closed: no stop read
+    assert rows(unfinished)[7]["on_cpu_ms"] == 8.0
+
+
+def test_own_counters_are_the_threads_proc_counters_brought_up_to_date() -> None:
+    """own_counters reads the same kernel counters as /proc (switches equal; the CPU clock at or
+    past schedstat's value, which shows a running thread's time as of its last tick or switch)."""
+    task = f"/proc/self/task/{threading.get_native_id()}"
+    before = procstat.own_counters()
+    with open(f"{task}/schedstat") as f:
+        sched_ns = int(f.read().split()[0])
+    with open(f"{task}/status") as f:
+        status = dict(line.split(":", 1) for line in f if ":" in line)
+    after = procstat.own_counters()
+    assert before.exec_ns <= after.exec_ns and sched_ns <= after.exec_ns
+    if (before.voluntary, before.involuntary) == (after.voluntary, after.involuntary):  # no switch between
+        assert int(status["voluntary_ctxt_switches"]) == after.voluntary
+        assert int(status["nonvoluntary_ctxt_switches"]) == after.involuntary
 
 
 def test_exact_percentile_nearest_rank() -> None:

@@ -115,3 +115,38 @@ def test_the_check_catches_a_missing_field(can_unshare: None, tmp_path: Path) ->
     rc, errors = _compile(_tree("linux-5.4", tmp_path), SCRIPTS / "amdgpu_dispatch.bt")
     assert rc != 0
     assert any("ring" in e for e in errors)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("btf", [True, False], ids=["sum_exec_runtime", "sched_stat_runtime"])
+@pytest.mark.parametrize("bells", [True, False], ids=["cpu-backend", "gpu-backend"])
+def test_timeline_program_compiles_with_either_charged_counter(
+    ebpf_ready: None, btf: bool, bells: bool, tmp_path: Path
+) -> None:
+    """The --trace-out timeline on the live formats, its slices charged from the task's counter
+    (BTF) or from sched_stat_runtime (without BTF), with the harness thread's counter read at the
+    window markers; with doorbells (the switch code joins their probe, which reads the marker
+    maps before the marker probe assigns them) and without (a GPU run: the harness thread only)."""
+    ready = engine.check_readiness()
+    assert ready.tracefs is not None
+    pid = os.getpid()
+    target = TraceTarget(
+        (pid,),
+        thread_labels={pid: "host", pid + 1: "q0"} if bells else {pid: "host"},
+        doorbells=((pid, 5, pid + 1, 0),) if bells else (),
+        timeline_events=64,
+    )
+    program = engine.make_program(True, False, target, Tracefs(ready.tracefs.root, btf=btf), ready.version)
+    assert ("curtask->se.sum_exec_runtime" in program.text) == btf
+    assert "@cpu_sched_tlg[$p] =" in program.text and "@cpu_sched_tlc[$p] =" in program.text
+    script = tmp_path / "program.bt"
+    script.write_text(program.text)
+    proc = subprocess.run(
+        [ready.bpftrace or "bpftrace", "-d", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    errors = [line for line in proc.stderr.splitlines() if "ERROR" in line and "RLIMIT_MEMLOCK" not in line]
+    assert proc.returncode == 0 and not errors, errors

@@ -28,10 +28,10 @@ from aorta.ebpf.probes.gpu_runtime import GpuRuntimeFamily
 from aorta.ebpf.probes.gpu_runtime_apis import API_BY_ID, APIS
 from aorta.ebpf.runtime_libs import MappedLibrary
 from aorta.ebpf.session import stop_timeout_s
-from aorta.hw_queue_eval.report.trace import build_trace
+from aorta.hw_queue_eval.report.trace import PID_THREADS, build_trace
 from aorta.hw_queue_eval.report.trace_gpu_runtime import PID_GPU_RUNTIME, lanes
 from conftest import unavailable, vendor_library
-from trace_checks import validate_trace
+from trace_checks import HARNESS_EDGE_SWITCHES, thread_slices, validate_trace
 from vendor_driver import PLANS, Call
 
 ROLE = {a.name: a.role for a in APIS}
@@ -357,11 +357,11 @@ def test_real_libcudart_cap_drops_exactly_the_excess_and_keeps_the_first_calls()
 # -- the real run path: `run -d cuda:0` on the fake device over the real libcudart ---------------
 STREAMS, ITERATIONS = 4, 5
 RUN = ("run", "graph_subgraphs", "--streams", str(STREAMS), "-d", "cuda:0", "--size", "small")
-RUN_OPTIONS = ("-i", str(ITERATIONS), "-w", "2", "--ebpf-gpu-runtime")
+RUN_OPTIONS = ("-i", str(ITERATIONS), "-w", "2", "--ebpf-trace", "--ebpf-gpu-runtime")
 
 
 def run_on_fake_gpu(tmp_path: Path) -> tuple[list[Call], dict[int, int], dict[str, Any], dict[str, Any]]:
-    """`run graph_subgraphs` (fork/join: cross-stream waits) on the GPU backend with
+    """`run graph_subgraphs` (fork/join: cross-stream waits) on the GPU backend with --ebpf-trace
     --ebpf-gpu-runtime --trace-out, through cli_with_fakes --fake-cuda-runtime (tests/fake_cuda.py's
     device, its stream operations calling the real libcudart): the calls made in the tracer's
     window, stream handle → harness index (GpuBackend creates its streams in index order, then
@@ -443,6 +443,39 @@ def check_trace(
     assert meta["flows"] == waits and meta["waits_without_record"] == meta["waits_after_records_dropped"] == 0
 
 
+def check_host_thread(window: list[Call], result: dict[str, Any], trace: dict[str, Any]) -> None:
+    """The harness thread, which makes every runtime call of a GPU run, has its eBPF thread
+    tracks: on-CPU slices that never overlap, each charged, adding up to the result's per-thread
+    on-CPU time (its CPU clock at the markers) within 1 % as the CPU backend's workers do. Each
+    device sync of the window blocks it (fake_cuda's sync_block_s): at least one more slice than
+    syncs. It runs at both edges: one more slice than its switches in the window, whose count the
+    result reads right before each marker (give or take a switch between that read and the
+    marker; fewer by the program runs the kernel skipped, probe_cost.recursion_misses)."""
+    metrics = result["ebpf_queue_metrics"]["families"]["cpu_sched"]["metrics"]
+    assert metrics["timeline"]["threads"] == [
+        {"tid": row["tid"], "label": "host", "queue": None} for row in metrics["threads"] if row["submitter"]
+    ]
+    (row,) = [r for r in metrics["threads"] if r["submitter"]]
+    assert metrics["timeline"]["on_cpu"]["dropped"] == metrics["timeline"]["run_queue"]["dropped"] == 0
+    slices = thread_slices(trace, "on CPU")[("host", row["tid"])]
+    waits = thread_slices(trace, "run queue").get(("host", row["tid"]), [])
+    syncs = sum(1 for c in window if c.api == "cudaDeviceSynchronize")
+    assert syncs > 0 and len(slices) >= syncs + 1
+    skipped = result["ebpf_queue_metrics"]["probe_cost"]["recursion_misses"]  # runs the kernel skipped
+    # slices whose switch-in the program did not see: counted with their charged ns, not drawn
+    (lost, lost_ns) = next(
+        ((n, ns) for tid, n, ns in metrics["timeline"]["on_cpu"]["unstarted_by_thread"] if tid == row["tid"]),
+        (0, 0),
+    )
+    edge = HARNESS_EDGE_SWITCHES
+    assert row["switches"] + 1 - edge - skipped <= len(slices) + lost <= row["switches"] + 1 + edge
+    assert row["switches"] - edge - skipped <= len(waits) + lost <= row["switches"] + edge
+    assert strict_overlaps(trace, PID_THREADS) == []
+    assert all(s["args"]["charged_us"] is not None for s in slices)  # the edges too: read at the markers
+    charged_ms = (sum(s["args"]["charged_us"] for s in slices) * 1e3 + lost_ns) / 1e6
+    assert charged_ms == pytest.approx(row["on_cpu_ms"], rel=0.01), (row, len(slices), lost)
+
+
 def trace_origin(result: dict[str, Any]) -> int:
     """The trace's origin: the GPU backend's window start, before the tracer's gate opened."""
     origin = result["metadata"]["window_start_monotonic_ns"]
@@ -454,8 +487,10 @@ def trace_origin(result: dict[str, Any]) -> int:
 @pytest.mark.ebpf
 def test_run_on_the_gpu_backend_traces_every_runtime_call_of_its_streams(tmp_path: Path) -> None:
     """harness → GPU backend → window tracer → result → --trace-out, every figure against the
-    fake's log of the calls it made into the real libcudart inside the window."""
+    fake's log of the calls it made into the real libcudart inside the window, and the harness
+    thread's on-CPU track against its counters in the result."""
     window, index, result, trace = run_on_fake_gpu(tmp_path)
     assert Counter(c.api for c in window)["cudaLaunchKernel"] == STREAMS * 2 * ITERATIONS  # 2 ops each
     check_result(window, index, result)
     check_trace(window, index, result, trace)
+    check_host_thread(window, result, trace)

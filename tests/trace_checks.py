@@ -6,7 +6,13 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from aorta.hw_queue_eval.report.trace import PID_THREADS
+
 PHASES = {"X", "C", "M", "i", "s", "f"}
+#: switches of the harness thread between the read of its counters and a window marker, which the
+#: eBPF timeline and its per-thread row then disagree on (a GIL hand-off there is two: the forced
+#: switch and the wait to take the GIL back; seen in 2 of 46 runs on the shared VM, -1 and -2)
+HARNESS_EDGE_SWITCHES = 2
 
 
 def validate_trace(trace: Any) -> list[str]:
@@ -57,3 +63,22 @@ def overlap_problems(events: list[Any], eps_us: float = 1e-3) -> list[str]:
                 break
             open_ends.append(end)
     return problems
+
+
+def thread_slices(trace: dict[str, Any], what: str) -> dict[tuple[str, int], list[dict[str, Any]]]:
+    """The slices of process 4's thread tracks named `what` ("on CPU" or "run queue"), by the
+    thread's (label, tid) as the track name gives them ("q0 tid 812 on CPU", "host tid 800 …")."""
+    names = {
+        e["tid"]: e["args"]["name"]
+        for e in trace["traceEvents"]
+        if e["ph"] == "M" and e["pid"] == PID_THREADS and e["name"] == "thread_name"
+    }
+    out: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for event in trace["traceEvents"]:
+        if event["ph"] != "X" or event["pid"] != PID_THREADS:
+            continue
+        label, _, rest = names[event["tid"]].partition(" tid ")
+        tid, _, kind = rest.partition(" ")
+        if kind == what:
+            out[(label, int(tid))].append(event)
+    return dict(out)

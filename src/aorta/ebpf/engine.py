@@ -151,7 +151,7 @@ def collect_results(program: Program, output: SessionOutput, context: CollectCon
     `context["snapshots"]`, when given, replaces the session's (a torchrun rank's own /proc
     counters taken at its own window edges)."""
     results = []
-    context = {"snapshots": output.snapshots, **context}
+    context = {"snapshots": output.snapshots, "marker_clock": output.marker_clock, **context}
     for family in program.families:
         prefix = f"@{family.name}_"
         maps = {k: v for k, v in output.maps.items() if k.startswith(prefix)}

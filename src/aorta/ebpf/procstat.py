@@ -8,6 +8,10 @@ probes measure event by event.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import resource
+import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +35,59 @@ class ThreadCounters:
     voluntary: int
     involuntary: int
     cpu: int | None
+
+
+@dataclass(frozen=True)
+class OwnCounters:
+    """The calling thread's on-CPU time and context switches at one moment, read from the
+    thread itself: its CPU clock (CLOCK_THREAD_CPUTIME_ID, the counter /proc's schedstat shows,
+    brought up to date first: for a running thread schedstat shows it as of the last tick or
+    switch) and getrusage(RUSAGE_THREAD) (the switch counts /proc's status shows)."""
+
+    exec_ns: int
+    voluntary: int
+    involuntary: int
+
+
+def own_counters() -> OwnCounters:
+    """This thread's counters now (two syscalls, no /proc walk)."""
+    usage = resource.getrusage(resource.RUSAGE_THREAD)
+    return OwnCounters(time.clock_gettime_ns(time.CLOCK_THREAD_CPUTIME_ID), usage.ru_nvcsw, usage.ru_nivcsw)
+
+
+@dataclass
+class MarkerClock:
+    """The counters of the thread that opens and closes the window (`tid`), read right before
+    each marker (`start`, `stop`). That thread runs at both edges, so the /proc snapshot, read on
+    its time before the opening marker and after the closing one (other families' snapshots
+    between), would charge it time and switches outside the window; these reads are the window's."""
+
+    tid: int
+    start: OwnCounters
+    stop: OwnCounters | None = None
+
+
+def start_marker_clock() -> MarkerClock:
+    """The calling thread's counters for the window's opening marker, sent next."""
+    return MarkerClock(threading.get_native_id(), own_counters())
+
+
+def with_marker_clock(
+    start: dict[int, ThreadCounters], stop: dict[int, ThreadCounters], clock: MarkerClock | None
+) -> tuple[dict[int, ThreadCounters], dict[int, ThreadCounters]]:
+    """The edge snapshots with the marker thread's on-CPU time and switches taken from `clock`
+    (its reads at the markers) where both snapshots hold the thread and both edges were read."""
+    if clock is None or clock.stop is None or clock.tid not in start or clock.tid not in stop:
+        return start, stop
+    first = _at(start[clock.tid], clock.start)
+    last = _at(stop[clock.tid], clock.stop)
+    return {**start, clock.tid: first}, {**stop, clock.tid: last}
+
+
+def _at(counters: ThreadCounters, own: OwnCounters) -> ThreadCounters:
+    return dataclasses.replace(
+        counters, exec_ns=own.exec_ns, voluntary=own.voluntary, involuntary=own.involuntary
+    )
 
 
 def _read(path: Path) -> str | None:

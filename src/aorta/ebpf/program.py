@@ -23,7 +23,14 @@ import re
 from dataclasses import dataclass, field
 
 from aorta.ebpf import marker, uprobes
-from aorta.ebpf.probes.base import BpftraceDialect, ProbeCode, ProbeFamily, RenderContext, TraceTarget
+from aorta.ebpf.probes.base import (
+    BpftraceDialect,
+    ProbeCode,
+    ProbeFamily,
+    RenderContext,
+    TraceTarget,
+    WindowEdges,
+)
 from aorta.ebpf.tracefs import Tracefs
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")
@@ -99,13 +106,33 @@ def validate_family(family: ProbeFamily) -> None:
         raise ProgramError(f"family {family.name}: section must be 'queue' or 'memory'")
 
 
-def render_context(tracefs: Tracefs, dialect: BpftraceDialect, target: TraceTarget) -> RenderContext:
-    """The context families render with: pid filter over @aorta_pids, gate over @aorta_gate."""
+def render_context(
+    tracefs: Tracefs, dialect: BpftraceDialect, target: TraceTarget, probe: marker.MarkerProbe | None = None
+) -> RenderContext:
+    """The context families render with: pid filter over @aorta_pids, gate over @aorta_gate, and
+    the window markers' probe (`probe`) for families that act at the window's edges."""
     pid_filter = f"{PIDS_MAP}[pid]" if target.pids else "1"
     # a node program's @aorta_pids holds each traced process's rank key (slot + 1), else 1
     rank = f"{PIDS_MAP}[pid]" if target.rank_keys and target.pids else None
+    edges = (
+        None
+        if probe is None
+        else WindowEdges(
+            attach=probe.attach,
+            event=probe.event,
+            match=probe.match_expr,
+            opens=f"{probe.command_expr} == {marker.WINDOW_START}",
+            closes=f"{probe.command_expr} == {marker.WINDOW_STOP}",
+        )
+    )
     return RenderContext(
-        tracefs=tracefs, dialect=dialect, target=target, pid_filter=pid_filter, gate=GATE, rank=rank
+        tracefs=tracefs,
+        dialect=dialect,
+        target=target,
+        pid_filter=pid_filter,
+        gate=GATE,
+        rank=rank,
+        edges=edges,
     )
 
 
@@ -196,7 +223,7 @@ def build_program(
             "no syscall tracepoint for the window marker (syscalls:sys_enter_prctl "
             "or raw_syscalls:sys_enter): kernel built without CONFIG_FTRACE_SYSCALLS"
         )
-    ctx = render_context(tracefs, dialect, target)
+    ctx = render_context(tracefs, dialect, target, probe)
     program = Program(
         text="",
         token=token,

@@ -42,7 +42,7 @@ from aorta.common.errors import UsageError
 from aorta.common.jsontypes import JsonObject
 from aorta.common.procs import die_with_parent, is_ancestor, parse_pid, pid_alive, stale_owned_dirs
 from aorta.common.safedir import check_root_may_use
-from aorta.ebpf import marker, uprobes
+from aorta.ebpf import marker, procstat, uprobes
 from aorta.ebpf.filecaps import FileCaps, file_caps
 from aorta.ebpf.interrupt import Interrupter
 from aorta.ebpf.mapcap import MAP_KEYS_MAX
@@ -271,6 +271,7 @@ class SessionOutput:
     stop_s: float | None = None
     probe_cost: JsonObject | None = None
     snapshots: dict[str, EdgeSnapshots] = field(default_factory=dict)  # family name → its edges
+    marker_clock: procstat.MarkerClock | None = None  # the marker thread's CPU time at the markers
     # (helper, retcode, line, col) → count of bpftrace `helper_error` records (failed updates)
     helper_errors: dict[tuple[str, int, int, int], int] = field(default_factory=dict)
     map_keys_max: int = MAP_KEYS_MAX
@@ -407,6 +408,7 @@ class TraceSession:
     def window_start(self) -> None:
         """Open the gate: from now on families count events (snapshots taken just before)."""
         self._snapshot("start")
+        self.output.marker_clock = procstat.start_marker_clock()
         marker.send(marker.WINDOW_START, self.program.token)
         self._window_open = True
 
@@ -415,6 +417,9 @@ class TraceSession:
         the gate's closing line: records emitted in the window (failed map updates, printf) come
         through the event buffers asynchronously and would be cut off by an early SIGINT."""
         if self._window_open:
+            clock = self.output.marker_clock
+            if clock is not None and clock.tid == threading.get_native_id():
+                clock.stop = procstat.own_counters()
             marker.send(marker.WINDOW_STOP, self.program.token)
             self._window_open = False
             self._snapshot("stop")
@@ -688,6 +693,7 @@ def probe_cost(pid: int) -> JsonObject:
     )
     run_ns = run_cnt = 0
     progs = 0
+    misses: int | None = None  # fdinfo has recursion_misses from Linux 5.12
     for p in pids:
         try:
             fds = list(Path(f"/proc/{p}/fd").iterdir())
@@ -705,6 +711,8 @@ def probe_cost(pid: int) -> JsonObject:
                 progs += 1
                 run_ns += int(info.get("run_time_ns", "0").strip() or 0)
                 run_cnt += int(info.get("run_cnt", "0").strip() or 0)
+                if "recursion_misses" in info:
+                    misses = (misses or 0) + int(info["recursion_misses"].strip() or 0)
     enabled = _read("/proc/sys/kernel/bpf_stats_enabled") == "1"
     if progs == 0:
         return {
@@ -718,11 +726,13 @@ def probe_cost(pid: int) -> JsonObject:
             "programs": progs,
             "run_count": None,
             "run_time_ms": None,
+            "recursion_misses": misses,
             "reason": "kernel.bpf_stats_enabled=0: the kernel does not time BPF programs",
         }
     return {
         "programs": progs,
         "run_count": run_cnt,
+        "recursion_misses": misses,
         "run_time_ms": run_ns / 1e6,
         "avg_ns_per_run": run_ns / run_cnt if run_cnt else None,
         "covered": "every hit since attach (warm-up and window), all probes",

@@ -11,6 +11,7 @@ kind over all CPUs). Times are bpftrace's `nsecs`: CLOCK_MONOTONIC, the clock of
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import hist
@@ -29,19 +30,41 @@ def _check(name: str) -> None:
         raise ValueError(f"invalid timeline map name {name!r}")
 
 
+@dataclass(frozen=True)
+class Charged:
+    """Where a slice's charged run time comes from: bpftrace expressions of one thread's run-time
+    counter, each stored + 1 so that 0 means unknown. `now`: at the switch that ends the slice;
+    `before`: at the slice's start (the thread's previous switch-out); `at_open` / `at_close`: at
+    the window's opening / closing marker, read by the thread that sent it, for its slices the
+    window clipped (0 for every other thread: their clipped slices stay uncharged)."""
+
+    now: str
+    before: str
+    at_open: str = "0"
+    at_close: str = "0"
+
+
 def slice_code(
-    name: str, start: str, tid: str, cap: int, charged: tuple[str, str] | None = None
+    name: str, start: str, tid: str, cap: int, charged: Charged | None = None, unstarted: bool = False
 ) -> list[str]:
     """Statements recording the slice [`start`, now] of thread `tid` (bpftrace expressions),
     clipped to the window: kept when it overlaps it, even if it ends after the gate closed (the
     first switch after the close ends the slice that was running at it). `$t` must hold now.
-    `charged`: (expression, condition): the ns the kernel charged the slice, kept in
-    @<name>_x[cpu, i] when the condition holds, for slices the window did not clip."""
+    `charged`: the thread's run-time counter at the slice's ends (Charged), whose difference, the
+    ns the kernel charged the slice inside the window, goes to @<name>_x[cpu, i] when both ends
+    are known: a clipped end is read at the marker that clipped it. `unstarted`: a slice that
+    ends while the gate is open but whose start was never recorded (`start` is 0) is counted per
+    thread in @<name>_u, with its charged ns summed in @<name>_ux (from the thread's previous
+    switch-out, or the opening marker if later): not drawn, but not silently gone either."""
     _check(name)
     keep = f"@{name}[cpu, $i, {tid}] = $a; @{name}_e[cpu, $i] = $e;"
     if charged is not None:
-        keep += f" if ($a == $a0 && $e == $t && {charged[1]}) {{ @{name}_x[cpu, $i] = {charged[0]}; }}"
-    return [
+        keep += (
+            f" $c0 = {charged.before}; if ($a != $a0) {{ $c0 = {charged.at_open}; }}"
+            f" $c1 = {charged.now}; if ($e != $t) {{ $c1 = {charged.at_close}; }}"
+            f" if ($c0 && $c1) {{ @{name}_x[cpu, $i] = $c1 - $c0; }}"
+        )
+    lines = [
         f"$a = {start}; $a0 = $a; $g0 = {WINDOW_START_MAP}; $g1 = {WINDOW_STOP_MAP};",
         "if ($g0 && $a) {",
         "  $e = $t;",
@@ -54,11 +77,24 @@ def slice_code(
         "  }",
         "}",
     ]
+    if unstarted:
+        lost = f"@{name}_u[{tid}] = count();"
+        if charged is not None:
+            # own variables: bpftrace 0.17 types a variable at its first assignment in the text
+            lost += (
+                f" $u0 = {charged.before}; $u9 = {charged.at_open}; if ($u9 > $u0) {{ $u0 = $u9; }}"
+                f" $u1 = {charged.now}; if ($u0 && $u1) {{ @{name}_ux[{tid}] = sum($u1 - $u0); }}"
+            )
+        lines[-1] = f"}} else {{ if ($g0 && {GATE_MAP}) {{ {lost} }} }}"
+    return lines
 
 
-def slices(maps: JsonObject, name: str) -> JsonObject:
+def slices(maps: JsonObject, name: str, unstarted: bool = False) -> JsonObject:
     """[[tid, start ns, end ns, charged ns or None], …] sorted by start, with `seen` (exact),
-    `kept` and `dropped`; charged is what the kernel counted as the thread's run time."""
+    `kept` and `dropped`; charged is what the kernel counted as the thread's run time.
+    `unstarted` (rendered with slice_code's `unstarted`): also `unstarted`, the slices that ended
+    in the window without a recorded start, and per thread [[tid, count, charged ns or None], …]
+    in `unstarted_by_thread`."""
     ends = hist.keyed(maps.get(f"@{name}_e"))
     charged = hist.keyed(maps.get(f"@{name}_x"))
     rows = []
@@ -69,7 +105,16 @@ def slices(maps: JsonObject, name: str) -> JsonObject:
             rows.append([int(tid), int(start), int(end), None if ran is None else int(ran)])
     rows.sort(key=lambda r: (r[1], r[0]))
     seen = sum(int(v) for v in hist.keyed(maps.get(f"@{name}_n")).values())
-    return {"rows": rows, "seen": seen, "kept": len(rows), "dropped": seen - len(rows)}
+    kind: JsonObject = {"rows": rows, "seen": seen, "kept": len(rows), "dropped": seen - len(rows)}
+    if unstarted:
+        lost_ns = hist.keyed(maps.get(f"@{name}_ux"))
+        by_thread = [
+            [int(t), int(n), None if lost_ns.get(t) is None else int(lost_ns[t])]
+            for t, n in sorted(hist.keyed(maps.get(f"@{name}_u")).items(), key=lambda kv: int(kv[0]))
+        ]
+        kind["unstarted"] = sum(n for _, n, _ in by_thread)
+        kind["unstarted_by_thread"] = by_thread
+    return kind
 
 
 def open_slices(maps: JsonObject, name: str, window: JsonObject, kind: JsonObject, cap_total: int) -> None:

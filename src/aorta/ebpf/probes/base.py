@@ -72,6 +72,20 @@ class QueueWorker:
     pid: int | None = None
 
 
+@dataclass(frozen=True)
+class WindowEdges:
+    """Where the window's markers are caught, for a family that must act in the syscall of the
+    thread that opens or closes the window (it is that thread's `curtask` there): `attach` (the
+    marker's tracepoint), `event` ("system:event"), `match` (a predicate true for this program's
+    markers only), `opens` / `closes` (true for the opening / closing one)."""
+
+    attach: str
+    event: str
+    match: str
+    opens: str
+    closes: str
+
+
 @dataclass
 class RenderContext:
     """What a family needs to render code for this machine and this run.
@@ -88,6 +102,7 @@ class RenderContext:
     pid_filter: str
     gate: str
     rank: str | None = None  # node program: the current task's rank key (slot + 1); else None
+    edges: WindowEdges | None = None  # the window markers (None: rendered without a gate probe)
 
     def prefix(self, rank: str | None = None) -> str:
         """`r, ` to put first in a per-rank map key in a node program ("" otherwise); `rank` is

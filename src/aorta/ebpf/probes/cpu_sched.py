@@ -222,6 +222,17 @@ class CpuSchedFamily(ProbeFamily):
         self.charged_from = (
             None if counter is None else "sum_exec_runtime" if ctx.btf else "sched_stat_runtime"
         )
+        edges = _render_edge_counters(ctx, code, counter) if counter else False
+        counters = (
+            timeline.Charged(
+                "$x",
+                "$x0",
+                "@cpu_sched_tlg[$p]" if edges else "0",
+                "@cpu_sched_tlc[$p]" if edges else "0",
+            )
+            if charged
+            else None
+        )
         body = [
             "$t = nsecs;",
             f"$p = (int64){a('prev_pid')};",
@@ -231,7 +242,7 @@ class CpuSchedFamily(ProbeFamily):
             *(
                 f"  {line}"
                 for line in timeline.slice_code(
-                    ON_CPU, "@cpu_sched_tlsince[$p]", "$p", cap, ("$x - $x0", "$x0 != 0") if charged else None
+                    ON_CPU, "@cpu_sched_tlsince[$p]", "$p", cap, counters, unstarted=True
                 )
             ),
             "  delete(@cpu_sched_tlsince[$p]);",
@@ -285,6 +296,7 @@ class CpuSchedFamily(ProbeFamily):
             code.used_events.append("sched:sched_switch")
         code.end.extend(
             ["clear(@cpu_sched_tlwait);", "clear(@cpu_sched_tlx);"]
+            + (["clear(@cpu_sched_tlg);", "clear(@cpu_sched_tlc);"] if edges else [])
         )  # @cpu_sched_tlsince prints: slices open at the end
 
     def _render_switch_counts(self, ctx: RenderContext, code: ProbeCode) -> None:
@@ -308,8 +320,10 @@ class CpuSchedFamily(ProbeFamily):
         workers: dict[int, QueueWorker] = {w.tid: w for w in context.get("workers", []) if w.tid}
         queues = _queue_stats(maps)
         snaps = (context.get("snapshots") or {}).get(self.name) or {}
-        start: dict[int, procstat.ThreadCounters] = snaps.get("start") or {}
-        stop: dict[int, procstat.ThreadCounters] = snaps.get("stop") or {}
+        # the harness thread runs at both edges: its on-CPU time is read at the markers
+        start, stop = procstat.with_marker_clock(
+            snaps.get("start") or {}, snaps.get("stop") or {}, context.get("marker_clock")
+        )
         cpus: dict[int, set[int]] = {}
         for key in hist.keyed(maps.get("@cpu_sched_cpus")):
             thread, _, cpu = key.partition(",")
@@ -462,6 +476,30 @@ def _per_submission(maps: JsonObject) -> list[list[int | None]]:
     return [list(row) for row in sorted(out, key=lambda r: (r[0], r[1]))]
 
 
+def _render_edge_counters(ctx: RenderContext, code: ProbeCode, counter: str) -> bool:
+    """The run-time counter of a registered thread at the window's markers, read in the marker
+    syscall of the thread that sends it (the harness thread: running at both edges, so the
+    window clips its slices there); its clipped slices are charged from these. The tracer reads
+    the thread's CPU clock right before each marker, which brings the counter up to date (the
+    kernel updates a running task's counter only at ticks and switches). False: no marker probe
+    (a program rendered without one)."""
+    edges = ctx.edges
+    if edges is None:
+        return False
+    # first: bpftrace 0.17 types a map where it is first assigned, and the switch probe that
+    # reads these may already be in the list (the doorbells' own)
+    code.probes.insert(
+        0,
+        f"{edges.attach}\n/{edges.match} && @cpu_sched_track[tid]/\n{{\n"
+        "  $p = (int64)tid;\n"
+        f"  if ({edges.opens}) {{ @cpu_sched_tlg[$p] = {counter} + 1; }}\n"
+        f"  if ({edges.closes}) {{ @cpu_sched_tlc[$p] = {counter} + 1; }}\n}}",
+    )
+    if edges.event not in code.used_events:
+        code.used_events.append(edges.event)
+    return True
+
+
 def _timeline(
     maps: JsonObject, context: CollectContext, queues: dict[int, QueueStats], keep: int, bells: int
 ) -> JsonObject:
@@ -469,7 +507,7 @@ def _timeline(
     thread, and each doorbell [queue, seq, writer tid, write ns, dispatch ns or null]; each kind
     with the exact number seen, how many were kept (the first ones) and dropped."""
     window = context.get("window") or {}
-    on_cpu = timeline.slices(maps, ON_CPU)
+    on_cpu = timeline.slices(maps, ON_CPU, unstarted=True)
     timeline.open_slices(maps, "@cpu_sched_tlsince", window, on_cpu, timeline.cap_per_cpu(keep) * _cpus())
     run_queue = timeline.slices(maps, RUN_QUEUE)
     writers = hist.keyed(maps.get("@cpu_sched_ringt"))
@@ -509,7 +547,9 @@ def _timeline(
         },
         "meaning": (
             "the first events of each kind in the window (per CPU for slices, per queue for "
-            "doorbells); seen is the exact in-kernel count, dropped = seen - kept"
+            "doorbells); seen is the exact in-kernel count, dropped = seen - kept; on_cpu's "
+            "unstarted: slices that ended in the window whose switch-in was not seen (not in "
+            "seen, not drawn; their charged ns per thread in unstarted_by_thread)"
         ),
     }
 

@@ -274,9 +274,13 @@ def timeline_events(result: JsonObject, ops: list[JsonObject], tally: JsonObject
     origin = (result.get("metadata") or {}).get("window_start_monotonic_ns")
     if tl is None or not isinstance(origin, int):
         return
-    tally["timeline"] = {
-        kind: {**{k: (tl.get(kind) or {}).get(k) for k in ("seen", "kept", "dropped")}, "in_trace": 0}
-        for kind in TIMELINE_KINDS
+    tally["timeline"] = {  # + on-CPU slices that ended in the window with no start seen (not drawn)
+        kind: {
+            **{k: part.get(k) for k in ("seen", "kept", "dropped")},
+            **({"unstarted": part["unstarted"]} if "unstarted" in part else {}),
+            "in_trace": 0,
+        }
+        for kind, part in ((kind, tl.get(kind) or {}) for kind in TIMELINE_KINDS)
     }
 
     def us(ns: int) -> float:

@@ -59,9 +59,11 @@ class EbpfTracer:
             return
         workers = [w for w in backend.workers() if w.tid]
         labels = {w.tid: f"q{w.queue}" for w in workers}
-        if labels:  # this (harness) thread enqueues all work: its wakeups of queues are submissions
-            self.submitter_tid = threading.get_native_id()
-            labels[self.submitter_tid] = SUBMITTER_LABEL
+        # this (harness) thread enqueues all work on either backend: it rings the CPU backend's
+        # doorbells and makes the GPU backend's runtime calls (torch launches from the caller's
+        # thread), so it is followed whenever tracing is on, GPU runs included
+        self.submitter_tid = threading.get_native_id()
+        labels[self.submitter_tid] = SUBMITTER_LABEL
         pid = os.getpid()
         doorbells = tuple((pid, w.doorbell_fd, w.tid, w.queue) for w in workers if w.doorbell_fd is not None)
         target = TraceTarget(
