@@ -147,8 +147,11 @@ class CpuSchedFamily(ProbeFamily):
             "    $w = @cpu_sched_qw[$q];\n"
             "    $s = @cpu_sched_seq[$q];\n    @cpu_sched_seq[$q] = $s + 1;\n"
             # a ring while the previous one is unconsumed breaks the protocol: counted, never hidden
-            "    if (@cpu_sched_bell[$w] || @cpu_sched_lat[$w]) { @cpu_sched_unconsumed[$q] = count(); }\n"
-            "    @cpu_sched_bell[$w] = $t;\n    delete(@cpu_sched_lat[$w]);\n"
+            "    $lw = @cpu_sched_lat[$w];\n"
+            "    if (@cpu_sched_bell[$w] || $lw) { @cpu_sched_unconsumed[$q] = count(); }\n"
+            # deletes are guarded: deleting an absent key is a helper error, and with -k each
+            # one is a record bpftrace prints and the measured process's reader thread reads
+            "    @cpu_sched_bell[$w] = $t;\n    if ($lw) { delete(@cpu_sched_lat[$w]); }\n"
             "    @cpu_sched_bseq[$w] = $s;\n"
             f"    if ($s < {cap}) {{ @cpu_sched_ring[$q, $s] = $t;{ringt} }}\n  }}\n}}"
         )
@@ -172,7 +175,8 @@ class CpuSchedFamily(ProbeFamily):
             + "".join(f"    {line}\n" for line in hist.loglinear_index_code("s2d", "$d"))
             + "    @cpu_sched_s2d[$q, $s2d_i] = count();\n    @cpu_sched_s2d_s[$q] = stats($d);\n"
             f"    if ($s < {cap}) {{ @cpu_sched_sub[$q, $s] = $d; }}\n"
-            "    delete(@cpu_sched_bell[$k]);\n    delete(@cpu_sched_lat[$k]);\n  }\n}"
+            "    if ($b) { delete(@cpu_sched_bell[$k]); }\n"
+            "    if ($l) { delete(@cpu_sched_lat[$k]); }\n  }\n}"
         )
         code.end.extend(
             [
@@ -245,19 +249,19 @@ class CpuSchedFamily(ProbeFamily):
                     ON_CPU, "@cpu_sched_tlsince[$p]", "$p", cap, counters, unstarted=True
                 )
             ),
-            "  delete(@cpu_sched_tlsince[$p]);",
+            "  if (@cpu_sched_tlsince[$p]) { delete(@cpu_sched_tlsince[$p]); }",
             # still runnable when switched out (preempted, yielded): its run-queue wait starts;
             # the low byte holds the sleep states, TASK_REPORT_MAX (0x100) marks a preemption
             f"  if (({a('prev_state')} & 0xff) == 0) {{ @cpu_sched_tlwait[$p] = $t; }}",
-            "  else { delete(@cpu_sched_tlwait[$p]); }",
+            "  else { if (@cpu_sched_tlwait[$p]) { delete(@cpu_sched_tlwait[$p]); } }",
             "}",
             "if (@cpu_sched_track[$n]) {",
             "  @cpu_sched_tlsince[$n] = $t;",
             "  $w = @cpu_sched_tlwait[$n];",
             "  if ($w) {",
             *(f"    {line}" for line in timeline.slice_code(RUN_QUEUE, "$w", "$n", cap)),
+            "    delete(@cpu_sched_tlwait[$n]);",
             "  }",
-            "  delete(@cpu_sched_tlwait[$n]);",
             "}",
         ]
         guard = f"@cpu_sched_track[{a('prev_pid')}] || @cpu_sched_track[{a('next_pid')}]"
