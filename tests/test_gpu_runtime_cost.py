@@ -23,6 +23,7 @@ import pytest
 from aorta.ebpf.elfsyms import Function
 from aorta.ebpf.probes import gpu_runtime_calibration as calibration
 from aorta.ebpf.probes import gpu_runtime_metrics as m
+from aorta.ebpf.probes.base import CollectContext, Window
 from conftest import load_file_module, unavailable, vendor_library
 from gpu_standins import Dim3, build, gcc
 
@@ -76,7 +77,8 @@ def test_cost_per_kind_follows_the_class_of_its_functions() -> None:
         {"api": "cudaMemsetAsync", "entry_instruction": "other"},
     ]
     start = {"entry_ns": {"push": 400, "other": 16000}, "return_ns": 600, "calibrated_on": {}}
-    context = {"snapshots": {"gpu_runtime": {"start": start}}, "window": {"duration_ms": 100.0}}
+    # a window of 100 ms
+    context = CollectContext(snapshots={"gpu_runtime": {"start": start}}, window=Window(1, 1 + 100_000_000))
     calls = {"launches": (10, 0), "doorbell_rings": (0, 10), "copies": (0, 3)}
     cost = m.probe_cost(context, calls, m.kind_classes(attached))
     assert cost["per_launch_us"] == pytest.approx((10 * 1000 + 10 * 16000) / 10 / 1e3)

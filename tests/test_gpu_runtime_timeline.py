@@ -23,7 +23,7 @@ import pytest
 
 from aorta.ebpf import engine
 from aorta.ebpf.probes import gpu_runtime_timeline as gtl
-from aorta.ebpf.probes.base import RenderContext, TraceTarget
+from aorta.ebpf.probes.base import CollectContext, RenderContext, StreamHandle, TraceTarget, Window
 from aorta.ebpf.probes.gpu_runtime import GpuRuntimeFamily
 from aorta.ebpf.probes.gpu_runtime_apis import API_BY_ID, APIS
 from aorta.ebpf.runtime_libs import MappedLibrary
@@ -45,9 +45,11 @@ def harness_streams() -> dict[int, int]:
     return {h: i for i, h in enumerate(handles[:-1])}
 
 
-def context(window: dict[str, Any]) -> dict[str, Any]:
-    handles = [{"stream": i, "handle": h} for h, i in harness_streams().items()]
-    return {"window": window, "stream_handles": handles}
+def context(window: dict[str, Any]) -> CollectContext:
+    """The collect context of a window given as the result's `window` block."""
+    handles = tuple(StreamHandle(i, h) for h, i in harness_streams().items())
+    edges = Window(window.get("start_monotonic_ns"), window.get("stop_monotonic_ns"))
+    return CollectContext(window=edges, stream_handles=handles)
 
 
 def result_with(tl: dict[str, Any], origin: int) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import pytest
 
 from aorta.ebpf import engine
 from aorta.ebpf.elfsyms import function_addresses
-from aorta.ebpf.probes.base import RenderContext, TraceTarget
+from aorta.ebpf.probes.base import CollectContext, RenderContext, StreamHandle, TraceTarget, Window
 from aorta.ebpf.probes.gpu_runtime import GpuRuntimeFamily
 from aorta.ebpf.probes.gpu_runtime_apis import APIS, MEMCPY_KINDS, NCCL_TYPE_SIZES
 from aorta.ebpf.probes.gpu_runtime_views import ALL_VIEWS, DEFAULT_VIEWS
@@ -233,8 +233,8 @@ def _run_plan(key: str, views: tuple[str, ...] = DEFAULT_VIEWS) -> dict[str, Any
         child.wait()
     assert out.exit_code == 0, out.stderr
     assert out.lost_events == 0, out.stderr
-    handles = [{"stream": i, "handle": h} for h, i in _harness_streams(key).items()]
-    context = {"window": engine.window_info(out), "stream_handles": handles}
+    handles = tuple(StreamHandle(i, h) for h, i in _harness_streams(key).items())
+    context = CollectContext(window=engine.window_edges(out), stream_handles=handles)
     return engine.collect_results(program, out, context)[0].metrics
 
 
@@ -351,11 +351,11 @@ def test_views_from_printed_maps_recomputed_by_hand() -> None:
         "@gpu_runtime_records": {"183,4096": 2},
     }
     start = {"entry_ns": {"push": 1000, "other": 5000}, "return_ns": 2000}  # pairs: 3000, 7000
-    context = {
-        "snapshots": {"gpu_runtime": {"start": start}},
-        "window": {"duration_ms": 10.0},
-        "stream_handles": [{"stream": 0, "handle": 4096}, {"stream": 1, "handle": 8192}],
-    }
+    context = CollectContext(
+        snapshots={"gpu_runtime": {"start": start}},
+        window=Window(1, 1 + 10_000_000),  # 10 ms
+        stream_handles=(StreamHandle(0, 4096), StreamHandle(1, 8192)),
+    )
     m = family.collect(maps, context).metrics
     # probe cost: pairs = 2 graph launches (push first: 3000 ns) + 8 copies (another first
     # instruction: 7000 ns); entries (push: 1000 ns) = 2 records + 6 waits with a producer + 5
@@ -452,7 +452,7 @@ def test_views_from_printed_maps_recomputed_by_hand() -> None:
     assert "0x1000 (s0) → 0x2000 (s1): 4 waits" in text
     assert "? → 0x3000: 5 waits" in text
     assert "not probed: launches (" in text and "collectives (entry points not in" in text
-    empty = family.collect({}, {}).metrics  # probed but nothing seen: no view block printed
+    empty = family.collect({}, CollectContext()).metrics  # probed but nothing seen: no view block printed
     out = io.StringIO()
     render_gpu_runtime_rows(
         {"families": {"gpu_runtime": {"events_attached": ["x"], "metrics": empty}}},

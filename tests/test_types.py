@@ -22,10 +22,6 @@ PENDING_GPU_RUNTIME = "pending: gpu_runtime calibration work"
 #: file (relative to the repository) → why it may still spell `dict[str, Any]`
 ALLOWED: dict[str, str] = {
     "src/aorta/common/jsontypes.py": "defines JsonObject, the one spelling of the JSON edge",
-    "src/aorta/ebpf/probes/base.py": (
-        "defines CollectContext, collect()'s context: a dict while the gpu_runtime families read it "
-        f"as one ({PENDING_GPU_RUNTIME})"
-    ),
     "src/aorta/ebpf/probes/gpu_runtime.py": PENDING_GPU_RUNTIME,
     "src/aorta/ebpf/probes/gpu_runtime_metrics.py": PENDING_GPU_RUNTIME,
     "src/aorta/ebpf/probes/gpu_runtime_timeline.py": PENDING_GPU_RUNTIME,

@@ -27,7 +27,7 @@ from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import engine, hist
 from aorta.ebpf import late_report as lr
 from aorta.ebpf.probes import gpu_runtime_loads as loads
-from aorta.ebpf.probes.base import TraceTarget
+from aorta.ebpf.probes.base import TraceTarget, Window
 from aorta.ebpf.probes.gpu_runtime import GpuRuntimeFamily
 from aorta.ebpf.program import WINDOW_START_MAP, WINDOW_STOP_MAP, Program, ProgramError
 from aorta.ebpf.runtime_libs import (
@@ -247,7 +247,7 @@ class LateRuntimes:
 
     def report(self, out: SessionOutput) -> JsonObject:
         """What was found late and when (see late_report), for the result file."""
-        window = lr.Window(_ns(out.maps.get(WINDOW_START_MAP)), _ns(out.maps.get(WINDOW_STOP_MAP)))
+        window = Window(_ns(out.maps.get(WINDOW_START_MAP)), _ns(out.maps.get(WINDOW_STOP_MAP)))
         found = loads.records(out.maps)
         dropped = loads.dropped(out.maps)
         loads_reason = self.main.loads_reason if self.main is not None else "no gpu_runtime family"

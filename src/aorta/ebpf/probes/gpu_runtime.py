@@ -29,7 +29,7 @@ from aorta.ebpf.probes import gpu_runtime_loads as loads_probes
 from aorta.ebpf.probes import gpu_runtime_metrics as m
 from aorta.ebpf.probes import gpu_runtime_timeline as tl
 from aorta.ebpf.probes import gpu_runtime_views as gv
-from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext
+from aorta.ebpf.probes.base import CollectContext, FamilyResult, ProbeCode, ProbeFamily, RenderContext
 from aorta.ebpf.probes.gpu_runtime_apis import APIS, P
 from aorta.ebpf.probes.gpu_runtime_bpf import Where, attach_point, blocks
 from aorta.ebpf.runtime_libs import RUNTIME_LIBS, MappedLibrary, runtime_libraries, with_descendants
@@ -216,7 +216,7 @@ class GpuRuntimeFamily(ProbeFamily):
         return dict(self._hit_costs)
 
     # -- collect -------------------------------------------------------------------------------
-    def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
+    def collect(self, maps: dict[str, Any], context: CollectContext) -> FamilyResult:
         on = set(self.views)
         times = "times" in on
         syncs: dict[Any, tuple[int, int | None] | None]  # (calls, ns blocked: None at entry only)
@@ -228,7 +228,7 @@ class GpuRuntimeFamily(ProbeFamily):
             }
         per_stream = m.stream_rows(maps, syncs, "syncs" in on)
         queue_rows = m.queue_rows(maps, per_stream)
-        handles = m.join_streams(per_stream, context.get("stream_handles") or [])
+        handles = m.join_streams(per_stream, context.stream_handles)
         total_launches = sum(r["launches"] for r in per_stream.values())
         graph_total = sum(r["graph_launches"] for r in per_stream.values())
         hsa_probed = any(a["api"].startswith("hsa_signal_store") for a in self.attached)
@@ -243,9 +243,7 @@ class GpuRuntimeFamily(ProbeFamily):
             gv.collective_rows(maps),
             gv.stream_graph(maps),
         )
-        views_joined = gv.join_views(
-            copies, colls, graph, m.handle_indices(context.get("stream_handles") or [])
-        )
+        views_joined = gv.join_views(copies, colls, graph, m.handle_indices(context.stream_handles))
         launches = self.attached and "launches" in on  # a switched-off view: null, not zeros
         # without launches the family saw no submissions: it cannot head the queue section
         summary = m.family_summary(per_stream, rings_used) if launches else None

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from aorta.ebpf import hist
+from aorta.ebpf.probes.base import CollectContext, StreamHandle
 from aorta.ebpf.probes.gpu_runtime_apis import API_BY_ID, P
 from aorta.ebpf.probes.gpu_runtime_calibration import CLASS_MEANING
 
@@ -173,16 +175,12 @@ def new_queue_row(sig: int, qptr: int | None, qid: int | None, source: str) -> d
     }
 
 
-def handle_indices(handles: list[dict[str, Any]]) -> dict[int, int]:
+def handle_indices(handles: Sequence[StreamHandle]) -> dict[int, int]:
     """The harness's streams: runtime handle (unsigned) → stream index (GPU backend's `cuda_stream`)."""
-    return {
-        int(h["handle"]) & (2**64 - 1): int(h["stream"])
-        for h in handles
-        if isinstance(h.get("handle"), int) and isinstance(h.get("stream"), int)
-    }
+    return {int(h.handle) & (2**64 - 1): int(h.stream) for h in handles}
 
 
-def join_streams(per_stream: dict[int, dict[str, Any]], handles: list[dict[str, Any]]) -> dict[str, Any]:
+def join_streams(per_stream: dict[int, dict[str, Any]], handles: Sequence[StreamHandle]) -> dict[str, Any]:
     """Label eBPF stream rows with the harness's stream index (GPU backend's `cuda_stream`)."""
     by_handle = handle_indices(handles)
     for handle, index in by_handle.items():
@@ -234,7 +232,7 @@ def _class_costs(start: dict[str, Any]) -> dict[str, tuple[float | None, float |
 
 
 def probe_cost(
-    context: dict[str, Any], calls: dict[str, tuple[int, int]], classes: dict[str, list[str]]
+    context: CollectContext, calls: dict[str, tuple[int, int]], classes: dict[str, list[str]]
 ) -> dict[str, Any]:
     """uprobe cost per launch, per kind of probe and as a share of the window, from costs timed
     right before the window on calibration probes of each entry-instruction class
@@ -244,7 +242,7 @@ def probe_cost(
     `classes`: kind → the entry-instruction classes of its probed functions (several: the dearer
     one is charged, an upper bound). "launches" and "doorbell_rings" give the cost per launch.
     """
-    start = ((context.get("snapshots") or {}).get("gpu_runtime") or {}).get("start") or {}
+    start: Any = context.edges("gpu_runtime").get("start") or {}  # the calibration (hit_costs)
     costs = _class_costs(start) if isinstance(start, dict) else {}
     if not costs:
         return {
@@ -286,7 +284,7 @@ def probe_cost(
     )
     launch_pair, launch_entry = cost("launches", True), cost("launches", False)
     spent_ns = None if unknown else sum(v["probe_time_ms"] or 0.0 for v in by_kind.values()) * 1e6
-    window_ms = (context.get("window") or {}).get("duration_ms")
+    window_ms = context.window.duration_ms
     calibrated_on = start.get("calibrated_on") if isinstance(start.get("calibrated_on"), dict) else {}
     return {
         "entry_probe_us": launch_entry / 1e3 if launch_entry is not None else None,

@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from aorta.ebpf import hist
+from aorta.ebpf.probes.base import CollectContext
 from aorta.ebpf.probes.gpu_runtime_apis import (
     API_BY_ID,
     MEMCPY_KINDS,
@@ -34,7 +35,7 @@ from aorta.ebpf.probes.gpu_runtime_apis import (
     Api,
     P,
 )
-from aorta.ebpf.probes.gpu_runtime_metrics import hex_handle
+from aorta.ebpf.probes.gpu_runtime_metrics import handle_indices, hex_handle
 
 U64 = 2**64 - 1
 INT32 = "0xffffffff"
@@ -200,7 +201,7 @@ def _row(
     ]
 
 
-def collect(maps: dict[str, Any], context: dict[str, Any], cap: int) -> dict[str, Any]:
+def collect(maps: dict[str, Any], context: CollectContext, cap: int) -> dict[str, Any]:
     """Per kind: the calls kept (rows of COLUMNS, by entry time) with `seen` (exact), `kept`,
     `dropped`, `nested`, `unfinished` (kept, no return seen before bpftrace stopped) and
     `complete_until_ns` (every call of the kind that entered before it is kept; null: none
@@ -232,11 +233,7 @@ def collect(maps: dict[str, Any], context: dict[str, Any], cap: int) -> dict[str
             "unfinished": sum(1 for r in rows if r[2] is None),
             "complete_until_ns": min(limits) if limits else None,
         }
-    by_handle = {
-        int(h["handle"]) & U64: int(h["stream"])
-        for h in context.get("stream_handles") or []
-        if isinstance(h.get("handle"), int) and isinstance(h.get("stream"), int)
-    }
+    by_handle = handle_indices(context.stream_handles)
     handles = sorted({r[4] for kind in kinds.values() for r in kind["rows"] if r[4] is not None})
     return {
         "clock": "CLOCK_MONOTONIC ns (bpftrace nsecs), the clock of op_intervals",
