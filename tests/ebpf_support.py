@@ -22,6 +22,7 @@ from aorta.ebpf.probes.base import (
     RenderContext,
     StreamHandle,
 )
+from aorta.ebpf.probes.gpu_runtime_apis import AttachedProbe
 
 
 def ebpf_unavailable_reason() -> str | None:
@@ -191,3 +192,9 @@ class FakeGpuBackend:
 
     def stream_handles(self) -> list[StreamHandle]:
         return [StreamHandle(i, h) for i, h in enumerate(self.handles)]
+
+
+def attached_probe(api: str, entry_instruction: str = "") -> AttachedProbe:
+    """An entry point as the gpu_runtime family records its probe (the file, address and pid are
+    placeholders: collect reads the API and the class of its first instruction; "" = unknown)."""
+    return AttachedProbe(api, api, "0x0", "/stand-in/lib.so", "/stand-in/lib.so", 0, entry_instruction)

@@ -21,10 +21,12 @@ from aorta.ebpf import engine
 from aorta.ebpf.elfsyms import ElfError, defined_functions, function_addresses
 from aorta.ebpf.probes.base import CollectContext, StreamHandle, TraceTarget
 from aorta.ebpf.probes.gpu_runtime import GpuRuntimeFamily
+from aorta.ebpf.probes.gpu_runtime_apis import MissedProbe
 from aorta.ebpf.probes.gpu_runtime_views import ALL_VIEWS, SWITCHED_OFF
 from aorta.ebpf.program import UPROBE_HANDSHAKE_IDS
 from aorta.ebpf.runtime_libs import runtime_libraries
 from conftest import unavailable
+from ebpf_support import attached_probe
 from gpu_standins import Dim3, LaunchConfig, build, counter, gcc, reset
 
 LAUNCH_NS = 300_000  # each stand-in launch busy-waits 300 µs
@@ -188,11 +190,12 @@ def test_render_checks_symbols_and_lists_absent_ones(standins: dict[str, Path], 
     assert "hipExtLaunchKernel" not in text  # not exported by the stand-in: never rendered
     missing = program.missing["gpu_runtime"]
     assert "symbol not in" in missing["uprobe:hip:hipExtLaunchKernel"]
-    assert {
-        "api": "hipExtLaunchKernel",
-        "library": str(standins["libamdhip64.so"]),
-        "reason": missing["uprobe:hip:hipExtLaunchKernel"],
-    } in family.not_attached
+    assert (
+        MissedProbe(
+            "hipExtLaunchKernel", str(standins["libamdhip64.so"]), missing["uprobe:hip:hipExtLaunchKernel"]
+        )
+        in family.not_attached
+    )
     assert program.uprobe_ping
     assert set(UPROBE_HANDSHAKE_IDS) <= set(program.handshake_ids)
     # the uprobe handshake brackets every uprobe block
@@ -541,7 +544,7 @@ def test_collect_and_gpu_comparison_recomputed_by_hand() -> None:
     from aorta.hw_queue_eval.tracing.gpu_runtime_comparison import compare_gpu_runtime
 
     family = GpuRuntimeFamily(libraries=[], views=ALL_VIEWS)
-    family.attached = [{"api": "hipLaunchKernel"}, {"api": "hsa_signal_store_screlease"}]
+    family.attached = [attached_probe("hipLaunchKernel"), attached_probe("hsa_signal_store_screlease")]
     maps = {
         "@gpu_runtime_launches": {"1,4096": 3, "4,4096": 2, "1,8192": 3, "1,12288": 1},
         "@gpu_runtime_launch_ns": {

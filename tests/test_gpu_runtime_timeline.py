@@ -243,7 +243,7 @@ def test_timeline_off_renders_the_default_program_and_on_only_adds_blocks(tmp_pa
     assert family.timeline_cap == 2
     assert not any(gtl.TL in b for b in off)
     assert [b for b in on if gtl.TL not in b] == off
-    wanted = [a for a in family.attached if gtl.wanted(next(x for x in APIS if x.name == a["api"]))]
+    wanted = [a for a in family.attached if gtl.wanted(next(x for x in APIS if x.name == a.api))]
     assert len(on) - len(off) == 2 * len(wanted)  # one entry and one return block each
     assert all("if ($n < 2)" in b for b in on if gtl.TL in b and b.startswith("uprobe:"))
 

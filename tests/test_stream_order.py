@@ -155,9 +155,10 @@ def _runtime_section(edges: dict[tuple[int, int], int], timer_waits: int) -> dic
     0x1000·(i+1)) and torch's timing stream 0x9000, built by the family from printed maps."""
     from aorta.ebpf.probes.base import CollectContext, StreamHandle
     from aorta.ebpf.probes.gpu_runtime import GpuRuntimeFamily
+    from ebpf_support import attached_probe
 
     family = GpuRuntimeFamily(libraries=[])
-    family.attached = [{"api": "cudaEventRecord"}, {"api": "cudaStreamWaitEvent"}]
+    family.attached = [attached_probe("cudaEventRecord"), attached_probe("cudaStreamWaitEvent")]
     handle = lambda i: 0x1000 * (i + 1)  # noqa: E731
     printed = {f"193,{handle(p)},{handle(c)}": n for (p, c), n in edges.items()}
     printed[f"193,{0x9000},{handle(0)}"] = timer_waits

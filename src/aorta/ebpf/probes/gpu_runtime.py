@@ -22,6 +22,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import hist
 from aorta.ebpf.elfsyms import ElfError, function_addresses
 from aorta.ebpf.probes import gpu_runtime_calibration as calibration
@@ -30,7 +31,7 @@ from aorta.ebpf.probes import gpu_runtime_metrics as m
 from aorta.ebpf.probes import gpu_runtime_timeline as tl
 from aorta.ebpf.probes import gpu_runtime_views as gv
 from aorta.ebpf.probes.base import CollectContext, FamilyResult, ProbeCode, ProbeFamily, RenderContext
-from aorta.ebpf.probes.gpu_runtime_apis import APIS, P
+from aorta.ebpf.probes.gpu_runtime_apis import APIS, AttachedProbe, MissedProbe, P
 from aorta.ebpf.probes.gpu_runtime_bpf import Where, attach_point, blocks
 from aorta.ebpf.runtime_libs import RUNTIME_LIBS, MappedLibrary, runtime_libraries, with_descendants
 
@@ -89,8 +90,8 @@ class GpuRuntimeFamily(ProbeFamily):
         self.watch_loads = watch_loads
         self.loads_reason: str | None = None  # why mapping times are not recorded (set by render)
         self.views = gv.parse_views(",".join(views)) if views is not None else views_default()
-        self.attached: list[dict[str, Any]] = []
-        self.not_attached: list[dict[str, Any]] = []
+        self.attached: list[AttachedProbe] = []
+        self.not_attached: list[MissedProbe] = []
         self.seen_paths: list[str] = []  # every runtime file the last render judged (late_runtimes)
         self._calibration: calibration.Plan | None = None  # set by render when it attached probes
         self._hit_costs: dict[str, Any] | None = None
@@ -131,13 +132,13 @@ class GpuRuntimeFamily(ProbeFamily):
         for lib in libs:
             if lib.problem:
                 code.missing[f"uprobe:{lib.mapped_as}"] = lib.problem
-                self.not_attached.append({"api": "*", "library": lib.mapped_as, "reason": lib.problem})
+                self.not_attached.append(MissedProbe("*", lib.mapped_as, lib.problem))
                 continue
             try:
                 present = function_addresses(lib.path)
             except ElfError as exc:
                 code.missing[f"uprobe:{lib.mapped_as}"] = str(exc)
-                self.not_attached.append({"api": "*", "library": lib.mapped_as, "reason": str(exc)})
+                self.not_attached.append(MissedProbe("*", lib.mapped_as, str(exc)))
                 continue
             probed: dict[int, str] = {}  # address → the API probed there (aliases count once)
             addrs = [f.address for f in present.values()]
@@ -158,7 +159,7 @@ class GpuRuntimeFamily(ProbeFamily):
                     reason = f"same address as {probed[present[symbol].address]} (an alias): counted there"
                 if reason is not None:
                     code.missing[event] = reason
-                    self.not_attached.append({"api": api.name, "library": lib.mapped_as, "reason": reason})
+                    self.not_attached.append(MissedProbe(api.name, lib.mapped_as, reason))
                     continue
                 assert symbol is not None
                 fn = present[symbol]
@@ -180,31 +181,41 @@ class GpuRuntimeFamily(ProbeFamily):
                     )
                 code.used_events.append(event)
                 self.attached.append(
-                    {
-                        "api": api.name,
-                        "symbol": symbol,
-                        "address": f"0x{fn.address:x}",
-                        "library": lib.mapped_as,
-                        "probed_path": lib.path,
-                        "pid": lib.pid,
-                        "entry_instruction": calibration.entry_class(lib.path, fn),
-                    }
+                    AttachedProbe(
+                        api=api.name,
+                        symbol=symbol,
+                        address=f"0x{fn.address:x}",
+                        library=lib.mapped_as,
+                        probed_path=lib.path,
+                        pid=lib.pid,
+                        entry_instruction=calibration.entry_class(lib.path, fn),
+                    )
                 )
         if (
             self.attached and self.calibrate
         ):  # what one hit costs, timed on probes whose first instruction is alike
-            self._calibration = calibration.plan([a["entry_instruction"] for a in self.attached], times)
+            self._calibration = calibration.plan([a.entry_instruction for a in self.attached], times)
             code.probes.extend(calibration.render(self._calibration) if self._calibration else [])
         return code
 
-    def render_state(self) -> dict[str, Any]:
-        return {"attached": self.attached, "not_attached": self.not_attached, "views": list(self.views)}
+    def render_state(self) -> JsonObject:
+        return {
+            "attached": self._attached_json(),
+            "not_attached": self._not_attached_json(),
+            "views": list(self.views),
+        }
 
-    def restore_state(self, state: dict[str, Any]) -> None:
-        self.attached = list(state.get("attached") or [])
-        self.not_attached = list(state.get("not_attached") or [])
+    def restore_state(self, state: JsonObject) -> None:
+        self.attached = [AttachedProbe.from_json(a) for a in state.get("attached") or []]
+        self.not_attached = [MissedProbe.from_json(n) for n in state.get("not_attached") or []]
         if isinstance(state.get("views"), list):
             self.views = gv.parse_views(",".join(str(v) for v in state["views"]))
+
+    def _attached_json(self) -> list[JsonObject]:
+        return [a.to_json() for a in self.attached]
+
+    def _not_attached_json(self) -> list[JsonObject]:
+        return [n.to_json() for n in self.not_attached]
 
     def snapshot(self, target: Any) -> Any:
         """What one uprobe hit costs here per entry-instruction class (gpu_runtime_calibration),
@@ -231,7 +242,7 @@ class GpuRuntimeFamily(ProbeFamily):
         handles = m.join_streams(per_stream, context.stream_handles)
         total_launches = sum(r["launches"] for r in per_stream.values())
         graph_total = sum(r["graph_launches"] for r in per_stream.values())
-        hsa_probed = any(a["api"].startswith("hsa_signal_store") for a in self.attached)
+        hsa_probed = any(a.api.startswith("hsa_signal_store") for a in self.attached)
         rings_used = (
             sorted(m.hex_handle(s) for s, r in queue_rows.items() if r["doorbell_rings"] > 0)
             if hsa_probed
@@ -293,7 +304,7 @@ class GpuRuntimeFamily(ProbeFamily):
             "views": gv.view_status(
                 self.attached, self.not_attached, not self.attached and not self.not_attached, self.views
             ),
-            "probes": {"attached": self.attached, "not_attached": self.not_attached},
+            "probes": {"attached": self._attached_json(), "not_attached": self._not_attached_json()},
             "probe_cost": (
                 m.probe_cost(
                     context,

@@ -7,7 +7,7 @@ from typing import Any
 
 from aorta.ebpf import hist
 from aorta.ebpf.probes.base import CollectContext, StreamHandle
-from aorta.ebpf.probes.gpu_runtime_apis import API_BY_ID, P
+from aorta.ebpf.probes.gpu_runtime_apis import API_BY_ID, AttachedProbe, P
 from aorta.ebpf.probes.gpu_runtime_calibration import CLASS_MEANING
 
 
@@ -208,14 +208,14 @@ KIND_ROLES = {
 }
 
 
-def kind_classes(attached: list[dict[str, Any]]) -> dict[str, list[str]]:
+def kind_classes(attached: Sequence[AttachedProbe]) -> dict[str, list[str]]:
     """Per kind of probe, the entry-instruction classes of the functions probed for it."""
     role = {a.name: a.role for a in API_BY_ID.values()}
     out: dict[str, set[str]] = {}
     for entry in attached:
-        kind = next((k for k, roles in KIND_ROLES.items() if role.get(entry["api"]) in roles), None)
-        if kind is not None and entry.get("entry_instruction"):
-            out.setdefault(kind, set()).add(str(entry["entry_instruction"]))
+        kind = next((k for k, roles in KIND_ROLES.items() if role.get(entry.api) in roles), None)
+        if kind is not None and entry.entry_instruction:
+            out.setdefault(kind, set()).add(str(entry.entry_instruction))
     return {k: sorted(v) for k, v in out.items()}
 
 

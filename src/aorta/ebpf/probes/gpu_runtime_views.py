@@ -8,8 +8,10 @@ A view whose entry points were not probed says why (`views`); one probed that sa
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import hist
 from aorta.ebpf.probes.gpu_runtime_apis import (
     API_BY_ID,
@@ -17,6 +19,8 @@ from aorta.ebpf.probes.gpu_runtime_apis import (
     MEMCPY_KINDS,
     NCCL_TYPE_NAMES,
     NCCL_TYPE_SIZES,
+    AttachedProbe,
+    MissedProbe,
     P,
 )
 from aorta.ebpf.probes.gpu_runtime_metrics import api_name, hex_handle
@@ -218,25 +222,25 @@ def stream_graph(maps: dict[str, Any]) -> dict[str, Any]:
 
 
 def view_status(
-    attached: list[dict[str, Any]],
-    not_attached: list[dict[str, Any]],
+    attached: Sequence[AttachedProbe],
+    not_attached: Sequence[MissedProbe],
     libs_missing: bool,
     views: tuple[str, ...] = DEFAULT_VIEWS,
-) -> dict[str, Any]:
+) -> JsonObject:
     """Per view: the entry points probed, or why none was (never silently absent)."""
     roles = {a.name: a.role for a in APIS}
     libs = {a.name: a.lib for a in APIS}
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     for view, (wanted, switch) in VIEW_ROLES.items():
         if switch not in views:
             out[view] = {"probed": [], "reason": SWITCHED_OFF}
             continue
-        probed = sorted({a["api"] for a in attached if roles.get(a["api"]) in wanted})
+        probed = sorted({a.api for a in attached if roles.get(a.api) in wanted})
         if probed:
             out[view] = {"probed": probed, "reason": None}
             continue
         kinds = sorted({libs[n] for n, r in roles.items() if r in wanted})
-        absent = sorted({a["api"] for a in not_attached if roles.get(a["api"]) in wanted})
+        absent = sorted({a.api for a in not_attached if roles.get(a.api) in wanted})
         if libs_missing or not absent:
             reason = f"no {' / '.join(LIB_FILES[k] for k in kinds)} mapped by the traced processes"
         else:
