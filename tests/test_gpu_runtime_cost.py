@@ -77,7 +77,7 @@ def test_cost_per_kind_follows_the_class_of_its_functions() -> None:
         attached_probe("cudaMemcpyAsync", "push"),
         attached_probe("cudaMemsetAsync", "other"),
     ]
-    start = {"entry_ns": {"push": 400, "other": 16000}, "return_ns": 600, "calibrated_on": {}}
+    start = calibration.HitCosts({"push": 400, "other": 16000}, 600, {}, "")
     # a window of 100 ms
     context = CollectContext(snapshots={"gpu_runtime": {"start": start}}, window=Window(1, 1 + 100_000_000))
     calls = {"launches": (10, 0), "doorbell_rings": (0, 10), "copies": (0, 3)}

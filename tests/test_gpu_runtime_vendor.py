@@ -23,6 +23,7 @@ from aorta.ebpf.elfsyms import function_addresses
 from aorta.ebpf.probes.base import CollectContext, RenderContext, StreamHandle, TraceTarget, Window
 from aorta.ebpf.probes.gpu_runtime import GpuRuntimeFamily
 from aorta.ebpf.probes.gpu_runtime_apis import APIS, MEMCPY_KINDS, NCCL_TYPE_SIZES, MissedProbe
+from aorta.ebpf.probes.gpu_runtime_calibration import HitCosts
 from aorta.ebpf.probes.gpu_runtime_views import ALL_VIEWS, DEFAULT_VIEWS
 from aorta.ebpf.runtime_libs import RUNTIME_LIBS, MappedLibrary, own_libc
 from conftest import unavailable, vendor_library
@@ -351,7 +352,7 @@ def test_views_from_printed_maps_recomputed_by_hand() -> None:
         "@gpu_runtime_wait_unknown": {"193,12288": 5},
         "@gpu_runtime_records": {"183,4096": 2},
     }
-    start = {"entry_ns": {"push": 1000, "other": 5000}, "return_ns": 2000}  # pairs: 3000, 7000
+    start = HitCosts({"push": 1000, "other": 5000}, 2000, {}, "")  # pairs: 3000, 7000
     context = CollectContext(
         snapshots={"gpu_runtime": {"start": start}},
         window=Window(1, 1 + 10_000_000),  # 10 ms

@@ -30,7 +30,14 @@ from aorta.ebpf.probes import gpu_runtime_loads as loads_probes
 from aorta.ebpf.probes import gpu_runtime_metrics as m
 from aorta.ebpf.probes import gpu_runtime_timeline as tl
 from aorta.ebpf.probes import gpu_runtime_views as gv
-from aorta.ebpf.probes.base import CollectContext, FamilyResult, ProbeCode, ProbeFamily, RenderContext
+from aorta.ebpf.probes.base import (
+    CollectContext,
+    FamilyResult,
+    ProbeCode,
+    ProbeFamily,
+    RenderContext,
+    TraceTarget,
+)
 from aorta.ebpf.probes.gpu_runtime_apis import APIS, AttachedProbe, MissedProbe, P
 from aorta.ebpf.probes.gpu_runtime_bpf import Where, attach_point, blocks
 from aorta.ebpf.runtime_libs import RUNTIME_LIBS, MappedLibrary, runtime_libraries, with_descendants
@@ -94,7 +101,7 @@ class GpuRuntimeFamily(ProbeFamily):
         self.not_attached: list[MissedProbe] = []
         self.seen_paths: list[str] = []  # every runtime file the last render judged (late_runtimes)
         self._calibration: calibration.Plan | None = None  # set by render when it attached probes
-        self._hit_costs: dict[str, Any] | None = None
+        self._hit_costs: calibration.HitCosts | None = None
         self.timeline_cap = 0  # set by render: calls kept per thread and kind (0: no timeline)
 
     def wanted_events(self) -> list[str]:
@@ -217,14 +224,14 @@ class GpuRuntimeFamily(ProbeFamily):
     def _not_attached_json(self) -> list[JsonObject]:
         return [n.to_json() for n in self.not_attached]
 
-    def snapshot(self, target: Any) -> Any:
+    def snapshot(self, target: TraceTarget) -> calibration.HitCosts | None:
         """What one uprobe hit costs here per entry-instruction class (gpu_runtime_calibration),
         timed once, right before the window; None when this program carries no calibration."""
         if not self.attached or self._calibration is None:
             return None
         if self._hit_costs is None:
             self._hit_costs = calibration.hit_costs(self._calibration)
-        return dict(self._hit_costs)
+        return self._hit_costs
 
     # -- collect -------------------------------------------------------------------------------
     def collect(self, maps: dict[str, Any], context: CollectContext) -> FamilyResult:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import hist
 from aorta.ebpf.probes.base import CollectContext, StreamHandle
 from aorta.ebpf.probes.gpu_runtime_apis import API_BY_ID, AttachedProbe, P
-from aorta.ebpf.probes.gpu_runtime_calibration import CLASS_MEANING
+from aorta.ebpf.probes.gpu_runtime_calibration import CLASS_MEANING, HitCosts
 
 
 def api_name(ident: int) -> str:
@@ -219,21 +221,40 @@ def kind_classes(attached: Sequence[AttachedProbe]) -> dict[str, list[str]]:
     return {k: sorted(v) for k, v in out.items()}
 
 
-def _class_costs(start: dict[str, Any]) -> dict[str, tuple[float | None, float | None]]:
+def _class_costs(start: HitCosts) -> dict[str, tuple[float | None, float | None]]:
     """Per entry-instruction class: (ns per entry hit, ns per entry + return pair), None unknown."""
-    entry = start.get("entry_ns") if isinstance(start.get("entry_ns"), dict) else {}
-    ret = start.get("return_ns")
+    ret = start.return_ns
     out: dict[str, tuple[float | None, float | None]] = {}
-    for cls, ns in (entry or {}).items():
-        e = float(ns) if isinstance(ns, (int, float)) else None
-        pair = e + float(ret) if e is not None and isinstance(ret, (int, float)) else None
+    for cls, ns in start.entry_ns.items():
+        e = float(ns) if ns is not None else None
+        pair = e + float(ret) if e is not None and ret is not None else None
         out[str(cls)] = (e, pair)
     return out
 
 
+@dataclass(frozen=True)
+class KindCost:
+    """One kind of probe's share of the probe cost: calls, uprobe hits, the entry-instruction
+    classes charged, host ms spent in its hits (None: a cost needed is unknown)."""
+
+    calls: int
+    hits: int
+    entry_instruction: str | None
+    probe_time_ms: float | None
+
+    def to_json(self) -> JsonObject:
+        """The row of `probe_cost.by_kind`."""
+        return {
+            "calls": self.calls,
+            "hits": self.hits,
+            "entry_instruction": self.entry_instruction,
+            "probe_time_ms": self.probe_time_ms,
+        }
+
+
 def probe_cost(
     context: CollectContext, calls: dict[str, tuple[int, int]], classes: dict[str, list[str]]
-) -> dict[str, Any]:
+) -> JsonObject:
     """uprobe cost per launch, per kind of probe and as a share of the window, from costs timed
     right before the window on calibration probes of each entry-instruction class
     (gpu_runtime_calibration).
@@ -242,8 +263,8 @@ def probe_cost(
     `classes`: kind → the entry-instruction classes of its probed functions (several: the dearer
     one is charged, an upper bound). "launches" and "doorbell_rings" give the cost per launch.
     """
-    start: Any = context.edges("gpu_runtime").get("start") or {}  # the calibration (hit_costs)
-    costs = _class_costs(start) if isinstance(start, dict) else {}
+    start = context.edges("gpu_runtime").get("start")  # HitCosts, or an error a snapshot raised
+    costs = _class_costs(start) if isinstance(start, HitCosts) else {}
     if not costs:
         return {
             "entry_probe_us": None,
@@ -265,16 +286,16 @@ def probe_cost(
             return None
         return paired_calls * (pair or 0.0) + entry_calls * (entry or 0.0)
 
-    by_kind: dict[str, dict[str, Any]] = {}
+    by_kind: dict[str, KindCost] = {}
     for kind, (p, e) in calls.items():
         ns = spent(kind, p, e)
-        by_kind[kind] = {
-            "calls": p + e,
-            "hits": 2 * p + e,
-            "entry_instruction": "+".join(classes.get(kind, [])) or None,
-            "probe_time_ms": ns / 1e6 if ns is not None else None,
-        }
-    unknown = [k for k, v in by_kind.items() if v["probe_time_ms"] is None]
+        by_kind[kind] = KindCost(
+            calls=p + e,
+            hits=2 * p + e,
+            entry_instruction="+".join(classes.get(kind, [])) or None,
+            probe_time_ms=ns / 1e6 if ns is not None else None,
+        )
+    unknown = [k for k, v in by_kind.items() if v.probe_time_ms is None]
     (lp, le), rings = calls.get("launches", (0, 0)), calls.get("doorbell_rings", (0, 0))[1]
     launch_ns, ring_ns = spent("launches", lp, le), spent("doorbell_rings", 0, rings)
     per_launch = (
@@ -283,9 +304,9 @@ def probe_cost(
         else None
     )
     launch_pair, launch_entry = cost("launches", True), cost("launches", False)
-    spent_ns = None if unknown else sum(v["probe_time_ms"] or 0.0 for v in by_kind.values()) * 1e6
+    spent_ns = None if unknown else sum(v.probe_time_ms or 0.0 for v in by_kind.values()) * 1e6
     window_ms = context.window.duration_ms
-    calibrated_on = start.get("calibrated_on") if isinstance(start.get("calibrated_on"), dict) else {}
+    calibrated_on = start.calibrated_on if isinstance(start, HitCosts) else {}
     return {
         "entry_probe_us": launch_entry / 1e3 if launch_entry is not None else None,
         "entry_return_pair_us": launch_pair / 1e3 if launch_pair is not None else None,
@@ -294,17 +315,17 @@ def probe_cost(
             cls: {
                 "entry_probe_us": e / 1e3 if e is not None else None,
                 "entry_return_pair_us": pr / 1e3 if pr is not None else None,
-                "calibrated_on": (calibrated_on or {}).get(cls),
+                "calibrated_on": calibrated_on.get(cls),
                 "meaning": CLASS_MEANING.get(cls),
             }
             for cls, (e, pr) in sorted(costs.items())
         },
-        "hits_in_window": sum(v["hits"] for v in by_kind.values()),
+        "hits_in_window": sum(v.hits for v in by_kind.values()),
         "probe_time_in_window_ms": spent_ns / 1e6 if spent_ns is not None else None,
-        "by_kind": by_kind,
+        "by_kind": {kind: v.to_json() for kind, v in by_kind.items()},
         "window_share_pct": (
             100 * spent_ns / (window_ms * 1e6)
-            if spent_ns is not None and isinstance(window_ms, (int, float)) and window_ms > 0
+            if spent_ns is not None and window_ms is not None and window_ms > 0
             else None
         ),
         **(
