@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any
 
 from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import hist
@@ -234,10 +233,10 @@ class GpuRuntimeFamily(ProbeFamily):
         return self._hit_costs
 
     # -- collect -------------------------------------------------------------------------------
-    def collect(self, maps: dict[str, Any], context: CollectContext) -> FamilyResult:
+    def collect(self, maps: JsonObject, context: CollectContext) -> FamilyResult:
         on = set(self.views)
         times = "times" in on
-        syncs: dict[Any, tuple[int, int | None] | None]  # (calls, ns blocked: None at entry only)
+        syncs: m.Syncs  # (calls, ns blocked: None at entry only)
         if times:
             syncs = {k: hist.stats(v) for k, v in hist.keyed(maps.get(f"{P}sync_ns")).items()}
         else:  # counted at entry only: calls, no time blocked
@@ -247,11 +246,11 @@ class GpuRuntimeFamily(ProbeFamily):
         per_stream = m.stream_rows(maps, syncs, "syncs" in on)
         queue_rows = m.queue_rows(maps, per_stream)
         handles = m.join_streams(per_stream, context.stream_handles)
-        total_launches = sum(r["launches"] for r in per_stream.values())
-        graph_total = sum(r["graph_launches"] for r in per_stream.values())
+        total_launches = sum(r.launches for r in per_stream.values())
+        graph_total = sum(r.graph_launches for r in per_stream.values())
         hsa_probed = any(a.api.startswith("hsa_signal_store") for a in self.attached)
         rings_used = (
-            sorted(m.hex_handle(s) for s, r in queue_rows.items() if r["doorbell_rings"] > 0)
+            sorted(m.hex_handle(s) for s, r in queue_rows.items() if r.doorbell_rings > 0)
             if hsa_probed
             else None
         )
@@ -265,19 +264,24 @@ class GpuRuntimeFamily(ProbeFamily):
         launches = self.attached and "launches" in on  # a switched-off view: null, not zeros
         # without launches the family saw no submissions: it cannot head the queue section
         summary = m.family_summary(per_stream, rings_used) if launches else None
-        streams_launching = len([r for r in per_stream.values() if r["launches"] or r["graph_launches"]])
+        streams_launching = len([r for r in per_stream.values() if r.launches or r.graph_launches])
         if "launches" not in on:
             for row in per_stream.values():
-                row["launches"] = row["graph_launches"] = None
+                row.launches_probed = False
         if summary is not None and not times:
             summary["launch_call_meaning"] = f"launch call time {gv.SWITCHED_OFF} (view times)"
         metrics = {
             "summary": summary,
-            "streams": sorted(
-                per_stream.values(), key=lambda r: (r["stream_index"] is None, r["stream_index"], r["handle"])
-            ),
+            "streams": [  # the harness's streams by index, then the others by handle
+                r.to_json()
+                for r in sorted(
+                    per_stream.values(), key=lambda r: (r.stream_index is None, r.stream_index or 0, r.handle)
+                )
+            ],
             "queues": (
-                sorted(queue_rows.values(), key=lambda r: r["doorbell_signal"]) if "doorbells" in on else None
+                [r.to_json() for r in sorted(queue_rows.values(), key=lambda r: r.doorbell_signal)]
+                if "doorbells" in on
+                else None
             ),
             "streams_created": (
                 [
@@ -303,10 +307,10 @@ class GpuRuntimeFamily(ProbeFamily):
                 "hip/cudaGraphLaunch calls: one per graph launched, not the kernels inside it "
                 "(those are submitted by the runtime without an exported launch call)"
             ),
-            "copies": copies if "copies" in on else None,
-            "collectives": colls if "collectives" in on else None,
+            "copies": [c.to_json() for c in copies] if "copies" in on else None,
+            "collectives": [c.to_json() for c in colls] if "collectives" in on else None,
             "collective_groups": gv.group_calls(maps) if "collectives" in on else None,
-            "stream_graph": graph if "waits" in on else None,
+            "stream_graph": graph.to_json() if "waits" in on else None,
             "views_probed": list(self.views),
             "views": gv.view_status(
                 self.attached, self.not_attached, not self.attached and not self.not_attached, self.views
@@ -319,7 +323,7 @@ class GpuRuntimeFamily(ProbeFamily):
                         "launches": _pair(total_launches, times),
                         "graph_launches": _pair(graph_total, times),
                         "syncs": _pair(sum(v[0] for v in syncs.values() if v), times),
-                        "doorbell_rings": (0, sum(r["doorbell_rings"] for r in queue_rows.values())),
+                        "doorbell_rings": (0, sum(r.doorbell_rings for r in queue_rows.values())),
                         **gv.probed_calls(maps, times),
                     },
                     m.kind_classes(self.attached),
