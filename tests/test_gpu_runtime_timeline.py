@@ -251,10 +251,10 @@ def test_timeline_off_renders_the_default_program_and_on_only_adds_blocks(tmp_pa
 def test_packed_api_and_kind_decode() -> None:
     api = next(a for a in API_BY_ID.values() if a.name == "cudaMemcpyAsync")
     row = gtl._row("copy", 5, 1, 2, api.ident | (2 << 16), 0x10, 4096)
-    assert row == [5, 1, 2, "cudaMemcpyAsync", "0x10", 4096, "D2H", None, None]
+    assert list(row) == [5, 1, 2, "cudaMemcpyAsync", "0x10", 4096, "D2H", None, None]
     nccl = next(a for a in API_BY_ID.values() if a.name == "ncclAllReduce")
     row = gtl._row("collective", 5, 1, 2, nccl.ident | (7 << 16), 0x10, 100)
-    assert row[5:8] == [400, "float32", 100]
+    assert list(row[5:8]) == [400, "float32", 100]
     sync = next(a for a in API_BY_ID.values() if a.name == "cudaDeviceSynchronize")
     assert gtl._row("sync", 5, 1, 2, sync.ident, 0, None)[4] is None  # no stream argument
 
