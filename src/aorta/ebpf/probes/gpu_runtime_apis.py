@@ -1,4 +1,5 @@
-"""The GPU runtime entry points the gpu_runtime family probes: names, roles, where the stream is.
+"""The GPU runtime entry points the gpu_runtime family probes: names, roles, where the stream is;
+and what a render probed (`AttachedProbe`) or could not (`MissedProbe`).
 
 Facts from the public headers and API references listed in docs/ebpf.md (names, argument order,
 struct offsets); x86-64 SysV calling convention.
