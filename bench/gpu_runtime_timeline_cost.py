@@ -53,7 +53,7 @@ def _calls() -> dict[str, Any]:
 def main() -> None:
     from aorta.ebpf import engine
     from aorta.ebpf.probes import gpu_runtime_timeline as gtl
-    from aorta.ebpf.probes.base import TraceTarget
+    from aorta.ebpf.probes.base import CollectContext, TraceTarget
     from aorta.ebpf.probes.gpu_runtime import GpuRuntimeFamily
     from aorta.ebpf.session import stop_timeout_s
     from uprobe_cost import _time_calls
@@ -90,7 +90,7 @@ def main() -> None:
             session.window_stop()
             out = session.stop(timeout_s=stop_timeout_s(session.output.attached_probes))
             if mode == "on":
-                tl = engine.collect_results(program, out, {"window": engine.window_info(out)})[0]
+                tl = engine.collect_results(program, out, CollectContext(window=engine.window_edges(out)))[0]
                 kinds = tl.metrics["timeline"]["kinds"]
                 assert all(k["dropped"] == 0 for k in kinds.values()), "the cap dropped calls"
                 kept.append(sum(k["kept"] for k in kinds.values()))

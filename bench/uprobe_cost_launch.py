@@ -171,15 +171,19 @@ def main() -> None:
                 f"(rounds: {', '.join(f'{x:.2f}' for x in ratios)})"
             )
         print(line)
-    calib = families["default"].snapshot(None) or {}
-    entry = calib.get("entry_ns") or {}
+    calib = families["default"].snapshot(TraceTarget(()))
+    entry = calib.entry_ns if calib is not None else {}
     print(
         "family calibration (probe_cost in the result), ns per entry hit by the probed function's "
         "first instruction: "
         + ", ".join(
             f"{cls} {ns:.0f}" if ns is not None else f"{cls} not measured" for cls, ns in entry.items()
         )
-        + (f"; return probe +{calib['return_ns']:.0f}" if calib.get("return_ns") is not None else "")
+        + (
+            f"; return probe +{calib.return_ns:.0f}"
+            if calib is not None and calib.return_ns is not None
+            else ""
+        )
         + "  (compare: the default views' added ns per call above; libcudart and libnccl's "
         "entry points start with a push, but ncclBcast)"
     )

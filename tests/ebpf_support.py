@@ -14,7 +14,15 @@ from typing import Any
 import pytest
 
 from aorta.ebpf.interrupt import Interrupter
-from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext
+from aorta.ebpf.probes.base import (
+    CollectContext,
+    FamilyResult,
+    ProbeCode,
+    ProbeFamily,
+    RenderContext,
+    StreamHandle,
+)
+from aorta.ebpf.probes.gpu_runtime_apis import AttachedProbe
 
 
 def ebpf_unavailable_reason() -> str | None:
@@ -162,7 +170,7 @@ class GetppidFamily(ProbeFamily):
             used_events=["syscalls:sys_enter_getppid"],
         )
 
-    def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
+    def collect(self, maps: dict[str, Any], context: CollectContext) -> FamilyResult:
         return FamilyResult(self.name, self.section, dict(maps), {})
 
 
@@ -182,5 +190,11 @@ class FakeGpuBackend:
     def workers(self) -> list[Any]:
         return []
 
-    def stream_handles(self) -> list[dict[str, Any]]:
-        return [{"stream": i, "handle": h} for i, h in enumerate(self.handles)]
+    def stream_handles(self) -> list[StreamHandle]:
+        return [StreamHandle(i, h) for i, h in enumerate(self.handles)]
+
+
+def attached_probe(api: str, entry_instruction: str = "") -> AttachedProbe:
+    """An entry point as the gpu_runtime family records its probe (the file, address and pid are
+    placeholders: collect reads the API and the class of its first instruction; "" = unknown)."""
+    return AttachedProbe(api, api, "0x0", "/stand-in/lib.so", "/stand-in/lib.so", 0, entry_instruction)

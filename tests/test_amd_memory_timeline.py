@@ -11,7 +11,7 @@ import pytest
 
 from aorta.ebpf import memory_metrics as mm
 from aorta.ebpf.probes.amd_memory import TL_BO, TL_KFD, AmdMemoryFamily, kfd_timeline, unpack_bo_move
-from aorta.ebpf.probes.base import RenderContext, TraceTarget
+from aorta.ebpf.probes.base import CollectContext, RenderContext, TraceTarget
 from aorta.ebpf.program import GATE
 from aorta.ebpf.tracefs import Tracefs
 from aorta.hw_queue_eval.report.trace import build_trace
@@ -94,7 +94,7 @@ def test_collect_unpacks_moves_pairs_kfd_slices_and_counts_the_drops() -> None:
         ],
     }
     maps = {**_printed(TL_BO, moves, {0: 5, 1: 1}), **_printed(TL_KFD, kfd, {0: 2, 1: 4})}
-    res = family.collect(maps, {"window": {}, "pids": []})
+    res = family.collect(maps, CollectContext())
     tl = res.metrics["timeline"]
     assert tl["bo_moves"]["rows"] == [
         [t + 100, 2, 1, 1, 1 << 30],

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import pytest
 
 from aorta.ebpf import hist, procstat
 from aorta.ebpf.probes.amdgpu import AmdgpuFamily
-from aorta.ebpf.probes.base import FamilyResult, QueueWorker
+from aorta.ebpf.probes.base import CollectContext, FamilyResult, QueueWorker
 from aorta.ebpf.probes.cpu_sched import CpuSchedFamily
 from aorta.ebpf.probes.gpu_scheduler import GpuSchedulerFamily
 from aorta.ebpf.probes.kfd import multiplexing_verdict
@@ -48,7 +49,7 @@ def test_percentile_inside_bucket() -> None:
     assert hist.percentile([], 0.5) is None
 
 
-DOORBELL_EVENTS = ["sched:sched_switch", "syscalls:sys_enter_write", "syscalls:sys_exit_read"]
+DOORBELL_EVENTS = ("sched:sched_switch", "syscalls:sys_enter_write", "syscalls:sys_exit_read")
 
 
 def test_cpu_sched_attributes_doorbells_to_queues() -> None:
@@ -66,7 +67,7 @@ def test_cpu_sched_attributes_doorbells_to_queues() -> None:
         "@cpu_sched_sub": {"0,0": 1000, "0,1": 0, "0,2": 5000, "1,0": 2000},
         "@cpu_sched_cpus": {"11,1": 1},
     }
-    workers = [QueueWorker(11, 0, streams=(0, 2)), QueueWorker(12, 1, streams=(1,))]
+    workers = (QueueWorker(11, 0, streams=(0, 2)), QueueWorker(12, 1, streams=(1,)))
 
     def counters(exec_ns: int, vol: int, invol: int, comm: str = "aorta-hwq0") -> procstat.ThreadCounters:
         return procstat.ThreadCounters(
@@ -94,7 +95,7 @@ def test_cpu_sched_attributes_doorbells_to_queues() -> None:
             },
         }
     }
-    context = {"workers": workers, "submitter_tids": [7], "snapshots": snaps, "attached": DOORBELL_EVENTS}
+    context = CollectContext(workers=workers, submitter_tids=(7,), snapshots=snaps, attached=DOORBELL_EVENTS)
     r = CpuSchedFamily().collect(maps, context)
     s = r.metrics["summary"]
     assert s["total_submissions"] == 4
@@ -145,7 +146,7 @@ def test_cpu_sched_attributes_doorbells_to_queues() -> None:
     assert rows[12]["submit_to_dispatch_p99_method"] == "log-linear estimate"
     assert rows[11]["submit_to_dispatch_p99_method"] == "exact"
     # the doorbell probes were not attached: no summary rather than zeros
-    assert CpuSchedFamily().collect(maps, {**context, "attached": []}).metrics["summary"] is None
+    assert CpuSchedFamily().collect(maps, replace(context, attached=())).metrics["summary"] is None
 
 
 def test_the_marker_threads_row_is_its_own_reads_at_the_markers() -> None:
@@ -167,7 +168,7 @@ def test_the_marker_threads_row_is_its_own_reads_at_the_markers() -> None:
     )
 
     def rows(marker_clock: procstat.MarkerClock | None) -> dict[int, dict[str, object]]:
-        context = {"submitter_tids": [7], "snapshots": snaps, "marker_clock": marker_clock}
+        context = CollectContext(submitter_tids=(7,), snapshots=snaps, marker_clock=marker_clock)
         return {r["tid"]: r for r in CpuSchedFamily().collect({}, context).metrics["threads"]}
 
     marked = rows(clock)
@@ -298,7 +299,7 @@ def test_comparison_without_handoffs_is_null_with_reason() -> None:
 
 
 def test_cpu_sched_without_registry_has_no_summary() -> None:
-    r = CpuSchedFamily().collect({"@cpu_sched_seq": {"0": 1}}, {"workers": [], "attached": DOORBELL_EVENTS})
+    r = CpuSchedFamily().collect({"@cpu_sched_seq": {"0": 1}}, CollectContext(attached=DOORBELL_EVENTS))
     assert r.metrics["summary"] is None
 
 
@@ -309,7 +310,9 @@ def test_amdgpu_collect_separates_internal_jobs() -> None:
         "@amdgpu_internal_jobs": {"sdma0": 9},
         "@amdgpu_s2d": {"count": 3, "average": 3000, "total": 9000},
     }
-    r = AmdgpuFamily().collect(maps, {"attached": ["amdgpu:amdgpu_cs_ioctl", "amdgpu:amdgpu_sched_run_job"]})
+    r = AmdgpuFamily().collect(
+        maps, CollectContext(attached=("amdgpu:amdgpu_cs_ioctl", "amdgpu:amdgpu_sched_run_job"))
+    )
     assert r.metrics["summary"]["total_submissions"] == 3
     assert r.metrics["summary"]["hw_rings_used"] == ["gfx_0.0.0"]
     assert r.metrics["jobs_without_traced_submission"] == {"sdma0": 9}
@@ -320,7 +323,7 @@ def test_amdgpu_collect_separates_internal_jobs() -> None:
 def test_job_family_that_attached_nothing_reports_null_not_zero(family: type) -> None:
     """No amdgpu/drm_sched tracepoint attached (this machine): the counts were not measured, so
     they are null with the reason, never 0; an attached family with no events does say 0."""
-    r = family().collect({}, {"attached": []})
+    r = family().collect({}, CollectContext(attached=()))
     summary = r.metrics["summary"]
     for key in ("total_submissions", "total_dispatches", "hw_rings_used"):
         assert summary[key] is None, key
@@ -347,7 +350,7 @@ def test_job_family_that_attached_nothing_reports_null_not_zero(family: type) ->
         f"not attached on this machine (not measured, null in the JSON): {r.family} (absent)"
         in out.getvalue()
     )
-    attached = family().collect({}, {"attached": family().wanted_events()})
+    attached = family().collect({}, CollectContext(attached=tuple(family().wanted_events())))
     assert attached.metrics["summary"]["total_submissions"] == 0
     assert "summary_reason" not in attached.metrics["summary"]
 

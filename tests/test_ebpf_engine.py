@@ -10,7 +10,14 @@ from typing import Any
 import pytest
 
 from aorta.ebpf import engine
-from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext, TraceTarget
+from aorta.ebpf.probes.base import (
+    CollectContext,
+    FamilyResult,
+    ProbeCode,
+    ProbeFamily,
+    RenderContext,
+    TraceTarget,
+)
 from aorta.ebpf.probes.cpu_sched import CpuSchedFamily
 from ebpf_support import GetppidFamily, path_without_bpftrace, start_attach
 
@@ -37,7 +44,7 @@ class FenceCount(ProbeFamily):
             used_events=["dma_fence:dma_fence_signaled"],
         )
 
-    def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
+    def collect(self, maps: dict[str, Any], context: CollectContext) -> FamilyResult:
         return FamilyResult(self.name, self.section, dict(maps), {})
 
 
@@ -401,7 +408,8 @@ def test_kfd_probes_count_ioctls_on_the_device(ebpf_ready: None, tmp_path: Path)
     out = session.stop()
     assert out.exit_code == 0, out.stderr
     result = family.collect(
-        {k: v for k, v in out.maps.items() if k.startswith("@kfd_")}, {"pids": [os.getpid()], "streams": 4}
+        {k: v for k, v in out.maps.items() if k.startswith("@kfd_")},
+        CollectContext(pids=(os.getpid(),), streams=4),
     )
     create = result.metrics["ioctls"]["CREATE_QUEUE"]
     assert create["window"] == 12

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from aorta.ebpf import engine, mapcap
-from aorta.ebpf.probes.base import TraceTarget
+from aorta.ebpf.probes.base import CollectContext, TraceTarget
 from ebpf_support import many_keys
 
 PROGRAM = "BEGIN\n{\n  @a_x = 1;\n}\n\ntp:x\n{\n  @a_many[nsecs] = count(); @a_few[1] = hist(2);\n}\n"
@@ -70,7 +70,7 @@ def test_tiny_map_drops_are_counted_by_map_name(ebpf_ready: None) -> None:
     assert out.lost_events == 0, out.stderr
     assert len(out.maps["@t_many_keys"]) == 8
     assert out.maps["@t_many_n"] == 50
-    results = engine.collect_results(program, out, {})
+    results = engine.collect_results(program, out, CollectContext())
     section = engine.build_sections(program, out, results, ready, True, False)["ebpf_queue_metrics"]
     assert section["lost_events"] == 0
     assert section["dropped_updates"] == 50 - 8

@@ -16,7 +16,7 @@ import pytest
 from aorta.ebpf import engine
 from aorta.ebpf import memory_metrics as mm
 from aorta.ebpf.probes.amd_memory import AmdMemoryFamily, bo_move_probe, kfd_log_probe
-from aorta.ebpf.probes.base import ProbeCode, ProbeFamily, RenderContext, TraceTarget
+from aorta.ebpf.probes.base import CollectContext, ProbeCode, ProbeFamily, RenderContext, TraceTarget
 from aorta.ebpf.probes.host_memory import HostMemoryFamily
 
 pytestmark = pytest.mark.ebpf
@@ -68,7 +68,9 @@ def test_host_family_counts_faults_and_mmaps_of_the_window_only(ebpf_ready: None
 
     _, out = _run_session([family], body)
     assert out.lost_events == 0
-    res = family.collect(_maps(out, family), {"window": engine.window_info(out), "pids": [os.getpid()]})
+    res = family.collect(
+        _maps(out, family), CollectContext(window=engine.window_edges(out), pids=(os.getpid(),))
+    )
     m = res.metrics
     pages = 8 * MiB // PAGE
     mine = m["page_faults"]["per_process"][str(os.getpid())]
@@ -177,7 +179,7 @@ def test_amd_probe_code_pairs_two_hop_moves_and_evictions_in_the_kernel(ebpf_rea
     _, out = _run_session([family], body)
     elapsed_us = (time.monotonic_ns() - t0) / 1e3
     assert out.lost_events == 0
-    res = family.collect(_maps(out, family), {"window": engine.window_info(out), "pids": [777]})
+    res = family.collect(_maps(out, family), CollectContext(window=engine.window_edges(out), pids=(777,)))
     bo = res.metrics["bo_moves"]
     assert bo["hops_seen"] == 11
     assert bo["two_hop_moves"] == 2

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from aorta.ebpf import engine
-from aorta.ebpf.probes.base import BpftraceDialect, TraceTarget
+from aorta.ebpf.probes.base import BpftraceDialect, CollectContext, TraceTarget, Window
 from aorta.ebpf.probes.registry import families_for
 from aorta.ebpf.program import ProgramError, build_program
 from aorta.ebpf.tracefs import Tracefs
@@ -253,7 +253,7 @@ def test_attached_family_that_saw_nothing_reports_zeros(family_name: str) -> Non
     from aorta.ebpf.probes.gpu_scheduler import GpuSchedulerFamily
 
     family = {"amdgpu": AmdgpuFamily, "gpu_scheduler": GpuSchedulerFamily}[family_name]()
-    context = {"window": {"duration_ms": 100.0}, "attached": family.wanted_events()}
+    context = CollectContext(window=Window(1, 1 + 100_000_000), attached=tuple(family.wanted_events()))
     summary = family.collect({}, context).metrics["summary"]
     assert summary["total_submissions"] == 0
     assert summary["total_dispatches"] == 0

@@ -19,12 +19,14 @@ import pytest
 
 from aorta.ebpf import engine
 from aorta.ebpf.elfsyms import ElfError, defined_functions, function_addresses
-from aorta.ebpf.probes.base import TraceTarget
+from aorta.ebpf.probes.base import CollectContext, StreamHandle, TraceTarget
 from aorta.ebpf.probes.gpu_runtime import GpuRuntimeFamily
+from aorta.ebpf.probes.gpu_runtime_apis import MissedProbe
 from aorta.ebpf.probes.gpu_runtime_views import ALL_VIEWS, SWITCHED_OFF
 from aorta.ebpf.program import UPROBE_HANDSHAKE_IDS
 from aorta.ebpf.runtime_libs import runtime_libraries
 from conftest import unavailable
+from ebpf_support import attached_probe
 from gpu_standins import Dim3, LaunchConfig, build, counter, gcc, reset
 
 LAUNCH_NS = 300_000  # each stand-in launch busy-waits 300 µs
@@ -188,11 +190,12 @@ def test_render_checks_symbols_and_lists_absent_ones(standins: dict[str, Path], 
     assert "hipExtLaunchKernel" not in text  # not exported by the stand-in: never rendered
     missing = program.missing["gpu_runtime"]
     assert "symbol not in" in missing["uprobe:hip:hipExtLaunchKernel"]
-    assert {
-        "api": "hipExtLaunchKernel",
-        "library": str(standins["libamdhip64.so"]),
-        "reason": missing["uprobe:hip:hipExtLaunchKernel"],
-    } in family.not_attached
+    assert (
+        MissedProbe(
+            "hipExtLaunchKernel", str(standins["libamdhip64.so"]), missing["uprobe:hip:hipExtLaunchKernel"]
+        )
+        in family.not_attached
+    )
     assert program.uprobe_ping
     assert set(UPROBE_HANDSHAKE_IDS) <= set(program.handshake_ids)
     # the uprobe handshake brackets every uprobe block
@@ -213,7 +216,7 @@ def test_nothing_mapped_means_nothing_attached_with_the_reason() -> None:
     assert "uprobe:" not in program.text
     assert not program.uprobe_ping
     assert "no HIP/HSA/CUDA runtime library" in program.missing["gpu_runtime"]["uprobe:*"]
-    result = family.collect({}, {})
+    result = family.collect({}, CollectContext())
     assert result.metrics["summary"] is None
     assert result.metrics["launches_total"] is None
 
@@ -302,10 +305,10 @@ def test_hip_launches_per_stream_doorbells_per_queue_and_mapping(hip: ctypes.CDL
     metrics = engine.collect_results(
         program,
         out,
-        {
-            "window": engine.window_info(out),
-            "stream_handles": [{"stream": i, "handle": s} for i, s in enumerate(streams)],
-        },
+        CollectContext(
+            window=engine.window_edges(out),
+            stream_handles=tuple(StreamHandle(i, s) for i, s in enumerate(streams)),
+        ),
     )[0].metrics
     rows = {int(r["handle"], 16): r for r in metrics["streams"]}
     assert truth_n == sum(len(v) for v in plan.values())
@@ -396,7 +399,7 @@ def test_cuda_runtime_and_driver_launches_streams_and_syncs(cuda: tuple[ctypes.C
     out = session.stop()
     assert out.exit_code == 0, out.stderr
     assert out.lost_events == 0, out.stderr
-    metrics = engine.collect_results(program, out, {})[0].metrics
+    metrics = engine.collect_results(program, out, CollectContext())[0].metrics
     rows = {int(r["handle"], 16): r for r in metrics["streams"]}
     assert rows[streams[0]]["by_api"] == {"cudaLaunchKernel": 4}
     assert rows[streams[1]]["by_api"] == {"cudaLaunchKernel_ptsz": 5}
@@ -541,7 +544,7 @@ def test_collect_and_gpu_comparison_recomputed_by_hand() -> None:
     from aorta.hw_queue_eval.tracing.gpu_runtime_comparison import compare_gpu_runtime
 
     family = GpuRuntimeFamily(libraries=[], views=ALL_VIEWS)
-    family.attached = [{"api": "hipLaunchKernel"}, {"api": "hsa_signal_store_screlease"}]
+    family.attached = [attached_probe("hipLaunchKernel"), attached_probe("hsa_signal_store_screlease")]
     maps = {
         "@gpu_runtime_launches": {"1,4096": 3, "4,4096": 2, "1,8192": 3, "1,12288": 1},
         "@gpu_runtime_launch_ns": {
@@ -558,8 +561,8 @@ def test_collect_and_gpu_comparison_recomputed_by_hand() -> None:
         },
         "@gpu_runtime_nested": {"21": 4},
     }
-    handles = [{"stream": 0, "handle": 4096}, {"stream": 1, "handle": 8192}]
-    m = family.collect(maps, {"stream_handles": handles}).metrics
+    handles = (StreamHandle(0, 4096), StreamHandle(1, 8192))
+    m = family.collect(maps, CollectContext(stream_handles=handles)).metrics
     rows = {r["handle"]: r for r in m["streams"]}
     assert rows["0x1000"]["launches"] == 5
     assert rows["0x1000"]["by_api"] == {"hipLaunchKernel": 3, "hipModuleLaunchKernel": 2}
@@ -749,7 +752,7 @@ def test_only_declared_families_may_use_uprobes_and_paths_are_plain() -> None:
         def render(self, ctx: Any) -> ProbeCode:
             return ProbeCode(probes=[f"{self.probe}\n{{\n  @t_sneaky_n = count();\n}}"])
 
-        def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
+        def collect(self, maps: dict[str, Any], context: CollectContext) -> FamilyResult:
             return FamilyResult(self.name, self.section, {}, {})
 
     class Quoted(Sneaky):
@@ -917,7 +920,7 @@ def test_a_switched_off_view_is_not_probed_and_says_so(standins: dict[str, Path]
     assert "uretprobe:" in text and "@gpu_runtime_depth" in text
     assert "// hsa_signal_store_screlease (" in text and "@gpu_runtime_launch_rings" in text
     assert "// cudaStreamSynchronize (" not in text
-    m = family.collect({}, {}).metrics
+    m = family.collect({}, CollectContext()).metrics
     assert m["views"]["syncs"] == {"probed": [], "reason": SWITCHED_OFF}
     assert m["views"]["stream_graph"] == {"probed": [], "reason": SWITCHED_OFF}
     assert m["device_and_event_syncs"] is None and m["stream_graph"] is None
@@ -925,7 +928,7 @@ def test_a_switched_off_view_is_not_probed_and_says_so(standins: dict[str, Path]
     assert m["views"]["launches"]["probed"] and m["views"]["times"]["probed"]
     family, text = render(("syncs",))
     assert "// cudaLaunchKernel (" not in text and "// cudaStreamSynchronize (" in text
-    m = family.collect({"@gpu_runtime_sync_calls": {"71,4096": 3}}, {}).metrics
+    m = family.collect({"@gpu_runtime_sync_calls": {"71,4096": 3}}, CollectContext()).metrics
     assert m["launches_total"] is None and m["streams_created"] is None
     assert m["views"]["launches"]["reason"] == SWITCHED_OFF
     (row,) = m["streams"]
@@ -1010,7 +1013,7 @@ def test_caller_test_in_the_probe_counts_calls_from_a_caller_range_as_nested(
             raise
         out = session.stop()
         assert out.exit_code == 0, out.stderr
-        m = engine.collect_results(program, out, {})[0].metrics
+        m = engine.collect_results(program, out, CollectContext())[0].metrics
         (row,) = m["streams"]
         assert row["by_api"] == {gpu_runtime.m.api_name(a): n for a, n in launches.items()}
         assert m["nested_launch_calls"] == {gpu_runtime.m.api_name(a): n for a, n in nested.items()}

@@ -18,15 +18,17 @@ from typing import Any
 
 import pytest
 
+from aorta.ebpf.probes.base import CollectContext, StreamHandle, Window
 from aorta.ebpf.probes.gpu_runtime import GpuRuntimeFamily
 from aorta.ebpf.probes.gpu_runtime_views import ALL_VIEWS
 from aorta.hw_queue_eval.ops.opfold import OpFold
 from aorta.hw_queue_eval.ops.records import OpRecord
 from aorta.hw_queue_eval.tracing.collective_join import collective_join, harness_collective_ops
 from aorta.hw_queue_eval.workloads.collectives import CollectiveFacts
+from ebpf_support import attached_probe
 
 S0, S1, S2, FOREIGN = 4096, 8192, 16384, 12288  # harness streams 0-2; a stream it did not create
-HANDLES = [{"stream": 0, "handle": S0}, {"stream": 1, "handle": S1}, {"stream": 2, "handle": S2}]
+HANDLES = (StreamHandle(0, S0), StreamHandle(1, S1), StreamHandle(2, S2))
 FACTS = CollectiveFacts(
     mode="torch.distributed",
     backend="nccl",
@@ -70,9 +72,10 @@ def _metrics(
     colls: dict[str, Any], views: tuple[str, ...] = ALL_VIEWS, probed: bool = True
 ) -> dict[str, Any]:
     family = GpuRuntimeFamily(libraries=[], views=views)
-    family.attached = [{"api": "ncclAllReduce", "entry_instruction": "push"}] if probed else []
+    family.attached = [attached_probe("ncclAllReduce", "push")] if probed else []
     maps = {"@gpu_runtime_colls": colls}
-    return family.collect(maps, {"window": {"duration_ms": 1.0}, "stream_handles": HANDLES}).metrics
+    window = Window(1, 1 + 1_000_000)  # 1 ms
+    return family.collect(maps, CollectContext(window=window, stream_handles=HANDLES)).metrics
 
 
 def _by_cell(joined: dict[str, Any]) -> dict[tuple[int | None, str], dict[str, Any]]:

@@ -23,7 +23,9 @@ import pytest
 from aorta.ebpf.elfsyms import Function
 from aorta.ebpf.probes import gpu_runtime_calibration as calibration
 from aorta.ebpf.probes import gpu_runtime_metrics as m
+from aorta.ebpf.probes.base import CollectContext, Window
 from conftest import load_file_module, unavailable, vendor_library
+from ebpf_support import attached_probe
 from gpu_standins import Dim3, build, gcc
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
@@ -70,13 +72,14 @@ def test_cost_per_kind_follows_the_class_of_its_functions() -> None:
     """Hand recomputation: launches (push) as entry+return pairs with a doorbell ring (other) per
     launch; a kind whose functions have both classes is charged the dearer one."""
     attached = [
-        {"api": "hipLaunchKernel", "entry_instruction": "push"},
-        {"api": "hsa_signal_store_screlease", "entry_instruction": "other"},
-        {"api": "cudaMemcpyAsync", "entry_instruction": "push"},
-        {"api": "cudaMemsetAsync", "entry_instruction": "other"},
+        attached_probe("hipLaunchKernel", "push"),
+        attached_probe("hsa_signal_store_screlease", "other"),
+        attached_probe("cudaMemcpyAsync", "push"),
+        attached_probe("cudaMemsetAsync", "other"),
     ]
-    start = {"entry_ns": {"push": 400, "other": 16000}, "return_ns": 600, "calibrated_on": {}}
-    context = {"snapshots": {"gpu_runtime": {"start": start}}, "window": {"duration_ms": 100.0}}
+    start = calibration.HitCosts({"push": 400, "other": 16000}, 600, {}, "")
+    # a window of 100 ms
+    context = CollectContext(snapshots={"gpu_runtime": {"start": start}}, window=Window(1, 1 + 100_000_000))
     calls = {"launches": (10, 0), "doorbell_rings": (0, 10), "copies": (0, 3)}
     cost = m.probe_cost(context, calls, m.kind_classes(attached))
     assert cost["per_launch_us"] == pytest.approx((10 * 1000 + 10 * 16000) / 10 / 1e3)

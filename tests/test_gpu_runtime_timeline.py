@@ -23,7 +23,7 @@ import pytest
 
 from aorta.ebpf import engine
 from aorta.ebpf.probes import gpu_runtime_timeline as gtl
-from aorta.ebpf.probes.base import RenderContext, TraceTarget
+from aorta.ebpf.probes.base import CollectContext, RenderContext, StreamHandle, TraceTarget, Window
 from aorta.ebpf.probes.gpu_runtime import GpuRuntimeFamily
 from aorta.ebpf.probes.gpu_runtime_apis import API_BY_ID, APIS
 from aorta.ebpf.runtime_libs import MappedLibrary
@@ -45,9 +45,11 @@ def harness_streams() -> dict[int, int]:
     return {h: i for i, h in enumerate(handles[:-1])}
 
 
-def context(window: dict[str, Any]) -> dict[str, Any]:
-    handles = [{"stream": i, "handle": h} for h, i in harness_streams().items()]
-    return {"window": window, "stream_handles": handles}
+def context(window: dict[str, Any]) -> CollectContext:
+    """The collect context of a window given as the result's `window` block."""
+    handles = tuple(StreamHandle(i, h) for h, i in harness_streams().items())
+    edges = Window(window.get("start_monotonic_ns"), window.get("stop_monotonic_ns"))
+    return CollectContext(window=edges, stream_handles=handles)
 
 
 def result_with(tl: dict[str, Any], origin: int) -> dict[str, Any]:
@@ -241,7 +243,7 @@ def test_timeline_off_renders_the_default_program_and_on_only_adds_blocks(tmp_pa
     assert family.timeline_cap == 2
     assert not any(gtl.TL in b for b in off)
     assert [b for b in on if gtl.TL not in b] == off
-    wanted = [a for a in family.attached if gtl.wanted(next(x for x in APIS if x.name == a["api"]))]
+    wanted = [a for a in family.attached if gtl.wanted(next(x for x in APIS if x.name == a.api))]
     assert len(on) - len(off) == 2 * len(wanted)  # one entry and one return block each
     assert all("if ($n < 2)" in b for b in on if gtl.TL in b and b.startswith("uprobe:"))
 
@@ -249,10 +251,10 @@ def test_timeline_off_renders_the_default_program_and_on_only_adds_blocks(tmp_pa
 def test_packed_api_and_kind_decode() -> None:
     api = next(a for a in API_BY_ID.values() if a.name == "cudaMemcpyAsync")
     row = gtl._row("copy", 5, 1, 2, api.ident | (2 << 16), 0x10, 4096)
-    assert row == [5, 1, 2, "cudaMemcpyAsync", "0x10", 4096, "D2H", None, None]
+    assert list(row) == [5, 1, 2, "cudaMemcpyAsync", "0x10", 4096, "D2H", None, None]
     nccl = next(a for a in API_BY_ID.values() if a.name == "ncclAllReduce")
     row = gtl._row("collective", 5, 1, 2, nccl.ident | (7 << 16), 0x10, 100)
-    assert row[5:8] == [400, "float32", 100]
+    assert list(row[5:8]) == [400, "float32", 100]
     sync = next(a for a in API_BY_ID.values() if a.name == "cudaDeviceSynchronize")
     assert gtl._row("sync", 5, 1, 2, sync.ident, 0, None)[4] is None  # no stream argument
 

@@ -20,12 +20,14 @@ import pytest
 
 from aorta.ebpf import engine
 from aorta.ebpf.elfsyms import function_addresses
-from aorta.ebpf.probes.base import RenderContext, TraceTarget
+from aorta.ebpf.probes.base import CollectContext, RenderContext, StreamHandle, TraceTarget, Window
 from aorta.ebpf.probes.gpu_runtime import GpuRuntimeFamily
-from aorta.ebpf.probes.gpu_runtime_apis import APIS, MEMCPY_KINDS, NCCL_TYPE_SIZES
+from aorta.ebpf.probes.gpu_runtime_apis import APIS, MEMCPY_KINDS, NCCL_TYPE_SIZES, MissedProbe
+from aorta.ebpf.probes.gpu_runtime_calibration import HitCosts
 from aorta.ebpf.probes.gpu_runtime_views import ALL_VIEWS, DEFAULT_VIEWS
 from aorta.ebpf.runtime_libs import RUNTIME_LIBS, MappedLibrary, own_libc
 from conftest import unavailable, vendor_library
+from ebpf_support import attached_probe
 from vendor_driver import PLANS
 
 ROLE = {a.name: a.role for a in APIS}
@@ -88,10 +90,10 @@ def test_real_library_symbols_resolve_and_each_address_is_probed_once(key: str) 
     views = (*DEFAULT_VIEWS, "doorbells") if key == "hsa" else DEFAULT_VIEWS  # HSA: the doorbells view
     family = GpuRuntimeFamily(libraries=[MappedLibrary(KIND[key], str(path), str(path), 1)], views=views)
     probes = _render(family)
-    attached = {a["api"]: a for a in family.attached}
+    attached = {a.api: a for a in family.attached}
     wanted = {a.name for a in APIS if a.lib == KIND[key]}
     assert set(attached) == wanted - ABSENT[key]
-    assert {n["api"] for n in family.not_attached} == ABSENT[key]
+    assert {n.api for n in family.not_attached} == ABSENT[key]
     planned = {c.api for phase in PLANS.get(key, {}).values() for c in phase}
     assert planned <= set(attached)  # every API the driver calls is probed
     addresses = function_addresses(path)
@@ -101,28 +103,28 @@ def test_real_library_symbols_resolve_and_each_address_is_probed_once(key: str) 
     points = [int(h.rsplit(":", 1)[1], 16) for h in heads]
     # each probed function's first instruction as objdump decodes it: a push in all but NOT_PUSH
     # (single-stepped); one calibration probe per class
-    first = {a["api"]: first_mnemonic(path, addresses[a["symbol"]].address) for a in family.attached}
-    assert {a["api"]: a["entry_instruction"] for a in family.attached} == {
+    first = {a.api: first_mnemonic(path, addresses[a.symbol].address) for a in family.attached}
+    assert {a.api: a.entry_instruction for a in family.attached} == {
         api: "push" if m == "push" else "other" for api, m in first.items()
     }
     assert {api for api, m in first.items() if m != "push"} == NOT_PUSH.get(key, set())
     calibration = [b for b in probes if "// cost calibration" in b]
-    assert len(calibration) == len({a["entry_instruction"] for a in family.attached})
+    assert len(calibration) == len({a.entry_instruction for a in family.attached})
     assert all(b.startswith(f"uprobe:{own_libc()}:") for b in calibration)
     assert len(points) == len(attached)
     assert len(set(points)) == len(points)  # one entry uprobe per address
-    assert sorted(points) == sorted(addresses[a["symbol"]].address for a in family.attached)
-    assert all(int(a["address"], 16) == addresses[a["symbol"]].address for a in family.attached)
-    assert all(f.offset == f.address for f in (addresses[a["symbol"]] for a in family.attached))
+    assert sorted(points) == sorted(addresses[a.symbol].address for a in family.attached)
+    assert all(int(a.address, 16) == addresses[a.symbol].address for a in family.attached)
+    assert all(f.offset == f.address for f in (addresses[a.symbol] for a in family.attached))
     if key == "nccl":
         assert addresses["ncclAllReduce"] == addresses["pncclAllReduce"]  # weak alias
-        assert attached["ncclAllReduce"]["symbol"] == "ncclAllReduce"
-        assert not any(a["symbol"].startswith("pnccl") for a in family.attached)
-        assert attached["ncclAllToAll"]["symbol"] == "ncclAlltoAll"  # NCCL's spelling
+        assert attached["ncclAllReduce"].symbol == "ncclAllReduce"
+        assert not any(a.symbol.startswith("pnccl") for a in family.attached)
+        assert attached["ncclAllToAll"].symbol == "ncclAlltoAll"  # NCCL's spelling
     if key == "rocm":  # versioned exports (hipLaunchKernel@@hip_4.2) resolve by their plain name
-        assert attached["hipLaunchKernel"]["symbol"] == "hipLaunchKernel"
-        assert attached["hipGraphLaunch_spt"]["symbol"] == "hipGraphLaunch_spt"
-        assert attached["hipExtModuleLaunchKernel"]["symbol"].startswith("_Z24hipExtModuleLaunchKernel")
+        assert attached["hipLaunchKernel"].symbol == "hipLaunchKernel"
+        assert attached["hipGraphLaunch_spt"].symbol == "hipGraphLaunch_spt"
+        assert attached["hipExtModuleLaunchKernel"].symbol.startswith("_Z24hipExtModuleLaunchKernel")
 
 
 def _expected(key: str) -> dict[str, Any]:
@@ -233,8 +235,8 @@ def _run_plan(key: str, views: tuple[str, ...] = DEFAULT_VIEWS) -> dict[str, Any
         child.wait()
     assert out.exit_code == 0, out.stderr
     assert out.lost_events == 0, out.stderr
-    handles = [{"stream": i, "handle": h} for h, i in _harness_streams(key).items()]
-    context = {"window": engine.window_info(out), "stream_handles": handles}
+    handles = tuple(StreamHandle(i, h) for h, i in _harness_streams(key).items())
+    context = CollectContext(window=engine.window_edges(out), stream_handles=handles)
     return engine.collect_results(program, out, context)[0].metrics
 
 
@@ -328,10 +330,10 @@ def test_views_from_printed_maps_recomputed_by_hand() -> None:
 
     family = GpuRuntimeFamily(libraries=[], views=ALL_VIEWS)
     family.attached = [
-        {"api": n, "entry_instruction": "other" if n == "cudaMemcpyAsync" else "push"}
+        attached_probe(n, "other" if n == "cudaMemcpyAsync" else "push")
         for n in ("cudaMemcpyAsync", "cudaGraphLaunch", "cudaEventRecord")
     ]
-    family.not_attached = [{"api": "ncclAllReduce", "library": "/x/libnccl.so.2", "reason": "r"}]
+    family.not_attached = [MissedProbe("ncclAllReduce", "/x/libnccl.so.2", "r")]
     st = lambda n, total: {"count": n, "average": total // n, "total": total}  # noqa: E731
     maps = {
         "@gpu_runtime_launches": {"11,4096": 3, "103,4096": 2},  # 103: cudaGraphLaunch
@@ -350,12 +352,12 @@ def test_views_from_printed_maps_recomputed_by_hand() -> None:
         "@gpu_runtime_wait_unknown": {"193,12288": 5},
         "@gpu_runtime_records": {"183,4096": 2},
     }
-    start = {"entry_ns": {"push": 1000, "other": 5000}, "return_ns": 2000}  # pairs: 3000, 7000
-    context = {
-        "snapshots": {"gpu_runtime": {"start": start}},
-        "window": {"duration_ms": 10.0},
-        "stream_handles": [{"stream": 0, "handle": 4096}, {"stream": 1, "handle": 8192}],
-    }
+    start = HitCosts({"push": 1000, "other": 5000}, 2000, {}, "")  # pairs: 3000, 7000
+    context = CollectContext(
+        snapshots={"gpu_runtime": {"start": start}},
+        window=Window(1, 1 + 10_000_000),  # 10 ms
+        stream_handles=(StreamHandle(0, 4096), StreamHandle(1, 8192)),
+    )
     m = family.collect(maps, context).metrics
     # probe cost: pairs = 2 graph launches (push first: 3000 ns) + 8 copies (another first
     # instruction: 7000 ns); entries (push: 1000 ns) = 2 records + 6 waits with a producer + 5
@@ -452,7 +454,7 @@ def test_views_from_printed_maps_recomputed_by_hand() -> None:
     assert "0x1000 (s0) → 0x2000 (s1): 4 waits" in text
     assert "? → 0x3000: 5 waits" in text
     assert "not probed: launches (" in text and "collectives (entry points not in" in text
-    empty = family.collect({}, {}).metrics  # probed but nothing seen: no view block printed
+    empty = family.collect({}, CollectContext()).metrics  # probed but nothing seen: no view block printed
     out = io.StringIO()
     render_gpu_runtime_rows(
         {"families": {"gpu_runtime": {"events_attached": ["x"], "metrics": empty}}},
@@ -477,8 +479,8 @@ def test_two_entry_points_at_one_address_are_probed_once(tmp_path: Path) -> None
     subprocess.run([gcc(), "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
     family = GpuRuntimeFamily(libraries=[MappedLibrary("cudart", str(lib), str(lib), 1)])
     probes = _render(family)
-    assert [a["api"] for a in family.attached] == ["cudaEventRecord"]
-    reasons = {n["api"]: n["reason"] for n in family.not_attached}
+    assert [a.api for a in family.attached] == ["cudaEventRecord"]
+    reasons = {n.api: n.reason for n in family.not_attached}
     assert reasons["cudaEventRecord_ptsz"] == "same address as cudaEventRecord (an alias): counted there"
     assert len([b for b in probes if b.startswith("uprobe:") and "// cost calibration" not in b]) == 1
 

@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 
 from aorta.ebpf import engine, hist
-from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext, TraceTarget
+from aorta.ebpf.probes.base import (
+    CollectContext,
+    FamilyResult,
+    ProbeCode,
+    ProbeFamily,
+    RenderContext,
+    TraceTarget,
+)
 
 
 def test_loglinear_buckets_tile_the_line_with_at_most_25_percent_width():
@@ -85,7 +92,7 @@ class LseekOffsets(ProbeFamily):
             used_events=["syscalls:sys_enter_lseek"],
         )
 
-    def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
+    def collect(self, maps: dict[str, Any], context: CollectContext) -> FamilyResult:
         return FamilyResult(self.name, self.section, {"summary": None}, {})
 
 

@@ -16,9 +16,15 @@ from aorta.ebpf.memory_metrics import (
 )
 from aorta.ebpf.probes import amd_memory
 from aorta.ebpf.probes.amd_memory import AmdMemoryFamily
-from aorta.ebpf.probes.base import BpftraceDialect, RenderContext, TraceTarget
+from aorta.ebpf.probes.base import BpftraceDialect, CollectContext, RenderContext, TraceTarget, Window
 from aorta.ebpf.program import GATE, PIDS_MAP
 from aorta.ebpf.tracefs import Tracefs
+
+
+def _context(window_ms: int, pid: int) -> CollectContext:
+    """A collect context for one traced process and a window of `window_ms`."""
+    return CollectContext(window=Window(1, 1 + window_ms * 1_000_000), pids=(pid,))
+
 
 MiB = 1 << 20
 
@@ -190,7 +196,7 @@ def test_collect_pid_variant_attributes_by_the_events_own_pid():
             "@amdmem_vm_unmap_pages": {"1": 128},
         }
     )
-    res = AmdMemoryFamily().collect(maps, {"window": {"duration_ms": 2000.0}, "pids": [100]})
+    res = AmdMemoryFamily().collect(maps, _context(2000, 100))
     ev = res.metrics["evictions"]
     assert ev["attribution"]["variant"] == "pid"
     assert (ev["evictions"], ev["restores"], ev["evict_restore_pairs"]) == (3, 3, 2)
@@ -218,9 +224,7 @@ def test_collect_pasid_variant_maps_pasid_through_kfd_sysfs(tmp_path, monkeypatc
         KfdEvent(1000 + 100_000_000, KFD_RESTORE_END, 32769),
         KfdEvent(2000, KFD_EVICT_START, 4242),
     ]  # pasid 4242 is someone else's, not our pid
-    res = AmdMemoryFamily().collect(
-        _kfd_maps(stream, variant_code=2), {"window": {"duration_ms": 500.0}, "pids": [4242]}
-    )
+    res = AmdMemoryFamily().collect(_kfd_maps(stream, variant_code=2), _context(500, 4242))
     ev = res.metrics["evictions"]
     assert ev["attribution"]["variant"] == "pasid"
     assert ev["attribution"]["pasid_of_pid"] == {"4242": 32769}
@@ -238,7 +242,7 @@ def test_collect_without_amd_events_reports_null_with_reason(tmp_path):
             Tracefs(tmp_path), BpftraceDialect((0, 17, 0)), TraceTarget((1,)), f"{PIDS_MAP}[pid]", GATE
         )
     )
-    res = fam.collect({}, {"window": {"duration_ms": 1000.0}, "pids": [1]})
+    res = fam.collect({}, _context(1000, 1))
     assert res.metrics["bo_moves"] is None
     assert res.metrics["evictions"] is None
     assert "amdgpu_bo_move" in res.metrics["notes"]["bo_moves"]
@@ -266,9 +270,7 @@ def test_guide_summary_and_legacy_aliases_from_measured_numbers():
             "@amdmem_twohop_bytes": _printed(TWOHOP_BYTES),
         }
     )
-    summary = (
-        AmdMemoryFamily().collect(maps, {"window": {"duration_ms": 2000.0}, "pids": [100]}).metrics["summary"]
-    )
+    summary = AmdMemoryFamily().collect(maps, _context(2000, 100)).metrics["summary"]
     assert summary["bo_moves"] == 5
     assert summary["bo_moves_per_sec"] == pytest.approx(2.5)
     assert summary["migration_volume_bytes"] == MiB + 4096 + 2 * 8192 + 2 * MiB

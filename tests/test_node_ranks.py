@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from aorta.ebpf import engine
-from aorta.ebpf.probes.base import TraceTarget
+from aorta.ebpf.probes.base import CollectContext, StreamHandle, TraceTarget
 from aorta.ebpf.probes.cpu_sched import CpuSchedFamily
 from aorta.ebpf.probes.gpu_runtime import GpuRuntimeFamily
 from aorta.ebpf.probes.gpu_runtime_views import ALL_VIEWS
@@ -141,13 +141,13 @@ def test_one_program_for_two_ranks_gives_each_its_own_launches_doorbells_and_mma
     for slot, ((launches, mmaps), rank) in enumerate(zip(PLAN, ranks, strict=True)):
         mine = replace(out, maps=rank_slice(out.maps, rank_keyed(program.families), rank_key(slot)))
         # no /proc snapshots: the threads are what the rank-keyed switch counts saw (GPU backend)
-        context = {
-            "window": engine.window_info(out),
-            "rank_key": rank_key(slot),
-            "snapshots": {},
-            "pids": [rank.pid],
-            "stream_handles": [{"stream": i, "handle": h} for i, h in enumerate(sorted(streams[slot]))],
-        }
+        context = CollectContext(
+            window=engine.window_edges(out),
+            rank_key=rank_key(slot),
+            snapshots={},
+            pids=(rank.pid,),
+            stream_handles=tuple(StreamHandle(i, h) for i, h in enumerate(sorted(streams[slot]))),
+        )
         gpu, host, cpu = (r.metrics for r in engine.collect_results(program, mine, context))
         # ground truth: what this rank did itself, none of the other rank's calls
         assert gpu["launches_total"] == launches

@@ -153,15 +153,17 @@ def test_extra_wait_is_needless_serialisation(monkeypatch):
 def _runtime_section(edges: dict[tuple[int, int], int], timer_waits: int) -> dict[str, Any]:
     """The eBPF gpu_runtime section for runtime waits between harness streams 0..3 (handles
     0x1000·(i+1)) and torch's timing stream 0x9000, built by the family from printed maps."""
+    from aorta.ebpf.probes.base import CollectContext, StreamHandle
     from aorta.ebpf.probes.gpu_runtime import GpuRuntimeFamily
+    from ebpf_support import attached_probe
 
     family = GpuRuntimeFamily(libraries=[])
-    family.attached = [{"api": "cudaEventRecord"}, {"api": "cudaStreamWaitEvent"}]
+    family.attached = [attached_probe("cudaEventRecord"), attached_probe("cudaStreamWaitEvent")]
     handle = lambda i: 0x1000 * (i + 1)  # noqa: E731
     printed = {f"193,{handle(p)},{handle(c)}": n for (p, c), n in edges.items()}
     printed[f"193,{0x9000},{handle(0)}"] = timer_waits
     maps = {"@gpu_runtime_edges": printed, "@gpu_runtime_wait_unknown": {f"193,{handle(1)}": 1}}
-    context = {"stream_handles": [{"stream": i, "handle": handle(i)} for i in range(4)]}
+    context = CollectContext(stream_handles=tuple(StreamHandle(i, handle(i)) for i in range(4)))
     metrics = family.collect(maps, context).metrics
     return {"families": {"gpu_runtime": {"metrics": metrics}}}
 

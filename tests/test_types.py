@@ -17,19 +17,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "src" / "aorta"
-PENDING_GPU_RUNTIME = "pending: gpu_runtime calibration work"
 
 #: file (relative to the repository) → why it may still spell `dict[str, Any]`
 ALLOWED: dict[str, str] = {
     "src/aorta/common/jsontypes.py": "defines JsonObject, the one spelling of the JSON edge",
-    "src/aorta/ebpf/probes/base.py": (
-        "defines CollectContext, collect()'s context: a dict while the gpu_runtime families read it "
-        f"as one ({PENDING_GPU_RUNTIME})"
-    ),
-    "src/aorta/ebpf/probes/gpu_runtime.py": PENDING_GPU_RUNTIME,
-    "src/aorta/ebpf/probes/gpu_runtime_metrics.py": PENDING_GPU_RUNTIME,
-    "src/aorta/ebpf/probes/gpu_runtime_timeline.py": PENDING_GPU_RUNTIME,
-    "src/aorta/ebpf/probes/gpu_runtime_views.py": PENDING_GPU_RUNTIME,
 }
 
 _MAPPINGS = frozenset({"dict", "Dict", "Mapping", "MutableMapping"})
@@ -105,8 +96,6 @@ def test_every_allow_listed_file_still_needs_its_entry() -> None:
 
 def test_every_entry_says_why() -> None:
     assert all(len(reason.split()) >= 3 for reason in ALLOWED.values()), ALLOWED
-    pending = sorted(name for name, reason in ALLOWED.items() if reason == PENDING_GPU_RUNTIME)
-    assert all("/probes/gpu_runtime" in name for name in pending), pending
 
 
 PLANTED = '''

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import engine
 from aorta.ebpf.engine import Readiness, check_readiness
-from aorta.ebpf.probes.base import CollectContext, ProbeFamily, QueueWorker, TraceTarget
+from aorta.ebpf.probes.base import CollectContext, ProbeFamily, QueueWorker, TraceTarget, Window
 from aorta.ebpf.probes.registry import families_for
 
 
@@ -53,16 +53,17 @@ class TracedWindow:
         return self.sections.get("ebpf_memory_metrics")
 
 
-def _default_context(target: TraceTarget) -> CollectContext:
+def _default_context(target: TraceTarget, window: Window) -> CollectContext:
     """The family context for a plain Python caller: its doorbells' workers as queues, the
     calling thread as the submitter."""
-    workers = [QueueWorker(tid, queue, streams=(queue,)) for _, _, tid, queue in target.doorbells]
-    return {
-        "workers": workers,
-        "pids": list(target.pids),
-        "streams": None,
-        "submitter_tids": [threading.get_native_id()],
-    }
+    workers = tuple(QueueWorker(tid, queue, streams=(queue,)) for _, _, tid, queue in target.doorbells)
+    return CollectContext(
+        window=window,
+        workers=workers,
+        pids=tuple(target.pids),
+        streams=None,
+        submitter_tids=(threading.get_native_id(),),
+    )
 
 
 @contextlib.contextmanager
@@ -95,7 +96,7 @@ def trace_window(
     except BaseException:
         session.abort()
         raise
-    traced.window = engine.window_info(output)
-    context = {**_default_context(target), "window": traced.window}
-    results = engine.collect_results(program, output, context)
+    window = engine.window_edges(output)
+    traced.window = window.to_json()
+    results = engine.collect_results(program, output, _default_context(target, window))
     traced.sections = engine.build_sections(program, output, results, ready, queue=queue, memory=memory)

@@ -7,11 +7,18 @@ produce the same `ebpf_queue_metrics` / `ebpf_memory_metrics` layout.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import mapcap, marker
-from aorta.ebpf.probes.base import BpftraceDialect, CollectContext, FamilyResult, ProbeFamily, TraceTarget
+from aorta.ebpf.probes.base import (
+    BpftraceDialect,
+    CollectContext,
+    FamilyResult,
+    ProbeFamily,
+    TraceTarget,
+    Window,
+)
 from aorta.ebpf.probes.registry import families_for, queue_summary_families
 from aorta.ebpf.program import Program, build_program
 from aorta.ebpf.session import (
@@ -148,16 +155,19 @@ def start_session(
 def collect_results(program: Program, output: SessionOutput, context: CollectContext) -> list[FamilyResult]:
     """Route printed maps to families by prefix; a family failing to collect reports an error.
 
-    `context["snapshots"]`, when given, replaces the session's (a torchrun rank's own /proc
+    `context.snapshots`, when given, replaces the session's (a torchrun rank's own /proc
     counters taken at its own window edges)."""
     results = []
-    context = {"snapshots": output.snapshots, "marker_clock": output.marker_clock, **context}
+    if context.snapshots is None:
+        context = replace(context, snapshots=output.snapshots)
+    if context.marker_clock is None:
+        context = replace(context, marker_clock=output.marker_clock)
     for family in program.families:
         prefix = f"@{family.name}_"
         maps = {k: v for k, v in output.maps.items() if k.startswith(prefix)}
         try:
-            attached = program.used_events.get(family.name, [])
-            results.append(family.collect(maps, {**context, "attached": attached}))
+            attached = tuple(program.used_events.get(family.name, []))
+            results.append(family.collect(maps, replace(context, attached=attached)))
         except Exception as exc:  # one family's bug must not hide the others' numbers
             results.append(
                 FamilyResult(
@@ -167,18 +177,19 @@ def collect_results(program: Program, output: SessionOutput, context: CollectCon
     return results
 
 
-def window_info(output: SessionOutput) -> JsonObject:
-    """The traced window as the kernel saw it (CLOCK_MONOTONIC ns)."""
+def window_edges(output: SessionOutput) -> Window:
+    """The traced window as the kernel saw it (CLOCK_MONOTONIC ns; both edges None unless the
+    gate closed at or after it opened)."""
     start = output.maps.get("@aorta_window_start_ns")
     stop = output.maps.get("@aorta_window_stop_ns")
     if not (isinstance(start, int) and isinstance(stop, int) and stop >= start > 0):
-        start = stop = None
-    return {
-        "start_monotonic_ns": start,
-        "stop_monotonic_ns": stop,
-        "duration_ms": (stop - start) / 1e6 if start is not None and stop is not None else None,
-        "gate": "prctl marker syscalls from the tracer (see docs/ebpf.md)",
-    }
+        return Window()
+    return Window(start, stop)
+
+
+def window_info(output: SessionOutput) -> JsonObject:
+    """The traced window as the result's `window` block says it (window_edges, as JSON)."""
+    return window_edges(output).to_json()
 
 
 def build_sections(

@@ -14,15 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aorta.common.jsontypes import JsonObject
+from aorta.ebpf.probes.base import Window
 from aorta.ebpf.probes.gpu_runtime_loads import MAX_RECORDS, ExecMapping, mapped_at
-
-
-@dataclass(frozen=True)
-class Window:
-    """The main program's window as the kernel saw it (ns; None when unknown)."""
-
-    start_ns: int | None
-    stop_ns: int | None
 
 
 @dataclass(frozen=True)

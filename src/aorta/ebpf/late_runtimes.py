@@ -27,8 +27,9 @@ from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import engine, hist
 from aorta.ebpf import late_report as lr
 from aorta.ebpf.probes import gpu_runtime_loads as loads
-from aorta.ebpf.probes.base import TraceTarget
+from aorta.ebpf.probes.base import TraceTarget, Window
 from aorta.ebpf.probes.gpu_runtime import GpuRuntimeFamily
+from aorta.ebpf.probes.gpu_runtime_apis import MissedProbe
 from aorta.ebpf.program import WINDOW_START_MAP, WINDOW_STOP_MAP, Program, ProgramError
 from aorta.ebpf.runtime_libs import (
     MappedLibrary,
@@ -154,7 +155,7 @@ class LateRuntimes:
             return f"its program could not be built: {exc}"
         render_s = time.monotonic() - t0
         if not family.attached:
-            why = sorted({str(n.get("reason")) for n in family.not_attached}) or ["no entry point to probe"]
+            why = sorted({n.reason for n in family.not_attached}) or ["no entry point to probe"]
             return f"nothing in it could be probed: {'; '.join(why)}"
         try:
             session = engine.start_session(program, self.ready)
@@ -233,7 +234,7 @@ class LateRuntimes:
                     maps[name] = add_maps(maps.get(name), value)
             lost += late.out.lost_events
             after = _seconds(late.live_ns, start)
-            main.attached += [{**a, "late_attach_s": after} for a in late.family.attached]
+            main.attached += [replace(a, late=True, late_attach_s=after) for a in late.family.attached]
             main.not_attached += late.family.not_attached
             used += late.program.used_events.get(main.name, [])
             missing.pop("uprobe:*", None)
@@ -242,12 +243,12 @@ class LateRuntimes:
             if item.late is None:
                 why = f"mapped after attach; {item.reason}"
                 missing[f"uprobe:{item.library.mapped_as}"] = why
-                main.not_attached.append({"api": "*", "library": item.library.mapped_as, "reason": why})
+                main.not_attached.append(MissedProbe("*", item.library.mapped_as, why))
         return replace(out, maps=maps, lost_events=lost)
 
     def report(self, out: SessionOutput) -> JsonObject:
         """What was found late and when (see late_report), for the result file."""
-        window = lr.Window(_ns(out.maps.get(WINDOW_START_MAP)), _ns(out.maps.get(WINDOW_STOP_MAP)))
+        window = Window(_ns(out.maps.get(WINDOW_START_MAP)), _ns(out.maps.get(WINDOW_STOP_MAP)))
         found = loads.records(out.maps)
         dropped = loads.dropped(out.maps)
         loads_reason = self.main.loads_reason if self.main is not None else "no gpu_runtime family"
@@ -269,7 +270,7 @@ class LateRuntimes:
             ],
             "programs": [
                 {
-                    "libraries": sorted({a["library"] for a in late.family.attached}),
+                    "libraries": sorted({a.library for a in late.family.attached}),
                     "probes_live_after_s": _seconds(late.live_ns, window.start_ns),
                     "render_s": round(late.render_s, 3),
                     "attach_s": _round(late.session.output.attach_s),

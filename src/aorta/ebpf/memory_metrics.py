@@ -82,13 +82,9 @@ def total(table: Mapping[Any, int]) -> int:
 
 
 def window_seconds(context: CollectContext) -> float | None:
-    """The traced window in seconds, as the kernel saw it (engine's `window` info), else None."""
-    window = context.get("window") or {}
-    duration_ms = window.get("duration_ms") if isinstance(window, dict) else None
-    if isinstance(duration_ms, (int, float)) and duration_ms > 0:
-        return duration_ms / 1e3
-    value = context.get("window_s")
-    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+    """The traced window in seconds, as the kernel saw it (the context's window), else None."""
+    duration_ms = context.window.duration_ms
+    return duration_ms / 1e3 if duration_ms is not None and duration_ms > 0 else None
 
 
 def per_second(count: float | None, window_s: float | None) -> float | None:

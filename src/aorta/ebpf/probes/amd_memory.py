@@ -363,7 +363,7 @@ class AmdMemoryFamily(EventSetFamily):
         """Guide numbers (moves, volume, maps, evictions) plus the evidence behind them."""
         window_s = mm.window_seconds(context)
         have = self.attached
-        node_key = context.get("rank_key")  # a node program's rank key (torchrun), else None
+        node_key = context.rank_key  # a node program's rank key (torchrun), else None
         own = int(node_key or 1)  # the $traced value of this process
 
         def seen(*events: str) -> bool:
@@ -474,7 +474,7 @@ class AmdMemoryFamily(EventSetFamily):
         counted = mm.total(mm.keyed(maps, f"{P}kfd_count"))
         variants = {v for (_k,), v in mm.keyed(maps, f"{P}kfd_variant").items()}
         variant = "pid" if variants == {1} else "pasid" if variants == {2} else "mixed" if variants else None
-        pids = [int(p) for p in context.get("pids") or []]
+        pids = [int(p) for p in context.pids]
         ids, attribution = _traced_kfd_ids(variant, pids)
         summary = mm.summarize_evictions(mm.pair_evictions(events), ids, mm.window_seconds(context))
         summary["attribution"] = attribution

@@ -9,19 +9,19 @@ The engine puts every requested family into ONE bpftrace program.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from aorta.common.jsontypes import JsonObject
+from aorta.ebpf.procstat import MarkerClock
 from aorta.ebpf.tracefs import EventFormat, Tracefs
 
-#: What `ProbeFamily.collect` gets besides the maps: run facts by name (window, workers, pids,
-#: streams, snapshots, attached events, …; the engine and the tracers build it). A dict, not yet
-#: a dataclass: the gpu_runtime families read it as one (pending their calibration work).
-CollectContext: TypeAlias = dict[str, Any]
 #: one family's `snapshot()` values by window edge ("start", "stop"): opaque to everyone but the
-#: family, which finds them in its collect context as context["snapshots"][family name]
+#: family, which finds them in its collect context (`CollectContext.edges(family name)`)
 EdgeSnapshots: TypeAlias = dict[str, object]
+#: how the window's edges are marked (docs/ebpf.md), as the result's `window` block says
+WINDOW_GATE = "prctl marker syscalls from the tracer (see docs/ebpf.md)"
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,74 @@ class WindowEdges:
     match: str
     opens: str
     closes: str
+
+
+@dataclass(frozen=True)
+class StreamHandle:
+    """One stream of the GPU backend: its index and the runtime's handle for it (a cudaStream_t /
+    hipStream_t as an int), so eBPF uprobe counts per handle join the harness's streams."""
+
+    stream: int
+    handle: int
+
+
+@dataclass(frozen=True)
+class Window:
+    """The traced window as the kernel saw it: CLOCK_MONOTONIC ns of the gate's opening and
+    closing (None when unknown)."""
+
+    start_ns: int | None = None
+    stop_ns: int | None = None
+
+    @property
+    def duration_ms(self) -> float | None:
+        """Stop − start in ms, None when an edge is unknown."""
+        if self.start_ns is None or self.stop_ns is None:
+            return None
+        return (self.stop_ns - self.start_ns) / 1e6
+
+    def to_json(self) -> JsonObject:
+        """The result's `window` block."""
+        return {
+            "start_monotonic_ns": self.start_ns,
+            "stop_monotonic_ns": self.stop_ns,
+            "duration_ms": self.duration_ms,
+            "gate": WINDOW_GATE,
+        }
+
+
+@dataclass(frozen=True)
+class CollectContext:
+    """What `ProbeFamily.collect` gets besides the maps: the run's facts (the engine and the
+    tracers build it; `engine.collect_results` adds the session's snapshots and each family's
+    attached events).
+
+    window: the traced window (kernel clock); pids: the traced processes; workers: the CPU
+    backend's queue threads; submitter_tids: the threads that hand work to the queues; streams:
+    how many streams the workload asked for (None: not known, e.g. from outside the process);
+    stream_handles: the GPU backend's stream index → runtime handle; doorbells_traced: every
+    doorbell of the program (a node's holds every local rank's; None: this process's workers);
+    rank_key: a node program's rank key (torchrun), else None; snapshots: family name → its
+    `snapshot()` values per window edge (None: the session's); attached: the "system:event"s the
+    program attached for this family; marker_clock: the window-marking thread's own CPU time and
+    switches read right before each marker (None: the session's).
+    """
+
+    window: Window = field(default_factory=Window)
+    pids: tuple[int, ...] = ()
+    workers: tuple[QueueWorker, ...] = ()
+    submitter_tids: tuple[int, ...] = ()
+    streams: int | None = None
+    stream_handles: tuple[StreamHandle, ...] = ()
+    doorbells_traced: int | None = None
+    rank_key: int | None = None
+    snapshots: Mapping[str, EdgeSnapshots] | None = None
+    attached: tuple[str, ...] = ()
+    marker_clock: MarkerClock | None = None
+
+    def edges(self, family: str) -> EdgeSnapshots:
+        """`family`'s snapshots by window edge ({} when it took none)."""
+        return (self.snapshots or {}).get(family) or {}
 
 
 @dataclass
@@ -168,7 +236,7 @@ class ProbeFamily(ABC):
     def collect(self, maps: JsonObject, context: CollectContext) -> FamilyResult:
         """Metrics from this family's printed maps (keys are map names with '@').
 
-        `context` carries run facts: window seconds, worker tid → queue/stream registry, etc.
+        `context` carries run facts: the window, the queue workers, stream handles, snapshots, …
         """
 
     def render_state(self) -> JsonObject:
@@ -183,7 +251,7 @@ class ProbeFamily(ABC):
         """User-space counters read at each window edge (e.g. /proc), for `collect`; None: none.
 
         The engine calls it right before opening and right after closing the gate and passes
-        both to `collect` as context["snapshots"][name] = {"start": …, "stop": …}. Counters the
+        both to `collect` as `context.edges(name)` = {"start": …, "stop": …}. Counters the
         kernel already keeps cost nothing on the hot path, unlike per-event map updates.
         """
         return None

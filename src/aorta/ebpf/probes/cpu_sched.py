@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import hist, procstat, timeline
@@ -321,12 +321,14 @@ class CpuSchedFamily(ProbeFamily):
         return procstat.task_counters(target.pids, target.exclude_pids)
 
     def collect(self, maps: JsonObject, context: CollectContext) -> FamilyResult:
-        workers: dict[int, QueueWorker] = {w.tid: w for w in context.get("workers", []) if w.tid}
+        workers: dict[int, QueueWorker] = {w.tid: w for w in context.workers if w.tid}
         queues = _queue_stats(maps)
-        snaps = (context.get("snapshots") or {}).get(self.name) or {}
+        snaps = context.edges(self.name)
         # the harness thread runs at both edges: its on-CPU time is read at the markers
         start, stop = procstat.with_marker_clock(
-            snaps.get("start") or {}, snaps.get("stop") or {}, context.get("marker_clock")
+            cast("dict[int, procstat.ThreadCounters]", snaps.get("start") or {}),
+            cast("dict[int, procstat.ThreadCounters]", snaps.get("stop") or {}),
+            context.marker_clock,
         )
         cpus: dict[int, set[int]] = {}
         for key in hist.keyed(maps.get("@cpu_sched_cpus")):
@@ -337,8 +339,8 @@ class CpuSchedFamily(ProbeFamily):
         tids |= set(workers)
         counted = {int(k): int(v) for k, v in hist.keyed(maps.get("@cpu_sched_switches")).items()}
         tids |= set(counted)
-        submitters = {int(t) for t in context.get("submitter_tids", [])}
-        bells_on = set(_EVENTS) <= set(context.get("attached") or [])
+        submitters = {int(t) for t in context.submitter_tids}
+        bells_on = set(_EVENTS) <= set(context.attached)
         per_submission = _per_submission(maps)
         rows = []
         for tid in sorted(tids):
@@ -369,9 +371,9 @@ class CpuSchedFamily(ProbeFamily):
             rows.append(row)
         # the kernel divides its record store over every doorbell of the program (a node's
         # torchrun session holds every local rank's): the cap is the program's, not this rank's
-        bells = context.get("doorbells_traced") or len(workers)
+        bells = context.doorbells_traced or len(workers)
         result = self._summarise(
-            rows, queues, workers, per_submission, list(context.get("attached") or []), per_queue_cap(bells)
+            rows, queues, workers, per_submission, list(context.attached), per_queue_cap(bells)
         )
         if self.timeline_keep:
             result.metrics["timeline"] = _timeline(maps, context, queues, self.timeline_keep, bells)
@@ -510,7 +512,7 @@ def _timeline(
     """The per-event records for --trace-out: on-CPU slices and run-queue waits per registered
     thread, and each doorbell [queue, seq, writer tid, write ns, dispatch ns or null]; each kind
     with the exact number seen, how many were kept (the first ones) and dropped."""
-    window = context.get("window") or {}
+    window = context.window.to_json()
     on_cpu = timeline.slices(maps, ON_CPU, unstarted=True)
     timeline.open_slices(maps, "@cpu_sched_tlsince", window, on_cpu, timeline.cap_per_cpu(keep) * _cpus())
     run_queue = timeline.slices(maps, RUN_QUEUE)
@@ -531,12 +533,8 @@ def _timeline(
         )
     rows.sort(key=lambda r: (r[3], r[0]))
     seen = sum(q.submissions for q in queues.values())
-    threads = [
-        {"tid": w.tid, "label": f"q{w.queue}", "queue": w.queue} for w in context.get("workers", []) if w.tid
-    ]
-    threads += [
-        {"tid": int(t), "label": SUBMITTER_LABEL, "queue": None} for t in context.get("submitter_tids", [])
-    ]
+    threads = [{"tid": w.tid, "label": f"q{w.queue}", "queue": w.queue} for w in context.workers if w.tid]
+    threads += [{"tid": int(t), "label": SUBMITTER_LABEL, "queue": None} for t in context.submitter_tids]
     return {
         "clock": "CLOCK_MONOTONIC ns (bpftrace nsecs), the clock of op_intervals",
         "window": {k: window.get(k) for k in ("start_monotonic_ns", "stop_monotonic_ns")},

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import hist
 from aorta.ebpf.elfsyms import ElfError, function_addresses
 from aorta.ebpf.probes import gpu_runtime_calibration as calibration
@@ -29,8 +29,15 @@ from aorta.ebpf.probes import gpu_runtime_loads as loads_probes
 from aorta.ebpf.probes import gpu_runtime_metrics as m
 from aorta.ebpf.probes import gpu_runtime_timeline as tl
 from aorta.ebpf.probes import gpu_runtime_views as gv
-from aorta.ebpf.probes.base import FamilyResult, ProbeCode, ProbeFamily, RenderContext
-from aorta.ebpf.probes.gpu_runtime_apis import APIS, P
+from aorta.ebpf.probes.base import (
+    CollectContext,
+    FamilyResult,
+    ProbeCode,
+    ProbeFamily,
+    RenderContext,
+    TraceTarget,
+)
+from aorta.ebpf.probes.gpu_runtime_apis import APIS, AttachedProbe, MissedProbe, P
 from aorta.ebpf.probes.gpu_runtime_bpf import Where, attach_point, blocks
 from aorta.ebpf.runtime_libs import RUNTIME_LIBS, MappedLibrary, runtime_libraries, with_descendants
 
@@ -89,11 +96,11 @@ class GpuRuntimeFamily(ProbeFamily):
         self.watch_loads = watch_loads
         self.loads_reason: str | None = None  # why mapping times are not recorded (set by render)
         self.views = gv.parse_views(",".join(views)) if views is not None else views_default()
-        self.attached: list[dict[str, Any]] = []
-        self.not_attached: list[dict[str, Any]] = []
+        self.attached: list[AttachedProbe] = []
+        self.not_attached: list[MissedProbe] = []
         self.seen_paths: list[str] = []  # every runtime file the last render judged (late_runtimes)
         self._calibration: calibration.Plan | None = None  # set by render when it attached probes
-        self._hit_costs: dict[str, Any] | None = None
+        self._hit_costs: calibration.HitCosts | None = None
         self.timeline_cap = 0  # set by render: calls kept per thread and kind (0: no timeline)
 
     def wanted_events(self) -> list[str]:
@@ -131,13 +138,13 @@ class GpuRuntimeFamily(ProbeFamily):
         for lib in libs:
             if lib.problem:
                 code.missing[f"uprobe:{lib.mapped_as}"] = lib.problem
-                self.not_attached.append({"api": "*", "library": lib.mapped_as, "reason": lib.problem})
+                self.not_attached.append(MissedProbe("*", lib.mapped_as, lib.problem))
                 continue
             try:
                 present = function_addresses(lib.path)
             except ElfError as exc:
                 code.missing[f"uprobe:{lib.mapped_as}"] = str(exc)
-                self.not_attached.append({"api": "*", "library": lib.mapped_as, "reason": str(exc)})
+                self.not_attached.append(MissedProbe("*", lib.mapped_as, str(exc)))
                 continue
             probed: dict[int, str] = {}  # address → the API probed there (aliases count once)
             addrs = [f.address for f in present.values()]
@@ -158,7 +165,7 @@ class GpuRuntimeFamily(ProbeFamily):
                     reason = f"same address as {probed[present[symbol].address]} (an alias): counted there"
                 if reason is not None:
                     code.missing[event] = reason
-                    self.not_attached.append({"api": api.name, "library": lib.mapped_as, "reason": reason})
+                    self.not_attached.append(MissedProbe(api.name, lib.mapped_as, reason))
                     continue
                 assert symbol is not None
                 fn = present[symbol]
@@ -180,46 +187,56 @@ class GpuRuntimeFamily(ProbeFamily):
                     )
                 code.used_events.append(event)
                 self.attached.append(
-                    {
-                        "api": api.name,
-                        "symbol": symbol,
-                        "address": f"0x{fn.address:x}",
-                        "library": lib.mapped_as,
-                        "probed_path": lib.path,
-                        "pid": lib.pid,
-                        "entry_instruction": calibration.entry_class(lib.path, fn),
-                    }
+                    AttachedProbe(
+                        api=api.name,
+                        symbol=symbol,
+                        address=f"0x{fn.address:x}",
+                        library=lib.mapped_as,
+                        probed_path=lib.path,
+                        pid=lib.pid,
+                        entry_instruction=calibration.entry_class(lib.path, fn),
+                    )
                 )
         if (
             self.attached and self.calibrate
         ):  # what one hit costs, timed on probes whose first instruction is alike
-            self._calibration = calibration.plan([a["entry_instruction"] for a in self.attached], times)
+            self._calibration = calibration.plan([a.entry_instruction for a in self.attached], times)
             code.probes.extend(calibration.render(self._calibration) if self._calibration else [])
         return code
 
-    def render_state(self) -> dict[str, Any]:
-        return {"attached": self.attached, "not_attached": self.not_attached, "views": list(self.views)}
+    def render_state(self) -> JsonObject:
+        return {
+            "attached": self._attached_json(),
+            "not_attached": self._not_attached_json(),
+            "views": list(self.views),
+        }
 
-    def restore_state(self, state: dict[str, Any]) -> None:
-        self.attached = list(state.get("attached") or [])
-        self.not_attached = list(state.get("not_attached") or [])
+    def restore_state(self, state: JsonObject) -> None:
+        self.attached = [AttachedProbe.from_json(a) for a in state.get("attached") or []]
+        self.not_attached = [MissedProbe.from_json(n) for n in state.get("not_attached") or []]
         if isinstance(state.get("views"), list):
             self.views = gv.parse_views(",".join(str(v) for v in state["views"]))
 
-    def snapshot(self, target: Any) -> Any:
+    def _attached_json(self) -> list[JsonObject]:
+        return [a.to_json() for a in self.attached]
+
+    def _not_attached_json(self) -> list[JsonObject]:
+        return [n.to_json() for n in self.not_attached]
+
+    def snapshot(self, target: TraceTarget) -> calibration.HitCosts | None:
         """What one uprobe hit costs here per entry-instruction class (gpu_runtime_calibration),
         timed once, right before the window; None when this program carries no calibration."""
         if not self.attached or self._calibration is None:
             return None
         if self._hit_costs is None:
             self._hit_costs = calibration.hit_costs(self._calibration)
-        return dict(self._hit_costs)
+        return self._hit_costs
 
     # -- collect -------------------------------------------------------------------------------
-    def collect(self, maps: dict[str, Any], context: dict[str, Any]) -> FamilyResult:
+    def collect(self, maps: JsonObject, context: CollectContext) -> FamilyResult:
         on = set(self.views)
         times = "times" in on
-        syncs: dict[Any, tuple[int, int | None] | None]  # (calls, ns blocked: None at entry only)
+        syncs: m.Syncs  # (calls, ns blocked: None at entry only)
         if times:
             syncs = {k: hist.stats(v) for k, v in hist.keyed(maps.get(f"{P}sync_ns")).items()}
         else:  # counted at entry only: calls, no time blocked
@@ -228,12 +245,12 @@ class GpuRuntimeFamily(ProbeFamily):
             }
         per_stream = m.stream_rows(maps, syncs, "syncs" in on)
         queue_rows = m.queue_rows(maps, per_stream)
-        handles = m.join_streams(per_stream, context.get("stream_handles") or [])
-        total_launches = sum(r["launches"] for r in per_stream.values())
-        graph_total = sum(r["graph_launches"] for r in per_stream.values())
-        hsa_probed = any(a["api"].startswith("hsa_signal_store") for a in self.attached)
+        handles = m.join_streams(per_stream, context.stream_handles)
+        total_launches = sum(r.launches for r in per_stream.values())
+        graph_total = sum(r.graph_launches for r in per_stream.values())
+        hsa_probed = any(a.api.startswith("hsa_signal_store") for a in self.attached)
         rings_used = (
-            sorted(m.hex_handle(s) for s, r in queue_rows.items() if r["doorbell_rings"] > 0)
+            sorted(m.hex_handle(s) for s, r in queue_rows.items() if r.doorbell_rings > 0)
             if hsa_probed
             else None
         )
@@ -243,25 +260,28 @@ class GpuRuntimeFamily(ProbeFamily):
             gv.collective_rows(maps),
             gv.stream_graph(maps),
         )
-        views_joined = gv.join_views(
-            copies, colls, graph, m.handle_indices(context.get("stream_handles") or [])
-        )
+        views_joined = gv.join_views(copies, colls, graph, m.handle_indices(context.stream_handles))
         launches = self.attached and "launches" in on  # a switched-off view: null, not zeros
         # without launches the family saw no submissions: it cannot head the queue section
         summary = m.family_summary(per_stream, rings_used) if launches else None
-        streams_launching = len([r for r in per_stream.values() if r["launches"] or r["graph_launches"]])
+        streams_launching = len([r for r in per_stream.values() if r.launches or r.graph_launches])
         if "launches" not in on:
             for row in per_stream.values():
-                row["launches"] = row["graph_launches"] = None
+                row.launches_probed = False
         if summary is not None and not times:
             summary["launch_call_meaning"] = f"launch call time {gv.SWITCHED_OFF} (view times)"
         metrics = {
             "summary": summary,
-            "streams": sorted(
-                per_stream.values(), key=lambda r: (r["stream_index"] is None, r["stream_index"], r["handle"])
-            ),
+            "streams": [  # the harness's streams by index, then the others by handle
+                r.to_json()
+                for r in sorted(
+                    per_stream.values(), key=lambda r: (r.stream_index is None, r.stream_index or 0, r.handle)
+                )
+            ],
             "queues": (
-                sorted(queue_rows.values(), key=lambda r: r["doorbell_signal"]) if "doorbells" in on else None
+                [r.to_json() for r in sorted(queue_rows.values(), key=lambda r: r.doorbell_signal)]
+                if "doorbells" in on
+                else None
             ),
             "streams_created": (
                 [
@@ -287,15 +307,15 @@ class GpuRuntimeFamily(ProbeFamily):
                 "hip/cudaGraphLaunch calls: one per graph launched, not the kernels inside it "
                 "(those are submitted by the runtime without an exported launch call)"
             ),
-            "copies": copies if "copies" in on else None,
-            "collectives": colls if "collectives" in on else None,
+            "copies": [c.to_json() for c in copies] if "copies" in on else None,
+            "collectives": [c.to_json() for c in colls] if "collectives" in on else None,
             "collective_groups": gv.group_calls(maps) if "collectives" in on else None,
-            "stream_graph": graph if "waits" in on else None,
+            "stream_graph": graph.to_json() if "waits" in on else None,
             "views_probed": list(self.views),
             "views": gv.view_status(
                 self.attached, self.not_attached, not self.attached and not self.not_attached, self.views
             ),
-            "probes": {"attached": self.attached, "not_attached": self.not_attached},
+            "probes": {"attached": self._attached_json(), "not_attached": self._not_attached_json()},
             "probe_cost": (
                 m.probe_cost(
                     context,
@@ -303,7 +323,7 @@ class GpuRuntimeFamily(ProbeFamily):
                         "launches": _pair(total_launches, times),
                         "graph_launches": _pair(graph_total, times),
                         "syncs": _pair(sum(v[0] for v in syncs.values() if v), times),
-                        "doorbell_rings": (0, sum(r["doorbell_rings"] for r in queue_rows.values())),
+                        "doorbell_rings": (0, sum(r.doorbell_rings for r in queue_rows.values())),
                         **gv.probed_calls(maps, times),
                     },
                     m.kind_classes(self.attached),

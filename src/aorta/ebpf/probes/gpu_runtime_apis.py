@@ -1,4 +1,5 @@
-"""The GPU runtime entry points the gpu_runtime family probes: names, roles, where the stream is.
+"""The GPU runtime entry points the gpu_runtime family probes: names, roles, where the stream is;
+and what a render probed (`AttachedProbe`) or could not (`MissedProbe`).
 
 Facts from the public headers and API references listed in docs/ebpf.md (names, argument order,
 struct offsets); x86-64 SysV calling convention.
@@ -7,6 +8,8 @@ struct offsets); x86-64 SysV calling convention.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from aorta.common.jsontypes import JsonObject
 
 # How the stream argument is read at function entry (x86-64 SysV: a 12-byte dim3 by value takes
 # two registers; arguments beyond six integer registers are on the stack: sargN).
@@ -235,3 +238,70 @@ NCCL_TYPE_NAMES = {
 # doorbell_signal {u64 handle} @16, size u32 @24, reserved1 u32 @28, id u64 @32
 QUEUE_DOORBELL_OFF, QUEUE_ID_OFF = 16, 32
 P = "@gpu_runtime_"
+
+
+@dataclass(frozen=True)
+class AttachedProbe:
+    """One entry point the family probed: the API and the symbol probed for it, its address and
+    file (as the process maps it, and the path probed), the process whose mapping was judged,
+    and the class of its first instruction (gpu_runtime_calibration). `late`: probed by a late
+    program (late_runtimes), whose probes went live `late_attach_s` after the window opened
+    (None: unknown)."""
+
+    api: str
+    symbol: str
+    address: str  # "0x…"
+    library: str
+    probed_path: str
+    pid: int
+    entry_instruction: str
+    late: bool = False
+    late_attach_s: float | None = None
+
+    def to_json(self) -> JsonObject:
+        """The row of `probes.attached` (`late_attach_s` only on a late program's probes)."""
+        row: JsonObject = {
+            "api": self.api,
+            "symbol": self.symbol,
+            "address": self.address,
+            "library": self.library,
+            "probed_path": self.probed_path,
+            "pid": self.pid,
+            "entry_instruction": self.entry_instruction,
+        }
+        if self.late:
+            row["late_attach_s"] = self.late_attach_s
+        return row
+
+    @classmethod
+    def from_json(cls, row: JsonObject) -> AttachedProbe:
+        """The probe a `to_json()` row describes (a node's other ranks get them as JSON)."""
+        return cls(
+            row["api"],
+            row["symbol"],
+            row["address"],
+            row["library"],
+            row["probed_path"],
+            row["pid"],
+            row["entry_instruction"],
+            "late_attach_s" in row,
+            row.get("late_attach_s"),
+        )
+
+
+@dataclass(frozen=True)
+class MissedProbe:
+    """An entry point (or a whole file: api "*") the family did not probe, and why."""
+
+    api: str
+    library: str
+    reason: str
+
+    def to_json(self) -> JsonObject:
+        """The row of `probes.not_attached`."""
+        return {"api": self.api, "library": self.library, "reason": self.reason}
+
+    @classmethod
+    def from_json(cls, row: JsonObject) -> MissedProbe:
+        """The miss a `to_json()` row describes."""
+        return cls(row["api"], row["library"], row["reason"])

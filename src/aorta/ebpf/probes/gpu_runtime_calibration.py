@@ -169,7 +169,19 @@ def _extra_ns(c: Calibrator, calls: int) -> float:
     return max(0.0, best["probed"] - best["twin"])
 
 
-def hit_costs(calib: Plan, calls: int = CALLS) -> dict[str, object]:
+@dataclass(frozen=True)
+class HitCosts:
+    """What one probe hit costs here (the family's window-start snapshot): ns per entry hit per
+    entry-instruction class (None: no function of that class here), ns the return probe adds to
+    an entry hit (None: not timed), the functions each class was timed on, the C library."""
+
+    entry_ns: dict[str, float | None]
+    return_ns: float | None
+    calibrated_on: dict[str, str | None]
+    libc: str
+
+
+def hit_costs(calib: Plan, calls: int = CALLS) -> HitCosts:
     """Time the calibration probes (attached, window about to open): ns per entry hit per class
     (None: no function of that class here) and ns the return probe adds to an entry hit."""
     entry = {cls: (_extra_ns(c, calls) if c is not None else None) for cls, c in calib.entry.items()}
@@ -177,12 +189,12 @@ def hit_costs(calib: Plan, calls: int = CALLS) -> dict[str, object]:
     if calib.returns and calib.return_class is not None:
         pair, first = _extra_ns(RETURN, calls), entry.get(calib.return_class)
         ret = max(0.0, pair - first) if first is not None else None
-    return {
-        "entry_ns": entry,
-        "return_ns": ret,
-        "calibrated_on": {
+    return HitCosts(
+        entry_ns=entry,
+        return_ns=ret,
+        calibrated_on={
             cls: (f"{c.probed} (probed) vs {c.twin}" if c is not None else None)
             for cls, c in calib.entry.items()
         },
-        "libc": str(Path(calib.libc)),
-    }
+        libc=str(Path(calib.libc)),
+    )

@@ -23,9 +23,11 @@ and `dropped` stays exact (seen minus the slots read back).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import NamedTuple
 
+from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import hist
+from aorta.ebpf.probes.base import CollectContext
 from aorta.ebpf.probes.gpu_runtime_apis import (
     API_BY_ID,
     MEMCPY_KINDS,
@@ -34,7 +36,7 @@ from aorta.ebpf.probes.gpu_runtime_apis import (
     Api,
     P,
 )
-from aorta.ebpf.probes.gpu_runtime_metrics import hex_handle
+from aorta.ebpf.probes.gpu_runtime_metrics import handle_indices, hex_handle
 
 U64 = 2**64 - 1
 INT32 = "0xffffffff"
@@ -51,7 +53,25 @@ KINDS: dict[str, tuple[int, tuple[str, ...]]] = {
 KIND_OF_ROLE = {role: (name, ident) for name, (ident, roles) in KINDS.items() for role in roles}
 KIND_NAMES = {ident: name for name, (ident, _) in KINDS.items()}
 THREAD_SHARE = 16  # a thread's kind keeps timeline_events / THREAD_SHARE calls (1024 by default)
-COLUMNS = ("tid", "start_ns", "end_ns", "api", "stream", "bytes", "kind", "elements", "event")
+
+
+class Call(NamedTuple):
+    """One call kept, a row of the result's `rows` (COLUMNS, in this order): entry and return ns
+    (None: no return seen), its stream handle (None: the API takes none), bytes and kind
+    (copy: direction; collective: datatype), elements, the event handle."""
+
+    tid: int
+    start_ns: int
+    end_ns: int | None
+    api: str
+    stream: str | None
+    bytes: int | None
+    kind: str | None
+    elements: int | None
+    event: str | None
+
+
+COLUMNS = Call._fields
 
 
 def cap_per_thread(timeline_events: int) -> int:
@@ -137,7 +157,7 @@ def end_code() -> list[str]:
     return [f"clear({TL}c);"]
 
 
-def _keys3(maps: dict[str, Any], name: str) -> dict[tuple[int, int, int], int]:
+def _keys3(maps: JsonObject, name: str) -> dict[tuple[int, int, int], int]:
     out: dict[tuple[int, int, int], int] = {}
     for key, value in hist.keyed(maps.get(name)).items():
         parts = key.split(",")
@@ -146,7 +166,7 @@ def _keys3(maps: dict[str, Any], name: str) -> dict[tuple[int, int, int], int]:
     return out
 
 
-def _slots(maps: dict[str, Any]) -> dict[tuple[int, int, int], tuple[int, int, int, int]]:
+def _slots(maps: JsonObject) -> dict[tuple[int, int, int], tuple[int, int, int, int]]:
     """@gpu_runtime_tl: slot → (entry ns, stream, api | arg << 16, bytes / elements / event)."""
     out: dict[tuple[int, int, int], tuple[int, int, int, int]] = {}
     for key, value in hist.keyed(maps.get(TL)).items():
@@ -157,7 +177,7 @@ def _slots(maps: dict[str, Any]) -> dict[tuple[int, int, int], tuple[int, int, i
     return out
 
 
-def _keys2(maps: dict[str, Any], name: str) -> dict[tuple[int, int], int]:
+def _keys2(maps: JsonObject, name: str) -> dict[tuple[int, int], int]:
     out: dict[tuple[int, int], int] = {}
     for key, value in hist.keyed(maps.get(name)).items():
         parts = key.split(",")
@@ -166,9 +186,7 @@ def _keys2(maps: dict[str, Any], name: str) -> dict[tuple[int, int], int]:
     return out
 
 
-def _row(
-    kind: str, tid: int, start: int, end: int | None, packed: int, stream: int, x: int | None
-) -> list[Any]:
+def _row(kind: str, tid: int, start: int, end: int | None, packed: int, stream: int, x: int | None) -> Call:
     """One call as COLUMNS."""
     api_id, arg = packed & 0xFFFF, packed >> 16
     api = API_BY_ID.get(api_id)
@@ -187,7 +205,7 @@ def _row(
     elif kind in ("event_record", "stream_wait") and x is not None:
         event = hex_handle(x)
     no_stream = api is not None and api.stream is None
-    return [
+    return Call(
         tid,
         start,
         end,
@@ -197,52 +215,49 @@ def _row(
         what,
         elements,
         event,
-    ]
+    )
 
 
-def collect(maps: dict[str, Any], context: dict[str, Any], cap: int) -> dict[str, Any]:
+def collect(maps: JsonObject, context: CollectContext, cap: int) -> JsonObject:
     """Per kind: the calls kept (rows of COLUMNS, by entry time) with `seen` (exact), `kept`,
     `dropped`, `nested`, `unfinished` (kept, no return seen before bpftrace stopped) and
     `complete_until_ns` (every call of the kind that entered before it is kept; null: none
     dropped); the stream handles with the harness's index where it created them."""
     slots, ends = _slots(maps), _keys3(maps, f"{TL}e")
     seen, nested = _keys2(maps, f"{TL}n"), _keys2(maps, f"{TL}nest")
-    kinds: dict[str, dict[str, Any]] = {}
+    kinds: JsonObject = {}
+    handles: set[str] = set()
     for name, (k, _) in KINDS.items():
         rows = [
             _row(name, key[0], start, ends.get(key), packed, stream, x)
             for key, (start, stream, packed, x) in slots.items()
             if key[1] == k
         ]
-        rows.sort(key=lambda r: (r[1], r[0]))
+        rows.sort(key=lambda r: (r.start_ns, r.tid))
         n_seen = sum(v for (_, kk), v in seen.items() if kk == k)
         # a thread that dropped calls is complete up to its last kept entry
         limits = []
         for (tid, kk), v in seen.items():
             if kk == k and v > cap:
-                last = max((r[1] for r in rows if r[0] == tid), default=None)
+                last = max((r.start_ns for r in rows if r.tid == tid), default=None)
                 if last is not None:
                     limits.append(last)
+        handles |= {r.stream for r in rows if r.stream is not None}
         kinds[name] = {
-            "rows": rows,
+            "rows": [list(r) for r in rows],
             "seen": n_seen,
             "kept": len(rows),
             "dropped": n_seen - len(rows),
             "nested": sum(v for (_, kk), v in nested.items() if kk == k),
-            "unfinished": sum(1 for r in rows if r[2] is None),
+            "unfinished": sum(1 for r in rows if r.end_ns is None),
             "complete_until_ns": min(limits) if limits else None,
         }
-    by_handle = {
-        int(h["handle"]) & U64: int(h["stream"])
-        for h in context.get("stream_handles") or []
-        if isinstance(h.get("handle"), int) and isinstance(h.get("stream"), int)
-    }
-    handles = sorted({r[4] for kind in kinds.values() for r in kind["rows"] if r[4] is not None})
+    by_handle = handle_indices(context.stream_handles)
     return {
         "clock": "CLOCK_MONOTONIC ns (bpftrace nsecs), the clock of op_intervals",
         "columns": list(COLUMNS),
         "kinds": kinds,
-        "streams": [{"handle": h, "stream_index": by_handle.get(int(h, 16))} for h in handles],
+        "streams": [{"handle": h, "stream_index": by_handle.get(int(h, 16))} for h in sorted(handles)],
         "cap_per_thread": cap,
         "meaning": (
             "the first calls of each kind per thread in the window (outermost calls, entry → "

@@ -4,12 +4,17 @@
 * collectives: per stream and NCCL/RCCL op, calls, elements, bytes (count x datatype size);
 * stream graph: producer stream → consumer stream edges from EventRecord / StreamWaitEvent.
 A view whose entry points were not probed says why (`views`); one probed that saw nothing is empty.
+Rows are summed in dataclasses, labelled with the harness's stream index (`join_views`) and
+written into the metrics with `to_json()`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import hist
 from aorta.ebpf.probes.gpu_runtime_apis import (
     API_BY_ID,
@@ -17,6 +22,8 @@ from aorta.ebpf.probes.gpu_runtime_apis import (
     MEMCPY_KINDS,
     NCCL_TYPE_NAMES,
     NCCL_TYPE_SIZES,
+    AttachedProbe,
+    MissedProbe,
     P,
 )
 from aorta.ebpf.probes.gpu_runtime_metrics import api_name, hex_handle
@@ -104,76 +111,115 @@ def direction(api_id: int, kind: int) -> str:
     return MEMCPY_KINDS.get(kind, f"kind {kind}")
 
 
-def copy_rows(maps: dict[str, Any]) -> list[dict[str, Any]]:
+@dataclass
+class CallTimes:
+    """Host time of the calls timed (entry → return; only with the times view)."""
+
+    count: int = 0
+    total_ns: int = 0
+
+    def to_json(self) -> JsonObject:
+        """`host_call_ms` and `host_call_avg_us` (null: no call timed)."""
+        n, ns = self.count, self.total_ns
+        return {"host_call_ms": ns / 1e6 if n else None, "host_call_avg_us": ns / n / 1e3 if n else None}
+
+
+@dataclass
+class CopyRow:
+    """One (stream, direction)'s copies: calls, bytes, calls per API, host call time, and the
+    harness's index of the stream (join_views; None: a stream it did not create)."""
+
+    stream: str
+    direction: str
+    calls: int = 0
+    bytes: int = 0
+    by_api: dict[str, int] = field(default_factory=dict)
+    times: CallTimes = field(default_factory=CallTimes)
+    stream_index: int | None = None
+
+    def to_json(self) -> JsonObject:
+        """The row of the result's `copies`."""
+        return {
+            "stream": self.stream,
+            "direction": self.direction,
+            "calls": self.calls,
+            "bytes": self.bytes,
+            "by_api": self.by_api,
+            **self.times.to_json(),
+            "stream_index": self.stream_index,
+        }
+
+
+@dataclass
+class CollectiveRow:
+    """One (stream, NCCL/RCCL op)'s calls: elements, bytes (None with `bytes_reason` once a
+    datatype of unknown size was seen), calls per datatype, host call time, the stream's index."""
+
+    stream: str
+    op: str
+    calls: int = 0
+    elements: int = 0
+    bytes: int | None = 0
+    datatypes: dict[str, int] = field(default_factory=dict)
+    bytes_reason: str | None = None
+    times: CallTimes = field(default_factory=CallTimes)
+    stream_index: int | None = None
+
+    def to_json(self) -> JsonObject:
+        """The row of the result's `collectives` (`bytes_reason` only when bytes is unknown)."""
+        row: JsonObject = {
+            "stream": self.stream,
+            "op": self.op,
+            "calls": self.calls,
+            "elements": self.elements,
+            "bytes": self.bytes,
+            "datatypes": self.datatypes,
+        }
+        if self.bytes_reason is not None:
+            row["bytes_reason"] = self.bytes_reason
+        return {**row, **self.times.to_json(), "stream_index": self.stream_index}
+
+
+def copy_rows(maps: JsonObject) -> list[CopyRow]:
     """Per (stream, direction): calls, bytes, host call time, the APIs that made them."""
-    rows: dict[tuple[int, str], dict[str, Any]] = {}
+    rows: dict[tuple[int, str], CopyRow] = {}
     times = _stats3(maps.get(f"{P}copies_ns"))
     for (api_id, stream, kind), (calls, nbytes) in _stats3(maps.get(f"{P}copies")).items():
         way = direction(api_id, kind)
-        row = rows.setdefault(
-            (stream, way),
-            {
-                "stream": hex_handle(stream),
-                "direction": way,
-                "calls": 0,
-                "bytes": 0,
-                "by_api": {},
-                "_n": 0,
-                "_ns": 0,
-            },
-        )
+        row = rows.setdefault((stream, way), CopyRow(hex_handle(stream), way))
         name = api_name(api_id)
-        row["calls"] += calls
-        row["bytes"] += nbytes
-        row["by_api"][name] = row["by_api"].get(name, 0) + calls
+        row.calls += calls
+        row.bytes += nbytes
+        row.by_api[name] = row.by_api.get(name, 0) + calls
         n, ns = times.get((api_id, stream, kind), (0, 0))
-        row["_n"] += n
-        row["_ns"] += ns
-    return [_finish(r) for _, r in sorted(rows.items())]
+        row.times.count += n
+        row.times.total_ns += ns
+    return [r for _, r in sorted(rows.items())]
 
 
-def _finish(row: dict[str, Any]) -> dict[str, Any]:
-    n, ns = row.pop("_n"), row.pop("_ns")
-    row["host_call_ms"] = ns / 1e6 if n else None
-    row["host_call_avg_us"] = ns / n / 1e3 if n else None
-    return row
-
-
-def collective_rows(maps: dict[str, Any]) -> list[dict[str, Any]]:
+def collective_rows(maps: JsonObject) -> list[CollectiveRow]:
     """Per (stream, op): calls, elements, bytes (null, with the reason, for an unknown datatype)."""
-    rows: dict[tuple[int, str], dict[str, Any]] = {}
+    rows: dict[tuple[int, str], CollectiveRow] = {}
     times = _stats3(maps.get(f"{P}colls_ns"))
     for (api_id, stream, dtype), (calls, elements) in _stats3(maps.get(f"{P}colls")).items():
         op = api_name(api_id)
-        row = rows.setdefault(
-            (stream, op),
-            {
-                "stream": hex_handle(stream),
-                "op": op,
-                "calls": 0,
-                "elements": 0,
-                "bytes": 0,
-                "datatypes": {},
-                "_n": 0,
-                "_ns": 0,
-            },
-        )
-        row["calls"] += calls
-        row["elements"] += elements
+        row = rows.setdefault((stream, op), CollectiveRow(hex_handle(stream), op))
+        row.calls += calls
+        row.elements += elements
         name = NCCL_TYPE_NAMES.get(dtype, f"type {dtype}")
-        row["datatypes"][name] = row["datatypes"].get(name, 0) + calls
+        row.datatypes[name] = row.datatypes.get(name, 0) + calls
         if dtype not in NCCL_TYPE_SIZES:
-            row["bytes"] = None
-            row["bytes_reason"] = f"datatype {dtype} is not in ncclDataType_t (size unknown)"
-        elif row["bytes"] is not None:
-            row["bytes"] += elements * NCCL_TYPE_SIZES[dtype]
+            row.bytes = None
+            row.bytes_reason = f"datatype {dtype} is not in ncclDataType_t (size unknown)"
+        elif row.bytes is not None:
+            row.bytes += elements * NCCL_TYPE_SIZES[dtype]
         n, ns = times.get((api_id, stream, dtype), (0, 0))
-        row["_n"] += n
-        row["_ns"] += ns
-    return [_finish(r) for _, r in sorted(rows.items())]
+        row.times.count += n
+        row.times.total_ns += ns
+    return [r for _, r in sorted(rows.items())]
 
 
-def group_calls(maps: dict[str, Any]) -> dict[str, int]:
+def group_calls(maps: JsonObject) -> dict[str, int]:
     """ncclGroupStart / ncclGroupEnd calls in the window."""
     out = {}
     for k, n in hist.keyed(maps.get(f"{P}groups")).items():
@@ -183,21 +229,86 @@ def group_calls(maps: dict[str, Any]) -> dict[str, int]:
     return out
 
 
-def stream_graph(maps: dict[str, Any]) -> dict[str, Any]:
+@dataclass
+class StreamEdge:
+    """Waits of a consumer stream on events last recorded on a producer stream, per API, with
+    the harness's index of each stream (join_views)."""
+
+    producer: str
+    consumer: str
+    waits: int = 0
+    by_api: dict[str, int] = field(default_factory=dict)
+    producer_index: int | None = None
+    consumer_index: int | None = None
+
+    def to_json(self) -> JsonObject:
+        """The row of `stream_graph.edges`."""
+        return {
+            "producer": self.producer,
+            "consumer": self.consumer,
+            "waits": self.waits,
+            "by_api": self.by_api,
+            "producer_index": self.producer_index,
+            "consumer_index": self.consumer_index,
+        }
+
+
+@dataclass
+class UnknownProducerWaits:
+    """Waits of a stream on events whose recording stream is not known."""
+
+    consumer: str
+    waits: int
+    consumer_index: int | None = None
+
+    def to_json(self) -> JsonObject:
+        """The row of `stream_graph.waits_producer_unknown`."""
+        return {"consumer": self.consumer, "waits": self.waits, "consumer_index": self.consumer_index}
+
+
+@dataclass
+class EventRecords:
+    """Events recorded on a stream."""
+
+    stream: str
+    records: int
+    stream_index: int | None = None
+
+    def to_json(self) -> JsonObject:
+        """The row of `stream_graph.event_records`."""
+        return {"stream": self.stream, "records": self.records, "stream_index": self.stream_index}
+
+
+@dataclass
+class StreamGraph:
+    """The stream-ordering view: producer → consumer edges, waits on an unknown producer, event
+    records per stream."""
+
+    edges: list[StreamEdge]
+    waits_producer_unknown: list[UnknownProducerWaits]
+    event_records: list[EventRecords]
+
+    def to_json(self) -> JsonObject:
+        """The result's `stream_graph`."""
+        return {
+            "edges": [e.to_json() for e in self.edges],
+            "waits_producer_unknown": [w.to_json() for w in self.waits_producer_unknown],
+            "event_records": [r.to_json() for r in self.event_records],
+        }
+
+
+def stream_graph(maps: JsonObject) -> StreamGraph:
     """Observed producer → consumer stream edges (waits on an event last recorded on the producer)."""
-    edges: dict[tuple[int, int], dict[str, Any]] = {}
+    edges: dict[tuple[int, int], StreamEdge] = {}
     for k, n in hist.keyed(maps.get(f"{P}edges")).items():
         parts = keys(k, 3)
         if parts is None or not isinstance(n, int):
             continue
         api_id, producer, consumer = parts
-        e = edges.setdefault(
-            (producer, consumer),
-            {"producer": hex_handle(producer), "consumer": hex_handle(consumer), "waits": 0, "by_api": {}},
-        )
-        e["waits"] += n
+        e = edges.setdefault((producer, consumer), StreamEdge(hex_handle(producer), hex_handle(consumer)))
+        e.waits += n
         name = api_name(api_id)
-        e["by_api"][name] = e["by_api"].get(name, 0) + n
+        e.by_api[name] = e.by_api.get(name, 0) + n
     unknown: dict[int, int] = {}
     for k, n in hist.keyed(maps.get(f"{P}wait_unknown")).items():
         parts = keys(k, 2)
@@ -208,35 +319,33 @@ def stream_graph(maps: dict[str, Any]) -> dict[str, Any]:
         parts = keys(k, 2)
         if parts is not None and isinstance(n, int):
             records[parts[1]] = records.get(parts[1], 0) + n
-    return {
-        "edges": [edges[k] for k in sorted(edges)],
-        "waits_producer_unknown": [
-            {"consumer": hex_handle(s), "waits": n} for s, n in sorted(unknown.items())
-        ],
-        "event_records": [{"stream": hex_handle(s), "records": n} for s, n in sorted(records.items())],
-    }
+    return StreamGraph(
+        [edges[k] for k in sorted(edges)],
+        [UnknownProducerWaits(hex_handle(s), n) for s, n in sorted(unknown.items())],
+        [EventRecords(hex_handle(s), n) for s, n in sorted(records.items())],
+    )
 
 
 def view_status(
-    attached: list[dict[str, Any]],
-    not_attached: list[dict[str, Any]],
+    attached: Sequence[AttachedProbe],
+    not_attached: Sequence[MissedProbe],
     libs_missing: bool,
     views: tuple[str, ...] = DEFAULT_VIEWS,
-) -> dict[str, Any]:
+) -> JsonObject:
     """Per view: the entry points probed, or why none was (never silently absent)."""
     roles = {a.name: a.role for a in APIS}
     libs = {a.name: a.lib for a in APIS}
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     for view, (wanted, switch) in VIEW_ROLES.items():
         if switch not in views:
             out[view] = {"probed": [], "reason": SWITCHED_OFF}
             continue
-        probed = sorted({a["api"] for a in attached if roles.get(a["api"]) in wanted})
+        probed = sorted({a.api for a in attached if roles.get(a.api) in wanted})
         if probed:
             out[view] = {"probed": probed, "reason": None}
             continue
         kinds = sorted({libs[n] for n, r in roles.items() if r in wanted})
-        absent = sorted({a["api"] for a in not_attached if roles.get(a["api"]) in wanted})
+        absent = sorted({a.api for a in not_attached if roles.get(a.api) in wanted})
         if libs_missing or not absent:
             reason = f"no {' / '.join(LIB_FILES[k] for k in kinds)} mapped by the traced processes"
         else:
@@ -245,7 +354,7 @@ def view_status(
     return out
 
 
-def probed_calls(maps: dict[str, Any], times: bool = True) -> dict[str, tuple[int, int]]:
+def probed_calls(maps: JsonObject, times: bool = True) -> dict[str, tuple[int, int]]:
     """Per kind of probe beyond launches, syncs and doorbells: (calls probed at entry + return,
     calls probed at entry only) in the window, for the probe cost (`times`: copies and
     collectives have their return probe)."""
@@ -273,29 +382,32 @@ def _index(by_handle: dict[int, int], handle: str) -> int | None:
 
 
 def join_views(
-    copies: list[dict[str, Any]],
-    collectives: list[dict[str, Any]],
-    graph: dict[str, Any],
+    copies: list[CopyRow],
+    collectives: list[CollectiveRow],
+    graph: StreamGraph,
     by_handle: dict[int, int],
-) -> dict[str, Any]:
+) -> JsonObject:
     """Label the copy, collective and stream-graph rows with the harness's stream index (the same
     handle → index join as the launch rows; null for a handle the harness did not create, e.g.
     torch's timing stream or a foreign job's streams, which stay named by handle). Returns, per
     view, how many rows were joined and how many were not."""
-    for row in (*copies, *collectives, *graph.get("event_records", [])):
-        row["stream_index"] = _index(by_handle, row["stream"])
-    for edge in graph.get("edges", []):
-        edge["producer_index"] = _index(by_handle, edge["producer"])
-        edge["consumer_index"] = _index(by_handle, edge["consumer"])
-    for wait in graph.get("waits_producer_unknown", []):
-        wait["consumer_index"] = _index(by_handle, wait["consumer"])
+    rows: list[CopyRow | CollectiveRow | EventRecords] = [*copies, *collectives, *graph.event_records]
+    for row in rows:
+        row.stream_index = _index(by_handle, row.stream)
+    for edge in graph.edges:
+        edge.producer_index = _index(by_handle, edge.producer)
+        edge.consumer_index = _index(by_handle, edge.consumer)
+    for wait in graph.waits_producer_unknown:
+        wait.consumer_index = _index(by_handle, wait.consumer)
 
-    def tally(rows: list[dict[str, Any]], *fields: str) -> dict[str, int]:
-        joined = sum(1 for r in rows if all(r[f] is not None for f in fields))
-        return {"joined": joined, "not_joined": len(rows) - joined}
+    def tally(joined_rows: list[bool]) -> dict[str, int]:
+        joined = sum(joined_rows)
+        return {"joined": joined, "not_joined": len(joined_rows) - joined}
 
     return {
-        "copies": tally(copies, "stream_index"),
-        "collectives": tally(collectives, "stream_index"),
-        "stream_edges": tally(graph.get("edges", []), "producer_index", "consumer_index"),
+        "copies": tally([r.stream_index is not None for r in copies]),
+        "collectives": tally([r.stream_index is not None for r in collectives]),
+        "stream_edges": tally(
+            [e.producer_index is not None and e.consumer_index is not None for e in graph.edges]
+        ),
     }

@@ -234,7 +234,7 @@ class HostMemoryFamily(EventSetFamily):
         if seen("migrate:mm_migrate_pages"):
             mig = mm.keyed(maps, f"{P}migrated")
             failed = mm.keyed(maps, f"{P}migrate_failed")
-            own = int(context.get("rank_key") or 1)  # $traced: 1, or the rank key (node)
+            own = int(context.rank_key or 1)  # $traced: 1, or the rank key (node)
             metrics["page_migrations"] = {
                 "pages": mm.total(mig),
                 "failed": mm.total(failed),
@@ -252,7 +252,7 @@ class HostMemoryFamily(EventSetFamily):
         if self.timeline_keep:
             metrics["timeline"] = {
                 "page_faults_per_ms": timeline.buckets(maps, "hostmem_tlpf"),
-                "bucket_origin_monotonic_ns": (context.get("window") or {}).get("start_monotonic_ns"),
+                "bucket_origin_monotonic_ns": context.window.start_ns,
                 **{f"{kind}_reclaim": timeline.slices(maps, f"hostmem_tl{kind}") for kind in RECLAIM_KINDS},
                 "migrations": timeline.instants(maps, "hostmem_tlmig"),
                 "meaning": (

@@ -58,7 +58,7 @@ def job_summary(
 
 def not_attached(context: CollectContext, events: list[str], missing: str) -> str | None:
     """Why a job family measured nothing (none of `events` attached), or None when it did."""
-    attached = set(context.get("attached") or [])
+    attached = set(context.attached)
     return None if attached & set(events) else missing
 
 

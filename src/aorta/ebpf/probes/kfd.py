@@ -173,7 +173,7 @@ class KfdFamily(ProbeFamily):
                 )
         wait = hist.distribution(maps, "kfd_wait_d")
         wait_p99 = hist.quantile(wait, 0.99)
-        inventory = queue_inventory(context.get("pids", []))
+        inventory = queue_inventory(list(context.pids))
         metrics = {
             "summary": None,
             "ioctls": calls,
@@ -182,7 +182,7 @@ class KfdFamily(ProbeFamily):
             "wait_events_p99": wait_p99,
             "wait_events_hist_ns": hist.as_records(wait.hist),
             "sysfs_inventory": inventory,
-            "multiplexing": multiplexing_verdict(created, inventory, context.get("streams")),
+            "multiplexing": multiplexing_verdict(created, inventory, context.streams),
         }
         coverage = {
             "source": "syscalls:sys_enter/exit_ioctl on /dev/kfd + sysfs "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 from aorta.common.jsontypes import JsonObject
 from aorta.hw_queue_eval.ops.records import OpRecord
@@ -26,16 +26,6 @@ class WorkerInfo:
     queue: int
     streams: tuple[int, ...]
     doorbell_fd: int | None = None
-
-
-class StreamHandle(TypedDict):
-    """One stream of the GPU backend: its index and the runtime's handle for it (a cudaStream_t /
-    hipStream_t as an int), so eBPF uprobe counts per handle join the harness's streams. A dict,
-    not a dataclass: the gpu_runtime families read it from their collect context by key (pending
-    their calibration work)."""
-
-    stream: int
-    handle: int
 
 
 @dataclass(frozen=True)

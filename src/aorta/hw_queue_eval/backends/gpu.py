@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from aorta.common.errors import UsageError
 from aorta.common.jsontypes import JsonObject
-from aorta.hw_queue_eval.backends.base import Backend, DependencyLog, Stream, StreamHandle
+from aorta.ebpf.probes.base import StreamHandle
+from aorta.hw_queue_eval.backends.base import Backend, DependencyLog, Stream
 from aorta.hw_queue_eval.backends.priority import StreamFactory, describe, torch_priorities
 from aorta.hw_queue_eval.ops.opfold import CHUNK_OPS, DEVICE, FoldedOps, LabelTable, OpFold
 from aorta.hw_queue_eval.ops.records import OpRecord
@@ -330,7 +331,7 @@ class GpuBackend(Backend):
     def stream_handles(self) -> list[StreamHandle]:
         """Stream index → the runtime's stream handle (torch `Stream.cuda_stream`, a cudaStream_t /
         hipStream_t as an int): eBPF uprobe counts per stream handle join the harness's streams."""
-        return [{"stream": s.index, "handle": int(s.cuda_stream.cuda_stream)} for s in self._streams]
+        return [StreamHandle(s.index, int(s.cuda_stream.cuda_stream)) for s in self._streams]
 
     def reset_memory_peak(self) -> None:
         import torch

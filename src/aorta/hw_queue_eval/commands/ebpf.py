@@ -7,7 +7,7 @@ import re
 import select
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -18,6 +18,9 @@ from aorta.common.procs import parse_pid, process_running, process_state, thread
 from aorta.hw_queue_eval.commands._options import gpu_runtime_views, tracing_options
 from aorta.hw_queue_eval.commands._output import save_and_print_json
 from aorta.hw_queue_eval.commands._tracers import check_views, parse_tracers, tracer_report
+
+if TYPE_CHECKING:  # the eBPF engine loads only when a command traces
+    from aorta.ebpf.probes.base import Window
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
 
@@ -281,7 +284,7 @@ def ebpf_attach_command(
     from aorta.ebpf.doorbells import Doorbells, find_doorbells
     from aorta.ebpf.late_runtimes import LateRuntimes
     from aorta.ebpf.late_runtimes import place as place_late_report
-    from aorta.ebpf.probes.base import TraceTarget
+    from aorta.ebpf.probes.base import CollectContext, TraceTarget
     from aorta.ebpf.program import ProgramError
     from aorta.ebpf.runtime_libs import with_descendants
     from aorta.ebpf.session import SessionError
@@ -379,14 +382,14 @@ def ebpf_attach_command(
     if late is not None:
         late_report = late.report(out)
         out = late.absorb(program, out)
-    window = engine.window_info(out)
-    context = {
-        "workers": bells.workers,
-        "doorbells_traced": len(bells.doorbells),
-        "window": window,
-        "pids": list(target.pids),
-        "streams": None,
-    }
+    window = engine.window_edges(out)
+    context = CollectContext(
+        workers=tuple(bells.workers),
+        doorbells_traced=len(bells.doorbells),
+        window=window,
+        pids=tuple(target.pids),
+        streams=None,
+    )
     results = engine.collect_results(program, out, context)
     backend = "cpu" if bells.doorbells else None
     sections = engine.build_sections(program, out, results, ready, queue, ebpf_memory_trace, backend)
@@ -400,12 +403,12 @@ def ebpf_attach_command(
         ((queue_section.get("families") or {}).get("cpu_sched") or {}).get("metrics", {}).pop(
             "per_submission", None
         )
-    traced_ms = window.get("duration_ms")
+    traced_ms = window.duration_ms
     data = {
         "kind": "ebpf_attach",
         "pid": pid,
         "runtime_processes": scan.report() if scan is not None else None,
-        "duration_s": traced_ms / 1e3 if isinstance(traced_ms, (int, float)) else None,
+        "duration_s": traced_ms / 1e3 if traced_ms is not None else None,
         "duration_meaning": (
             "the traced window as the kernel saw it (gate open → closed); it ends early when the target exits"
         ),
@@ -509,13 +512,13 @@ def wait_for_all_exit(pids: tuple[int, ...], seconds: float, tick: Callable[[], 
     return True
 
 
-def write_attach_trace(path: str, data: JsonObject, window: JsonObject) -> None:
+def write_attach_trace(path: str, data: JsonObject, window: Window) -> None:
     """The attach window as a trace (report/trace.py): no ops, the kernel's own events, µs since
     the window opened (its CLOCK_MONOTONIC start is the origin)."""
     from aorta.common.atomicio import atomic_write_bytes
     from aorta.hw_queue_eval.report.trace import trace_chunks
 
-    duration = window.get("duration_ms")
+    duration = window.duration_ms
     trace_input = {
         **data,
         "workload_name": (
@@ -524,8 +527,8 @@ def write_attach_trace(path: str, data: JsonObject, window: JsonObject) -> None:
             else "GPU runtime processes (ebpf-attach)"
         ),
         "stream_count": 0,
-        "total_time_ms": duration if isinstance(duration, (int, float)) else 0.0,
-        "metadata": {"window_start_monotonic_ns": window.get("start_monotonic_ns")},
+        "total_time_ms": duration if duration is not None else 0.0,
+        "metadata": {"window_start_monotonic_ns": window.start_ns},
     }
     atomic_write_bytes(path, trace_chunks(trace_input))
 

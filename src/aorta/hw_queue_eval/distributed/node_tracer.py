@@ -210,10 +210,12 @@ class NodeTracer(EbpfTracer):
         maps = queue_slice(output.maps, slot * QUEUE_STRIDE, QUEUE_STRIDE)
         maps = rank_slice(maps, rank_keyed(program.families), rank_key(slot))
         mine = replace(output, maps=maps)
-        fam_context = family_context(context, os.getpid(), self.submitter_tid, output)
-        fam_context["snapshots"] = self.snapshots
-        fam_context["doorbells_traced"] = shared["doorbells"]
-        fam_context["rank_key"] = rank_key(slot)
+        fam_context = replace(
+            family_context(context, os.getpid(), self.submitter_tid, output),
+            snapshots=self.snapshots,
+            doorbells_traced=shared["doorbells"],
+            rank_key=rank_key(slot),
+        )
         sections = sections_for(program, mine, self.ready, self.queue, self.memory, context, fam_context)
         for key in ("ebpf_queue_metrics", "ebpf_memory_metrics"):
             section = sections.get(key)

@@ -14,11 +14,10 @@ from aorta.common.jsontypes import JsonObject
 from aorta.ebpf import engine
 from aorta.ebpf import timeline as timeline_mod
 from aorta.ebpf.late_runtimes import place
-from aorta.ebpf.probes.base import CollectContext, QueueWorker, TraceTarget
+from aorta.ebpf.probes.base import CollectContext, QueueWorker, StreamHandle, TraceTarget
 from aorta.ebpf.probes.cpu_sched import SUBMITTER_LABEL
 from aorta.ebpf.program import Program, ProgramError
 from aorta.ebpf.session import SessionError, TraceSession
-from aorta.hw_queue_eval.backends.base import StreamHandle
 from aorta.hw_queue_eval.results.models import TracerSections
 from aorta.hw_queue_eval.tracing.collective_join import collective_join, harness_collective_ops
 from aorta.hw_queue_eval.tracing.gpu_runtime_comparison import compare_gpu_runtime
@@ -156,18 +155,18 @@ def family_context(
     """What the families' collect needs from one benchmark process (its workers, pid, streams)."""
     backend = context.backend
     workers = (
-        [QueueWorker(w.tid, w.queue, tuple(w.streams), w.doorbell_fd) for w in backend.workers()]
+        tuple(QueueWorker(w.tid, w.queue, tuple(w.streams), w.doorbell_fd) for w in backend.workers())
         if backend is not None
-        else []
+        else ()
     )
-    return {
-        "workers": workers,
-        "window": engine.window_info(output),
-        "pids": [pid],
-        "streams": context.stream_count,
-        "submitter_tids": [submitter_tid] if submitter_tid else [],
-        "stream_handles": stream_handles(backend),
-    }
+    return CollectContext(
+        workers=workers,
+        window=engine.window_edges(output),
+        pids=(pid,),
+        streams=context.stream_count,
+        submitter_tids=(submitter_tid,) if submitter_tid else (),
+        stream_handles=stream_handles(backend),
+    )
 
 
 def sections_for(
@@ -185,12 +184,12 @@ def sections_for(
     sections = engine.build_sections(program, output, results, ready, queue, memory, backend)
     if queue:
         queue_section = sections["ebpf_queue_metrics"]
-        queue_section["interpretation"] = engine.interpret_queue(queue_section, fam_context["streams"])
+        queue_section["interpretation"] = engine.interpret_queue(queue_section, fam_context.streams)
         family = (queue_section.get("families") or {}).get("cpu_sched") or {}
         # per-submission kernel records feed the comparison; the JSON keeps counts and sums
         records = (family.get("metrics") or {}).pop("per_submission", None)
         sections["ebpf_vs_cuda_comparison"] = (
-            compare_gpu_runtime(queue_section, list(context.ops), fam_context["streams"], context.folded)
+            compare_gpu_runtime(queue_section, list(context.ops), fam_context.streams, context.folded)
             if queue_section.get("source") == "gpu_runtime"
             else compare_with_harness(queue_section, context.submissions, records, context.handoff_totals)
         )
@@ -239,10 +238,10 @@ def make_tracer(
     )
 
 
-def stream_handles(backend: Any) -> list[StreamHandle]:
+def stream_handles(backend: Any) -> tuple[StreamHandle, ...]:
     """The backend's stream index → runtime stream handle (GPU backend), to join uprobe counts."""
     method = getattr(backend, "stream_handles", None)
     try:
-        return list(method()) if callable(method) else []
+        return tuple(method()) if callable(method) else ()
     except Exception:  # a backend without live streams: nothing to join, never a crash
-        return []
+        return ()
