@@ -49,7 +49,7 @@ def _quoted(node: ast.Constant) -> ast.Expression | None:
         return None
     try:
         return ast.parse(node.value.strip(), mode="eval")
-    except SyntaxError:
+    except (SyntaxError, ValueError):  # ValueError: a NUL in the string (Python 3.11.2; later: SyntaxError)
         return None
 
 
