@@ -31,13 +31,13 @@ V, S, INT, U = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_uint
 
 def _calls() -> dict[str, Any]:
     import vendor_libs
-    from gpu_standins import Dim3
+    from gpu_standins import LAUNCH_ARGTYPES, Dim3
 
     path = vendor_libs.library("cudart")
     if path is None:
         raise SystemExit("libcudart not fetched: run python tests/vendor_libs.py cudart")
     rt = ctypes.CDLL(str(path))
-    rt.cudaLaunchKernel.argtypes = [V, Dim3, Dim3, V, S, V]
+    rt.cudaLaunchKernel.argtypes = LAUNCH_ARGTYPES
     rt.cudaMemcpyAsync.argtypes = [V, V, S, INT, V]
     rt.cudaEventRecord.argtypes = [V, V]
     rt.cudaStreamWaitEvent.argtypes = [V, V, U]

@@ -64,7 +64,7 @@ def measure(args: argparse.Namespace, folder: Path) -> int:
     from aorta.ebpf.probes.base import TraceTarget
     from aorta.ebpf.probes.gpu_runtime import GpuRuntimeFamily
     from ebpf_overhead import bpf_run_time_stats  # makes the kernel time BPF programs
-    from gpu_standins import Dim3, build
+    from gpu_standins import LAUNCH_ARGTYPES, Dim3, build
 
     libs = build(folder)
     hip = ctypes.CDLL(str(libs["libamdhip64.so"]))
@@ -72,14 +72,7 @@ def measure(args: argparse.Namespace, folder: Path) -> int:
     for lib in (hip, rt):
         lib.standin_configure.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64]
         lib.standin_configure(1, 0, 0)
-    hip.hipLaunchKernel.argtypes = [
-        ctypes.c_void_p,
-        Dim3,
-        Dim3,
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-        ctypes.c_void_p,
-    ]
+    hip.hipLaunchKernel.argtypes = LAUNCH_ARGTYPES
     rt.cudaLaunchKernel.argtypes = hip.hipLaunchKernel.argtypes
     stream = ctypes.c_void_p()
     hip.hipStreamCreate(ctypes.byref(stream))

@@ -41,7 +41,7 @@ CONDITIONS = ("plain", "empty", "default", "all")
 def _kinds() -> dict[str, tuple[str, str, Callable[[], object]]]:
     """kind → (library path, symbol, one call of it)."""
     import vendor_libs
-    from gpu_standins import Dim3
+    from gpu_standins import LAUNCH_ARGTYPES, Dim3
 
     paths = {k: vendor_libs.library(k) for k in ("cudart", "nccl")}
     missing = [k for k, p in paths.items() if p is None]
@@ -49,7 +49,7 @@ def _kinds() -> dict[str, tuple[str, str, Callable[[], object]]]:
         raise SystemExit(f"vendor libraries not fetched: run python tests/vendor_libs.py {' '.join(missing)}")
     rt, nc = (ctypes.CDLL(str(paths[k])) for k in ("cudart", "nccl"))
     one = Dim3(1, 1, 1)
-    rt.cudaLaunchKernel.argtypes = [V, Dim3, Dim3, V, S, V]
+    rt.cudaLaunchKernel.argtypes = LAUNCH_ARGTYPES
     rt.cudaMemcpyAsync.argtypes = [V, V, S, INT, V]
     rt.cudaEventRecord.argtypes = [V, V]
     rt.cudaStreamSynchronize.argtypes = [V]

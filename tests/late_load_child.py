@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_standins import Dim3
+from gpu_standins import LAUNCH_ARGTYPES, Dim3
 
 HANDLES = (0x7100000, 0x7200000)
 PAUSE_S = 0.0005
@@ -48,7 +48,7 @@ def main() -> None:
 def call(rt: ctypes.CDLL, end: int) -> list[tuple[int, int, int, bool]]:
     """cudaLaunchKernel until `end` (monotonic ns), each call timed (see the module doc)."""
     launch = rt.cudaLaunchKernel
-    launch.argtypes = [ctypes.c_void_p, Dim3, Dim3, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    launch.argtypes = LAUNCH_ARGTYPES
     entry = ctypes.c_ubyte.from_address(ctypes.cast(launch, ctypes.c_void_p).value or 0)
     one = Dim3(1, 1, 1)
     calls = []

@@ -27,7 +27,7 @@ from aorta.ebpf.program import UPROBE_HANDSHAKE_IDS
 from aorta.ebpf.runtime_libs import runtime_libraries
 from conftest import unavailable
 from ebpf_support import attached_probe
-from gpu_standins import Dim3, LaunchConfig, build, counter, gcc, reset
+from gpu_standins import LAUNCH_ARGTYPES, Dim3, LaunchConfig, build, counter, gcc, reset
 
 LAUNCH_NS = 300_000  # each stand-in launch busy-waits 300 µs
 SYNC_NS = 2_000_000
@@ -46,14 +46,7 @@ def standins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def hip(standins: dict[str, Path]) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(standins["libamdhip64.so"]))
-    lib.hipLaunchKernel.argtypes = [
-        ctypes.c_void_p,
-        Dim3,
-        Dim3,
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-        ctypes.c_void_p,
-    ]
+    lib.hipLaunchKernel.argtypes = LAUNCH_ARGTYPES
     lib.hipLaunchKernel_spt.argtypes = lib.hipLaunchKernel.argtypes
     lib.hipModuleLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
     lib.hipExtModuleLaunchKernel.argtypes = (
@@ -71,14 +64,7 @@ def hip(standins: dict[str, Path]) -> ctypes.CDLL:
 @pytest.fixture(scope="module")
 def cuda(standins: dict[str, Path]) -> tuple[ctypes.CDLL, ctypes.CDLL]:
     rt = ctypes.CDLL(str(standins["libcudart.so.12"]))
-    rt.cudaLaunchKernel.argtypes = [
-        ctypes.c_void_p,
-        Dim3,
-        Dim3,
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-        ctypes.c_void_p,
-    ]
+    rt.cudaLaunchKernel.argtypes = LAUNCH_ARGTYPES
     rt.cudaLaunchKernel_ptsz.argtypes = rt.cudaLaunchKernel.argtypes
     rt.cudaLaunchKernelExC.argtypes = [ctypes.POINTER(LaunchConfig), ctypes.c_void_p, ctypes.c_void_p]
     rt.cudaStreamSynchronize.argtypes = [ctypes.c_void_p]

@@ -26,7 +26,7 @@ from aorta.ebpf.probes import gpu_runtime_metrics as m
 from aorta.ebpf.probes.base import CollectContext, Window
 from conftest import load_file_module, unavailable, vendor_library
 from ebpf_support import attached_probe
-from gpu_standins import Dim3, build, gcc
+from gpu_standins import LAUNCH_ARGTYPES, Dim3, build, gcc
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 STREAM = 0x5101000
@@ -105,8 +105,7 @@ def measure(path: str, stand_in: bool) -> dict[str, Any]:
     if stand_in:
         rt.standin_configure.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64]
         rt.standin_configure(0, 0, 0)  # no simulated launch time: the call is the probe
-    V = ctypes.c_void_p
-    rt.cudaLaunchKernel.argtypes = [V, Dim3, Dim3, V, ctypes.c_size_t, V]
+    rt.cudaLaunchKernel.argtypes = LAUNCH_ARGTYPES
     one = Dim3(1, 1, 1)
 
     def launch() -> None:

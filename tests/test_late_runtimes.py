@@ -25,7 +25,7 @@ from aorta.ebpf.probes import gpu_runtime_loads as loads
 from aorta.ebpf.probes.base import BpftraceDialect, RenderContext, TraceTarget
 from aorta.ebpf.tracefs import Tracefs
 from conftest import unavailable, vendor_library, wait_until
-from gpu_standins import Dim3, build, gcc
+from gpu_standins import LAUNCH_ARGTYPES, Dim3, build, gcc
 from late_load_child import HANDLES
 
 CHILD = Path(__file__).parent / "late_load_child.py"
@@ -299,14 +299,7 @@ def _load(path: Path) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(path))
     lib.standin_configure.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64]
     lib.standin_configure(0, 0, 0)
-    lib.cudaLaunchKernel.argtypes = [
-        ctypes.c_void_p,
-        Dim3,
-        Dim3,
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-        ctypes.c_void_p,
-    ]
+    lib.cudaLaunchKernel.argtypes = LAUNCH_ARGTYPES
     return lib
 
 

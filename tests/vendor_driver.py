@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from aorta.ebpf.probes.gpu_runtime_apis import APIS
-from gpu_standins import Dim3, LaunchConfig
+from gpu_standins import LAUNCH_ARGTYPES, Dim3, LaunchConfig
 
 API = {a.name: a for a in APIS}
 
@@ -157,7 +157,7 @@ def _launch(lib: ctypes.CDLL, name: str, c: Call) -> None:
         lib.hipModuleLaunchKernel(None, *([1] * 6), 0, V(c.stream), None, None)
     else:  # (func, dim3 grid, dim3 block, void** args, shmem, stream)
         fn = getattr(lib, name)
-        fn.argtypes = [V, Dim3, Dim3, V, S, V]
+        fn.argtypes = LAUNCH_ARGTYPES
         fn(None, one, one, None, 0, c.stream)
 
 

@@ -27,6 +27,10 @@ class Dim3(ctypes.Structure):
     _fields_ = [("x", ctypes.c_uint32), ("y", ctypes.c_uint32), ("z", ctypes.c_uint32)]
 
 
+#: argument types of hip/cudaLaunchKernel(func, gridDim, blockDim, args, sharedMem, stream)
+LAUNCH_ARGTYPES = [ctypes.c_void_p, Dim3, Dim3, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+
+
 class LaunchConfig(ctypes.Structure):
     """cudaLaunchConfig_t (driver_types.h) / hipLaunchConfig_t: gridDim, blockDim, dynamicSmemBytes,
     stream, attrs, numAttrs."""
