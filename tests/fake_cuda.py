@@ -297,21 +297,33 @@ def install(monkeypatch: Any, runtime: RealCudart | None = None) -> Device:
     return DEVICE
 
 
-def install_distributed(monkeypatch: Any, runtime: RealCudart, nccl_path: Path) -> FakeDistributed:
-    """torch.distributed initialised as one NCCL rank whose collectives call the real libnccl
-    (FakeDistributed); after `install(monkeypatch, runtime)`."""
+def patch_process_group(monkeypatch: Any, world_size: int, ops: dict[str, Any]) -> None:
+    """torch.distributed as an initialised NCCL group of `world_size` ranks seen from rank 0, its
+    collectives (name → callable) replaced by `ops`."""
     import torch.distributed as dist
 
-    fake = FakeDistributed(runtime, nccl_path)
     for name, value in (
         ("is_available", lambda: True),
         ("is_initialized", lambda: True),
         ("get_rank", lambda group=None: 0),
-        ("get_world_size", lambda group=None: 1),
+        ("get_world_size", lambda group=None: world_size),
         ("get_backend", lambda group=None: "nccl"),
-        ("all_reduce", fake.all_reduce),
-        ("all_gather_into_tensor", fake.all_gather_into_tensor),
-        ("reduce_scatter_tensor", fake.reduce_scatter_tensor),
+        *ops.items(),
     ):
         monkeypatch.setattr(dist, name, value)
+
+
+def install_distributed(monkeypatch: Any, runtime: RealCudart, nccl_path: Path) -> FakeDistributed:
+    """torch.distributed initialised as one NCCL rank whose collectives call the real libnccl
+    (FakeDistributed); after `install(monkeypatch, runtime)`."""
+    fake = FakeDistributed(runtime, nccl_path)
+    patch_process_group(
+        monkeypatch,
+        1,
+        {
+            "all_reduce": fake.all_reduce,
+            "all_gather_into_tensor": fake.all_gather_into_tensor,
+            "reduce_scatter_tensor": fake.reduce_scatter_tensor,
+        },
+    )
     return fake

@@ -262,20 +262,10 @@ def test_collective_facts_size_each_kind_in_nccls_count_semantics(monkeypatch: p
     import torch.distributed as dist
 
     from aorta.hw_queue_eval.workloads.collectives import Collectives
+    from fake_cuda import patch_process_group
 
-    for name, value in (
-        ("is_available", lambda: True),
-        ("is_initialized", lambda: True),
-        ("get_rank", lambda group=None: 0),
-        ("get_world_size", lambda group=None: 2),
-        ("get_backend", lambda group=None: "nccl"),
-        *(
-            (n, lambda *a, **k: None)
-            for n in ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor")
-        ),
-        ("all_to_all_single", lambda *a, **k: None),
-    ):
-        monkeypatch.setattr(dist, name, value)
+    ops = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single")
+    patch_process_group(monkeypatch, 2, {n: (lambda *a, **k: None) for n in ops})
     comm = Collectives()
     f32, f16 = torch.float32, torch.float16
     comm.all_reduce(torch.empty(10, dtype=f32), torch.ones(10, dtype=f32))
