@@ -11,6 +11,7 @@ does not. A file on ALLOWED must still need its entry, so the list can only shri
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -69,8 +70,10 @@ def bare_dict_lines(source: str) -> list[int]:
     return sorted(lines)
 
 
+@functools.cache
 def _hits() -> dict[str, list[int]]:
-    """Every file of the package with a bare `dict[str, Any]`, and its lines."""
+    """Every file of the package with a bare `dict[str, Any]`, and its lines (read once: both
+    tests below use it)."""
     found = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         lines = bare_dict_lines(path.read_text(encoding="utf-8"))
