@@ -7,7 +7,7 @@ rows are summed in dataclasses and written out with `to_json()`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, TypeAlias
 
 from aorta.common.jsontypes import JsonObject
@@ -96,14 +96,7 @@ class QueueRow:
 
     def to_json(self) -> JsonObject:
         """The row as the result's `queues` holds it."""
-        return {
-            "doorbell_signal": self.doorbell_signal,
-            "queue": self.queue,
-            "queue_id": self.queue_id,
-            "source": self.source,
-            "doorbell_rings": self.doorbell_rings,
-            "streams": self.streams,
-        }
+        return asdict(self)  # the fields, in order, are the row
 
 
 def stream_rows(maps: JsonObject, syncs: Syncs, syncs_on: bool = True) -> dict[int, StreamRow]:
@@ -308,12 +301,7 @@ class KindCost:
 
     def to_json(self) -> JsonObject:
         """The row of `probe_cost.by_kind`."""
-        return {
-            "calls": self.calls,
-            "hits": self.hits,
-            "entry_instruction": self.entry_instruction,
-            "probe_time_ms": self.probe_time_ms,
-        }
+        return asdict(self)  # the fields, in order, are the row
 
 
 def probe_cost(

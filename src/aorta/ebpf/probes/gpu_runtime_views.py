@@ -11,7 +11,7 @@ written into the metrics with `to_json()`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from aorta.common.jsontypes import JsonObject
@@ -243,14 +243,7 @@ class StreamEdge:
 
     def to_json(self) -> JsonObject:
         """The row of `stream_graph.edges`."""
-        return {
-            "producer": self.producer,
-            "consumer": self.consumer,
-            "waits": self.waits,
-            "by_api": self.by_api,
-            "producer_index": self.producer_index,
-            "consumer_index": self.consumer_index,
-        }
+        return asdict(self)  # the fields, in order, are the row
 
 
 @dataclass
@@ -263,7 +256,7 @@ class UnknownProducerWaits:
 
     def to_json(self) -> JsonObject:
         """The row of `stream_graph.waits_producer_unknown`."""
-        return {"consumer": self.consumer, "waits": self.waits, "consumer_index": self.consumer_index}
+        return asdict(self)  # the fields, in order, are the row
 
 
 @dataclass
@@ -276,7 +269,7 @@ class EventRecords:
 
     def to_json(self) -> JsonObject:
         """The row of `stream_graph.event_records`."""
-        return {"stream": self.stream, "records": self.records, "stream_index": self.stream_index}
+        return asdict(self)  # the fields, in order, are the row
 
 
 @dataclass
