@@ -82,17 +82,21 @@ def entry_class(path: str, fn: Function) -> str:
 @dataclass(frozen=True)
 class Plan:
     """The calibration probes of one program: per class the C library function probed (None: no
-    function of that class here), and whether the return calibration is on."""
+    function of that class here), whether the return calibration is on, and where the chosen
+    functions lie in the C library (read once, for `render`)."""
 
     libc: str
     entry: dict[str, Calibrator | None]
     returns: bool
     return_class: str | None
+    functions: dict[str, Function]  # the probed functions chosen → address and file offset
+    span: tuple[int, int]  # lowest and highest function address of the C library
 
 
 def plan(classes: Sequence[str], returns: bool) -> Plan | None:
     """Which calibration probes a program whose probed functions are of `classes` needs (None:
-    no C library mapped here)."""
+    no C library mapped here). The class of `RETURN.probed` is calibrated too: its entry share
+    is subtracted from the return calibration."""
     libc = own_libc()
     if libc is None:
         return None
@@ -100,42 +104,38 @@ def plan(classes: Sequence[str], returns: bool) -> Plan | None:
         present = function_addresses(libc)
     except ElfError:
         return None
-    by_class: dict[str, Calibrator | None] = {}
-    for cls in sorted(set(classes)):
-        by_class[cls] = next(
-            (
-                c
-                for c in CANDIDATES
-                if c.probed in present and c.twin in present and entry_class(libc, present[c.probed]) == cls
-            ),
-            None,
-        )
-    ret_ok = returns and RETURN.probed in present and RETURN.twin in present
-    ret_class = entry_class(libc, present[RETURN.probed]) if ret_ok else None
-    if ret_class is not None and ret_class not in by_class:  # its entry share is subtracted
-        by_class[ret_class] = next(
-            (
-                c
-                for c in CANDIDATES
-                if c.probed in present and entry_class(libc, present[c.probed]) == ret_class
-            ),
-            None,
-        )
-    return Plan(libc, by_class, bool(ret_ok), ret_class)
+
+    def usable(c: Calibrator) -> bool:
+        return c.probed in present and c.twin in present
+
+    ret_class = entry_class(libc, present[RETURN.probed]) if returns and usable(RETURN) else None
+    wanted = sorted({*classes, *([ret_class] if ret_class else [])})
+    by_class = {
+        cls: next((c for c in CANDIDATES if usable(c) and entry_class(libc, present[c.probed]) == cls), None)
+        for cls in wanted
+    }
+    chosen = [c.probed for c in by_class.values() if c is not None] + ([RETURN.probed] if ret_class else [])
+    addrs = [f.address for f in present.values()]
+    return Plan(
+        libc,
+        by_class,
+        ret_class is not None,
+        ret_class,
+        {n: present[n] for n in chosen},
+        (min(addrs), max(addrs)),
+    )
 
 
 def render(calib: Plan) -> list[str]:
     """The calibration blocks: the family's own launch probe code, its maps renamed, on the C
     library functions chosen: per class the default (entry-only) launch probe, and with the times
     view the entry + return pair on `RETURN.probed`; only calls with `MAGIC` first count."""
-    present = function_addresses(calib.libc)
-    addrs = [f.address for f in present.values()]
-    span = (min(addrs), max(addrs))
     pf, gate = f"pid == {os.getpid()}", f"arg0 == {MAGIC}"
 
     def launch_probe(name: str, times: bool) -> list[str]:
+        fn = calib.functions[name]
         api = Api(0, "calibration", "launch", "libc", (name,), STACK1)
-        at = Where(f"{calib.libc}:{attach_point(name, present[name])}", present[name].address, span)
+        at = Where(f"{calib.libc}:{attach_point(name, fn)}", fn.address, calib.span)
         code = blocks(api, at, pf, gate, times=times, doorbell_streams=False)
         note = f"{{\n  // cost calibration: a launch probe on {name}\n"
         return [b.replace(P, CALIB_PREFIX).replace("{\n", note, 1) for b in code]
